@@ -100,7 +100,7 @@ def raw_loop(lm, prompt, n):
     cache = KVCache(lm.config, 1, len(prompt) + n - 1)
     tokens, idx = [], torch.tensor([prompt])
     for _ in range(n):
-        tok = int(lm.model(idx, cache=cache).logits[0, -1].argmax())
+        tok = int(lm.model(idx, cache=cache, last_only=True).logits[0, -1].argmax())
         tokens.append(tok)
         idx = torch.tensor([[tok]])
     return tokens

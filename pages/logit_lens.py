@@ -4,7 +4,6 @@ import streamlit as st
 import torch
 
 from tfm.analysis import logit_lens
-from tfm.trace import Trace
 from ui import fig_sampling as fs
 from ui import sidebar, state
 
@@ -31,13 +30,9 @@ stop = min(n_pos, start + width)
 
 
 def window_lens(lm, ids: tuple[int, ...], start: int, stop: int):
-    """tfm.analysis.logit_lens on the window's positions only (full-vocabulary probabilities for
-    every position and layer would be large); keeps the top 5, not the full distributions."""
-    names = ["blocks.0.resid_pre"] + [f"blocks.{i}.resid_post" for i in range(run.trace.n_layers())]
-    dtype = next(lm.model.parameters()).dtype
-    window = Trace({n: run.trace[n][:, start:stop].to(lm.device, dtype) for n in names}, ())
-    with torch.inference_mode():
-        lens = logit_lens(lm.model, window, k=5)
+    """The lens on the window's positions, top 5 only (full distributions for every position
+    and layer would be large)."""
+    lens = logit_lens(lm.model, run.trace, k=5, positions=slice(start, stop), keep_probs=False)
     return lens.labels, lens.top_ids.cpu(), lens.top_probs.float().cpu()
 
 

@@ -78,7 +78,7 @@ if ex["kind"] == "layernorm":
     m[1].metric("variance", f"{ex['var']:.5f}")
     m[2].metric("√(var + ε)", f"{ex['std']:.5f}")
 else:
-    st.markdown(f"RMSNorm: y = x / √(mean(x²) + ε) · gain: no mean subtraction, no bias.")
+    st.markdown("RMSNorm: y = x / √(mean(x²) + ε) · gain: no mean subtraction, no bias.")
     m[0].metric("mean(x²)", f"{ex['mean_square']:.5f}")
     m[1].metric("rms = √(mean(x²) + ε)", f"{ex['rms']:.5f}")
     m[2].metric("ε", f"{ex['eps']:g}")

@@ -174,6 +174,20 @@ def test_logit_lens_last_row_is_the_models_prediction(overrides, make_model):
     torch.testing.assert_close(lens.probs[0], first, atol=1e-6, rtol=0)
 
 
+def test_logit_lens_window_without_probs_equals_the_full_lens(make_model):
+    model = make_model("tiny")
+    _, out = traced(model)
+    full = A.logit_lens(model, out.trace, k=3)
+    win = A.logit_lens(model, out.trace, k=3, positions=slice(4, 9), keep_probs=False)
+    assert win.probs is None and win.top_ids.shape == (3, 5, 3)
+    assert torch.equal(win.top_ids, full.top_ids[:, 4:9])
+    torch.testing.assert_close(win.top_probs, full.top_probs[:, 4:9], atol=1e-6, rtol=0)
+    # decode_streams on stored streams (what the generation page keeps per step) agrees too
+    streams = A.residual_streams(out.trace)[:, -1:]                    # (L+1, 1, D)
+    last = A.decode_streams(model, streams, k=3)
+    torch.testing.assert_close(last.probs, full.probs[:, -1:], atol=1e-6, rtol=0)
+
+
 def expected_counts(cfg: ModelConfig) -> dict[str, int]:
     d, f, v, L, b = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_layer, cfg.bias
     attention = 4 * d * d + (4 * d if b else 0)

@@ -86,6 +86,25 @@ def test_kv_cache_decoding_equals_full_forward(core, make_model):
                                            msg=lambda m: f"chunks trace={trace} bias={bias} tied={tied}: {m}")
 
 
+@pytest.mark.parametrize("core", CORE[::7], ids=variant_id)
+def test_last_only_gives_the_last_row_of_the_full_logits(core, make_model):
+    idx = tokens(2, 11, seed=4)
+    model = make_model(variant_cfg(*core), seed=5)
+    with torch.no_grad():
+        full = model(idx).logits
+        for trace in (False, True):
+            out = model(idx, trace=trace, last_only=True)
+            assert out.logits.shape == (2, 1, 257)
+            torch.testing.assert_close(out.logits, full[:, -1:], atol=ATOL, rtol=0)
+            if trace:  # every position is still traced up to the final norm
+                assert torch.equal(out.trace["logits"], out.logits)
+                assert out.trace["blocks.0.attn.pattern"].shape[-2:] == (11, 11)
+        cache = KVCache(model.config, batch=2)  # prefill then one step, as generation does
+        first = model(idx[:, :10], cache=cache, last_only=True).logits
+        step = model(idx[:, 10:], cache=cache, last_only=True).logits
+    torch.testing.assert_close(torch.cat([first, step], 1), full[:, 9:11], atol=ATOL, rtol=0)
+
+
 def test_kv_cache_is_checked():
     cfg = ModelConfig.preset("tiny")
     model = GPT(cfg).eval()

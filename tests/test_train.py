@@ -190,3 +190,38 @@ def test_stop_at_step_keeps_the_full_schedule(files, tmp_path):
     assert train_losses(cut) == train_losses(whole)[:4]
     assert torch.load(cut / "ckpt.pt", weights_only=True)["step"] == 4
     assert load(cut / "model", device="cpu").meta["steps"] == 4
+
+
+def test_repeat_frac_rows_restart_their_text_and_zero_keeps_the_old_batches(files):
+    from tfm.train_data import MIN_SPAN, Mix, Source
+    arr = np.arange(1000, dtype=np.int64)                 # distinct ids: a repeat is unambiguous
+    src = [Source("a", files / "a.txt", 1.0, arr, arr[:40])]
+    x, y = Mix(src, 32, repeat_frac=1.0).batch(torch.Generator().manual_seed(0), 16)
+    for row, nxt in zip(x, y):
+        full = torch.cat([row, nxt[-1:]])                  # the ctx+1 tokens of the row
+        n = int((full[1:] != full[:-1] + 1).nonzero()[0]) + 1  # where the text jumps back
+        assert MIN_SPAN <= n <= 16
+        assert torch.equal(full[n:2 * n], full[:n])        # A B C | A B C: the span again
+        assert torch.equal(full[n:], full[0] + torch.arange(33 - n))  # then the text goes on
+    assert torch.equal(y[:, :-1], x[:, 1:])
+    plain = Mix(src, 32).batch(torch.Generator().manual_seed(0), 16)   # no extra draws at 0
+    zero = Mix(src, 32, repeat_frac=0.0).batch(torch.Generator().manual_seed(0), 16)
+    assert torch.equal(plain[0], zero[0])
+    assert all(bool((r[1:] == r[:-1] + 1).all()) for r in plain[0])
+    with pytest.raises(ValueError, match="--repeat-frac 1.5: must be in"):
+        Mix(src, 32, repeat_frac=1.5)
+
+
+def test_init_from_starts_at_the_exported_weights_and_refuses_other_shapes(files, tmp_path, capsys):
+    first = tmp_path / "first"
+    assert main(argv(files, first, "--max-steps", "5")) == 0
+    second = tmp_path / "second"
+    assert main(argv(files, second, "--max-steps", "5", "--init-from", str(first / "model"), "--lr", "0",
+                     "--warmup-steps", "0", "--min-lr-frac", "1")) == 0   # lr 0: weights stay put
+    a, b = load(str(first / "model")).model.state_dict(), load(str(second / "model")).model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    ckpt = torch.load(second / "ckpt.pt", weights_only=True)
+    assert ckpt["step"] == 5                                              # a new run, own schedule
+    assert main(argv(files, tmp_path / "third", "--max-steps", "5", "--init-from", str(first / "model"),
+                     "--d-model", "64")) == 2
+    assert "--init-from" in capsys.readouterr().err

@@ -111,25 +111,42 @@ def rollout(trace: Trace, head_reduce: str = "mean") -> torch.Tensor:
 
 @dataclass(frozen=True)
 class LogitLens:
-    labels: list[str]        # "embed", "block 0", ... one per row
-    top_ids: torch.Tensor    # (L+1, T, k)
-    top_probs: torch.Tensor  # (L+1, T, k)
-    probs: torch.Tensor      # (L+1, T, V) full distributions
+    labels: list[str]            # "embed", "block 0", ... one per row
+    top_ids: torch.Tensor        # (L+1, T, k)
+    top_probs: torch.Tensor      # (L+1, T, k)
+    probs: torch.Tensor | None   # (L+1, T, V) full distributions; None with keep_probs=False
+
+
+def residual_streams(trace: Trace, positions: slice | None = None) -> torch.Tensor:
+    """The residual stream after the embedding and after every block, batch row 0: (L+1, T, D)."""
+    n, pos = trace.n_layers(), positions or slice(None)
+    names = ["blocks.0.resid_pre"] + [f"blocks.{i}.resid_post" for i in range(n)]
+    return torch.stack([trace[name][0, pos] for name in names])        # (L+1, T, D)
 
 
 @torch.no_grad()
-def logit_lens(model: GPT, trace: Trace, k: int = 5) -> LogitLens:
-    """Decode the residual stream after the embedding and after every block through the
-    final norm (pre-norm models) and the unembedding: what each layer would predict."""
-    n = trace.n_layers()
-    streams = [trace["blocks.0.resid_pre"][0]] + [trace[f"blocks.{i}.resid_post"][0] for i in range(n)]
-    x = torch.stack(streams)                                           # (L+1, T, D)
-    if model.ln_final is not None:
-        x = model.ln_final(x)
-    probs = model.unembed(x).float().softmax(-1)                       # (L+1, T, V)
-    top = probs.topk(min(k, probs.shape[-1]), dim=-1)
-    labels = ["embed"] + [f"block {i}" for i in range(n)]
-    return LogitLens(labels, top.indices, top.values, probs)
+def decode_streams(model: GPT, streams: torch.Tensor, k: int = 5, keep_probs: bool = True) -> LogitLens:
+    """Read (L+1, T, D) residual streams through the final norm (pre-norm models) and the
+    unembedding. Without keep_probs one layer's (T, V) is alive at a time, not (L+1, T, V):
+    GPT-2 at 1024 positions would otherwise need 2.7 GB."""
+    p = next(model.parameters())
+    rows = []
+    for x in streams.to(p.device, p.dtype):                           # (T, D) per layer
+        if model.ln_final is not None:
+            x = model.ln_final(x)
+        probs = model.unembed(x).float().softmax(-1)                   # (T, V)
+        top = probs.topk(min(k, probs.shape[-1]), dim=-1)
+        rows.append((top.indices, top.values, probs if keep_probs else None))
+    ids, vals, probs = zip(*rows)
+    labels = ["embed"] + [f"block {i}" for i in range(len(streams) - 1)]
+    return LogitLens(labels, torch.stack(ids), torch.stack(vals), torch.stack(probs) if keep_probs else None)
+
+
+def logit_lens(model: GPT, trace: Trace, k: int = 5, positions: slice | None = None,
+               keep_probs: bool = True) -> LogitLens:
+    """What each layer would predict: the residual stream after the embedding and after every
+    block, decoded as if it were the last layer's. `positions` picks a window of the trace."""
+    return decode_streams(model, residual_streams(trace, positions), k, keep_probs)
 
 
 def norm_stats(trace: Trace) -> dict[str, torch.Tensor]:

@@ -197,7 +197,7 @@ class _Forward:
         """Last-position logits (V,) float32 for `tokens`, and the forward's trace."""
         start = self.cache.length if self.cache is not None else 0
         idx = torch.tensor([tokens[start:]], dtype=torch.long, device=self.device)  # (1, T)
-        out = self.model(idx, trace=self.trace, cache=self.cache)
+        out = self.model(idx, trace=self.trace, cache=self.cache, last_only=True)
         logits = out.logits[0, -1].float()                                         # (V,)
         if self.n_words < logits.shape[0]:  # rows the tokenizer cannot decode: never drawn
             logits = logits.clone()

@@ -279,7 +279,11 @@ class GPT(nn.Module):
                 rec.add("rope.angles", angles)
         return (x + pos if pos is not None else x), angles
 
-    def forward(self, idx: torch.Tensor, trace: bool = False, cache: KVCache | None = None) -> ModelOutput:
+    def forward(self, idx: torch.Tensor, trace: bool = False, cache: KVCache | None = None,
+                last_only: bool = False) -> ModelOutput:
+        """Logits (B, T, V), or (B, 1, V) for the last position only with `last_only` (what
+        generation needs: a prefill skips T-1 vocabulary-sized products). The trace always
+        covers every position up to the final norm; its "logits" entry matches `logits`."""
         start = cache.length if cache is not None else 0
         self._check_input(idx, start)
         if cache is not None and idx.shape[0] != cache.k.shape[1]:
@@ -291,7 +295,7 @@ class GPT(nn.Module):
             x = block(x, rec.scoped(f"blocks.{i}") if rec else None, angles, cache, i)
         if self.ln_final is not None:
             x = self.ln_final(x, rec.scoped("ln_final") if rec else None)
-        logits = self.unembed(x)                                       # (B, T, V)
+        logits = self.unembed(x[:, -1:] if last_only else x)          # (B, T or 1, V)
         if cache is not None:
             cache.advance(idx.shape[1])
         if rec is not None:

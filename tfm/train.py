@@ -36,7 +36,7 @@ from .config import PRESETS, ModelConfig
 from .loading import ASSETS, pick_device
 from .model import GPT
 from .train_data import EvalText, Mix, load_tokenizer
-from .weights import save_model
+from .weights import load_tfm_folder, save_model
 
 MODEL_KEYS = [f.name for f in fields(ModelConfig) if f.name != "vocab_size"]
 NOT_INHERITED = {"resume", "config", "run", "stop_at_step"}  # per invocation, never taken from a checkpoint
@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--run", help="run folder (cache, metrics, checkpoint, model/)")
     g.add_argument("--config", help="JSON object of flag values (keys as flag names)")
     g.add_argument("--resume", action="store_true", help="continue from RUN/ckpt.pt")
+    g.add_argument("--init-from", metavar="FOLDER",
+                   help="start from the weights of a tfm model folder (same model config; new optimizer and schedule)")
     g = p.add_argument_group("data")
     g.add_argument("--data", nargs="+", metavar="FILE[:WEIGHT]", help=".txt or .txt.gz files; batches pick a file with probability ∝ WEIGHT (default 1)")
     g.add_argument("--tokenizer", default=str(ASSETS / "tokenizer"), help="folder with tokenizer.tiktoken + special_tokens.json")
@@ -58,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--val-windows", type=int, default=16, help="held-out windows per file per eval")
     g.add_argument("--eval-file", help="text scored in bits per byte at each eval")
     g.add_argument("--eval-bytes", type=int, default=200_000, help="prefix of --eval-file to score")
+    g.add_argument("--repeat-frac", type=float, default=0.0,
+                   help="fraction of training rows that repeat a random span of their text (teaches copying from context)")
     add_model_flags(p.add_argument_group("model (a preset, then overrides)"))
     g = p.add_argument_group("optimisation")
     g.add_argument("--max-steps", type=int, help="optimizer steps (or --max-tokens; the smaller wins)")
@@ -261,11 +265,14 @@ class Trainer:
             diff = {k: v for k, v in self.cfg.to_dict().items() if ckpt["config"].get(k) != v}
             raise ValueError(f"--resume: the checkpoint's model differs in {diff}; the shape cannot change mid-run")
         ctx, self.tok_hash = self.cfg.context_length, tok_hash
-        self.mix = Mix.load(args.data, self.tok, tok_hash, args.cache_dir or self.run / "cache", args.val_frac, ctx)
+        self.mix = Mix.load(args.data, self.tok, tok_hash, args.cache_dir or self.run / "cache", args.val_frac, ctx,
+                            args.repeat_frac)
         self.eval_text = EvalText(args.eval_file, self.tok, args.eval_bytes, ctx) if args.eval_file else None
         torch.manual_seed(args.seed)  # dropout draws from the global generator
         self.model = GPT(self.cfg)
         self.model.reset_parameters(torch.Generator().manual_seed(args.seed))
+        if args.init_from and not ckpt:
+            self.init_from(Path(args.init_from))
         self.model.to(self.device).train()
         self.opt = make_optimizer(self.model, args)
         self.gen = torch.Generator().manual_seed(args.seed)  # batches only: resumable
@@ -276,6 +283,18 @@ class Trainer:
         self.tokens_per_step = args.batch_size * args.grad_accum * ctx
         by_tokens = math.ceil(args.max_tokens / self.tokens_per_step) if args.max_tokens else None
         self.total_steps = min(s for s in (args.max_steps, by_tokens) if s is not None)
+
+    def init_from(self, folder: Path) -> None:
+        """Copy weights from a tfm model folder; its config and tokenizer must match this run's."""
+        model, tok, _ = load_tfm_folder(folder)
+        if model.config != self.cfg:
+            diff = {k: v for k, v in self.cfg.to_dict().items() if model.config.to_dict().get(k) != v}
+            raise ValueError(f"--init-from {folder}: its model differs from this run's in {diff}; "
+                             f"give the same --preset and overrides")
+        if [tok.decode_bytes([i]) for i in range(tok.vocab_size)] != \
+                [self.tok.decode_bytes([i]) for i in range(self.tok.vocab_size)]:
+            raise ValueError(f"--init-from {folder}: its tokenizer differs from --tokenizer {self.args.tokenizer}")
+        self.model.load_state_dict(model.state_dict())
 
     def autocast(self):
         if not self.args.bf16:

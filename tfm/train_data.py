@@ -130,16 +130,21 @@ def nll_nats(model, rows: list[np.ndarray], device, autocast=nullcontext, batch:
     return total, count
 
 
+MIN_SPAN = 8  # shortest repeated span (tokens) with --repeat-frac
+
+
 class Mix:
     """Training files with their held-out tails; batches sample files by weight."""
 
-    def __init__(self, sources: list[Source], ctx: int) -> None:
-        self.sources, self.ctx = sources, ctx
+    def __init__(self, sources: list[Source], ctx: int, repeat_frac: float = 0.0) -> None:
+        if not 0 <= repeat_frac <= 1:
+            raise ValueError(f"--repeat-frac {repeat_frac}: must be in [0, 1]")
+        self.sources, self.ctx, self.repeat_frac = sources, ctx, repeat_frac
         self.probs = torch.tensor([s.weight for s in sources], dtype=torch.float64)
         self.probs /= self.probs.sum()
 
     @classmethod
-    def load(cls, specs, tok, tok_hash, cache_dir, val_frac: float, ctx: int) -> "Mix":
+    def load(cls, specs, tok, tok_hash, cache_dir, val_frac: float, ctx: int, repeat_frac: float = 0.0) -> "Mix":
         sources, names = [], set()
         for spec in specs:
             path, weight = parse_data_spec(spec)
@@ -151,17 +156,27 @@ class Mix:
             name = path.name if path.name not in names else str(path)
             names.add(name)
             sources.append(Source(name, path, weight, ids[:-n_val], ids[-n_val:]))
-        return cls(sources, ctx)
+        return cls(sources, ctx, repeat_frac)
 
     def batch(self, gen: torch.Generator, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x, y) int64 (B, ctx): random windows, file chosen with probability ∝ weight."""
+        """(x, y) int64 (B, ctx): random windows, file chosen with probability ∝ weight.
+
+        With repeat_frac > 0, that fraction of rows restarts its text after a random span of
+        MIN_SPAN..ctx/2 tokens (A B C D | A B C D E F ...): the second copy is predictable only
+        by looking back in context, which is what previous-token and induction heads learn."""
         which = torch.multinomial(self.probs, batch_size, replacement=True, generator=gen).tolist()
         where = torch.rand(batch_size, generator=gen, dtype=torch.float64).tolist()
+        spans = [0] * batch_size
+        if self.repeat_frac > 0:  # extra draws only then: runs without it keep their batches
+            chosen = torch.rand(batch_size, generator=gen) < self.repeat_frac
+            lengths = torch.randint(MIN_SPAN, self.ctx // 2 + 1, (batch_size,), generator=gen)
+            spans = torch.where(chosen, lengths, 0).tolist()
         rows = []
-        for i, u in zip(which, where):
+        for i, u, n in zip(which, where, spans):
             arr = self.sources[i].train
             start = int(u * (len(arr) - self.ctx))  # 0 .. len - ctx - 1
-            rows.append(arr[start:start + self.ctx + 1])
+            row = arr[start:start + self.ctx + 1]
+            rows.append(np.concatenate([row[:n], row[:self.ctx + 1 - n]]) if n else row)
         t = torch.from_numpy(np.stack(rows).astype(np.int64))
         return t[:, :-1], t[:, 1:]
 

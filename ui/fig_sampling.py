@@ -12,7 +12,6 @@ import plotly.graph_objects as go
 import torch
 
 from tfm.sampling import Breakdown
-from tfm.trace import Trace
 
 # Temperatures a slider offers: fine steps near 0, where small changes matter most.
 TEMPERATURES = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
@@ -259,12 +258,6 @@ def step_record(step, keep_tensors: bool = True) -> dict:
         streams = [tr["blocks.0.resid_pre"][0, -1]] + [tr[f"blocks.{i}.resid_post"][0, -1] for i in range(n)]
         rec["resid"] = torch.stack(streams).cpu().clone()                                   # (L+1, D)
     return rec
-
-
-def lens_trace(resid: torch.Tensor) -> Trace:
-    """A one-position Trace holding only the residual streams, for `tfm.analysis.logit_lens`."""
-    names = ["blocks.0.resid_pre"] + [f"blocks.{i}.resid_post" for i in range(len(resid) - 1)]
-    return Trace({name: resid[j][None, None] for j, name in enumerate(names)}, ())
 
 
 def repeated_ngram_share(ids: list[int], n: int = 3) -> float:

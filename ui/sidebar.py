@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import runpy
+from pathlib import Path
 
 import streamlit as st
 
@@ -13,6 +15,7 @@ from tfm.loading import available_devices
 
 from . import state
 
+APP = Path(__file__).resolve().parents[1] / "app.py"
 DEFAULT_PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play with her ball. One day, Lily"
 KINDS = {"default": "Bundled default", "random": "Random model", "folder": "Model folder"}
 SIZES = ("n_layer", "n_head", "d_model", "d_ff", "context_length", "vocab_size")
@@ -106,8 +109,26 @@ PERSISTENT = ("sidebar.model_kind", "sidebar.device", "sidebar.prompt", "sidebar
               "sidebar.preset", "sidebar.random_seed", *(f"sidebar.{n}" for n in (*VARIANTS, *SIZES)))
 
 
+def leave_legacy_pages_mode() -> None:
+    """Make app.py's st.navigation route this run, even on a fresh server's first request.
+
+    Streamlit decides per server whether `pages/` is a legacy (v1) pages folder; until some
+    run calls st.navigation it assumes so, and a first request for /attention runs
+    pages/attention.py without app.py: no wide layout, no sections. (AppTest resets that
+    flag before every run, so there it is every run.) Then run app.py inside this run: its
+    st.navigation clears the flag and runs this same page (url paths equal file stems, so the
+    page resolves), and this outer run stops before drawing anything. Same run, so a button
+    click in it is not lost, as it would be with st.rerun()."""
+    from streamlit.runtime.pages_manager import PagesManager  # no public switch exists
+
+    if PagesManager.uses_pages_directory:
+        runpy.run_path(str(APP), run_name="__main__")
+        st.stop()
+
+
 def render() -> None:
     """Draw the sidebar and keep the URL in step with it."""
+    leave_legacy_pages_mode()
     state.restore(*PERSISTENT)
     _spec_from_url()
     state.url_init("sidebar.prompt", "prompt")

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -39,14 +40,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def app_url():
-    """Start `streamlit run app.py` in its own process group; stop it at the end."""
+@contextmanager
+def streamlit_server(log_name: str = "server"):
+    """Start `streamlit run app.py` in its own process group; yield its URL; stop it after."""
     port = _free_port()
     cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
            "--server.port", str(port), "--server.address", "127.0.0.1",
            "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
-    log = open(ROOT / "screenshots" / "server.log", "w") if SHOTS.mkdir(exist_ok=True) is None else None
+    SHOTS.mkdir(exist_ok=True)
+    log = open(SHOTS / f"{log_name}.log", "w")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -63,6 +65,13 @@ def app_url():
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=20)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def app_url():
+    """One server for the whole session (pages are opened from its root, see test_routing)."""
+    with streamlit_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

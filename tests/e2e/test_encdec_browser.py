@@ -24,8 +24,8 @@ def grid_plot(page, title: str):
 
 
 def test_train_reversal_and_read_the_alignment(page, app_url, tmp_path):
-    # Start at the root (app.py registers the pages; opening /encoder-decoder as a server's first
-    # session shows Streamlit's "Page not found" dialog), then follow the sidebar link.
+    # Start at the root and follow the sidebar link, as a user would (direct first requests for
+    # a page are covered by test_routing_browser.py).
     page.set_viewport_size({"width": 1400, "height": 2400})  # Streamlit scrolls inside: tall shows all
     page.goto(app_url)
     wait_idle(page, timeout=180_000)

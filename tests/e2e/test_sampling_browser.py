@@ -43,8 +43,8 @@ def expect_title(page, title: str) -> None:
 
 
 def open_page(page, app_url: str, link: str, heading: str) -> None:
-    """Start at the home page and follow the sidebar link. (Opening /next-token directly as a
-    server's first session shows Streamlit's "Page not found" dialog: see the report.)"""
+    """Start at the home page and follow the sidebar link, as a user would (a direct first
+    request for a page is covered by test_routing_browser.py)."""
     page.goto(app_url)
     wait_idle(page)
     page.get_by_role("link", name=link).click()
