@@ -1,29 +1,54 @@
-"""Home: what tfm is and where to start."""
+"""Home: what tfm is, where to start, and the running model's most recognisable heads."""
 import streamlit as st
 
+from tfm import analysis
 from ui import sidebar, state
+from ui.nav import SECTIONS
+
+REPEATED = ("The little dog ran to the big red barn and hid under the hay. "
+            "The little dog ran to the big red barn and hid under the hay.")
+def probe(lm, seq_len: int):
+    """Head scores on a random sequence repeated twice (cached per model)."""
+    s = analysis.induction_probe(lm.model, seq_len=seq_len)
+    return {k: analysis.top_head(s[k]) for k in ("previous_token", "induction")}
+
+
+def show_head(layer: int, head: int) -> None:
+    """Button callback: put the repeated prompt and this head on the Attention page."""
+    ss = st.session_state
+    ss["sidebar.prompt"], ss["attn.layer"], ss["attn.head"], ss["attn.mode"] = REPEATED, layer, head, "head"
+    state.remember("sidebar.prompt", "attn.layer", "attn.head", "attn.mode")
+    ss["home.go"] = True
+
 
 sidebar.render()
-
 st.title("tfm: see inside a transformer")
-st.markdown(
-    "Type a prompt in the sidebar and look at what a real GPT-style model does with it. "
-    "Every number and picture here is read from the tensors of the model that is running."
-)
-lm, spec, _ = state.active_model()
+st.markdown("Type a prompt in the sidebar and look at what a real GPT-style model does with it. "
+            "Every number and picture here is read from the tensors of the model that is running.")
+lm, spec, device = state.active_model()
 if lm is not None:
     c = lm.config
-    st.markdown(
-        f"**Running:** {state.describe_spec(spec)}: {c.n_layer} layers, {c.n_head} heads of size "
-        f"{c.d_head}, d_model {c.d_model}, context {c.context_length} tokens, vocabulary "
-        f"{c.vocab_size:,}, {lm.model.num_params():,} parameters, on `{lm.device}`."
-    )
-st.markdown(
-    """
-**Where to start**
-1. **Tokens**: how the prompt is cut into the pieces the model reads.
-2. **Attention**: every head of every layer; the head table finds previous-token and induction heads.
+    st.markdown(f"**Running:** {state.describe_spec(spec)}: {c.n_layer} layers, {c.n_head} heads of size "
+                f"{c.d_head}, d_model {c.d_model}, context {c.context_length} tokens, vocabulary "
+                f"{c.vocab_size:,}, {lm.model.num_params():,} parameters, on `{lm.device}`.")
+    seq_len = min(40, (c.context_length - 1) // 2)
+    if seq_len >= 2:
+        top = state.derived("home.probe", probe, spec, device, seq_len)
+        (pl, ph, pv), (il, ih, iv) = top["previous_token"], top["induction"]
+        st.subheader("Two heads worth a look in this model")
+        st.markdown(
+            f"Measured just now on {seq_len} random tokens repeated twice: **layer {pl}, head {ph}** puts "
+            f"{pv:.0%} of its attention on the previous token, and **layer {il}, head {ih}** puts {iv:.0%} on "
+            "the token that followed the current one last time (an *induction head*: it is how the model "
+            "copies a phrase it has already seen). Scores near 0 mean the model has no such head.")
+        st.button(f"Show layer {il}, head {ih} on a repeated sentence", key="home.show_induction",
+                  on_click=show_head, args=(il, ih), type="primary")
+        if st.session_state.pop("home.go", False):
+            st.switch_page("pages/attention.py")
 
-Settings live in the page address: copy it to share the same model, prompt, layer and head.
-"""
-)
+st.subheader("Where to start")
+for section, entries in list(SECTIONS.items())[1:]:
+    st.markdown(f"**{section}**")
+    for file, title, what in entries:
+        st.page_link(f"pages/{file}", label=f"{title}: {what}")
+st.caption("Settings live in the page address: copy it to share the same model, prompt, layer and head.")

@@ -225,3 +225,24 @@ def test_init_from_starts_at_the_exported_weights_and_refuses_other_shapes(files
     assert main(argv(files, tmp_path / "third", "--max-steps", "5", "--init-from", str(first / "model"),
                      "--d-model", "64")) == 2
     assert "--init-from" in capsys.readouterr().err
+
+
+def test_model_card_reports_the_runs_own_figures(files, tmp_path):
+    from tfm import model_card
+    run = tmp_path / "run"
+    assert main(argv(files, run, "--max-steps", "10", "--repeat-frac", "0.5")) == 0
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "tinystories_valid.txt").write_text(STORY * 200)
+    out = tmp_path / "card"
+    model_card.main([str(run), "--out", str(out), "--corpus", str(corpus)])
+    card = (out / "README.md").read_text()
+    last = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()][-1]
+    assert last["kind"] == "eval" and f"**{last['eval_bpb']:.3f} bits per byte**" in card
+    assert "--stop-at-step 10" in card and "--repeat-frac 0.5" in card and "50% of training rows" in card
+    data = json.loads((out / "card.json").read_text())
+    lm = load(str(out))
+    assert np.array(data["heads"]["induction"]).shape == (lm.config.n_layer, lm.config.n_head)
+    cp = data["heads"]["copy"]
+    assert cp["n"] > 0 and f"**{cp['second']:.2f}**" in card
+    assert (out / "loss_curve.svg").read_text().startswith("<svg")

@@ -89,6 +89,13 @@ def induction_probe(model: GPT, seq_len: int = 40, seed: int = 0, bos: int | Non
     return scores
 
 
+def top_head(scores: torch.Tensor) -> tuple[int, int, float]:
+    """(layer, head, score) of the highest entry of an (L, H) score table."""
+    flat = int(scores.argmax())
+    layer, head = divmod(flat, scores.shape[1])
+    return layer, head, float(scores[layer, head])
+
+
 def rollout(trace: Trace, head_reduce: str = "mean") -> torch.Tensor:
     """Attention rollout (Abnar & Zuidema 2020): (L, T, T), entry l is the flow through layers 0..l.
 

@@ -108,3 +108,22 @@ def test_too_long_prompt_is_cut_from_the_left():
     at.switch_page("pages/attention.py").run()
     assert not at.exception, at.exception
     assert any("cut from the left" in w.value for w in at.warning)
+
+
+def test_home_names_the_models_own_heads_and_opens_the_induction_head():
+    from tfm import analysis
+    lm = state.load_lm(state.default_model_spec(), "cpu")
+    with torch.inference_mode():
+        scores = analysis.induction_probe(lm.model, seq_len=40)
+    (pl, ph, pv), (il, ih, iv) = (analysis.top_head(scores[k]) for k in ("previous_token", "induction"))
+    at = open_page()
+    text = " ".join(m.value for m in at.markdown)
+    assert f"**layer {pl}, head {ph}** puts {pv:.0%}" in text
+    assert f"**layer {il}, head {ih}** puts {iv:.0%}" in text
+    assert len([l for l in at.get("page_link")]) == 10                 # every page but home, once
+    at.button(key="home.show_induction").click().run()
+    assert not at.exception, at.exception
+    assert at.select_slider(key="attn.layer").value == il and at.select_slider(key="attn.head").value == ih
+    prompt = at.text_area(key="sidebar.prompt").value
+    assert prompt.count("The little dog ran") == 2
+    assert any(f"Layer {il}, head {ih}" in f["layout"]["title"]["text"] for f in charts(at))

@@ -1,0 +1,28 @@
+"""The app's pages by section: app.py builds the navigation from it, the home page its index."""
+from __future__ import annotations
+
+# (file in pages/, title, what it shows). A page's URL path is its file stem (/attention,
+# /next_token): the name Streamlit's pages/ folder convention also gives it, so a shared link
+# works even as a fresh server's first request (see ui.sidebar.leave_legacy_pages_mode).
+SECTIONS: dict[str, list[tuple[str, str, str]]] = {
+    "Start": [("home.py", "Home", "what tfm is and where to start")],
+    "Look inside": [
+        ("tokens.py", "Tokens", "how the prompt is cut into the pieces the model reads"),
+        ("attention.py", "Attention",
+         "every head of every layer, with a head table that finds previous-token and induction heads"),
+        ("positions.py", "Positional encodings",
+         "how the model knows where a token is: learned, sinusoidal, RoPE, or nothing"),
+        ("norms.py", "LayerNorm & residual stream",
+         "what each LayerNorm receives and returns, and how the residual stream grows"),
+        ("shapes.py", "Shapes & parameters", "the shape of every tensor and where the parameters are"),
+        ("logit_lens.py", "Logit lens", "what each layer would predict if it were the last"),
+    ],
+    "Generate": [
+        ("next_token.py", "Next-token sampling", "temperature, top-k and top-p on the real next-token distribution"),
+        ("generate.py", "Generation & timeline", "text arriving token by token, and how each token was chosen"),
+    ],
+    "The 2017 Transformer": [
+        ("encdec.py", "Encoder-decoder, trained live", "the 2017 encoder-decoder, trained live on a toy task"),
+        ("experiments.py", "Experiments", "why the Transformer is built this way, measured"),
+    ],
+}
