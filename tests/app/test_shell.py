@@ -114,7 +114,7 @@ def test_home_names_the_models_own_heads_and_opens_the_induction_head():
     from tfm import analysis
     lm = state.load_lm(state.default_model_spec(), "cpu")
     with torch.inference_mode():
-        scores = analysis.induction_probe(lm.model, seq_len=40)
+        scores = analysis.induction_probe(lm.model, seq_len=40, bos=lm.tokenizer.eot_id)
     (pl, ph, pv), (il, ih, iv) = (analysis.top_head(scores[k]) for k in ("previous_token", "induction"))
     at = open_page()
     text = " ".join(m.value for m in at.markdown)

@@ -152,3 +152,22 @@ def test_long_prompt_shows_a_readable_window(page, app_url):
                                rtol=1e-5, atol=1e-7, equal_nan=True)
     expect(page.get_by_role("slider", name="Positions shown (query and key)").first).to_be_visible()
     shot(page, "attention_long_prompt")
+
+
+def test_home_button_opens_the_models_induction_head_on_a_repeated_sentence(page, app_url):
+    """The new user's path: the home page names the strongest induction head (measured on the
+    running model) and one click shows it on a repeated sentence, drawn from the engine."""
+    from tfm import analysis
+    lm = state.load_lm(state.default_model_spec(), "cpu")
+    with torch.inference_mode():
+        probe = analysis.induction_probe(lm.model, seq_len=40, bos=lm.tokenizer.eot_id)
+    layer, head, _ = analysis.top_head(probe["induction"])
+    page.set_default_timeout(SLOW)
+    page.goto(app_url)
+    idle(page)
+    page.get_by_role("button", name=f"Show layer {layer}, head {head} on a repeated sentence").click()
+    expect_title(page, f"Layer {layer}, head {head}")
+    prompt = page.get_by_role("textbox", name="Prompt").input_value()
+    assert prompt.count("The little dog ran") == 2
+    np.testing.assert_allclose(drawn_z(page), expected_pattern(prompt, layer, head), rtol=1e-5, atol=1e-6)
+    shot(page, "attention-induction-from-home")
