@@ -193,17 +193,18 @@ def test_stop_at_step_keeps_the_full_schedule(files, tmp_path):
 
 
 def test_repeat_frac_rows_restart_their_text_and_zero_keeps_the_old_batches(files):
-    from tfm.train_data import MIN_SPAN, Mix, Source
+    from tfm.train_data import IGNORE, MIN_SPAN, Mix, Source
     arr = np.arange(1000, dtype=np.int64)                 # distinct ids: a repeat is unambiguous
     src = [Source("a", files / "a.txt", 1.0, arr, arr[:40])]
     x, y = Mix(src, 32, repeat_frac=1.0).batch(torch.Generator().manual_seed(0), 16)
     for row, nxt in zip(x, y):
-        full = torch.cat([row, nxt[-1:]])                  # the ctx+1 tokens of the row
+        full = torch.cat([row, nxt[-1:]])                  # the ctx+1 tokens of the row (last is never the jump)
         n = int((full[1:] != full[:-1] + 1).nonzero()[0]) + 1  # where the text jumps back
         assert MIN_SPAN <= n <= 16
         assert torch.equal(full[n:2 * n], full[:n])        # A B C | A B C: the span again
         assert torch.equal(full[n:], full[0] + torch.arange(33 - n))  # then the text goes on
-    assert torch.equal(y[:, :-1], x[:, 1:])
+        assert nxt[n - 1] == IGNORE and (nxt != IGNORE).sum() == 31   # only the jump is not learned
+    assert torch.equal(torch.where(y[:, :-1] == IGNORE, x[:, 1:], y[:, :-1]), x[:, 1:])
     plain = Mix(src, 32).batch(torch.Generator().manual_seed(0), 16)   # no extra draws at 0
     zero = Mix(src, 32, repeat_frac=0.0).batch(torch.Generator().manual_seed(0), 16)
     assert torch.equal(plain[0], zero[0])
@@ -239,10 +240,46 @@ def test_model_card_reports_the_runs_own_figures(files, tmp_path):
     card = (out / "README.md").read_text()
     last = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()][-1]
     assert last["kind"] == "eval" and f"**{last['eval_bpb']:.3f} bits per byte**" in card
-    assert "--stop-at-step 10" in card and "--repeat-frac 0.5" in card and "50% of training rows" in card
+    assert "--stop-at-step 10" in card and "--repeat-frac 0.5" in card and "(`--repeat-frac`: 50% of rows)" in card
     data = json.loads((out / "card.json").read_text())
     lm = load(str(out))
     assert np.array(data["heads"]["induction"]).shape == (lm.config.n_layer, lm.config.n_head)
     cp = data["heads"]["copy"]
     assert cp["n"] > 0 and f"**{cp['second']:.2f}**" in card
     assert (out / "loss_curve.svg").read_text().startswith("<svg")
+
+
+def test_copy_frac_rows_repeat_random_tokens_and_learn_only_the_repeats(files):
+    from tfm.train_data import IGNORE, MIN_SPAN, Mix, Source
+    arr = np.arange(1000, dtype=np.int64)
+    src = [Source("a", files / "a.txt", 1.0, arr, arr[:40])]
+    x, y = Mix(src, 32, copy_frac=1.0, vocab=50).batch(torch.Generator().manual_seed(0), 16)
+    assert int(x.max()) < 50                                       # drawn from the ordinary tokens
+    for row, tgt in zip(x, y):
+        n = int((tgt != IGNORE).nonzero()[0])                      # the period: first learned target
+        assert MIN_SPAN <= n <= 16 and bool((tgt[:n] == IGNORE).all())
+        assert torch.equal(row[n:], row[:32 - n])                  # it repeats with period n
+        assert torch.equal(tgt[n:-1], row[n + 1:])                 # targets are the next tokens
+    with pytest.raises(ValueError, match="--copy-frac 2.0: must be in"):
+        Mix(src, 32, copy_frac=2.0, vocab=50)
+
+
+def test_model_card_of_a_two_stage_run_lists_both_stages_and_commands(files, tmp_path):
+    from tfm import model_card
+    first, second = tmp_path / "runs" / "first", tmp_path / "runs" / "second"
+    assert main(argv(files, first, "--max-steps", "6")) == 0
+    assert main(argv(files, second, "--max-steps", "4", "--init-from", str(first / "model"), "--copy-frac", "0.5")) == 0
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "tinystories_valid.txt").write_text(STORY * 200)
+    out = tmp_path / "card"
+    model_card.main([str(second), "--out", str(out), "--corpus", str(corpus)])
+    card = (out / "README.md").read_text()
+    assert "- Stage 1, from scratch: 1,536 tokens in 6 steps" in card
+    assert "- Stage 2, from the previous stage's weights: 1,024 tokens in 4 steps" in card
+    assert "2,560 tokens in 10 steps" in card and "(`--copy-frac`: 50% of rows in stage 2)" in card
+    cmds = card.split("```bash\n")[1].split("```")[0].splitlines()
+    assert cmds[0].endswith("--stop-at-step 6") and "--run runs/first" in cmds[0]
+    assert "--init-from runs/first/model" in cmds[1] and cmds[1].endswith("--stop-at-step 4")
+    evals = json.loads((out / "card.json").read_text())["evals"]
+    assert [e["step"] for e in evals] == [5, 6, 10]             # stage 2's evals counted after stage 1

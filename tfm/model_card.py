@@ -34,6 +34,42 @@ def read_metrics(run: Path) -> tuple[list[dict], list[dict]]:
     return [r for r in rows if r.get("kind") == "train"], [r for r in rows if r.get("kind") == "eval"]
 
 
+def stages(run: Path, meta: dict) -> list[tuple[Path, dict]]:
+    """(run folder, exported meta) of every training stage, first to last: a run started with
+    `--init-from RUN0/model` follows RUN0's stages."""
+    init = (meta.get("args") or {}).get("init_from")
+    if not init:
+        return [(run, meta)]
+    parent = json.loads((Path(init) / "config.json").read_text())["meta"]
+    return stages(Path(init).parent, parent) + [(run, meta)]
+
+
+def chained_metrics(chain: list[tuple[Path, dict]]) -> tuple[list[dict], list[dict]]:
+    """Every stage's metrics up to its exported step, tokens and steps counted from the start."""
+    train, evals, tokens, steps = [], [], 0, 0
+    for run, meta in chain:
+        t, e = read_metrics(run)
+        shift = lambda r: {**r, "tokens": r["tokens"] + tokens, "step": r["step"] + steps}
+        train += [shift(r) for r in t if r["step"] <= meta["steps"]]
+        evals += [shift(r) for r in e if r["step"] <= meta["steps"]]
+        tokens, steps = tokens + meta["tokens_seen"], steps + meta["steps"]
+    return train, evals
+
+
+def stage_lines(chain: list[tuple[Path, dict]]) -> str:
+    if len(chain) == 1:
+        return ""
+    out = []
+    for k, (_, m) in enumerate(chain, 1):
+        a = m.get("args") or {}
+        start = "from scratch" if not a.get("init_from") else "from the previous stage's weights"
+        out.append(f"- Stage {k}, {start}: {m['tokens_seen']:,} tokens in {m['steps']:,} steps, "
+                   f"peak lr {a.get('lr')}, repeat fraction {a.get('repeat_frac') or 0:g}, "
+                   f"copy fraction {a.get('copy_frac') or 0:g}, "
+                   f"{m['wall_time_s'] / 3600:.2f} h.")
+    return "\n".join(out) + "\n"
+
+
 def loss_svg(train: list[dict], evals: list[dict], width: int = 640, height: int = 320) -> str:
     """Training loss and held-out loss against tokens seen, as a self-contained SVG."""
     pad, xs = 48, [r["tokens"] for r in train] + [r["tokens"] for r in evals]
@@ -112,16 +148,29 @@ def quote(text: str) -> str:
 
 
 def reproduce_command(meta: dict, corpus: str) -> str:
-    """The run's first command, independent of wall-clock time: its time budget is replaced by
-    `--stop-at-step` at the exported step (the schedule of the full run is kept)."""
-
+    """The run's commands, independent of wall-clock time: each time budget is replaced by
+    `--stop-at-step` at the exported step (the schedule of the full run is kept). A run that
+    started from another model's weights (`--init-from`) is preceded by that model's commands."""
+    args = meta.get("args") or {}
+    earlier = ""
+    if args.get("init_from"):
+        parent = json.loads((Path(args["init_from"]) / "config.json").read_text())["meta"]
+        earlier = reproduce_command(parent, corpus) + "\n"
     cmd = meta["commands"][0] if meta.get("commands") else meta["command"]
     cmd = re.sub(r" --time-budget \S+", "", cmd).replace(corpus.rstrip("/") + "/", "../shared/corpus/")
-    cmd = re.sub(r"--run \S+", "--run runs/default", cmd)
-    return f".venv/bin/{cmd} --stop-at-step {meta['steps']}"
+    cmd = re.sub(r"--(run|init-from|cache-dir) \S+", lambda m: f"--{m[1]} {portable(m[0].split(' ', 1)[1])}", cmd)
+    return f"{earlier}.venv/bin/{cmd} --stop-at-step {meta['steps']}"
 
 
-def render(lm: LM, meta: dict, evals: list[dict], heads: dict, samples_: list[dict], corpus: str) -> str:
+def portable(path: str) -> str:
+    """A run path as the repository-relative runs/NAME[/...] the card tells people to use."""
+    parts = Path(path).parts
+    return str(Path("runs", *parts[parts.index("runs") + 1:])) if "runs" in parts else str(Path("runs", Path(path).name))
+
+
+def render(lm: LM, chain: list[tuple[Path, dict]], evals: list[dict], heads: dict, samples_: list[dict],
+           corpus: str) -> str:
+    meta = chain[-1][1]
     c, last = lm.config, evals[-1]
     counts = analysis.param_counts(lm.model)
     mix = "\n".join(f"| `{Path(d['file']).name}` | {d['share']:.0%} | {d['train_tokens']:,} | {d['epochs']:.1f} |"
@@ -133,27 +182,40 @@ def render(lm: LM, meta: dict, evals: list[dict], heads: dict, samples_: list[di
                          for x in samples_)
     return TEMPLATE.format(
         n_params=lm.model.num_params(), cfg=json.dumps(c.to_dict(), indent=2), counts=json.dumps(counts),
-        tokens=meta["tokens_seen"], steps=meta["steps"], hours=meta["wall_time_s"] / 3600,
+        tokens=sum(m["tokens_seen"] for _, m in chain), steps=sum(m["steps"] for _, m in chain),
+        hours=sum(m["wall_time_s"] for _, m in chain) / 3600, stages=stage_lines(chain),
         bpb=last["eval_bpb"], best_bpb=best["eval_bpb"], best_step=best["step"], val=last["val_loss"],
         per_file=", ".join(f"{k}: {v:.3f}" for k, v in last["val"].items()),
         mix=mix, lic=lic, cmds=cmds, samples=text,
         prev=fmt_table(heads["previous_token"]), first=fmt_table(heads["first_token"]),
         ind=fmt_table(heads["induction"]), top_prev=top_heads(heads["previous_token"]),
         top_first=top_heads(heads["first_token"]), top_ind=top_heads(heads["induction"]),
-        n_nat=heads["n_tokens_natural"], date=time.strftime("%Y-%m-%d"), repeat=repeat_note(meta, c.context_length),
+        n_nat=heads["n_tokens_natural"], date=time.strftime("%Y-%m-%d"), repeat=repeat_note(chain, c.context_length),
         cp=heads["copy"],
     )
 
 
-def repeat_note(meta: dict, ctx: int) -> str:
-    frac = (meta.get("args") or {}).get("repeat_frac") or 0
-    if not frac:
+def repeat_note(chain: list[tuple[Path, dict]], ctx: int) -> str:
+    """What the stages' --repeat-frac / --copy-frac rows were, in words."""
+    args = [m.get("args") or {} for _, m in chain]
+    rep = [a.get("repeat_frac") or 0 for a in args]
+    cop = [a.get("copy_frac") or 0 for a in args]
+    if not any(rep) and not any(cop):
         return "Every training row is a plain window of the text."
-    return (f"{frac:.0%} of training rows (`--repeat-frac {frac:g}`) restart their text after a random span "
-            f"of 8 to {ctx // 2} tokens (A B C D | A B C D E F ...), so "
-            "the second copy can be predicted only by looking back in context: this is what grows "
-            "previous-token and induction heads in a model this small trained on this little text. "
-            "The other rows are plain windows.")
+    which = lambda fr: ", ".join(f"{f:.0%} of rows in stage {k}" for k, f in enumerate(fr, 1) if f) \
+        if len(chain) > 1 else f"{fr[0]:.0%} of rows"
+    out = []
+    if any(rep):
+        out.append(f"Repeated-text rows (`--repeat-frac`: {which(rep)}): the text restarts after a random "
+                   f"span of 8 to {ctx // 2} tokens (A B C D | A B C D E F ...), so the second copy can be "
+                   "predicted only by looking back in context. The jump back itself is never a target.")
+    if any(cop):
+        out.append(f"Copy rows (`--copy-frac`: {which(cop)}): random ordinary tokens repeating with a "
+                   f"period of 8 to {ctx // 2}; only the repeats are targets, so the model learns to copy "
+                   "from context without learning to predict noise.")
+    out.append("Both teach what a model this small, trained on this little text, otherwise does not learn: "
+               "previous-token and induction heads. The other rows are plain windows.")
+    return "\n\n".join(out)
 
 
 TEMPLATE = """# tfm default model: model card
@@ -191,7 +253,7 @@ Training mix (held-out tail of 1% of each file excluded):
 ## Training
 - {tokens:,} tokens in {steps:,} steps, {hours:.2f} h wall time on a shared 2-core CPU
   (bf16 autocast; the run checkpointed and can be resumed).
-- Loss curve (training loss of the mix, and held-out loss of the mix):
+{stages}- Loss curve (training loss of the mix, and held-out loss of the mix):
 
 ![loss curve](loss_curve.svg)
 
@@ -253,18 +315,17 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(args.out)
     shutil.copytree(args.run / "model", args.out)
     lm = load(args.out, device="cpu")
-    train, evals = read_metrics(args.run)
     meta = json.loads((args.out / "config.json").read_text())["meta"]
     # metrics.jsonl may run ahead of the exported model: keep what the exported weights saw.
-    train = [r for r in train if r["step"] <= meta["steps"]]
-    evals = [r for r in evals if r["step"] <= meta["steps"]]
+    chain = stages(args.run, meta)
+    train, evals = chained_metrics(chain)
     valid = Path(args.corpus) / "tinystories_valid.txt"
     heads = head_table(lm, valid.read_text(encoding="utf-8")[:4000])
     heads["copy"] = copy_test(lm, valid.read_text(encoding="utf-8")[:40_000])
     samples_ = samples(lm)
     (args.out / "loss_curve.svg").write_text(loss_svg(train, evals))
     (args.out / "card.json").write_text(json.dumps({"heads": heads, "samples": samples_, "evals": evals}, indent=1))
-    (args.out / "README.md").write_text(render(lm, meta, evals, heads, samples_, args.corpus))
+    (args.out / "README.md").write_text(render(lm, chain, evals, heads, samples_, args.corpus))
     print(f"wrote {args.out}/README.md")
 
 

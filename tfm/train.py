@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--val-windows", type=int, default=16, help="held-out windows per file per eval")
     g.add_argument("--eval-file", help="text scored in bits per byte at each eval")
     g.add_argument("--eval-bytes", type=int, default=200_000, help="prefix of --eval-file to score")
+    g.add_argument("--copy-frac", type=float, default=0.0,
+                   help="fraction of training rows made of random tokens repeating (only the repeats are learned)")
     g.add_argument("--repeat-frac", type=float, default=0.0,
                    help="fraction of training rows that repeat a random span of their text (teaches copying from context)")
     add_model_flags(p.add_argument_group("model (a preset, then overrides)"))
@@ -266,7 +268,7 @@ class Trainer:
             raise ValueError(f"--resume: the checkpoint's model differs in {diff}; the shape cannot change mid-run")
         ctx, self.tok_hash = self.cfg.context_length, tok_hash
         self.mix = Mix.load(args.data, self.tok, tok_hash, args.cache_dir or self.run / "cache", args.val_frac, ctx,
-                            args.repeat_frac)
+                            args.repeat_frac, args.copy_frac)
         self.eval_text = EvalText(args.eval_file, self.tok, args.eval_bytes, ctx) if args.eval_file else None
         torch.manual_seed(args.seed)  # dropout draws from the global generator
         self.model = GPT(self.cfg)

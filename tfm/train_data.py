@@ -131,20 +131,26 @@ def nll_nats(model, rows: list[np.ndarray], device, autocast=nullcontext, batch:
 
 
 MIN_SPAN = 8  # shortest repeated span (tokens) with --repeat-frac
+IGNORE = -100  # target id cross_entropy skips (its default ignore_index)
 
 
 class Mix:
     """Training files with their held-out tails; batches sample files by weight."""
 
-    def __init__(self, sources: list[Source], ctx: int, repeat_frac: float = 0.0) -> None:
-        if not 0 <= repeat_frac <= 1:
-            raise ValueError(f"--repeat-frac {repeat_frac}: must be in [0, 1]")
-        self.sources, self.ctx, self.repeat_frac = sources, ctx, repeat_frac
+    def __init__(self, sources: list[Source], ctx: int, repeat_frac: float = 0.0, copy_frac: float = 0.0,
+                 vocab: int = 0) -> None:
+        for name, v in (("--repeat-frac", repeat_frac), ("--copy-frac", copy_frac)):
+            if not 0 <= v <= 1:
+                raise ValueError(f"{name} {v}: must be in [0, 1]")
+        if copy_frac and vocab < 2:
+            raise ValueError("--copy-frac needs the vocabulary size to draw random tokens from")
+        self.sources, self.ctx, self.repeat_frac, self.copy_frac, self.vocab = sources, ctx, repeat_frac, copy_frac, vocab
         self.probs = torch.tensor([s.weight for s in sources], dtype=torch.float64)
         self.probs /= self.probs.sum()
 
     @classmethod
-    def load(cls, specs, tok, tok_hash, cache_dir, val_frac: float, ctx: int, repeat_frac: float = 0.0) -> "Mix":
+    def load(cls, specs, tok, tok_hash, cache_dir, val_frac: float, ctx: int, repeat_frac: float = 0.0,
+             copy_frac: float = 0.0) -> "Mix":
         sources, names = [], set()
         for spec in specs:
             path, weight = parse_data_spec(spec)
@@ -156,14 +162,16 @@ class Mix:
             name = path.name if path.name not in names else str(path)
             names.add(name)
             sources.append(Source(name, path, weight, ids[:-n_val], ids[-n_val:]))
-        return cls(sources, ctx, repeat_frac)
+        words = tok.eot_id if tok.eot_id is not None else tok.vocab_size  # ordinary tokens only
+        return cls(sources, ctx, repeat_frac, copy_frac, words)
 
     def batch(self, gen: torch.Generator, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(x, y) int64 (B, ctx): random windows, file chosen with probability ∝ weight.
 
         With repeat_frac > 0, that fraction of rows restarts its text after a random span of
         MIN_SPAN..ctx/2 tokens (A B C D | A B C D E F ...): the second copy is predictable only
-        by looking back in context, which is what previous-token and induction heads learn."""
+        by looking back in context, which is what previous-token and induction heads learn. The
+        target at the jump (D -> A) is IGNORE: a model must not learn to restart its text."""
         which = torch.multinomial(self.probs, batch_size, replacement=True, generator=gen).tolist()
         where = torch.rand(batch_size, generator=gen, dtype=torch.float64).tolist()
         spans = [0] * batch_size
@@ -178,7 +186,25 @@ class Mix:
             row = arr[start:start + self.ctx + 1]
             rows.append(np.concatenate([row[:n], row[:self.ctx + 1 - n]]) if n else row)
         t = torch.from_numpy(np.stack(rows).astype(np.int64))
-        return t[:, :-1], t[:, 1:]
+        x, y = t[:, :-1], t[:, 1:].clone()
+        jumps = [(r, n - 1) for r, n in enumerate(spans) if n]
+        if jumps:  # the jump back is not text: never learn to predict it (IGNORE), only what follows
+            y[tuple(zip(*jumps))] = IGNORE
+        if self.copy_frac > 0:
+            self.random_copies(gen, x, y)
+        return x, y
+
+    def random_copies(self, gen: torch.Generator, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Replace copy_frac of the rows, in place, by random tokens repeating with a period of
+        MIN_SPAN..ctx/2: only the repeats are learned (the first period and the jump are IGNORE), so the model
+        learns to copy from context (induction) without learning to predict noise."""
+        chosen = (torch.rand(len(x), generator=gen) < self.copy_frac).nonzero().flatten().tolist()
+        for r in chosen:
+            n = int(torch.randint(MIN_SPAN, self.ctx // 2 + 1, (1,), generator=gen))
+            period = torch.randint(0, self.vocab, (n,), generator=gen)
+            row = period.repeat(self.ctx // n + 2)[:self.ctx + 1]
+            x[r], y[r] = row[:-1], row[1:]
+            y[r, :n] = IGNORE  # the first period and the jump back to its start
 
     def val_losses(self, model, device, autocast, max_windows: int, batch: int) -> dict[str, float]:
         """Mean held-out loss per file over its first `max_windows` windows (deterministic)."""
