@@ -281,5 +281,6 @@ def test_model_card_of_a_two_stage_run_lists_both_stages_and_commands(files, tmp
     cmds = card.split("```bash\n")[1].split("```")[0].splitlines()
     assert cmds[0].endswith("--stop-at-step 6") and "--run runs/first" in cmds[0]
     assert "--init-from runs/first/model" in cmds[1] and cmds[1].endswith("--stop-at-step 4")
+    assert cmds[2].endswith("tfm.model_card runs/second --out assets/models/default")
     evals = json.loads((out / "card.json").read_text())["evals"]
     assert [e["step"] for e in evals] == [5, 6, 10]             # stage 2's evals counted after stage 1

@@ -111,7 +111,8 @@ def head_table(lm: LM, text: str) -> dict:
     natural = analysis.head_scores(out.trace, ids)
     probe = analysis.induction_probe(lm.model, seq_len=min(100, lm.config.context_length // 2 - 1), seed=0)
     return {"previous_token": natural["previous_token"].tolist(), "first_token": natural["first_token"].tolist(),
-            "induction": probe["induction"].tolist(), "n_tokens_natural": len(ids)}
+            "induction": probe["induction"].tolist(), "previous_token_probe": probe["previous_token"].tolist(),
+            "n_tokens_natural": len(ids)}
 
 
 @torch.no_grad()
@@ -173,7 +174,9 @@ def render(lm: LM, chain: list[tuple[Path, dict]], evals: list[dict], heads: dic
     meta = chain[-1][1]
     c, last = lm.config, evals[-1]
     counts = analysis.param_counts(lm.model)
-    mix = "\n".join(f"| `{Path(d['file']).name}` | {d['share']:.0%} | {d['train_tokens']:,} | {d['epochs']:.1f} |"
+    epochs = {d["file"]: sum(e["epochs"] for _, m in chain for e in m["data"] if e["file"] == d["file"])
+              for d in meta["data"]}  # over every stage
+    mix = "\n".join(f"| `{Path(d['file']).name}` | {d['share']:.0%} | {d['train_tokens']:,} | {epochs[d['file']]:.1f} |"
                      for d in meta["data"])
     lic = "\n".join(f"| `{f}` | {what} | {l} |" for f, what, l in CORPUS_LICENCES)
     cmds = reproduce_command(meta, corpus)
@@ -186,7 +189,8 @@ def render(lm: LM, chain: list[tuple[Path, dict]], evals: list[dict], heads: dic
         hours=sum(m["wall_time_s"] for _, m in chain) / 3600, stages=stage_lines(chain),
         bpb=last["eval_bpb"], best_bpb=best["eval_bpb"], best_step=best["step"], val=last["val_loss"],
         per_file=", ".join(f"{k}: {v:.3f}" for k, v in last["val"].items()),
-        mix=mix, lic=lic, cmds=cmds, samples=text,
+        mix=mix, lic=lic, cmds=cmds, samples=text, run=portable(str(chain[-1][0])),
+        top_prev_probe=top_heads(heads["previous_token_probe"]),
         prev=fmt_table(heads["previous_token"]), first=fmt_table(heads["first_token"]),
         ind=fmt_table(heads["induction"]), top_prev=top_heads(heads["previous_token"]),
         top_first=top_heads(heads["first_token"]), top_ind=top_heads(heads["induction"]),
@@ -272,7 +276,7 @@ induction scores on a random token sequence repeated twice (the standard inducti
 Score = average attention mass on the positions that head type predicts (TransformerLens's
 definition).
 
-- Strongest previous-token heads: {top_prev}
+- Strongest previous-token heads: {top_prev} (on the repeated random tokens: {top_prev_probe})
 - Strongest induction heads: {top_ind}
 - Strongest first-token (attention sink) heads: {top_first}
 - Copying from context: on {cp[n]} spans of {cp[span]} tokens of `tinystories_valid.txt`, the
@@ -296,7 +300,7 @@ From the repository root (with `../shared/corpus` beside it), after `scripts/set
 
 ```bash
 {cmds}
-.venv/bin/python -m tfm.model_card runs/default --out assets/models/default
+.venv/bin/python -m tfm.model_card {run} --out assets/models/default
 ```
 Training is deterministic for a seed on the CPU (tested), so this gives the same weights up to
 bf16 kernel differences between machines; an interrupted run continues with the same command
