@@ -284,23 +284,29 @@ class GPT(nn.Module):
         """Logits (B, T, V), or (B, 1, V) for the last position only with `last_only` (what
         generation needs: a prefill skips T-1 vocabulary-sized products). The trace always
         covers every position up to the final norm; its "logits" entry matches `logits`."""
+        rec = Recorder() if trace else None
+        x = self.hidden(idx, cache, rec)
+        logits = self.unembed(x[:, -1:] if last_only else x)          # (B, T or 1, V)
+        if rec is not None:
+            rec.add("logits", logits)
+        return ModelOutput(logits, rec.finish() if rec else None)
+
+    def hidden(self, idx: torch.Tensor, cache: KVCache | None = None, rec: Recorder | None = None) -> torch.Tensor:
+        """The residual stream after the final norm, (B, T, D): what the unembedding reads.
+        Advances `cache` by T."""
         start = cache.length if cache is not None else 0
         self._check_input(idx, start)
         if cache is not None and idx.shape[0] != cache.k.shape[1]:
             raise ValueError(f"the KV cache was made for batch {cache.k.shape[1]}, the tokens have batch {idx.shape[0]}")
-        rec = Recorder() if trace else None
         x, angles = self.embed(idx, start, rec)
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
             x = block(x, rec.scoped(f"blocks.{i}") if rec else None, angles, cache, i)
         if self.ln_final is not None:
             x = self.ln_final(x, rec.scoped("ln_final") if rec else None)
-        logits = self.unembed(x[:, -1:] if last_only else x)          # (B, T or 1, V)
         if cache is not None:
             cache.advance(idx.shape[1])
-        if rec is not None:
-            rec.add("logits", logits)
-        return ModelOutput(logits, rec.finish() if rec else None)
+        return x
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())  # tied weights counted once
