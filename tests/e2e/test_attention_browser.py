@@ -41,7 +41,7 @@ def expect_title(page, text: str) -> None:
 
 def go(page, link: str, heading: str) -> None:
     """Switch pages with the sidebar link and wait for the new page to finish."""
-    page.get_by_role("link", name=link).click()
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name=link, exact=True).click()
     expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=SLOW)
     idle(page)
 

@@ -29,7 +29,7 @@ def test_train_reversal_and_read_the_alignment(page, app_url, tmp_path):
     page.set_viewport_size({"width": 1400, "height": 2400})  # Streamlit scrolls inside: tall shows all
     page.goto(app_url)
     wait_idle(page, timeout=180_000)
-    page.get_by_role("link", name="Encoder-decoder, trained live").click()
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name="Encoder-decoder, trained live", exact=True).click()
     expect(page.get_by_role("button", name="Train a fresh model")).to_be_visible(timeout=120_000)
     wait_idle(page)
     steps = page.get_by_role("spinbutton", name="Training steps")
@@ -83,7 +83,7 @@ def test_experiments_page_draws_the_experiments(page, app_url):
     page.set_viewport_size({"width": 1400, "height": 5000})
     page.goto(app_url)
     wait_idle(page, timeout=180_000)
-    page.get_by_role("link", name="Experiments").click()
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name="Experiments", exact=True).click()
     last = page.locator(".gtitle", has_text="One head, step by step").first
     expect(last).to_be_visible(timeout=300_000)
     wait_idle(page, timeout=180_000)

@@ -28,7 +28,7 @@ def open_page(page, app_url: str, link: str, heading: str, height: int, last_tit
     page.set_viewport_size({"width": 1400, "height": height})  # Streamlit scrolls inside: tall shows all
     page.goto(app_url)
     wait_idle(page, timeout=180_000)
-    page.get_by_role("link", name=link).click()
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name=link, exact=True).click()
     expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=120_000)
     expect(page.locator(".gtitle", has_text=last_title).first).to_be_visible(timeout=300_000)
     wait_idle(page, timeout=180_000)

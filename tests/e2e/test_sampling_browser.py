@@ -47,7 +47,7 @@ def open_page(page, app_url: str, link: str, heading: str) -> None:
     request for a page is covered by test_routing_browser.py)."""
     page.goto(app_url)
     wait_idle(page)
-    page.get_by_role("link", name=link).click()
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name=link, exact=True).click()
     expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=SLOW)
     wait_idle(page)
 
