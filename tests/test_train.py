@@ -228,16 +228,21 @@ def test_init_from_starts_at_the_exported_weights_and_refuses_other_shapes(files
     assert "--init-from" in capsys.readouterr().err
 
 
-def test_model_card_reports_the_runs_own_figures(files, tmp_path):
+def write_card(run, tmp_path) -> tuple:
+    """`python -m tfm.model_card RUN` with a small stand-in corpus; (card text, out folder)."""
     from tfm import model_card
-    run = tmp_path / "run"
-    assert main(argv(files, run, "--max-steps", "10", "--repeat-frac", "0.5")) == 0
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "tinystories_valid.txt").write_text(STORY * 200)
     out = tmp_path / "card"
     model_card.main([str(run), "--out", str(out), "--corpus", str(corpus)])
-    card = (out / "README.md").read_text()
+    return (out / "README.md").read_text(), out
+
+
+def test_model_card_reports_the_runs_own_figures(files, tmp_path):
+    run = tmp_path / "run"
+    assert main(argv(files, run, "--max-steps", "10", "--repeat-frac", "0.5")) == 0
+    card, out = write_card(run, tmp_path)
     last = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()][-1]
     assert last["kind"] == "eval" and f"**{last['eval_bpb']:.3f} bits per byte**" in card
     assert "--stop-at-step 10" in card and "--repeat-frac 0.5" in card and "(`--repeat-frac`: 50% of rows)" in card
@@ -265,16 +270,10 @@ def test_copy_frac_rows_repeat_random_tokens_and_learn_only_the_repeats(files):
 
 
 def test_model_card_of_a_two_stage_run_lists_both_stages_and_commands(files, tmp_path):
-    from tfm import model_card
     first, second = tmp_path / "runs" / "first", tmp_path / "runs" / "second"
     assert main(argv(files, first, "--max-steps", "6")) == 0
     assert main(argv(files, second, "--max-steps", "4", "--init-from", str(first / "model"), "--copy-frac", "0.5")) == 0
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    (corpus / "tinystories_valid.txt").write_text(STORY * 200)
-    out = tmp_path / "card"
-    model_card.main([str(second), "--out", str(out), "--corpus", str(corpus)])
-    card = (out / "README.md").read_text()
+    card, out = write_card(second, tmp_path)
     assert "- Stage 1, from scratch: 1,536 tokens in 6 steps" in card
     assert "- Stage 2, from the previous stage's weights: 1,024 tokens in 4 steps" in card
     assert "2,560 tokens in 10 steps" in card and "(`--copy-frac`: 50% of rows in stage 2)" in card
