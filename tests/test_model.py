@@ -351,3 +351,33 @@ def test_dropout_applies_on_both_paths_in_training_only():
             torch.manual_seed(1)
             b = model(idx, trace=trace).logits
             assert not torch.allclose(a, b), f"trace={trace}: dropout had no effect in training mode"
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_matrices_are_stored_input_major_with_unchanged_shapes_values_and_files(tied, tmp_path):
+    from tfm.tokenizer import Tokenizer
+    from tfm.weights import load_tfm_folder, save_model
+    cfg = ModelConfig.preset("tiny", tied_embeddings=tied)
+    model = GPT(cfg)
+    model.reset_parameters(torch.Generator().manual_seed(0))
+    mats = {n: p for n, p in model.named_parameters()  # every nn.Linear matrix; the embedding when tied
+            if p.dim() == 2 and n != "pos_emb.weight" and (tied or n != "tok_emb.weight")}
+    assert len(mats) == 4 * cfg.n_layer + 1
+    for name, p in mats.items():  # (out, in) shape, (in, out) memory: GPT-2's Conv1D layout
+        assert p.stride() == (1, p.shape[0]), name
+        assert p.t().is_contiguous()
+    assert model.unembed.weight is model.tok_emb.weight or not tied
+    # values are drawn in logical order: the same as N(0, std) drawn into a plain tensor
+    g = torch.Generator().manual_seed(0)
+    for name, p in model.named_parameters():
+        if p.dim() == 2:
+            std = 0.02 / math.sqrt(2 * cfg.n_layer) if name.endswith("proj.weight") else 0.02
+            assert torch.equal(p, torch.empty(p.shape).normal_(0.0, std, generator=g)), name
+    # files hold plain (out, in) tensors and loading keeps the layout
+    ranks = {bytes([b]): b for b in range(256)}
+    save_model(tmp_path, model, Tokenizer(ranks, {"<|endoftext|>": 256}, name="bytes"))
+    loaded, _, _ = load_tfm_folder(tmp_path)
+    for name, p in loaded.named_parameters():
+        assert torch.equal(p, dict(model.named_parameters())[name])
+        if name in mats:
+            assert p.stride() == (1, p.shape[0]), name

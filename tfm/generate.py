@@ -191,24 +191,14 @@ class _Forward:
         cfg = lm.config
         fed = min(cfg.context_length, n_prompt + max_new_tokens - 1)  # the last token is never fed
         self.cache = KVCache(cfg, 1, fed, self.device, param.dtype) if use_cache else None
-        # One decode step multiplies one vector by the (V, D) unembedding. On a CPU that
-        # matrix-vector product runs ~1.7x faster from a (D, V) copy (GPT-2: 10 ms -> 6 ms a
-        # step, bench/bench_generate.py). The copy belongs to this call: the shared model is
-        # never changed. Traced steps keep the model's own path (their trace holds the logits).
-        self.w_t = None
-        if not trace and self.device.type == "cpu":
-            self.w_t = lm.model.unembed.weight.detach().t().contiguous()          # (D, V)
 
     @torch.no_grad()
     def __call__(self, tokens: list[int]) -> tuple[torch.Tensor, Trace | None]:
         """Last-position logits (V,) float32 for `tokens`, and the forward's trace."""
         start = self.cache.length if self.cache is not None else 0
         idx = torch.tensor([tokens[start:]], dtype=torch.long, device=self.device)  # (1, T)
-        if self.w_t is not None:
-            logits, tr = (self.model.hidden(idx, self.cache)[0, -1] @ self.w_t).float(), None  # (V,)
-        else:
-            out = self.model(idx, trace=self.trace, cache=self.cache, last_only=True)
-            logits, tr = out.logits[0, -1].float(), out.trace                          # (V,)
+        out = self.model(idx, trace=self.trace, cache=self.cache, last_only=True)
+        logits, tr = out.logits[0, -1].float(), out.trace                              # (V,)
         if self.n_words < logits.shape[0]:  # rows the tokenizer cannot decode: never drawn
             logits = logits.clone()
             logits[self.n_words:] = float("-inf")

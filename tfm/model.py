@@ -231,7 +231,20 @@ class GPT(nn.Module):
         self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tied_embeddings:
             self.unembed.weight = self.tok_emb.weight
+        self._input_major_weights()
         self.reset_parameters()
+
+    def _input_major_weights(self) -> None:
+        """Keep each matrix's (out, in) shape but store it (in, out) in memory, as GPT-2's
+        Conv1D does. A decode step multiplies one vector by every matrix, reading each once
+        from memory; on a CPU that product streams the (in, out) layout about 1.7x faster
+        (bench/bench_generate.py). Shapes, names, files and results are unchanged."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear) and module.weight is not self.tok_emb.weight:
+                module.weight = nn.Parameter(module.weight.detach().t().contiguous().t())
+        if self.config.tied_embeddings:
+            self.tok_emb.weight = nn.Parameter(self.tok_emb.weight.detach().t().contiguous().t())
+            self.unembed.weight = self.tok_emb.weight
 
     @torch.no_grad()
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
@@ -244,9 +257,9 @@ class GPT(nn.Module):
                 p.zero_()
             elif p.dim() == 1:  # norm gains
                 p.fill_(1.0)
-            else:
+            else:  # drawn in logical order, so values do not depend on the memory layout
                 std = 0.02 / math.sqrt(2 * self.config.n_layer) if name.endswith("proj.weight") else 0.02
-                p.normal_(0.0, std, generator=generator)
+                p.copy_(torch.empty(p.shape, dtype=p.dtype, device=p.device).normal_(0.0, std, generator=generator))
 
     def _check_input(self, idx: torch.Tensor, start: int) -> None:
         if not isinstance(idx, torch.Tensor):
