@@ -7,6 +7,8 @@ from ui.nav import SECTIONS
 
 REPEATED = ("The little dog ran to the big red barn and hid under the hay. "
             "The little dog ran to the big red barn and hid under the hay.")
+
+
 def probe(lm, seq_len: int):
     """Head scores on a random sequence repeated twice (cached per model)."""
     s = analysis.induction_probe(lm.model, seq_len=seq_len, bos=lm.tokenizer.eot_id)  # as the head table

@@ -198,11 +198,11 @@ class _Forward:
         start = self.cache.length if self.cache is not None else 0
         idx = torch.tensor([tokens[start:]], dtype=torch.long, device=self.device)  # (1, T)
         out = self.model(idx, trace=self.trace, cache=self.cache, last_only=True)
-        logits, tr = out.logits[0, -1].float(), out.trace                              # (V,)
+        logits = out.logits[0, -1].float()                                         # (V,)
         if self.n_words < logits.shape[0]:  # rows the tokenizer cannot decode: never drawn
             logits = logits.clone()
             logits[self.n_words:] = float("-inf")
-        return logits, tr
+        return logits, out.trace
 
 
 @torch.no_grad()

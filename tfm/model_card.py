@@ -148,19 +148,16 @@ def quote(text: str) -> str:
     return "\n".join("> " + line if line.strip() else ">" for line in text.split("\n"))
 
 
-def reproduce_command(meta: dict, corpus: str) -> str:
-    """The run's commands, independent of wall-clock time: each time budget is replaced by
-    `--stop-at-step` at the exported step (the schedule of the full run is kept). A run that
-    started from another model's weights (`--init-from`) is preceded by that model's commands."""
-    args = meta.get("args") or {}
-    earlier = ""
-    if args.get("init_from"):
-        parent = json.loads((Path(args["init_from"]) / "config.json").read_text())["meta"]
-        earlier = reproduce_command(parent, corpus) + "\n"
-    cmd = meta["commands"][0] if meta.get("commands") else meta["command"]
-    cmd = re.sub(r" --time-budget \S+", "", cmd).replace(corpus.rstrip("/") + "/", "../shared/corpus/")
-    cmd = re.sub(r"--(run|init-from|cache-dir) \S+", lambda m: f"--{m[1]} {portable(m[0].split(' ', 1)[1])}", cmd)
-    return f"{earlier}.venv/bin/{cmd} --stop-at-step {meta['steps']}"
+def reproduce_command(chain: list[tuple[Path, dict]], corpus: str) -> str:
+    """Every stage's command, independent of wall-clock time: each time budget is replaced by
+    `--stop-at-step` at the exported step (the schedule of the full run is kept)."""
+    lines = []
+    for _, meta in chain:
+        cmd = meta["commands"][0] if meta.get("commands") else meta["command"]
+        cmd = re.sub(r" --time-budget \S+", "", cmd).replace(corpus.rstrip("/") + "/", "../shared/corpus/")
+        cmd = re.sub(r"--(run|init-from|cache-dir) \S+", lambda m: f"--{m[1]} {portable(m[0].split(' ', 1)[1])}", cmd)
+        lines.append(f".venv/bin/{cmd} --stop-at-step {meta['steps']}")
+    return "\n".join(lines)
 
 
 def portable(path: str) -> str:
@@ -179,7 +176,7 @@ def render(lm: LM, chain: list[tuple[Path, dict]], evals: list[dict], heads: dic
     mix = "\n".join(f"| `{Path(d['file']).name}` | {d['share']:.0%} | {d['train_tokens']:,} | {epochs[d['file']]:.1f} |"
                      for d in meta["data"])
     lic = "\n".join(f"| `{f}` | {what} | {l} |" for f, what, l in CORPUS_LICENCES)
-    cmds = reproduce_command(meta, corpus)
+    cmds = reproduce_command(chain, corpus)
     best = min(evals, key=lambda r: r["eval_bpb"])
     text = "\n\n".join(f"**T = {x['temperature']}**, prompt *{x['prompt']}*:\n\n" + quote(x["prompt"] + x["text"])
                          for x in samples_)
