@@ -26,7 +26,8 @@ class ModelOutput:
 
 
 class Norm(nn.Module):
-    """LayerNorm or RMSNorm. Traced calls compute the statistics explicitly to record them."""
+    """LayerNorm or RMSNorm. Traced calls record the per-token statistics and the normalised
+    input (computed when first read) besides the output."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -41,19 +42,20 @@ class Norm(nn.Module):
                 return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
             return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
         rec.add("input", x)
+        xd = x.detach()  # the deferred entries below must not hold the autograd graph
         if self.kind == "layernorm":
-            var, mean = torch.var_mean(x, -1, unbiased=False, keepdim=True)  # (B, T, 1) each, one pass
-            std = (var + self.eps).sqrt()
-            normalized = (x - mean) / std
+            # The fused kernel also returns the statistics it used, (B, T, 1) each: an explicit
+            # var_mean costs ~15x the whole fused norm on CPU.
+            out, mean, rstd = torch.native_layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+            mean, rstd = mean.detach(), rstd.detach()
             rec.add("mean", mean.squeeze(-1))
-            rec.add("std", std.squeeze(-1))
+            rec.add("std", rstd.reciprocal().squeeze(-1))
+            rec.add_deferred("normalized", tuple(x.shape), x.dtype, lambda: (xd - mean) * rstd)
         else:
-            rms = (x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()  # (B, T, 1)
-            normalized = x / rms
+            rms = (xd.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()  # (B, T, 1)
+            out = F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
             rec.add("rms", rms.squeeze(-1))
-        # normalized * weight (+ bias) in one pass: the trace's cost is mostly its extra passes over x
-        out = normalized * self.weight if self.bias is None else torch.addcmul(self.bias, normalized, self.weight)
-        rec.add("normalized", normalized)
+            rec.add_deferred("normalized", tuple(x.shape), x.dtype, lambda: xd / rms)
         rec.add("output", out)
         return out
 
@@ -134,14 +136,24 @@ class Attention(nn.Module):
         merged = z.transpose(1, 2).reshape(x.shape)                    # (B, T, D)
         if rec is not None:
             rec.shape_only("z_merged", merged)
-            w_o = self.proj.weight.view(-1, self.n_head, self.d_head)  # (D, H, hd)
-            result = torch.einsum("bhtd,ehd->bhte", z, w_o)            # (B, H, T, D)
-            rec.add("result", result)
-            # proj(merged) is exactly the sum of the heads' results (+ bias): reuse them rather
-            # than multiplying by W_O a second time.
-            out = result.sum(1)
-            return out if self.proj.bias is None else out + self.proj.bias
+            b, h, t, _ = z.shape
+            rec.add_deferred("result", (b, h, t, x.shape[-1]), z.dtype, head_results(z, self.proj.weight, self.n_head))
         return self.proj(merged)
+
+
+def head_results(z: torch.Tensor, w_out: torch.Tensor, n_head: int):
+    """Each head's output through its slice of W_O, (B, H, T, D), computed when first read: 12x
+    the size of the attention output, and only some readers want it. proj(merged) is exactly
+    these summed over heads (+ bias). Refuses if W_O changed in place since the forward."""
+    z, w_out, version = z.detach(), w_out.detach(), w_out._version
+
+    def compute() -> torch.Tensor:
+        if w_out._version != version:
+            raise RuntimeError("the model's weights changed after this trace was recorded; "
+                               "run the forward again to trace the new weights")
+        w_o = w_out.view(w_out.shape[0], n_head, -1)                  # (D, H, hd)
+        return torch.einsum("bhtd,ehd->bhte", z, w_o)                  # (B, H, T, D)
+    return compute
 
 
 class MLP(nn.Module):
@@ -200,6 +212,24 @@ class Block(nn.Module):
         if rec is not None:
             rec.add("resid_post", x)
         return x
+
+
+UNEMBED_CHUNK = 2048  # vocabulary rows per product; bench/bench_engine.py --profile
+
+
+def unembed(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x @ W_U^T, (B, T, V). On a CPU, many positions times a large vocabulary run ~7% faster as
+    products over vocabulary slices written in place: each slice's outputs stay in cache while
+    it is computed. Plain F.linear elsewhere (one position, GPUs, autograd)."""
+    rows = x.shape[0] * x.shape[1]
+    if (x.device.type != "cpu" or rows < 8 or weight.shape[0] <= 2 * UNEMBED_CHUNK
+            or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):
+        return F.linear(x, weight)
+    flat, w_t = x.reshape(rows, -1), weight.t()                       # (B*T, D), (D, V)
+    out = torch.empty(rows, weight.shape[0], dtype=x.dtype, device=x.device)
+    for s in range(0, weight.shape[0], UNEMBED_CHUNK):
+        torch.mm(flat, w_t[:, s:s + UNEMBED_CHUNK], out=out[:, s:s + UNEMBED_CHUNK])
+    return out.view(*x.shape[:-1], -1)                                 # (B, T, V)
 
 
 def sinusoidal_table(length: int, d_model: int) -> torch.Tensor:
@@ -299,7 +329,7 @@ class GPT(nn.Module):
         covers every position up to the final norm; its "logits" entry matches `logits`."""
         rec = Recorder() if trace else None
         x = self.hidden(idx, cache, rec)
-        logits = self.unembed(x[:, -1:] if last_only else x)          # (B, T or 1, V)
+        logits = unembed(x[:, -1:] if last_only else x, self.unembed.weight)  # (B, T or 1, V)
         if rec is not None:
             rec.add("logits", logits)
         return ModelOutput(logits, rec.finish() if rec else None)

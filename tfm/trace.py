@@ -32,6 +32,8 @@ F d_ff, V vocab; `{i}` is the block index, `{n}` is `ln1`, `ln2` or, at the end,
     ln_final.*               as above     the final norm
     logits                   (B, T, V)
 
+`attn.result` and `{n}.normalized` are computed from recorded tensors when first read (once,
+whichever thread asks), so a forward whose reader never looks at them does not pay for them.
 With post-norm the norms sit after each residual sum, so `resid_mid` and `resid_post` are the
 normalised streams. The shape trace also lists reshapes that are not stored (e.g. the fused
 `qkv` projection before the heads are split).
@@ -39,7 +41,8 @@ normalised streams. The shape trace also lists reshapes that are not stored (e.g
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -125,7 +128,7 @@ class Recorder:
     """Collects tensors during one forward call. Created per call; never stored on a model."""
 
     def __init__(self, prefix: str = "") -> None:
-        self._tensors: dict[str, torch.Tensor] = {}
+        self._tensors: dict[str, torch.Tensor | Deferred] = {}
         self._shapes: list[ShapeEntry] = []
         self._prefix = prefix
 
@@ -136,13 +139,21 @@ class Recorder:
         child._prefix = f"{self._prefix}{prefix}."
         return child
 
-    def add(self, name: str, tensor: torch.Tensor) -> None:
+    def _entry(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> str:
         full = self._prefix + name
         axes = axes_for(full)
-        if tensor.dim() != len(axes):
-            raise RuntimeError(f"trace {full!r} has shape {tuple(tensor.shape)} but axes {axes}")
-        self._tensors[full] = tensor.detach()
-        self._shapes.append(ShapeEntry(full, tuple(tensor.shape), axes, str(tensor.dtype).removeprefix("torch."), True))
+        if len(shape) != len(axes):
+            raise RuntimeError(f"trace {full!r} has shape {shape} but axes {axes}")
+        self._shapes.append(ShapeEntry(full, shape, axes, str(dtype).removeprefix("torch."), True))
+        return full
+
+    def add(self, name: str, tensor: torch.Tensor) -> None:
+        self._tensors[self._entry(name, tuple(tensor.shape), tensor.dtype)] = tensor.detach()
+
+    def add_deferred(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
+                     compute: Callable[[], torch.Tensor]) -> None:
+        """An entry computed on first read from tensors the run already recorded (see `Deferred`)."""
+        self._tensors[self._entry(name, tuple(shape), dtype)] = Deferred(compute)
 
     def shape_only(self, name: str, tensor: torch.Tensor) -> None:
         full = self._prefix + name
@@ -152,19 +163,39 @@ class Recorder:
         return Trace(dict(self._tensors), tuple(self._shapes))
 
 
+class Deferred:
+    """A trace entry computed on first read, then kept: for large tensors that are cheap to
+    derive from recorded ones (a head's output is its z times its slice of W_O), so a forward
+    whose reader never asks for them does not pay for them. The computation must depend only on
+    what it captured; `Trace` runs it once, under a lock, however many threads read."""
+
+    __slots__ = ("compute",)
+
+    def __init__(self, compute: Callable[[], torch.Tensor]) -> None:
+        self.compute = compute
+
+
 class Trace(Mapping):
     """Read-only mapping of trace names to detached tensors, with the ordered shape trace."""
 
-    def __init__(self, tensors: dict[str, torch.Tensor], shapes: tuple[ShapeEntry, ...]) -> None:
+    def __init__(self, tensors: dict[str, torch.Tensor | Deferred], shapes: tuple[ShapeEntry, ...]) -> None:
         self._tensors = tensors
         self.shapes = shapes
+        self._lock = threading.Lock()
 
     def __getitem__(self, name: str) -> torch.Tensor:
         try:
-            return self._tensors[name]
+            value = self._tensors[name]
         except KeyError:
             close = [k for k in self._tensors if name.split(".")[-1] in k][:5]
             raise KeyError(f"{name!r} is not in the trace; similar names: {close}") from None
+        if not isinstance(value, Deferred):
+            return value
+        with self._lock:  # another thread may have computed it while this one waited
+            value = self._tensors[name]
+            if isinstance(value, Deferred):
+                value = self._tensors[name] = value.compute().detach()
+            return value
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._tensors)
