@@ -114,7 +114,7 @@ def hf_greedy(hf, prompt, n):
 
 
 def vs_huggingface(hf, lm, prompt, n, repeats, bare):
-    print(f"\n## 1. tfm.generate (KV cache) vs transformers GPT2LMHeadModel.generate")
+    print("\n## 1. tfm.generate (KV cache) vs transformers GPT2LMHeadModel.generate")
     print(f"GPT-2 small shape ({lm.model.num_params() / 1e6:.1f}M parameters, random weights, seed 0), "
           f"greedy, prompt {len(prompt)} tokens, {n} new tokens, attention: {hf.config._attn_implementation}")
     fns = {"tfm": lambda: tfm_greedy(lm, prompt, n), "hf": lambda: hf_greedy(hf, prompt, n)}
@@ -161,7 +161,6 @@ def bandwidth(repeats: int, mib: int = 512):
     dst.copy_(src)
     copy = min(timed(lambda: dst.copy_(src))[0] for _ in range(repeats + 1))
     read = min(timed(lambda: src.sum())[0] for _ in range(repeats + 1))
-    del src, dst
     size = mib * 2**20
     return 2 * size / copy / 1e9, size / read / 1e9  # copy counts bytes read + written
 
@@ -172,7 +171,7 @@ def vs_bandwidth(lm, steps, repeats):
     weight_bytes = params * 4
     decode = statistics.median(s.step_s for s in steps[1:])  # steps after the prefill
     bound = weight_bytes / (copy_gbs * 1e9)
-    print(f"\n## 3. GPT-2 small decode step vs the memory-bandwidth limit")
+    print("\n## 3. GPT-2 small decode step vs the memory-bandwidth limit")
     print(f"copy bandwidth      {copy_gbs:7.1f} GB/s  (torch copy of a 512 MiB float32 tensor, read + write bytes)")
     print(f"read bandwidth      {read_gbs:7.1f} GB/s  (sum over the same tensor)")
     print(f"weights per token   {weight_bytes / 1e9:7.3f} GB    ({params:,} parameters x 4 bytes fp32, tied counted once)")

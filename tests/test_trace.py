@@ -10,7 +10,6 @@ import torch
 
 from tfm import trace as trace_module
 from tfm.cache import KVCache
-from tfm.config import ModelConfig
 from tfm.trace import AXES, Trace, axes_for
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest.one_thread
