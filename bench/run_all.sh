@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Set up (first time: the test dependencies, for the Hugging Face peer) and run every benchmark.
+# Each prints figures and ratios measured in its own run; nothing asserts on time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh dev
+for bench in bench_engine bench_generate bench_app bench_sampling_app; do
+  echo; echo "################ bench/$bench.py ################"
+  .venv/bin/python "bench/$bench.py"
+done
