@@ -114,3 +114,12 @@ def test_sliced_unembedding_in_a_model_matches_and_keeps_autograd(monkeypatch):
     loss = model(x).logits.logsumexp(-1).mean()  # grad enabled: the plain product, differentiable
     loss.backward()
     assert model.tok_emb.weight.grad is not None
+
+
+def test_every_entry_has_the_dtype_its_shape_entry_says_in_bfloat16(make_model):
+    model = make_model("tiny").to(torch.bfloat16)
+    with torch.no_grad():
+        tr = model(ids(), trace=True).trace
+    for e in tr.shapes:
+        if e.stored:
+            assert e.dtype == "bfloat16" and tr[e.name].dtype == torch.bfloat16, e.name

@@ -47,7 +47,7 @@ class Norm(nn.Module):
             # The fused kernel also returns the statistics it used, (B, T, 1) each: an explicit
             # var_mean costs ~15x the whole fused norm on CPU.
             out, mean, rstd = torch.native_layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
-            mean, rstd = mean.detach(), rstd.detach()
+            mean, rstd = mean.detach().to(x.dtype), rstd.detach().to(x.dtype)  # CUDA keeps them float32
             rec.add("mean", mean.squeeze(-1))
             rec.add("std", rstd.reciprocal().squeeze(-1))
             rec.add_deferred("normalized", tuple(x.shape), x.dtype, lambda: (xd - mean) * rstd)
