@@ -214,13 +214,14 @@ class Block(nn.Module):
         return x
 
 
-UNEMBED_CHUNK = 2048  # vocabulary rows per product; bench/bench_engine.py --profile
+UNEMBED_CHUNK = 2048  # vocabulary rows per product: 1024-2048 were fastest for GPT-2 on a 2-core CPU
 
 
 def unembed(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x @ W_U^T, (B, T, V). On a CPU, many positions times a large vocabulary run ~7% faster as
-    products over vocabulary slices written in place: each slice's outputs stay in cache while
-    it is computed. Plain F.linear elsewhere (one position, GPUs, autograd)."""
+    """x @ W_U^T, (B, T, V). On a CPU, many positions times a large vocabulary run faster as
+    products over vocabulary slices written in place (about 20 ms of a 128-token GPT-2 forward):
+    each slice's outputs stay in cache while it is computed. Plain F.linear elsewhere (one
+    position, GPUs, autograd)."""
     rows = x.shape[0] * x.shape[1]
     if (x.device.type != "cpu" or rows < 8 or weight.shape[0] <= 2 * UNEMBED_CHUNK
             or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):

@@ -139,12 +139,12 @@ class Recorder:
         child._prefix = f"{self._prefix}{prefix}."
         return child
 
-    def _entry(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> str:
+    def _entry(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, stored: bool = True) -> str:
         full = self._prefix + name
         axes = axes_for(full)
         if len(shape) != len(axes):
             raise RuntimeError(f"trace {full!r} has shape {shape} but axes {axes}")
-        self._shapes.append(ShapeEntry(full, shape, axes, str(dtype).removeprefix("torch."), True))
+        self._shapes.append(ShapeEntry(full, shape, axes, str(dtype).removeprefix("torch."), stored))
         return full
 
     def add(self, name: str, tensor: torch.Tensor) -> None:
@@ -156,8 +156,7 @@ class Recorder:
         self._tensors[self._entry(name, tuple(shape), dtype)] = Deferred(compute)
 
     def shape_only(self, name: str, tensor: torch.Tensor) -> None:
-        full = self._prefix + name
-        self._shapes.append(ShapeEntry(full, tuple(tensor.shape), axes_for(full), str(tensor.dtype).removeprefix("torch."), False))
+        self._entry(name, tuple(tensor.shape), tensor.dtype, stored=False)
 
     def finish(self) -> "Trace":
         return Trace(dict(self._tensors), tuple(self._shapes))
