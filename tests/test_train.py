@@ -13,7 +13,8 @@ import torch
 from tfm.config import ModelConfig
 from tfm.loading import load
 from tfm.model import GPT
-from tfm.train import lr_at, main
+from tfm.train import main
+from tfm.trainer import lr_at
 from tfm.train_data import EvalText, chunk_bounds, encode_text, load_tokenizer
 
 STORY = "the cat sat on the mat. the dog sat on the log. "
