@@ -247,7 +247,7 @@ def _visible(text: str) -> str:
             out.append(_VISIBLE[ch])
         elif unicodedata.category(ch) == "Cc":
             out.append(f"\\x{ord(ch):02X}")
-        elif unicodedata.category(ch) == "Cf":  # invisible format chars, e.g. the ZWJ
+        elif unicodedata.category(ch) in ("Cf", "Zl", "Zp"):  # invisible (the ZWJ) or line breaking
             out.append(f"\\u{ord(ch):04X}")
         else:
             out.append(ch)
