@@ -282,3 +282,120 @@ def test_byte_fallback_pieces_are_readable(pairs, kind):
     assert ours.piece_bytes(lead) == b"\xe2" and ours.display_piece(lead) == "<E2>"
     word = next(t for t in hf.get_vocab() if t.startswith("▁") and len(t) > 3)
     assert ours.display_piece(hf.convert_tokens_to_ids(word)) == "␣" + word[1:]
+
+
+@pytest.mark.parametrize("kind", [k for k, backend in KINDS.items() if backend == "tiktoken"])
+def test_rank_merging_equals_hf_merges(pairs, kind):
+    """Below the pre-tokenizer: tiktoken's rank BPE on a piece's bytes gives HF's BPE model ids,
+    for every vocabulary token (tiktoken looks whole pieces up first) and for thousands of
+    corpus substrings (pieces no pre-tokenizer would make, so merges meet in new orders)."""
+    _, ours, hf, _ = pairs(kind)
+    model, enc = hf.backend_tokenizer.model, _bytes_to_unicode()
+    specials = set(ours.special_tokens)
+    pieces = [t for t in hf.backend_tokenizer.get_vocab(with_added_tokens=False) if t not in specials]
+    rng, data = random.Random(1), pairs.text.encode("utf-8")
+    for _ in range(3000):
+        start = rng.randrange(len(data) - 20)
+        pieces.append("".join(enc[b] for b in data[start:start + rng.randint(2, 20)]))
+    to_byte = {c: b for b, c in enc.items()}
+    for piece in pieces:
+        ranks = ours._enc._encode_single_piece(bytes(to_byte[c] for c in piece))
+        ids = ranks if ours._rank_to_id is None else ours._rank_to_id[ranks].tolist()
+        assert ids == [t.id for t in model.tokenize(piece)], piece
+
+
+# ---- files, errors, safety --------------------------------------------------------------
+def _copy(pairs, kind: str, tmp_path: Path, edit=None) -> Path:
+    data = json.loads((pairs.folder(kind) / "tokenizer.json").read_text(encoding="utf-8"))
+    if edit:
+        edit(data)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return tmp_path
+
+
+def test_save_and_reload_through_a_tfm_spec(pairs, tmp_path):
+    """save() copies the files; Tokenizer.from_spec (what tfm model folders use) reads them back."""
+    text = "Hello <|im_start|> 你好 12345\n\n  x"
+    for kind in ("qwen2", "llama2"):
+        _, ours, _, _ = pairs(kind)
+        spec = ours.save(tmp_path / kind)
+        again = Tokenizer.from_spec(tmp_path / kind, json.loads(json.dumps(spec)))
+        assert type(again) is type(ours) and again.name == ours.name
+        assert again.encode(text) == ours.encode(text)
+        assert again.encode(text, allow_special=True) == ours.encode(text, allow_special=True)
+        assert again.eot_id == ours.eot_id and again.bos_id == ours.bos_id
+
+
+def test_save_refuses_a_changed_source(pairs, tmp_path):
+    src = _copy(pairs, "gpt2", tmp_path / "src")
+    tok = tokenizer_from_folder(src)
+    (src / "tokenizer.json").write_text((src / "tokenizer.json").read_text() + " ")
+    with pytest.raises(ValueError, match="changed since"):
+        tok.save(tmp_path / "out")
+
+
+def test_gpt2_folder_without_tokenizer_json(gpt2_vocab_folder):
+    tok = tokenizer_from_folder(gpt2_vocab_folder)
+    ref = Tokenizer.from_hf_gpt2_folder(gpt2_vocab_folder)
+    assert tok.encode("The cat sat. 123") == ref.encode("The cat sat. 123")
+
+
+def test_missing_bad_and_huge_files(tmp_path, pairs, monkeypatch):
+    with pytest.raises(FileNotFoundError, match="tokenizer.json"):
+        tokenizer_from_folder(tmp_path)
+    (tmp_path / "tokenizer.json").write_bytes(b"{not json")
+    with pytest.raises(ValueError, match="not valid UTF-8 JSON"):
+        tokenizer_from_folder(tmp_path)
+    (tmp_path / "tokenizer.json").write_text('{"version": "1.0"}')
+    with pytest.raises(ValueError, match='no "model" section'):
+        tokenizer_from_folder(tmp_path)
+    _copy(pairs, "gpt2", tmp_path)
+    monkeypatch.setattr("tfm.hf_tokenizer_file.MAX_FILE_BYTES", 1000)
+    with pytest.raises(ValueError, match="reads tokenizer files up to"):
+        tokenizer_from_folder(tmp_path)
+
+
+def test_unsupported_decoder_is_refused_clearly(pairs, tmp_path):
+    def wordpiece_decoder(data):
+        data["decoder"] = {"type": "WordPiece", "prefix": "##", "cleanup": True}
+    with pytest.raises(ValueError, match="decoder .* is not supported"):
+        tokenizer_from_folder(_copy(pairs, "llama2", tmp_path, wordpiece_decoder))
+
+    def broken(data):  # a field the library requires is missing
+        del data["pre_tokenizer"]["trim_offsets"]
+    with pytest.raises(ValueError, match="the tokenizers library cannot read"):
+        tokenizer_from_folder(_copy(pairs, "gpt2-prefix-space", tmp_path / "b", broken))
+
+
+def test_unexpressible_pre_tokenizer_goes_to_the_library(pairs, tmp_path):
+    """A pre-tokenizer tiktoken cannot express is served exactly by `tokenizers`, with the reason."""
+    def whitespace_split(data):
+        data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+            {"type": "WhitespaceSplit"}, {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                                             "use_regex": True}]}
+    folder = _copy(pairs, "gpt2", tmp_path, whitespace_split)
+    tok = tokenizer_from_folder(folder)
+    assert tok.backend == "tokenizers" and "WhitespaceSplit" in tok.backend_note
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+    for text in BATTERY:
+        assert tok.encode(text, allow_special=True) == hf(text, add_special_tokens=False)["input_ids"]
+
+
+def test_folder_code_is_never_run(pairs, tmp_path):
+    """tokenizer_config.json may name Python code (auto_map); tfm reads JSON only."""
+    folder = _copy(pairs, "gpt2", tmp_path)
+    marker = tmp_path / "ran"
+    (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "auto_map": {"AutoTokenizer": ["evil.EvilTokenizer", None]}, "tokenizer_class": "EvilTokenizer",
+        "eos_token": "<|endoftext|>"}))
+    tok = tokenizer_from_folder(folder)
+    assert tok.encode("hi") and tok.eot_id == pairs("gpt2")[1].eot_id and not marker.exists()
+
+
+def test_bad_ids_raise(pair):
+    _, ours, _, _ = pair
+    for bad in (-1, ours.vocab_size, 10**9):
+        with pytest.raises(ValueError, match="not in this vocabulary"):
+            ours.decode([bad])

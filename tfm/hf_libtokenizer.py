@@ -51,7 +51,10 @@ class LibTokenizer(TokenText):
         self.name, self.backend_note, self._file = name, note, file
         self._kind, self._space, self._strip = _decoder_kind(file.data.get("decoder"))
         text = json.dumps(file.data)
-        self._plain, self._with_special = (tokenizers.Tokenizer.from_str(text) for _ in range(2))
+        try:
+            self._plain, self._with_special = (tokenizers.Tokenizer.from_str(text) for _ in range(2))
+        except Exception as e:  # noqa: BLE001 - the library raises a bare Exception for bad files
+            raise ValueError(f"{file.folder / 'tokenizer.json'}: the tokenizers library cannot read it: {e}") from None
         for t in (self._plain, self._with_special):
             t.no_truncation()  # a file may set them; HF's own tokenizer class turns them off too
             t.no_padding()
