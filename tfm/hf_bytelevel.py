@@ -135,14 +135,18 @@ def covering(pattern: str) -> str:
 
 
 # ---- ranks -----------------------------------------------------------------------------
-def _merges(model: dict) -> list[tuple[str, str]]:
-    out = []
+# Byte-level symbol -> its byte as a code point, for str.translate + encode("latin-1"); the
+# code points below 256 that are not symbols map to one that latin-1 refuses.
+_SYMBOL_TO_BYTE = {cp: 0xFFFF for cp in range(256)}
+_SYMBOL_TO_BYTE.update({ord(c): b for b, c in _bytes_to_unicode().items()})
+
+
+def _merges(model: dict):
     for m in model.get("merges") or []:
         pair = m.split(" ") if isinstance(m, str) else m
         if not isinstance(pair, (list, tuple)) or len(pair) != 2:
             raise ValueError(f"tokenizer.json: bad merge {str(m)[:60]!r} (expected \"a b\" or [a, b])")
-        out.append((pair[0], pair[1]))
-    return out
+        yield pair[0], pair[1]
 
 
 def _ranks(model: dict, added: tuple[AddedToken, ...]):
@@ -151,22 +155,23 @@ def _ranks(model: dict, added: tuple[AddedToken, ...]):
     vocab = model.get("vocab")
     if not isinstance(vocab, dict):
         raise ValueError("tokenizer.json: model.vocab is not a {token: id} object")
-    to_byte = {c: b for b, c in _bytes_to_unicode().items()}
     singles = {}
     for b, c in _bytes_to_unicode().items():
         if c not in vocab:
             raise Unexpressible(f"the vocabulary lacks byte {b:#04x} ({c!r}); not every text is encodable")
         singles[bytes([b])] = vocab[c]
-    made = {}  # merge result bytes -> id, in first-merge order
+    made, made_ids = {}, set()  # merge result bytes -> id, in first-merge order
     for a, b in _merges(model):
-        if a not in vocab or b not in vocab or a + b not in vocab:
+        i = vocab.get(a + b)
+        if i is None or a not in vocab or b not in vocab:
             raise ValueError(f"tokenizer.json: merge {a!r} {b!r} uses a token not in the vocabulary")
-        data = _to_bytes(a + b, to_byte)
-        if data not in made and data not in singles:
-            made[data] = vocab[a + b]
-    reachable = set(singles.values()) | set(made.values())
+        if i not in made_ids:  # Llama 3's file has several merges per token: the first counts
+            made_ids.add(i)
+            made[_to_bytes(a + b)] = i
+    reachable = set(singles.values()) | made_ids
     extra = {a.content: a.id for a in added if a.id not in reachable}
-    orphans = [t for t, i in vocab.items() if i not in reachable and i not in extra.values()]
+    known = reachable | set(extra.values())
+    orphans = [t for t, i in vocab.items() if i not in known]
     if orphans:  # tiktoken would merge into them, HF never does
         raise Unexpressible(f"{len(orphans)} vocabulary tokens (first {orphans[0]!r}) are neither bytes "
                             "nor made by a merge")
@@ -177,10 +182,10 @@ def _ranks(model: dict, added: tuple[AddedToken, ...]):
     return {t: r for r, t in enumerate(ordered)}, [singles.get(t, made.get(t)) for t in ordered], extra
 
 
-def _to_bytes(text: str, to_byte: dict[str, int]) -> bytes:
+def _to_bytes(text: str) -> bytes:
     try:
-        return bytes(to_byte[c] for c in text)
-    except KeyError:
+        return text.translate(_SYMBOL_TO_BYTE).encode("latin-1")
+    except UnicodeEncodeError:
         raise Unexpressible(f"token {text!r} is not written in the byte-level alphabet") from None
 
 
