@@ -1,4 +1,4 @@
-"""Byte-level BPE tokenizer served by tiktoken (no downloads, no `tokenizers` at run time).
+"""Byte-level BPE tokenizer served by tiktoken (no downloads; tokenizer.json files: tfm.hf_tokenizer).
 
 Two sources: a `.tiktoken` ranks file (the project's own vocabulary, see `tfm.bpe`) or a
 Hugging Face GPT-2 folder (`vocab.json` + `merges.txt`). Token ids are what the model sees;
