@@ -399,3 +399,24 @@ def test_bad_ids_raise(pair):
     for bad in (-1, ours.vocab_size, 10**9):
         with pytest.raises(ValueError, match="not in this vocabulary"):
             ours.decode([bad])
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama2"])
+def test_generation_streams_with_an_hf_tokenizer(pairs, kind):
+    """tfm.generate on a random model with each back end: the streamed text is the tokens'
+    bytes, multi-byte characters split across byte-fallback tokens included."""
+    from tfm.config import ModelConfig
+    from tfm.generate import generate
+    from tfm.loading import random_model
+
+    _, ours, _, _ = pairs(kind)
+    cfg = ModelConfig.preset("tiny", vocab_size=ours.vocab_size, context_length=128)
+    lm = random_model(cfg, ours, seed=3)
+    gen = generate(lm, "Once upon a time 😀", max_new_tokens=40, temperature=2.0, seed=1, stop_at_eot=False)
+    steps = list(gen)
+    ids = [s.token_id for s in steps]
+    streamed = b"".join(ours.piece_bytes(i) for i in ids)
+    assert "".join(s.new_text for s in steps) == steps[-1].text_so_far == streamed.decode("utf-8", "replace")
+    prompt = list(gen.prompt.ids)
+    assert ours.decode_bytes(prompt + ids) == ours.decode_bytes(prompt) + streamed
+    assert [s.display for s in steps] == ours.display_pieces(ids)

@@ -228,6 +228,7 @@ class HFByteLevelTokenizer(Tokenizer):
         self._raw = AddedMatcher(raw)
         self._normalized = AddedMatcher([a for a in file.added if a.normalized and self._form])
         self.bos_id, self.add_bos = file.role_id("bos_token"), file.add_bos
+        self._specials = file.specials
 
     def encode(self, text: str, allow_special: bool = False) -> list[int]:
         """Ids for text, as HF's tokenizer gives them without adding bos/eos. Special-token
@@ -257,7 +258,7 @@ class HFByteLevelTokenizer(Tokenizer):
 
     @property
     def special_tokens(self) -> dict[str, int]:
-        return self._file.specials
+        return dict(self._specials)
 
     @property
     def eot_id(self) -> int | None:

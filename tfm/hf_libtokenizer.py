@@ -63,6 +63,7 @@ class LibTokenizer(TokenText):
         self._pieces = self._piece_table()
         self.vocab_size = len(self._pieces)
         self.bos_id, self.add_bos = file.role_id("bos_token"), file.add_bos
+        self._specials = file.specials
         self._display: dict[int, str] = {}
 
     def _piece_table(self) -> list[bytes | None]:
@@ -114,7 +115,7 @@ class LibTokenizer(TokenText):
     # ---- properties ---------------------------------------------------------------
     @property
     def special_tokens(self) -> dict[str, int]:
-        return self._file.specials
+        return dict(self._specials)
 
     @property
     def eot_id(self) -> int | None:
