@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import regex
 import tiktoken
 
-from .hf_tokenizer_file import AddedToken, TokenizerFile, Unexpressible, save_tokenizer_files
+from .hf_tokenizer_file import AddedToken, FromTokenizerFile, TokenizerFile, Unexpressible
 from .tokenizer import PATTERNS, Tokenizer, _bytes_to_unicode
 
 NORMAL_FORMS = ("NFC", "NFD", "NFKC", "NFKD")
@@ -215,20 +215,19 @@ class AddedMatcher:
         yield text[start:], None
 
 
-class HFByteLevelTokenizer(Tokenizer):
+class HFByteLevelTokenizer(FromTokenizerFile, Tokenizer):
     """A tokenizer.json byte-level BPE on tiktoken. Same interface as `Tokenizer`; adds the
     file's normalizer, its added tokens (matched before BPE) and pre-split steps."""
 
     def __init__(self, file: TokenizerFile, plan: Plan, name: str):
         super().__init__(plan.ranks, plan.extra, covering(plan.pattern), name, plan.rank_to_id)
-        self._file, self._form = file, plan.normal_form
+        self._use_file(file)
+        self._form = plan.normal_form
         self._pre_split = [regex.compile(p) for p in plan.pre_split]
         # Without a normalizer every added token is matched in one pass over the raw text.
         raw = [a for a in file.added if not (a.normalized and self._form)]
         self._raw = AddedMatcher(raw)
         self._normalized = AddedMatcher([a for a in file.added if a.normalized and self._form])
-        self.bos_id, self.add_bos = file.role_id("bos_token"), file.add_bos
-        self._specials = file.specials
 
     def encode(self, text: str, allow_special: bool = False) -> list[int]:
         """Ids for text, as HF's tokenizer gives them without adding bos/eos. Special-token
@@ -256,16 +255,6 @@ class HFByteLevelTokenizer(Tokenizer):
             out.extend(super().encode(piece))
         return out
 
-    @property
-    def special_tokens(self) -> dict[str, int]:
-        return dict(self._specials)
-
-    @property
-    def eot_id(self) -> int | None:
-        return self._file.eot_id
-
-    def save(self, folder) -> dict:
-        return save_tokenizer_files(self._file, folder, self.name)
 
 
 def isolate(pattern: regex.Pattern, text: str) -> list[str]:

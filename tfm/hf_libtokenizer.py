@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from .hf_tokenizer_file import TokenizerFile, save_tokenizer_files
+from .hf_tokenizer_file import FromTokenizerFile, TokenizerFile
 from .tokenizer import TokenText, _bytes_to_unicode
 
 BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -39,7 +39,7 @@ def _decoder_kind(decoder) -> tuple[str, str, int]:
                      "byte-level (GPT-2 style) and SentencePiece-style (▁, <0xNN>) BPE tokenizers")
 
 
-class LibTokenizer(TokenText):
+class LibTokenizer(FromTokenizerFile, TokenText):
     """Same interface the app uses of `tfm.tokenizer.Tokenizer`: encode / decode /
     decode_bytes / piece_bytes / display_piece(s) / vocab_size / eot_id / special_tokens."""
 
@@ -48,7 +48,8 @@ class LibTokenizer(TokenText):
     def __init__(self, file: TokenizerFile, name: str, note: str):
         import tokenizers  # the app's dependency for exactly this case
 
-        self.name, self.backend_note, self._file = name, note, file
+        self.name, self.backend_note = name, note
+        self._use_file(file)
         self._kind, self._space, self._strip = _decoder_kind(file.data.get("decoder"))
         text = json.dumps(file.data)
         try:
@@ -62,8 +63,6 @@ class LibTokenizer(TokenText):
         self._byte_ids: set[int] = set()  # <0xNN> byte-fallback tokens: shown as their byte
         self._pieces = self._piece_table()
         self.vocab_size = len(self._pieces)
-        self.bos_id, self.add_bos = file.role_id("bos_token"), file.add_bos
-        self._specials = file.specials
         self._display: dict[int, str] = {}
 
     def _piece_table(self) -> list[bytes | None]:
@@ -113,16 +112,6 @@ class LibTokenizer(TokenText):
         return None if id in self._byte_ids else super()._special_text(id)
 
     # ---- properties ---------------------------------------------------------------
-    @property
-    def special_tokens(self) -> dict[str, int]:
-        return dict(self._specials)
-
-    @property
-    def eot_id(self) -> int | None:
-        return self._file.eot_id
-
-    def save(self, folder) -> dict:
-        return save_tokenizer_files(self._file, folder, self.name)
 
     def __repr__(self) -> str:
         return f"LibTokenizer(name={self.name!r}, vocab_size={self.vocab_size})"

@@ -135,6 +135,26 @@ def _added_token(path: Path, entry) -> AddedToken:
     return tok
 
 
+class FromTokenizerFile:
+    """What both Hugging Face tokenizer classes take from the files: special tokens, the
+    end/start-of-text ids, and `save` (which copies the files)."""
+
+    def _use_file(self, file: TokenizerFile) -> None:
+        self._file, self._specials = file, file.specials
+        self.bos_id, self.add_bos = file.role_id("bos_token"), file.add_bos
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        return dict(self._specials)
+
+    @property
+    def eot_id(self) -> int | None:
+        return self._file.eot_id
+
+    def save(self, folder) -> dict:
+        return save_tokenizer_files(self._file, folder, self.name)
+
+
 def save_tokenizer_files(source: TokenizerFile, folder, name: str) -> dict:
     """Copy the source folder's tokenizer files into `folder`; return the tfm spec naming them.
     Refuses if tokenizer.json changed since it was read (the copy would not be this tokenizer)."""
