@@ -119,7 +119,7 @@ def _check_regex(pattern: str) -> None:
     """The regex must compile for both engines and never match the empty string."""
     try:
         compiled = regex.compile(pattern)
-        tiktoken.Encoding("probe", pat_str=pattern, mergeable_ranks={bytes([b]): b for b in range(256)},
+        tiktoken.Encoding("probe", pat_str=covering(pattern), mergeable_ranks={bytes([b]): b for b in range(256)},
                           special_tokens={})
     except Exception as e:  # noqa: BLE001 - regex.error / tiktoken's ValueError: both mean "cannot"
         raise Unexpressible(f"pre-tokenizer regex {pattern[:60]!r} does not compile here: {e}") from None
@@ -254,7 +254,6 @@ class HFByteLevelTokenizer(FromTokenizerFile, Tokenizer):
         for piece in pieces:
             out.extend(super().encode(piece))
         return out
-
 
 
 def isolate(pattern: regex.Pattern, text: str) -> list[str]:
