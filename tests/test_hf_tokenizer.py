@@ -368,15 +368,30 @@ def test_unsupported_decoder_is_refused_clearly(pairs, tmp_path):
         tokenizer_from_folder(_copy(pairs, "gpt2-prefix-space", tmp_path / "b", broken))
 
 
-def test_unexpressible_pre_tokenizer_goes_to_the_library(pairs, tmp_path):
-    """A pre-tokenizer tiktoken cannot express is served exactly by `tokenizers`, with the reason."""
-    def whitespace_split(data):
+ODD_PRE_TOKENIZERS = {  # step before ByteLevel -> the back end that must serve it
+    "WhitespaceSplit": ({"type": "WhitespaceSplit"}, "tokenizers"),
+    "MergedWithPrevious": ({"type": "Split", "pattern": {"Regex": r"\p{P}"}, "behavior": "MergedWithPrevious",
+                            "invert": False}, "tokenizers"),
+    "empty matches": ({"type": "Split", "pattern": {"Regex": r"\s*"}, "behavior": "Isolated", "invert": False},
+                      "tokenizers"),
+    "String split": ({"type": "Split", "pattern": {"String": "e"}, "behavior": "Isolated", "invert": False},
+                     "tiktoken"),
+    "Digits runs": ({"type": "Digits", "individual_digits": False}, "tiktoken"),
+}
+
+
+@pytest.mark.parametrize("name", ODD_PRE_TOKENIZERS)
+def test_odd_pre_tokenizers_stay_exact(pairs, tmp_path, name):
+    """Steps before ByteLevel: expressible ones split in Python before tiktoken; others are
+    served by `tokenizers`, with the reason in backend_note. Ids equal HF's either way."""
+    step, backend = ODD_PRE_TOKENIZERS[name]
+
+    def edit(data):
         data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
-            {"type": "WhitespaceSplit"}, {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-                                             "use_regex": True}]}
-    folder = _copy(pairs, "gpt2", tmp_path, whitespace_split)
+            step, {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]}
+    folder = _copy(pairs, "gpt2", tmp_path, edit)
     tok = tokenizer_from_folder(folder)
-    assert tok.backend == "tokenizers" and "WhitespaceSplit" in tok.backend_note
+    assert tok.backend == backend, tok.backend_note
     hf = transformers.PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
     for text in BATTERY:
         assert tok.encode(text, allow_special=True) == hf(text, add_special_tokens=False)["input_ids"]
