@@ -150,6 +150,10 @@ def derive(kind: str, base: Path, folder: Path) -> Path:
         model["vocab"]["ĠQzx"] = max(model["vocab"].values()) + 1
         for a in data["added_tokens"]:
             a["id"] += 1 if a["id"] >= model["vocab"]["ĠQzx"] else 0
+    elif kind == "metaspace-decoder":  # the decoder as one Metaspace step after ByteFallback
+        data["decoder"] = {"type": "Sequence", "decoders": [
+            {"type": "ByteFallback"}, {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first",
+                                       "split": False}]}
     elif kind == "tiktoken-converted":  # how Llama 3's tokenizer.json was made: several merges per token
         specials = {a["content"] for a in data["added_tokens"]}
         to_byte = {c: b for b, c in _bytes_to_unicode().items()}
@@ -167,12 +171,13 @@ def derive(kind: str, base: Path, folder: Path) -> Path:
 
 
 DERIVED = {"gpt2-string-merges": "gpt2", "shuffled-ids": "gpt2", "orphan": "gpt2",
-           "tiktoken-converted": "llama3"}
+           "tiktoken-converted": "llama3", "metaspace-decoder": "mistral-metaspace"}
 KINDS = {"gpt2": "tiktoken", "qwen2": "tiktoken", "llama3": "tiktoken", "neox": "tiktoken",
          "smollm": "tiktoken", "letters-only-split": "tiktoken", "gpt2-string-merges": "tiktoken",
          "shuffled-ids": "tiktoken", "tiktoken-converted": "tiktoken", "orphan": "tokenizers",
-         "gpt2-prefix-space": "tokenizers", "llama2": "tokenizers", "mistral-metaspace": "tokenizers"}
-SENTENCEPIECE = ("llama2", "mistral-metaspace")
+         "gpt2-prefix-space": "tokenizers", "llama2": "tokenizers", "mistral-metaspace": "tokenizers",
+         "metaspace-decoder": "tokenizers"}
+SENTENCEPIECE = ("llama2", "mistral-metaspace", "metaspace-decoder")
 
 
 @pytest.fixture(scope="session")
@@ -241,7 +246,7 @@ def test_decode(pair, text):
         assert got == text
     elif "▁" in text:  # SentencePiece reads a typed ▁ as a space
         return
-    if kind == "mistral-metaspace" and text.startswith(" "):  # "first" prepends no ▁ to " x"
+    if kind in ("mistral-metaspace", "metaspace-decoder") and text.startswith(" "):  # no ▁ before " x"
         text = text[1:]
     assert plain == text  # SentencePiece-style: each segment between specials gets its own ▁
 
