@@ -240,3 +240,12 @@ def test_gpt2_shape_block_estimate():
     cfg = ModelConfig.preset("gpt2")
     assert estimate_block_bytes(cfg, 1024) == 1024 * (10 * 768 + 12 * 1024 + 4 + 2 * 3072) * 4
     assert lazy_module.LazyTrace.max_lazy_bytes >= estimate_block_bytes(cfg, 1024)  # one GPT-2 block fits
+
+
+@pytest.mark.parametrize("i", range(0, 64, 5))
+def test_trace_byte_estimate_equals_the_shape_trace(i):
+    from tfm.internals import shape_trace
+    from tfm.trace import estimate_trace_bytes
+    cfg = ModelConfig.preset("tiny", **variant(i))
+    shapes = shape_trace(cfg, [1, 2, 3], 2, 9)
+    assert estimate_trace_bytes(cfg, 9, batch=2) == sum(4 * torch.Size(e.shape).numel() for e in shapes if e.stored)
