@@ -126,9 +126,8 @@ class LogitLens:
 
 def residual_streams(trace: Trace, positions: slice | None = None) -> torch.Tensor:
     """The residual stream after the embedding and after every block, batch row 0: (L+1, T, D)."""
-    n, pos = trace.n_layers(), positions or slice(None)
-    names = ["blocks.0.resid_pre"] + [f"blocks.{i}.resid_post" for i in range(n)]
-    return torch.stack([trace[name][0, pos] for name in names])        # (L+1, T, D)
+    pos = positions or slice(None)
+    return torch.stack([x[pos] for _, x in trace.residual_streams(0)])  # (L+1, T, D)
 
 
 @torch.no_grad()
@@ -179,10 +178,8 @@ def norm_stats(trace: Trace) -> dict[str, torch.Tensor]:
 def residual_norms(trace: Trace) -> dict[str, torch.Tensor]:
     """L2 norms per token, batch 0: `resid` (L+1, T) entering each block and leaving the last,
     and each block's `attn_out` and `mlp_out` (L, T): how much each sublayer writes."""
-    n = trace.n_layers()
-    resid = [trace["blocks.0.resid_pre"][0]] + [trace[f"blocks.{i}.resid_post"][0] for i in range(n)]
     return {
-        "resid": torch.stack(resid).norm(dim=-1),
+        "resid": residual_streams(trace).norm(dim=-1),
         "attn_out": trace.stack("attn_out")[:, 0].norm(dim=-1),
         "mlp_out": trace.stack("mlp_out")[:, 0].norm(dim=-1),
     }

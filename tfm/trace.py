@@ -37,6 +37,28 @@ whichever thread asks), so a forward whose reader never looks at them does not p
 With post-norm the norms sit after each residual sum, so `resid_mid` and `resid_post` are the
 normalised streams. The shape trace also lists reshapes that are not stored (e.g. the fused
 `qkv` projection before the heads are split).
+
+Lazy traces (`tfm.lazy`, the default for a forward without a KV cache, in eval mode, autograd
+off): the forward stores only embed / positions, every block's `resid_pre`, the final norm and
+the last position's logits (~47 MB for GPT-2 small at 1024 tokens, against 2.75 GB for every
+entry). A block's other entries are computed when one is first read, by the block itself on
+its stored input: the same values as the eager trace, bit for bit. Computed blocks are held
+under `LazyTrace.max_lazy_bytes` (least recently read dropped first, the last one read always
+kept; a dropped block is recomputed on its next read), so one prompt's trace holds at most
+~47 MB + one block (~107 MB, `estimate_block_bytes`). Keys, shapes and their order are the
+eager trace's; iterating keys computes nothing, reading values does. `trace.nbytes` is what is
+held now; `trace.to("cpu", torch.float32)` moves the stored tensors and keeps the rest lazy.
+
+Read through the typed accessors, with names from the one table `NAMES` (`name(concept, ...)`)
+and an explicit batch row:
+
+    out = lm.model(torch.tensor([ids]), trace=True, last_only=True)   # under torch.inference_mode()
+    tr = out.trace.to("cpu", torch.float32)
+    tr.pattern(3)                      # (H, T, S) block 3, batch row 0: computes block 3 only
+    tr.attention_row(3, head=0, pos=5) # (S,)
+    tr.residual_streams()              # [("embed", (T, D)), ("after block 0", (T, D)), ...]: no block computed
+    tr.norm_stats(3, "ln1")            # {"input", "output", "mean", "std"} (RMSNorm: "rms")
+    tr.logits_at(-1)                   # (V,): stored for the last position
 """
 from __future__ import annotations
 
@@ -99,6 +121,38 @@ AXES: dict[str, tuple[str, ...]] = {
 }
 
 
+# Concept -> trace name, the one table the typed accessors (and pages) build names from.
+NAMES: dict[str, str] = {
+    "embed": "embed", "pos_embed": "pos_embed", "rope_angles": "rope.angles", "logits": "logits",
+    "resid_pre": "blocks.{layer}.resid_pre", "resid_mid": "blocks.{layer}.resid_mid",
+    "resid_post": "blocks.{layer}.resid_post", "attn_out": "blocks.{layer}.attn_out",
+    "mlp_out": "blocks.{layer}.mlp_out",
+    "q": "blocks.{layer}.attn.q", "k": "blocks.{layer}.attn.k", "v": "blocks.{layer}.attn.v",
+    "scores": "blocks.{layer}.attn.scores", "pattern": "blocks.{layer}.attn.pattern",
+    "z": "blocks.{layer}.attn.z", "result": "blocks.{layer}.attn.result",
+    "mlp_pre": "blocks.{layer}.mlp.pre", "mlp_up": "blocks.{layer}.mlp.up", "mlp_post": "blocks.{layer}.mlp.post",
+    "norm_input": "{norm}.input", "norm_mean": "{norm}.mean", "norm_std": "{norm}.std",
+    "norm_rms": "{norm}.rms", "norm_normalized": "{norm}.normalized", "norm_output": "{norm}.output",
+}
+
+
+def name(concept: str, layer: int | None = None, norm: str | None = None) -> str:
+    """The trace name of a concept: `name("pattern", 3)` -> "blocks.3.attn.pattern",
+    `name("norm_std", 2, "ln1")` -> "blocks.2.ln1.std", `name("norm_output", norm="ln_final")`."""
+    if concept not in NAMES:
+        raise ValueError(f"unknown trace concept {concept!r}; known: {sorted(NAMES)}")
+    template = NAMES[concept]
+    if "{norm}" in template:
+        if norm not in ("ln1", "ln2", "ln_final"):
+            raise ValueError(f"norm={norm!r}: choose ln1, ln2 or ln_final")
+        template = template.replace("{norm}", "ln_final" if norm == "ln_final" else "blocks.{layer}." + norm)
+    if "{layer}" in template:
+        if not isinstance(layer, int):
+            raise ValueError(f"{concept!r} belongs to a block: give its layer index")
+        return template.format(layer=layer)
+    return template
+
+
 def axes_for(name: str) -> tuple[str, ...]:
     """Axis names for a trace name, from the longest matching suffix in `AXES`."""
     parts = name.split(".")
@@ -124,20 +178,29 @@ class ShapeEntry:
                 "dtype": self.dtype, "stored": self.stored}
 
 
-class Recorder:
-    """Collects tensors during one forward call. Created per call; never stored on a model."""
+LAZY = object()  # placeholder value of an entry a lazy trace computes when read (tfm.lazy)
 
-    def __init__(self, prefix: str = "") -> None:
-        self._tensors: dict[str, torch.Tensor | Deferred] = {}
+
+class Recorder:
+    """Collects tensors during one forward call. Created per call; never stored on a model.
+
+    With `keep`, only names it accepts are stored; the others are listed in the shape trace and
+    hold the `LAZY` placeholder, for a lazy trace to compute when read (see `tfm.lazy`)."""
+
+    def __init__(self, prefix: str = "", keep: Callable[[str], bool] | None = None) -> None:
+        self._tensors: dict[str, torch.Tensor | Deferred | object] = {}
         self._shapes: list[ShapeEntry] = []
-        self._prefix = prefix
+        self._prefix, self._keep = prefix, keep
 
     def scoped(self, prefix: str) -> "Recorder":
         """A view that writes into the same store under `prefix.`."""
         child = Recorder.__new__(Recorder)
-        child._tensors, child._shapes = self._tensors, self._shapes
+        child._tensors, child._shapes, child._keep = self._tensors, self._shapes, self._keep
         child._prefix = f"{self._prefix}{prefix}."
         return child
+
+    def _store(self, full: str, value) -> None:
+        self._tensors[full] = value if self._keep is None or self._keep(full) else LAZY
 
     def _entry(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, stored: bool = True) -> str:
         full = self._prefix + name
@@ -148,12 +211,16 @@ class Recorder:
         return full
 
     def add(self, name: str, tensor: torch.Tensor) -> None:
-        self._tensors[self._entry(name, tuple(tensor.shape), tensor.dtype)] = tensor.detach()
+        self._store(self._entry(name, tuple(tensor.shape), tensor.dtype), tensor.detach())
 
     def add_deferred(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
                      compute: Callable[[], torch.Tensor]) -> None:
         """An entry computed on first read from tensors the run already recorded (see `Deferred`)."""
-        self._tensors[self._entry(name, tuple(shape), dtype)] = Deferred(compute)
+        self._store(self._entry(name, tuple(shape), dtype), Deferred(compute))
+
+    def add_lazy(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        """An entry nothing computed yet, only listed: a lazy trace computes it when read."""
+        self._tensors[self._entry(name, tuple(shape), dtype)] = LAZY
 
     def shape_only(self, name: str, tensor: torch.Tensor) -> None:
         self._entry(name, tuple(tensor.shape), tensor.dtype, stored=False)
@@ -174,6 +241,60 @@ class Deferred:
         self.compute = compute
 
 
+def _per_token_floats(config, length: int) -> dict[str, int]:
+    """Numbers per (batch row, position) of a block's entries, by the shapes documented above."""
+    d, f, h = config.d_model, config.d_ff, config.n_head
+    stats = 2 if config.norm == "layernorm" else 1                     # mean, std | rms
+    mlp = (3 if config.activation == "swiglu" else 2) * f               # pre (, up), post
+    rope = 2 * d if config.pos_encoding == "rope" else 0                # rotated q, k: new memory
+    return {"computed": 10 * d + h * length + 2 * stats + mlp + rope,   # see estimate_block_bytes
+            "deferred": h * length + h * d + 2 * d,                    # scores, result, 2 normalized
+            "aliases": 3 * d}                                           # resid_pre and two norm in/outputs
+
+
+def estimate_block_bytes(config, length: int, batch: int = 1, dtype: torch.dtype = torch.float32,
+                         deferred: bool = False) -> int:
+    """Bytes one block's entries hold in a lazy trace once read: what reading one pattern costs
+    (GPT-2 small at 1024 tokens: 107 MB). Counts what is new memory: qkv (3D), pattern (H·T),
+    z, attn_out, the residual after attention and after the MLP, two norm outputs and the
+    post-norm inputs or pre-norm residuals (8D), the norm statistics and the MLP hidden
+    activations. `deferred` adds what is computed on its own first read: scores, per-head
+    results and the normalised norm inputs (201 MB for GPT-2 small at 1024)."""
+    n = _per_token_floats(config, length)
+    floats = n["computed"] + (n["deferred"] if deferred else 0)
+    return batch * length * floats * torch.empty(0, dtype=dtype).element_size()
+
+
+def estimate_trace_bytes(config, length: int, batch: int = 1, dtype: torch.dtype = torch.float32) -> int:
+    """Bytes of a full eager trace with every entry read, each name counted (a name that is
+    the same memory as another counts twice, as in the shape trace): GPT-2 small at 1024
+    tokens: 2.75 GB."""
+    n, d = _per_token_floats(config, length), config.d_model
+    block = n["computed"] + n["deferred"] + n["aliases"] - (2 * d if config.pos_encoding == "rope" else 0)
+    final = (2 * d + (2 if config.norm == "layernorm" else 1) + d) if config.norm_placement == "pre" else 0
+    per_token = config.n_layer * block + d + final + config.vocab_size          # embed, ln_final, logits
+    positions = length * d if config.pos_encoding in ("learned", "sinusoidal") else 0
+    angles = length * (config.d_head // 2) if config.pos_encoding == "rope" else 0
+    return (batch * length * per_token + positions + angles) * torch.empty(0, dtype=dtype).element_size()
+
+
+def storage_bytes(tensors) -> int:
+    """Bytes of the memory behind `tensors`, each storage counted once."""
+    seen: dict[tuple, int] = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        seen[(t.device, storage.data_ptr())] = storage.nbytes()
+    return sum(seen.values())
+
+
+def _move(t: torch.Tensor, device, dtype) -> torch.Tensor:
+    return t.to(device=device, dtype=dtype if dtype is not None and t.is_floating_point() else None)
+
+
+def _moved_deferred(d: Deferred, device, dtype) -> Deferred:
+    return Deferred(lambda: _move(d.compute(), device, dtype))
+
+
 class Trace(Mapping):
     """Read-only mapping of trace names to detached tensors, with the ordered shape trace."""
 
@@ -188,13 +309,34 @@ class Trace(Mapping):
         except KeyError:
             close = [k for k in self._tensors if name.split(".")[-1] in k][:5]
             raise KeyError(f"{name!r} is not in the trace; similar names: {close}") from None
-        if not isinstance(value, Deferred):
-            return value
+        return value if isinstance(value, torch.Tensor) else self._resolve(name)
+
+    def _resolve(self, name: str) -> torch.Tensor:
         with self._lock:  # another thread may have computed it while this one waited
             value = self._tensors[name]
             if isinstance(value, Deferred):
                 value = self._tensors[name] = value.compute().detach()
             return value
+
+    def _held(self) -> list[torch.Tensor]:
+        with self._lock:
+            return [v for v in self._tensors.values() if isinstance(v, torch.Tensor)]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this trace holds now (entries not yet computed count 0); tensors that share
+        memory (a view, the same residual stream under two names) count once."""
+        return storage_bytes(self._held())
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "Trace":
+        """A trace with every held tensor moved (floating ones cast to `dtype`); entries not
+        computed yet stay so and are moved when computed (they keep what they were derived
+        from). Returns this trace itself when nothing would change. Shapes stay the run's."""
+        moved = {k: _move(v, device, dtype) if isinstance(v, torch.Tensor) else _moved_deferred(v, device, dtype)
+                 for k, v in self._tensors.items()}
+        if all(moved[k] is v for k, v in self._tensors.items() if isinstance(v, torch.Tensor)):
+            return self  # pending entries are computed where the held ones are
+        return Trace(moved, self.shapes)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._tensors)
@@ -211,6 +353,60 @@ class Trace(Mapping):
     def stack(self, suffix: str) -> torch.Tensor:
         """`blocks.{i}.<suffix>` for every block, stacked on a new leading layer axis."""
         return torch.stack([self[f"blocks.{i}.{suffix}"] for i in range(self.n_layers())])
+
+    # ---- typed accessors: names from `NAMES`, batch row explicit, ranges checked ----
+
+    def _row(self, key: str, batch: int) -> torch.Tensor:
+        t = self[key]
+        if not 0 <= batch < t.shape[0]:
+            raise ValueError(f"batch {batch} does not exist; the trace has batch size {t.shape[0]}")
+        return t[batch]
+
+    def _layer(self, layer: int) -> int:
+        n = self.n_layers()
+        if not 0 <= layer < n:
+            raise ValueError(f"layer {layer} does not exist; the model has {n} blocks (0..{n - 1})")
+        return layer
+
+    def pattern(self, layer: int, batch: int = 0) -> torch.Tensor:
+        """Attention pattern of every head of a block, (H, T, S): row t is query t's weights."""
+        return self._row(name("pattern", self._layer(layer)), batch)
+
+    def attention_row(self, layer: int, head: int, pos: int, batch: int = 0) -> torch.Tensor:
+        """What query `pos` of `head` attends to, (S,); sums to 1."""
+        pat = self.pattern(layer, batch)                                  # (H, T, S)
+        if not 0 <= head < pat.shape[0] or not 0 <= pos < pat.shape[1]:
+            raise ValueError(f"head {head} / position {pos} out of range: {pat.shape[0]} heads, {pat.shape[1]} positions")
+        return pat[head, pos]
+
+    def residual_streams(self, batch: int = 0) -> list[tuple[str, torch.Tensor]]:
+        """The residual stream entering block 0 ("embed": token plus additive positions) and
+        leaving every block ("after block i"), each (T, D). Leaving block i is what enters
+        block i + 1; leaving the last block is what the final norm (or the unembedding) reads."""
+        n = self.n_layers()
+        keys = [name("resid_pre", i) for i in range(n)]
+        keys.append(name("norm_input", norm="ln_final") if "ln_final.input" in self else name("resid_post", n - 1))
+        labels = ["embed"] + [f"after block {i}" for i in range(n)]
+        return [(label, self._row(key, batch)) for label, key in zip(labels, keys)]
+
+    def norm_stats(self, layer: int | None, which: str, batch: int = 0) -> dict[str, torch.Tensor]:
+        """One norm call's `input` and `output` (T, D) and its per-token statistics (T,):
+        `mean` and `std` (LayerNorm) or `rms` (RMSNorm). `which`: ln1, ln2 (with a layer) or
+        ln_final (layer None)."""
+        if which != "ln_final":
+            self._layer(-1 if layer is None else layer)
+        out = {part: self._row(name(f"norm_{part}", layer, which), batch) for part in ("input", "output")}
+        for stat in ("mean", "std", "rms"):
+            if (key := name(f"norm_{stat}", layer, which)) in self:
+                out[stat] = self._row(key, batch)
+        return out
+
+    def logits_at(self, pos: int, batch: int = 0) -> torch.Tensor:
+        """Next-token logits at one position, (V,); negative positions count from the end."""
+        logits = self._row("logits", batch)                               # (T, V)
+        if not -logits.shape[0] <= pos < logits.shape[0]:
+            raise ValueError(f"position {pos} out of range for {logits.shape[0]} positions")
+        return logits[pos]
 
     def __repr__(self) -> str:
         return f"Trace({len(self)} tensors, {len(self.shapes)} shape entries)"

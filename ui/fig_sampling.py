@@ -253,10 +253,9 @@ def step_record(step, keep_tensors: bool = True) -> dict:
     tr = step.trace
     if keep_tensors and tr is not None:
         n = tr.n_layers()  # index per layer: stacking whole patterns would copy every query row
-        rows = [tr[f"blocks.{i}.attn.pattern"][0, :, -1, :] for i in range(n)]
+        rows = [tr.pattern(i, 0)[:, -1, :] for i in range(n)]
         rec["attn"] = torch.stack(rows).float().cpu().clone()                               # (L, H, S)
-        streams = [tr["blocks.0.resid_pre"][0, -1]] + [tr[f"blocks.{i}.resid_post"][0, -1] for i in range(n)]
-        rec["resid"] = torch.stack(streams).cpu().clone()                                   # (L+1, D)
+        rec["resid"] = torch.stack([s[-1] for _, s in tr.residual_streams(0)]).cpu().clone()  # (L+1, D)
     return rec
 
 
