@@ -13,6 +13,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import tfm
+from tfm import internals
+from tfm.analysis import param_counts
 from tfm.cache import KVCache
 
 transformers = pytest.importorskip("transformers")
@@ -262,3 +264,15 @@ def test_kv_cache_holds_only_key_value_heads():
     assert cfg.n_kv_head == 3 and cache.k.shape == (30, 1, 3, 16, 64)
     assert cache.nbytes() == 2 * 30 * 3 * 16 * 64 * 4
     assert tfm.ModelConfig.preset("gpt2").n_kv_head == 12  # default: one per query head
+
+
+@pytest.mark.parametrize("preset", sorted(PRESET_TWINS))
+@pytest.mark.parametrize("qkv_bias", [False, True])
+def test_parameter_formulas_and_kv_cache_bytes_count_kv_heads(preset, qkv_bias):
+    cfg = tfm.ModelConfig.preset(preset, qkv_bias=qkv_bias)
+    with torch.device("meta"):
+        model = tfm.GPT(cfg)
+    counted = param_counts(model)
+    assert {k: v[1] for k, v in internals.param_formulas(cfg).items()} == counted
+    kv = internals.kv_cache_bytes(cfg, 100, torch.bfloat16, batch=2)
+    assert kv["formula"] == kv["nbytes"] == 2 * cfg.n_layer * cfg.n_kv_head * cfg.d_head * 100 * 2 * 2

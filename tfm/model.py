@@ -129,14 +129,19 @@ class Attention(nn.Module):
         b, t, width = x.shape
         return x.view(b, t, width // self.d_head, self.d_head).transpose(1, 2)  # (B, H or Hkv, T, hd)
 
+    def split_qkv(self, qkv: torch.Tensor, angles: torch.Tensor | None):
+        """The fused projection's output -> q (B, H, T, hd), k and v (B, Hkv, T, hd), RoPE applied."""
+        parts = qkv.split([self.n_head * self.d_head, self.kv_dim, self.kv_dim], dim=-1)
+        q, k, v = (self.split_heads(part) for part in parts)
+        if angles is not None:
+            q, k = apply_rope(q, angles), apply_rope(k, angles)
+        return q, k, v
+
     def forward(self, x, rec: Recorder | None, angles=None, cache: KVCache | None = None, layer: int = 0):
         qkv = self.qkv(x)                                              # (B, T, D + 2 Hkv hd)
         if rec is not None:
             rec.shape_only("qkv", qkv)
-        parts = qkv.split([x.shape[-1], self.kv_dim, self.kv_dim], dim=-1)
-        q, k, v = (self.split_heads(part) for part in parts)           # (B, H, T, hd), k, v (B, Hkv, T, hd)
-        if angles is not None:
-            q, k = apply_rope(q, angles), apply_rope(k, angles)
+        q, k, v = self.split_qkv(qkv, angles)                         # (B, H, T, hd), k, v (B, Hkv, T, hd)
         if cache is not None:
             k, v = cache.update(layer, k, v)                           # (B, Hkv, S, hd), S = cached + T
         if rec is not None:
