@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from tfm import internals
@@ -83,3 +84,12 @@ def test_norms_page_statistics_and_the_parallel_block():
                                res["resid"].numpy(), rtol=1e-5)
     assert any("parallel" in i.value for i in at.info)
     assert not at.exception, at.exception
+
+
+@pytest.mark.parametrize("page", ["tokens", "attention", "positions", "norms", "shapes", "logit_lens",
+                                  "next_token", "generate", "home"])
+def test_every_model_page_renders_for_the_family_model(page):
+    at = open_page(page, PROMPT)
+    use_random(at, **FAMILY, norm="rmsnorm", activation="swiglu", qkv_bias=True, bias=False)
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
