@@ -27,12 +27,51 @@ IDS_FILE = "tokenizer_ids.json"
 _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥"}
 
 
-class Tokenizer:
+class TokenText:
+    """Text and readable pieces from `decode_bytes`; shared by every tokenizer class
+    (`Tokenizer` here, the Hugging Face ones in tfm.hf_bytelevel / tfm.hf_libtokenizer).
+    Needs `decode_bytes(ids)`, `special_tokens` and a `_display` dict."""
+
+    def decode(self, ids) -> str:
+        """Decode ids to text; bytes that are not valid UTF-8 become U+FFFD."""
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    # ---- pieces -------------------------------------------------------------------
+    def piece_bytes(self, id: int) -> bytes:
+        return self.decode_bytes([id])
+
+    def piece(self, id: int) -> str:
+        """The token's raw text (a partial UTF-8 character becomes U+FFFD)."""
+        return self.piece_bytes(id).decode("utf-8", errors="replace")
+
+    def display_piece(self, id: int) -> str:
+        """Readable token text for tables: ␣ space, ↵ newline, ⇥ tab, \\xNN other controls,
+        <E2 80> for bytes that are not a whole UTF-8 character; specials as their text."""
+        if id not in self._display:
+            text = self._special_text(id)
+            self._display[id] = text if text is not None else readable_bytes(self.piece_bytes(id))
+        return self._display[id]
+
+    def display_pieces(self, ids) -> list[str]:
+        return [self.display_piece(int(i)) for i in ids]
+
+    def _special_text(self, id: int):
+        for text, sid in self.special_tokens.items():
+            if sid == id:
+                return text
+        return None
+
+
+class Tokenizer(TokenText):
     """Encode/decode text and show tokens readably.
 
     `ranks` maps token bytes to tiktoken rank; `special_tokens` maps text to public id.
     `rank_to_id` (optional) maps each rank to its public id when they differ.
     """
+
+    backend = "tiktoken"
+    bos_id: int | None = None  # a token to put before a text (Llama's <s>); none for GPT-2 style
+    add_bos = False
 
     def __init__(self, ranks: dict[bytes, int], special_tokens: dict[str, int],
                  pattern: str = "gpt2", name: str = "tfm", rank_to_id=None):
@@ -90,6 +129,9 @@ class Tokenizer:
     def from_spec(cls, folder, spec: dict):
         """Rebuild from the dict `save()` returned (stored in a model's config.json)."""
         folder = Path(folder)
+        if spec.get("format") == "hf-tokenizer.json":  # a copied Hugging Face tokenizer.json
+            from .hf_tokenizer import tokenizer_from_folder
+            return tokenizer_from_folder(folder, spec.get("name"))
         rank_to_id = None
         if spec.get("ids_file"):
             rank_to_id = json.loads((folder / spec["ids_file"]).read_text())
@@ -150,10 +192,6 @@ class Tokenizer:
     def decode_bytes(self, ids) -> bytes:
         return self._enc.decode_bytes(self._to_ranks(ids))
 
-    def decode(self, ids) -> str:
-        """Decode ids to text; bytes that are not valid UTF-8 become U+FFFD."""
-        return self.decode_bytes(ids).decode("utf-8", errors="replace")
-
     def _to_ranks(self, ids) -> list[int]:
         arr = np.asarray(list(ids), dtype=np.int64)
         bad = (arr < 0) | (arr >= self.vocab_size)
@@ -163,31 +201,6 @@ class Tokenizer:
             raise ValueError(f"token id {int(arr[bad][0])} is not in this vocabulary "
                              f"(vocab_size {self.vocab_size})")
         return arr.tolist() if self._id_to_rank is None else self._id_to_rank[arr].tolist()
-
-    # ---- pieces -------------------------------------------------------------------
-    def piece_bytes(self, id: int) -> bytes:
-        return self.decode_bytes([id])
-
-    def piece(self, id: int) -> str:
-        """The token's raw text (a partial UTF-8 character becomes U+FFFD)."""
-        return self.piece_bytes(id).decode("utf-8", errors="replace")
-
-    def display_piece(self, id: int) -> str:
-        """Readable token text for tables: ␣ space, ↵ newline, ⇥ tab, \\xNN other controls,
-        <E2 80> for bytes that are not a whole UTF-8 character; specials as their text."""
-        if id not in self._display:
-            text = self._special_text(id)
-            self._display[id] = text if text is not None else readable_bytes(self.piece_bytes(id))
-        return self._display[id]
-
-    def display_pieces(self, ids) -> list[str]:
-        return [self.display_piece(int(i)) for i in ids]
-
-    def _special_text(self, id: int):
-        for text, sid in self._special.items():
-            if sid == id:
-                return text
-        return None
 
     # ---- properties ---------------------------------------------------------------
     @property

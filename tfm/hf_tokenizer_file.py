@@ -1,0 +1,149 @@
+"""Reading a Hugging Face `tokenizer.json` (+ `tokenizer_config.json`) as plain JSON.
+
+Nothing from the folder is executed: no `auto_map`, no Python tokenizer classes. What both
+tokenizer back ends need (added tokens, which token ends/starts a text) is parsed here once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+TOKENIZER_FILE = "tokenizer.json"
+CONFIG_FILE = "tokenizer_config.json"
+MAX_FILE_BYTES = 128 << 20  # Qwen2's tokenizer.json is ~7 MB, Gemma's ~34 MB: bound before reading
+HF_FORMAT = "hf-tokenizer.json"  # the "format" of a tfm config's tokenizer spec for these files
+
+
+class Unexpressible(ValueError):
+    """tokenizer.json holds something the tiktoken back end cannot reproduce exactly."""
+
+
+@dataclass(frozen=True)
+class AddedToken:
+    """One entry of tokenizer.json's `added_tokens`: matched in the text before the BPE."""
+    id: int
+    content: str
+    special: bool
+    normalized: bool
+    lstrip: bool = False
+    rstrip: bool = False
+    single_word: bool = False
+
+
+@dataclass(frozen=True)
+class TokenizerFile:
+    """The parsed files of one folder. `data` is tokenizer.json; `digest` its sha256."""
+    folder: Path
+    data: dict
+    config: dict
+    added: tuple[AddedToken, ...]
+    digest: str
+
+    @property
+    def specials(self) -> dict[str, int]:
+        return {a.content: a.id for a in self.added if a.special}
+
+    def role_id(self, role: str) -> int | None:
+        """Id of tokenizer_config's `eos_token` / `bos_token` (a string or {"content": ...})."""
+        value = self.config.get(role)
+        if isinstance(value, dict):
+            value = value.get("content")
+        if not isinstance(value, str):
+            return None
+        for a in self.added:
+            if a.content == value:
+                return a.id
+        vocab = self.data["model"].get("vocab")
+        return vocab.get(value) if isinstance(vocab, dict) else None
+
+    @property
+    def eot_id(self) -> int | None:
+        """The end-of-text id: tokenizer_config's eos_token, else a `<|endoftext|>` added token."""
+        eos = self.role_id("eos_token")
+        return eos if eos is not None else self.specials.get("<|endoftext|>")
+
+    @property
+    def add_bos(self) -> bool:
+        """Whether Hugging Face puts the bos token before a text (add_special_tokens=True)."""
+        flag = self.config.get("add_bos_token")
+        if isinstance(flag, bool):
+            return flag and self.role_id("bos_token") is not None
+        bos = self.role_id("bos_token")
+        return bos is not None and _template_starts_with(self.data.get("post_processor"), bos)
+
+
+def _template_starts_with(post, token_id: int) -> bool:
+    """Does a TemplateProcessing post-processor (maybe inside a Sequence) start with token_id?"""
+    if not isinstance(post, dict):
+        return False
+    if post.get("type") == "Sequence":
+        return any(_template_starts_with(p, token_id) for p in post.get("processors", []))
+    if post.get("type") != "TemplateProcessing" or not post.get("single"):
+        return False
+    first = post["single"][0].get("SpecialToken", {}).get("id")
+    return token_id in post.get("special_tokens", {}).get(first, {}).get("ids", [])
+
+
+def read_tokenizer_file(folder) -> TokenizerFile:
+    """Parse folder/tokenizer.json and (if there) tokenizer_config.json; clear errors."""
+    folder = Path(folder)
+    path = folder / TOKENIZER_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: a Hugging Face tokenizer folder needs tokenizer.json "
+                                "(GPT-2 folders with only vocab.json + merges.txt are read too)")
+    raw = _read_bounded(path)
+    data = _parse(path, raw)
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        raise ValueError(f"{path} has no \"model\" section; is it a Hugging Face tokenizer.json?")
+    config = {}
+    if (folder / CONFIG_FILE).is_file():
+        config = _parse(folder / CONFIG_FILE, _read_bounded(folder / CONFIG_FILE))
+        if not isinstance(config, dict):
+            raise ValueError(f"{folder / CONFIG_FILE} is not a JSON object")
+    added = tuple(_added_token(path, entry) for entry in data.get("added_tokens") or [])
+    return TokenizerFile(folder, data, config, added, hashlib.sha256(raw).hexdigest())
+
+
+def _read_bounded(path: Path) -> bytes:
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise ValueError(f"{path} is {size / 2**20:.0f} MiB; tfm reads tokenizer files up to "
+                         f"{MAX_FILE_BYTES >> 20} MiB")
+    return path.read_bytes()
+
+
+def _parse(path: Path, raw: bytes):
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is not valid UTF-8 JSON: {e}") from None
+
+
+def _added_token(path: Path, entry) -> AddedToken:
+    try:
+        tok = AddedToken(int(entry["id"]), str(entry["content"]), bool(entry.get("special", False)),
+                         bool(entry.get("normalized", not entry.get("special", False))),
+                         bool(entry.get("lstrip")), bool(entry.get("rstrip")), bool(entry.get("single_word")))
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{path}: bad added_tokens entry {str(entry)[:80]!r}") from None
+    if tok.id < 0 or not tok.content:
+        raise ValueError(f"{path}: added token {tok.content!r} has id {tok.id}; ids must be >= 0, text non-empty")
+    return tok
+
+
+def save_tokenizer_files(source: TokenizerFile, folder, name: str) -> dict:
+    """Copy the source folder's tokenizer files into `folder`; return the tfm spec naming them.
+    Refuses if tokenizer.json changed since it was read (the copy would not be this tokenizer)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    src = source.folder / TOKENIZER_FILE
+    if hashlib.sha256(_read_bounded(src)).hexdigest() != source.digest:
+        raise ValueError(f"{src} changed since this tokenizer was read; load the folder again before saving")
+    for file in (TOKENIZER_FILE, CONFIG_FILE):
+        if (source.folder / file).is_file() and (source.folder / file).resolve() != (folder / file).resolve():
+            shutil.copyfile(source.folder / file, folder / file)
+    return {"format": HF_FORMAT, "file": TOKENIZER_FILE, "name": name}
