@@ -13,12 +13,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import tfm
+from tests.conftest import BPE_TEXT
 from tfm import internals
 from tfm.analysis import param_counts
 from tfm.cache import KVCache
 
 transformers = pytest.importorskip("transformers")
-from transformers import AutoModelForCausalLM, GPT2TokenizerFast  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -54,12 +55,26 @@ def hf_model(case: str, seed: int = 0, **extra):
     return model
 
 
+def write_tokenizer(folder: Path) -> Path:
+    """A byte-level BPE with all 256 byte tokens (as every published one has), end-of-text and
+    merges up to 320 ids, as the tokenizer.json Hugging Face folders carry."""
+    tokenizers = pytest.importorskip("tokenizers")
+    bpe = tokenizers.ByteLevelBPETokenizer()
+    bpe.train_from_iterator(BPE_TEXT, vocab_size=SMALL["vocab_size"], special_tokens=["<|endoftext|>"],
+                            show_progress=False)  # the initial alphabet is all 256 bytes
+    bpe.save(str(folder / "tokenizer.json"))
+    assert len(json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"]) == SMALL["vocab_size"]
+    return folder
+
+
+@pytest.fixture(scope="module")
+def gpt2_vocab_folder(tmp_path_factory):
+    return write_tokenizer(tmp_path_factory.mktemp("bytelevel"))
+
+
 def save(model, folder: Path, vocab_folder: Path, **kw) -> Path:
     model.save_pretrained(folder, **kw)
-    GPT2TokenizerFast(vocab_file=str(vocab_folder / "vocab.json"),
-                      merges_file=str(vocab_folder / "merges.txt")).save_pretrained(folder)
-    for name in ("vocab.json", "merges.txt"):  # as published byte-level BPE folders also carry them
-        (folder / name).write_bytes((vocab_folder / name).read_bytes())
+    (folder / "tokenizer.json").write_bytes((vocab_folder / "tokenizer.json").read_bytes())
     return folder
 
 
@@ -82,6 +97,7 @@ def test_logits_and_every_attention_pattern_match_hf(case, gpt2_vocab_folder, tm
     hf = hf_model(case)
     lm = tfm.load(save(hf, tmp_path / case, gpt2_vocab_folder), device="cpu")
     assert lm.config.n_kv_head == hf.config.num_key_value_heads if "neox" not in case else lm.config.n_head
+    assert lm.tokenizer.vocab_size == SMALL["vocab_size"]  # the folder's tokenizer.json (tfm.hf_tokenizer)
     assert_parity(lm, hf, ids())
     k = lm.model(ids(), trace=True).trace["blocks.0.attn.k"]
     assert k.shape[1] == lm.config.n_kv_head  # keys are stored per key/value head

@@ -93,3 +93,20 @@ def test_every_model_page_renders_for_the_family_model(page):
     use_random(at, **FAMILY, norm="rmsnorm", activation="swiglu", qkv_bias=True, bias=False)
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
+
+
+def test_a_hugging_face_llama_folder_opens_on_the_attention_page(tmp_path):
+    """A real LlamaForCausalLM folder (GQA), typed into the sidebar: the page draws its patterns."""
+    from tests.test_families import hf_model, save, write_tokenizer  # the parity tests' builders
+    folder = save(hf_model("llama-gqa"), tmp_path / "llama", write_tokenizer(tmp_path))
+    at = open_page("attention", PROMPT)
+    at.radio(key="sidebar.model_kind").set_value("folder").run()
+    at.text_input(key="sidebar.folder").set_value(str(folder)).run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    lm = state.load_lm(at.session_state["app.model_spec"], "cpu")
+    assert lm.config.n_kv_head == 2 and lm.meta["source_format"] == "huggingface-llama"
+    ids = lm.tokenizer.encode(PROMPT)
+    with torch.inference_mode():
+        trace = lm.model(torch.tensor([ids]), trace=True).trace
+    assert_matrix(single(at)["data"][0]["z"], masked_expected(trace["blocks.0.attn.pattern"][0, 0]))
