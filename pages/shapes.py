@@ -49,6 +49,9 @@ with flow_tab:
                "and sizes. Blue: block 0 in full; the other blocks repeat it. Dashed arrows: the residual "
                "connection carries the stream around a sublayer and adds its output back.")
     st.graphviz_chart(fs.shape_flow_dot(shapes, cfg.n_layer))
+if cfg.parallel_block:
+    st.caption("This model's blocks are parallel (GPT-NeoX): ln2 reads the block's input (resid_pre), not "
+               "resid_mid, and the block adds attn_out and mlp_out to it together.")
 with table_tab:
     st.dataframe(fs.shape_table(shapes), hide_index=True, height=min(800, 38 + 35 * len(shapes)), key="shapes.table")
     st.caption("Axes: batch, pos (token position), head, d_head, d_model, d_ff (MLP width), vocab. "

@@ -73,9 +73,8 @@ def _random_config() -> ModelConfig | None:
     for i, (name, (step, fmt, hint)) in enumerate(FLOATS.items()):
         fields[name] = float(cols[i % 2].number_input(name.replace("_", " "), min_value=0.0, step=step, format=fmt,
                                                       help=hint, **state.keep(f"sidebar.{name}")))
-    cols = st.columns(2)
-    for i, (name, label) in enumerate(FLAGS.items()):
-        fields[name] = cols[i % 2].checkbox(label, **state.keep(f"sidebar.{name}"))
+    for name, label in FLAGS.items():  # one per line: the labels are too long for two columns
+        fields[name] = st.checkbox(label, **state.keep(f"sidebar.{name}"))
     try:
         return base.replace(**fields)
     except ValueError as e:
