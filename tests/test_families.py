@@ -223,7 +223,12 @@ def test_broken_weights_are_named(change, message, gpt2_vocab_folder, tmp_path):
      "rope scaling type 'yarn' is not supported; tfm supports 'default', 'linear', 'llama3'"),
     (lambda d: d.pop("rope_parameters") and d.update(rope_theta=1e4, rope_scaling={"type": "dynamic", "factor": 2.0}),
      "rope scaling type 'dynamic' is not supported"),
+    (lambda d: d["rope_parameters"].update(rope_type="linear"), "rope scaling 'linear' needs ['factor']"),
+    (lambda d: d["rope_parameters"].update(rope_theta="fast"), "a RoPE setting is not a number"),
+    (lambda d: d.__setitem__("rope_scaling", [2.0]), "rope_scaling and rope_parameters must be JSON objects"),
     (lambda d: d.__setitem__("num_key_value_heads", 3), "n_kv_head=3 must divide n_head=4"),
+    (lambda d: d.__setitem__("tie_word_embeddings", "yes"), "tied_embeddings must be true or false, got 'yes'"),
+    (lambda d: d.__setitem__("rms_norm_eps", None), "norm_eps must be a finite number, got None"),
     (lambda d: d.__setitem__("hidden_act", "gelu"), "hidden_act 'gelu' is not supported"),
 ])
 def test_configs_tfm_cannot_compute_are_refused(change, message, gpt2_vocab_folder, tmp_path):

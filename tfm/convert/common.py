@@ -38,8 +38,10 @@ def rope_fields(data: dict, source: str, default_theta: float, default_pct: floa
     """ModelConfig RoPE fields from either config layout: published checkpoints carry top-level
     rope_theta (GPT-NeoX: rotary_emb_base, rotary_pct) and rope_scaling; transformers 5 writes
     one rope_parameters dict."""
-    params = dict(data.get("rope_scaling") or {})
-    new = data.get("rope_parameters") or {}
+    old, new = data.get("rope_scaling") or {}, data.get("rope_parameters") or {}
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        raise ValueError(f"{source}: rope_scaling and rope_parameters must be JSON objects or null")
+    params = dict(old)
     if any(isinstance(v, dict) for v in new.values()):
         raise ValueError(f"{source}: per-layer rope_parameters are not supported (one RoPE for every layer)")
     params.update(new)
@@ -47,6 +49,17 @@ def rope_fields(data: dict, source: str, default_theta: float, default_pct: floa
     if kind not in ROPE_TYPES:
         raise ValueError(f"{source}: rope scaling type {kind!r} is not supported; tfm supports "
                          f"{', '.join(map(repr, ROPE_TYPES))}")
+    needs = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor")}.get(kind, ())
+    missing = [k for k in needs if k not in params]
+    if missing:
+        raise ValueError(f"{source}: rope scaling {kind!r} needs {missing} in rope_scaling / rope_parameters")
+    try:
+        return _rope_numbers(data, params, kind, default_theta, default_pct)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{source}: a RoPE setting is not a number ({e})") from None
+
+
+def _rope_numbers(data: dict, params: dict, kind: str, default_theta: float, default_pct: float) -> dict[str, Any]:
     out = dict(pos_encoding="rope", rope_scaling=ROPE_TYPES[kind],
                rope_base=float(params.get("rope_theta", data.get("rope_theta", data.get("rotary_emb_base", default_theta)))),
                rotary_pct=float(params.get("partial_rotary_factor",

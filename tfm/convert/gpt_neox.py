@@ -28,9 +28,9 @@ def fields(data: dict, source: str) -> tuple[dict, dict]:
     kwargs = dict(
         vocab_size=data["vocab_size"], context_length=data["max_position_embeddings"], d_model=data["hidden_size"],
         n_layer=data["num_hidden_layers"], n_head=data["num_attention_heads"], d_ff=data["intermediate_size"],
-        activation=HF_ACTIVATIONS[act], norm_eps=float(data.get("layer_norm_eps", 1e-5)),
-        parallel_block=bool(data.get("use_parallel_residual", True)),
-        tied_embeddings=bool(data.get("tie_word_embeddings", False)),
+        activation=HF_ACTIVATIONS[act], norm_eps=data.get("layer_norm_eps", 1e-5),
+        parallel_block=data.get("use_parallel_residual", True),
+        tied_embeddings=data.get("tie_word_embeddings", False),
         **rope_fields(data, source, default_theta=10000.0, default_pct=0.25),
     )
     return kwargs, {"source_format": "huggingface-gpt-neox"}

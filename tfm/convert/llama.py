@@ -31,8 +31,8 @@ def fields(data: dict, source: str, family: str = "llama") -> tuple[dict, dict]:
     kwargs = dict(
         vocab_size=data["vocab_size"], context_length=data["max_position_embeddings"], d_model=d,
         n_layer=data["num_hidden_layers"], n_head=h, n_kv_head=data.get("num_key_value_heads") or h,
-        d_ff=data["intermediate_size"], norm="rmsnorm", norm_eps=float(data.get("rms_norm_eps", 1e-6)),
-        activation="swiglu", bias=False, tied_embeddings=bool(data.get("tie_word_embeddings", False)),
+        d_ff=data["intermediate_size"], norm="rmsnorm", norm_eps=data.get("rms_norm_eps", 1e-6),
+        activation="swiglu", bias=False, tied_embeddings=data.get("tie_word_embeddings", False),
         **rope_fields(data, source, default_theta=10000.0),
     )
     return kwargs, {"source_format": f"huggingface-{family}"}
