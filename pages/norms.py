@@ -9,7 +9,9 @@ from ui import sidebar, state
 
 
 def _depth(lm, placement: str, norm: str, n_layer: int, ids: tuple, seed: int) -> dict:
-    cfg = lm.config.replace(norm_placement=placement, norm=norm, n_layer=n_layer, dropout=0.0)
+    # A parallel block has no post-norm form: post-norm runs it as the sequential block.
+    cfg = lm.config.replace(norm_placement=placement, norm=norm, n_layer=n_layer, dropout=0.0,
+                            parallel_block=lm.config.parallel_block and placement == "pre")
     return internals.depth_norms(cfg, ids, seed)
 
 
@@ -45,6 +47,10 @@ st.caption(f"Left: the statistics of the vectors going **into** {which_stats} di
            "mean, std ≈ the gains' size. Hover for exact values.")
 
 st.header("2. The residual stream grows")
+if cfg.parallel_block:
+    st.info("This model's blocks are **parallel** (GPT-NeoX): attention and MLP both read the block's input, "
+            "x + attn(ln1(x)) + mlp(ln2(x)). So ln2 normalises the stream *entering* the block, not the stream "
+            "after attention, and the 'after attention' stream (resid_mid) is a partial sum no sublayer reads.")
 norms_ = residual_norms(tr)
 left, right = st.columns(2)
 left.plotly_chart(fn.layer_token_heatmap(norms_["resid"], run.labels, streams, "Residual-stream L2 norm per token",
@@ -123,6 +129,8 @@ st.markdown(
     f"A **fresh random model** of this model's size (d_model {cfg.d_model}, {cfg.n_head} heads) with the "
     "settings below runs your prompt forward and backward (the next-token loss). We measure the residual "
     "stream's norm after each block and the gradient norm reaching each block's weights."
+    + (" This model's parallel block has no post-norm form: the post-norm model runs sequential blocks."
+       if cfg.parallel_block else "")
 )
 st.session_state.setdefault("norms.cmp_placement", "both")
 st.session_state.setdefault("norms.cmp_norm", cfg.norm)

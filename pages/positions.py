@@ -58,7 +58,17 @@ elif cfg.pos_encoding == "rope":
                  "fast (fine position), the last pairs barely move (coarse position).")
     right.plotly_chart(fp.rope_frequency_line(model.inv_freq.float().cpu(), "Rotation speed per pair"),
                        key="pos.rope_freq")
-    right.caption(f"θᵢ = {cfg.rope_base:g}^(−2i/d_head): each pair turns this many radians per position.")
+    rd = cfg.rotary_dim
+    scaled = {"none": "", "linear": f", then divided by {cfg.rope_factor:g} (linear rope_scaling)",
+              "llama3": f", then Llama 3.1's rescaling: wavelengths longer than {cfg.rope_original_context}/"
+                        f"{cfg.rope_low_freq_factor:g} positions are stretched {cfg.rope_factor:g}×, shorter than "
+                        f"{cfg.rope_original_context}/{cfg.rope_high_freq_factor:g} kept, the band between blended"}
+    right.caption(f"θᵢ = {cfg.rope_base:g}^(−2i/{rd}){scaled[cfg.rope_scaling]}: each pair turns this many "
+                  "radians per position.")
+    if rd < cfg.d_head:
+        st.info(f"Partial rotary (rotary_pct = {cfg.rotary_pct:g}, as in GPT-NeoX/Pythia): RoPE rotates only the "
+                f"first {rd} of each head's {cfg.d_head} dimensions ({rd // 2} pairs, drawn above); the other "
+                f"{cfg.d_head - rd} pass through unrotated, so they carry no position at all.")
 else:
     st.info("This model uses **no positional encoding** (`pos_encoding = none`). Nothing is added to the "
             "embeddings and nothing is rotated: the only hint about order is the causal mask (a token sees "

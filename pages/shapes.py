@@ -49,6 +49,9 @@ with flow_tab:
                "and sizes. Blue: block 0 in full; the other blocks repeat it. Dashed arrows: the residual "
                "connection carries the stream around a sublayer and adds its output back.")
     st.graphviz_chart(fs.shape_flow_dot(shapes, cfg.n_layer))
+if cfg.parallel_block:
+    st.caption("This model's blocks are parallel (GPT-NeoX): ln2 reads the block's input (resid_pre), not "
+               "resid_mid, and the block adds attn_out and mlp_out to it together.")
 with table_tab:
     st.dataframe(fs.shape_table(shapes), hide_index=True, height=min(800, 38 + 35 * len(shapes)), key="shapes.table")
     st.caption("Axes: batch, pos (token position), head, d_head, d_model, d_ff (MLP width), vocab. "
@@ -73,27 +76,39 @@ left.dataframe(pd.DataFrame(rows), hide_index=True, key="shapes.params",
                column_config={c: st.column_config.NumberColumn(format="localized")
                               for c in ("by formula", "counted")})
 left.caption("'Counted' adds up the sizes of the model's real parameter tensors (tfm.analysis.param_counts; a "
-             "tied matrix counts once). Attention: W_qkv is d × 3d and W_O is d × d, so 4·d² (+ 4·d biases).")
+             "tied matrix counts once). Attention: W_qkv is d × (d + 2·kv) and W_O is d × d, with kv = KV heads · "
+             f"d_head = {cfg.n_kv_head}·{cfg.d_head}" + (" = d, so 4·d² (+ 4·d biases)." if cfg.n_kv_head == cfg.n_head
+                                                         else ": grouped-query attention shares keys and values."))
 right.plotly_chart(fs.param_bars(counts, "Parameters by component"),
                    key="shapes.param_bars")
 
 st.header("3. KV-cache memory")
 st.markdown("When generating, each layer keeps the keys and values of every earlier token so it does not "
-            "recompute them: 2 (K and V) · layers · heads · d_head · context · batch · bytes per number.")
+            "recompute them: 2 (K and V) · layers · KV heads · d_head · context · batch · bytes per number.")
+if cfg.n_kv_head != cfg.n_head:
+    st.caption(f"This model uses grouped-query attention: {cfg.n_head} query heads share {cfg.n_kv_head} key/value "
+               f"heads ({cfg.group_size} query heads each), so its cache is {cfg.group_size}× smaller than with "
+               "one K and V per query head.")
+if st.session_state.get("shapes.kv_model") != run.spec:  # another model: start from its own sizes
+    st.session_state["shapes.kv_model"] = run.spec
+    for key in ("shapes.kv_ctx", "shapes.kv_layers", "shapes.kv_heads"):
+        st.session_state.pop(key, None)
 st.session_state.setdefault("shapes.kv_ctx", cfg.context_length)
 st.session_state["shapes.kv_ctx"] = min(int(st.session_state["shapes.kv_ctx"]), max(cfg.context_length, 32_768))
 for key, default in (("shapes.kv_dtype", "float32"), ("shapes.kv_batch", 1),
-                     ("shapes.kv_layers", cfg.n_layer), ("shapes.kv_heads", cfg.n_head)):
+                     ("shapes.kv_layers", cfg.n_layer), ("shapes.kv_heads", cfg.n_kv_head)):
     st.session_state.setdefault(key, default)
 c = st.columns(5)
 ctx = c[0].number_input("Context (tokens)", 1, max(cfg.context_length, 32_768), **state.keep("shapes.kv_ctx"))
 layers = c[1].number_input("Layers", 1, 512, **state.keep("shapes.kv_layers"))
-heads = c[2].number_input("Heads", 1, 256, **state.keep("shapes.kv_heads"))
+heads = c[2].number_input("KV heads", 1, 256, **state.keep("shapes.kv_heads"),
+                          help="Key/value heads: the query heads when there is no grouped-query attention.")
 kv_batch = c[3].number_input("Batch", 1, 256, **state.keep("shapes.kv_batch"))
 dtype = c[4].selectbox("Precision", list(DTYPES), **state.keep("shapes.kv_dtype"))
 try:
-    what_if = cfg.replace(n_layer=int(layers), n_head=int(heads), d_model=int(heads) * cfg.d_head,
-                          context_length=max(cfg.context_length, int(ctx)))
+    group = cfg.group_size  # query heads per KV head, as in this model
+    what_if = cfg.replace(n_layer=int(layers), n_head=int(heads) * group, n_kv_head=int(heads),
+                          d_model=int(heads) * group * cfg.d_head, context_length=max(cfg.context_length, int(ctx)))
     kv = internals.kv_cache_bytes(what_if, int(ctx), DTYPES[dtype], int(kv_batch))
 except ValueError as e:
     st.warning(f"That combination is not a valid model: {e}")
@@ -104,6 +119,6 @@ else:
     m[2].metric("Match", "✓" if kv["formula"] == kv["nbytes"] else "✗")
     st.caption(f"2 · {layers} · {heads} · {cfg.d_head} (d_head of this model) · {ctx} · {kv_batch} · "
                f"{kv['bytes_per_value']} bytes = {kv['formula']:,} bytes. The KVCache holds K and V tensors of "
-               f"shape {' × '.join(map(str, kv['shape']))} (layers × batch × heads × context × d_head), "
+               f"shape {' × '.join(map(str, kv['shape']))} (layers × batch × KV heads × context × d_head), "
                "allocated on the meta device here so nothing is used. For comparison, this model's weights take "
                f"{_mb(model.num_params() * kv['bytes_per_value'])} in {dtype}.")

@@ -59,9 +59,26 @@ def count_blocks(monkeypatch):
     return calls
 
 
+# The Hugging Face families' pieces: grouped/multi-query attention, partial rotary with
+# llama3 scaling, the parallel block, q/k/v-only bias (tiny has 2 heads: n_kv_head=1 is multi-query).
+FAMILY = [dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, n_kv_head=1),
+          dict(pos_encoding="rope", rotary_pct=0.5, parallel_block=True, activation="gelu", tied_embeddings=False),
+          dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, qkv_bias=True, n_kv_head=1,
+               rope_scaling="llama3", rope_factor=8.0, rope_low_freq_factor=1.0, rope_high_freq_factor=4.0,
+               rope_original_context=16)]
+
+
 @pytest.mark.parametrize("i", range(len(CORE)), ids=lambda i: "-".join(CORE[i]) + f"-{FLAGS[i % 4]}")
 def test_every_entry_equals_the_eager_trace_bit_for_bit(i, make_model):
-    model = make_model("tiny", **variant(i))
+    check_equal_to_eager(make_model("tiny", **variant(i)))
+
+
+@pytest.mark.parametrize("extra", FAMILY, ids=["gqa", "partial-rotary-parallel", "qkv-bias-llama3"])
+def test_family_pieces_equal_the_eager_trace_bit_for_bit(extra, make_model):
+    check_equal_to_eager(make_model("tiny", **extra))
+
+
+def check_equal_to_eager(model):
     lazy, eager = traces(model, ids())
     assert isinstance(lazy.trace, LazyTrace) and not isinstance(eager.trace, LazyTrace)
     assert lazy.trace.shapes == eager.trace.shapes  # names, shapes, axes, dtypes, order, shape-only rows
@@ -249,3 +266,16 @@ def test_trace_byte_estimate_equals_the_shape_trace(i):
     cfg = ModelConfig.preset("tiny", **variant(i))
     shapes = shape_trace(cfg, [1, 2, 3], 2, 9)
     assert estimate_trace_bytes(cfg, 9, batch=2) == sum(4 * torch.Size(e.shape).numel() for e in shapes if e.stored)
+
+
+@pytest.mark.parametrize("extra", FAMILY, ids=["gqa", "partial-rotary-parallel", "qkv-bias-llama3"])
+def test_byte_estimates_count_key_value_heads(extra, make_model):
+    from tfm.internals import shape_trace
+    from tfm.trace import estimate_trace_bytes
+    cfg = ModelConfig.preset("tiny", **extra)
+    shapes = shape_trace(cfg, [1, 2, 3], 2, 9)
+    assert estimate_trace_bytes(cfg, 9, batch=2) == sum(4 * torch.Size(e.shape).numel() for e in shapes if e.stored)
+    tr = lazy_trace(make_model("tiny", **extra), ids())
+    stored = tr.nbytes
+    tr["blocks.0.attn.pattern"]
+    assert tr.nbytes - stored == estimate_block_bytes(cfg, 7, batch=2)

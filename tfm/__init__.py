@@ -1,7 +1,8 @@
 """tfm: a small, readable GPT you can look inside.
 
     import tfm
-    lm = tfm.load("default")                     # or a tfm / HF GPT-2 folder, a nanoGPT ckpt.pt
+    lm = tfm.load("default")                     # or a tfm folder; a HF GPT-2, Llama, Qwen2, Mistral
+                                                 # or GPT-NeoX folder; a nanoGPT ckpt.pt
     ids = lm.tokenizer.encode("The cat sat")
     out = lm.model(torch.tensor([ids]), trace=True)
     out.logits, out.trace["blocks.0.attn.pattern"]

@@ -15,6 +15,7 @@ PosEncoding = Literal["learned", "sinusoidal", "rope", "none"]
 NormType = Literal["layernorm", "rmsnorm"]
 NormPlacement = Literal["pre", "post"]
 Activation = Literal["gelu", "gelu_tanh", "relu", "swiglu"]
+RopeScaling = Literal["none", "linear", "llama3"]
 
 
 def _check_choice(name: str, value: Any, kind: Any) -> None:
@@ -44,7 +45,17 @@ class ModelConfig:
     approximation GPT-2 was trained with, "swiglu" the gated unit of PaLM / Llama (its
     hidden width is `d_ff`, with a third weight matrix).
     `norm_placement`: "pre" normalises each sublayer's input (GPT-2); "post" normalises after
-    the residual sum (the 2017 paper). `rope_base` is only used when pos_encoding == "rope".
+    the residual sum (the 2017 paper).
+
+    `n_kv_head`: key/value heads (grouped-query attention when fewer than `n_head`, multi-query
+    at 1); each serves n_head / n_kv_head consecutive query heads. Defaults to n_head.
+    RoPE fields (used only when pos_encoding == "rope"): `rope_base` is Hugging Face's rope_theta;
+    `rotary_pct` the fraction of each head's dimensions rotated (Pythia: 0.25); `rope_scaling`
+    rescales the frequencies ("linear": all divided by `rope_factor`; "llama3": Llama 3.1's
+    wavelength-banded rescaling, with `rope_low_freq_factor`, `rope_high_freq_factor` and
+    `rope_original_context`). `parallel_block`: attention and MLP both read the block's input
+    (GPT-NeoX): x + attn(ln1(x)) + mlp(ln2(x)). `qkv_bias`: biases on the query/key/value
+    projection even when `bias` is false (Qwen2).
     """
 
     vocab_size: int
@@ -62,6 +73,15 @@ class ModelConfig:
     norm_eps: float = 1e-5
     dropout: float = 0.0
     rope_base: float = 10000.0
+    n_kv_head: int | None = None  # None = n_head; stored resolved
+    rotary_pct: float = 1.0
+    rope_scaling: RopeScaling = "none"
+    rope_factor: float = 1.0
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_original_context: int = 8192
+    parallel_block: bool = False
+    qkv_bias: bool = False
 
     def __post_init__(self) -> None:
         _check_int("vocab_size", self.vocab_size, 2, 1_000_000)
@@ -75,15 +95,15 @@ class ModelConfig:
                 f"d_model={self.d_model} is not divisible by n_head={self.n_head}; "
                 "pick n_head among the divisors of d_model"
             )
-        if self.pos_encoding == "rope" and self.d_head % 2:
-            raise ValueError(f"RoPE rotates pairs of dimensions: d_model/n_head={self.d_head} must be even")
+        self._check_kv_heads()
+        self._check_rope()
         if self.pos_encoding == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"sinusoidal encodings pair sin/cos: d_model={self.d_model} must be even")
         _check_choice("pos_encoding", self.pos_encoding, PosEncoding)
         _check_choice("norm", self.norm, NormType)
         _check_choice("norm_placement", self.norm_placement, NormPlacement)
         _check_choice("activation", self.activation, Activation)
-        for flag in ("bias", "tied_embeddings"):
+        for flag in ("bias", "tied_embeddings", "parallel_block", "qkv_bias"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
         for name in ("norm_eps", "dropout", "rope_base"):
@@ -94,10 +114,47 @@ class ModelConfig:
             raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
         if not (self.rope_base > 1):
             raise ValueError(f"rope_base={self.rope_base} must be greater than 1 (10000 is usual)")
+        if self.parallel_block and self.norm_placement != "pre":
+            raise ValueError("parallel_block=true needs norm_placement='pre' (GPT-NeoX normalises each branch's input)")
+
+    def _check_kv_heads(self) -> None:
+        if self.n_kv_head is None:
+            object.__setattr__(self, "n_kv_head", self.n_head)  # resolved once: to_dict holds the number
+        _check_int("n_kv_head", self.n_kv_head, 1, self.n_head)
+        if self.n_head % self.n_kv_head:
+            raise ValueError(f"n_kv_head={self.n_kv_head} must divide n_head={self.n_head}: each key/value head "
+                             "serves the same number of query heads")
+
+    def _check_rope(self) -> None:
+        _check_choice("rope_scaling", self.rope_scaling, RopeScaling)
+        for name in ("rotary_pct", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor"):
+            _check_number(name, getattr(self, name))
+        _check_int("rope_original_context", self.rope_original_context, 1, 10_000_000)
+        if not (0 < self.rotary_pct <= 1):
+            raise ValueError(f"rotary_pct={self.rotary_pct} must be in (0, 1]: the fraction of each head's dims RoPE rotates")
+        if self.pos_encoding == "rope" and (self.rotary_dim < 2 or self.rotary_dim % 2):
+            part = "" if self.rotary_pct == 1 else f" times rotary_pct={self.rotary_pct}, rounded down, = {self.rotary_dim}"
+            raise ValueError(f"RoPE rotates pairs of dimensions: d_model/n_head={self.d_head}{part} must be even "
+                             "(and at least 2); change d_model, n_head or rotary_pct")
+        if self.rope_factor < 1:
+            raise ValueError(f"rope_factor={self.rope_factor} must be >= 1 (it stretches the wavelengths)")
+        if not (0 < self.rope_low_freq_factor < self.rope_high_freq_factor):
+            raise ValueError(f"need 0 < rope_low_freq_factor ({self.rope_low_freq_factor}) < rope_high_freq_factor "
+                             f"({self.rope_high_freq_factor}) (Llama 3.1 uses 1 and 4)")
 
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_head
+
+    @property
+    def rotary_dim(self) -> int:
+        """Dimensions of each head that RoPE rotates (the first ones); the rest pass through."""
+        return int(self.d_head * self.rotary_pct)
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per key/value head."""
+        return self.n_head // self.n_kv_head
 
     def replace(self, **changes: Any) -> "ModelConfig":
         """A copy with some fields changed (validated again)."""
@@ -141,6 +198,20 @@ PRESETS: dict[str, dict[str, Any]] = {
     "llama-tiny": dict(
         vocab_size=4096, context_length=256, d_model=128, n_layer=4, n_head=4, d_ff=344,
         pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, tied_embeddings=False,
+    ),
+    # Shaped like today's small open models (random weights; context capped at 2048 for the app).
+    "smollm2-135m": dict(
+        vocab_size=49152, context_length=2048, d_model=576, n_layer=30, n_head=9, n_kv_head=3, d_ff=1536,
+        pos_encoding="rope", rope_base=100000.0, norm="rmsnorm", activation="swiglu", bias=False,
+    ),
+    "qwen2.5-0.5b": dict(
+        vocab_size=151936, context_length=2048, d_model=896, n_layer=24, n_head=14, n_kv_head=2, d_ff=4864,
+        pos_encoding="rope", rope_base=1000000.0, norm="rmsnorm", norm_eps=1e-6, activation="swiglu",
+        bias=False, qkv_bias=True,
+    ),
+    "pythia-160m": dict(
+        vocab_size=50304, context_length=2048, d_model=768, n_layer=12, n_head=12, d_ff=3072,
+        pos_encoding="rope", rotary_pct=0.25, parallel_block=True, activation="gelu", tied_embeddings=False,
     ),
     # The shape of the bundled default model.
     "tfm-small": dict(vocab_size=4096, context_length=256, d_model=192, n_layer=6, n_head=6, d_ff=768),

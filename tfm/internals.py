@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from .cache import KVCache
 from .config import ModelConfig
-from .model import GPT, apply_rope, attend, rope_angles, sinusoidal_table
+from .model import GPT, attend, rope_angles, sinusoidal_table
 from .trace import ShapeEntry, Trace
 
 
@@ -68,9 +68,7 @@ def block0_attention(model: GPT, h: torch.Tensor, angles: torch.Tensor | None, c
     block = model.blocks[0]
     a_in = block.ln1(h) if block.pre else h
     attn = block.attn
-    q, k, v = (attn.split_heads(part) for part in attn.qkv(a_in).split(h.shape[-1], dim=-1))  # (B, H, T, hd)
-    if angles is not None:
-        q, k = apply_rope(q, angles), apply_rope(k, angles)
+    q, k, v = attn.split_qkv(attn.qkv(a_in), angles)                  # (B, H, T, hd), k, v (B, Hkv, T, hd)
     z = attend(q, k, v, "causal" if causal else None, None)              # (B, H, T, hd)
     return attn.proj(z.transpose(1, 2).reshape(h.shape))                 # (B, T, D)
 
@@ -279,7 +277,13 @@ def param_formulas(cfg: ModelConfig) -> dict[str, tuple[str, int]]:
     """Closed-form parameter count per component (keys as `tfm.analysis.param_counts`):
     name -> (formula text, value)."""
     d, f, v, L, b = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_layer, int(cfg.bias)
-    attn = 4 * d * d + 4 * d * b                                          # qkv (3d^2) + proj (d^2)
+    kv, qkv_b = cfg.n_kv_head * cfg.d_head, int(cfg.bias or cfg.qkv_bias)
+    attn = d * (d + 2 * kv) + d * d + (d + 2 * kv) * qkv_b + d * b        # qkv (d x (d + 2kv)) + proj (d x d)
+    if kv == d:
+        attn_text = f"4·d²{' + 4·d' if b else (' + 3·d' if qkv_b else '')}"
+    else:  # grouped-query: k and v are kv = n_kv_head·d_head wide
+        attn_text = (f"2·d² + 2·d·kv{' + d + 2·kv' if qkv_b else ''}{' + d' if b else ''}, "
+                     f"kv = {cfg.n_kv_head}·{cfg.d_head}")
     if cfg.activation == "swiglu":
         mlp, mlp_text = 3 * d * f + (2 * f + d) * b, "3·d·d_ff" + (" + 2·d_ff + d" if b else "")
     else:
@@ -289,7 +293,7 @@ def param_formulas(cfg: ModelConfig) -> dict[str, tuple[str, int]]:
     per_norm = 2 * d if (cfg.norm == "layernorm" and cfg.bias) else d
     return {
         "embeddings": ("V·d" + (" + T·d" if learned else ""), v * d + (cfg.context_length * d if learned else 0)),
-        "attention": (f"L·(4·d²{' + 4·d' if b else ''})", L * attn),
+        "attention": (f"L·({attn_text})", L * attn),
         "mlp": (f"L·({mlp_text})", L * mlp),
         "norms": (f"{n_norms} norms · {'2·d' if per_norm == 2 * d else 'd'}", n_norms * per_norm),
         "unembedding": ("0 (tied to the embedding)" if cfg.tied_embeddings else "V·d", 0 if cfg.tied_embeddings else v * d),
@@ -297,12 +301,12 @@ def param_formulas(cfg: ModelConfig) -> dict[str, tuple[str, int]]:
 
 
 def kv_cache_bytes(cfg: ModelConfig, context: int, dtype: torch.dtype, batch: int = 1) -> dict:
-    """KV-cache size by formula, 2 (K and V) · layers · heads · d_head · context · batch ·
+    """KV-cache size by formula, 2 (K and V) · layers · KV heads · d_head · context · batch ·
     bytes, and as `KVCache(...).nbytes()` (allocated on the meta device: no memory used)."""
     if not 1 <= context <= cfg.context_length:
         raise ValueError(f"context {context} must be between 1 and the context length {cfg.context_length}")
     per = torch.empty((), dtype=dtype).element_size()
-    formula = 2 * cfg.n_layer * cfg.n_head * cfg.d_head * context * batch * per
+    formula = 2 * cfg.n_layer * cfg.n_kv_head * cfg.d_head * context * batch * per
     cache = KVCache(cfg, batch=batch, max_len=context, device="meta", dtype=dtype)
     return {"formula": formula, "nbytes": cache.nbytes(), "bytes_per_value": per,
             "shape": tuple(cache.k.shape)}

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from .config import ModelConfig
+from .convert import DTYPES, is_hf_family_folder, load_hf_family_folder
 from .model import GPT
 from .tokenizer import Tokenizer
 from .weights import load_hf_gpt2_folder, load_nanogpt, load_tfm_folder, read_json
@@ -87,7 +88,8 @@ def random_model(config: ModelConfig | str, tokenizer: Tokenizer | None = None, 
 
 
 def detect_format(path: Path) -> str:
-    """'tfm', 'hf-gpt2' or 'nanogpt', from what the folder holds."""
+    """'tfm', 'hf-gpt2', 'hf-family' (Llama, Qwen2, Mistral, GPT-NeoX) or 'nanogpt', from what
+    the folder holds."""
     if path.is_file():
         if path.suffix in (".pt", ".pth", ".ckpt"):
             return "nanogpt"
@@ -100,17 +102,25 @@ def detect_format(path: Path) -> str:
             return "tfm"
         if isinstance(data, dict) and data.get("model_type") == "gpt2":
             return "hf-gpt2"
+        if is_hf_family_folder(data):
+            return "hf-family"
     if (path / "ckpt.pt").is_file():
         return "nanogpt"
     raise ValueError(f"{path} is not a model folder: expected a tfm folder (config.json with \"format\": \"tfm\" "
-                     "and model.safetensors), a Hugging Face GPT-2 folder, or a nanoGPT ckpt.pt")
+                     "and model.safetensors), a Hugging Face folder (GPT-2, Llama, Qwen2, Mistral, GPT-NeoX), "
+                     "or a nanoGPT ckpt.pt")
 
 
-def load(source: str | Path = "default", device: str | None = "auto") -> LM:
-    """Load a model by registered name ("default"), "random:<preset>", or path."""
+def load(source: str | Path = "default", device: str | None = "auto", dtype: str = "float32") -> LM:
+    """Load a model by registered name ("default"), "random:<preset>", or path; `dtype`
+    ("float32", "float16" or "bfloat16") is what its weights are held in, whatever the files hold."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
     src = str(source)
     if src.startswith("random:"):
-        return random_model(src.removeprefix("random:"), device=device)
+        lm = random_model(src.removeprefix("random:"), device=device)
+        lm.model.to(DTYPES[dtype])  # freshly made, not shared yet
+        return lm
     if src in REGISTRY:
         path = REGISTRY[src]
         if not path.is_dir():
@@ -123,7 +133,9 @@ def load(source: str | Path = "default", device: str | None = "auto") -> LM:
         model, tok, meta = load_tfm_folder(path)
     elif kind == "hf-gpt2":
         model, tok, meta = load_hf_gpt2_folder(path)
+    elif kind == "hf-family":
+        model, tok, meta = load_hf_family_folder(path, dtype)
     else:
         model, tok, meta = load_nanogpt(path if path.is_file() else path / "ckpt.pt")
     dev = pick_device(device)
-    return LM(model.to(dev).eval(), tok, model.config, dev, src, meta)
+    return LM(model.to(dev, DTYPES[dtype]).eval(), tok, model.config, dev, src, meta)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from .cache import KVCache
 from .config import ModelConfig
+from .rope import inv_freq as rope_inv_freq
 from .trace import Recorder, Trace
 
 
@@ -61,17 +62,20 @@ class Norm(nn.Module):
 
 
 def rope_angles(inv_freq: torch.Tensor, start: int, length: int) -> torch.Tensor:
-    """Rotation angle per position and dimension pair: pos * base^(-2i/hd). (T, hd/2)"""
+    """Rotation angle per position and dimension pair: pos * base^(-2i/rd). (T, rd/2), rd = rotary_dim"""
     pos = torch.arange(start, start + length, device=inv_freq.device, dtype=inv_freq.dtype)
     return torch.outer(pos, inv_freq)
 
 
 def apply_rope(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (i, i + hd/2) of each head's vector by their angle (the GPT-NeoX/Llama layout)."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]              # (B, H, T, hd/2) each
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, hd/2)
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    """Rotate pairs (i, i + rd/2) of the first rd = 2 * angles.shape[-1] dims of each head's vector
+    by their angle (Hugging Face's rotate_half layout); the other hd - rd dims pass through
+    (partial rotary, GPT-NeoX)."""
+    half = angles.shape[-1]
+    x1, x2 = x[..., :half], x[..., half:2 * half]      # (B, H, T, rd/2) each
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, rd/2)
+    rotated = [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
+    return torch.cat(rotated + [x[..., 2 * half:]] if 2 * half < x.shape[-1] else rotated, dim=-1)
 
 
 def causal_mask(t: int, s: int, device: torch.device) -> torch.Tensor:
@@ -81,7 +85,10 @@ def causal_mask(t: int, s: int, device: torch.device) -> torch.Tensor:
 
 
 def attention_scores(q: torch.Tensor, k: torch.Tensor, mask) -> torch.Tensor:
-    """q k^T / sqrt(hd), -inf where `mask` (as in `attend`) forbids. (B, H, T, S)"""
+    """q k^T / sqrt(hd), -inf where `mask` (as in `attend`) forbids. (B, H, T, S); k may have
+    fewer (key/value) heads than q, as in `attend`."""
+    if k.shape[1] != q.shape[1]:
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)     # (B, H, S, hd)
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])     # (B, H, T, S)
     if isinstance(mask, str):
         mask = causal_mask(q.shape[-2], k.shape[-2], q.device)
@@ -92,12 +99,17 @@ def attend(q, k, v, mask, rec: Recorder | None, dropout_p: float = 0.0) -> torch
     """softmax(q k^T / sqrt(hd) + mask) v. Fused when not traced, explicit when traced.
 
     `mask` is a bool tensor broadcastable to (B, H, T, S), True = may attend, or the string
-    "causal" for the plain square causal case, or None for no mask.
+    "causal" for the plain square causal case, or None for no mask. k and v may have fewer
+    heads than q (grouped-query attention): query head h reads key/value head h // (H / Hkv).
     """
+    group = q.shape[1] // k.shape[1]
     if rec is None:
+        gqa = {"enable_gqa": True} if group > 1 else {}
         if isinstance(mask, str):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, **gqa)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, **gqa)
+    if group > 1:  # the pattern is per query head: give each its key/value head
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, H, S, hd)
     scores = attention_scores(q, k, mask)                             # (B, H, T, S)
     pattern = scores.softmax(dim=-1)                                  # (B, H, T, S)
     # Same attention dropout as the fused path (training only); the trace keeps the
@@ -110,27 +122,35 @@ def attend(q, k, v, mask, rec: Recorder | None, dropout_p: float = 0.0) -> torch
 
 
 class Attention(nn.Module):
-    """Multi-head causal self-attention with a fused qkv projection (as GPT-2 stores it)."""
+    """Causal self-attention with a fused qkv projection (as GPT-2 stores it): n_head query heads
+    and n_kv_head key/value heads (fewer for grouped-query attention), rows [q | k | v]."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.n_head, self.d_head, self.dropout = cfg.n_head, cfg.d_head, cfg.dropout
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        self.kv_dim = cfg.n_kv_head * cfg.d_head
+        self.qkv = nn.Linear(cfg.d_model, cfg.d_model + 2 * self.kv_dim, bias=cfg.bias or cfg.qkv_bias)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-        return x.view(b, t, self.n_head, self.d_head).transpose(1, 2)  # (B, H, T, hd)
+        b, t, width = x.shape
+        return x.view(b, t, width // self.d_head, self.d_head).transpose(1, 2)  # (B, H or Hkv, T, hd)
 
-    def forward(self, x, rec: Recorder | None, angles=None, cache: KVCache | None = None, layer: int = 0):
-        qkv = self.qkv(x)                                              # (B, T, 3D)
-        if rec is not None:
-            rec.shape_only("qkv", qkv)
-        q, k, v = (self.split_heads(part) for part in qkv.split(x.shape[-1], dim=-1))  # (B, H, T, hd)
+    def split_qkv(self, qkv: torch.Tensor, angles: torch.Tensor | None):
+        """The fused projection's output -> q (B, H, T, hd), k and v (B, Hkv, T, hd), RoPE applied."""
+        parts = qkv.split([self.n_head * self.d_head, self.kv_dim, self.kv_dim], dim=-1)
+        q, k, v = (self.split_heads(part) for part in parts)
         if angles is not None:
             q, k = apply_rope(q, angles), apply_rope(k, angles)
+        return q, k, v
+
+    def forward(self, x, rec: Recorder | None, angles=None, cache: KVCache | None = None, layer: int = 0):
+        qkv = self.qkv(x)                                              # (B, T, D + 2 Hkv hd)
+        if rec is not None:
+            rec.shape_only("qkv", qkv)
+        q, k, v = self.split_qkv(qkv, angles)                         # (B, H, T, hd), k, v (B, Hkv, T, hd)
         if cache is not None:
-            k, v = cache.update(layer, k, v)                           # (B, H, S, hd), S = cached + T
+            k, v = cache.update(layer, k, v)                           # (B, Hkv, S, hd), S = cached + T
         if rec is not None:
             for name, t in (("q", q), ("k", k), ("v", v)):
                 rec.add(name, t)
@@ -190,11 +210,12 @@ class Block(nn.Module):
 
     pre-norm:  x = x + attn(ln1(x));  x = x + mlp(ln2(x))
     post-norm: x = ln1(x + attn(x));  x = ln2(x + mlp(x))
+    parallel:  x = x + attn(ln1(x)) + mlp(ln2(x))   (GPT-NeoX; resid_mid is then x + attn only)
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.pre = cfg.norm_placement == "pre"
+        self.pre, self.parallel = cfg.norm_placement == "pre", cfg.parallel_block
         self.ln1, self.attn, self.ln2, self.mlp = Norm(cfg), Attention(cfg), Norm(cfg), MLP(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
@@ -206,13 +227,14 @@ class Block(nn.Module):
         a = self.drop(self.attn(a_in, sub("attn"), angles, cache, layer))
         if rec is not None:  # recorded before a post-norm's ln1 runs: the trace is in execution order
             rec.add("attn_out", a)
-        x = x + a if self.pre else self.ln1(x + a, sub("ln1"))
+        mid = x + a if self.pre else self.ln1(x + a, sub("ln1"))
         if rec is not None:
-            rec.add("resid_mid", x)
-        m = self.drop(self.mlp(self.ln2(x, sub("ln2")) if self.pre else x, sub("mlp")))
+            rec.add("resid_mid", mid)
+        m_in = x if self.parallel else mid  # the parallel block's MLP reads the block input too
+        m = self.drop(self.mlp(self.ln2(m_in, sub("ln2")) if self.pre else m_in, sub("mlp")))
         if rec is not None:
             rec.add("mlp_out", m)
-        x = x + m if self.pre else self.ln2(x + m, sub("ln2"))
+        x = mid + m if self.pre else self.ln2(mid + m, sub("ln2"))
         if rec is not None:
             rec.add("resid_post", x)
         return x
@@ -257,8 +279,7 @@ class GPT(nn.Module):
         if cfg.pos_encoding == "sinusoidal":
             self.register_buffer("pos_table", sinusoidal_table(cfg.context_length, cfg.d_model), persistent=False)
         if cfg.pos_encoding == "rope":
-            inv_freq = cfg.rope_base ** (-torch.arange(0, cfg.d_head, 2, dtype=torch.float32) / cfg.d_head)
-            self.register_buffer("inv_freq", inv_freq, persistent=False)
+            self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)  # (rotary_dim/2,)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         # Post-norm blocks already end normalised; the 2017 design has no final norm.
@@ -318,7 +339,7 @@ class GPT(nn.Module):
         elif self.config.pos_encoding == "sinusoidal":
             pos = self.pos_table[start:start + t]                      # (T, D)
         elif self.config.pos_encoding == "rope":
-            angles = rope_angles(self.inv_freq, start, t)              # (T, hd/2)
+            angles = rope_angles(self.inv_freq, start, t)              # (T, rotary_dim/2)
         if rec is not None:
             rec.add("embed", x)
             if pos is not None:

@@ -5,12 +5,13 @@ model itself is never mutated and many threads can trace the same cached model a
 The result is a read-only `Trace`: a mapping from TransformerLens-style names to detached
 tensors, plus the ordered shape trace of every tensor the run produced.
 
-Names and axes (B batch, T query positions, S key positions, H heads, hd head dim, D d_model,
+Names and axes (B batch, T query positions, S key positions, H query heads, Hkv key/value heads
+(= H unless grouped-query), hd head dim, rd rotated dims (= hd unless partial rotary), D d_model,
 F d_ff, V vocab; `{i}` is the block index, `{n}` is `ln1`, `ln2` or, at the end, `ln_final`):
 
     embed                    (B, T, D)    token embeddings
     pos_embed                (T, D)       learned or sinusoidal positional vectors added to embed
-    rope.angles              (T, hd/2)    RoPE rotation angle per position and dimension pair
+    rope.angles              (T, rd/2)    RoPE rotation angle per position and dimension pair
     blocks.{i}.resid_pre     (B, T, D)    residual stream entering block i
     blocks.{i}.{n}.input     (B, T, D)    what the norm receives
     blocks.{i}.{n}.mean      (B, T)       per-token mean of the input (LayerNorm only)
@@ -18,13 +19,15 @@ F d_ff, V vocab; `{i}` is the block index, `{n}` is `ln1`, `ln2` or, at the end,
     blocks.{i}.{n}.rms       (B, T)       per-token sqrt(mean(x^2) + eps) (RMSNorm only)
     blocks.{i}.{n}.normalized(B, T, D)    input standardised, before gain and bias
     blocks.{i}.{n}.output    (B, T, D)    after gain (and bias)
-    blocks.{i}.attn.q|k|v    (B, H, T, hd) per-head queries, keys, values (RoPE applied to q, k)
+    blocks.{i}.attn.q        (B, H, T, hd) per-head queries (RoPE applied)
+    blocks.{i}.attn.k|v      (B, Hkv, S, hd) keys (RoPE applied) and values, per key/value head
     blocks.{i}.attn.scores   (B, H, T, S) q.k / sqrt(hd), masked positions = -inf
     blocks.{i}.attn.pattern  (B, H, T, S) softmax of scores; rows sum to 1
     blocks.{i}.attn.z        (B, H, T, hd) pattern @ v, per head
     blocks.{i}.attn.result   (B, H, T, D) each head's output through its slice of W_O
     blocks.{i}.attn_out      (B, T, D)    attention sublayer output (sum of heads + bias)
-    blocks.{i}.resid_mid     (B, T, D)    residual stream between attention and MLP
+    blocks.{i}.resid_mid     (B, T, D)    residual stream between attention and MLP (with a
+                                          parallel block: resid_pre + attn_out, which the MLP does not read)
     blocks.{i}.mlp.pre       (B, T, F)    hidden pre-activation (the gate's, for SwiGLU)
     blocks.{i}.mlp.post      (B, T, F)    hidden after the activation (gate * up, for SwiGLU)
     blocks.{i}.mlp_out       (B, T, D)    MLP sublayer output
@@ -73,7 +76,7 @@ import torch
 AXES: dict[str, tuple[str, ...]] = {
     "embed": ("batch", "pos", "d_model"),
     "pos_embed": ("pos", "d_model"),
-    "rope.angles": ("pos", "d_head/2"),
+    "rope.angles": ("pos", "rotary_dim/2"),
     "resid_pre": ("batch", "pos", "d_model"),
     "input": ("batch", "pos", "d_model"),
     "mean": ("batch", "pos"),
@@ -81,10 +84,10 @@ AXES: dict[str, tuple[str, ...]] = {
     "rms": ("batch", "pos"),
     "normalized": ("batch", "pos", "d_model"),
     "output": ("batch", "pos", "d_model"),
-    "attn.qkv": ("batch", "pos", "3*d_model"),
+    "attn.qkv": ("batch", "pos", "(head+2*kv_head)*d_head"),
     "attn.q": ("batch", "head", "pos", "d_head"),
-    "attn.k": ("batch", "head", "key_pos", "d_head"),
-    "attn.v": ("batch", "head", "key_pos", "d_head"),
+    "attn.k": ("batch", "kv_head", "key_pos", "d_head"),
+    "attn.v": ("batch", "kv_head", "key_pos", "d_head"),
     "attn.scores": ("batch", "head", "query_pos", "key_pos"),
     "attn.pattern": ("batch", "head", "query_pos", "key_pos"),
     "attn.z": ("batch", "head", "query_pos", "d_head"),
@@ -244,10 +247,11 @@ class Deferred:
 def _per_token_floats(config, length: int) -> dict[str, int]:
     """Numbers per (batch row, position) of a block's entries, by the shapes documented above."""
     d, f, h = config.d_model, config.d_ff, config.n_head
+    kv = config.n_kv_head * config.d_head                               # k, v width (grouped-query)
     stats = 2 if config.norm == "layernorm" else 1                     # mean, std | rms
     mlp = (3 if config.activation == "swiglu" else 2) * f               # pre (, up), post
-    rope = 2 * d if config.pos_encoding == "rope" else 0                # rotated q, k: new memory
-    return {"computed": 10 * d + h * length + 2 * stats + mlp + rope,   # see estimate_block_bytes
+    rope = d + kv if config.pos_encoding == "rope" else 0               # rotated q, k: new memory
+    return {"computed": 8 * d + 2 * kv + h * length + 2 * stats + mlp + rope,   # see estimate_block_bytes
             "deferred": h * length + h * d + 2 * d,                    # scores, result, 2 normalized
             "aliases": 3 * d}                                           # resid_pre and two norm in/outputs
 
@@ -270,11 +274,12 @@ def estimate_trace_bytes(config, length: int, batch: int = 1, dtype: torch.dtype
     the same memory as another counts twice, as in the shape trace): GPT-2 small at 1024
     tokens: 2.75 GB."""
     n, d = _per_token_floats(config, length), config.d_model
-    block = n["computed"] + n["deferred"] + n["aliases"] - (2 * d if config.pos_encoding == "rope" else 0)
+    rotated = d + config.n_kv_head * config.d_head if config.pos_encoding == "rope" else 0  # q, k: counted once
+    block = n["computed"] + n["deferred"] + n["aliases"] - rotated
     final = (2 * d + (2 if config.norm == "layernorm" else 1) + d) if config.norm_placement == "pre" else 0
     per_token = config.n_layer * block + d + final + config.vocab_size          # embed, ln_final, logits
     positions = length * d if config.pos_encoding in ("learned", "sinusoidal") else 0
-    angles = length * (config.d_head // 2) if config.pos_encoding == "rope" else 0
+    angles = length * (config.rotary_dim // 2) if config.pos_encoding == "rope" else 0
     return (batch * length * per_token + positions + angles) * torch.empty(0, dtype=dtype).element_size()
 
 

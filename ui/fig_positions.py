@@ -59,13 +59,14 @@ def waves(table, dims: list[int], title: str) -> go.Figure:
 
 
 def rope_angle_heatmap(angles, title: str) -> go.Figure:
-    """(T, hd/2) RoPE angles, wrapped to [0, 2π): where each pair's 'clock hand' points."""
+    """(T, rd/2) RoPE angles (rd = rotated dims per head), wrapped to [0, 2π): where each pair's
+    'clock hand' points."""
     raw = _np(angles)
     fig = go.Figure(go.Heatmap(z=np.mod(raw, 2 * math.pi), customdata=raw, colorscale="Twilight", zmin=0,
                                zmax=2 * math.pi, colorbar=dict(title="angle (rad)"),
                                hovertemplate="position %{y}, pair %{x}<br>angle %{customdata:.4f} rad"
                                              "<br>mod 2π: %{z:.4f}<extra></extra>"))
-    fig.update_layout(title=title, xaxis_title="dimension pair i (rotates dims i and i + d_head/2)",
+    fig.update_layout(title=title, xaxis_title="dimension pair i (rotates dims i and i + rotary_dim/2)",
                       yaxis_title="position", height=420)
     fig.update_yaxes(autorange="reversed")
     return fig

@@ -10,7 +10,7 @@ import streamlit as st
 from typing import get_args
 
 from tfm.config import PRESETS, ModelConfig
-from tfm.config import Activation, NormPlacement, NormType, PosEncoding
+from tfm.config import Activation, NormPlacement, NormType, PosEncoding, RopeScaling
 from tfm.loading import available_devices
 
 from . import state
@@ -18,8 +18,17 @@ from . import state
 APP = Path(__file__).resolve().parents[1] / "app.py"
 DEFAULT_PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play with her ball. One day, Lily"
 KINDS = {"default": "Bundled default", "random": "Random model", "folder": "Model folder"}
-SIZES = ("n_layer", "n_head", "d_model", "d_ff", "context_length", "vocab_size")
-VARIANTS = {"pos_encoding": PosEncoding, "norm": NormType, "norm_placement": NormPlacement, "activation": Activation}
+SIZES = ("n_layer", "n_head", "n_kv_head", "d_model", "d_ff", "context_length", "vocab_size")
+VARIANTS = {"pos_encoding": PosEncoding, "norm": NormType, "norm_placement": NormPlacement, "activation": Activation,
+            "rope_scaling": RopeScaling}
+# Float fields: (step, display format, help).
+FLOATS = {"rope_base": (1000.0, "%g", "RoPE's base θ (rope_theta): larger means slower-turning pairs"),
+          "rotary_pct": (0.05, "%.2f", "fraction of each head's dims RoPE rotates (Pythia: 0.25)"),
+          "rope_factor": (1.0, "%g", "rope_scaling's factor (linear / llama3)"),
+          "norm_eps": (1e-6, "%.0e", "ε added inside the norm's square root")}
+FLAGS = {"bias": "biases", "qkv_bias": "q/k/v bias (Qwen2)", "tied_embeddings": "tied embeddings",
+         "parallel_block": "parallel block (GPT-NeoX)"}
+FIELDS = (*VARIANTS, *SIZES, *FLOATS, *FLAGS)  # every config field the sidebar shows
 
 
 def _spec_from_url() -> None:
@@ -36,9 +45,7 @@ def _spec_from_url() -> None:
             return
         st.session_state["sidebar.model_kind"] = "random"
         st.session_state["sidebar.random_seed"] = int(data.get("seed", 0))
-        for name in VARIANTS:
-            st.session_state[f"sidebar.{name}"] = getattr(cfg, name)
-        for name in SIZES:
+        for name in FIELDS:
             st.session_state[f"sidebar.{name}"] = getattr(cfg, name)
         st.session_state["sidebar.preset"] = "tfm-small"
     elif spec.startswith("path:"):
@@ -60,9 +67,16 @@ def _random_config() -> ModelConfig | None:
         fields[name] = st.selectbox(name.replace("_", " "), list(get_args(kind)), **state.keep(f"sidebar.{name}"))
     cols = st.columns(2)
     for i, name in enumerate(SIZES):
-        fields[name] = cols[i % 2].number_input(name, min_value=1, max_value=100_000, step=1, **state.keep(f"sidebar.{name}"))
+        fields[name] = int(cols[i % 2].number_input(name, min_value=1, max_value=100_000, step=1,
+                                                    **state.keep(f"sidebar.{name}")))
+    cols = st.columns(2)
+    for i, (name, (step, fmt, hint)) in enumerate(FLOATS.items()):
+        fields[name] = float(cols[i % 2].number_input(name.replace("_", " "), min_value=0.0, step=step, format=fmt,
+                                                      help=hint, **state.keep(f"sidebar.{name}")))
+    for name, label in FLAGS.items():  # one per line: the labels are too long for two columns
+        fields[name] = st.checkbox(label, **state.keep(f"sidebar.{name}"))
     try:
-        return base.replace(**{k: int(v) if isinstance(v, float) else v for k, v in fields.items()})
+        return base.replace(**fields)
     except ValueError as e:
         st.error(f"Invalid model config: {e}")
         return None
@@ -70,10 +84,10 @@ def _random_config() -> ModelConfig | None:
 
 def _apply_preset(only_missing: bool = False) -> None:
     cfg = ModelConfig.preset(st.session_state["sidebar.preset"])
-    for name in (*VARIANTS, *SIZES):
+    for name in FIELDS:
         if not (only_missing and f"sidebar.{name}" in st.session_state):
             st.session_state[f"sidebar.{name}"] = getattr(cfg, name)
-    state.remember("sidebar.preset", *(f"sidebar.{n}" for n in (*VARIANTS, *SIZES)))
+    state.remember("sidebar.preset", *(f"sidebar.{n}" for n in FIELDS))
 
 
 def _use_found_folder() -> None:
@@ -99,14 +113,15 @@ def _choose_model() -> None:
         found = state.found_model_folders()
         if found:
             st.selectbox("Found folders", [""] + found, key="sidebar.found", on_change=_use_found_folder)
-        folder = st.text_input("Folder (tfm, Hugging Face GPT-2, or nanoGPT ckpt.pt)", **state.keep("sidebar.folder"))
+        folder = st.text_input("Folder (tfm; Hugging Face GPT-2, Llama, Qwen2, Mistral or GPT-NeoX; nanoGPT ckpt.pt)",
+                               **state.keep("sidebar.folder"))
         if folder.strip():
             spec = "path:" + folder.strip()
     st.session_state["app.model_spec"] = spec
 
 
 PERSISTENT = ("sidebar.model_kind", "sidebar.device", "sidebar.prompt", "sidebar.seed", "sidebar.folder",
-              "sidebar.preset", "sidebar.random_seed", *(f"sidebar.{n}" for n in (*VARIANTS, *SIZES)))
+              "sidebar.preset", "sidebar.random_seed", *(f"sidebar.{n}" for n in FIELDS))
 
 
 def leave_legacy_pages_mode() -> None:

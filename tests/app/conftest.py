@@ -27,15 +27,14 @@ def open_page(page: str | None = None, prompt: str | None = None, timeout: float
     return at
 
 
-VARIANTS = ("pos_encoding", "norm", "norm_placement", "activation")
-
-
 def use_random(at: AppTest, preset: str = "tiny", **fields) -> None:
-    """Switch the sidebar to a random model of `preset` with some fields changed."""
+    """Switch the sidebar to a random model of `preset` with some fields changed (text values are
+    select boxes, true/false check boxes, numbers number inputs)."""
     at.radio(key="sidebar.model_kind").set_value("random").run()
     at.selectbox(key="sidebar.preset").set_value(preset).run()
     for name, value in fields.items():
-        (at.selectbox if name in VARIANTS else at.number_input)(key=f"sidebar.{name}").set_value(value)
+        widget = at.selectbox if isinstance(value, str) else at.checkbox if isinstance(value, bool) else at.number_input
+        widget(key=f"sidebar.{name}").set_value(value)
     at.run()
     assert not at.exception, at.exception
 

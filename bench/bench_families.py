@@ -1,0 +1,101 @@
+"""Today's families: tfm vs Hugging Face on a SmolLM2-135M-shaped Llama (random weights, CPU).
+
+    .venv/bin/python bench/bench_families.py [--threads 2] [--runs 5] [--tokens 128] [--new-tokens 64]
+
+1. Traced forward with every attention pattern vs HF `output_attentions=True` (eager attention).
+2. `tfm.generate` (greedy, KV cache) vs HF `generate(do_sample=False)`.
+The tfm model is converted from the HF model's own state dict by tfm/convert/llama.py, so both
+run identical weights. Figures and ratios from this one run only; nothing asserts on time.
+Targets: both ratios >= 1.0x.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_engine import fmt, timed  # noqa: E402
+from bench_generate import best_of, hf_greedy, machine, numbered_tokenizer, tfm_greedy  # noqa: E402
+
+from tfm import LM  # noqa: E402
+from tfm.convert import common, llama  # noqa: E402
+
+SMOLLM2 = dict(vocab_size=49152, hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+               intermediate_size=1536, max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=True,
+               rope_parameters={"rope_type": "default", "rope_theta": 100000.0})
+
+
+def smollm2_pair(seed: int = 0):
+    """A random HF LlamaForCausalLM of SmolLM2-135M's shape and the same weights in tfm."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(seed)
+    hf = LlamaForCausalLM(LlamaConfig(**SMOLLM2, attn_implementation="eager")).eval()
+    hf.generation_config.eos_token_id = None  # never stop early
+    hf.generation_config.pad_token_id = 0
+    kwargs, _ = llama.fields(hf.config.to_dict(), "HF LlamaConfig")
+    cfg = common.make_config("HF LlamaConfig", **kwargs)
+    weights = common.Weights(hf.state_dict(), "HF state dict", lambda key: llama.ignore(cfg, key))
+    state = llama.convert(weights, cfg)
+    weights.finish()
+    tok = numbered_tokenizer(cfg.vocab_size)
+    model = common.build(cfg, state, tok, "HF state dict", "float32").eval()
+    return hf, LM(model, tok, cfg, torch.device("cpu"), "bench:smollm2-random", {})
+
+
+def traced_forward(hf, lm, tokens: int, runs: int) -> None:
+    print(f"\n## 1. Traced forward with every attention pattern vs HF output_attentions=True "
+          f"({hf.config._attn_implementation}), {tokens} tokens")
+    idx = torch.randint(0, lm.config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got, want = lm.model(idx, trace=True), hf(idx, output_attentions=True)
+        diff = max(float((got.trace[f"blocks.{i}.attn.pattern"] - a).abs().max()) for i, a in enumerate(want.attentions))
+        print(f"max |logits diff| {float((got.logits - want.logits).abs().max()):.1e}, max |pattern diff| {diff:.1e}")
+        fns = {"tfm forward, full trace": lambda: lm.model(idx, trace=True),
+               "HF forward, attentions ": lambda: hf(idx, output_attentions=True),
+               "tfm forward, no trace  ": lambda: lm.model(idx)}
+        times = timed(fns, runs, 1)
+    for name, ts in times.items():
+        print(f"{name} {fmt(ts)}")
+    ours, theirs = (statistics.median(times[n]) for n in list(fns)[:2])
+    print(f"ratio HF / tfm traced: {theirs / ours:.2f}x of medians, "
+          f"{min(times[list(fns)[1]]) / min(times[list(fns)[0]]):.2f}x of minimums   (target >= 1.0x)")
+
+
+def generation(hf, lm, n: int, repeats: int) -> None:
+    hf.set_attn_implementation("sdpa")  # HF's fastest attention for decoding
+    print(f"\n## 2. tfm.generate (KV cache, {lm.config.n_kv_head} KV heads) vs HF generate "
+          f"({hf.config._attn_implementation}), greedy, prompt 16 tokens, {n} new tokens")
+    prompt = torch.randint(0, lm.config.vocab_size - 1, (16,), generator=torch.Generator().manual_seed(1)).tolist()
+    tfm_greedy(lm, prompt, 4), hf_greedy(hf, prompt, 4)  # warm-up
+    best, outs = best_of(repeats, {"tfm": lambda: tfm_greedy(lm, prompt, n), "hf": lambda: hf_greedy(hf, prompt, n)})
+    print(f"tfm.generate   {n / best['tfm']:7.1f} tokens/s  ({best['tfm']:.2f} s)")
+    print(f"HF generate    {n / best['hf']:7.1f} tokens/s  ({best['hf']:.2f} s)")
+    print(f"ratio tfm / HF {best['hf'] / best['tfm']:7.2f}x   (target >= 1.0x)")
+    print(f"greedy tokens match HF: {[s.token_id for s in outs['tfm']] == outs['hf']}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=5, help="timed rounds of the forward comparison")
+    ap.add_argument("--repeats", type=int, default=2, help="timed rounds of the generation comparison")
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    import transformers
+    print(f"# tfm families benchmark\n{machine()}, transformers {transformers.__version__}")
+    hf, lm = smollm2_pair()
+    print(f"SmolLM2-135M shape: {lm.model.num_params() / 1e6:.1f}M parameters, {lm.config.n_head} query heads, "
+          f"{lm.config.n_kv_head} KV heads, random weights shared with the HF model")
+    traced_forward(hf, lm, args.tokens, args.runs)
+    generation(hf, lm, args.new_tokens, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
