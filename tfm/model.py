@@ -118,7 +118,8 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.n_head, self.d_head).transpose(1, 2)  # (B, H, T, hd)
 
-    def forward(self, x, rec: Recorder | None, angles=None, cache: KVCache | None = None, layer: int = 0):
+    def forward(self, x, rec: Recorder | None, angles=None, cache: KVCache | None = None, layer: int = 0,
+                edits=None):
         qkv = self.qkv(x)                                              # (B, T, 3D)
         if rec is not None:
             rec.shape_only("qkv", qkv)
@@ -133,6 +134,8 @@ class Attention(nn.Module):
         t_q, s = q.shape[-2], k.shape[-2]
         mask = "causal" if t_q == s else (None if t_q == 1 else causal_mask(t_q, s, x.device))
         z = attend(q, k, v, mask, rec, self.dropout if self.training else 0.0)
+        if edits is not None:  # per-call interventions (tfm.edits); the trace's "z" is the unedited one
+            z = edits.apply("attn.z", z)
         merged = z.transpose(1, 2).reshape(x.shape)                    # (B, T, D)
         if rec is not None:
             rec.shape_only("z_merged", merged)
@@ -166,13 +169,15 @@ class MLP(nn.Module):
         self.gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias) if cfg.activation == "swiglu" else None
         self.proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
 
-    def forward(self, x: torch.Tensor, rec: Recorder | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rec: Recorder | None, edits=None) -> torch.Tensor:
         if self.gate is not None:
             pre, up = self.gate(x), self.fc(x)                         # (B, T, F) each
             post = F.silu(pre) * up
         else:
             pre, up = self.fc(x), None                                 # (B, T, F)
             post = {"gelu": F.gelu, "relu": F.relu}.get(self.activation, lambda h: F.gelu(h, approximate="tanh"))(pre)
+        if edits is not None:
+            post = edits.apply("mlp.post", post)
         if rec is not None:
             rec.add("pre", pre)
             if up is not None:
@@ -194,18 +199,20 @@ class Block(nn.Module):
         self.ln1, self.attn, self.ln2, self.mlp = Norm(cfg), Attention(cfg), Norm(cfg), MLP(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, rec: Recorder | None, angles=None, cache=None, layer: int = 0):
+    def forward(self, x, rec: Recorder | None, angles=None, cache=None, layer: int = 0, edits=None):
         sub = (lambda name: rec.scoped(name)) if rec is not None else (lambda name: None)
+        ed = (lambda name, t: t) if edits is None else edits.apply  # `edits`: a tfm.edits.Edits scoped to this block
+        x = ed("resid_pre", x)
         if rec is not None:
             rec.add("resid_pre", x)
         a_in = self.ln1(x, sub("ln1")) if self.pre else x
-        a = self.drop(self.attn(a_in, sub("attn"), angles, cache, layer))
+        a = ed("attn_out", self.drop(self.attn(a_in, sub("attn"), angles, cache, layer, edits)))
         if rec is not None:  # recorded before a post-norm's ln1 runs: the trace is in execution order
             rec.add("attn_out", a)
         x = x + a if self.pre else self.ln1(x + a, sub("ln1"))
         if rec is not None:
             rec.add("resid_mid", x)
-        m = self.drop(self.mlp(self.ln2(x, sub("ln2")) if self.pre else x, sub("mlp")))
+        m = ed("mlp_out", self.drop(self.mlp(self.ln2(x, sub("ln2")) if self.pre else x, sub("mlp"), edits)))
         if rec is not None:
             rec.add("mlp_out", m)
         x = x + m if self.pre else self.ln2(x + m, sub("ln2"))
@@ -324,28 +331,34 @@ class GPT(nn.Module):
         return (x + pos if pos is not None else x), angles
 
     def forward(self, idx: torch.Tensor, trace: bool = False, cache: KVCache | None = None,
-                last_only: bool = False) -> ModelOutput:
+                last_only: bool = False, edits=None) -> ModelOutput:
         """Logits (B, T, V), or (B, 1, V) for the last position only with `last_only` (what
         generation needs: a prefill skips T-1 vocabulary-sized products). The trace always
-        covers every position up to the final norm; its "logits" entry matches `logits`."""
+        covers every position up to the final norm; its "logits" entry matches `logits`.
+        `edits`: interventions for this call only (a list of tfm.edits edits, see there)."""
         rec = Recorder() if trace else None
-        x = self.hidden(idx, cache, rec)
+        x = self.hidden(idx, cache, rec, edits)
         logits = unembed(x[:, -1:] if last_only else x, self.unembed.weight)  # (B, T or 1, V)
         if rec is not None:
             rec.add("logits", logits)
         return ModelOutput(logits, rec.finish() if rec else None)
 
-    def hidden(self, idx: torch.Tensor, cache: KVCache | None = None, rec: Recorder | None = None) -> torch.Tensor:
+    def hidden(self, idx: torch.Tensor, cache: KVCache | None = None, rec: Recorder | None = None,
+               edits=None) -> torch.Tensor:
         """The residual stream after the final norm, (B, T, D): what the unembedding reads.
-        Advances `cache` by T."""
+        Advances `cache` by T. `edits` as in `forward`."""
         start = cache.length if cache is not None else 0
         self._check_input(idx, start)
         if cache is not None and idx.shape[0] != cache.k.shape[1]:
             raise ValueError(f"the KV cache was made for batch {cache.k.shape[1]}, the tokens have batch {idx.shape[0]}")
         x, angles = self.embed(idx, start, rec)
         x = self.drop(x)
+        if edits is not None:
+            from .edits import Edits  # tfm.edits holds all the logic; imported only when used
+            edits = Edits.of(edits, self.config, idx.shape)
         for i, block in enumerate(self.blocks):
-            x = block(x, rec.scoped(f"blocks.{i}") if rec else None, angles, cache, i)
+            x = block(x, rec.scoped(f"blocks.{i}") if rec else None, angles, cache, i,
+                      edits.scoped(i) if edits is not None else None)
         if self.ln_final is not None:
             x = self.ln_final(x, rec.scoped("ln_final") if rec else None)
         if cache is not None:

@@ -1,0 +1,170 @@
+"""Direct logit attribution: how much each part of the model wrote toward one logit.
+
+The residual stream before the final norm is a sum: token embedding + positional embedding +
+every head's output + every MLP's output + biases. The final norm is linear in that sum once
+its scale (the std for LayerNorm, the rms for RMSNorm) is frozen at its value for the chosen
+position, and LayerNorm's centring is linear too: so the logit of a token is exactly the sum
+of each component's projection (with its mean removed, for LayerNorm) onto
+gain * W_U[token] / scale, plus the final norm's bias term, which is counted in `bias`.
+tfm has no unembedding bias. Post-norm models are refused: every block's norm rescales
+the whole running sum, so the final stream is not a sum of what each part wrote.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .model import GPT
+
+
+@dataclass(frozen=True, eq=False)
+class Attribution:
+    """Direct contributions to `target` (the logit of `token`, or logit(token) - logit(versus))
+    at `position`. `values` (float64) follow `components` and add up to `target`."""
+
+    components: tuple[str, ...]   # embed, pos_embed, blocks.{l}.attn.head.{h}, blocks.{l}.mlp, bias
+    values: torch.Tensor          # (N,) float64
+    position: int
+    token: int
+    versus: int | None
+    target: float                 # the model's own logit (difference) at `position`
+    scale: float                  # the final norm's std or rms at `position`, frozen
+    heads: torch.Tensor           # (L, H) the head entries of `values`
+    mlps: torch.Tensor            # (L,) the MLP entries of `values` (without their output bias)
+    sources: torch.Tensor         # (L, H, T) each head's value split over the positions it read
+    neurons: torch.Tensor         # (L, F) each MLP neuron's share: activation x output direction
+    activations: torch.Tensor     # (L, F) mlp.post at `position`
+
+    def by_source(self, layer: int, head: int) -> torch.Tensor:
+        """(T,) how much of head (layer, head)'s contribution came from each source position:
+        pattern x (value vector W_O projected on the direction); sums to the head's value."""
+        return self.sources[layer, head]
+
+    def value(self, name: str) -> float:
+        return float(self.values[self.components.index(name)])
+
+
+def _model(lm) -> GPT:
+    return lm.model if hasattr(lm, "model") else lm
+
+
+def _ids(model: GPT, ids) -> torch.Tensor:
+    t = torch.as_tensor(ids, dtype=torch.long)
+    t = t[None] if t.dim() == 1 else t
+    if t.dim() != 2 or t.shape[0] != 1:
+        raise ValueError(f"attribution reads one sequence: give ids of shape (T,) or (1, T), got {tuple(t.shape)}")
+    return t.to(next(model.parameters()).device)
+
+
+def check_position(position: int, t: int) -> int:
+    if not -t <= position < t:
+        raise ValueError(f"position {position} is out of range for {t} tokens (use 0..{t - 1}, or -1 for the last)")
+    return position % t
+
+
+def check_token(token: int, vocab: int, what: str = "token") -> int:
+    if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab:
+        raise ValueError(f"{what} {token!r} is not in the vocabulary (ids 0..{vocab - 1})")
+    return token
+
+
+def direction(model: GPT, trace, position: int, token: int, versus: int | None) -> tuple[torch.Tensor, float, float]:
+    """The vector d with logit(token) [- logit(versus)] = resid @ d + const at `position`, for
+    the final norm's scale frozen: (d (D,) float64, const, scale). LayerNorm's centring is
+    folded in by removing d's mean, which equals removing each component's mean."""
+    w_u = model.unembed.weight.detach().double()
+    u = w_u[token] - (w_u[versus] if versus is not None else 0)        # (D,)
+    norm = model.ln_final
+    d = norm.weight.detach().double() * u
+    if norm.kind == "layernorm":
+        d, scale = d - d.mean(), float(trace["ln_final.std"][0, position])
+    else:
+        scale = float(trace["ln_final.rms"][0, position])
+    const = float(norm.bias.detach().double() @ u) if norm.bias is not None else 0.0
+    return d / scale, const, scale
+
+
+@torch.no_grad()
+def direct(lm, ids, position: int = -1, token: int | None = None, versus: int | None = None) -> Attribution:
+    """Direct logit attribution of every component writing to the residual stream, with the final
+    norm's scale frozen at its value for `position`. `token` defaults to the model's top
+    prediction there; with `versus` the target is the logit difference token - versus."""
+    model = _model(lm)
+    cfg = model.config
+    if cfg.norm_placement == "post":
+        raise ValueError("direct attribution needs a pre-norm model: with post-norm every block's norm "
+                         "rescales the running sum, so the output is not a sum of what each part wrote")
+    x = _ids(model, ids)
+    p = check_position(position, x.shape[1])
+    out = model(x, trace=True)
+    tr, logits = out.trace, out.logits[0, p].double()
+    token = int(logits.argmax()) if token is None else check_token(token, cfg.vocab_size)
+    if versus is not None and check_token(versus, cfg.vocab_size, "versus token") == token:
+        raise ValueError("token and versus are the same token: their logit difference is always 0")
+    d, const, scale = direction(model, tr, p, token, versus)
+    names, vals = ["embed"], [tr["embed"][0, p].double() @ d]
+    if "pos_embed" in tr:
+        names.append("pos_embed")
+        vals.append(tr["pos_embed"][p].double() @ d)
+    bias, heads, mlps, sources, neurons, acts = const, [], [], [], [], []
+    for i, block in enumerate(model.blocks):
+        res = tr[f"blocks.{i}.attn.result"][0, :, p].double() @ d       # (H,)
+        mlp_w = block.mlp.proj.weight.detach().double()                # (D, F)
+        post = tr[f"blocks.{i}.mlp.post"][0, p].double()               # (F,)
+        neurons.append(post * (d @ mlp_w))                             # (F,)
+        acts.append(post)
+        mlps.append(neurons[-1].sum())
+        heads.append(res)
+        sources.append(_head_sources(block.attn, tr, i, p, d))
+        for b in (block.attn.proj.bias, block.mlp.proj.bias):
+            bias = bias + (float(b.detach().double() @ d) if b is not None else 0.0)
+        names += [f"blocks.{i}.attn.head.{h}" for h in range(cfg.n_head)] + [f"blocks.{i}.mlp"]
+        vals += list(res) + [mlps[-1]]
+    names.append("bias")
+    vals.append(torch.tensor(bias, dtype=torch.float64))
+    target = float(logits[token] - (logits[versus] if versus is not None else 0))
+    return Attribution(tuple(names), torch.stack([v.cpu() for v in vals]), p, token, versus, target, scale,
+                       torch.stack(heads).cpu(), torch.stack(mlps).cpu(), torch.stack(sources).cpu(),
+                       torch.stack(neurons).cpu(), torch.stack(acts).cpu())
+
+
+def _head_sources(attn, tr, layer: int, p: int, d: torch.Tensor) -> torch.Tensor:
+    """(H, T): pattern[h, p, s] * (v[h, s] W_O_h . d); summed over s it is head h's value."""
+    w_o = attn.proj.weight.detach().double()
+    w_o = w_o.reshape(w_o.shape[0], attn.n_head, attn.d_head)          # (D, H, hd)
+    wod = torch.einsum("ehd,e->hd", w_o, d)                            # (H, hd)
+    v = tr[f"blocks.{layer}.attn.v"][0].double()                       # (H, T, hd)
+    pattern = tr[f"blocks.{layer}.attn.pattern"][0, :, p].double()     # (H, T)
+    return pattern * torch.einsum("hsd,hd->hs", v, wod)
+
+
+@dataclass(frozen=True)
+class Neuron:
+    layer: int
+    index: int
+    activation: float          # mlp.post at the position
+    value: float               # its direct contribution (activation x output direction . d)
+    promotes: tuple[int, ...]  # token ids its output direction raises most (through the final gain)
+    suppresses: tuple[int, ...]
+
+
+@torch.no_grad()
+def top_neurons(lm, attr: Attribution, k: int = 10, n_tokens: int = 8) -> list[Neuron]:
+    """The k neurons with the largest |direct contribution| to `attr`'s target, each with the
+    vocabulary tokens its output direction (times the final norm's gain, centred for
+    LayerNorm) promotes and suppresses most."""
+    model = _model(lm)
+    flat, n_ff = attr.neurons.flatten(), attr.neurons.shape[1]
+    norm, w_u = model.ln_final, model.unembed.weight.detach()
+    out = []
+    for j in flat.abs().topk(min(k, flat.numel())).indices.tolist():
+        layer, n = divmod(j, n_ff)
+        out_dir = model.blocks[layer].mlp.proj.weight.detach()[:, n] * norm.weight.detach()  # (D,)
+        if norm.kind == "layernorm":
+            out_dir = out_dir - out_dir.mean()
+        scores = w_u @ out_dir                                         # (V,)
+        kk = min(n_tokens, scores.numel())
+        out.append(Neuron(layer, n, float(attr.activations[layer, n]), float(flat[j]),
+                          tuple(scores.topk(kk).indices.tolist()), tuple((-scores).topk(kk).indices.tolist())))
+    return out
