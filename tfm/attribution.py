@@ -168,3 +168,33 @@ def top_neurons(lm, attr: Attribution, k: int = 10, n_tokens: int = 8) -> list[N
         out.append(Neuron(layer, n, float(attr.activations[layer, n]), float(flat[j]),
                           tuple(scores.topk(kk).indices.tolist()), tuple((-scores).topk(kk).indices.tolist())))
     return out
+
+
+def token_id(tokenizer, text: str, vocab_size: int) -> int:
+    """The id of `text` if it is exactly one token of the model's vocabulary, else ValueError
+    saying how it splits."""
+    ids = tokenizer.encode(text)
+    if len(ids) != 1 or not 0 <= ids[0] < vocab_size:
+        pieces = " | ".join(tokenizer.display_piece(i) for i in ids) or "nothing"
+        raise ValueError(f"{text!r} is not one token of the vocabulary: it splits into {len(ids)} "
+                         f"({pieces}); pick a single token (a leading space is often part of it)")
+    return ids[0]
+
+
+@torch.no_grad()
+def flow(lm, trace, start: int, stop: int) -> torch.Tensor:
+    """(L, W, W) how much the heads of each layer moved from source position s to destination t,
+    for the W positions start..stop-1: sum over heads of pattern[h, t, s] * |v[h, s] W_O_h|
+    (the size of what head h writes into t's stream from s). Edges of a contribution graph in
+    the spirit of the LLM Transparency Tool; sources before `start` are left out."""
+    model = _model(lm)
+    out = []
+    for i, block in enumerate(model.blocks):
+        attn = block.attn
+        w_o = attn.proj.weight.detach().float().cpu()
+        w_o = w_o.reshape(w_o.shape[0], attn.n_head, attn.d_head)      # (D, H, hd)
+        v = trace[f"blocks.{i}.attn.v"][0, :, start:stop].float()      # (H, W, hd)
+        size = torch.einsum("hsd,ehd->hse", v, w_o).norm(dim=-1)       # (H, W)
+        pattern = trace[f"blocks.{i}.attn.pattern"][0, :, start:stop, start:stop].float()  # (H, W, W)
+        out.append((pattern * size[:, None, :]).sum(0))                # (W, W)
+    return torch.stack(out)
