@@ -69,7 +69,8 @@ with tabs[0]:
     if tabs[0].open:
         st.plotly_chart(fw.contrib_bars(list(attr.components), wp.as_np(attr.values),
                                         f"Top contributions to {what}"), key="why.bars")
-        st.plotly_chart(fw.head_heatmap(wp.as_np(attr.heads), "Every head's direct contribution (click a cell)"),
+        st.plotly_chart(fw.head_heatmap(wp.as_np(attr.heads), "Every head's direct contribution (click a cell)",
+                                        clickable=True),
                         key="why.heads_chart", on_select=lambda: pick_head(H), selection_mode="points")
         options = [(l, h) for l in range(L) for h in range(H)]
         if st.session_state.get("why.head") not in options:

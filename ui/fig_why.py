@@ -57,11 +57,18 @@ def heatmap(z: np.ndarray, x: list[str], y: list[str], title: str, x_title: str,
     return fig
 
 
-def head_heatmap(values: np.ndarray, title: str, colour_title: str = "logits") -> go.Figure:
-    """(L, H) -> layers x heads; click a cell to select it (the page reads the selection)."""
+def head_heatmap(values: np.ndarray, title: str, colour_title: str = "logits", clickable: bool = False) -> go.Figure:
+    """(L, H) -> layers x heads. `clickable` lays a nearly transparent square marker on every
+    cell: Streamlit's selection reports clicks on scatter points, not on heatmap cells."""
     n_layer, n_head = values.shape
-    return heatmap(values, [f"H{h}" for h in range(n_head)], [f"L{l}" for l in range(n_layer)], title,
-                   "head", "layer", colour_title)
+    x, y = [f"H{h}" for h in range(n_head)], [f"L{l}" for l in range(n_layer)]
+    fig = heatmap(values, x, y, title, "head", "layer", colour_title)
+    if clickable:
+        gx, gy = np.meshgrid(np.arange(n_head), np.arange(n_layer))
+        fig.add_scatter(x=[x[i] for i in gx.ravel()], y=[y[i] for i in gy.ravel()], customdata=values.ravel(),
+                        mode="markers", marker=dict(symbol="square", size=28, opacity=0.01, color="#000"),
+                        showlegend=False, hovertemplate="%{y} %{x}: %{customdata:.4f} (click to open)<extra></extra>")
+    return fig
 
 
 def source_bars(values: np.ndarray, labels: list[str], title: str) -> go.Figure:
