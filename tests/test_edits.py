@@ -153,3 +153,16 @@ def test_induction_ablation_hurts_copying_on_the_bundled_model():
     print(f"induction head L{check.layer}H{check.head}: repeat-half loss {check.loss_clean:.3f} -> "
           f"{check.loss_ablated:.3f}; control H{check.control}: {check.loss_control:.3f}")
     assert hurt > 0.5 and hurt > 5 * max(control, 0.05)
+
+
+@pytest.mark.parametrize("overrides", [dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False),
+                                       dict(norm_placement="post", pos_encoding="sinusoidal")])
+def test_rows_starting_mid_model_equal_full_forwards(make_model, overrides):
+    """run_rows starts each row at its first edited layer: same numbers as whole forwards."""
+    model = make_model("tiny", n_layer=3, n_head=4, d_model=16, **overrides)
+    tr = model(torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]]), trace=True).trace
+    rows = [[], [E.AblateHead(2, 1)], [E.AblateNeurons(1, (3,)), E.AblateHead(2, 0)],
+            [E.Patch("blocks.1.resid_pre", tr["blocks.1.resid_pre"][0], positions=(4,))], [E.AblateMLP(0, "mean")]]
+    got = patching.run_rows(model, IDS, rows, position=6, budget_bytes=1)
+    for r, edits in enumerate(rows):
+        assert torch.allclose(got[r], _logits(model, edits)[0, 6], atol=1e-5)

@@ -1,9 +1,10 @@
 """Causal experiments in batches: ablate every head, patch every head or residual stream.
 
 A sweep repeats the prompt along the batch axis and gives each row one edit (`tfm.edits`
-with `row=r`), so ablating all L x H heads costs a few batched forwards, not L x H. Batches
-are cut into chunks whose activations fit `budget_bytes` (`row_bytes`). Only the logits of
-the measured position are computed (a (rows, V) product, not (rows, T, V)).
+with `row=r`), so ablating all L x H heads is a few batched forwards, not L x H separate ones;
+rows start at their first edited layer from the unedited stream (`run_rows`). Batches are
+cut into chunks whose activations fit `budget_bytes` (`row_bytes`). Only the logits of the
+measured position are computed (a (rows, V) product, not (rows, T, V)).
 """
 from __future__ import annotations
 
@@ -46,22 +47,51 @@ def metric_for(model, t: int, position: int, token: int, versus: int | None) -> 
     return Metric(p, token, versus)
 
 
+def _first_layer(edits: Sequence[E.Edit], n_layer: int) -> int:
+    return min((e.layer for e in edits), default=n_layer)
+
+
+@torch.no_grad()
+def clean_streams(model, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    """The unedited residual stream entering every block, and after the last: (L+1) x (1, T, D),
+    with the RoPE angles (None without RoPE)."""
+    h, angles = model.embed(x, 0, None)
+    streams = [h]
+    for i, block in enumerate(model.blocks):
+        streams.append(block(streams[-1], None, angles, None, i))
+    return streams, angles
+
+
 @torch.no_grad()
 def run_rows(lm, ids, row_edits: Sequence[Sequence[E.Edit]], position: int = -1,
              budget_bytes: int = BUDGET_BYTES) -> torch.Tensor:
     """Logits at `position` of the prompt run once per entry of `row_edits`, each row with its
-    own edits, in batches bounded by `budget_bytes`: (R, V) float32 on the CPU."""
+    own edits: (R, V) float32 on the CPU. Nothing before a row's first edited layer can change,
+    so rows are grouped by that layer and start from the unedited stream there: a sweep over
+    every layer costs about half its rows' full forwards. Batches are bounded by `budget_bytes`."""
     model = _model(lm)
     x = _ids(model, ids)
     p = check_position(position, x.shape[1])
-    chunk = max(1, budget_bytes // row_bytes(model.config, x.shape[1]))
-    out = []
-    for start in range(0, len(row_edits), chunk):
-        rows = row_edits[start:start + chunk]
-        flat = [E.with_row(e, r) for r, es in enumerate(rows) for e in es]
-        h = model.hidden(x.expand(len(rows), -1), edits=flat)[:, p]    # (R, D)
-        out.append(model.unembed(h).float().cpu())                     # (R, V)
-    return torch.cat(out)
+    cfg = model.config
+    chunk = max(1, budget_bytes // row_bytes(cfg, x.shape[1]))
+    streams, angles = clean_streams(model, x)
+    out = torch.empty(len(row_edits), cfg.vocab_size)
+    groups: dict[int, list[int]] = {}
+    for r, es in enumerate(row_edits):
+        groups.setdefault(_first_layer(es, cfg.n_layer), []).append(r)
+    for start_layer, rows in sorted(groups.items()):
+        for c in range(0, len(rows), chunk):
+            part = rows[c:c + chunk]
+            flat = [E.with_row(e, j) for j, r in enumerate(part) for e in row_edits[r]]
+            edits = E.Edits.of(flat, cfg, (len(part), x.shape[1]))
+            h = streams[start_layer].expand(len(part), -1, -1)            # (R, T, D)
+            for i in range(start_layer, cfg.n_layer):
+                h = model.blocks[i](h, None, angles, None, i, edits.scoped(i))
+            h = h[:, p]                                                    # (R, D)
+            if model.ln_final is not None:
+                h = model.ln_final(h)
+            out[part] = model.unembed(h).float().cpu()                    # (R, V)
+    return out
 
 
 @dataclass(frozen=True)
