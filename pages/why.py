@@ -55,8 +55,9 @@ except ValueError as e:
     st.stop()
 piece = tok.display_piece(attr.token)
 what = f"logit({piece!r})" + (f" − logit({tok.display_piece(attr.versus)!r})" if attr.versus is not None else "")
-st.markdown(f"After **{run.labels[pos]}** the model's top prediction is **{tok.display_piece(run.output.logits[0, pos].argmax().item())!r}**. "
-            f"Explaining {what} = **{attr.target:.4f}**.")
+top_piece = tok.display_piece(int(run.output.logits[0, pos].argmax()))
+st.markdown(f"After **{fw.md(run.labels[pos])}** the model's top prediction is **{fw.md(repr(top_piece))}**. "
+            f"Explaining {fw.md(what)} = **{attr.target:.4f}**.")
 st.caption(f"Direct logit attribution: the stream before the final norm is a sum of what every part wrote; with "
            f"the final norm's scale frozen at its value here ({attr.scale:.4f}) each part's share, in logits, "
            f"adds up exactly to the number above (sum {float(attr.values.sum()):.4f}). Positive = pushes toward it.")

@@ -141,8 +141,9 @@ def test_patch_prompts(model):
     one = float(metric(_logits(model, [E.Patch("blocks.2.attn.z", tr["blocks.2.attn.z"][0], head=1)],
                                torch.tensor([corrupt]))[:, 9]))
     assert float(res.heads[2, 1]) == pytest.approx((one - res.corrupt) / (res.clean - res.corrupt), abs=1e-4)
-    with pytest.raises(ValueError, match="same token length"):
-        patching.same_length(tfm.random_model("tiny").tokenizer, clean, corrupt[:-1])
+    lm = tfm.random_model("tiny")
+    with pytest.raises(ValueError, match=r"10 tokens \[.*\], the corrupted one 9 \["):
+        patching.patch_prompts(lm, clean, corrupt[:-1], metric)
 
 
 def test_induction_ablation_hurts_copying_on_the_bundled_model():

@@ -149,7 +149,9 @@ def patch_prompts(lm, clean: Sequence[int], corrupt: Sequence[int], metric: Metr
     """Patch every head's output (all positions) and every layer x position of the residual
     stream from the clean run into the corrupted one, one patch per batch row."""
     model = _model(lm)
-    if len(clean) != len(corrupt):
+    if getattr(lm, "tokenizer", None) is not None:
+        same_length(lm.tokenizer, clean, corrupt)
+    elif len(clean) != len(corrupt):
         raise ValueError(f"prompts of different token lengths: {len(clean)} and {len(corrupt)}")
     cfg, t = model.config, len(clean)
     tr = model(_ids(model, clean), trace=True).trace

@@ -6,6 +6,7 @@ colours are centred on 0 so a sign is always visible; hover shows the exact valu
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import plotly.graph_objects as go
@@ -14,6 +15,11 @@ from ui.fig_attention import plotly_text
 
 DIVERGING = "RdBu"
 POS_COLOUR, NEG_COLOUR, ABL_COLOUR = "#2166ac", "#b2182b", "#ff7f0e"
+
+
+def md(text: str) -> str:
+    """Token text for st.markdown / st.write: markdown and HTML characters shown as themselves."""
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$&])", r"\\\1", text)
 
 
 def pretty(name: str) -> str:

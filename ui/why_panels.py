@@ -38,7 +38,7 @@ def compare(run, pos: int, token: int, heads=(), mlps=(), neurons=(), mode="zero
     ids = list(dict.fromkeys(before.topk(8).indices.tolist() + after.topk(8).indices.tolist() + [token]))
     pieces = [run.lm.tokenizer.display_piece(i) for i in ids]
     c1, c2 = st.columns(2)
-    c1.metric(f"p({pieces[ids.index(token)]}) before", f"{float(before[token]):.4f}")
+    c1.metric(f"p({fw.md(pieces[ids.index(token)])}) before", f"{float(before[token]):.4f}")
     c2.metric("after", f"{float(after[token]):.4f}", f"{float(after[token] - before[token]):+.4f}")
     st.plotly_chart(fw.dist_compare(pieces, before[ids].numpy(), after[ids].numpy(),
                                     f"Next-token probabilities at position {pos}, before and after"), key=key)
@@ -109,7 +109,7 @@ def patch_panel(run, n_layer: int) -> dict:
     except ValueError as e:
         st.error(str(e))
         return {}
-    st.write(f"logit({answer!r}) − logit({wrong!r}): clean **{res.clean:.3f}**, corrupted **{res.corrupt:.3f}**.")
+    st.markdown(f"logit({fw.md(repr(answer))}) − logit({fw.md(repr(wrong))}): clean **{res.clean:.3f}**, corrupted **{res.corrupt:.3f}**.")
     st.plotly_chart(fw.head_heatmap(res.heads.numpy(), "Patching each head's output (all positions)",
                                     "restored"), key="why.patch_heads")
     labels = [f"{tok.display_piece(i)} ·{p}" for p, i in enumerate(c_ids)]
