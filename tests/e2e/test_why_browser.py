@@ -23,6 +23,7 @@ def test_why_page_draws_the_engines_numbers(page, app_url):
     box = plot.locator(".nsewdrag").first.bounding_box()  # click cell L0 H0 (top-left)
     n_layer, n_head = attr.heads.shape
     page.mouse.click(box["x"] + box["width"] / (2 * n_head), box["y"] + box["height"] / (2 * n_layer))
+    page.locator(".gtitle", has_text="L0 H0:").wait_for(timeout=30_000)  # the rerun may start after a first idle check
     wait_idle(page)
     assert page.locator(".gtitle", has_text="L0 H0:").count() == 1
     for name in ("Attribution vs ablation", "Intervene", "MLP neurons", "Activation patching", "Contribution graph"):
