@@ -94,6 +94,8 @@ with tabs[1]:
                    f"one batched run) measures what the logit really loses. Unedited: {sweep.base:.4f}.")
         st.plotly_chart(fw.estimate_vs_reality(order, np.array(att), np.array(eff),
                                                "Estimate vs reality: attribution against ablation"), key="why.scatter")
+        st.plotly_chart(fw.contrib_bars(order, np.array(att), "Top heads and MLPs: attribution beside ablation",
+                                        np.array(eff)), key="why.bars_vs")
         st.plotly_chart(fw.head_heatmap(-wp.as_np(sweep.head_effects), "Logit lost when each head is zero-ablated"),
                         key="why.ablation_heads")
         numbers["ablation"] = {"base": sweep.base, "components": order, "effects": eff}

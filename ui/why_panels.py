@@ -6,6 +6,7 @@ the same model, prompt and settings) and draws them with `ui.fig_why`.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 import torch
 
@@ -74,7 +75,7 @@ def neuron_panel(run, attr, pos: int, token: int) -> dict:
     st.caption("MLP neurons with the largest direct contribution: activation × the neuron's output direction "
                "× the token's unembedding direction (through the final norm). *Promotes / suppresses*: the "
                "vocabulary tokens the neuron's output direction raises or lowers most.")
-    st.dataframe(rows, hide_index=True, key="why.neuron_table",
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="why.neuron_table", height=38 + 35 * len(rows),
                  column_config={"contribution": st.column_config.NumberColumn(format="%.4f"),
                                 "activation": st.column_config.NumberColumn(format="%.4f")})
     off = st.multiselect("Turn neurons off", [r["neuron"] for r in rows], key="why.neurons_off")

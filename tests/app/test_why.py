@@ -52,6 +52,12 @@ def test_ablation_sweep_and_intervention_equal_the_engine():
     sweep = patching.ablation_sweep(lm, ids, patching.Metric(len(ids) - 1, attr.token))
     heat = chart_by_title(at, "Logit lost when each head")["data"][0]
     np.testing.assert_allclose(decode(heat["z"]), -sweep.head_effects.numpy(), rtol=1e-5, atol=1e-5)
+    bars = chart_by_title(at, "attribution beside ablation")["data"]
+    att = torch.cat([attr.heads.flatten(), attr.mlps]).numpy()
+    order = np.argsort(-np.abs(att))[:15][::-1]
+    np.testing.assert_allclose(decode(bars[0]["x"]), att[order], rtol=1e-6)
+    eff = torch.cat([sweep.head_effects.flatten(), sweep.mlp_effects]).numpy()
+    np.testing.assert_allclose(decode(bars[1]["customdata"]), eff[order], rtol=1e-4, atol=1e-5)
     at = tab(at, "Intervene")
     at.multiselect(key="why.abl_heads").set_value(["L5H5", "L3H3"]).run()
     assert not at.exception

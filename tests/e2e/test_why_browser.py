@@ -30,4 +30,7 @@ def test_why_page_draws_the_engines_numbers(page, app_url):
         page.get_by_role("tab", name=name).click()
         wait_idle(page)
         assert page.locator('[data-testid="stException"]').count() == 0
+        if name == "MLP neurons":
+            page.locator('[data-testid="stDataFrame"] canvas').first.wait_for()
+            page.wait_for_timeout(500)  # the grid paints its canvas after mounting
         shot(page, "why_" + name.lower().replace(" ", "_"))
