@@ -48,7 +48,7 @@ state.url_set(pos=pos, token=token_text, vs=versus_text)
 try:
     token = attribution.token_id(tok, token_text, cfg.vocab_size) if token_text else None
     versus = attribution.token_id(tok, versus_text, cfg.vocab_size) if versus_text else None
-    attr = state.derived("why.direct", lambda lm, ids, p, t, v: attribution.direct(lm, ids, p, t, v),
+    attr = state.derived("why.direct", lambda lm, ids, p, t, v: attribution.direct(lm, ids, p, t, v, run.output),
                          run.spec, run.device, run.ids, pos, token, versus)
 except ValueError as e:
     st.error(str(e))

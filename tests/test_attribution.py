@@ -100,3 +100,30 @@ def test_model_unchanged_and_top_neurons(make_model):
     direction = model.blocks[n.layer].mlp.proj.weight[:, n.index] * model.ln_final.weight
     scores = model.unembed.weight @ (direction - direction.mean())
     assert n.promotes[0] == int(scores.argmax()) and n.suppresses[0] == int(scores.argmin())
+
+
+def test_reusing_a_traced_output(make_model):
+    model = make_model("tiny")
+    out = model(torch.tensor([IDS]), trace=True)
+    a, b = attribution.direct(model, IDS), attribution.direct(model, IDS, output=out)
+    assert torch.equal(a.values, b.values) and torch.equal(a.sources, b.sources)
+    with pytest.raises(ValueError, match="same ids"):
+        attribution.direct(model, IDS[:-1], output=out)
+    with pytest.raises(ValueError, match="traced"):
+        attribution.direct(model, IDS, output=model(torch.tensor([IDS])))
+
+
+def test_token_id_and_flow(make_model):
+    import tfm
+    lm = tfm.random_model("tiny")
+    assert attribution.token_id(lm.tokenizer, "a", 257) == lm.tokenizer.encode("a")[0]
+    with pytest.raises(ValueError, match="splits into 2"):
+        attribution.token_id(lm.tokenizer, "ab", 257)
+    tr = lm.model(torch.tensor([IDS]), trace=True).trace
+    f = attribution.flow(lm, tr, 2, 8)
+    l, t, s = 1, 4, 3  # recompute one edge: sum over heads of pattern * |v W_O_h|
+    w_o = lm.model.blocks[l].attn.proj.weight.reshape(16, 2, 8)
+    want = sum(float(tr[f"blocks.{l}.attn.pattern"][0, h, 2 + t, 2 + s])
+               * float((w_o[:, h] @ tr[f"blocks.{l}.attn.v"][0, h, 2 + s]).norm()) for h in range(2))
+    assert f.shape == (2, 6, 6) and float(f[l, t, s]) == pytest.approx(want, rel=1e-5)
+    assert float(f[l, 2, 3]) == 0.0                                   # causal: position 4 cannot feed position 3

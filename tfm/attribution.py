@@ -69,27 +69,35 @@ def check_token(token: int, vocab: int, what: str = "token") -> int:
     return token
 
 
+def _f64(t: torch.Tensor) -> torch.Tensor:
+    """Attribution arithmetic runs in float64 on the CPU, on small slices only."""
+    return t.detach().to("cpu", torch.float64)
+
+
 def direction(model: GPT, trace, position: int, token: int, versus: int | None) -> tuple[torch.Tensor, float, float]:
     """The vector d with logit(token) [- logit(versus)] = resid @ d + const at `position`, for
     the final norm's scale frozen: (d (D,) float64, const, scale). LayerNorm's centring is
     folded in by removing d's mean, which equals removing each component's mean."""
-    w_u = model.unembed.weight.detach().double()
-    u = w_u[token] - (w_u[versus] if versus is not None else 0)        # (D,)
+    w_u = model.unembed.weight
+    u = _f64(w_u[token]) - (_f64(w_u[versus]) if versus is not None else 0)  # (D,): two rows, not (V, D)
     norm = model.ln_final
-    d = norm.weight.detach().double() * u
+    d = _f64(norm.weight) * u
     if norm.kind == "layernorm":
         d, scale = d - d.mean(), float(trace["ln_final.std"][0, position])
     else:
         scale = float(trace["ln_final.rms"][0, position])
-    const = float(norm.bias.detach().double() @ u) if norm.bias is not None else 0.0
+    const = float(_f64(norm.bias) @ u) if norm.bias is not None else 0.0
     return d / scale, const, scale
 
 
 @torch.no_grad()
-def direct(lm, ids, position: int = -1, token: int | None = None, versus: int | None = None) -> Attribution:
+def direct(lm, ids, position: int = -1, token: int | None = None, versus: int | None = None,
+           output=None) -> Attribution:
     """Direct logit attribution of every component writing to the residual stream, with the final
     norm's scale frozen at its value for `position`. `token` defaults to the model's top
-    prediction there; with `versus` the target is the logit difference token - versus."""
+    prediction there; with `versus` the target is the logit difference token - versus.
+    `output`: a traced forward of these ids to reuse (e.g. the app's cached one); read-only.
+    The result holds (L, H, T) + 2 (L, F) float64 numbers (GPT-2 at 1024 tokens: ~1.8 MB)."""
     model = _model(lm)
     cfg = model.config
     if cfg.norm_placement == "post":
@@ -97,46 +105,47 @@ def direct(lm, ids, position: int = -1, token: int | None = None, versus: int | 
                          "rescales the running sum, so the output is not a sum of what each part wrote")
     x = _ids(model, ids)
     p = check_position(position, x.shape[1])
-    out = model(x, trace=True)
-    tr, logits = out.trace, out.logits[0, p].double()
+    out = output if output is not None else model(x, trace=True)
+    if out.trace is None or tuple(out.logits.shape[:2]) != tuple(x.shape):
+        raise ValueError("`output` must be a traced forward of the same ids (model(ids, trace=True))")
+    tr, logits = out.trace, _f64(out.logits[0, p])
     token = int(logits.argmax()) if token is None else check_token(token, cfg.vocab_size)
     if versus is not None and check_token(versus, cfg.vocab_size, "versus token") == token:
         raise ValueError("token and versus are the same token: their logit difference is always 0")
     d, const, scale = direction(model, tr, p, token, versus)
-    names, vals = ["embed"], [tr["embed"][0, p].double() @ d]
+    names, vals = ["embed"], [_f64(tr["embed"][0, p]) @ d]
     if "pos_embed" in tr:
         names.append("pos_embed")
-        vals.append(tr["pos_embed"][p].double() @ d)
+        vals.append(_f64(tr["pos_embed"][p]) @ d)
     bias, heads, mlps, sources, neurons, acts = const, [], [], [], [], []
     for i, block in enumerate(model.blocks):
-        res = tr[f"blocks.{i}.attn.result"][0, :, p].double() @ d       # (H,)
-        mlp_w = block.mlp.proj.weight.detach().double()                # (D, F)
-        post = tr[f"blocks.{i}.mlp.post"][0, p].double()               # (F,)
+        wod = _head_directions(block.attn, d)                          # (H, hd)
+        res = (_f64(tr[f"blocks.{i}.attn.z"][0, :, p]) * wod).sum(-1)  # (H,) = z_h W_O_h^T . d
+        mlp_w = _f64(block.mlp.proj.weight)                            # (D, F)
+        post = _f64(tr[f"blocks.{i}.mlp.post"][0, p])                  # (F,)
         neurons.append(post * (d @ mlp_w))                             # (F,)
         acts.append(post)
         mlps.append(neurons[-1].sum())
         heads.append(res)
-        sources.append(_head_sources(block.attn, tr, i, p, d))
+        v = _f64(tr[f"blocks.{i}.attn.v"][0])                          # (H, T, hd)
+        pattern = _f64(tr[f"blocks.{i}.attn.pattern"][0, :, p])        # (H, T)
+        sources.append(pattern * torch.einsum("hsd,hd->hs", v, wod))   # (H, T): sums to res
         for b in (block.attn.proj.bias, block.mlp.proj.bias):
-            bias = bias + (float(b.detach().double() @ d) if b is not None else 0.0)
+            bias = bias + (float(_f64(b) @ d) if b is not None else 0.0)
         names += [f"blocks.{i}.attn.head.{h}" for h in range(cfg.n_head)] + [f"blocks.{i}.mlp"]
         vals += list(res) + [mlps[-1]]
     names.append("bias")
     vals.append(torch.tensor(bias, dtype=torch.float64))
     target = float(logits[token] - (logits[versus] if versus is not None else 0))
-    return Attribution(tuple(names), torch.stack([v.cpu() for v in vals]), p, token, versus, target, scale,
-                       torch.stack(heads).cpu(), torch.stack(mlps).cpu(), torch.stack(sources).cpu(),
-                       torch.stack(neurons).cpu(), torch.stack(acts).cpu())
+    return Attribution(tuple(names), torch.stack(vals), p, token, versus, target, scale, torch.stack(heads),
+                       torch.stack(mlps), torch.stack(sources), torch.stack(neurons), torch.stack(acts))
 
 
-def _head_sources(attn, tr, layer: int, p: int, d: torch.Tensor) -> torch.Tensor:
-    """(H, T): pattern[h, p, s] * (v[h, s] W_O_h . d); summed over s it is head h's value."""
-    w_o = attn.proj.weight.detach().double()
+def _head_directions(attn, d: torch.Tensor) -> torch.Tensor:
+    """(H, hd): W_O_h^T d for every head, so that head h's share is z_h . row h."""
+    w_o = _f64(attn.proj.weight)
     w_o = w_o.reshape(w_o.shape[0], attn.n_head, attn.d_head)          # (D, H, hd)
-    wod = torch.einsum("ehd,e->hd", w_o, d)                            # (H, hd)
-    v = tr[f"blocks.{layer}.attn.v"][0].double()                       # (H, T, hd)
-    pattern = tr[f"blocks.{layer}.attn.pattern"][0, :, p].double()     # (H, T)
-    return pattern * torch.einsum("hsd,hd->hs", v, wod)
+    return torch.einsum("ehd,e->hd", w_o, d)
 
 
 @dataclass(frozen=True)
