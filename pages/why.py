@@ -29,10 +29,15 @@ st.title("Why this token?")
 run = state.current_run()
 cfg, tok, n_tok = run.lm.config, run.lm.tokenizer, len(run.ids)
 L, H = cfg.n_layer, cfg.n_head
+URL = (("why.pos", "pos", int), ("why.token", "token", str), ("why.versus", "vs", str), ("why.tab", "tab", str),
+       ("why.clean", "clean", str), ("why.corrupt", "corrupt", str), ("why.answer", "answer", str),
+       ("why.wrong", "wrong", str))
+for key, param, cast in URL:
+    state.url_init(key, param, cast)
 for k, v in DEFAULTS.items():
     st.session_state.setdefault(k, v)
-for key, param, cast in (("why.pos", "pos", int), ("why.token", "token", str), ("why.versus", "vs", str)):
-    state.url_init(key, param, cast)
+if st.session_state.get("why.tab") not in TABS:  # links may hold anything
+    st.session_state["why.tab"] = TABS[0]
 ss = st.session_state
 if ss.get("why.pos_ids") != run.ids:  # a new prompt (or model): explain its last position again
     if ss.get("why.pos_ids") is not None or "why.pos" not in ss:
@@ -64,7 +69,6 @@ st.caption(f"Direct logit attribution: the stream before the final norm is a sum
 numbers = {"prompt_ids": list(run.ids), "position": pos, "token": piece, "target": attr.target,
            "components": list(attr.components), "values": attr.values.tolist()}
 
-st.session_state.setdefault("why.tab", TABS[0])
 tabs = st.tabs(TABS, key="why.tab", on_change="rerun")  # only the open tab is computed
 with tabs[0]:
     if tabs[0].open:
@@ -111,4 +115,5 @@ with tabs[4]:
 with tabs[5]:
     if tabs[5].open:
         wp.graph_panel(run, pos)
+state.url_set(tab=st.session_state["why.tab"])
 wp.export(numbers)

@@ -94,6 +94,7 @@ def patch_panel(run, n_layer: int) -> dict:
     corrupt = c2.text_input("Corrupted prompt (same number of tokens)", key="why.corrupt")
     answer = c1.text_input("Answer token (clean)", key="why.answer")
     wrong = c2.text_input("Answer token (corrupted)", key="why.wrong")
+    state.url_set(clean=clean, corrupt=corrupt, answer=answer, wrong=wrong)
     try:
         a_id = attribution.token_id(tok, answer, lm.config.vocab_size)
         w_id = attribution.token_id(tok, wrong, lm.config.vocab_size)

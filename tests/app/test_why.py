@@ -135,3 +135,25 @@ def test_position_and_link_settings():
     at.run()
     at.switch_page("pages/why.py").run()
     assert not at.exception and at.number_input(key="why.pos").value == len(ids) - 1
+
+
+def test_patching_and_tab_from_a_link():
+    from streamlit.testing.v1 import AppTest
+    from tests.app.conftest import APP
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params.update({"tab": "Activation patching", "clean": "The cat saw the dog", "corrupt": "The dog saw the cat",
+                            "answer": " dog", "wrong": " cat"})
+    at.run()
+    at.switch_page("pages/why.py").run()
+    assert not at.exception
+    lm = state.load_lm(state.default_model_spec(), "cpu")
+    tok = lm.tokenizer
+    c, x = tok.encode("The cat saw the dog"), tok.encode("The dog saw the cat")
+    res = patching.patch_prompts(lm, c, x, patching.Metric(len(c) - 1, tok.encode(" dog")[0], tok.encode(" cat")[0]))
+    heads = chart_by_title(at, "Patching each head")["data"][0]
+    np.testing.assert_allclose(decode(heads["z"]), res.heads.numpy(), rtol=1e-5, atol=1e-6)
+    at2 = AppTest.from_file(APP, default_timeout=120)
+    at2.query_params["tab"] = "nonsense"
+    at2.run()
+    at2.switch_page("pages/why.py").run()
+    assert not at2.exception and chart_by_title(at2, "Top contributions")
