@@ -144,7 +144,8 @@ class Attention(nn.Module):
             q, k = apply_rope(q, angles), apply_rope(k, angles)
         return q, k, v
 
-    def forward(self, x, rec: Recorder | None, angles=None, cache: KVCache | None = None, layer: int = 0):
+    def forward(self, x, rec: Recorder | None, angles=None, cache: KVCache | None = None, layer: int = 0,
+                edits=None):
         qkv = self.qkv(x)                                              # (B, T, D + 2 Hkv hd)
         if rec is not None:
             rec.shape_only("qkv", qkv)
@@ -157,6 +158,8 @@ class Attention(nn.Module):
         t_q, s = q.shape[-2], k.shape[-2]
         mask = "causal" if t_q == s else (None if t_q == 1 else causal_mask(t_q, s, x.device))
         z = attend(q, k, v, mask, rec, self.dropout if self.training else 0.0)
+        if edits is not None:  # per-call interventions (tfm.edits); the trace's "z" is the unedited one
+            z = edits.apply("attn.z", z)
         merged = z.transpose(1, 2).reshape(x.shape)                    # (B, T, D)
         if rec is not None:
             rec.shape_only("z_merged", merged)
@@ -190,13 +193,15 @@ class MLP(nn.Module):
         self.gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias) if cfg.activation == "swiglu" else None
         self.proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
 
-    def forward(self, x: torch.Tensor, rec: Recorder | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rec: Recorder | None, edits=None) -> torch.Tensor:
         if self.gate is not None:
             pre, up = self.gate(x), self.fc(x)                         # (B, T, F) each
             post = F.silu(pre) * up
         else:
             pre, up = self.fc(x), None                                 # (B, T, F)
             post = {"gelu": F.gelu, "relu": F.relu}.get(self.activation, lambda h: F.gelu(h, approximate="tanh"))(pre)
+        if edits is not None:
+            post = edits.apply("mlp.post", post)
         if rec is not None:
             rec.add("pre", pre)
             if up is not None:
@@ -219,19 +224,21 @@ class Block(nn.Module):
         self.ln1, self.attn, self.ln2, self.mlp = Norm(cfg), Attention(cfg), Norm(cfg), MLP(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, rec: Recorder | None, angles=None, cache=None, layer: int = 0):
+    def forward(self, x, rec: Recorder | None, angles=None, cache=None, layer: int = 0, edits=None):
         sub = (lambda name: rec.scoped(name)) if rec is not None else (lambda name: None)
+        ed = (lambda name, t: t) if edits is None else edits.apply  # `edits`: a tfm.edits.Edits scoped to this block
+        x = ed("resid_pre", x)
         if rec is not None:
             rec.add("resid_pre", x)
         a_in = self.ln1(x, sub("ln1")) if self.pre else x
-        a = self.drop(self.attn(a_in, sub("attn"), angles, cache, layer))
+        a = ed("attn_out", self.drop(self.attn(a_in, sub("attn"), angles, cache, layer, edits)))
         if rec is not None:  # recorded before a post-norm's ln1 runs: the trace is in execution order
             rec.add("attn_out", a)
         mid = x + a if self.pre else self.ln1(x + a, sub("ln1"))
         if rec is not None:
             rec.add("resid_mid", mid)
         m_in = x if self.parallel else mid  # the parallel block's MLP reads the block input too
-        m = self.drop(self.mlp(self.ln2(m_in, sub("ln2")) if self.pre else m_in, sub("mlp")))
+        m = ed("mlp_out", self.drop(self.mlp(self.ln2(m_in, sub("ln2")) if self.pre else m_in, sub("mlp"), edits)))
         if rec is not None:
             rec.add("mlp_out", m)
         x = mid + m if self.pre else self.ln2(mid + m, sub("ln2"))
@@ -349,38 +356,47 @@ class GPT(nn.Module):
         return (x + pos if pos is not None else x), angles
 
     def forward(self, idx: torch.Tensor, trace: bool = False, cache: KVCache | None = None,
-                last_only: bool = False, lazy: bool | None = None) -> ModelOutput:
+                last_only: bool = False, lazy: bool | None = None, edits=None) -> ModelOutput:
         """Logits (B, T, V), or (B, 1, V) for the last position only with `last_only` (what
         generation needs: a prefill skips T-1 vocabulary-sized products). The trace always
         covers every position up to the final norm; its "logits" entry matches `logits`
         (a lazy trace's: every position's, computed when read).
 
         `lazy` (default: without a KV cache, in eval mode, autograd off) keeps only the stream
-        between blocks and computes a block's entries when first read: see `tfm.lazy`."""
+        between blocks and computes a block's entries when first read: see `tfm.lazy`.
+        `edits`: interventions for this call only (a list of tfm.edits edits, see there); an
+        edited forward's trace is eager (a lazy one would recompute blocks without the edits)."""
         if trace:
             from . import lazy as lazy_trace  # it builds on this module: imported when used
-            if lazy_trace.use_lazy(self, lazy, cache):
+            if edits and lazy:
+                raise ValueError("an edited forward is traced eagerly: leave lazy unset (or False) with edits")
+            if not edits and lazy_trace.use_lazy(self, lazy, cache):
                 return lazy_trace.traced_forward(self, idx, last_only)
         elif lazy:
             raise ValueError("lazy=True describes a trace: pass trace=True as well")
         rec = Recorder() if trace else None
-        x = self.hidden(idx, cache, rec)
+        x = self.hidden(idx, cache, rec, edits)
         logits = unembed(x[:, -1:] if last_only else x, self.unembed.weight)  # (B, T or 1, V)
         if rec is not None:
             rec.add("logits", logits)
         return ModelOutput(logits, rec.finish() if rec else None)
 
-    def hidden(self, idx: torch.Tensor, cache: KVCache | None = None, rec: Recorder | None = None) -> torch.Tensor:
+    def hidden(self, idx: torch.Tensor, cache: KVCache | None = None, rec: Recorder | None = None,
+               edits=None) -> torch.Tensor:
         """The residual stream after the final norm, (B, T, D): what the unembedding reads.
-        Advances `cache` by T."""
+        Advances `cache` by T. `edits` as in `forward`."""
         start = cache.length if cache is not None else 0
         self._check_input(idx, start)
         if cache is not None and idx.shape[0] != cache.k.shape[1]:
             raise ValueError(f"the KV cache was made for batch {cache.k.shape[1]}, the tokens have batch {idx.shape[0]}")
         x, angles = self.embed(idx, start, rec)
         x = self.drop(x)
+        if edits is not None:
+            from .edits import Edits  # tfm.edits holds all the logic; imported only when used
+            edits = Edits.of(edits, self.config, idx.shape)
         for i, block in enumerate(self.blocks):
-            x = block(x, rec.scoped(f"blocks.{i}") if rec else None, angles, cache, i)
+            x = block(x, rec.scoped(f"blocks.{i}") if rec else None, angles, cache, i,
+                      edits.scoped(i) if edits is not None else None)
         if self.ln_final is not None:
             x = self.ln_final(x, rec.scoped("ln_final") if rec else None)
         if cache is not None:

@@ -16,6 +16,8 @@ SECTIONS: dict[str, list[tuple[str, str, str]]] = {
          "what each LayerNorm receives and returns, and how the residual stream grows"),
         ("shapes.py", "Shapes & parameters", "the shape of every tensor and where the parameters are"),
         ("logit_lens.py", "Logit lens", "what each layer would predict if it were the last"),
+        ("why.py", "Why this token?",
+         "which heads and MLPs wrote the prediction, and what happens when you switch them off or patch them"),
     ],
     "Generate": [
         ("next_token.py", "Next-token sampling", "temperature, top-k and top-p on the real next-token distribution"),

@@ -1,0 +1,119 @@
+"""Why this token? Which parts of the model wrote the prediction (direct logit attribution),
+and what happens when they are switched off (ablation) or copied from another prompt (patching)."""
+import numpy as np
+import streamlit as st
+
+from tfm import attribution, patching
+from ui import fig_why as fw
+from ui import sidebar, state
+from ui import why_panels as wp
+
+TABS = ["Attribution", "Attribution vs ablation", "Intervene", "MLP neurons", "Activation patching",
+        "Contribution graph"]
+DEFAULTS = {"why.clean": "Lily gave the ball to Tom. Then Tom gave it to",
+            "why.corrupt": "Tom gave the ball to Lily. Then Lily gave it to",
+            "why.answer": " Lily", "why.wrong": " Tom", "why.token": "", "why.versus": ""}
+
+
+def pick_head(n_head: int) -> None:
+    """A click on the head heatmap opens that head below (the selectbox is the fallback)."""
+    points = st.session_state["why.heads_chart"].selection.get("points", [])
+    if points:
+        x, y = str(points[0].get("x", "")), str(points[0].get("y", ""))
+        if x[1:].isdigit() and y[1:].isdigit() and int(x[1:]) < n_head:
+            st.session_state["why.head"] = (int(y[1:]), int(x[1:]))
+
+
+sidebar.render()
+st.title("Why this token?")
+run = state.current_run()
+cfg, tok, n_tok = run.lm.config, run.lm.tokenizer, len(run.ids)
+L, H = cfg.n_layer, cfg.n_head
+URL = (("why.pos", "pos", int), ("why.token", "token", str), ("why.versus", "vs", str), ("why.tab", "tab", str),
+       ("why.clean", "clean", str), ("why.corrupt", "corrupt", str), ("why.answer", "answer", str),
+       ("why.wrong", "wrong", str))
+for key, param, cast in URL:
+    state.url_init(key, param, cast)
+for k, v in DEFAULTS.items():
+    st.session_state.setdefault(k, v)
+if st.session_state.get("why.tab") not in TABS:  # links may hold anything
+    st.session_state["why.tab"] = TABS[0]
+ss = st.session_state
+if ss.get("why.pos_ids") != run.ids:  # a new prompt (or model): explain its last position again
+    if ss.get("why.pos_ids") is not None or "why.pos" not in ss:
+        ss["why.pos"] = n_tok - 1
+    ss["why.pos_ids"] = run.ids
+ss["why.pos"] = min(max(int(ss.get("why.pos", n_tok - 1)), 0), n_tok - 1)  # links may hold any number
+
+c1, c2, c3 = st.columns([2, 2, 2])
+pos = c1.number_input("Position (the token after it is explained)", 0, n_tok - 1, key="why.pos")
+token_text = c2.text_input("Explain token (empty: the top prediction)", key="why.token")
+versus_text = c3.text_input("…versus token (optional: logit difference)", key="why.versus")
+state.url_set(pos=pos, token=token_text, vs=versus_text)
+try:
+    token = attribution.token_id(tok, token_text, cfg.vocab_size) if token_text else None
+    versus = attribution.token_id(tok, versus_text, cfg.vocab_size) if versus_text else None
+    attr = state.derived("why.direct", lambda lm, ids, p, t, v: attribution.direct(lm, ids, p, t, v, run.output),
+                         run.spec, run.device, run.ids, pos, token, versus)
+except ValueError as e:
+    st.error(str(e))
+    st.stop()
+piece = tok.display_piece(attr.token)
+what = f"logit({piece!r})" + (f" − logit({tok.display_piece(attr.versus)!r})" if attr.versus is not None else "")
+top_piece = tok.display_piece(int(run.output.logits[0, pos].argmax()))
+st.markdown(f"After **{fw.md(run.labels[pos])}** the model's top prediction is **{fw.md(repr(top_piece))}**. "
+            f"Explaining {fw.md(what)} = **{attr.target:.4f}**.")
+st.caption(f"Direct logit attribution: the stream before the final norm is a sum of what every part wrote; with "
+           f"the final norm's scale frozen at its value here ({attr.scale:.4f}) each part's share, in logits, "
+           f"adds up exactly to the number above (sum {float(attr.values.sum()):.4f}). Positive = pushes toward it.")
+numbers = {"prompt_ids": list(run.ids), "position": pos, "token": piece, "target": attr.target,
+           "components": list(attr.components), "values": attr.values.tolist()}
+
+tabs = st.tabs(TABS, key="why.tab", on_change="rerun")  # only the open tab is computed
+with tabs[0]:
+    if tabs[0].open:
+        st.plotly_chart(fw.contrib_bars(list(attr.components), wp.as_np(attr.values),
+                                        f"Top contributions to {what}"), key="why.bars")
+        st.plotly_chart(fw.head_heatmap(wp.as_np(attr.heads), "Every head's direct contribution (click a cell)",
+                                        clickable=True),
+                        key="why.heads_chart", on_select=lambda: pick_head(H), selection_mode="points")
+        options = [(l, h) for l in range(L) for h in range(H)]
+        if st.session_state.get("why.head") not in options:
+            st.session_state["why.head"] = tuple(int(i) for i in divmod(int(attr.heads.abs().argmax()), H))
+        layer, head = st.selectbox("Head", options, format_func=lambda p: f"L{p[0]} H{p[1]}", key="why.head")
+        src = wp.as_np(attr.by_source(layer, head))
+        st.plotly_chart(fw.source_bars(src, run.labels, f"L{layer} H{head}: its {float(attr.heads[layer, head]):.4f} "
+                                       f"logits, split over the positions it read"), key="why.sources")
+        numbers["sources"] = {"layer": layer, "head": head, "values": src.tolist()}
+        wp.induction_text(run)
+with tabs[1]:
+    if tabs[1].open:
+        metric = patching.Metric(pos, attr.token, attr.versus)
+        sweep = state.derived("why.sweep", lambda lm, ids, m: patching.ablation_sweep(lm, ids, m),
+                              run.spec, run.device, run.ids, metric)
+        att = wp.as_np(attr.heads).ravel().tolist() + wp.as_np(attr.mlps).tolist()
+        eff = wp.as_np(sweep.head_effects).ravel().tolist() + wp.as_np(sweep.mlp_effects).tolist()
+        order = [f"blocks.{l}.attn.head.{h}" for l in range(L) for h in range(H)] + [f"blocks.{l}.mlp" for l in range(L)]
+        st.caption("Attribution is an estimate from one forward pass; ablation (zeroing the part, one per row of "
+                   f"one batched run) measures what the logit really loses. Unedited: {sweep.base:.4f}.")
+        st.plotly_chart(fw.estimate_vs_reality(order, np.array(att), np.array(eff),
+                                               "Estimate vs reality: attribution against ablation"), key="why.scatter")
+        st.plotly_chart(fw.contrib_bars(order, np.array(att), "Top heads and MLPs: attribution beside ablation",
+                                        np.array(eff)), key="why.bars_vs")
+        st.plotly_chart(fw.head_heatmap(-wp.as_np(sweep.head_effects), "Logit lost when each head is zero-ablated"),
+                        key="why.ablation_heads")
+        numbers["ablation"] = {"base": sweep.base, "components": order, "effects": eff}
+with tabs[2]:
+    if tabs[2].open:
+        numbers.update(wp.ablate_panel(run, pos, attr.token, L, H))
+with tabs[3]:
+    if tabs[3].open:
+        numbers.update(wp.neuron_panel(run, attr, pos, attr.token))
+with tabs[4]:
+    if tabs[4].open:
+        numbers.update(wp.patch_panel(run, L))
+with tabs[5]:
+    if tabs[5].open:
+        wp.graph_panel(run, pos)
+state.url_set(tab=st.session_state["why.tab"])
+wp.export(numbers)

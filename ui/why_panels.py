@@ -1,0 +1,156 @@
+"""Panels of the "Why this token?" page: interventions, neurons, patching, contribution graph.
+
+Each panel reads the engine's numbers through `state.derived` (computed once per process for
+the same model, prompt and settings) and draws them with `ui.fig_why`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+import torch
+
+from tfm import attribution, patching
+from tfm import edits as E
+from ui import fig_why as fw
+from ui import state
+
+PATCH_MAX_TOKENS = 128  # patching runs 1 + L*H + L*T rows: bound T before paying for them
+GRAPH_WINDOW = 24       # positions drawn in the contribution graph
+
+
+def next_probs(lm, ids: tuple[int, ...], pos: int, heads: tuple, mlps: tuple, neurons: tuple, mode: str):
+    """Next-token probabilities at `pos`, (V,), with the chosen heads / MLPs / neurons ablated."""
+    edits = [E.AblateHead(l, h, mode) for l, h in heads] + [E.AblateMLP(l, mode) for l in mlps]
+    by_layer: dict[int, list[int]] = {}
+    for l, n in neurons:
+        by_layer.setdefault(l, []).append(n)
+    edits += [E.AblateNeurons(l, tuple(ns), mode) for l, ns in by_layer.items()]
+    with torch.inference_mode():
+        h = lm.model.hidden(torch.tensor([ids], device=lm.device), edits=edits)[:, pos]  # (1, D)
+        return lm.model.unembed(h)[0].float().softmax(-1).cpu()
+
+
+def compare(run, pos: int, token: int, heads=(), mlps=(), neurons=(), mode="zero", key="why.cmp") -> dict:
+    """Before/after next-token distributions side by side; returns the numbers shown."""
+    args = (run.spec, run.device, run.ids, pos)
+    before = state.derived("why.probs", next_probs, *args, (), (), (), "zero")
+    after = state.derived("why.probs", next_probs, *args, tuple(heads), tuple(mlps), tuple(neurons), mode)
+    ids = list(dict.fromkeys(before.topk(8).indices.tolist() + after.topk(8).indices.tolist() + [token]))
+    pieces = [run.lm.tokenizer.display_piece(i) for i in ids]
+    c1, c2 = st.columns(2)
+    c1.metric(f"p({fw.md(pieces[ids.index(token)])}) before", f"{float(before[token]):.4f}")
+    c2.metric("after", f"{float(after[token]):.4f}", f"{float(after[token] - before[token]):+.4f}")
+    st.plotly_chart(fw.dist_compare(pieces, before[ids].numpy(), after[ids].numpy(),
+                                    f"Next-token probabilities at position {pos}, before and after"), key=key)
+    return {"tokens": pieces, "ids": ids, "before": before[ids].tolist(), "after": after[ids].tolist()}
+
+
+def ablate_panel(run, pos: int, token: int, n_layer: int, n_head: int) -> dict:
+    st.caption("Switch parts off for one forward pass (the shared model is never changed) and compare the "
+               "next-token distribution. Zero: the part writes nothing; mean: it writes its average over "
+               "this prompt's positions.")
+    names = [f"L{l}H{h}" for l in range(n_layer) for h in range(n_head)]
+    c1, c2, c3 = st.columns([4, 2, 1])
+    heads = c1.multiselect("Heads to ablate", names, key="why.abl_heads")
+    mlps = c2.multiselect("MLPs to ablate", list(range(n_layer)), format_func=lambda l: f"L{l} MLP", key="why.abl_mlps")
+    mode = c3.radio("Ablation", ["zero", "mean"], key="why.abl_mode")
+    if not heads and not mlps:
+        st.info("Pick heads or MLPs above (try the largest cells of the heatmap).")
+        return {}
+    if len(heads) == len(names):
+        st.warning("Every head is ablated: the model is left with embeddings and MLPs only.")
+    pairs = tuple(divmod(names.index(h), n_head) for h in heads)
+    return {"ablated_heads": heads, "ablated_mlps": mlps, "mode": mode,
+            **compare(run, pos, token, pairs, tuple(mlps), (), mode, "why.abl_chart")}
+
+
+def neuron_panel(run, attr, pos: int, token: int) -> dict:
+    tok = run.lm.tokenizer
+    top = state.derived("why.neurons", lambda lm, *a: attribution.top_neurons(lm, attr, k=12),
+                        run.spec, run.device, run.ids, pos, token, attr.versus)
+    pieces = lambda ids: " ".join(repr(tok.display_piece(i)) for i in ids[:5])  # noqa: E731
+    rows = [{"neuron": f"L{n.layer} N{n.index}", "activation": n.activation, "contribution": n.value,
+             "promotes": pieces(n.promotes), "suppresses": pieces(n.suppresses)} for n in top]
+    st.caption("MLP neurons with the largest direct contribution: activation × the neuron's output direction "
+               "× the token's unembedding direction (through the final norm). *Promotes / suppresses*: the "
+               "vocabulary tokens the neuron's output direction raises or lowers most.")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="why.neuron_table", height=38 + 35 * len(rows),
+                 column_config={"contribution": st.column_config.NumberColumn(format="%.4f"),
+                                "activation": st.column_config.NumberColumn(format="%.4f")})
+    off = st.multiselect("Turn neurons off", [r["neuron"] for r in rows], key="why.neurons_off")
+    chosen = tuple((n.layer, n.index) for n in top if f"L{n.layer} N{n.index}" in off)
+    shown = compare(run, pos, token, neurons=chosen, key="why.neuron_chart") if chosen else {}
+    return {"top_neurons": rows, "neurons_off": off, **shown}
+
+
+def patch_panel(run, n_layer: int) -> dict:
+    lm, tok = run.lm, run.lm.tokenizer
+    st.caption("Run the **clean** prompt and the **corrupted** one; then, one at a time, copy a head's output "
+               "or the residual stream at one layer and position from the clean run into the corrupted run. "
+               "1 = that patch alone restores the clean answer, 0 = it changes nothing.")
+    c1, c2 = st.columns(2)
+    clean = c1.text_input("Clean prompt", key="why.clean")
+    corrupt = c2.text_input("Corrupted prompt (same number of tokens)", key="why.corrupt")
+    answer = c1.text_input("Answer token (clean)", key="why.answer")
+    wrong = c2.text_input("Answer token (corrupted)", key="why.wrong")
+    state.url_set(clean=clean, corrupt=corrupt, answer=answer, wrong=wrong)
+    try:
+        a_id = attribution.token_id(tok, answer, lm.config.vocab_size)
+        w_id = attribution.token_id(tok, wrong, lm.config.vocab_size)
+        c_ids, x_ids = tuple(tok.encode(clean)), tuple(tok.encode(corrupt))
+        patching.same_length(tok, c_ids, x_ids)
+        if not c_ids or len(c_ids) > min(PATCH_MAX_TOKENS, lm.config.context_length):
+            raise ValueError(f"patching takes prompts of 1 to {min(PATCH_MAX_TOKENS, lm.config.context_length)} "
+                             f"tokens; these have {len(c_ids)}")
+        if a_id == w_id:
+            raise ValueError("the two answer tokens are the same: the metric is their logit difference")
+        metric = patching.Metric(len(c_ids) - 1, a_id, w_id)
+        res = state.derived("why.patch", lambda m, c, x, mt: patching.patch_prompts(m, c, x, mt),
+                            run.spec, run.device, c_ids, x_ids, metric)
+    except ValueError as e:
+        st.error(str(e))
+        return {}
+    st.markdown(f"logit({fw.md(repr(answer))}) − logit({fw.md(repr(wrong))}): clean **{res.clean:.3f}**, corrupted **{res.corrupt:.3f}**.")
+    st.plotly_chart(fw.head_heatmap(res.heads.numpy(), "Patching each head's output (all positions)",
+                                    "restored"), key="why.patch_heads")
+    labels = [f"{tok.display_piece(i)} ·{p}" for p, i in enumerate(c_ids)]
+    st.plotly_chart(fw.heatmap(res.resid.numpy(), labels, [f"L{l}" for l in range(n_layer)],
+                               "Patching the residual stream entering each layer, one position at a time",
+                               "position (clean token)", "layer", "restored"), key="why.patch_resid")
+    return {"patching": {"clean": clean, "corrupt": corrupt, "answer": answer, "wrong": wrong,
+                         "clean_metric": res.clean, "corrupt_metric": res.corrupt,
+                         "heads": res.heads.tolist(), "resid": res.resid.tolist()}}
+
+
+def graph_panel(run, pos: int) -> None:
+    start = max(0, pos + 1 - GRAPH_WINDOW)
+    flow = state.derived("why.flow", lambda lm, ids, a, b: attribution.flow(lm, run.trace, a, b),
+                         run.spec, run.device, run.ids, start, pos + 1)
+    thr = st.slider("Show edges of at least this fraction of the largest", 0.0, 1.0, 0.2, 0.05, key="why.threshold")
+    st.caption("Edges: how much each layer's heads moved from a source position to a later one "
+               "(attention weight × size of the head's value through W_O, summed over heads).")
+    st.plotly_chart(fw.flow_graph(flow.numpy(), run.labels[start:pos + 1], thr,
+                                  f"Contribution graph, positions {start}–{pos}"), key="why.graph")
+
+
+def induction_text(run) -> None:
+    cfg = run.lm.config
+    n = min(40, cfg.context_length // 2)
+    if cfg.n_head < 2 or n < 4:
+        return
+    c = state.derived("why.induction", lambda lm, k: patching.induction_check(lm, seq_len=k), run.spec, run.device, n)
+    st.markdown(
+        f"**Does ablation find real mechanisms?** On {n} random tokens repeated once, the engine's strongest "
+        f"induction head is **L{c.layer} H{c.head}** (score {c.score:.2f}). Loss on the repeated half: "
+        f"**{c.loss_clean:.3f}** as is, **{c.loss_ablated:.3f}** with that head zero-ablated, "
+        f"**{c.loss_control:.3f}** with head H{c.control} of the same layer ablated instead (a control).")
+
+
+def export(numbers: dict) -> None:
+    st.download_button("Download the numbers (.json)", fw.export_json(numbers), file_name="why_this_token.json",
+                       mime="application/json", key="why.download", on_click="ignore")
+
+
+def as_np(t) -> np.ndarray:
+    return t.detach().cpu().numpy()
