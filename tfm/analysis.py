@@ -7,12 +7,16 @@ All functions read batch element 0 unless they say otherwise.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from . import trace_read as tr
 from .model import GPT
 from .trace import Trace
+
+Progress = Callable[[int, int], None]  # (done, total): called after each layer of a long loop
 
 
 def previous_token_detection(t: int) -> torch.Tensor:
@@ -48,22 +52,27 @@ def detection_score(pattern: torch.Tensor, detection: torch.Tensor) -> torch.Ten
 
 
 def patterns(trace: Trace) -> torch.Tensor:
-    """Attention patterns of every layer for batch element 0: (L, H, T, T)."""
-    return trace.stack("attn.pattern")[:, 0]
+    """Attention patterns of every layer for batch element 0: (L, H, T, T). Large for long
+    prompts (GPT-2 at 1024 tokens: 600 MB): prefer a loop over `trace_read.pattern`."""
+    return torch.stack([tr.pattern(trace, i) for i in range(trace.n_layers())])
 
 
-def head_scores(trace: Trace, tokens: torch.Tensor | list[int]) -> dict[str, torch.Tensor]:
-    """Per-head (L, H) scores: previous_token, first_token, duplicate_token, induction, entropy."""
-    pats = patterns(trace).float()                                     # (L, H, T, T)
+def head_scores(trace: Trace, tokens: torch.Tensor | list[int], progress: Progress | None = None) -> dict[str, torch.Tensor]:
+    """Per-head (L, H) scores: previous_token, first_token, duplicate_token, induction, entropy.
+    One layer's (H, T, T) pattern is read at a time; only the (L, H) scores are kept."""
     tok = torch.as_tensor(tokens).flatten().cpu()
-    t = pats.shape[-1]
-    return {
-        "previous_token": detection_score(pats, previous_token_detection(t)),
-        "first_token": detection_score(pats, first_token_detection(t)),
-        "duplicate_token": detection_score(pats, duplicate_token_detection(tok)),
-        "induction": detection_score(pats, induction_detection(tok)),
-        "entropy": entropy(pats).mean(-1),
-    }
+    t, n = len(tok), trace.n_layers()
+    dets = {"previous_token": previous_token_detection(t), "first_token": first_token_detection(t),
+            "duplicate_token": duplicate_token_detection(tok), "induction": induction_detection(tok)}
+    rows: dict[str, list[torch.Tensor]] = {name: [] for name in (*dets, "entropy")}
+    for layer in range(n):
+        pat = tr.pattern(trace, layer).float()                         # (H, T, T)
+        for name, det in dets.items():
+            rows[name].append(detection_score(pat, det))
+        rows["entropy"].append(entropy(pat).mean(-1))
+        if progress is not None:
+            progress(layer + 1, n)
+    return {name: torch.stack(r) for name, r in rows.items()}        # (L, H) each
 
 
 def entropy(pattern: torch.Tensor) -> torch.Tensor:
@@ -96,24 +105,26 @@ def top_head(scores: torch.Tensor) -> tuple[int, int, float]:
     return layer, head, float(scores[layer, head])
 
 
-def rollout(trace: Trace, head_reduce: str = "mean") -> torch.Tensor:
+def rollout(trace: Trace, head_reduce: str = "mean", progress: Progress | None = None) -> torch.Tensor:
     """Attention rollout (Abnar & Zuidema 2020): (L, T, T), entry l is the flow through layers 0..l.
 
     Each layer's heads are averaged (or maxed), the identity is added for the residual
     connection, rows are renormalised, and the layers are multiplied in order.
     """
-    pats = patterns(trace).float()                                     # (L, H, T, T)
     if head_reduce not in ("mean", "max"):
         raise ValueError(f"head_reduce={head_reduce!r}: choose 'mean' or 'max'")
-    a = pats.mean(1) if head_reduce == "mean" else pats.amax(1)        # (L, T, T)
-    eye = torch.eye(a.shape[-1], device=a.device)
-    a = 0.5 * a + 0.5 * eye
-    a = a / a.sum(-1, keepdim=True)
-    out, acc = [], eye
-    for layer in a:
-        acc = layer @ acc
+    out, acc = [], None
+    for layer in range(trace.n_layers()):  # one layer's (H, T, T) at a time
+        pat = tr.pattern(trace, layer).float()
+        a = pat.mean(0) if head_reduce == "mean" else pat.amax(0)         # (T, T)
+        eye = torch.eye(a.shape[-1], device=a.device)
+        a = 0.5 * a + 0.5 * eye
+        a = a / a.sum(-1, keepdim=True)
+        acc = a if acc is None else a @ acc
         out.append(acc)
-    return torch.stack(out)
+        if progress is not None:
+            progress(layer + 1, trace.n_layers())
+    return torch.stack(out)                                            # (L, T, T)
 
 
 @dataclass(frozen=True)
@@ -126,9 +137,8 @@ class LogitLens:
 
 def residual_streams(trace: Trace, positions: slice | None = None) -> torch.Tensor:
     """The residual stream after the embedding and after every block, batch row 0: (L+1, T, D)."""
-    n, pos = trace.n_layers(), positions or slice(None)
-    names = ["blocks.0.resid_pre"] + [f"blocks.{i}.resid_post" for i in range(n)]
-    return torch.stack([trace[name][0, pos] for name in names])        # (L+1, T, D)
+    pos = positions or slice(None)
+    return torch.stack([tr.residual_stream(trace, i)[pos] for i in range(trace.n_layers() + 1)])  # (L+1, T, D)
 
 
 @torch.no_grad()
@@ -160,31 +170,29 @@ def norm_stats(trace: Trace) -> dict[str, torch.Tensor]:
     """Per layer and token statistics of every norm's input and output, batch 0: name -> (L, T).
 
     Names: ln1.input_mean, ln1.input_std (LayerNorm) or ln1.input_rms (RMSNorm),
-    ln1.output_mean, ln1.output_std, and the same for ln2.
+    ln1.output_mean, ln1.output_std, and the same for ln2. One layer's tensors at a time.
     """
-    out: dict[str, torch.Tensor] = {}
+    rows: dict[str, list[torch.Tensor]] = {}
     for norm in ("ln1", "ln2"):
-        x_in, x_out = trace.stack(f"{norm}.input")[:, 0], trace.stack(f"{norm}.output")[:, 0]  # (L, T, D)
-        if f"blocks.0.{norm}.std" in trace:
-            out[f"{norm}.input_mean"] = trace.stack(f"{norm}.mean")[:, 0]
-            out[f"{norm}.input_std"] = trace.stack(f"{norm}.std")[:, 0]
-        else:
-            out[f"{norm}.input_rms"] = trace.stack(f"{norm}.rms")[:, 0]
-        out[f"{norm}.output_mean"] = x_out.mean(-1)
-        out[f"{norm}.output_std"] = x_out.std(-1, unbiased=False)
-        out[f"{norm}.input_norm"] = x_in.norm(dim=-1)
-    return out
+        recorded = ("mean", "std") if tr.has_norm_entry(trace, norm, "std") else ("rms",)
+        for layer in range(trace.n_layers()):
+            x_in, x_out = tr.norm_entry(trace, layer, norm, "input"), tr.norm_entry(trace, layer, norm, "output")
+            stats = {f"input_{part}": tr.norm_entry(trace, layer, norm, part) for part in recorded}
+            stats |= {"output_mean": x_out.mean(-1), "output_std": x_out.std(-1, unbiased=False),
+                      "input_norm": x_in.norm(dim=-1)}
+            for name, value in stats.items():
+                rows.setdefault(f"{norm}.{name}", []).append(value)
+    return {name: torch.stack(r) for name, r in rows.items()}
 
 
 def residual_norms(trace: Trace) -> dict[str, torch.Tensor]:
     """L2 norms per token, batch 0: `resid` (L+1, T) entering each block and leaving the last,
     and each block's `attn_out` and `mlp_out` (L, T): how much each sublayer writes."""
     n = trace.n_layers()
-    resid = [trace["blocks.0.resid_pre"][0]] + [trace[f"blocks.{i}.resid_post"][0] for i in range(n)]
     return {
-        "resid": torch.stack(resid).norm(dim=-1),
-        "attn_out": trace.stack("attn_out")[:, 0].norm(dim=-1),
-        "mlp_out": trace.stack("mlp_out")[:, 0].norm(dim=-1),
+        "resid": torch.stack([tr.residual_stream(trace, i).norm(dim=-1) for i in range(n + 1)]),
+        "attn_out": torch.stack([tr.sublayer_output(trace, i, "attn").norm(dim=-1) for i in range(n)]),
+        "mlp_out": torch.stack([tr.sublayer_output(trace, i, "mlp").norm(dim=-1) for i in range(n)]),
     }
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
+from tfm import trace_read
 from tfm.sampling import Breakdown
 
 # Temperatures a slider offers: fine steps near 0, where small changes matter most.
@@ -252,10 +253,8 @@ def step_record(step, keep_tensors: bool = True) -> dict:
         rec["logits"] = step.logits.detach().float().cpu().clone()
     tr = step.trace
     if keep_tensors and tr is not None:
-        n = tr.n_layers()  # index per layer: stacking whole patterns would copy every query row
-        rows = [tr[f"blocks.{i}.attn.pattern"][0, :, -1, :] for i in range(n)]
-        rec["attn"] = torch.stack(rows).float().cpu().clone()                               # (L, H, S)
-        streams = [tr["blocks.0.resid_pre"][0, -1]] + [tr[f"blocks.{i}.resid_post"][0, -1] for i in range(n)]
+        rec["attn"] = trace_read.last_query_rows(tr).float().cpu().clone()                  # (L, H, S)
+        streams = [trace_read.residual_stream(tr, i)[-1] for i in range(tr.n_layers() + 1)]
         rec["resid"] = torch.stack(streams).cpu().clone()                                   # (L+1, D)
     return rec
 
