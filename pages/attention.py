@@ -61,7 +61,7 @@ def _all_heads(a: int, b: int, hide_first: bool, progress=None) -> np.ndarray:
     """(L, H, w, w): the window of every head, one layer's pattern read at a time."""
     out = []
     for layer in range(n_layer):
-        out.append(fa.window(trace_read.pattern(run.trace, layer), a, b, hide_first))
+        out.append(fa.window(run.trace.pattern(layer), a, b, hide_first))
         if progress is not None:
             progress(layer + 1, n_layer)
     return np.stack(out)
@@ -102,7 +102,7 @@ if mode == "rollout":
         run.trace, progress=state.progress_bar("Multiplying the layers' attention")), run.spec, run.device, run.ids)
     full, title = roll[layer], f"Attention rollout through layers 0–{layer}"
 else:
-    full = fa.reduce_heads(trace_read.pattern(run.trace, layer), mode, head)
+    full = fa.reduce_heads(run.trace.pattern(layer), mode, head)
     title = f"Layer {layer}, head {head}" if mode == "head" else f"Layer {layer}, {MODES[mode].lower()}"
 shown = fa.window(full, a, b, hide_first)
 
@@ -134,7 +134,7 @@ with tabs[2]:
                                format_func=lambda h: f"head {h}", **state.keep("attn.hv_heads"))
         tok = h2.selectbox("Only lines from token", list(range(a, b + 1)), format_func=lambda i: run.labels[i],
                            index=None, placeholder="all tokens", **state.keep("attn.hv_token"))
-        cells = fa.window(trace_read.pattern(run.trace, layer), a, b, hide_first)
+        cells = fa.window(run.trace.pattern(layer), a, b, hide_first)
         st.plotly_chart(fa.head_view(cells, sorted(heads), labels, f"Layer {layer}: who looks at whom{extra}",
                                      None if tok is None else tok - a), key="attn.head_view")
 with tabs[3]:

@@ -7,7 +7,6 @@ import math
 
 import streamlit as st
 
-from tfm import trace_read
 from tfm.sampling import SamplingSettings, breakdown
 from ui import fig_sampling as fs
 from ui import sidebar, state
@@ -18,7 +17,7 @@ sidebar.render()
 st.title("Next-token sampling")
 run = state.current_run()
 tok = run.lm.tokenizer
-logits = trace_read.logits_at(run.trace, -1)
+logits = run.trace.logits_at(-1)
 n_words = min(tok.vocab_size, logits.shape[-1])
 if n_words < logits.shape[0]:  # padded vocabulary rows are not tokens: never sampled (as tfm.generate)
     logits = logits.clone()

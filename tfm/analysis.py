@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from . import trace_read as tr
 from .model import GPT
 from .trace import Trace
+from .trace import name as trace_name
 
 Progress = Callable[[int, int], None]  # (done, total): called after each layer of a long loop
 
@@ -53,8 +53,8 @@ def detection_score(pattern: torch.Tensor, detection: torch.Tensor) -> torch.Ten
 
 def patterns(trace: Trace) -> torch.Tensor:
     """Attention patterns of every layer for batch element 0: (L, H, T, T). Large for long
-    prompts (GPT-2 at 1024 tokens: 600 MB): prefer a loop over `trace_read.pattern`."""
-    return torch.stack([tr.pattern(trace, i) for i in range(trace.n_layers())])
+    prompts (GPT-2 at 1024 tokens: 600 MB): prefer a loop over `Trace.pattern`."""
+    return torch.stack([trace.pattern(i) for i in range(trace.n_layers())])
 
 
 def head_scores(trace: Trace, tokens: torch.Tensor | list[int], progress: Progress | None = None) -> dict[str, torch.Tensor]:
@@ -66,7 +66,7 @@ def head_scores(trace: Trace, tokens: torch.Tensor | list[int], progress: Progre
             "duplicate_token": duplicate_token_detection(tok), "induction": induction_detection(tok)}
     rows: dict[str, list[torch.Tensor]] = {name: [] for name in (*dets, "entropy")}
     for layer in range(n):
-        pat = tr.pattern(trace, layer).float()                         # (H, T, T)
+        pat = trace.pattern(layer).float()                         # (H, T, T)
         for name, det in dets.items():
             rows[name].append(detection_score(pat, det))
         rows["entropy"].append(entropy(pat).mean(-1))
@@ -115,7 +115,7 @@ def rollout(trace: Trace, head_reduce: str = "mean", progress: Progress | None =
         raise ValueError(f"head_reduce={head_reduce!r}: choose 'mean' or 'max'")
     out, acc = [], None
     for layer in range(trace.n_layers()):  # one layer's (H, T, T) at a time
-        pat = tr.pattern(trace, layer).float()
+        pat = trace.pattern(layer).float()
         a = pat.mean(0) if head_reduce == "mean" else pat.amax(0)         # (T, T)
         eye = torch.eye(a.shape[-1], device=a.device)
         a = 0.5 * a + 0.5 * eye
@@ -138,7 +138,7 @@ class LogitLens:
 def residual_streams(trace: Trace, positions: slice | None = None) -> torch.Tensor:
     """The residual stream after the embedding and after every block, batch row 0: (L+1, T, D)."""
     pos = positions or slice(None)
-    return torch.stack([tr.residual_stream(trace, i)[pos] for i in range(trace.n_layers() + 1)])  # (L+1, T, D)
+    return torch.stack([x[pos] for _, x in trace.residual_streams(0)])  # (L+1, T, D)
 
 
 @torch.no_grad()
@@ -174,15 +174,14 @@ def norm_stats(trace: Trace) -> dict[str, torch.Tensor]:
     """
     rows: dict[str, list[torch.Tensor]] = {}
     for norm in ("ln1", "ln2"):
-        recorded = ("mean", "std") if tr.has_norm_entry(trace, norm, "std") else ("rms",)
         for layer in range(trace.n_layers()):
-            x_in, x_out = tr.norm_entry(trace, layer, norm, "input"), tr.norm_entry(trace, layer, norm, "output")
-            stats = {f"input_{part}": tr.norm_entry(trace, layer, norm, part) for part in recorded}
-            stats |= {"output_mean": x_out.mean(-1), "output_std": x_out.std(-1, unbiased=False),
-                      "input_norm": x_in.norm(dim=-1)}
-            for name, value in stats.items():
-                rows.setdefault(f"{norm}.{name}", []).append(value)
-    return {name: torch.stack(r) for name, r in rows.items()}
+            got = trace.norm_stats(layer, norm)
+            stats = {f"input_{part}": got[part] for part in ("mean", "std", "rms") if part in got}
+            stats |= {"output_mean": got["output"].mean(-1), "output_std": got["output"].std(-1, unbiased=False),
+                      "input_norm": got["input"].norm(dim=-1)}
+            for key, value in stats.items():
+                rows.setdefault(f"{norm}.{key}", []).append(value)
+    return {key: torch.stack(r) for key, r in rows.items()}
 
 
 def residual_norms(trace: Trace) -> dict[str, torch.Tensor]:
@@ -190,9 +189,9 @@ def residual_norms(trace: Trace) -> dict[str, torch.Tensor]:
     and each block's `attn_out` and `mlp_out` (L, T): how much each sublayer writes."""
     n = trace.n_layers()
     return {
-        "resid": torch.stack([tr.residual_stream(trace, i).norm(dim=-1) for i in range(n + 1)]),
-        "attn_out": torch.stack([tr.sublayer_output(trace, i, "attn").norm(dim=-1) for i in range(n)]),
-        "mlp_out": torch.stack([tr.sublayer_output(trace, i, "mlp").norm(dim=-1) for i in range(n)]),
+        "resid": torch.stack([x.norm(dim=-1) for _, x in trace.residual_streams(0)]),
+        "attn_out": torch.stack([trace[trace_name("attn_out", i)][0].norm(dim=-1) for i in range(n)]),
+        "mlp_out": torch.stack([trace[trace_name("mlp_out", i)][0].norm(dim=-1) for i in range(n)]),
     }
 
 

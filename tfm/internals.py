@@ -50,8 +50,7 @@ def depth_norms(config: ModelConfig, ids: list[int] | torch.Tensor, seed: int = 
         loss = F.cross_entropy(out.logits[0, :-1], ids_t[1:])       # predict each next token
         loss.backward()
     tr = out.trace
-    streams = [tr["blocks.0.resid_pre"]] + [tr[f"blocks.{i}.resid_post"] for i in range(config.n_layer)]
-    resid = torch.stack([s[0].norm(dim=-1).mean() for s in streams])  # (L+1,)
+    resid = torch.stack([s.norm(dim=-1).mean() for _, s in tr.residual_streams(0)])  # (L+1,)
     grads = torch.stack([
         torch.sqrt(sum((p.grad.double() ** 2).sum() for p in block.parameters() if p.grad is not None)).float()
         for block in model.blocks

@@ -99,6 +99,38 @@ AXES: dict[str, tuple[str, ...]] = {
 }
 
 
+# Concept -> trace name, the one table the typed accessors (and pages) build names from.
+NAMES: dict[str, str] = {
+    "embed": "embed", "pos_embed": "pos_embed", "rope_angles": "rope.angles", "logits": "logits",
+    "resid_pre": "blocks.{layer}.resid_pre", "resid_mid": "blocks.{layer}.resid_mid",
+    "resid_post": "blocks.{layer}.resid_post", "attn_out": "blocks.{layer}.attn_out",
+    "mlp_out": "blocks.{layer}.mlp_out",
+    "q": "blocks.{layer}.attn.q", "k": "blocks.{layer}.attn.k", "v": "blocks.{layer}.attn.v",
+    "scores": "blocks.{layer}.attn.scores", "pattern": "blocks.{layer}.attn.pattern",
+    "z": "blocks.{layer}.attn.z", "result": "blocks.{layer}.attn.result",
+    "mlp_pre": "blocks.{layer}.mlp.pre", "mlp_up": "blocks.{layer}.mlp.up", "mlp_post": "blocks.{layer}.mlp.post",
+    "norm_input": "{norm}.input", "norm_mean": "{norm}.mean", "norm_std": "{norm}.std",
+    "norm_rms": "{norm}.rms", "norm_normalized": "{norm}.normalized", "norm_output": "{norm}.output",
+}
+
+
+def name(concept: str, layer: int | None = None, norm: str | None = None) -> str:
+    """The trace name of a concept: `name("pattern", 3)` -> "blocks.3.attn.pattern",
+    `name("norm_std", 2, "ln1")` -> "blocks.2.ln1.std", `name("norm_output", norm="ln_final")`."""
+    if concept not in NAMES:
+        raise ValueError(f"unknown trace concept {concept!r}; known: {sorted(NAMES)}")
+    template = NAMES[concept]
+    if "{norm}" in template:
+        if norm not in ("ln1", "ln2", "ln_final"):
+            raise ValueError(f"norm={norm!r}: choose ln1, ln2 or ln_final")
+        template = template.replace("{norm}", "ln_final" if norm == "ln_final" else "blocks.{layer}." + norm)
+    if "{layer}" in template:
+        if not isinstance(layer, int):
+            raise ValueError(f"{concept!r} belongs to a block: give its layer index")
+        return template.format(layer=layer)
+    return template
+
+
 def axes_for(name: str) -> tuple[str, ...]:
     """Axis names for a trace name, from the longest matching suffix in `AXES`."""
     parts = name.split(".")
@@ -211,6 +243,60 @@ class Trace(Mapping):
     def stack(self, suffix: str) -> torch.Tensor:
         """`blocks.{i}.<suffix>` for every block, stacked on a new leading layer axis."""
         return torch.stack([self[f"blocks.{i}.{suffix}"] for i in range(self.n_layers())])
+
+    # ---- typed accessors: names from `NAMES`, batch row explicit, ranges checked ----
+
+    def _row(self, key: str, batch: int) -> torch.Tensor:
+        t = self[key]
+        if not 0 <= batch < t.shape[0]:
+            raise ValueError(f"batch {batch} does not exist; the trace has batch size {t.shape[0]}")
+        return t[batch]
+
+    def _layer(self, layer: int) -> int:
+        n = self.n_layers()
+        if not 0 <= layer < n:
+            raise ValueError(f"layer {layer} does not exist; the model has {n} blocks (0..{n - 1})")
+        return layer
+
+    def pattern(self, layer: int, batch: int = 0) -> torch.Tensor:
+        """Attention pattern of every head of a block, (H, T, S): row t is query t's weights."""
+        return self._row(name("pattern", self._layer(layer)), batch)
+
+    def attention_row(self, layer: int, head: int, pos: int, batch: int = 0) -> torch.Tensor:
+        """What query `pos` of `head` attends to, (S,); sums to 1."""
+        pat = self.pattern(layer, batch)                                  # (H, T, S)
+        if not 0 <= head < pat.shape[0] or not 0 <= pos < pat.shape[1]:
+            raise ValueError(f"head {head} / position {pos} out of range: {pat.shape[0]} heads, {pat.shape[1]} positions")
+        return pat[head, pos]
+
+    def residual_streams(self, batch: int = 0) -> list[tuple[str, torch.Tensor]]:
+        """The residual stream entering block 0 ("embed": token plus additive positions) and
+        leaving every block ("after block i"), each (T, D). Leaving block i is what enters
+        block i + 1; leaving the last block is what the final norm (or the unembedding) reads."""
+        n = self.n_layers()
+        keys = [name("resid_pre", i) for i in range(n)]
+        keys.append(name("norm_input", norm="ln_final") if "ln_final.input" in self else name("resid_post", n - 1))
+        labels = ["embed"] + [f"after block {i}" for i in range(n)]
+        return [(label, self._row(key, batch)) for label, key in zip(labels, keys)]
+
+    def norm_stats(self, layer: int | None, which: str, batch: int = 0) -> dict[str, torch.Tensor]:
+        """One norm call's `input` and `output` (T, D) and its per-token statistics (T,):
+        `mean` and `std` (LayerNorm) or `rms` (RMSNorm). `which`: ln1, ln2 (with a layer) or
+        ln_final (layer None)."""
+        if which != "ln_final":
+            self._layer(-1 if layer is None else layer)
+        out = {part: self._row(name(f"norm_{part}", layer, which), batch) for part in ("input", "output")}
+        for stat in ("mean", "std", "rms"):
+            if (key := name(f"norm_{stat}", layer, which)) in self:
+                out[stat] = self._row(key, batch)
+        return out
+
+    def logits_at(self, pos: int, batch: int = 0) -> torch.Tensor:
+        """Next-token logits at one position, (V,); negative positions count from the end."""
+        logits = self._row("logits", batch)                               # (T, V)
+        if not -logits.shape[0] <= pos < logits.shape[0]:
+            raise ValueError(f"position {pos} out of range for {logits.shape[0]} positions")
+        return logits[pos]
 
     def __repr__(self) -> str:
         return f"Trace({len(self)} tensors, {len(self.shapes)} shape entries)"

@@ -11,7 +11,6 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from tfm import trace_read
 from tfm.sampling import Breakdown
 
 # Temperatures a slider offers: fine steps near 0, where small changes matter most.
@@ -253,9 +252,10 @@ def step_record(step, keep_tensors: bool = True) -> dict:
         rec["logits"] = step.logits.detach().float().cpu().clone()
     tr = step.trace
     if keep_tensors and tr is not None:
-        rec["attn"] = trace_read.last_query_rows(tr).float().cpu().clone()                  # (L, H, S)
-        streams = [trace_read.residual_stream(tr, i)[-1] for i in range(tr.n_layers() + 1)]
-        rec["resid"] = torch.stack(streams).cpu().clone()                                   # (L+1, D)
+        n = tr.n_layers()  # index per layer: stacking whole patterns would copy every query row
+        rows = [tr.pattern(i, 0)[:, -1, :] for i in range(n)]
+        rec["attn"] = torch.stack(rows).float().cpu().clone()                               # (L, H, S)
+        rec["resid"] = torch.stack([s[-1] for _, s in tr.residual_streams(0)]).cpu().clone()  # (L+1, D)
     return rec
 
 
