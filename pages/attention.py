@@ -146,7 +146,7 @@ with tabs[3]:
         eot = run.lm.tokenizer.eot_id
         bos = eot if eot is not None and eot < run.lm.config.vocab_size else None
         try:
-            probe = state.derived("attn.induction_probe",
+            probe = state.derived_status("Running the repeated-random-tokens probe…", "attn.induction_probe",
                                   lambda lm, n, b: analysis.induction_probe(lm.model, seq_len=n, bos=b),
                                   run.spec, run.device, n_rep, bos) if n_rep >= 2 else None
         except ValueError as e:

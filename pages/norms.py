@@ -13,6 +13,10 @@ def _depth(lm, placement: str, norm: str, n_layer: int, ids: tuple, seed: int) -
     return internals.depth_norms(cfg, ids, seed)
 
 
+DEPTH_TOKENS = 128
+AUTO_PARAMS = 20_000_000  # larger fresh models start on a button press: each takes seconds to build and run
+
+
 sidebar.render()
 st.title("LayerNorm & the residual stream")
 st.markdown(
@@ -132,10 +136,22 @@ placement = c1.radio("Norm placement", ["both", "pre", "post"], horizontal=True,
 norm_kind = c2.radio("Norm type", ["layernorm", "rmsnorm"], horizontal=True, **state.keep("norms.cmp_norm"))
 n_layer = c3.slider("Layers", 2, 48, **state.keep("norms.cmp_layers"))
 seed = int(st.session_state.get("sidebar.seed", 0))
-results = {}
+ids = run.ids[-DEPTH_TOKENS:]  # forward + backward of up to 48 layers: cost grows with layers x tokens
+if len(ids) < len(run.ids):
+    st.caption(f"The comparison runs on the last {DEPTH_TOKENS} tokens of the prompt: a fresh model's forward "
+               f"and backward pass on all {len(run.ids)} would take far longer and change little.")
+results, placements = {}, ["pre", "post"] if placement == "both" else [placement]
+size = n_layer * 12 * cfg.d_model ** 2 + cfg.vocab_size * cfg.d_model  # parameters of each fresh model
+waiting = [p for p in placements
+           if not state.is_cached("derived", "norms.depth", run.spec, run.device, p, norm_kind, n_layer, ids, seed)]
+if waiting and size > AUTO_PARAMS and not st.button(f"Build and run {len(waiting)} fresh model(s)", key="norms.cmp_run"):
+    st.info(f"Each fresh model has about {size / 1e6:.0f}M parameters: building it and running a forward and "
+            "backward pass takes several seconds, so it starts when you press the button.")
+    placements = []
 try:
-    for p in (["pre", "post"] if placement == "both" else [placement]):
-        res = state.derived("norms.depth", _depth, run.spec, run.device, p, norm_kind, n_layer, run.ids, seed)
+    for p in placements:
+        res = state.derived_status(f"Forward and backward pass of a fresh {n_layer}-layer {p}-norm model…",
+                                   "norms.depth", _depth, run.spec, run.device, p, norm_kind, n_layer, ids, seed)
         results[f"{p}-norm (loss {res['loss']:.3f})"] = res
 except ValueError as e:
     st.warning(f"{e}. This comparison needs at least two tokens in the prompt.")

@@ -142,16 +142,18 @@ def residual_streams(trace: Trace, positions: slice | None = None) -> torch.Tens
 
 
 @torch.no_grad()
-def decode_streams(model: GPT, streams: torch.Tensor, k: int = 5, keep_probs: bool = True) -> LogitLens:
+def decode_streams(model: GPT, streams: torch.Tensor, k: int = 5, keep_probs: bool = True,
+                   n_words: int | None = None) -> LogitLens:
     """Read (L+1, T, D) residual streams through the final norm (pre-norm models) and the
     unembedding. Without keep_probs one layer's (T, V) is alive at a time, not (L+1, T, V):
-    GPT-2 at 1024 positions would otherwise need 2.7 GB."""
+    GPT-2 at 1024 positions would otherwise need 2.7 GB. `n_words`: the tokenizer's size when
+    the vocabulary has padded rows that are no token (they get probability 0, as in sampling)."""
     p = next(model.parameters())
     rows = []
     for x in streams.to(p.device, p.dtype):                           # (T, D) per layer
         if model.ln_final is not None:
             x = model.ln_final(x)
-        probs = model.unembed(x).float().softmax(-1)                   # (T, V)
+        probs = model.unembed(x)[..., :n_words].float().softmax(-1)    # (T, V or n_words)
         top = probs.topk(min(k, probs.shape[-1]), dim=-1)
         rows.append((top.indices, top.values, probs if keep_probs else None))
     ids, vals, probs = zip(*rows)
@@ -160,10 +162,10 @@ def decode_streams(model: GPT, streams: torch.Tensor, k: int = 5, keep_probs: bo
 
 
 def logit_lens(model: GPT, trace: Trace, k: int = 5, positions: slice | None = None,
-               keep_probs: bool = True) -> LogitLens:
+               keep_probs: bool = True, n_words: int | None = None) -> LogitLens:
     """What each layer would predict: the residual stream after the embedding and after every
     block, decoded as if it were the last layer's. `positions` picks a window of the trace."""
-    return decode_streams(model, residual_streams(trace, positions), k, keep_probs)
+    return decode_streams(model, residual_streams(trace, positions), k, keep_probs, n_words)
 
 
 def norm_stats(trace: Trace) -> dict[str, torch.Tensor]:

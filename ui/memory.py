@@ -130,6 +130,11 @@ class ByteLRU:
         with self._lock:
             return sum(self._measure(v) for v in self._values.values())
 
+    def sizes(self) -> dict:
+        """Bytes of each cached value now, least recently used first."""
+        with self._lock:
+            return {k: self._measure(v) for k, v in self._values.items()}
+
     def keys(self) -> list:
         with self._lock:
             return list(self._values)

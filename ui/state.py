@@ -98,6 +98,11 @@ def derived(name: str, fn, spec: str, device: str, *args):
     return PROMPTS.get(("derived", name, spec, device, *args), lambda: fn(load_lm(spec, device), *args))
 
 
+def derived_status(label: str, name: str, fn, spec: str, device: str, *args):
+    """`derived(...)` with a status line while it computes (for work that takes seconds)."""
+    return with_status(label, is_cached("derived", name, spec, device, *args), derived, name, fn, spec, device, *args)
+
+
 def is_cached(kind: str, *key) -> bool:
     return (kind, *key) in PROMPTS
 
