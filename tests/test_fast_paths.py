@@ -23,8 +23,8 @@ def ids(b=2, t=6, vocab=257, seed=0):
 
 def test_per_head_results_are_deferred_and_equal_z_times_each_heads_slice_of_w_o(make_model):
     model = make_model("tiny", n_head=4, d_model=32)
-    with torch.no_grad():
-        tr = model(ids(), trace=True).trace
+    with torch.no_grad():  # an eager trace (a lazy one computes the whole block when read: test_lazy_trace)
+        tr = model(ids(), trace=True, lazy=False).trace
     assert isinstance(tr._tensors["blocks.1.attn.result"], Deferred)  # not computed by the forward
     for i in range(2):
         z, w = tr[f"blocks.{i}.attn.z"], model.blocks[i].attn.proj.weight       # (B, H, T, hd), (D, D)

@@ -80,6 +80,14 @@ def causal_mask(t: int, s: int, device: torch.device) -> torch.Tensor:
     return torch.arange(s, device=device)[None, :] <= q_pos
 
 
+def attention_scores(q: torch.Tensor, k: torch.Tensor, mask) -> torch.Tensor:
+    """q k^T / sqrt(hd), -inf where `mask` (as in `attend`) forbids. (B, H, T, S)"""
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])     # (B, H, T, S)
+    if isinstance(mask, str):
+        mask = causal_mask(q.shape[-2], k.shape[-2], q.device)
+    return scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+
+
 def attend(q, k, v, mask, rec: Recorder | None, dropout_p: float = 0.0) -> torch.Tensor:
     """softmax(q k^T / sqrt(hd) + mask) v. Fused when not traced, explicit when traced.
 
@@ -90,11 +98,7 @@ def attend(q, k, v, mask, rec: Recorder | None, dropout_p: float = 0.0) -> torch
         if isinstance(mask, str):
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])     # (B, H, T, S)
-    if isinstance(mask, str):
-        mask = causal_mask(q.shape[-2], k.shape[-2], q.device)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+    scores = attention_scores(q, k, mask)                             # (B, H, T, S)
     pattern = scores.softmax(dim=-1)                                  # (B, H, T, S)
     # Same attention dropout as the fused path (training only); the trace keeps the
     # undropped pattern, whose rows sum to 1.
@@ -324,10 +328,20 @@ class GPT(nn.Module):
         return (x + pos if pos is not None else x), angles
 
     def forward(self, idx: torch.Tensor, trace: bool = False, cache: KVCache | None = None,
-                last_only: bool = False) -> ModelOutput:
+                last_only: bool = False, lazy: bool | None = None) -> ModelOutput:
         """Logits (B, T, V), or (B, 1, V) for the last position only with `last_only` (what
         generation needs: a prefill skips T-1 vocabulary-sized products). The trace always
-        covers every position up to the final norm; its "logits" entry matches `logits`."""
+        covers every position up to the final norm; its "logits" entry matches `logits`
+        (a lazy trace's: every position's, computed when read).
+
+        `lazy` (default: without a KV cache, in eval mode, autograd off) keeps only the stream
+        between blocks and computes a block's entries when first read: see `tfm.lazy`."""
+        if trace:
+            from . import lazy as lazy_trace  # it builds on this module: imported when used
+            if lazy_trace.use_lazy(self, lazy, cache):
+                return lazy_trace.traced_forward(self, idx, last_only)
+        elif lazy:
+            raise ValueError("lazy=True describes a trace: pass trace=True as well")
         rec = Recorder() if trace else None
         x = self.hidden(idx, cache, rec)
         logits = unembed(x[:, -1:] if last_only else x, self.unembed.weight)  # (B, T or 1, V)

@@ -156,20 +156,29 @@ class ShapeEntry:
                 "dtype": self.dtype, "stored": self.stored}
 
 
-class Recorder:
-    """Collects tensors during one forward call. Created per call; never stored on a model."""
+LAZY = object()  # placeholder value of an entry a lazy trace computes when read (tfm.lazy)
 
-    def __init__(self, prefix: str = "") -> None:
-        self._tensors: dict[str, torch.Tensor | Deferred] = {}
+
+class Recorder:
+    """Collects tensors during one forward call. Created per call; never stored on a model.
+
+    With `keep`, only names it accepts are stored; the others are listed in the shape trace and
+    hold the `LAZY` placeholder, for a lazy trace to compute when read (see `tfm.lazy`)."""
+
+    def __init__(self, prefix: str = "", keep: Callable[[str], bool] | None = None) -> None:
+        self._tensors: dict[str, torch.Tensor | Deferred | object] = {}
         self._shapes: list[ShapeEntry] = []
-        self._prefix = prefix
+        self._prefix, self._keep = prefix, keep
 
     def scoped(self, prefix: str) -> "Recorder":
         """A view that writes into the same store under `prefix.`."""
         child = Recorder.__new__(Recorder)
-        child._tensors, child._shapes = self._tensors, self._shapes
+        child._tensors, child._shapes, child._keep = self._tensors, self._shapes, self._keep
         child._prefix = f"{self._prefix}{prefix}."
         return child
+
+    def _store(self, full: str, value) -> None:
+        self._tensors[full] = value if self._keep is None or self._keep(full) else LAZY
 
     def _entry(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, stored: bool = True) -> str:
         full = self._prefix + name
@@ -180,12 +189,16 @@ class Recorder:
         return full
 
     def add(self, name: str, tensor: torch.Tensor) -> None:
-        self._tensors[self._entry(name, tuple(tensor.shape), tensor.dtype)] = tensor.detach()
+        self._store(self._entry(name, tuple(tensor.shape), tensor.dtype), tensor.detach())
 
     def add_deferred(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
                      compute: Callable[[], torch.Tensor]) -> None:
         """An entry computed on first read from tensors the run already recorded (see `Deferred`)."""
-        self._tensors[self._entry(name, tuple(shape), dtype)] = Deferred(compute)
+        self._store(self._entry(name, tuple(shape), dtype), Deferred(compute))
+
+    def add_lazy(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        """An entry nothing computed yet, only listed: a lazy trace computes it when read."""
+        self._tensors[self._entry(name, tuple(shape), dtype)] = LAZY
 
     def shape_only(self, name: str, tensor: torch.Tensor) -> None:
         self._entry(name, tuple(tensor.shape), tensor.dtype, stored=False)
@@ -206,6 +219,60 @@ class Deferred:
         self.compute = compute
 
 
+def _per_token_floats(config, length: int) -> dict[str, int]:
+    """Numbers per (batch row, position) of a block's entries, by the shapes documented above."""
+    d, f, h = config.d_model, config.d_ff, config.n_head
+    stats = 2 if config.norm == "layernorm" else 1                     # mean, std | rms
+    mlp = (3 if config.activation == "swiglu" else 2) * f               # pre (, up), post
+    rope = 2 * d if config.pos_encoding == "rope" else 0                # rotated q, k: new memory
+    return {"computed": 10 * d + h * length + 2 * stats + mlp + rope,   # see estimate_block_bytes
+            "deferred": h * length + h * d + 2 * d,                    # scores, result, 2 normalized
+            "aliases": 3 * d}                                           # resid_pre and two norm in/outputs
+
+
+def estimate_block_bytes(config, length: int, batch: int = 1, dtype: torch.dtype = torch.float32,
+                         deferred: bool = False) -> int:
+    """Bytes one block's entries hold in a lazy trace once read: what reading one pattern costs
+    (GPT-2 small at 1024 tokens: 107 MB). Counts what is new memory: qkv (3D), pattern (H·T),
+    z, attn_out, the residual after attention and after the MLP, two norm outputs and the
+    post-norm inputs or pre-norm residuals (8D), the norm statistics and the MLP hidden
+    activations. `deferred` adds what is computed on its own first read: scores, per-head
+    results and the normalised norm inputs (201 MB for GPT-2 small at 1024)."""
+    n = _per_token_floats(config, length)
+    floats = n["computed"] + (n["deferred"] if deferred else 0)
+    return batch * length * floats * torch.empty(0, dtype=dtype).element_size()
+
+
+def estimate_trace_bytes(config, length: int, batch: int = 1, dtype: torch.dtype = torch.float32) -> int:
+    """Bytes of a full eager trace with every entry read, each name counted (a name that is
+    the same memory as another counts twice, as in the shape trace): GPT-2 small at 1024
+    tokens: 2.75 GB."""
+    n, d = _per_token_floats(config, length), config.d_model
+    block = n["computed"] + n["deferred"] + n["aliases"] - (2 * d if config.pos_encoding == "rope" else 0)
+    final = (2 * d + (2 if config.norm == "layernorm" else 1) + d) if config.norm_placement == "pre" else 0
+    per_token = config.n_layer * block + d + final + config.vocab_size          # embed, ln_final, logits
+    positions = length * d if config.pos_encoding in ("learned", "sinusoidal") else 0
+    angles = length * (config.d_head // 2) if config.pos_encoding == "rope" else 0
+    return (batch * length * per_token + positions + angles) * torch.empty(0, dtype=dtype).element_size()
+
+
+def storage_bytes(tensors) -> int:
+    """Bytes of the memory behind `tensors`, each storage counted once."""
+    seen: dict[tuple, int] = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        seen[(t.device, storage.data_ptr())] = storage.nbytes()
+    return sum(seen.values())
+
+
+def _move(t: torch.Tensor, device, dtype) -> torch.Tensor:
+    return t.to(device=device, dtype=dtype if dtype is not None and t.is_floating_point() else None)
+
+
+def _moved_deferred(d: Deferred, device, dtype) -> Deferred:
+    return Deferred(lambda: _move(d.compute(), device, dtype))
+
+
 class Trace(Mapping):
     """Read-only mapping of trace names to detached tensors, with the ordered shape trace."""
 
@@ -220,13 +287,34 @@ class Trace(Mapping):
         except KeyError:
             close = [k for k in self._tensors if name.split(".")[-1] in k][:5]
             raise KeyError(f"{name!r} is not in the trace; similar names: {close}") from None
-        if not isinstance(value, Deferred):
-            return value
+        return value if isinstance(value, torch.Tensor) else self._resolve(name)
+
+    def _resolve(self, name: str) -> torch.Tensor:
         with self._lock:  # another thread may have computed it while this one waited
             value = self._tensors[name]
             if isinstance(value, Deferred):
                 value = self._tensors[name] = value.compute().detach()
             return value
+
+    def _held(self) -> list[torch.Tensor]:
+        with self._lock:
+            return [v for v in self._tensors.values() if isinstance(v, torch.Tensor)]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this trace holds now (entries not yet computed count 0); tensors that share
+        memory (a view, the same residual stream under two names) count once."""
+        return storage_bytes(self._held())
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "Trace":
+        """A trace with every held tensor moved (floating ones cast to `dtype`); entries not
+        computed yet stay so and are moved when computed (they keep what they were derived
+        from). Returns this trace itself when nothing would change. Shapes stay the run's."""
+        moved = {k: _move(v, device, dtype) if isinstance(v, torch.Tensor) else _moved_deferred(v, device, dtype)
+                 for k, v in self._tensors.items()}
+        if all(moved[k] is v for k, v in self._tensors.items() if isinstance(v, torch.Tensor)):
+            return self  # pending entries are computed where the held ones are
+        return Trace(moved, self.shapes)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._tensors)
