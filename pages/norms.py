@@ -143,7 +143,7 @@ if len(ids) < len(run.ids):
 results, placements = {}, ["pre", "post"] if placement == "both" else [placement]
 size = n_layer * 12 * cfg.d_model ** 2 + cfg.vocab_size * cfg.d_model  # parameters of each fresh model
 waiting = [p for p in placements
-           if not state.is_cached("derived", "norms.depth", run.spec, run.device, p, norm_kind, n_layer, ids, seed)]
+           if not state.is_cached("derived", run.spec, run.device, "norms.depth", p, norm_kind, n_layer, ids, seed)]
 if waiting and size > AUTO_PARAMS and not st.button(f"Build and run {len(waiting)} fresh model(s)", key="norms.cmp_run"):
     st.info(f"Each fresh model has about {size / 1e6:.0f}M parameters: building it and running a forward and "
             "backward pass takes several seconds, so it starts when you press the button.")

@@ -162,3 +162,18 @@ def test_models_are_bounded_by_parameter_bytes(monkeypatch):
     monkeypatch.setenv(memory.BUDGET_ENV, str(size + 1))
     state.load_lm(state.random_spec(ModelConfig.preset("tiny"), seed=1), "cpu")
     assert (small, "cpu") not in state.MODELS and len(state.MODELS) == 1
+
+
+def test_dropping_a_model_drops_its_traces(monkeypatch):
+    """A lazy trace holds its model to recompute blocks: the model's memory is only freed when
+    its traces go too."""
+    state.run_traced(SPEC, "cpu", prompt(0))
+    state.derived("test.n", lambda lm, ids: len(ids), SPEC, "cpu", prompt(0))
+    other = state.random_spec(CFG, seed=4)
+    state.run_traced(other, "cpu", prompt(0))
+    size = state.MODELS.sizes()[(SPEC, "cpu")]
+    monkeypatch.setenv(memory.BUDGET_ENV, str(size + 1))  # room for one model
+    state.load_lm(other, "cpu")
+    state.MODELS.touch()
+    assert (SPEC, "cpu") not in state.MODELS
+    assert [k[1] for k in state.PROMPTS.keys()] == [other]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .trace import Deferred, Trace, name
+from .trace import Trace, name
 
 
 def sublayer_output(trace: Trace, layer: int, which: str, batch: int = 0) -> torch.Tensor:
@@ -29,18 +29,3 @@ def split_name(full: str) -> tuple[int | None, str]:
         return int(parts[1]), parts[2]
     return None, full
 
-
-# ---- stop-gap until Trace has `.to` and `.nbytes` (engine branch h13e); same semantics ----
-
-def moved(trace: Trace, device: str | torch.device, dtype: torch.dtype) -> Trace:
-    """A copy of the trace on `device` in `dtype`; lazy entries stay lazy (moved when read)."""
-    def move(value):
-        if isinstance(value, Deferred):
-            return Deferred(lambda c=value.compute: c().to(device, dtype))
-        return value.to(device, dtype)
-    return Trace({k: move(v) for k, v in trace._tensors.items()}, trace.shapes)
-
-
-def nbytes(trace: Trace) -> int:
-    """Bytes of the tensors the trace holds now (lazy entries not yet read count 0)."""
-    return sum(v.numel() * v.element_size() for v in trace._tensors.values() if not isinstance(v, Deferred))

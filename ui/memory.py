@@ -18,8 +18,6 @@ from dataclasses import fields, is_dataclass
 import numpy as np
 import torch
 
-from tfm import trace_read
-from tfm.trace import Trace
 
 BUDGET_ENV = "TFM_MEMORY_BUDGET"
 DEFAULT_SHARE = 0.5  # of the machine's RAM: the rest is for the OS, Streamlit, and work in flight
@@ -66,8 +64,6 @@ def sizeof(value) -> int:
         return sum(sizeof(v) for v in value)
     if is_dataclass(value) and not isinstance(value, type):
         return sum(sizeof(getattr(value, f.name)) for f in fields(value))
-    if isinstance(value, Trace):
-        return trace_read.nbytes(value)
     nbytes = getattr(value, "nbytes", None)
     return int(nbytes) if isinstance(nbytes, int) else 0
 
@@ -81,8 +77,9 @@ class ByteLRU:
     own call, so one value larger than the budget is served and dropped by the next access.
     """
 
-    def __init__(self, budget: Callable[[], int], measure: Callable[[object], int] = sizeof) -> None:
-        self._budget, self._measure = budget, measure
+    def __init__(self, budget: Callable[[], int], measure: Callable[[object], int] = sizeof,
+                 on_drop: Callable[[Hashable, object], None] | None = None) -> None:
+        self._budget, self._measure, self._on_drop = budget, measure, on_drop
         self._values: OrderedDict[Hashable, object] = OrderedDict()
         self._lock = threading.Lock()
         self._key_locks: dict[Hashable, threading.Lock] = {}
@@ -107,23 +104,38 @@ class ByteLRU:
             with self._lock:
                 self._values[key] = value
                 self._key_locks.pop(key, None)
-                self._shrink(keep=key)
+                dropped = self._shrink(keep=key)
+            self._dropped(dropped)
             return value
 
     def touch(self) -> None:
         """Re-measure (lazy values grow as they are read) and drop beyond the budget."""
         with self._lock:
-            self._shrink(keep=None)
+            dropped = self._shrink(keep=None)
+        self._dropped(dropped)
 
-    def _shrink(self, keep: Hashable | None) -> None:
+    def drop_where(self, condition: Callable[[Hashable], bool]) -> None:
+        with self._lock:
+            dropped = [(k, self._values.pop(k)) for k in list(self._values) if condition(k)]
+        self._dropped(dropped)
+
+    def _shrink(self, keep: Hashable | None) -> list[tuple[Hashable, object]]:
+        """Drop oldest-first until the total fits; returns what was dropped (callbacks run
+        outside the lock: they may use other caches)."""
         sizes = {k: self._measure(v) for k, v in self._values.items()}
-        total, budget = sum(sizes.values()), self._budget()
+        total, budget, dropped = sum(sizes.values()), self._budget(), []
         for k in list(self._values):  # oldest first
             if total <= budget:
                 break
             if k != keep:
                 total -= sizes[k]
-                del self._values[k]
+                dropped.append((k, self._values.pop(k)))
+        return dropped
+
+    def _dropped(self, dropped: list[tuple[Hashable, object]]) -> None:
+        if self._on_drop is not None:
+            for key, value in dropped:
+                self._on_drop(key, value)
 
     @property
     def nbytes(self) -> int:

@@ -14,7 +14,6 @@ import streamlit as st
 import torch
 
 import tfm
-from tfm import trace_read
 from tfm.config import ModelConfig
 from tfm.loading import REGISTRY
 from tfm.trace import Trace
@@ -54,8 +53,14 @@ def _prompts_budget() -> int:
     return max(0, memory.memory_budget() - MODELS.nbytes)
 
 
-MODELS = memory.ByteLRU(_models_budget)     # (spec, device) -> tfm.LM, measured by parameter bytes
+def _model_dropped(key: tuple, _lm) -> None:
+    """A lazy trace keeps its model (it recomputes blocks with it): drop the model's traces too."""
+    PROMPTS.drop_where(lambda k: k[1:3] == key)
+
+
+# (kind, spec, device, ...) keys: ("trace", spec, device, ids), ("derived", spec, device, name, *args)
 PROMPTS = memory.ByteLRU(_prompts_budget)   # traces and derived numbers, measured by tensor bytes
+MODELS = memory.ByteLRU(_models_budget, on_drop=_model_dropped)  # (spec, device) -> tfm.LM, by parameter bytes
 
 
 def clear_caches() -> None:
@@ -84,7 +89,7 @@ def run_traced(spec: str, device: str, ids: tuple[int, ...]) -> Trace:
         lm = load_lm(spec, device)
         with torch.inference_mode():
             out = lm.model(torch.tensor([ids], device=lm.device), trace=True)
-        return trace_read.moved(out.trace, "cpu", torch.float32)
+        return out.trace.to("cpu", torch.float32)
     return PROMPTS.get(("trace", spec, device, ids), compute)
 
 
@@ -95,12 +100,12 @@ def derived(name: str, fn, spec: str, device: str, *args):
     hashable (tuples of ids, numbers, strings). Results are shared: treat them as read-only.
     They count against the same byte budget as traces.
     """
-    return PROMPTS.get(("derived", name, spec, device, *args), lambda: fn(load_lm(spec, device), *args))
+    return PROMPTS.get(("derived", spec, device, name, *args), lambda: fn(load_lm(spec, device), *args))
 
 
 def derived_status(label: str, name: str, fn, spec: str, device: str, *args):
     """`derived(...)` with a status line while it computes (for work that takes seconds)."""
-    return with_status(label, is_cached("derived", name, spec, device, *args), derived, name, fn, spec, device, *args)
+    return with_status(label, is_cached("derived", spec, device, name, *args), derived, name, fn, spec, device, *args)
 
 
 def is_cached(kind: str, *key) -> bool:
