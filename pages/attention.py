@@ -2,7 +2,8 @@
 import numpy as np
 import streamlit as st
 
-from tfm import analysis, trace_read
+from tfm import analysis
+from tfm.attention_rows import pattern_rows
 from ui import fig_attention as fa
 from ui import sidebar, state
 
@@ -57,11 +58,18 @@ def _window(n_tok: int, lo: int) -> tuple[int, int]:
     return a, b
 
 
+def _rows(layer: int, a: int, b: int):
+    """Layer's attention rows a..b over keys 0..b, (H, w, b + 1): computed for the window only,
+    so a layer change on a long prompt does not recompute the whole block."""
+    return state.derived("attn.rows", lambda lm, ids, l, a, b: pattern_rows(lm.model, run.trace, l, a, b + 1),
+                         run.spec, run.device, run.ids, layer, a, b)
+
+
 def _all_heads(a: int, b: int, hide_first: bool, progress=None) -> np.ndarray:
-    """(L, H, w, w): the window of every head, one layer's pattern read at a time."""
+    """(L, H, w, w): the window of every head, one layer at a time."""
     out = []
     for layer in range(n_layer):
-        out.append(fa.window(run.trace.pattern(layer), a, b, hide_first))
+        out.append(fa.window_rows(_rows(layer, a, b), a, b, hide_first))
         if progress is not None:
             progress(layer + 1, n_layer)
     return np.stack(out)
@@ -101,10 +109,11 @@ if mode == "rollout":
     roll = state.derived("attn.rollout", lambda lm, ids: analysis.rollout(
         run.trace, progress=state.progress_bar("Multiplying the layers' attention")), run.spec, run.device, run.ids)
     full, title = roll[layer], f"Attention rollout through layers 0–{layer}"
+    shown = fa.window(full, a, b, hide_first)
 else:
-    full = fa.reduce_heads(run.trace.pattern(layer), mode, head)
+    full = None  # the whole (T, T) matrix is only read for the download
     title = f"Layer {layer}, head {head}" if mode == "head" else f"Layer {layer}, {MODES[mode].lower()}"
-shown = fa.window(full, a, b, hide_first)
+    shown = fa.window_rows(fa.reduce_heads(_rows(layer, a, b), mode, head), a, b, hide_first)
 
 st.session_state.setdefault("attn.view", VIEWS[0])
 tabs = st.tabs(VIEWS, key="attn.view", on_change="rerun")  # only the open tab's content is computed
@@ -134,7 +143,7 @@ with tabs[2]:
                                format_func=lambda h: f"head {h}", **state.keep("attn.hv_heads"))
         tok = h2.selectbox("Only lines from token", list(range(a, b + 1)), format_func=lambda i: run.labels[i],
                            index=None, placeholder="all tokens", **state.keep("attn.hv_token"))
-        cells = fa.window(run.trace.pattern(layer), a, b, hide_first)
+        cells = fa.window_rows(_rows(layer, a, b), a, b, hide_first)
         st.plotly_chart(fa.head_view(cells, sorted(heads), labels, f"Layer {layer}: who looks at whom{extra}",
                                      None if tok is None else tok - a), key="attn.head_view")
 with tabs[3]:
@@ -165,7 +174,8 @@ settings = {"prompt": st.session_state["sidebar.prompt"], "model": run.spec, "la
 st.download_button(
     "Download the numbers (.npz)", key="attn.download", file_name=f"attention_L{layer}_H{head}.npz",
     mime="application/octet-stream", on_click="ignore",
-    data=lambda: fa.export_npz(fa.window(full, int(hide_first), n_tok - 1, hide_first),
+    data=lambda: fa.export_npz(fa.window(full if full is not None else fa.reduce_heads(run.trace.pattern(layer), mode, head),
+                                         int(hide_first), n_tok - 1, hide_first),
                                np.arange(int(hide_first), n_tok), _all_heads(a, b, False), np.arange(a, b + 1),
                                run.ids, run.lm.tokenizer.display_pieces(run.ids), settings),
     help="shown: the matrix of the current view over all positions (NaN = masked); window_patterns: every "

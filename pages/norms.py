@@ -3,7 +3,7 @@ import pandas as pd
 import streamlit as st
 
 from tfm import internals
-from tfm.analysis import norm_stats, residual_norms
+from tfm.analysis import layer_summaries
 from ui import fig_norms as fn
 from ui import sidebar, state
 
@@ -35,7 +35,8 @@ state.restore("norms.stat_norm", "norms.which", "norms.layer", "norms.token",
 st.header("1. What each norm receives and returns")
 which_stats = st.radio("Norm", ["ln1", "ln2"], horizontal=True, **state.keep("norms.stat_norm"),
                        help="ln1 feeds attention, ln2 feeds the MLP (post-norm: they follow them).")
-stats = norm_stats(tr)
+stats, norms_ = state.derived("norms.summaries", lambda lm, ids: layer_summaries(
+    tr, progress=state.progress_bar(f"Reading every block's norms on {T} tokens")), run.spec, run.device, run.ids)
 scale = "std" if cfg.norm == "layernorm" else "rms"
 left, right = st.columns(2)
 for col, side in ((left, "input"), (right, "output")):
@@ -49,7 +50,6 @@ st.caption(f"Left: the statistics of the vectors going **into** {which_stats} di
            "mean, std ≈ the gains' size. Hover for exact values.")
 
 st.header("2. The residual stream grows")
-norms_ = residual_norms(tr)
 left, right = st.columns(2)
 left.plotly_chart(fn.layer_token_heatmap(norms_["resid"], run.labels, streams, "Residual-stream L2 norm per token",
                                          "L2 norm", height=340), key="norms.resid_heat")

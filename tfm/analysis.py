@@ -168,33 +168,42 @@ def logit_lens(model: GPT, trace: Trace, k: int = 5, positions: slice | None = N
     return decode_streams(model, residual_streams(trace, positions), k, keep_probs, n_words)
 
 
+def layer_summaries(trace: Trace, progress: Progress | None = None) -> tuple[dict, dict]:
+    """`norm_stats` and `residual_norms` in one pass, layer by layer: a lazy trace recomputes a
+    block when one of its entries is first read, so each block is visited once, not per statistic."""
+    stats: dict[str, list[torch.Tensor]] = {}
+    subs: dict[str, list[torch.Tensor]] = {"attn_out": [], "mlp_out": []}
+    n = trace.n_layers()
+    for layer in range(n):
+        for norm in ("ln1", "ln2"):
+            got = trace.norm_stats(layer, norm)
+            row = {f"input_{part}": got[part] for part in ("mean", "std", "rms") if part in got}
+            row |= {"output_mean": got["output"].mean(-1), "output_std": got["output"].std(-1, unbiased=False),
+                    "input_norm": got["input"].norm(dim=-1)}
+            for key, value in row.items():
+                stats.setdefault(f"{norm}.{key}", []).append(value)
+        for key in subs:
+            subs[key].append(trace[trace_name(key, layer)][0].norm(dim=-1))
+        if progress is not None:
+            progress(layer + 1, n)
+    resid = torch.stack([x.norm(dim=-1) for _, x in trace.residual_streams(0)])   # (L+1, T)
+    return ({k: torch.stack(v) for k, v in stats.items()},
+            {"resid": resid} | {k: torch.stack(v) for k, v in subs.items()})
+
+
 def norm_stats(trace: Trace) -> dict[str, torch.Tensor]:
     """Per layer and token statistics of every norm's input and output, batch 0: name -> (L, T).
 
     Names: ln1.input_mean, ln1.input_std (LayerNorm) or ln1.input_rms (RMSNorm),
-    ln1.output_mean, ln1.output_std, and the same for ln2. One layer's tensors at a time.
+    ln1.output_mean, ln1.output_std, ln1.input_norm, and the same for ln2.
     """
-    rows: dict[str, list[torch.Tensor]] = {}
-    for norm in ("ln1", "ln2"):
-        for layer in range(trace.n_layers()):
-            got = trace.norm_stats(layer, norm)
-            stats = {f"input_{part}": got[part] for part in ("mean", "std", "rms") if part in got}
-            stats |= {"output_mean": got["output"].mean(-1), "output_std": got["output"].std(-1, unbiased=False),
-                      "input_norm": got["input"].norm(dim=-1)}
-            for key, value in stats.items():
-                rows.setdefault(f"{norm}.{key}", []).append(value)
-    return {key: torch.stack(r) for key, r in rows.items()}
+    return layer_summaries(trace)[0]
 
 
 def residual_norms(trace: Trace) -> dict[str, torch.Tensor]:
     """L2 norms per token, batch 0: `resid` (L+1, T) entering each block and leaving the last,
     and each block's `attn_out` and `mlp_out` (L, T): how much each sublayer writes."""
-    n = trace.n_layers()
-    return {
-        "resid": torch.stack([x.norm(dim=-1) for _, x in trace.residual_streams(0)]),
-        "attn_out": torch.stack([trace[trace_name("attn_out", i)][0].norm(dim=-1) for i in range(n)]),
-        "mlp_out": torch.stack([trace[trace_name("mlp_out", i)][0].norm(dim=-1) for i in range(n)]),
-    }
+    return layer_summaries(trace)[1]
 
 
 def param_counts(model: GPT) -> dict[str, int]:

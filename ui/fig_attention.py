@@ -46,7 +46,13 @@ def window(m: torch.Tensor, a: int, b: int, hide_first: bool = False) -> np.ndar
     """Rows and columns a..b (absolute positions) of (..., T, T) attention, float32, NaN where
     the key comes after the query. `hide_first` drops key 0 and renormalises every row over
     the remaining keys (rows sum to 1 again), to look past the attention sink; needs a >= 1."""
-    rows = m[..., a:b + 1, :].float()
+    return window_rows(m[..., a:b + 1, :b + 1], a, b, hide_first)
+
+
+def window_rows(rows: torch.Tensor, a: int, b: int, hide_first: bool = False) -> np.ndarray:
+    """`window` from just the rows a..b over keys 0..b, (..., b - a + 1, b + 1): all the window
+    needs (keys after b are masked for these queries), e.g. from `tfm.attention_rows`."""
+    rows = rows.float()
     off = 0
     if hide_first:
         if a < 1:
