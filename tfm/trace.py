@@ -37,6 +37,28 @@ whichever thread asks), so a forward whose reader never looks at them does not p
 With post-norm the norms sit after each residual sum, so `resid_mid` and `resid_post` are the
 normalised streams. The shape trace also lists reshapes that are not stored (e.g. the fused
 `qkv` projection before the heads are split).
+
+Lazy traces (`tfm.lazy`, the default for a forward without a KV cache, in eval mode, autograd
+off): the forward stores only embed / positions, every block's `resid_pre`, the final norm and
+the last position's logits (~47 MB for GPT-2 small at 1024 tokens, against 2.75 GB for every
+entry). A block's other entries are computed when one is first read, by the block itself on
+its stored input: the same values as the eager trace, bit for bit. Computed blocks are held
+under `LazyTrace.max_lazy_bytes` (least recently read dropped first, the last one read always
+kept; a dropped block is recomputed on its next read), so one prompt's trace holds at most
+~47 MB + one block (~107 MB, `estimate_block_bytes`). Keys, shapes and their order are the
+eager trace's; iterating keys computes nothing, reading values does. `trace.nbytes` is what is
+held now; `trace.to("cpu", torch.float32)` moves the stored tensors and keeps the rest lazy.
+
+Read through the typed accessors, with names from the one table `NAMES` (`name(concept, ...)`)
+and an explicit batch row:
+
+    out = lm.model(torch.tensor([ids]), trace=True, last_only=True)   # under torch.inference_mode()
+    tr = out.trace.to("cpu", torch.float32)
+    tr.pattern(3)                      # (H, T, S) block 3, batch row 0: computes block 3 only
+    tr.attention_row(3, head=0, pos=5) # (S,)
+    tr.residual_streams()              # [("embed", (T, D)), ("after block 0", (T, D)), ...]: no block computed
+    tr.norm_stats(3, "ln1")            # {"input", "output", "mean", "std"} (RMSNorm: "rms")
+    tr.logits_at(-1)                   # (V,): stored for the last position
 """
 from __future__ import annotations
 
