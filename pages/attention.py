@@ -122,7 +122,13 @@ with tabs[0]:
         if mode == "rollout":
             st.caption("Rollout follows attention through the layers: each layer's heads are averaged, the "
                        "residual connection is added as 0.5 × identity, rows renormalised, layers multiplied.")
-        st.plotly_chart(fa.heatmap(shown, labels, f"{title}: query × key{extra}", log), key="attn.chart")
+        zmax = 1.0
+        if a > int(hide_first):  # earlier keys exist outside the window: scale colours to what is shown
+            zmax, inside = fa.window_scale(shown)
+            st.caption(f"On average {inside:.0%} of each row's attention falls on the keys shown; the rest goes "
+                       f"to positions before {a}. The colour scale runs from 0 to the largest weight shown, "
+                       f"{zmax:.3g} (hover for exact values).")
+        st.plotly_chart(fa.heatmap(shown, labels, f"{title}: query × key{extra}", log, zmax=zmax), key="attn.chart")
 with tabs[1]:
     if tabs[1].open:
         st.selectbox("Open a head in the Pattern tab", [(l, h) for l in range(n_layer) for h in range(n_head)],

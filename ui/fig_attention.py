@@ -65,10 +65,10 @@ def window_rows(rows: torch.Tensor, a: int, b: int, hide_first: bool = False) ->
     return out
 
 
-def _colour(z: np.ndarray, log: bool) -> tuple[np.ndarray, dict]:
+def _colour(z: np.ndarray, log: bool, zmax: float = 1.0) -> tuple[np.ndarray, dict]:
     """Values for the colour axis and the matching heatmap keyword arguments."""
     if not log:
-        return z, dict(zmin=0.0, zmax=1.0, colorbar=dict(title=dict(text="weight")))
+        return z, dict(zmin=0.0, zmax=zmax, colorbar=dict(title=dict(text="weight")))
     with np.errstate(divide="ignore"):
         lz = np.log10(np.clip(z, 1e-12, None)).astype(np.float32)
     ticks = np.arange(LOG_FLOOR, 0.5).tolist()
@@ -84,10 +84,12 @@ def _figure(data: list[dict], layout: dict) -> go.Figure:
     return go.Figure({"data": data, "layout": layout}, _validate=False)
 
 
-def heatmap(z: np.ndarray, labels: list[str], title: str, log: bool = False, value: str = "weight") -> go.Figure:
-    """One (query x key) attention matrix with token labels on both axes."""
+def heatmap(z: np.ndarray, labels: list[str], title: str, log: bool = False, value: str = "weight",
+            zmax: float = 1.0) -> go.Figure:
+    """One (query x key) attention matrix with token labels on both axes; the linear colour
+    scale runs from 0 to `zmax` (less than 1 for a window whose rows spread over earlier keys)."""
     lab = [plotly_text(s) for s in labels]
-    cz, kw = _colour(z, log)
+    cz, kw = _colour(z, log, zmax)
     shown = "%{customdata:.4g}" if log else "%{z:.4f}"
     n = len(labels)
     font = dict(size=12 if n <= 40 else 10)
@@ -220,6 +222,13 @@ def export_npz(shown: np.ndarray, positions: np.ndarray, window_patterns: np.nda
              ids=np.asarray(ids, dtype=np.int64), pieces=np.asarray(pieces, dtype=str),
              settings_json=np.asarray(json.dumps(settings, ensure_ascii=False)))
     return buf.getvalue()
+
+
+def window_scale(shown: np.ndarray) -> tuple[float, float]:
+    """(largest weight shown, mean share of each row's attention inside the window). On a long
+    prompt a window's rows may spend most attention on earlier keys: a 0..1 scale would be blank."""
+    top = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
+    return max(top, 1e-6), float(np.nanmean(np.nansum(shown, axis=-1)))
 
 
 def head_columns(table: pd.DataFrame) -> dict:

@@ -69,8 +69,10 @@ def test_attention_window_at_the_end_equals_the_eager_pattern(small):
         at.select_slider(key="attn.layer").set_value(layer)
         at.select_slider(key="attn.head").set_value(head).run()
         assert not at.exception, at.exception
-        np.testing.assert_allclose(heatmap_z(at), masked(tr.pattern(layer)[head, a:b + 1, a:b + 1]),
-                                   rtol=1e-5, atol=1e-7, equal_nan=True)
+        want = masked(tr.pattern(layer)[head, a:b + 1, a:b + 1])
+        np.testing.assert_allclose(heatmap_z(at), want, rtol=1e-5, atol=1e-7, equal_nan=True)
+        fig = [f for f in charts(at) if "query × key" in f["layout"]["title"]["text"]][0]
+        assert fig["data"][0]["zmax"] == pytest.approx(np.nanmax(want), rel=1e-5)  # colours span what is shown
 
 
 def test_hide_first_and_mean_at_the_end(small):
