@@ -3,6 +3,7 @@ import numpy as np
 import streamlit as st
 
 from tfm import analysis
+from tfm.attention_rows import pattern_rows
 from ui import fig_attention as fa
 from ui import sidebar, state
 
@@ -57,6 +58,23 @@ def _window(n_tok: int, lo: int) -> tuple[int, int]:
     return a, b
 
 
+def _rows(layer: int, a: int, b: int):
+    """Layer's attention rows a..b over keys 0..b, (H, w, b + 1): computed for the window only,
+    so a layer change on a long prompt does not recompute the whole block."""
+    return state.derived("attn.rows", lambda lm, ids, l, a, b: pattern_rows(lm.model, run.trace, l, a, b + 1),
+                         run.spec, run.device, run.ids, layer, a, b)
+
+
+def _all_heads(a: int, b: int, hide_first: bool, progress=None) -> np.ndarray:
+    """(L, H, w, w): the window of every head, one layer at a time."""
+    out = []
+    for layer in range(n_layer):
+        out.append(fa.window_rows(_rows(layer, a, b), a, b, hide_first))
+        if progress is not None:
+            progress(layer + 1, n_layer)
+    return np.stack(out)
+
+
 sidebar.render()
 st.title("Attention")
 run = state.current_run()
@@ -93,12 +111,14 @@ labels = run.labels[a:b + 1]
 extra = (", first token hidden and rows renormalised" if hide_first else "") + (", log colour" if log else "")
 
 if mode == "rollout":
-    roll = state.derived("attn.rollout", lambda lm, ids: analysis.rollout(run.trace), run.spec, run.device, run.ids)
+    roll = state.derived("attn.rollout", lambda lm, ids: analysis.rollout(
+        run.trace, progress=state.progress_bar("Multiplying the layers' attention")), run.spec, run.device, run.ids)
     full, title = roll[layer], f"Attention rollout through layers 0–{layer}"
+    shown = fa.window(full, a, b, hide_first)
 else:
-    full = fa.reduce_heads(run.trace[f"blocks.{layer}.attn.pattern"][0], mode, head)
+    full = None  # the whole (T, T) matrix is only read for the download
     title = f"Layer {layer}, head {head}" if mode == "head" else f"Layer {layer}, {MODES[mode].lower()}"
-shown = fa.window(full, a, b, hide_first)
+    shown = fa.window_rows(fa.reduce_heads(_rows(layer, a, b), mode, head), a, b, hide_first)
 
 st.session_state.setdefault("attn.view", VIEWS[0])
 tabs = st.tabs(VIEWS, key="attn.view", on_change="rerun")  # only the open tab's content is computed
@@ -107,12 +127,20 @@ with tabs[0]:
         if mode == "rollout":
             st.caption("Rollout follows attention through the layers: each layer's heads are averaged, the "
                        "residual connection is added as 0.5 × identity, rows renormalised, layers multiplied.")
-        st.plotly_chart(fa.heatmap(shown, labels, f"{title}: query × key{extra}", log), key="attn.chart")
+        zmax = 1.0
+        if a > int(hide_first):  # earlier keys exist outside the window: scale colours to what is shown
+            zmax, inside = fa.window_scale(shown)
+            st.caption(f"On average {inside:.0%} of each row's attention falls on the keys shown; the rest goes "
+                       f"to positions before {a}. The colour scale runs from 0 to the largest weight shown, "
+                       f"{zmax:.3g} (hover for exact values).")
+        st.plotly_chart(fa.heatmap(shown, labels, f"{title}: query × key{extra}", log, zmax=zmax), key="attn.chart")
 with tabs[1]:
     if tabs[1].open:
         st.selectbox("Open a head in the Pattern tab", [(l, h) for l in range(n_layer) for h in range(n_head)],
                      index=None, format_func=lambda p: f"L{p[0]} H{p[1]}", key="attn.open", on_change=_open_from_picker)
-        cells = np.stack([fa.window(run.trace[f"blocks.{l}.attn.pattern"][0], a, b, hide_first) for l in range(n_layer)])
+        cells = state.derived("attn.all_heads", lambda lm, ids, a, b, hf: _all_heads(
+            a, b, hf, state.progress_bar(f"Reading the attention of all {n_layer} layers")),
+                              run.spec, run.device, run.ids, a, b, hide_first)
         st.plotly_chart(fa.model_view(cells, labels, f"Every head: rows are layers, columns heads{extra}", log),
                         key="attn.model_view")
 with tabs[2]:
@@ -126,18 +154,19 @@ with tabs[2]:
                                format_func=lambda h: f"head {h}", **state.keep("attn.hv_heads"))
         tok = h2.selectbox("Only lines from token", list(range(a, b + 1)), format_func=lambda i: run.labels[i],
                            index=None, placeholder="all tokens", **state.keep("attn.hv_token"))
-        cells = fa.window(run.trace[f"blocks.{layer}.attn.pattern"][0], a, b, hide_first)
+        cells = fa.window_rows(_rows(layer, a, b), a, b, hide_first)
         st.plotly_chart(fa.head_view(cells, sorted(heads), labels, f"Layer {layer}: who looks at whom{extra}",
                                      None if tok is None else tok - a), key="attn.head_view")
 with tabs[3]:
     if tabs[3].open:
-        scores = state.derived("attn.head_scores", lambda lm, ids: analysis.head_scores(run.trace, ids),
-                               run.spec, run.device, run.ids)
+        scores = state.derived("attn.head_scores", lambda lm, ids: analysis.head_scores(
+            run.trace, ids, progress=state.progress_bar(f"Scoring every head on {n_tok} tokens")),
+            run.spec, run.device, run.ids)
         n_rep = min(40, (run.lm.config.context_length - 1) // 2)
         eot = run.lm.tokenizer.eot_id
         bos = eot if eot is not None and eot < run.lm.config.vocab_size else None
         try:
-            probe = state.derived("attn.induction_probe",
+            probe = state.derived_status("Running the repeated-random-tokens probe…", "attn.induction_probe",
                                   lambda lm, n, b: analysis.induction_probe(lm.model, seq_len=n, bos=b),
                                   run.spec, run.device, n_rep, bos) if n_rep >= 2 else None
         except ValueError as e:
@@ -156,9 +185,11 @@ settings = {"prompt": st.session_state["sidebar.prompt"], "model": run.spec, "la
 st.download_button(
     "Download the numbers (.npz)", key="attn.download", file_name=f"attention_L{layer}_H{head}.npz",
     mime="application/octet-stream", on_click="ignore",
-    data=lambda: fa.export_npz(fa.window(full, int(hide_first), n_tok - 1, hide_first),
-                               np.arange(int(hide_first), n_tok), run.trace.stack("attn.pattern")[:, 0], run.ids,
-                               run.lm.tokenizer.display_pieces(run.ids), settings),
-    help="shown: the matrix of the current view over all positions (NaN = masked); all_patterns: every "
-         "head (layer, head, query, key); ids, pieces, and settings_json (prompt and settings).")
+    data=lambda: fa.export_npz(fa.window(full if full is not None else fa.reduce_heads(run.trace.pattern(layer), mode, head),
+                                         int(hide_first), n_tok - 1, hide_first),
+                               np.arange(int(hide_first), n_tok), _all_heads(a, b, False), np.arange(a, b + 1),
+                               run.ids, run.lm.tokenizer.display_pieces(run.ids), settings),
+    help="shown: the matrix of the current view over all positions (NaN = masked); window_patterns: every "
+         "head's raw weights (layer, head, query, key) over the positions shown (window_positions); ids, "
+         "pieces, and settings_json (prompt and settings).")
 state.remember(*KEYS)

@@ -2,7 +2,7 @@
 import streamlit as st
 import torch
 
-from tfm import toy
+from tfm import toy, trace_read
 from ui import fig_encdec, sidebar, state
 
 sidebar.render()
@@ -100,7 +100,7 @@ for key, n in (("encdec.layer", cfg.n_dec_layer), ("encdec.head", cfg.n_head)):
 cl, ch = st.columns(2)
 layer = cl.selectbox("Decoder layer", range(cfg.n_dec_layer), **state.keep("encdec.layer"))
 head = ch.selectbox("Head (for the close-up and the replay)", range(cfg.n_head), **state.keep("encdec.head"))
-pats = trace[f"dec.blocks.{layer}.cross.pattern"][0].numpy()           # (H, T, S)
+pats = trace_read.cross_pattern(trace, layer).numpy()           # (H, T, S)
 st.plotly_chart(fig_encdec.cross_attention_grid(
     pats, src_labels, tgt_labels, f"Cross-attention, decoder layer {layer}: each output (row) over the source digits"),
     key="encdec.grid")

@@ -32,11 +32,14 @@ stop = min(n_pos, start + width)
 def window_lens(lm, ids: tuple[int, ...], start: int, stop: int):
     """The lens on the window's positions, top 5 only (full distributions for every position
     and layer would be large)."""
-    lens = logit_lens(lm.model, run.trace, k=5, positions=slice(start, stop), keep_probs=False)
+    lens = logit_lens(lm.model, run.trace, k=5, positions=slice(start, stop), keep_probs=False,
+                      n_words=min(lm.tokenizer.vocab_size, lm.config.vocab_size))
     return lens.labels, lens.top_ids.cpu(), lens.top_probs.float().cpu()
 
 
-rows, top_ids, top_probs = state.derived("logit_lens.window", window_lens, run.spec, run.device, run.ids, start, stop)
+rows, top_ids, top_probs = state.derived_status(f"Decoding positions {start}–{stop - 1} after every layer…",
+                                               "logit_lens.window", window_lens, run.spec, run.device, run.ids,
+                                               start, stop)
 pieces = [[tok.display_piece(int(t)) for t in layer[:, 0]] for layer in top_ids]
 nxt = list(run.ids[start + 1:stop + 1])  # the token that really follows each position
 

@@ -17,8 +17,8 @@ sidebar.render()
 st.title("Next-token sampling")
 run = state.current_run()
 tok = run.lm.tokenizer
-n_words = min(tok.vocab_size, run.output.logits.shape[-1])
-logits = run.output.logits[0, -1]
+logits = run.trace.logits_at(-1)
+n_words = min(tok.vocab_size, logits.shape[-1])
 if n_words < logits.shape[0]:  # padded vocabulary rows are not tokens: never sampled (as tfm.generate)
     logits = logits.clone()
     logits[n_words:] = -math.inf

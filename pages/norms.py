@@ -3,7 +3,7 @@ import pandas as pd
 import streamlit as st
 
 from tfm import internals
-from tfm.analysis import norm_stats, residual_norms
+from tfm.analysis import layer_summaries
 from ui import fig_norms as fn
 from ui import sidebar, state
 
@@ -13,6 +13,10 @@ def _depth(lm, placement: str, norm: str, n_layer: int, ids: tuple, seed: int) -
     cfg = lm.config.replace(norm_placement=placement, norm=norm, n_layer=n_layer, dropout=0.0,
                             parallel_block=lm.config.parallel_block and placement == "pre")
     return internals.depth_norms(cfg, ids, seed)
+
+
+DEPTH_TOKENS = 128
+AUTO_PARAMS = 20_000_000  # larger fresh models start on a button press: each takes seconds to build and run
 
 
 sidebar.render()
@@ -33,7 +37,8 @@ state.restore("norms.stat_norm", "norms.which", "norms.layer", "norms.token",
 st.header("1. What each norm receives and returns")
 which_stats = st.radio("Norm", ["ln1", "ln2"], horizontal=True, **state.keep("norms.stat_norm"),
                        help="ln1 feeds attention, ln2 feeds the MLP (post-norm: they follow them).")
-stats = norm_stats(tr)
+stats, norms_ = state.derived("norms.summaries", lambda lm, ids: layer_summaries(
+    tr, progress=state.progress_bar(f"Reading every block's norms on {T} tokens")), run.spec, run.device, run.ids)
 scale = "std" if cfg.norm == "layernorm" else "rms"
 left, right = st.columns(2)
 for col, side in ((left, "input"), (right, "output")):
@@ -51,7 +56,6 @@ if cfg.parallel_block:
     st.info("This model's blocks are **parallel** (GPT-NeoX): attention and MLP both read the block's input, "
             "x + attn(ln1(x)) + mlp(ln2(x)). So ln2 normalises the stream *entering* the block, not the stream "
             "after attention, and the 'after attention' stream (resid_mid) is a partial sum no sublayer reads.")
-norms_ = residual_norms(tr)
 left, right = st.columns(2)
 left.plotly_chart(fn.layer_token_heatmap(norms_["resid"], run.labels, streams, "Residual-stream L2 norm per token",
                                          "L2 norm", height=340), key="norms.resid_heat")
@@ -140,10 +144,22 @@ placement = c1.radio("Norm placement", ["both", "pre", "post"], horizontal=True,
 norm_kind = c2.radio("Norm type", ["layernorm", "rmsnorm"], horizontal=True, **state.keep("norms.cmp_norm"))
 n_layer = c3.slider("Layers", 2, 48, **state.keep("norms.cmp_layers"))
 seed = int(st.session_state.get("sidebar.seed", 0))
-results = {}
+ids = run.ids[-DEPTH_TOKENS:]  # forward + backward of up to 48 layers: cost grows with layers x tokens
+if len(ids) < len(run.ids):
+    st.caption(f"The comparison runs on the last {DEPTH_TOKENS} tokens of the prompt: a fresh model's forward "
+               f"and backward pass on all {len(run.ids)} would take far longer and change little.")
+results, placements = {}, ["pre", "post"] if placement == "both" else [placement]
+size = n_layer * 12 * cfg.d_model ** 2 + cfg.vocab_size * cfg.d_model  # parameters of each fresh model
+waiting = [p for p in placements
+           if not state.is_cached("derived", run.spec, run.device, "norms.depth", p, norm_kind, n_layer, ids, seed)]
+if waiting and size > AUTO_PARAMS and not st.button(f"Build and run {len(waiting)} fresh model(s)", key="norms.cmp_run"):
+    st.info(f"Each fresh model has about {size / 1e6:.0f}M parameters: building it and running a forward and "
+            "backward pass takes several seconds, so it starts when you press the button.")
+    placements = []
 try:
-    for p in (["pre", "post"] if placement == "both" else [placement]):
-        res = state.derived("norms.depth", _depth, run.spec, run.device, p, norm_kind, n_layer, run.ids, seed)
+    for p in placements:
+        res = state.derived_status(f"Forward and backward pass of a fresh {n_layer}-layer {p}-norm model…",
+                                   "norms.depth", _depth, run.spec, run.device, p, norm_kind, n_layer, ids, seed)
         results[f"{p}-norm (loss {res['loss']:.3f})"] = res
 except ValueError as e:
     st.warning(f"{e}. This comparison needs at least two tokens in the prompt.")

@@ -83,8 +83,9 @@ st.markdown(
 )
 seed = int(st.session_state.get("sidebar.seed", 0))
 try:
-    check = state.derived("pos.permutation", lambda lm, ids, s: internals.permutation_check(lm.model, ids, s),
-                          run.spec, run.device, run.ids, seed)
+    check = state.derived_status("Running block 0 on the prompt and a shuffled copy…", "pos.permutation",
+                                 lambda lm, ids, s: internals.permutation_check(lm.model, ids, s),
+                                 run.spec, run.device, run.ids, seed)
 except ValueError as e:
     st.warning(f"{e}. The check needs at least two tokens.")
     check = None

@@ -53,14 +53,14 @@ state.url_set(pos=pos, token=token_text, vs=versus_text)
 try:
     token = attribution.token_id(tok, token_text, cfg.vocab_size) if token_text else None
     versus = attribution.token_id(tok, versus_text, cfg.vocab_size) if versus_text else None
-    attr = state.derived("why.direct", lambda lm, ids, p, t, v: attribution.direct(lm, ids, p, t, v, run.output),
+    attr = state.derived("why.direct", lambda lm, ids, p, t, v: attribution.direct(lm, ids, p, t, v, run.trace),
                          run.spec, run.device, run.ids, pos, token, versus)
 except ValueError as e:
     st.error(str(e))
     st.stop()
 piece = tok.display_piece(attr.token)
 what = f"logit({piece!r})" + (f" − logit({tok.display_piece(attr.versus)!r})" if attr.versus is not None else "")
-top_piece = tok.display_piece(int(run.output.logits[0, pos].argmax()))
+top_piece = tok.display_piece(int(run.trace.logits_at(pos).argmax()))
 st.markdown(f"After **{fw.md(run.labels[pos])}** the model's top prediction is **{fw.md(repr(top_piece))}**. "
             f"Explaining {fw.md(what)} = **{attr.target:.4f}**.")
 st.caption(f"Direct logit attribution: the stream before the final norm is a sum of what every part wrote; with "
@@ -93,7 +93,7 @@ with tabs[1]:
                               run.spec, run.device, run.ids, metric)
         att = wp.as_np(attr.heads).ravel().tolist() + wp.as_np(attr.mlps).tolist()
         eff = wp.as_np(sweep.head_effects).ravel().tolist() + wp.as_np(sweep.mlp_effects).tolist()
-        order = [f"blocks.{l}.attn.head.{h}" for l in range(L) for h in range(H)] + [f"blocks.{l}.mlp" for l in range(L)]
+        order = attribution.head_and_mlp_names(L, H)
         st.caption("Attribution is an estimate from one forward pass; ablation (zeroing the part, one per row of "
                    f"one batched run) measures what the logit really loses. Unedited: {sweep.base:.4f}.")
         st.plotly_chart(fw.estimate_vs_reality(order, np.array(att), np.array(eff),

@@ -268,3 +268,18 @@ def test_induction_probe_on_a_random_model():
     assert with_bos["tokens"].shape == (41,) and with_bos["tokens"][0] == 256
     with pytest.raises(ValueError, match="seq_len=40 twice does not fit the context length 64"):
         A.induction_probe(model, seq_len=40)
+
+
+def test_logit_lens_leaves_out_padded_vocabulary_rows():
+    """A model whose vocabulary has more rows than its tokenizer has words: the lens must never
+    name a row that is no token, and must renormalise over the real words (as sampling does)."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig.preset("tiny")).eval()
+    out = model(torch.randint(0, 50, (1, 9)), trace=True)
+    n_words = 60
+    lens = A.logit_lens(model, out.trace, k=4, n_words=n_words)
+    assert int(lens.top_ids.max()) < n_words
+    streams = A.residual_streams(out.trace)
+    want = model.unembed(model.ln_final(streams))[..., :n_words].softmax(-1)
+    torch.testing.assert_close(lens.probs, want)
+    torch.testing.assert_close(lens.top_probs, want.topk(4, dim=-1).values)

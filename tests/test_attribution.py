@@ -102,15 +102,19 @@ def test_model_unchanged_and_top_neurons(make_model):
     assert n.promotes[0] == int(scores.argmax()) and n.suppresses[0] == int(scores.argmin())
 
 
-def test_reusing_a_traced_output(make_model):
+def test_reusing_a_trace(make_model):
     model = make_model("tiny")
-    out = model(torch.tensor([IDS]), trace=True)
-    a, b = attribution.direct(model, IDS), attribution.direct(model, IDS, output=out)
-    assert torch.equal(a.values, b.values) and torch.equal(a.sources, b.sources)
+    with torch.no_grad():
+        lazy = model(torch.tensor([IDS]), trace=True).trace
+        eager = model(torch.tensor([IDS]), trace=True, lazy=False).trace
+    a = attribution.direct(model, IDS)
+    for tr in (lazy, eager):
+        b = attribution.direct(model, IDS, trace=tr)
+        assert torch.equal(a.values, b.values) and torch.equal(a.sources, b.sources)
     with pytest.raises(ValueError, match="same ids"):
-        attribution.direct(model, IDS[:-1], output=out)
-    with pytest.raises(ValueError, match="traced"):
-        attribution.direct(model, IDS, output=model(torch.tensor([IDS])))
+        attribution.direct(model, IDS[:-1], trace=lazy)
+    with pytest.raises(ValueError, match="trace of a forward"):
+        attribution.direct(model, IDS, trace={"embed": torch.zeros(1, len(IDS), 16)})
 
 
 def test_token_id_and_flow(make_model):

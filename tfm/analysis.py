@@ -7,12 +7,16 @@ All functions read batch element 0 unless they say otherwise.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from .model import GPT
 from .trace import Trace
+from .trace import name as trace_name
+
+Progress = Callable[[int, int], None]  # (done, total): called after each layer of a long loop
 
 
 def previous_token_detection(t: int) -> torch.Tensor:
@@ -48,22 +52,27 @@ def detection_score(pattern: torch.Tensor, detection: torch.Tensor) -> torch.Ten
 
 
 def patterns(trace: Trace) -> torch.Tensor:
-    """Attention patterns of every layer for batch element 0: (L, H, T, T)."""
-    return trace.stack("attn.pattern")[:, 0]
+    """Attention patterns of every layer for batch element 0: (L, H, T, T). Large for long
+    prompts (GPT-2 at 1024 tokens: 600 MB): prefer a loop over `Trace.pattern`."""
+    return torch.stack([trace.pattern(i) for i in range(trace.n_layers())])
 
 
-def head_scores(trace: Trace, tokens: torch.Tensor | list[int]) -> dict[str, torch.Tensor]:
-    """Per-head (L, H) scores: previous_token, first_token, duplicate_token, induction, entropy."""
-    pats = patterns(trace).float()                                     # (L, H, T, T)
+def head_scores(trace: Trace, tokens: torch.Tensor | list[int], progress: Progress | None = None) -> dict[str, torch.Tensor]:
+    """Per-head (L, H) scores: previous_token, first_token, duplicate_token, induction, entropy.
+    One layer's (H, T, T) pattern is read at a time; only the (L, H) scores are kept."""
     tok = torch.as_tensor(tokens).flatten().cpu()
-    t = pats.shape[-1]
-    return {
-        "previous_token": detection_score(pats, previous_token_detection(t)),
-        "first_token": detection_score(pats, first_token_detection(t)),
-        "duplicate_token": detection_score(pats, duplicate_token_detection(tok)),
-        "induction": detection_score(pats, induction_detection(tok)),
-        "entropy": entropy(pats).mean(-1),
-    }
+    t, n = len(tok), trace.n_layers()
+    dets = {"previous_token": previous_token_detection(t), "first_token": first_token_detection(t),
+            "duplicate_token": duplicate_token_detection(tok), "induction": induction_detection(tok)}
+    rows: dict[str, list[torch.Tensor]] = {name: [] for name in (*dets, "entropy")}
+    for layer in range(n):
+        pat = trace.pattern(layer).float()                         # (H, T, T)
+        for name, det in dets.items():
+            rows[name].append(detection_score(pat, det))
+        rows["entropy"].append(entropy(pat).mean(-1))
+        if progress is not None:
+            progress(layer + 1, n)
+    return {name: torch.stack(r) for name, r in rows.items()}        # (L, H) each
 
 
 def entropy(pattern: torch.Tensor) -> torch.Tensor:
@@ -96,24 +105,26 @@ def top_head(scores: torch.Tensor) -> tuple[int, int, float]:
     return layer, head, float(scores[layer, head])
 
 
-def rollout(trace: Trace, head_reduce: str = "mean") -> torch.Tensor:
+def rollout(trace: Trace, head_reduce: str = "mean", progress: Progress | None = None) -> torch.Tensor:
     """Attention rollout (Abnar & Zuidema 2020): (L, T, T), entry l is the flow through layers 0..l.
 
     Each layer's heads are averaged (or maxed), the identity is added for the residual
     connection, rows are renormalised, and the layers are multiplied in order.
     """
-    pats = patterns(trace).float()                                     # (L, H, T, T)
     if head_reduce not in ("mean", "max"):
         raise ValueError(f"head_reduce={head_reduce!r}: choose 'mean' or 'max'")
-    a = pats.mean(1) if head_reduce == "mean" else pats.amax(1)        # (L, T, T)
-    eye = torch.eye(a.shape[-1], device=a.device)
-    a = 0.5 * a + 0.5 * eye
-    a = a / a.sum(-1, keepdim=True)
-    out, acc = [], eye
-    for layer in a:
-        acc = layer @ acc
+    out, acc = [], None
+    for layer in range(trace.n_layers()):  # one layer's (H, T, T) at a time
+        pat = trace.pattern(layer).float()
+        a = pat.mean(0) if head_reduce == "mean" else pat.amax(0)         # (T, T)
+        eye = torch.eye(a.shape[-1], device=a.device)
+        a = 0.5 * a + 0.5 * eye
+        a = a / a.sum(-1, keepdim=True)
+        acc = a if acc is None else a @ acc
         out.append(acc)
-    return torch.stack(out)
+        if progress is not None:
+            progress(layer + 1, trace.n_layers())
+    return torch.stack(out)                                            # (L, T, T)
 
 
 @dataclass(frozen=True)
@@ -131,16 +142,18 @@ def residual_streams(trace: Trace, positions: slice | None = None) -> torch.Tens
 
 
 @torch.no_grad()
-def decode_streams(model: GPT, streams: torch.Tensor, k: int = 5, keep_probs: bool = True) -> LogitLens:
+def decode_streams(model: GPT, streams: torch.Tensor, k: int = 5, keep_probs: bool = True,
+                   n_words: int | None = None) -> LogitLens:
     """Read (L+1, T, D) residual streams through the final norm (pre-norm models) and the
     unembedding. Without keep_probs one layer's (T, V) is alive at a time, not (L+1, T, V):
-    GPT-2 at 1024 positions would otherwise need 2.7 GB."""
+    GPT-2 at 1024 positions would otherwise need 2.7 GB. `n_words`: the tokenizer's size when
+    the vocabulary has padded rows that are no token (they get probability 0, as in sampling)."""
     p = next(model.parameters())
     rows = []
     for x in streams.to(p.device, p.dtype):                           # (T, D) per layer
         if model.ln_final is not None:
             x = model.ln_final(x)
-        probs = model.unembed(x).float().softmax(-1)                   # (T, V)
+        probs = model.unembed(x)[..., :n_words].float().softmax(-1)    # (T, V or n_words)
         top = probs.topk(min(k, probs.shape[-1]), dim=-1)
         rows.append((top.indices, top.values, probs if keep_probs else None))
     ids, vals, probs = zip(*rows)
@@ -149,40 +162,48 @@ def decode_streams(model: GPT, streams: torch.Tensor, k: int = 5, keep_probs: bo
 
 
 def logit_lens(model: GPT, trace: Trace, k: int = 5, positions: slice | None = None,
-               keep_probs: bool = True) -> LogitLens:
+               keep_probs: bool = True, n_words: int | None = None) -> LogitLens:
     """What each layer would predict: the residual stream after the embedding and after every
     block, decoded as if it were the last layer's. `positions` picks a window of the trace."""
-    return decode_streams(model, residual_streams(trace, positions), k, keep_probs)
+    return decode_streams(model, residual_streams(trace, positions), k, keep_probs, n_words)
+
+
+def layer_summaries(trace: Trace, progress: Progress | None = None) -> tuple[dict, dict]:
+    """`norm_stats` and `residual_norms` in one pass, layer by layer: a lazy trace recomputes a
+    block when one of its entries is first read, so each block is visited once, not per statistic."""
+    stats: dict[str, list[torch.Tensor]] = {}
+    subs: dict[str, list[torch.Tensor]] = {"attn_out": [], "mlp_out": []}
+    n = trace.n_layers()
+    for layer in range(n):
+        for norm in ("ln1", "ln2"):
+            got = trace.norm_stats(layer, norm)
+            row = {f"input_{part}": got[part] for part in ("mean", "std", "rms") if part in got}
+            row |= {"output_mean": got["output"].mean(-1), "output_std": got["output"].std(-1, unbiased=False),
+                    "input_norm": got["input"].norm(dim=-1)}
+            for key, value in row.items():
+                stats.setdefault(f"{norm}.{key}", []).append(value)
+        for key in subs:
+            subs[key].append(trace[trace_name(key, layer)][0].norm(dim=-1))
+        if progress is not None:
+            progress(layer + 1, n)
+    resid = torch.stack([x.norm(dim=-1) for _, x in trace.residual_streams(0)])   # (L+1, T)
+    return ({k: torch.stack(v) for k, v in stats.items()},
+            {"resid": resid} | {k: torch.stack(v) for k, v in subs.items()})
 
 
 def norm_stats(trace: Trace) -> dict[str, torch.Tensor]:
     """Per layer and token statistics of every norm's input and output, batch 0: name -> (L, T).
 
     Names: ln1.input_mean, ln1.input_std (LayerNorm) or ln1.input_rms (RMSNorm),
-    ln1.output_mean, ln1.output_std, and the same for ln2.
+    ln1.output_mean, ln1.output_std, ln1.input_norm, and the same for ln2.
     """
-    out: dict[str, torch.Tensor] = {}
-    for norm in ("ln1", "ln2"):
-        x_in, x_out = trace.stack(f"{norm}.input")[:, 0], trace.stack(f"{norm}.output")[:, 0]  # (L, T, D)
-        if f"blocks.0.{norm}.std" in trace:
-            out[f"{norm}.input_mean"] = trace.stack(f"{norm}.mean")[:, 0]
-            out[f"{norm}.input_std"] = trace.stack(f"{norm}.std")[:, 0]
-        else:
-            out[f"{norm}.input_rms"] = trace.stack(f"{norm}.rms")[:, 0]
-        out[f"{norm}.output_mean"] = x_out.mean(-1)
-        out[f"{norm}.output_std"] = x_out.std(-1, unbiased=False)
-        out[f"{norm}.input_norm"] = x_in.norm(dim=-1)
-    return out
+    return layer_summaries(trace)[0]
 
 
 def residual_norms(trace: Trace) -> dict[str, torch.Tensor]:
     """L2 norms per token, batch 0: `resid` (L+1, T) entering each block and leaving the last,
     and each block's `attn_out` and `mlp_out` (L, T): how much each sublayer writes."""
-    return {
-        "resid": residual_streams(trace).norm(dim=-1),
-        "attn_out": trace.stack("attn_out")[:, 0].norm(dim=-1),
-        "mlp_out": trace.stack("mlp_out")[:, 0].norm(dim=-1),
-    }
+    return layer_summaries(trace)[1]
 
 
 def param_counts(model: GPT) -> dict[str, int]:

@@ -92,11 +92,11 @@ def direction(model: GPT, trace, position: int, token: int, versus: int | None) 
 
 @torch.no_grad()
 def direct(lm, ids, position: int = -1, token: int | None = None, versus: int | None = None,
-           output=None) -> Attribution:
+           trace=None) -> Attribution:
     """Direct logit attribution of every component writing to the residual stream, with the final
     norm's scale frozen at its value for `position`. `token` defaults to the model's top
     prediction there; with `versus` the target is the logit difference token - versus.
-    `output`: a traced forward of these ids to reuse (e.g. the app's cached one); read-only.
+    `trace`: the trace of a forward of these ids to reuse (e.g. the app's cached one); read-only.
     The result holds (L, H, T) + 2 (L, F) float64 numbers (GPT-2 at 1024 tokens: ~1.8 MB)."""
     model = _model(lm)
     cfg = model.config
@@ -105,10 +105,10 @@ def direct(lm, ids, position: int = -1, token: int | None = None, versus: int | 
                          "rescales the running sum, so the output is not a sum of what each part wrote")
     x = _ids(model, ids)
     p = check_position(position, x.shape[1])
-    out = output if output is not None else model(x, trace=True)
-    if out.trace is None or tuple(out.logits.shape[:2]) != tuple(x.shape):
-        raise ValueError("`output` must be a traced forward of the same ids (model(ids, trace=True))")
-    tr, logits = out.trace, _f64(out.logits[0, p])
+    tr = trace if trace is not None else model(x, trace=True).trace
+    if not hasattr(tr, "logits_at") or tuple(tr["embed"].shape[:2]) != tuple(x.shape):
+        raise ValueError("`trace` must be the trace of a forward of the same ids (model(ids, trace=True).trace)")
+    logits = _f64(tr.logits_at(p))
     token = int(logits.argmax()) if token is None else check_token(token, cfg.vocab_size)
     if versus is not None and check_token(versus, cfg.vocab_size, "versus token") == token:
         raise ValueError("token and versus are the same token: their logit difference is always 0")
@@ -213,3 +213,10 @@ def _query_heads(v: torch.Tensor, n_head: int) -> torch.Tensor:
     """Values per key/value head (Hkv, T, hd) -> per query head (H, T, hd): with grouped-query
     attention query head h reads key/value head h // (H / Hkv)."""
     return v.repeat_interleave(n_head // v.shape[0], dim=0)
+
+
+def head_and_mlp_names(n_layer: int, n_head: int) -> list[str]:
+    """Component names of every head (layer by layer) then every MLP: the order of a sweep's
+    `head_effects.ravel()` followed by `mlp_effects`."""
+    return ([f"blocks.{i}.attn.head.{h}" for i in range(n_layer) for h in range(n_head)]
+            + [f"blocks.{i}.mlp" for i in range(n_layer)])

@@ -46,7 +46,13 @@ def window(m: torch.Tensor, a: int, b: int, hide_first: bool = False) -> np.ndar
     """Rows and columns a..b (absolute positions) of (..., T, T) attention, float32, NaN where
     the key comes after the query. `hide_first` drops key 0 and renormalises every row over
     the remaining keys (rows sum to 1 again), to look past the attention sink; needs a >= 1."""
-    rows = m[..., a:b + 1, :].float()
+    return window_rows(m[..., a:b + 1, :b + 1], a, b, hide_first)
+
+
+def window_rows(rows: torch.Tensor, a: int, b: int, hide_first: bool = False) -> np.ndarray:
+    """`window` from just the rows a..b over keys 0..b, (..., b - a + 1, b + 1): all the window
+    needs (keys after b are masked for these queries), e.g. from `tfm.attention_rows`."""
+    rows = rows.float()
     off = 0
     if hide_first:
         if a < 1:
@@ -59,10 +65,10 @@ def window(m: torch.Tensor, a: int, b: int, hide_first: bool = False) -> np.ndar
     return out
 
 
-def _colour(z: np.ndarray, log: bool) -> tuple[np.ndarray, dict]:
+def _colour(z: np.ndarray, log: bool, zmax: float = 1.0) -> tuple[np.ndarray, dict]:
     """Values for the colour axis and the matching heatmap keyword arguments."""
     if not log:
-        return z, dict(zmin=0.0, zmax=1.0, colorbar=dict(title=dict(text="weight")))
+        return z, dict(zmin=0.0, zmax=zmax, colorbar=dict(title=dict(text="weight")))
     with np.errstate(divide="ignore"):
         lz = np.log10(np.clip(z, 1e-12, None)).astype(np.float32)
     ticks = np.arange(LOG_FLOOR, 0.5).tolist()
@@ -78,10 +84,12 @@ def _figure(data: list[dict], layout: dict) -> go.Figure:
     return go.Figure({"data": data, "layout": layout}, _validate=False)
 
 
-def heatmap(z: np.ndarray, labels: list[str], title: str, log: bool = False, value: str = "weight") -> go.Figure:
-    """One (query x key) attention matrix with token labels on both axes."""
+def heatmap(z: np.ndarray, labels: list[str], title: str, log: bool = False, value: str = "weight",
+            zmax: float = 1.0) -> go.Figure:
+    """One (query x key) attention matrix with token labels on both axes; the linear colour
+    scale runs from 0 to `zmax` (less than 1 for a window whose rows spread over earlier keys)."""
     lab = [plotly_text(s) for s in labels]
-    cz, kw = _colour(z, log)
+    cz, kw = _colour(z, log, zmax)
     shown = "%{customdata:.4g}" if log else "%{z:.4f}"
     n = len(labels)
     font = dict(size=12 if n <= 40 else 10)
@@ -203,15 +211,24 @@ def head_table(scores: dict[str, torch.Tensor], probe: dict[str, torch.Tensor] |
     return pd.DataFrame(table)
 
 
-def export_npz(shown: np.ndarray, positions: np.ndarray, all_patterns: torch.Tensor, ids, pieces: list[str],
-               settings: dict) -> bytes:
+def export_npz(shown: np.ndarray, positions: np.ndarray, window_patterns: np.ndarray, window_positions: np.ndarray,
+               ids, pieces: list[str], settings: dict) -> bytes:
     """The numbers behind the view: `shown` (the matrix on screen, NaN = masked) over absolute
-    `positions`, every head's raw pattern (L, H, T, T), token ids, pieces and the settings."""
+    `positions`, every head's raw pattern (L, H, w, w) over `window_positions` (all heads at all
+    positions would be 600 MB for GPT-2 at 1024 tokens), token ids, pieces and the settings."""
     buf = io.BytesIO()
-    np.savez(buf, shown=shown, positions=positions, all_patterns=all_patterns.numpy().astype(np.float32),
+    np.savez(buf, shown=shown, positions=positions, window_patterns=window_patterns.astype(np.float32),
+             window_positions=window_positions,
              ids=np.asarray(ids, dtype=np.int64), pieces=np.asarray(pieces, dtype=str),
              settings_json=np.asarray(json.dumps(settings, ensure_ascii=False)))
     return buf.getvalue()
+
+
+def window_scale(shown: np.ndarray) -> tuple[float, float]:
+    """(largest weight shown, mean share of each row's attention inside the window). On a long
+    prompt a window's rows may spend most attention on earlier keys: a 0..1 scale would be blank."""
+    top = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
+    return max(top, 1e-6), float(np.nanmean(np.nansum(shown, axis=-1)))
 
 
 def head_columns(table: pd.DataFrame) -> dict:

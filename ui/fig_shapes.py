@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import html
-import re
 
 import pandas as pd
 import plotly.graph_objects as go
 
 from tfm.trace import ShapeEntry
+from tfm.trace_read import split_name
 
 
 def dims(entry: ShapeEntry) -> str:
@@ -28,9 +28,10 @@ def shape_table(shapes: tuple[ShapeEntry, ...]) -> pd.DataFrame:
 
 def _group(name: str) -> str:
     """The stage a tensor belongs to: blocks.0.attn.q -> blocks.0.attn, blocks.0.attn_out -> itself."""
+    block, inner = split_name(name)
+    if block is not None:  # the sublayer's first part: attn.q -> attn, attn_out -> attn_out
+        return name.removesuffix(inner) + inner.split(".")[0]
     parts = name.split(".")
-    if parts[0] == "blocks":
-        return ".".join(parts[:3]) if len(parts) > 3 else name
     if parts[0] in ("embed", "pos_embed", "rope"):
         return "embedding"
     return "ln_final" if parts[0] == "ln_final" else name
@@ -49,12 +50,11 @@ def _stages(shapes) -> list[tuple[str, list[ShapeEntry]]]:
 
 
 def _block_signature(shapes, i: int) -> list[tuple[str, tuple, tuple]]:
-    prefix = f"blocks.{i}."
-    return [(s.name.removeprefix(prefix), s.shape, s.axes) for s in shapes if s.name.startswith(prefix)]
+    return [(_short(s.name), s.shape, s.axes) for s in shapes if split_name(s.name)[0] == i]
 
 
 def _short(name: str) -> str:
-    return name.split(".", 2)[-1] if name.startswith("blocks.") else name
+    return split_name(name)[1]
 
 
 def _label(title: str, entries: list[ShapeEntry], colour: str) -> str:
@@ -73,13 +73,13 @@ def shape_flow_dot(shapes: tuple[ShapeEntry, ...], n_layer: int) -> str:
     their shapes equal block 0's, the final norm and the logits. Every label is a trace entry.
     Dashed edges are the residual connections: the stream skips a sublayer and is added back."""
     same = all(_block_signature(shapes, i) == _block_signature(shapes, 0) for i in range(1, n_layer))
-    shown = [s for s in shapes if not (same and re.match(r"blocks\.([1-9]\d*)\.", s.name))]
+    shown = [s for s in shapes if not (same and (split_name(s.name)[0] or 0) > 0)]
     lines = ["digraph G {", "rankdir=TB; nodesep=0.2; ranksep=0.18;",
              "node [shape=plaintext, fontsize=10, fontname=Helvetica]; edge [arrowsize=0.6];"]
     prev, stream, after_sublayer = None, None, False
     for k, (group, entries) in enumerate(_stages(shown)):
         node = f"n{k}"
-        colour = "#e8f0fe" if group.startswith("blocks.0") else "#f3f3f3"
+        colour = "#e8f0fe" if split_name(group)[0] == 0 else "#f3f3f3"
         lines.append(f"{node} [label={_label(group, entries, colour)}];")
         if prev:
             lines.append(f"{prev} -> {node};")
@@ -89,7 +89,7 @@ def shape_flow_dot(shapes: tuple[ShapeEntry, ...], n_layer: int) -> str:
         if group.endswith(("resid_pre", "resid_mid", "resid_post")):
             stream = node
         prev = node
-        if same and n_layer > 1 and group == "blocks.0.resid_post":
+        if same and n_layer > 1 and split_name(group) == (0, "resid_post"):
             lines.append(f'folded [shape=box, style="rounded,dashed", fontsize=10, label="blocks 1 … {n_layer - 1}: '
                          f'{n_layer - 1} more blocks, the same shapes as block 0"];')
             lines.append(f"{prev} -> folded;")

@@ -23,7 +23,7 @@ def md(text: str) -> str:
 
 
 def pretty(name: str) -> str:
-    """blocks.3.attn.head.5 -> L3 H5, blocks.3.mlp -> L3 MLP; embed, pos_embed, bias as they are."""
+    """A component's short label: L3 H5 for head 5 of block 3, L3 MLP; embed, pos_embed, bias as they are."""
     parts = name.split(".")
     if parts[0] == "blocks":
         return f"L{parts[1]} H{parts[-1]}" if "head" in parts else f"L{parts[1]} MLP"

@@ -102,7 +102,8 @@ def step_views(g: GenPage, i: int, r: dict, settings_used: SamplingSettings, seq
         st.caption(f"Showing the last {KEY_WINDOW} keys; averaged over heads, {hidden:.1%} of the attention "
                    f"went to the {q + 1 - KEY_WINDOW} earlier positions.")
     with torch.inference_mode():  # one position through the final norm and unembedding: cheap
-        lens = decode_streams(lm.model, r["resid"][:, None], k=5, keep_probs=False)
+        lens = decode_streams(lm.model, r["resid"][:, None], k=5, keep_probs=False,
+                              n_words=min(tok.vocab_size, lm.config.vocab_size))
     top_ids = lens.top_ids[:, 0].cpu()
     st.plotly_chart(fs.step_lens_figure(top_ids, lens.top_probs[:, 0].float().cpu(), lens.labels,
                                         [tok.display_pieces(row.tolist()) for row in top_ids], r["token_id"],

@@ -16,8 +16,8 @@ import torch
 import tfm
 from tfm.config import ModelConfig
 from tfm.loading import REGISTRY
-from tfm.model import ModelOutput
 from tfm.trace import Trace
+from ui import memory
 
 MAX_PROMPT_CHARS = 20_000
 
@@ -44,35 +44,72 @@ def describe_spec(spec: str) -> str:
     return f"model folder {spec.removeprefix('path:')}"
 
 
-@st.cache_resource(max_entries=4, show_spinner="Loading the model…")
+def _models_budget() -> int:
+    return memory.memory_budget()
+
+
+def _prompts_budget() -> int:
+    """What the models leave of the budget; at least one trace's worth is always kept."""
+    return max(0, memory.memory_budget() - MODELS.nbytes)
+
+
+def _model_dropped(key: tuple, _lm) -> None:
+    """A lazy trace keeps its model (it recomputes blocks with it): drop the model's traces too."""
+    PROMPTS.drop_where(lambda k: k[1:3] == key)
+
+
+# (kind, spec, device, ...) keys: ("trace", spec, device, ids), ("derived", spec, device, name, *args)
+PROMPTS = memory.ByteLRU(_prompts_budget)   # traces and derived numbers, measured by tensor bytes
+MODELS = memory.ByteLRU(_models_budget, on_drop=_model_dropped)  # (spec, device) -> tfm.LM, by parameter bytes
+
+
+def clear_caches() -> None:
+    """Forget every cached model, trace and derived value (tests start clean with this)."""
+    PROMPTS.clear()
+    MODELS.clear()
+
+
 def load_lm(spec: str, device: str) -> tfm.LM:
-    """Load by spec: "default", "random:{json}" or "path:/folder". Errors propagate (ValueError,
-    FileNotFoundError) for the caller to show; failures are not cached."""
-    if spec.startswith("random:"):
-        data = json.loads(spec.removeprefix("random:"))
-        cfg = ModelConfig.from_dict(data["config"])
-        return tfm.random_model(cfg, seed=int(data["seed"]), device=device)
-    return tfm.load(spec.removeprefix("path:"), device=device)
+    """Load by spec: "default", "random:{json}" or "path:/folder", once per process (shared by
+    every session, never mutated). Errors propagate (ValueError, FileNotFoundError) for the
+    caller to show; failures are not cached."""
+    def load() -> tfm.LM:
+        if spec.startswith("random:"):
+            data = json.loads(spec.removeprefix("random:"))
+            cfg = ModelConfig.from_dict(data["config"])
+            return tfm.random_model(cfg, seed=int(data["seed"]), device=device)
+        return tfm.load(spec.removeprefix("path:"), device=device)
+    return MODELS.get((spec, device), load)
 
 
-@st.cache_resource(max_entries=64, show_spinner="Running the model…")
-def run_traced(spec: str, device: str, ids: tuple[int, ...]) -> ModelOutput:
-    """One traced forward of `ids`; the result lives on the CPU, shared read-only."""
-    lm = load_lm(spec, device)
-    with torch.inference_mode():
-        out = lm.model(torch.tensor([ids], device=lm.device), trace=True)
-    cpu = Trace({k: v.float().cpu() for k, v in out.trace.items()}, out.trace.shapes)
-    return ModelOutput(out.logits.float().cpu(), cpu)
+def run_traced(spec: str, device: str, ids: tuple[int, ...]) -> Trace:
+    """The traced forward of `ids`, moved to the CPU in float32 and shared read-only by every
+    page and session. Kept while the byte budget allows; recomputed after it was dropped."""
+    def compute() -> Trace:
+        lm = load_lm(spec, device)
+        with torch.inference_mode():
+            out = lm.model(torch.tensor([ids], device=lm.device), trace=True)
+        return out.trace.to("cpu", torch.float32)
+    return PROMPTS.get(("trace", spec, device, ids), compute)
 
 
-@st.cache_resource(max_entries=256, show_spinner=False)
-def derived(name: str, _fn, spec: str, device: str, *args):
-    """Cache a pure function of the loaded model across sessions: `_fn(lm, *args)`.
+def derived(name: str, fn, spec: str, device: str, *args):
+    """Cache a pure function of the loaded model across sessions: `fn(lm, *args)`.
 
     `name` identifies the function (the callable itself is not hashed); `args` must be
     hashable (tuples of ids, numbers, strings). Results are shared: treat them as read-only.
+    They count against the same byte budget as traces.
     """
-    return _fn(load_lm(spec, device), *args)
+    return PROMPTS.get(("derived", spec, device, name, *args), lambda: fn(load_lm(spec, device), *args))
+
+
+def derived_status(label: str, name: str, fn, spec: str, device: str, *args):
+    """`derived(...)` with a status line while it computes (for work that takes seconds)."""
+    return with_status(label, is_cached("derived", spec, device, name, *args), derived, name, fn, spec, device, *args)
+
+
+def is_cached(kind: str, *key) -> bool:
+    return (kind, *key) in PROMPTS
 
 
 @dataclass(frozen=True)
@@ -85,11 +122,7 @@ class PromptRun:
     ids: tuple[int, ...]
     labels: list[str]      # display pieces, made unique per position for chart axes
     dropped: int           # tokens cut from the left to fit the context
-    output: ModelOutput
-
-    @property
-    def trace(self) -> Trace:
-        return self.output.trace
+    trace: Trace           # CPU float32, lazy entries computed on first read
 
 
 def token_labels(lm: tfm.LM, ids: tuple[int, ...]) -> list[str]:
@@ -102,7 +135,7 @@ def active_model() -> tuple[tfm.LM | None, str, str]:
     spec = st.session_state.get("app.model_spec", default_model_spec())
     device = st.session_state.get("sidebar.device", "cpu")
     try:
-        lm = load_lm(spec, device)
+        lm = with_status("Loading the model…", (spec, device) in MODELS, load_lm, spec, device)
         st.session_state["app.good_model"] = (spec, device)
         return lm, spec, device
     except (ValueError, FileNotFoundError, OSError, KeyError) as e:
@@ -131,7 +164,34 @@ def current_run(max_tokens: int | None = None) -> PromptRun:
                    f"(the first {dropped} were cut from the left).")
         ids = ids[dropped:]
     ids_t = tuple(ids)
-    return PromptRun(lm, spec, device, ids_t, token_labels(lm, ids_t), dropped, run_traced(spec, device, ids_t))
+    trace = with_status(f"Running the model on {len(ids_t)} tokens…", is_cached("trace", spec, device, ids_t),
+                        run_traced, spec, device, ids_t)
+    return PromptRun(lm, spec, device, ids_t, token_labels(lm, ids_t), dropped, trace)
+
+
+def progress_bar(label: str):
+    """A `(done, total)` callback for long loops in tfm (`progress=`): a bar on the page that
+    disappears when the work is done."""
+    box = st.empty()
+
+    def update(done: int, total: int) -> None:
+        if done >= total:
+            box.empty()
+        else:
+            box.progress(done / total, text=f"{label}: {done} of {total}")
+    return update
+
+
+def with_status(label: str, cached: bool, fn, *args):
+    """`fn(*args)`, with a status line on the page while it runs unless the result is cached:
+    a long prompt on a big model takes seconds, and a frozen page looks broken."""
+    if cached:
+        return fn(*args)
+    box = st.empty()
+    with box.status(label, expanded=False):
+        value = fn(*args)
+    box.empty()
+    return value
 
 
 def found_model_folders() -> list[str]:

@@ -10,6 +10,8 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from ui import state
+
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
@@ -65,7 +67,8 @@ def chart_by_title(at: AppTest, text: str) -> dict:
 
 @pytest.fixture(autouse=True)
 def fresh_caches():
-    """st.cache_resource is process-wide: each test starts clean."""
+    """The caches are process-wide: each test starts clean."""
+    state.clear_caches()
     st.cache_resource.clear()
     st.cache_data.clear()
     yield

@@ -32,7 +32,8 @@ def engine(prompt: str):
 def masked_expected(m: torch.Tensor) -> np.ndarray:
     """Lower triangle of m, NaN above the diagonal (keys after the query)."""
     e = m.float().numpy().astype(np.float32, copy=True)
-    e[np.triu_indices(e.shape[0], 1)] = np.nan
+    t = e.shape[-1]
+    e[..., np.triu(np.ones((t, t), dtype=bool), 1)] = np.nan
     return e
 
 
@@ -233,7 +234,9 @@ def test_export_contains_the_tensors(monkeypatch):
     data = data() if callable(data) else data
     npz = np.load(io.BytesIO(data), allow_pickle=False)
     all_pats = torch.stack([trace[f"blocks.{l}.attn.pattern"][0] for l in range(lm.config.n_layer)])
-    np.testing.assert_allclose(npz["all_patterns"], all_pats.numpy(), rtol=RTOL, atol=ATOL)
+    window = npz["window_positions"]  # the prompt fits one window: every position
+    assert window.tolist() == list(range(len(ids)))
+    np.testing.assert_allclose(npz["window_patterns"], masked_expected(all_pats), rtol=RTOL, atol=ATOL, equal_nan=True)
     np.testing.assert_allclose(npz["shown"], masked_expected(all_pats[1].mean(0)), rtol=RTOL, atol=ATOL, equal_nan=True)
     assert npz["ids"].tolist() == ids
     assert npz["pieces"].tolist() == [lm.tokenizer.display_piece(t) for t in ids]

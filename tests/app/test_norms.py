@@ -133,5 +133,10 @@ def test_gpt2_shaped_model_renders():
     stats = norm_stats(trace)
     np.testing.assert_allclose(decode(chart_by_title(at, "ln1.input_std")["data"][0]["z"]),
                                stats["ln1.input_std"].numpy(), rtol=1e-5)
+    assert not [f for f in charts(at) if "Gradient norm" in str(f["layout"].get("title"))]  # big: waits for the button
+    at.button(key="norms.cmp_run").click().run()
+    assert not at.exception, at.exception
     grad = chart_by_title(at, "Gradient norm per block")["data"]
     assert len(grad) == 2 and len(decode(grad[0]["y"])) == 12
+    at.radio(key="norms.cmp_placement").set_value("pre").run()  # computed once: shown without the button
+    assert len(chart_by_title(at, "Gradient norm per block")["data"]) == 1

@@ -1,0 +1,179 @@
+"""The app's byte-bounded caches (ui/memory.py, ui/state.py): budgets, LRU order, recomputation,
+concurrent sessions. Traces come from a small random GPT run by `ui.state.run_traced` itself and
+are compared with a fresh traced forward of the same ids."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from tfm.config import ModelConfig
+from ui import memory, state
+
+CFG = ModelConfig.preset("tiny").replace(context_length=96)
+SPEC = state.random_spec(CFG, seed=3)
+
+
+@pytest.fixture(autouse=True)
+def clean():
+    state.clear_caches()
+    yield
+    state.clear_caches()
+
+
+def prompt(i: int, n: int = 48) -> tuple[int, ...]:
+    g = torch.Generator().manual_seed(i)
+    return tuple(torch.randint(0, CFG.vocab_size, (n,), generator=g).tolist())
+
+
+def fresh(ids) -> torch.Tensor:
+    """Layer 0's pattern from a new traced forward (the oracle for cached values)."""
+    lm = state.load_lm(SPEC, "cpu")
+    with torch.inference_mode():
+        return lm.model(torch.tensor([ids]), trace=True).trace.pattern(0)
+
+
+def test_parse_bytes_units_and_errors():
+    assert memory.parse_bytes("6GB") == 6 * 10**9
+    assert memory.parse_bytes("512 MiB") == 512 * 2**20
+    assert memory.parse_bytes("2.5gb") == 2_500_000_000
+    assert memory.parse_bytes("1000") == 1000
+    for bad in ("", "six GB", "5 parsecs", "0", "-3GB"):
+        with pytest.raises(ValueError, match="TFM_MEMORY_BUDGET"):
+            memory.parse_bytes(bad)
+
+
+def test_budget_from_environment_or_a_share_of_ram():
+    assert memory.memory_budget({"TFM_MEMORY_BUDGET": "3GB"}) == 3 * 10**9
+    assert memory.memory_budget({}) == int(memory.total_ram() * memory.DEFAULT_SHARE)
+    assert 0 < memory.memory_budget({}) < memory.total_ram()
+
+
+def test_lru_drops_least_recently_used_first():
+    lru = memory.ByteLRU(lambda: 3000)
+    for k in "abc":
+        lru.get(k, lambda: torch.zeros(250))  # 1000 bytes each
+    lru.get("a", lambda: pytest.fail("a is cached"))  # a is now the most recent
+    lru.get("d", lambda: torch.zeros(250))
+    assert lru.keys() == ["c", "a", "d"]  # b was the least recently used
+    assert lru.nbytes == 3000
+
+
+def test_value_larger_than_the_budget_is_served_then_dropped():
+    lru = memory.ByteLRU(lambda: 100)
+    big = lru.get("big", lambda: torch.zeros(1000))
+    assert big.numel() == 1000 and lru.keys() == ["big"]
+    lru.get("small", lambda: torch.zeros(10))
+    assert lru.keys() == ["small"]
+
+
+def test_growing_values_are_remeasured():
+    lru = memory.ByteLRU(lambda: 3000)
+    grows = lru.get("grows", dict)
+    lru.get("other", lambda: torch.zeros(250))
+    grows["x"] = torch.zeros(600)  # a lazy entry materialising: 2400 bytes more
+    lru.touch()
+    assert lru.keys() == ["other"]
+
+
+def test_failed_computation_is_not_cached():
+    lru = memory.ByteLRU(lambda: 10**6)
+    with pytest.raises(ValueError):
+        lru.get("k", lambda: (_ for _ in ()).throw(ValueError("bad")))
+    assert lru.get("k", lambda: 5) == 5
+
+
+def test_traces_stay_under_the_budget_across_many_prompts(monkeypatch):
+    one = memory.sizeof(state.run_traced(SPEC, "cpu", prompt(0)))
+    models = state.MODELS.nbytes
+    monkeypatch.setenv(memory.BUDGET_ENV, str(models + 3 * one))
+    state.PROMPTS.clear()
+    for i in range(12):
+        state.run_traced(SPEC, "cpu", prompt(i))
+        assert state.PROMPTS.nbytes <= 3 * one
+        assert state.PROMPTS.nbytes + state.MODELS.nbytes <= memory.memory_budget()
+    assert len(state.PROMPTS) == 3
+    assert [k[3] for k in state.PROMPTS.keys()] == [prompt(i) for i in (9, 10, 11)]
+
+
+def test_reading_lazy_entries_counts_against_the_budget(monkeypatch):
+    ids = prompt(0)
+    tr = state.run_traced(SPEC, "cpu", ids)
+    before = memory.sizeof(tr)
+    monkeypatch.setenv(memory.BUDGET_ENV, str(state.MODELS.nbytes + 2 * before + 1))
+    state.run_traced(SPEC, "cpu", prompt(1))
+    assert len(state.PROMPTS) == 2
+    for name in tr:  # materialise every lazy entry of the first (least recently used) trace
+        tr[name]
+    assert memory.sizeof(tr) > before
+    state.PROMPTS.touch()
+    assert [k[3] for k in state.PROMPTS.keys()] == [prompt(1)]
+
+
+def test_dropped_trace_recomputes_to_identical_values(monkeypatch):
+    ids = prompt(5)
+    first = state.run_traced(SPEC, "cpu", ids).pattern(1).clone()
+    monkeypatch.setenv(memory.BUDGET_ENV, "1")  # everything but the newest value is dropped
+    state.run_traced(SPEC, "cpu", prompt(6))
+    assert not state.is_cached("trace", SPEC, "cpu", ids)
+    again = state.run_traced(SPEC, "cpu", ids).pattern(1)
+    assert torch.equal(first, again)
+
+
+def test_concurrent_sessions_get_their_own_prompt():
+    prompts = [prompt(i, n=40 + i) for i in range(6)]
+    results: dict[int, torch.Tensor] = {}
+
+    def session(i: int) -> None:
+        results[i] = state.run_traced(SPEC, "cpu", prompts[i]).pattern(0).clone()
+
+    threads = [threading.Thread(target=session, args=(i,)) for i in range(len(prompts)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, ids in enumerate(prompts):
+        torch.testing.assert_close(results[i], fresh(ids), rtol=0, atol=1e-6)
+
+
+def test_same_key_is_computed_once_under_concurrency():
+    lru, calls, gate = memory.ByteLRU(lambda: 10**6), [], threading.Event()
+
+    def compute():
+        calls.append(1)
+        gate.wait(5)
+        return torch.zeros(4)
+
+    threads = [threading.Thread(target=lru.get, args=("k", compute)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
+
+
+def test_models_are_bounded_by_parameter_bytes(monkeypatch):
+    small = state.random_spec(ModelConfig.preset("tiny"), seed=0)
+    lm = state.load_lm(small, "cpu")
+    size = sum(p.numel() * p.element_size() for p in (*lm.model.parameters(), *lm.model.buffers()))
+    assert state.MODELS.nbytes == size
+    monkeypatch.setenv(memory.BUDGET_ENV, str(size + 1))
+    state.load_lm(state.random_spec(ModelConfig.preset("tiny"), seed=1), "cpu")
+    assert (small, "cpu") not in state.MODELS and len(state.MODELS) == 1
+
+
+def test_dropping_a_model_drops_its_traces(monkeypatch):
+    """A lazy trace holds its model to recompute blocks: the model's memory is only freed when
+    its traces go too."""
+    state.run_traced(SPEC, "cpu", prompt(0))
+    state.derived("test.n", lambda lm, ids: len(ids), SPEC, "cpu", prompt(0))
+    other = state.random_spec(CFG, seed=4)
+    state.run_traced(other, "cpu", prompt(0))
+    size = state.MODELS.sizes()[(SPEC, "cpu")]
+    monkeypatch.setenv(memory.BUDGET_ENV, str(size + 1))  # room for one model
+    state.load_lm(other, "cpu")
+    state.MODELS.touch()
+    assert (SPEC, "cpu") not in state.MODELS
+    assert [k[1] for k in state.PROMPTS.keys()] == [other]

@@ -1,0 +1,164 @@
+"""A process-wide cache bounded by bytes, and the memory budget the app keeps to.
+
+Streamlit's `cache_resource(max_entries=...)` counts entries, but a GPT-2 trace of 1024 tokens
+and one of 5 tokens differ by a factor of 10^4 in size: counting entries cannot keep a shared
+server alive. `ByteLRU` measures what it holds (again on every access, because lazy trace
+entries grow as pages read them) and drops the least recently used values beyond its budget.
+A dropped value is simply recomputed when asked for again. No streamlit here: `ui.state` wraps it.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import fields, is_dataclass
+
+import numpy as np
+import torch
+
+
+BUDGET_ENV = "TFM_MEMORY_BUDGET"
+DEFAULT_SHARE = 0.5  # of the machine's RAM: the rest is for the OS, Streamlit, and work in flight
+UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+         "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """'6GB', '512 MiB', '2.5gb' or a plain byte count -> bytes."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in UNITS:
+        raise ValueError(f"{BUDGET_ENV}={text!r}: write a size such as 6GB, 512MiB or 2000000000")
+    value = int(float(m.group(1)) * UNITS[m.group(2).lower()])
+    if value <= 0:
+        raise ValueError(f"{BUDGET_ENV}={text!r}: the budget must be more than 0 bytes")
+    return value
+
+
+def total_ram() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def memory_budget(environ: dict | None = None) -> int:
+    """Bytes the app may keep cached (models + traces + derived numbers): `TFM_MEMORY_BUDGET`
+    when set, else half the machine's RAM."""
+    env = os.environ if environ is None else environ
+    if env.get(BUDGET_ENV):
+        return parse_bytes(env[BUDGET_ENV])
+    return int(total_ram() * DEFAULT_SHARE)
+
+
+def sizeof(value) -> int:
+    """Bytes of tensor/array data a cached value holds: `.nbytes` of traces and arrays, tensors'
+    storage, and the contents of dicts, lists, tuples and dataclasses (numbers count 0)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, torch.nn.Module):
+        return sum(sizeof(t) for t in (*value.parameters(), *value.buffers()))
+    if isinstance(value, dict):
+        return sum(sizeof(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(sizeof(v) for v in value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return sum(sizeof(getattr(value, f.name)) for f in fields(value))
+    nbytes = getattr(value, "nbytes", None)
+    return int(nbytes) if isinstance(nbytes, int) else 0
+
+
+class ByteLRU:
+    """Thread-safe least-recently-used cache bounded by the bytes its values hold.
+
+    `get(key, compute)` returns the cached value or computes it (once per key, however many
+    threads ask at the same time), then re-measures every value and drops the least recently
+    used ones until the total fits `budget()`. The value just returned is never dropped by its
+    own call, so one value larger than the budget is served and dropped by the next access.
+    """
+
+    def __init__(self, budget: Callable[[], int], measure: Callable[[object], int] = sizeof,
+                 on_drop: Callable[[Hashable, object], None] | None = None) -> None:
+        self._budget, self._measure, self._on_drop = budget, measure, on_drop
+        self._values: OrderedDict[Hashable, object] = OrderedDict()
+        self._lock = threading.Lock()
+        self._key_locks: dict[Hashable, threading.Lock] = {}
+
+    def get(self, key: Hashable, compute: Callable[[], object]):
+        with self._lock:
+            if key in self._values:
+                self._values.move_to_end(key)
+                return self._values[key]
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:  # one computation per key; others wait for it instead of repeating it
+            with self._lock:
+                if key in self._values:
+                    self._values.move_to_end(key)
+                    return self._values[key]
+            try:
+                value = compute()
+            except BaseException:
+                with self._lock:
+                    self._key_locks.pop(key, None)
+                raise
+            with self._lock:
+                self._values[key] = value
+                self._key_locks.pop(key, None)
+                dropped = self._shrink(keep=key)
+            self._dropped(dropped)
+            return value
+
+    def touch(self) -> None:
+        """Re-measure (lazy values grow as they are read) and drop beyond the budget."""
+        with self._lock:
+            dropped = self._shrink(keep=None)
+        self._dropped(dropped)
+
+    def drop_where(self, condition: Callable[[Hashable], bool]) -> None:
+        with self._lock:
+            dropped = [(k, self._values.pop(k)) for k in list(self._values) if condition(k)]
+        self._dropped(dropped)
+
+    def _shrink(self, keep: Hashable | None) -> list[tuple[Hashable, object]]:
+        """Drop oldest-first until the total fits; returns what was dropped (callbacks run
+        outside the lock: they may use other caches)."""
+        sizes = {k: self._measure(v) for k, v in self._values.items()}
+        total, budget, dropped = sum(sizes.values()), self._budget(), []
+        for k in list(self._values):  # oldest first
+            if total <= budget:
+                break
+            if k != keep:
+                total -= sizes[k]
+                dropped.append((k, self._values.pop(k)))
+        return dropped
+
+    def _dropped(self, dropped: list[tuple[Hashable, object]]) -> None:
+        if self._on_drop is not None:
+            for key, value in dropped:
+                self._on_drop(key, value)
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(self._measure(v) for v in self._values.values())
+
+    def sizes(self) -> dict:
+        """Bytes of each cached value now, least recently used first."""
+        with self._lock:
+            return {k: self._measure(v) for k, v in self._values.items()}
+
+    def keys(self) -> list:
+        with self._lock:
+            return list(self._values)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._values.clear()
+
+    def __contains__(self, key: Hashable) -> bool:
+        with self._lock:
+            return key in self._values
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._values)
