@@ -88,6 +88,8 @@ def add_model_flags(g) -> None:
     hints = get_type_hints(ModelConfig)
     for name in MODEL_KEYS:
         kind, flag = hints[name], "--" + name.replace("_", "-")
+        if type(None) in get_args(kind):  # `int | None` (n_kv_head): the flag takes the int
+            kind = next(a for a in get_args(kind) if a is not type(None))
         if kind is bool:
             g.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
         elif get_origin(kind) is Literal:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import tfm
 from tfm import attribution
 from ui import sidebar, state
 
@@ -11,7 +12,7 @@ from tests.e2e.conftest import shot, wait_idle
 
 
 def test_why_page_draws_the_engines_numbers(page, app_url):
-    lm = state.load_lm.__wrapped__(state.default_model_spec(), "cpu")
+    lm = tfm.load(state.default_model_spec(), device="cpu")
     attr = attribution.direct(lm, lm.tokenizer.encode(sidebar.DEFAULT_PROMPT))
     page.set_viewport_size({"width": 1400, "height": 5000})  # tall: full-page shots show every chart
     page.goto(f"{app_url}/why")
