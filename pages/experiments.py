@@ -5,7 +5,7 @@ import streamlit as st
 from tfm import experiments as ex
 from tfm.toy import torch_threads
 from ui import fig_experiments as fx
-from ui import sidebar, state
+from ui import server, sidebar, state
 
 sidebar.render()
 state.restore("exp.res_layers", "exp.depth", "exp.causal", "exp.n_pad", "exp.d_model", "exp.n_head")
@@ -16,7 +16,7 @@ st.markdown("Each experiment below runs now, on tensors made from a fixed seed o
 
 def compute(fn, *args, **kwargs):
     """Run one experiment on a single thread: its tensors are tiny, and a core stays free."""
-    with torch_threads(1):
+    with server.heavy("an experiment"), torch_threads(1):
         return fn(*args, **kwargs)
 
 

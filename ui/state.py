@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import streamlit as st
 import torch
 
 import tfm
+from tfm import limits as tfm_limits
 from tfm.config import ModelConfig
 from tfm.loading import REGISTRY
 from tfm.model import ModelOutput
 from tfm.trace import Trace
 
-MAX_PROMPT_CHARS = 20_000
+from . import server
+
+MAX_PROMPT_CHARS = 20_000  # the default of tfm.limits.Limits.max_prompt_chars; the server's is server.limits()
 
 
 def default_model_spec() -> str:
@@ -48,18 +50,19 @@ def describe_spec(spec: str) -> str:
 def load_lm(spec: str, device: str) -> tfm.LM:
     """Load by spec: "default", "random:{json}" or "path:/folder". Errors propagate (ValueError,
     FileNotFoundError) for the caller to show; failures are not cached."""
-    if spec.startswith("random:"):
-        data = json.loads(spec.removeprefix("random:"))
-        cfg = ModelConfig.from_dict(data["config"])
-        return tfm.random_model(cfg, seed=int(data["seed"]), device=device)
-    return tfm.load(spec.removeprefix("path:"), device=device)
+    with server.heavy("loading a model", quiet=True):
+        if spec.startswith("random:"):
+            data = json.loads(spec.removeprefix("random:"))
+            cfg = ModelConfig.from_dict(data["config"])
+            return tfm.random_model(cfg, seed=int(data["seed"]), device=device)
+        return tfm.load(spec.removeprefix("path:"), device=device)
 
 
 @st.cache_resource(max_entries=64, show_spinner="Running the model…")
 def run_traced(spec: str, device: str, ids: tuple[int, ...]) -> ModelOutput:
     """One traced forward of `ids`; the result lives on the CPU, shared read-only."""
-    lm = load_lm(spec, device)
-    with torch.inference_mode():
+    lm = load_lm(spec, device)  # before taking a slot (ui.heavy: never load while holding one)
+    with server.heavy("a traced forward", quiet=True), torch.inference_mode():
         out = lm.model(torch.tensor([ids], device=lm.device), trace=True)
     cpu = Trace({k: v.float().cpu() for k, v in out.trace.items()}, out.trace.shapes)
     return ModelOutput(out.logits.float().cpu(), cpu)
@@ -72,7 +75,9 @@ def derived(name: str, _fn, spec: str, device: str, *args):
     `name` identifies the function (the callable itself is not hashed); `args` must be
     hashable (tuples of ids, numbers, strings). Results are shared: treat them as read-only.
     """
-    return _fn(load_lm(spec, device), *args)
+    lm = load_lm(spec, device)
+    with server.heavy(name, quiet=True):
+        return _fn(lm, *args)
 
 
 @dataclass(frozen=True)
@@ -102,8 +107,8 @@ def active_model() -> tuple[tfm.LM | None, str, str]:
     spec = st.session_state.get("app.model_spec", default_model_spec())
     device = st.session_state.get("sidebar.device", "cpu")
     try:
-        lm = load_lm(spec, device)
-        st.session_state["app.good_model"] = (spec, device)
+        lm = load_lm(checked_spec(spec), device)
+        st.session_state["app.good_model"] = (checked_spec(spec), device)
         return lm, spec, device
     except (ValueError, FileNotFoundError, OSError, KeyError) as e:
         st.error(f"Could not load {describe_spec(spec)}: {e}")
@@ -123,7 +128,7 @@ def current_run(max_tokens: int | None = None) -> PromptRun:
     if not text.strip():
         st.info("The prompt is empty: type some text in the sidebar's **Prompt** box.")
         st.stop()
-    ids = lm.tokenizer.encode(text[:MAX_PROMPT_CHARS])
+    ids = lm.tokenizer.encode(text[:server.limits().max_prompt_chars])
     limit = min(lm.config.context_length, max_tokens or lm.config.context_length)
     dropped = max(0, len(ids) - limit)
     if dropped:
@@ -131,14 +136,42 @@ def current_run(max_tokens: int | None = None) -> PromptRun:
                    f"(the first {dropped} were cut from the left).")
         ids = ids[dropped:]
     ids_t = tuple(ids)
-    return PromptRun(lm, spec, device, ids_t, token_labels(lm, ids_t), dropped, run_traced(spec, device, ids_t))
+    try:
+        tfm_limits.check_trace(lm.config, server.limits(), len(ids_t))
+    except ValueError as e:
+        st.error(f"This prompt is too long to trace here: {e}.")
+        st.stop()
+    notice = st.empty()
+    if server.gate().busy():
+        notice.info("⏳ The server is busy with other students' heavy work: this page starts when a slot frees up…")
+    output = run_traced(checked_spec(spec), device, ids_t)
+    notice.empty()
+    return PromptRun(lm, spec, device, ids_t, token_labels(lm, ids_t), dropped, output)
+
+
+def checked_spec(spec: str) -> str:
+    """A spec a browser sent, checked before anything is loaded: a random model within the
+    server's limits, a folder inside the allowed roots (returned resolved). ValueError otherwise."""
+    if spec.startswith("random:"):
+        try:
+            cfg = ModelConfig.from_dict(json.loads(spec.removeprefix("random:"))["config"])
+        except (KeyError, TypeError, json.JSONDecodeError) as e:
+            raise ValueError(f"the random model's settings could not be read ({e})") from None
+        tfm_limits.check_model(cfg, server.limits())
+        return spec
+    if spec.startswith("path:"):
+        folder = server.allowed_folder(spec.removeprefix("path:"))
+        tfm_limits.check_folder(folder, server.limits())
+        return f"path:{folder}"
+    if spec != "default":
+        raise ValueError(f"unknown model setting {spec[:40]!r}; use the sidebar's Model choice")
+    return spec
 
 
 def found_model_folders() -> list[str]:
-    """Model folders beside the app: assets/models/* and models/* with a config.json or ckpt.pt."""
-    root = Path(__file__).resolve().parent.parent
+    """Model folders in the allowed roots (assets/models, models, and the owner's) with a config.json or ckpt.pt."""
     found = []
-    for base in (root / "assets" / "models", root / "models"):
+    for base in server.settings().model_roots:
         if base.is_dir():
             found += [str(p) for p in sorted(base.iterdir()) if (p / "config.json").is_file() or (p / "ckpt.pt").is_file()]
     return found

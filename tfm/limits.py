@@ -1,0 +1,198 @@
+"""What one request may cost on a shared server, computed from a config before anything is allocated.
+
+A random model's weights and its trace at full context are sized analytically (float32, 4 bytes
+a number), so a config that would exhaust the machine is refused with both numbers and what to
+change, instead of getting the server killed. `Limits` holds the owner's choices; the app reads
+them from environment variables or command-line flags (README, "Running for a class").
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import ModelConfig
+from .weights import hf_gpt2_config, read_json
+
+GB = 1_000_000_000
+FLOAT_BYTES = 4  # the app computes and caches traces in float32
+
+
+def fmt_bytes(n: float) -> str:
+    """1.42 GB, 37.7 MB, 512 kB: decimal units, as in the limits' settings."""
+    for unit, size in (("GB", GB), ("MB", 10**6), ("kB", 10**3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)} bytes"
+
+
+def parse_bytes(text: str) -> int:
+    """'2GB', '1.5 GB', '800MB', '123456' -> bytes (decimal units)."""
+    s = str(text).strip().upper().replace(" ", "").removesuffix("B")
+    scale = {"K": 10**3, "M": 10**6, "G": GB, "T": 1000 * GB}.get(s[-1:], 1)
+    try:
+        value = float(s[:-1] if scale > 1 else s)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a size; write e.g. 2GB, 800MB or a number of bytes") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{text!r} must be a positive size such as 2GB")
+    return int(value * scale)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """Per-request bounds of a shared server. Defaults fit a 2-core / 24 GB machine and let GPT-2
+    small and medium shapes (124M / 355M parameters) load and trace at their full 1024 tokens."""
+
+    max_model_bytes: int = 2 * GB      # float32 weights: GPT-2 medium is 1.42 GB
+    max_trace_bytes: int = 8 * GB      # one traced forward, every entry read: GPT-2 medium at 1024 is 7.2 GB
+    max_prompt_chars: int = 20_000
+    max_new_tokens: int = 512          # per generation (each of up to 4 samples)
+    max_train_steps: int = 3_000       # toy training on the encoder-decoder page
+    heavy_slots: int = 2               # heavy computations running at once, server-wide
+    torch_threads: int = dataclasses.field(default_factory=lambda: max(1, (os.cpu_count() or 1) // 2))
+    # ^ intra-op threads per computation: cores / heavy_slots, so concurrent forwards do not thrash
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"limit {f.name}={value!r} must be a positive integer")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Limits":
+        """Defaults overridden by TFM_MAX_MODEL_BYTES=2GB, TFM_MAX_NEW_TOKENS=256, ... (see ENV)."""
+        env = os.environ if env is None else env
+        return cls(**{name: (parse_bytes if name.endswith("bytes") else _parse_int)(env[var])
+                      for name, var in ENV.items() if env.get(var, "").strip()})
+
+    def replace(self, **changes) -> "Limits":
+        return dataclasses.replace(self, **changes)
+
+
+def _parse_int(text: str) -> int:
+    try:
+        return int(str(text).replace("_", "").strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number") from None
+
+
+ENV = {f.name: "TFM_" + f.name.upper() for f in dataclasses.fields(Limits)}
+
+
+def count_params(cfg: ModelConfig) -> int:
+    """Parameters of `tfm.model.GPT(cfg)`, from the config alone (tied weights counted once)."""
+    d, f, v = cfg.d_model, cfg.d_ff, cfg.vocab_size
+    bias = int(cfg.bias)
+    norm = d * (1 + int(cfg.bias and cfg.norm == "layernorm"))
+    n_fc = 2 if cfg.activation == "swiglu" else 1
+    block = (2 * norm + d * 3 * d + 3 * d * bias + d * d + d * bias        # ln1, ln2, qkv, attention proj
+             + n_fc * (d * f + f * bias) + f * d + d * bias)                # fc (and gate), mlp proj
+    total = v * d + cfg.n_layer * block
+    total += cfg.context_length * d if cfg.pos_encoding == "learned" else 0
+    total += norm if cfg.norm_placement == "pre" else 0                     # ln_final
+    total += 0 if cfg.tied_embeddings else v * d                            # untied unembedding
+    return total
+
+
+@dataclass(frozen=True)
+class TraceCost:
+    """Bytes of one traced forward of `tokens` positions (batch 1, float32).
+
+    `per_block_stored`: what the forward itself records per block (resid, norm in/out, q, k, v,
+    z, scores + pattern 2*H*T*T, mlp pre/post T*F, ...); `per_block_deferred`: what is computed
+    only when read (per-head results H*T*D, normalised norm inputs). A trace that computes blocks
+    lazily pays `per_block` for each block read; an eager one pays `total`."""
+
+    tokens: int
+    per_block_stored: int
+    per_block_deferred: int
+    outside_blocks: int  # embeddings, final norm, logits T*V
+
+    @property
+    def per_block(self) -> int:
+        return self.per_block_stored + self.per_block_deferred
+
+    def total_for(self, n_layer: int) -> int:
+        return self.outside_blocks + n_layer * self.per_block
+
+
+def trace_cost(cfg: ModelConfig, tokens: int | None = None) -> TraceCost:
+    """Analytic size of a trace of `tokens` positions (default: the full context)."""
+    t = cfg.context_length if tokens is None else tokens
+    d, f, h = cfg.d_model, cfg.d_ff, cfg.n_head
+    stats = 1 if cfg.norm == "rmsnorm" else 2                     # rms, or mean and std, per token
+    n_fc = 3 if cfg.activation == "swiglu" else 2                 # pre (gate), up, post
+    stored = t * (11 * d + 2 * stats + 2 * h * t + n_fc * f)      # 11 (T, D) tensors, scores+pattern, mlp
+    deferred = t * (h * d + 2 * d)                                # per-head results, 2 normalised inputs
+    final = t * (2 * d + stats) if cfg.norm_placement == "pre" else 0
+    pos = d if cfg.pos_encoding in ("learned", "sinusoidal") else 0
+    outside = t * (d + pos + cfg.vocab_size) + final              # embed, pos_embed, logits, ln_final
+    return TraceCost(t, FLOAT_BYTES * stored, FLOAT_BYTES * deferred, FLOAT_BYTES * outside)
+
+
+def check_model(cfg: ModelConfig, limits: Limits, tokens: int | None = None) -> None:
+    """Refuse (ValueError) a config whose weights or full-context trace exceed the limits."""
+    n = count_params(cfg)
+    weights = n * FLOAT_BYTES
+    if weights > limits.max_model_bytes:
+        raise ValueError(
+            f"this model has {n:,} parameters ({fmt_bytes(weights)} in float32), over this server's limit of "
+            f"{fmt_bytes(limits.max_model_bytes)} (~{limits.max_model_bytes // FLOAT_BYTES:,} parameters); "
+            "make n_layer, d_model, d_ff or vocab_size smaller")
+    check_trace(cfg, limits, tokens)
+
+
+def check_trace(cfg: ModelConfig, limits: Limits, tokens: int | None = None) -> None:
+    """Refuse (ValueError) a traced forward of `tokens` positions (default: full context) over the limit."""
+    cost = trace_cost(cfg, tokens)
+    total = cost.total_for(cfg.n_layer)
+    if total > limits.max_trace_bytes:
+        raise ValueError(
+            f"tracing {cost.tokens:,} tokens through this model takes {fmt_bytes(total)} "
+            f"({fmt_bytes(cost.per_block)} per block, mostly the {cfg.n_head} heads' {cost.tokens}×{cost.tokens} "
+            f"attention scores and patterns), over this server's limit of {fmt_bytes(limits.max_trace_bytes)}; "
+            "use a shorter context_length (or prompt), fewer heads or layers, or a smaller d_model")
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+
+
+def check_folder(path: Path, limits: Limits) -> None:
+    """Refuse (ValueError) a model folder (or checkpoint file) whose weight files, or whose config's
+    shape, exceed the limits: checked from file sizes and config.json before any weight is read
+    or allocated. (A nanoGPT ckpt.pt keeps its shape inside the pickle-free torch file: only its
+    size is checked here.)"""
+    files = [path] if path.is_file() else [p for p in path.glob("*") if p.suffix in WEIGHT_SUFFIXES and p.is_file()]
+    size = sum(p.stat().st_size for p in files)
+    if size > limits.max_model_bytes:
+        raise ValueError(f"its weight files hold {fmt_bytes(size)}, over this server's limit of "
+                         f"{fmt_bytes(limits.max_model_bytes)}; use a smaller model, or raise the limit "
+                         "(README, 'Running for a class')")
+    cfg = _folder_config(path) if path.is_dir() else None
+    if cfg is not None:
+        check_model(cfg, limits)
+
+
+def _folder_config(folder: Path) -> ModelConfig | None:
+    """The shape a tfm or Hugging Face GPT-2 folder's config.json declares, if it declares one."""
+    if not (folder / "config.json").is_file():
+        return None
+    data = read_json(folder / "config.json")
+    if isinstance(data, dict) and data.get("format") == "tfm" and isinstance(data.get("model"), dict):
+        return ModelConfig.from_dict(data["model"])
+    if isinstance(data, dict) and data.get("model_type") == "gpt2":
+        return hf_gpt2_config(data, str(folder))
+    return None
+
+
+def check_count(what: str, value: int, high: int, low: int = 1) -> int:
+    """A requested count (new tokens, training steps) within [low, high], or a ValueError saying so."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be a whole number, got {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{what}={value:,} is outside what this server allows ({low} to {high:,})")
+    return value
