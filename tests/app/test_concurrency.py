@@ -12,6 +12,7 @@ import tfm
 from ui import server, state
 from ui.heavy import Gate
 
+from tests.app.conftest import allow_models, open_page
 
 PROMPTS = [f"Student {i} writes about {w} and the {w} again." for i, w in
            enumerate(["rivers", "cats", "numbers", "storms", "bread", "maps"])]
@@ -72,3 +73,32 @@ def test_the_server_gate_follows_the_settings():
     s = server.settings()
     server.configure(server.Settings(s.limits.replace(heavy_slots=3), s.model_roots))
     assert server.gate().slots == 3
+
+
+def test_a_page_from_cached_work_is_not_blocked_while_every_slot_is_busy():
+    """One session's long heavy job holds the only slot: another session's page whose trace is
+    cached still renders; a new prompt's trace waits for the slot, then renders."""
+    allow_models(heavy_slots=1)
+    open_page("attention", PROMPTS[0])                  # warms the trace and derived numbers
+    held, release = threading.Event(), threading.Event()
+
+    def long_job():
+        with server.heavy("someone's long generation", quiet=True):
+            held.set()
+            release.wait(60)
+
+    job = threading.Thread(target=long_job)
+    job.start()
+    try:
+        assert held.wait(10)
+        at = open_page("attention", PROMPTS[0], timeout=30)  # raises on timeout if it waited for the slot
+        assert not at.exception and not at.error
+        timer = threading.Timer(1.0, release.set)
+        timer.start()
+        start = time.perf_counter()
+        at.text_area(key="sidebar.prompt").set_value(PROMPTS[1]).run()   # a new trace: needs the slot
+        assert not at.exception, at.exception
+        assert time.perf_counter() - start >= 0.9            # it waited for the long job to end
+    finally:
+        release.set()
+        job.join()
