@@ -35,7 +35,7 @@ class Settings:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # a ValueError the app shows, not a SystemExit
-        raise ValueError(f"app.py's flags: {message} (see --help and README, 'Running for a class')")
+        raise ValueError(f"app.py's flags: {message} (see python -m ui.server --help and README, 'Running for a class')")
 
 
 def parse(argv: list[str], env: dict[str, str]) -> Settings:
@@ -101,3 +101,7 @@ def heavy(what: str, quiet: bool = False):
 def allowed_folder(path: str) -> Path:
     """A typed or linked folder, resolved, if inside the allowed roots; else one ValueError."""
     return resolve_allowed(path, settings().model_roots)
+
+
+if __name__ == "__main__":  # `python -m ui.server --help`: every flag; with flags: the settings they give
+    print(parse(sys.argv[1:], dict(os.environ)))
