@@ -107,8 +107,9 @@ def active_model() -> tuple[tfm.LM | None, str, str]:
     spec = st.session_state.get("app.model_spec", default_model_spec())
     device = st.session_state.get("sidebar.device", "cpu")
     try:
-        lm = load_lm(checked_spec(spec), device)
-        st.session_state["app.good_model"] = (checked_spec(spec), device)
+        checked = checked_spec(spec)  # limits and allowed folders, before anything is loaded
+        lm = load_lm(checked, device)
+        st.session_state["app.good_model"] = (checked, device)
         return lm, spec, device
     except (ValueError, FileNotFoundError, OSError, KeyError) as e:
         st.error(f"Could not load {describe_spec(spec)}: {e}")
