@@ -9,6 +9,7 @@ far are already in `st.session_state["gen.last"]`, so the rerun shows them and t
 import streamlit as st
 
 from tfm.generate import prepare_prompt
+from tfm.limits import check_generation
 from tfm.sampling import SamplingSettings
 from ui import fig_sampling as fs
 from ui import server, sidebar, state
@@ -74,6 +75,11 @@ def generation() -> dict | None:
     b2.button("Stop", key="gen.stop", help="Stops between two steps; the tokens made so far stay.")
     slots = [col.empty() for col in st.columns(int(n_samples))]
     if go_clicked:
+        try:  # the server's bounds, whatever the widgets sent
+            check_generation(lm.config, server.limits(), len(info.ids), int(max_new), int(n_samples))
+        except ValueError as e:
+            st.error(f"Not generated: {e}.")
+            return None
         ss["gen.last"] = {}
         with server.heavy("generation"):
             run_all(g, [settings] * n_samples, [seed + i for i in range(n_samples)], True, use_cache, slots,

@@ -8,7 +8,8 @@ import torch
 
 import tfm
 from tfm.config import PRESETS, ModelConfig
-from tfm.limits import (ENV, Limits, check_count, check_folder, check_model, count_params, fmt_bytes,
+from tfm.limits import (ENV, Limits, check_count, check_folder, check_generation, check_model, count_params, fmt_bytes,
+                        generation_bytes,
                         parse_bytes, trace_cost)
 from tfm.model import GPT
 from tfm.weights import save_model
@@ -118,3 +119,24 @@ def test_a_pickle_named_ckpt_pt_is_refused_without_running_it(tmp_path):
     with pytest.raises((ValueError, OSError)):
         tfm.load(tmp_path)
     assert not marker.exists()
+
+
+def test_generation_timeline_bound_holds_what_the_page_keeps():
+    from ui.fig_sampling import step_record  # what the generation page stores per step
+
+    lm = tfm.random_model(ModelConfig.preset("tiny", context_length=64), seed=0)
+    prompt = lm.tokenizer.encode("a short prompt")
+    recs = [step_record(s) for s in tfm.generate(lm, prompt, 20, seed=1, trace=True, stop_at_eot=False)]
+    kept = sum(r[k].numel() * r[k].element_size() for r in recs for k in ("logits", "attn", "resid"))
+    bound = generation_bytes(lm.config, len(prompt), 20)
+    assert kept <= bound <= 1.5 * kept
+    assert generation_bytes(lm.config, len(prompt), 20, samples=4) == 4 * bound
+
+
+def test_a_generation_whose_timeline_does_not_fit_is_refused():
+    cfg = ModelConfig.preset("gpt2")
+    check_generation(cfg, Limits(), 10, 512)
+    with pytest.raises(ValueError, match=r"4 × 512 new tokens takes up to .* over this server's limit of 500 MB"):
+        check_generation(cfg, Limits(), 10, 512, samples=4)
+    with pytest.raises(ValueError, match="new tokens=513 is outside"):
+        check_generation(cfg, Limits(), 10, 513)

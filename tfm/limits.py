@@ -51,6 +51,7 @@ class Limits:
     max_trace_bytes: int = 8 * GB      # one traced forward, every entry read: GPT-2 medium at 1024 is 7.2 GB
     max_prompt_chars: int = 20_000
     max_new_tokens: int = 512          # per generation (each of up to 4 samples)
+    max_generation_bytes: int = GB // 2  # one session's generation timeline: GPT-2 small, 512 tokens
     max_train_steps: int = 3_000       # toy training on the encoder-decoder page
     heavy_slots: int = 2               # heavy computations running at once, server-wide
     torch_threads: int = dataclasses.field(default_factory=lambda: max(1, (os.cpu_count() or 1) // 2))
@@ -187,6 +188,25 @@ def _folder_config(folder: Path) -> ModelConfig | None:
     if isinstance(data, dict) and data.get("model_type") == "gpt2":
         return hf_gpt2_config(data, str(folder))
     return None
+
+
+def generation_bytes(cfg: ModelConfig, prompt_tokens: int, new_tokens: int, samples: int = 1) -> int:
+    """Upper bound of what a generation's timeline keeps per step and sample (in the session, for
+    scrubbing back): the logits V, the last query's attention rows L*H*S, the residual streams
+    (L+1)*D; S taken at its largest, the prompt plus every new token (capped by the context)."""
+    s = min(cfg.context_length, prompt_tokens + new_tokens)
+    per_step = cfg.vocab_size + cfg.n_layer * cfg.n_head * s + (cfg.n_layer + 1) * cfg.d_model
+    return FLOAT_BYTES * samples * new_tokens * per_step
+
+
+def check_generation(cfg: ModelConfig, limits: Limits, prompt_tokens: int, new_tokens: int, samples: int = 1) -> None:
+    """Refuse (ValueError) a generation over the new-token limit or whose timeline would not fit."""
+    check_count("new tokens", new_tokens, limits.max_new_tokens)
+    size = generation_bytes(cfg, prompt_tokens, new_tokens, samples)
+    if size > limits.max_generation_bytes:
+        raise ValueError(f"keeping the timeline of {samples} × {new_tokens} new tokens takes up to {fmt_bytes(size)}, "
+                         f"over this server's limit of {fmt_bytes(limits.max_generation_bytes)} per generation; "
+                         "ask for fewer new tokens or samples")
 
 
 def check_count(what: str, value: int, high: int, low: int = 1) -> int:

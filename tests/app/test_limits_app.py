@@ -177,3 +177,12 @@ def test_the_encdec_folder_box_is_restricted_too(models):
     at.button(key="encdec.load").click().run()
     assert not at.exception, at.exception
     assert any(OUTSIDE in e for e in errors(at)), errors(at)
+
+
+def test_a_generation_too_large_to_keep_is_refused():
+    allow_models(max_generation_bytes=10_000)
+    at = open_page("generate", PROMPT)
+    at.button(key="gen.run").click().run()
+    assert not at.exception, at.exception
+    assert any("Not generated" in e and "over this server's limit of 10 kB" in e for e in errors(at)), errors(at)
+    assert "gen.last" not in at.session_state
