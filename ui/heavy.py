@@ -28,7 +28,7 @@ class Gate:
         self._sem = threading.BoundedSemaphore(slots)
         self._lock = threading.Lock()
         self._local = threading.local()
-        self.running: dict[str, str] = {}     # thread name -> what it runs
+        self.running: dict[int, str] = {}     # thread id -> what it runs (script threads share one name)
         self.sessions: set[str] = set()       # sessions holding or waiting for a slot
         self.waiting = 0
 
@@ -56,13 +56,13 @@ class Gate:
             st.stop()
         try:
             self._acquire(what, quiet)
-            self.running[threading.current_thread().name] = what
+            self.running[threading.get_ident()] = what
             self._local.depth = 1
             try:
                 yield
             finally:
                 self._local.depth = 0
-                self.running.pop(threading.current_thread().name, None)
+                self.running.pop(threading.get_ident(), None)
                 self._sem.release()
         finally:
             with self._lock:
