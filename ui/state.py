@@ -21,8 +21,6 @@ from tfm.trace import Trace
 
 from . import server
 
-MAX_PROMPT_CHARS = 20_000  # the default of tfm.limits.Limits.max_prompt_chars; the server's is server.limits()
-
 
 def default_model_spec() -> str:
     """The bundled model once it exists; a small random model of its shape until then."""
