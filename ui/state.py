@@ -105,10 +105,10 @@ def active_model() -> tuple[tfm.LM | None, str, str]:
     spec = st.session_state.get("app.model_spec", default_model_spec())
     device = st.session_state.get("sidebar.device", "cpu")
     try:
-        checked = checked_spec(spec)  # limits and allowed folders, before anything is loaded
-        lm = load_lm(checked, device)
+        checked = checked_spec(spec)  # limits and allowed folders, before anything is loaded; a folder
+        lm = load_lm(checked, device)  # resolved, so every page and cache keys it the same way
         st.session_state["app.good_model"] = (checked, device)
-        return lm, spec, device
+        return lm, checked, device
     except (ValueError, FileNotFoundError, OSError, KeyError) as e:
         st.error(f"Could not load {describe_spec(spec)}: {e}")
         good = st.session_state.get("app.good_model")
@@ -143,7 +143,7 @@ def current_run(max_tokens: int | None = None) -> PromptRun:
     notice = st.empty()
     if server.gate().busy():
         notice.info("⏳ The server is busy with other students' heavy work: this page starts when a slot frees up…")
-    output = run_traced(checked_spec(spec), device, ids_t)
+    output = run_traced(spec, device, ids_t)
     notice.empty()
     return PromptRun(lm, spec, device, ids_t, token_labels(lm, ids_t), dropped, output)
 
