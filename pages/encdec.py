@@ -3,7 +3,8 @@ import streamlit as st
 import torch
 
 from tfm import toy, trace_read
-from ui import fig_encdec, sidebar, state
+from tfm.limits import check_count
+from ui import fig_encdec, server, sidebar, state
 
 sidebar.render()
 st.title("The 2017 Transformer: encoder-decoder, trained live")
@@ -15,9 +16,11 @@ st.markdown(
 RESULT = "encdec.result"  # this user's trained model and its history (per session, never shared)
 state.restore("encdec.task", "encdec.steps", "encdec.layer", "encdec.head", "encdec.input")
 st.session_state.setdefault("encdec.steps", 400)
+max_steps = server.limits().max_train_steps
+st.session_state["encdec.steps"] = min(int(st.session_state["encdec.steps"]), max_steps)
 c1, c2, c3 = st.columns([3, 2, 2], vertical_alignment="bottom")
 task = c1.selectbox("Task", list(toy.TASKS), format_func=lambda t: f"{t}: {toy.TASKS[t]}", **state.keep("encdec.task"))
-steps = int(c2.number_input("Training steps", 10, 3000, step=50, **state.keep("encdec.steps"),
+steps = int(c2.number_input("Training steps", 10, max(10, max_steps), step=50, **state.keep("encdec.steps"),
                             help="Batches of 64 random examples; about 400 steps solve reversal."))
 train_clicked = c3.button("Train a fresh model", key="encdec.train", type="primary")
 
@@ -41,7 +44,13 @@ def train_here(spec: toy.ToySpec, steps: int) -> dict:
 
 
 if train_clicked:
-    st.session_state[RESULT] = train_here(toy.ToySpec(task), steps)
+    try:  # the widget's bounds are the browser's; the server checks again
+        check_count("training steps", steps, max_steps)
+    except ValueError as e:
+        st.error(f"Not trained: {e}.")
+        st.stop()
+    with server.heavy("training"):
+        st.session_state[RESULT] = train_here(toy.ToySpec(task), steps)
 
 with st.expander("Save or load a trained model"):
     res = st.session_state.get(RESULT)
@@ -58,7 +67,7 @@ with st.expander("Save or load a trained model"):
             st.session_state[RESULT] = {"model": model, "spec": spec, "losses": [], "snapshots": [], "seconds": None,
                                         "accuracy": toy.exact_match(model, spec, n=500)}
         if st.button("Load folder", key="encdec.load", disabled=not folder.strip()):
-            model, spec = toy.load_folder(folder.strip())
+            model, spec = toy.load_folder(server.allowed_folder(folder))
             st.session_state[RESULT] = {"model": model, "spec": spec, "losses": [], "snapshots": [], "seconds": None,
                                         "accuracy": toy.exact_match(model, spec, n=500)}
     except (ValueError, FileNotFoundError, OSError) as e:

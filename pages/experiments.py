@@ -3,9 +3,10 @@ import pandas as pd
 import streamlit as st
 
 from tfm import experiments as ex
+from tfm.limits import check_count
 from tfm.toy import torch_threads
 from ui import fig_experiments as fx
-from ui import sidebar, state
+from ui import server, sidebar, state
 
 sidebar.render()
 state.restore("exp.res_layers", "exp.depth", "exp.causal", "exp.n_pad", "exp.d_model", "exp.n_head")
@@ -16,7 +17,7 @@ st.markdown("Each experiment below runs now, on tensors made from a fixed seed o
 
 def compute(fn, *args, **kwargs):
     """Run one experiment on a single thread: its tensors are tiny, and a core stays free."""
-    with torch_threads(1):
+    with server.heavy("an experiment"), torch_threads(1):
         return fn(*args, **kwargs)
 
 
@@ -32,7 +33,8 @@ def scaling_section() -> None:
 @st.fragment
 def residual_section() -> None:
     st.session_state.setdefault("exp.res_layers", 50)
-    n = st.slider("Layers in the stack", 10, 100, step=10, **state.keep("exp.res_layers"))
+    n = check_count("layers", st.slider("Layers in the stack", 10, 100, step=10, **state.keep("exp.res_layers")),
+                    100, 10)  # the server's bound, whatever the widget sent (ValueError: a bug, not input)
     res = compute(ex.residual_gradients, n_layers=n)
     st.plotly_chart(fx.per_layer_log_figure(
         {"residual": res["residual"], "plain": res["plain"]},
@@ -47,7 +49,7 @@ def residual_section() -> None:
 @st.fragment
 def placement_section() -> None:
     st.session_state.setdefault("exp.depth", 12)
-    n = st.slider("Layers", 12, 48, step=4, **state.keep("exp.depth"))
+    n = check_count("layers", st.slider("Layers", 12, 48, step=4, **state.keep("exp.depth")), 48, 12)
     res = compute(ex.norm_placement_depth, n_layer=n)
     st.plotly_chart(fx.depth_figure(res), key="exp.depth_chart")
     spread = {v: float(res[v]["grad_norm"].max() / res[v]["grad_norm"].min()) for v in ("pre", "post")}
@@ -103,6 +105,8 @@ def heads_section() -> None:
     d_model = c1.number_input("d_model", 1, 2048, **state.keep("exp.d_model"))
     n_head = c2.number_input("heads", 1, 64, **state.keep("exp.n_head"))
     try:
+        check_count("d_model", int(d_model), 2048)
+        check_count("heads", int(n_head), 64)
         res = compute(ex.head_split_shapes, int(d_model), int(n_head))
     except ValueError as e:
         st.error(f"{e}. Try n_head = 1, 2, 4 or 8 with d_model = 64.")

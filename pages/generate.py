@@ -9,12 +9,12 @@ far are already in `st.session_state["gen.last"]`, so the rerun shows them and t
 import streamlit as st
 
 from tfm.generate import prepare_prompt
+from tfm.limits import check_generation
 from tfm.sampling import SamplingSettings
 from ui import fig_sampling as fs
-from ui import sidebar, state
+from ui import server, sidebar, state
 from ui.gen_views import GenPage, compare, cache_speed, run_all, show_texts, step_views, usable
 
-MAX_NEW = 512  # the app's own cap: longer runs are slow on a CPU and hard to read
 KEYS = ("gen.max_new", "gen.temperature", "gen.top_k", "gen.top_p", "gen.n_samples", "gen.use_cache",
         "cmp.t_left", "cmp.t_right")
 DEFAULTS = dict(zip(KEYS, (40, 0.8, 0, 1.0, 1, True, 0.2, 1.5)))
@@ -34,8 +34,9 @@ except ValueError as e:
 if info.notice:
     st.warning(f"Prompt: {info.notice}.")
 ctx = lm.config.context_length
-cap = max(1, min(MAX_NEW, ctx - len(info.ids)))
-why = ("the app's limit" if cap == MAX_NEW else
+max_new_limit = server.limits().max_new_tokens  # the server's cap: long runs are slow on a CPU, shared
+cap = max(1, min(max_new_limit, ctx - len(info.ids)))
+why = ("this server's limit" if cap == max_new_limit else
        f"the context holds {ctx} tokens and the prompt uses {len(info.ids)}")
 
 state.restore(*KEYS)
@@ -74,8 +75,15 @@ def generation() -> dict | None:
     b2.button("Stop", key="gen.stop", help="Stops between two steps; the tokens made so far stay.")
     slots = [col.empty() for col in st.columns(int(n_samples))]
     if go_clicked:
+        try:  # the server's bounds, whatever the widgets sent
+            check_generation(lm.config, server.limits(), len(info.ids), int(max_new), int(n_samples))
+        except ValueError as e:
+            st.error(f"Not generated: {e}.")
+            return None
         ss["gen.last"] = {}
-        run_all(g, [settings] * n_samples, [seed + i for i in range(n_samples)], True, use_cache, slots, ss["gen.last"])
+        with server.heavy("generation"):
+            run_all(g, [settings] * n_samples, [seed + i for i in range(n_samples)], True, use_cache, slots,
+                    ss["gen.last"])
     last = ss.get("gen.last")
     if not usable(g, last):
         st.info("Press **Generate** to sample text with these settings.")

@@ -16,7 +16,7 @@ from tfm.generate import PromptInfo
 from tfm.sampling import SamplingSettings, breakdown
 
 from . import fig_sampling as fs
-from . import state
+from . import server, state
 
 KEY_WINDOW = 64  # attention keys shown in the timeline heatmap
 REDRAW_S = 0.05  # redraw a streaming column at most 20 times a second (fast models make many steps)
@@ -125,7 +125,8 @@ def compare(g: GenPage) -> None:
     if clicked:
         st.session_state["cmp.last"] = {}
         pair = [SamplingSettings(t, g.settings.top_k, g.settings.top_p) for t in (t_left, t_right)]
-        run_all(g, pair, [g.seed, g.seed], False, True, slots, st.session_state["cmp.last"])
+        with server.heavy("the temperature comparison"):
+            run_all(g, pair, [g.seed, g.seed], False, True, slots, st.session_state["cmp.last"])
     run = st.session_state.get("cmp.last")
     if not usable(g, run):
         st.info("Press **Compare** to generate with both temperatures from the same seed.")
@@ -156,7 +157,7 @@ def cache_speed(g: GenPage) -> None:
     if st.button("Time this generation with and without the cache", key="gen.cache_bench"):
         speeds = {}
         for flag in (True, False):
-            with st.spinner(f"Generating {g.max_new} tokens {'with' if flag else 'without'} the cache…"):
+            with server.heavy("the KV-cache timing"), st.spinner(f"Generating {g.max_new} tokens {'with' if flag else 'without'} the cache…"):
                 start = time.perf_counter()
                 steps = list(tfm.generate(g.lm, g.text, g.max_new, g.settings.temperature, g.settings.top_k,
                                           g.settings.top_p, seed=g.seed, use_cache=flag))

@@ -11,9 +11,10 @@ from typing import get_args
 
 from tfm.config import PRESETS, ModelConfig
 from tfm.config import Activation, NormPlacement, NormType, PosEncoding, RopeScaling
+from tfm import limits as tfm_limits
 from tfm.loading import available_devices
 
-from . import state
+from . import server, state
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 DEFAULT_PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play with her ball. One day, Lily"
@@ -29,6 +30,7 @@ FLOATS = {"rope_base": (1000.0, "%g", "RoPE's base θ (rope_theta): larger means
 FLAGS = {"bias": "biases", "qkv_bias": "q/k/v bias (Qwen2)", "tied_embeddings": "tied embeddings",
          "parallel_block": "parallel block (GPT-NeoX)"}
 FIELDS = (*VARIANTS, *SIZES, *FLOATS, *FLAGS)  # every config field the sidebar shows
+SIZE_MAX, SEED_MAX = 100_000, 2**31 - 1  # the widgets' bounds
 
 
 def _spec_from_url() -> None:
@@ -43,12 +45,25 @@ def _spec_from_url() -> None:
         except (ValueError, KeyError, TypeError) as e:
             st.warning(f"The link's model setting could not be read ({e}); using the default model.")
             return
+        try:
+            tfm_limits.check_model(cfg, server.limits())
+            for name in SIZES:
+                tfm_limits.check_count(name, getattr(cfg, name), SIZE_MAX)
+            tfm_limits.check_count("seed", data.get("seed", 0), SEED_MAX, low=0)
+        except ValueError as e:
+            st.error(f"The link's random model was not built: {e}. Showing the default model.")
+            return
         st.session_state["sidebar.model_kind"] = "random"
         st.session_state["sidebar.random_seed"] = int(data.get("seed", 0))
         for name in FIELDS:
             st.session_state[f"sidebar.{name}"] = getattr(cfg, name)
         st.session_state["sidebar.preset"] = "tfm-small"
     elif spec.startswith("path:"):
+        try:
+            server.allowed_folder(spec.removeprefix("path:"))
+        except ValueError as e:
+            st.error(f"The link's model folder was not opened: {e}. Showing the default model.")
+            return
         st.session_state["sidebar.model_kind"] = "folder"
         st.session_state["sidebar.folder"] = spec.removeprefix("path:")
     st.session_state["app.model_spec"] = spec
@@ -67,7 +82,7 @@ def _random_config() -> ModelConfig | None:
         fields[name] = st.selectbox(name.replace("_", " "), list(get_args(kind)), **state.keep(f"sidebar.{name}"))
     cols = st.columns(2)
     for i, name in enumerate(SIZES):
-        fields[name] = int(cols[i % 2].number_input(name, min_value=1, max_value=100_000, step=1,
+        fields[name] = int(cols[i % 2].number_input(name, min_value=1, max_value=SIZE_MAX, step=1,
                                                     **state.keep(f"sidebar.{name}")))
     cols = st.columns(2)
     for i, (name, (step, fmt, hint)) in enumerate(FLOATS.items()):
@@ -76,10 +91,25 @@ def _random_config() -> ModelConfig | None:
     for name, label in FLAGS.items():  # one per line: the labels are too long for two columns
         fields[name] = st.checkbox(label, **state.keep(f"sidebar.{name}"))
     try:
-        return base.replace(**fields)
+        cfg = base.replace(**fields)
     except ValueError as e:
         st.error(f"Invalid model config: {e}")
         return None
+    return _within_limits(cfg)
+
+
+def _within_limits(cfg: ModelConfig) -> ModelConfig | None:
+    """The config's cost, from its shape alone; over the server's limits: why, and None."""
+    n, trace = tfm_limits.count_params(cfg), tfm_limits.trace_cost(cfg)
+    st.caption(f"{n:,} parameters ({tfm_limits.fmt_bytes(n * tfm_limits.FLOAT_BYTES)}); a trace at the full "
+               f"{cfg.context_length} tokens holds at most {tfm_limits.fmt_bytes(trace.held)} "
+               f"({tfm_limits.fmt_bytes(trace.per_block)} per block read).")
+    try:
+        tfm_limits.check_model(cfg, server.limits())
+    except ValueError as e:
+        st.error(f"Not built: {e}. Still showing the previous model.")
+        return None
+    return cfg
 
 
 def _apply_preset(only_missing: bool = False) -> None:
@@ -106,7 +136,7 @@ def _choose_model() -> None:
         with st.expander("Random model config", expanded=True):
             cfg = _random_config()
             st.session_state.setdefault("sidebar.random_seed", 0)
-            seed = st.number_input("init seed", 0, 2**31 - 1, **state.keep("sidebar.random_seed"))
+            seed = st.number_input("init seed", 0, SEED_MAX, **state.keep("sidebar.random_seed"))
         if cfg is not None:
             spec = state.random_spec(cfg, int(seed))
     else:
@@ -150,16 +180,24 @@ def render() -> None:
     state.url_init("sidebar.seed", "seed", int)
     state.url_init("sidebar.device", "device")
     st.session_state.setdefault("sidebar.prompt", DEFAULT_PROMPT)
+    max_chars = server.limits().max_prompt_chars
+    if len(st.session_state["sidebar.prompt"]) > max_chars:  # a link can carry any length
+        st.warning(f"The prompt had {len(st.session_state['sidebar.prompt']):,} characters; this server takes "
+                   f"at most {max_chars:,}: kept the first {max_chars:,}.")
+        st.session_state["sidebar.prompt"] = st.session_state["sidebar.prompt"][:max_chars]
     st.session_state.setdefault("sidebar.seed", 0)
+    if not 0 <= st.session_state["sidebar.seed"] <= SEED_MAX:
+        st.warning(f"Ignored the link's seed={st.session_state['sidebar.seed']}: seeds go from 0 to {SEED_MAX:,}.")
+        st.session_state["sidebar.seed"] = 0
     st.session_state.setdefault("sidebar.model_kind", "default")
     if st.session_state.get("sidebar.device") not in available_devices():
         st.session_state["sidebar.device"] = available_devices()[-1]
     with st.sidebar:
         _choose_model()
         st.selectbox("Device", available_devices(), **state.keep("sidebar.device"))
-        st.text_area("Prompt", **state.keep("sidebar.prompt"), height=140, max_chars=state.MAX_PROMPT_CHARS,
+        st.text_area("Prompt", **state.keep("sidebar.prompt"), height=140, max_chars=max_chars,
                      help="Typed text is always plain text: '<|endoftext|>' here is not the control token.")
-        st.number_input("Seed (sampling)", 0, 2**31 - 1, **state.keep("sidebar.seed"))
+        st.number_input("Seed (sampling)", 0, SEED_MAX, **state.keep("sidebar.seed"))
     state.remember(*PERSISTENT)
     state.url_set(model=st.session_state["app.model_spec"], prompt=st.session_state["sidebar.prompt"],
                   seed=st.session_state["sidebar.seed"], device=st.session_state["sidebar.device"])

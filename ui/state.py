@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import streamlit as st
 import torch
 
 import tfm
+from tfm import limits as tfm_limits
 from tfm.config import ModelConfig
 from tfm.loading import REGISTRY
 from tfm.trace import Trace
 from ui import memory
 
-MAX_PROMPT_CHARS = 20_000
+from . import server
 
 
 def default_model_spec() -> str:
@@ -72,13 +72,14 @@ def clear_caches() -> None:
 def load_lm(spec: str, device: str) -> tfm.LM:
     """Load by spec: "default", "random:{json}" or "path:/folder", once per process (shared by
     every session, never mutated). Errors propagate (ValueError, FileNotFoundError) for the
-    caller to show; failures are not cached."""
+    caller to show; failures are not cached. `spec` must have passed `checked_spec`."""
     def load() -> tfm.LM:
-        if spec.startswith("random:"):
-            data = json.loads(spec.removeprefix("random:"))
-            cfg = ModelConfig.from_dict(data["config"])
-            return tfm.random_model(cfg, seed=int(data["seed"]), device=device)
-        return tfm.load(spec.removeprefix("path:"), device=device)
+        with server.heavy("loading a model", quiet=True):
+            if spec.startswith("random:"):
+                data = json.loads(spec.removeprefix("random:"))
+                cfg = ModelConfig.from_dict(data["config"])
+                return tfm.random_model(cfg, seed=int(data["seed"]), device=device)
+            return tfm.load(spec.removeprefix("path:"), device=device)
     return MODELS.get((spec, device), load)
 
 
@@ -86,8 +87,8 @@ def run_traced(spec: str, device: str, ids: tuple[int, ...]) -> Trace:
     """The traced forward of `ids`, moved to the CPU in float32 and shared read-only by every
     page and session. Kept while the byte budget allows; recomputed after it was dropped."""
     def compute() -> Trace:
-        lm = load_lm(spec, device)
-        with torch.inference_mode():
+        lm = load_lm(spec, device)  # before taking a slot (ui.heavy: never load while holding one)
+        with server.heavy("a traced forward", quiet=True), torch.inference_mode():
             out = lm.model(torch.tensor([ids], device=lm.device), trace=True)
         return out.trace.to("cpu", torch.float32)
     return PROMPTS.get(("trace", spec, device, ids), compute)
@@ -100,7 +101,11 @@ def derived(name: str, fn, spec: str, device: str, *args):
     hashable (tuples of ids, numbers, strings). Results are shared: treat them as read-only.
     They count against the same byte budget as traces.
     """
-    return PROMPTS.get(("derived", spec, device, name, *args), lambda: fn(load_lm(spec, device), *args))
+    def compute():
+        lm = load_lm(spec, device)  # before taking a slot
+        with server.heavy(name, quiet=True):
+            return fn(lm, *args)
+    return PROMPTS.get(("derived", spec, device, name, *args), compute)
 
 
 def derived_status(label: str, name: str, fn, spec: str, device: str, *args):
@@ -135,9 +140,11 @@ def active_model() -> tuple[tfm.LM | None, str, str]:
     spec = st.session_state.get("app.model_spec", default_model_spec())
     device = st.session_state.get("sidebar.device", "cpu")
     try:
-        lm = with_status("Loading the model…", (spec, device) in MODELS, load_lm, spec, device)
-        st.session_state["app.good_model"] = (spec, device)
-        return lm, spec, device
+        checked = checked_spec(spec)  # limits and allowed folders, before anything is loaded; a folder
+        # resolved, so every page and cache keys it the same way
+        lm = with_status("Loading the model…", (checked, device) in MODELS, load_lm, checked, device)
+        st.session_state["app.good_model"] = (checked, device)
+        return lm, checked, device
     except (ValueError, FileNotFoundError, OSError, KeyError) as e:
         st.error(f"Could not load {describe_spec(spec)}: {e}")
         good = st.session_state.get("app.good_model")
@@ -156,7 +163,7 @@ def current_run(max_tokens: int | None = None) -> PromptRun:
     if not text.strip():
         st.info("The prompt is empty: type some text in the sidebar's **Prompt** box.")
         st.stop()
-    ids = lm.tokenizer.encode(text[:MAX_PROMPT_CHARS])
+    ids = lm.tokenizer.encode(text[:server.limits().max_prompt_chars])
     limit = min(lm.config.context_length, max_tokens or lm.config.context_length)
     dropped = max(0, len(ids) - limit)
     if dropped:
@@ -164,9 +171,37 @@ def current_run(max_tokens: int | None = None) -> PromptRun:
                    f"(the first {dropped} were cut from the left).")
         ids = ids[dropped:]
     ids_t = tuple(ids)
+    try:
+        tfm_limits.check_trace(lm.config, server.limits(), len(ids_t))
+    except ValueError as e:
+        st.error(f"This prompt is too long to trace here: {e}.")
+        st.stop()
+    notice = st.empty()
+    if server.gate().busy():
+        notice.info("⏳ The server is busy with other students' heavy work: this page starts when a slot frees up…")
     trace = with_status(f"Running the model on {len(ids_t)} tokens…", is_cached("trace", spec, device, ids_t),
                         run_traced, spec, device, ids_t)
+    notice.empty()
     return PromptRun(lm, spec, device, ids_t, token_labels(lm, ids_t), dropped, trace)
+
+
+def checked_spec(spec: str) -> str:
+    """A spec a browser sent, checked before anything is loaded: a random model within the
+    server's limits, a folder inside the allowed roots (returned resolved). ValueError otherwise."""
+    if spec.startswith("random:"):
+        try:
+            cfg = ModelConfig.from_dict(json.loads(spec.removeprefix("random:"))["config"])
+        except (KeyError, TypeError, json.JSONDecodeError) as e:
+            raise ValueError(f"the random model's settings could not be read ({e})") from None
+        tfm_limits.check_model(cfg, server.limits())
+        return spec
+    if spec.startswith("path:"):
+        folder = server.allowed_folder(spec.removeprefix("path:"))
+        tfm_limits.check_folder(folder, server.limits())
+        return f"path:{folder}"
+    if spec != "default":
+        raise ValueError(f"unknown model setting {spec[:40]!r}; use the sidebar's Model choice")
+    return spec
 
 
 def progress_bar(label: str):
@@ -195,10 +230,9 @@ def with_status(label: str, cached: bool, fn, *args):
 
 
 def found_model_folders() -> list[str]:
-    """Model folders beside the app: assets/models/* and models/* with a config.json or ckpt.pt."""
-    root = Path(__file__).resolve().parent.parent
+    """Model folders in the allowed roots (assets/models, models, and the owner's) with a config.json or ckpt.pt."""
     found = []
-    for base in (root / "assets" / "models", root / "models"):
+    for base in server.settings().model_roots:
         if base.is_dir():
             found += [str(p) for p in sorted(base.iterdir()) if (p / "config.json").is_file() or (p / "ckpt.pt").is_file()]
     return found

@@ -10,7 +10,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from ui import state
+from ui import server, state
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
@@ -65,10 +65,19 @@ def chart_by_title(at: AppTest, text: str) -> dict:
     raise AssertionError(f"no chart titled with {text!r}; titles: {[str(f['layout'].get('title')) for f in charts(at)]}")
 
 
+def allow_models(*folders, **limits) -> None:
+    """Serve as if started with `--allow-models folder` (and limits changed) for this test."""
+    s = server.settings()
+    roots = s.model_roots + tuple(Path(f).resolve() for f in folders)
+    server.configure(server.Settings(s.limits.replace(**limits), roots))
+
+
 @pytest.fixture(autouse=True)
 def fresh_caches():
-    """The caches are process-wide: each test starts clean."""
+    """The caches are process-wide: each test starts clean, with the default server settings."""
     state.clear_caches()
     st.cache_resource.clear()
     st.cache_data.clear()
+    server.configure(None)
     yield
+    server.configure(None)

@@ -8,7 +8,7 @@ import torch
 from tfm import toy
 from tfm.encdec import EncoderDecoder
 
-from tests.app.conftest import chart_by_title, decode, open_page
+from tests.app.conftest import allow_models, chart_by_title, decode, open_page
 
 STEPS = 20
 
@@ -73,6 +73,7 @@ def test_replay_at_step_zero_is_the_fresh_model(trained, reference):
 
 
 def test_bad_digits_and_loading(trained, reference, tmp_path):
+    allow_models(tmp_path)  # the server's owner allows this folder (as --allow-models would)
     at = trained
     at.text_input(key="encdec.input").set_value("12a<b>").run()
     assert not at.exception and any("digits 0-9 only" in e.value for e in at.error)

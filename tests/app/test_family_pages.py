@@ -14,7 +14,7 @@ from tfm.cache import KVCache
 from tfm.model import rope_angles
 from ui import state
 
-from tests.app.conftest import chart_by_title, decode, open_page, use_random
+from tests.app.conftest import allow_models, chart_by_title, decode, open_page, use_random
 from tests.app.test_attention import assert_matrix, masked_expected, single
 from tests.app.test_shapes import assert_table_is, frame
 
@@ -99,6 +99,7 @@ def test_a_hugging_face_llama_folder_opens_on_the_attention_page(tmp_path):
     """A real LlamaForCausalLM folder (GQA), typed into the sidebar: the page draws its patterns."""
     from tests.test_families import hf_model, save, write_tokenizer  # the parity tests' builders
     folder = save(hf_model("llama-gqa"), tmp_path / "llama", write_tokenizer(tmp_path))
+    allow_models(tmp_path)  # as a server started with --allow-models TMP
     at = open_page("attention", PROMPT)
     at.radio(key="sidebar.model_kind").set_value("folder").run()
     at.text_input(key="sidebar.folder").set_value(str(folder)).run()

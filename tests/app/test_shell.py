@@ -10,7 +10,7 @@ import torch
 from tfm.config import ModelConfig
 from ui import state
 
-from tests.app.conftest import charts, decode, open_page, AppTest, APP
+from tests.app.conftest import charts, decode, open_page, allow_models, AppTest, APP
 
 PAGES = sorted(p.stem for p in (Path(APP).parent / "pages").glob("*.py"))
 
@@ -75,6 +75,7 @@ def test_link_with_out_of_range_layer_is_clamped():
 
 def test_a_folder_that_is_not_a_model_keeps_the_previous_model(tmp_path):
     (tmp_path / "notes.txt").write_text("not a model")
+    allow_models(tmp_path)
     prompt = "Still usable."
     at = open_page("tokens", prompt)
     at.radio(key="sidebar.model_kind").set_value("folder").run()

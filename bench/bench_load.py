@@ -1,0 +1,255 @@
+"""A class at once: N simulated students on the real server, through its HTTP/WebSocket endpoint.
+
+    .venv/bin/python bench/bench_load.py --students 10 30 [--new-tokens 32] [-- app flags...]
+
+Starts `streamlit run app.py` on a free port (the bundled default model), then for each N lets N
+students connect at the same moment. Each speaks Streamlit's own websocket protocol (the
+protobufs streamlit ships: BackMsg out, ForwardMsg in), so a student costs a thread and a
+socket, not a browser. Each student has a different prompt and goes: Attention -> Logit lens ->
+Next-token sampling -> moves its top-p slider -> Generation page -> generates 32 tokens.
+Reported per step: p50/p95 server latency (request sent -> script finished, as the browser
+waits), errors (exceptions, error boxes, wrong prompt echoed, timeouts; target 0), how many
+runs showed "the server is busy", the server's peak RSS (process tree) and CPU-seconds per
+student visit. Prints figures; asserts nothing about time.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlencode
+
+import psutil
+import websocket
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+from streamlit.proto.WidgetStates_pb2 import WidgetState
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = ("attention", "logit_lens", "next_token", "next_token: top-p slider", "generate (open)", "generate: 32 tokens")
+WIDGETS = {"number_input", "slider", "button", "text_area", "selectbox", "radio", "checkbox", "text_input"}
+
+
+@dataclass
+class Run:
+    seconds: float
+    errors: list[str]
+    busy: bool
+    widgets: dict[str, tuple[str, object]]  # user key -> (widget id, element proto)
+    charts: int
+    texts: list[str]                          # markdown bodies
+
+
+class Student:
+    """One browser tab, as the server sees it: a websocket session with its own widget state."""
+
+    def __init__(self, port: int, prompt: str, timeout: float) -> None:
+        self.ws = websocket.create_connection(f"ws://127.0.0.1:{port}/_stcore/stream", timeout=timeout,
+                                              origin=f"http://127.0.0.1:{port}")
+        self.query = urlencode({"prompt": prompt})
+        self.prompt, self.pages, self.widgets, self.generated = prompt, {}, {}, 0
+
+    def run(self, page: str, states: list[WidgetState] = ()) -> Run:
+        msg = BackMsg()
+        cs = msg.rerun_script
+        cs.query_string = self.query
+        cs.page_name = page
+        if page in self.pages:
+            cs.page_script_hash = self.pages[page]
+        cs.widget_states.widgets.extend(states)
+        start = time.perf_counter()
+        self.ws.send_binary(msg.SerializeToString())
+        errors, busy, widgets, self.charts, self.texts = [], False, {}, 0, []
+        while True:
+            fm = ForwardMsg()
+            fm.ParseFromString(self.ws.recv())
+            kind = fm.WhichOneof("type")
+            if kind == "navigation":
+                self.pages.update({p.url_pathname: p.page_script_hash for p in fm.navigation.app_pages})
+            elif kind == "delta" and fm.delta.WhichOneof("type") == "new_element":
+                busy |= self._read_element(fm.delta.new_element, errors, widgets)
+            elif kind == "script_finished":
+                if fm.script_finished == ForwardMsg.FINISHED_EARLY_FOR_RERUN:
+                    continue
+                break
+        self.widgets = widgets
+        return Run(time.perf_counter() - start, errors, busy, widgets, self.charts, self.texts)
+
+    def _read_element(self, el, errors: list[str], widgets: dict) -> bool:
+        kind = el.WhichOneof("type")
+        if kind == "plotly_chart":
+            self.charts += 1
+        elif kind == "markdown":
+            self.texts.append(el.markdown.body)
+        elif kind == "exception":
+            errors.append(f"exception: {el.exception.message[:200]}")
+        elif kind == "alert" and el.alert.format == el.alert.ERROR:
+            errors.append(f"error box: {el.alert.body[:200]}")
+        elif kind in WIDGETS:
+            w = getattr(el, kind)
+            key = w.id.rsplit("-", 1)[-1] if w.id.startswith("$$ID") else w.id
+            widgets[key] = (w.id, w)
+            if key == "sidebar.prompt" and w.HasField("value") and w.value != self.prompt:
+                errors.append("the sidebar shows another student's prompt")
+        return kind == "alert" and "server is busy" in el.alert.body
+
+    def widget(self, key: str) -> str:
+        if key not in self.widgets:
+            raise RuntimeError(f"no widget {key!r} on the page; found {sorted(self.widgets)[:20]}")
+        return self.widgets[key][0]
+
+    def visit(self, new_tokens: int) -> list[Run]:
+        runs = [self.run("attention"), self.run("logit_lens"), self.run("next_token")]
+        top_p = WidgetState(id=self.widget("next.top_p"))
+        top_p.double_array_value.data.append(0.9)
+        runs.append(self.run("next_token", [top_p]))
+        runs.append(self.run("generate"))
+        n = WidgetState(id=self.widget("gen.max_new"), int_value=new_tokens)
+        go = WidgetState(id=self.widget("gen.run"), trigger_value=True)
+        runs.append(self.run("generate", [n, go]))
+        self.ws.close()
+        for name, r in zip(STEPS[:4], runs):  # a page that drew nothing would look fast
+            if not r.charts:
+                r.errors.append(f"{name} drew no chart")
+        made = [t for t in runs[-1].texts if " tokens in " in t and "tokens/s" in t]
+        if not made:
+            runs[-1].errors.append("no generation summary: the text was not generated")
+        else:
+            self.generated = int(made[0].strip("*").split()[0])
+        return runs
+
+
+@dataclass
+class Peak:
+    """The server process tree's peak RSS, sampled every 50 ms while students run."""
+
+    proc: psutil.Process
+    peak: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def tree(self) -> list[psutil.Process]:
+        return [self.proc, *self.proc.children(recursive=True)]
+
+    def rss(self) -> int:
+        return sum(p.memory_info().rss for p in self.tree())
+
+    def cpu(self) -> float:
+        return sum(t.user + t.system for t in (p.cpu_times() for p in self.tree()))
+
+    def sample(self) -> None:
+        while not self.stop.wait(0.05):
+            self.peak = max(self.peak, self.rss())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(port: int, app_flags: list[str]) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true",
+           "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", "--", *app_flags]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    for _ in range(300):
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1).read() == b"ok":
+                return proc
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"the server did not start: {proc.stderr.read().decode()[-2000:]}")
+
+
+def prompt_for(i: int) -> str:
+    animals = ("fox", "owl", "cat", "dog", "bee", "elk", "yak", "emu", "ant", "bat")
+    return (f"Student {i} wrote: once upon a time a little {animals[i % 10]} named Pip {i} found "
+            f"{i % 7 + 2} shiny stones by the river, and")
+
+
+def one_class(port: int, n: int, new_tokens: int, timeout: float, watch: Peak) -> tuple[dict, list[str], int, float]:
+    barrier, results, failures, made = threading.Barrier(n), [None] * n, [], [0] * n
+
+    def student(i: int) -> None:
+        try:
+            s = Student(port, prompt_for(i), timeout)
+            barrier.wait()
+            results[i] = s.visit(new_tokens)
+            made[i] = s.generated
+        except Exception as e:  # a timeout or a dropped socket counts as an error, with its reason
+            failures.append(f"student {i}: {type(e).__name__}: {e}")
+            barrier.abort()
+
+    cpu0, wall0 = watch.cpu(), time.perf_counter()
+    threads = [threading.Thread(target=student, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    cpu, wall = watch.cpu() - cpu0, time.perf_counter() - wall0
+    per_step = {step: [r[k] for r in results if r] for k, step in enumerate(STEPS)}
+    errors = failures + [f"{step}: {e}" for step, runs in per_step.items() for r in runs for e in r.errors]
+    busy = sum(r.busy for runs in per_step.values() for r in runs)
+    print(f"tokens generated per student: min {min(made)}, max {max(made)} (asked {new_tokens}; "
+          "fewer only if the model ended the text)")
+    return {s: [r.seconds for r in runs] for s, runs in per_step.items()}, errors, busy, cpu / n, wall
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))] if xs else float("nan")
+
+
+def report(n: int, times: dict, errors: list[str], busy: int, cpu_per: float, wall: float, peak: int) -> None:
+    print(f"\n=== {n} students at once: {wall:.1f} s wall, {len(errors)} errors, {busy} runs showed 'server busy' ===")
+    print(f"{'step':28s} {'runs':>5s} {'p50 s':>8s} {'p95 s':>8s} {'max s':>8s}")
+    for step, xs in times.items():
+        print(f"{step:28s} {len(xs):5d} {statistics.median(xs) if xs else float('nan'):8.2f} {pct(xs, .95):8.2f} "
+              f"{max(xs, default=float('nan')):8.2f}")
+    print(f"server peak RSS (process tree): {peak / 1e6:,.0f} MB; CPU-seconds per student visit: {cpu_per:.2f}")
+    for e in errors[:10]:
+        print("  error:", e)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--students", type=int, nargs="+", default=[10, 30])
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--timeout", type=float, default=300, help="seconds a student waits for one page")
+    ap.add_argument("app_flags", nargs="*", help="after --: flags for app.py (e.g. --heavy-slots 2)")
+    args = ap.parse_args()
+    port = free_port()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    server = start_server(port, args.app_flags)
+    try:
+        watch = Peak(psutil.Process(server.pid))
+        print(f"server pid {server.pid} on port {port}; {os.cpu_count()} cores; load average "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; idle RSS {watch.rss() / 1e6:,.0f} MB")
+        warm = Student(port, "A warm-up visit before the class arrives.", args.timeout)
+        warm.visit(args.new_tokens)            # the model is loaded once, before anyone is timed
+        sampler = threading.Thread(target=watch.sample, daemon=True)
+        sampler.start()
+        for n in args.students:
+            watch.peak = watch.rss()
+            times, errors, busy, cpu_per, wall = one_class(port, n, args.new_tokens, args.timeout, watch)
+            report(n, times, errors, busy, cpu_per, wall, watch.peak)
+        watch.stop.set()
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+if __name__ == "__main__":
+    main()

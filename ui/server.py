@@ -1,0 +1,107 @@
+"""The server owner's settings: resource limits and the model folders a browser may open.
+
+Read once per process from environment variables and from app.py's own command-line flags
+(`streamlit run app.py -- --allow-models /data/models --max-new-tokens 256`; README, "Running
+for a class"). Tests set them with `configure`. Also sets torch's thread count once: with N
+heavy computations at once on a few cores, each must use cores / N threads or they thrash.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from tfm.limits import ENV, Limits, parse_bytes
+from tfm.paths import parse_roots, resolve_allowed
+
+from .heavy import Gate
+
+APP_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_ROOTS = (APP_ROOT / "assets" / "models", APP_ROOT / "models")
+ROOTS_ENV = "TFM_MODEL_ROOTS"
+
+
+@dataclass(frozen=True)
+class Settings:
+    limits: Limits
+    model_roots: tuple[Path, ...]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # a ValueError the app shows, not a SystemExit
+        raise ValueError(f"app.py's flags: {message} (see python -m ui.server --help and README, 'Running for a class')")
+
+
+def parse(argv: list[str], env: dict[str, str]) -> Settings:
+    """Settings from flags (which win) over environment variables over defaults."""
+    parser = _Parser(prog="streamlit run app.py --", allow_abbrev=False,
+                                     description="tfm app settings for a shared server")
+    parser.add_argument("--allow-models", action="append", default=[], metavar="FOLDER",
+                        help=f"also allow model folders under FOLDER (repeatable; env {ROOTS_ENV}, "
+                             f"'{os.pathsep}'-separated)")
+    for f in dataclasses.fields(Limits):
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, metavar="N",
+                            type=parse_bytes if f.name.endswith("bytes") else int, help=f"env {ENV[f.name]}")
+    args = parser.parse_args(argv)
+    limits = Limits.from_env(env).replace(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)
+                                             if getattr(args, f.name) is not None})
+    roots = (*DEFAULT_ROOTS, *parse_roots(env.get(ROOTS_ENV, "")), *(Path(a).expanduser() for a in args.allow_models))
+    return Settings(limits, tuple(dict.fromkeys(r.resolve() for r in roots)))
+
+
+_lock = threading.Lock()
+_settings: Settings | None = None
+_gate: Gate | None = None
+
+
+def configure(settings: Settings | None) -> None:
+    """Use these settings from now on (None: read them again from argv and the environment)."""
+    global _settings, _gate
+    with _lock:
+        _settings, _gate = settings, None
+
+
+def settings() -> Settings:
+    global _settings
+    with _lock:
+        if _settings is None:
+            # Under `streamlit run app.py -- flags` (the CLI's bootstrap is loaded), sys.argv is
+            # [app.py, flags]; elsewhere (AppTest, which keeps pytest's argv, a shell) it is not ours.
+            ours = "streamlit.web.bootstrap" in sys.modules and Path(sys.argv[0]).name == "app.py"
+            argv = sys.argv[1:] if ours else []
+            _settings = parse(argv, dict(os.environ))
+            torch.set_num_threads(_settings.limits.torch_threads)
+        return _settings
+
+
+def limits() -> Limits:
+    return settings().limits
+
+
+def gate() -> Gate:
+    global _gate
+    s = settings()
+    with _lock:
+        if _gate is None or _gate.slots != s.limits.heavy_slots:
+            _gate = Gate(s.limits.heavy_slots)
+        return _gate
+
+
+def heavy(what: str, quiet: bool = False):
+    """`with server.heavy("generation"):` run in one of the server's heavy-work slots."""
+    return gate().hold(what, quiet)
+
+
+def allowed_folder(path: str) -> Path:
+    """A typed or linked folder, resolved, if inside the allowed roots; else one ValueError."""
+    return resolve_allowed(path, settings().model_roots)
+
+
+if __name__ == "__main__":  # `python -m ui.server --help`: every flag; with flags: the settings they give
+    print(parse(sys.argv[1:], dict(os.environ)))
