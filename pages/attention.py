@@ -4,7 +4,7 @@ import streamlit as st
 
 from tfm import analysis
 from ui import fig_attention as fa
-from ui import sidebar, state
+from ui import charts, sidebar, state
 
 MODES = {"head": "One head", "mean": "Mean over heads", "max": "Max over heads", "rollout": "Rollout"}
 VIEWS = ["Pattern", "All heads", "Head view", "Head table"]
@@ -102,13 +102,13 @@ with tabs[0]:
         if mode == "rollout":
             st.caption("Rollout follows attention through the layers: each layer's heads are averaged, the "
                        "residual connection is added as 0.5 × identity, rows renormalised, layers multiplied.")
-        st.plotly_chart(fa.heatmap(shown, labels, f"{title}: query × key{extra}", log), key="attn.chart")
+        charts.show(fa.heatmap(shown, labels, f"{title}: query × key{extra}", log), key="attn.chart")
 with tabs[1]:
     if tabs[1].open:
         st.selectbox("Open a head in the Pattern tab", [(l, h) for l in range(n_layer) for h in range(n_head)],
                      index=None, format_func=lambda p: f"L{p[0]} H{p[1]}", key="attn.open", on_change=_open_from_picker)
         cells = np.stack([fa.window(run.trace[f"blocks.{l}.attn.pattern"][0], a, b, hide_first) for l in range(n_layer)])
-        st.plotly_chart(fa.model_view(cells, labels, f"Every head: rows are layers, columns heads{extra}", log),
+        charts.show(fa.model_view(cells, labels, f"Every head: rows are layers, columns heads{extra}", log),
                         key="attn.model_view")
 with tabs[2]:
     if tabs[2].open:
@@ -122,7 +122,7 @@ with tabs[2]:
         tok = h2.selectbox("Only lines from token", list(range(a, b + 1)), format_func=lambda i: run.labels[i],
                            index=None, placeholder="all tokens", **state.keep("attn.hv_token"))
         cells = fa.window(run.trace[f"blocks.{layer}.attn.pattern"][0], a, b, hide_first)
-        st.plotly_chart(fa.head_view(cells, sorted(heads), labels, f"Layer {layer}: who looks at whom{extra}",
+        charts.show(fa.head_view(cells, sorted(heads), labels, f"Layer {layer}: who looks at whom{extra}",
                                      None if tok is None else tok - a), key="attn.head_view")
 with tabs[3]:
     if tabs[3].open:

@@ -49,13 +49,19 @@ def standalone_html(fig: go.Figure, title: str, config: dict) -> str:
     return page.replace("<head>", f"<head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>", 1)
 
 
-def show(fig: go.Figure, name: str, settings: dict | None = None, key: str | None = None, **kwargs) -> None:
-    """Draw `fig`, with PNG/SVG saving from the modebar and an interactive HTML download."""
+def show(fig: go.Figure, name: str | None = None, settings: dict | None = None, key: str | None = None,
+         config: dict | None = None, **kwargs) -> None:
+    """Draw `fig`, with PNG/SVG saving from the modebar and an interactive HTML download.
+    `name` (default: the widget key) goes into the file name with the model, prompt and `settings`."""
+    if name is None and key is None:
+        raise ValueError("charts.show needs a name or a key for the chart")
+    name = name or key
     base = key or f"chart.{slug(name)}"
     fname = file_name(name, settings)
     fmt = st.session_state.get(f"{base}.format", "png")
     fmt = fmt if fmt in FORMATS else "png"
-    config = {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "filename": fname, "scale": 2}}
+    config = {**(config or {}), "displaylogo": False,
+              "toImageButtonOptions": {"format": fmt, "filename": fname, "scale": 2}}
     st.plotly_chart(fig, key=key, config=config, **kwargs)
     with st.popover("Save this chart", icon="💾"):
         st.segmented_control("The camera button in the chart's toolbar saves", FORMATS, key=f"{base}.format",
