@@ -78,7 +78,7 @@ for name, shown in step.tensors.items():
     st.markdown(ft.describe(name, shown))
     st.table(ft.styled(ft.table(shown)))
 if step.chart is not None:
-    charts.show(ft.bar_figure(step.chart, f"{step.title} · {run.labels[pos]}", next(iter(step.tensors))),
+    charts.show(ft.bar_figure(step.chart, f"{step.title} · {run.labels[pos]}", ft.CHART_AXIS.get(step.key, "value")),
                 "tour-" + step.key, {"pos": pos, "layer": layer, "head": head})
 if step.check is not None:
     chk = step.check

@@ -51,7 +51,7 @@ def pattern_figure(pattern, labels: list[str], title: str) -> go.Figure:
     fig = go.Figure(go.Heatmap(z=pattern.numpy(), x=labels, y=labels, colorscale="Blues", zmin=0, zmax=1,
                                colorbar=dict(title="weight"),
                                hovertemplate="query %{y}<br>key %{x}<br>weight %{z:.3f}<extra></extra>"))
-    fig.update_layout(title=html.escape(title), height=560, xaxis=dict(title="key position", type="category"),
+    fig.update_layout(title=html.escape(title, quote=False), height=560, xaxis=dict(title="key position", type="category"),
                       yaxis=dict(title="query position", autorange="reversed", type="category"),
                       margin=dict(l=60, r=20, t=60, b=50))
     return fig

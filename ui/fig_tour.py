@@ -65,13 +65,21 @@ def describe(name: str, shown: Shown) -> str:
     return f"**{md_escape(name)}** · shape ({shape}){md_escape(note)}"
 
 
+CHART_AXIS = {"softmax": "attention weight a_j", "blocks": "‖x‖ (L2 norm)", "sampling": "P sampled from"}
+
+
+def esc(text: str) -> str:
+    """For plotly text: < > & escaped; quotes stay (plotly shows &quot; literally)."""
+    return html.escape(text, quote=False)
+
+
 def bar_figure(shown: Shown, title: str, ytitle: str) -> go.Figure:
     """One bar per entry of a vector, hover showing the exact value."""
     labels = unique(shown.cols)
     fig = go.Figure(go.Bar(x=labels, y=shown.values.double().numpy(), marker_color="#4C78A8",
-                           hovertext=[html.escape(x) for x in labels],
+                           hovertext=[esc(x) for x in labels],
                            hovertemplate="%{hovertext}<br>%{y:.4f}<extra></extra>"))
-    fig.update_layout(title=html.escape(title), yaxis_title=ytitle, xaxis_title=None, height=360,
+    fig.update_layout(title=esc(title), yaxis_title=ytitle, xaxis_title=None, height=360,
                       margin=dict(l=40, r=20, t=60, b=40), font=dict(size=15))
-    fig.update_xaxes(type="category", ticktext=[html.escape(x) for x in labels], tickvals=labels)
+    fig.update_xaxes(type="category", ticktext=[esc(x) for x in labels], tickvals=labels)
     return fig

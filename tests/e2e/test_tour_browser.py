@@ -49,6 +49,8 @@ def test_normal_page_on_a_tall_window(browser, app_url):
         page.goto(f"{app_url}/tour?step={step}")
         wait_idle(page)
         assert page.locator('[data-testid="stException"]').count() == 0
+        if step in ("softmax", "sampling"):  # steps with a chart: wait until plotly has drawn its bars
+            page.wait_for_selector('[data-testid="stPlotlyChart"] .js-plotly-plot .bars path', timeout=60_000)
         shot(page, f"tour_normal_{step}")
     ctx.close()
 
