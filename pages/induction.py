@@ -15,8 +15,9 @@ sidebar.render()
 st.title("Induction head, live")
 st.markdown("A tiny transformer with **two layers of attention and nothing else** learns to continue random "
             "token sequences in which a segment appears twice. The only way to predict the second copy is to "
-            "find the token's earlier occurrence and copy what came next: an **induction head**. Watch the loss "
-            "sit on a plateau, then drop the moment that head forms.")
+            "find the token's earlier occurrence and copy what came next. The textbook circuit for that is an "
+            "**induction head** fed by a previous-token head; the charts show whether this model built it (its "
+            "induction score) or found another way, and when the loss left its plateau.")
 
 state.restore("lesson.seed", "lesson.steps")
 ss.setdefault("lesson.seed", 0)
