@@ -19,6 +19,6 @@ pages = {
               for f, t, _ in entries if (ROOT / "pages" / f).is_file()]
     for section, entries in SECTIONS.items()
 }
-nav = st.navigation({s: p for s, p in pages.items() if p})
+nav = st.navigation({s: p for s, p in pages.items() if p}, expanded=True)  # every page listed: no "View more"
 # Each page draws the shared sidebar itself (ui.sidebar.render), so it also runs standalone.
 nav.run()

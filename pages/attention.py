@@ -5,7 +5,7 @@ import streamlit as st
 from tfm import analysis
 from tfm.attention_rows import pattern_rows
 from ui import fig_attention as fa
-from ui import sidebar, state
+from ui import charts, sidebar, state
 
 MODES = {"head": "One head", "mean": "Mean over heads", "max": "Max over heads", "rollout": "Rollout"}
 VIEWS = ["Pattern", "All heads", "Head view", "Head table"]
@@ -133,7 +133,7 @@ with tabs[0]:
             st.caption(f"On average {inside:.0%} of each row's attention falls on the keys shown; the rest goes "
                        f"to positions before {a}. The colour scale runs from 0 to the largest weight shown, "
                        f"{zmax:.3g} (hover for exact values).")
-        st.plotly_chart(fa.heatmap(shown, labels, f"{title}: query × key{extra}", log, zmax=zmax), key="attn.chart")
+        charts.show(fa.heatmap(shown, labels, f"{title}: query × key{extra}", log, zmax=zmax), key="attn.chart")
 with tabs[1]:
     if tabs[1].open:
         st.selectbox("Open a head in the Pattern tab", [(l, h) for l in range(n_layer) for h in range(n_head)],
@@ -141,7 +141,7 @@ with tabs[1]:
         cells = state.derived("attn.all_heads", lambda lm, ids, a, b, hf: _all_heads(
             a, b, hf, state.progress_bar(f"Reading the attention of all {n_layer} layers")),
                               run.spec, run.device, run.ids, a, b, hide_first)
-        st.plotly_chart(fa.model_view(cells, labels, f"Every head: rows are layers, columns heads{extra}", log),
+        charts.show(fa.model_view(cells, labels, f"Every head: rows are layers, columns heads{extra}", log),
                         key="attn.model_view")
 with tabs[2]:
     if tabs[2].open:
@@ -155,7 +155,7 @@ with tabs[2]:
         tok = h2.selectbox("Only lines from token", list(range(a, b + 1)), format_func=lambda i: run.labels[i],
                            index=None, placeholder="all tokens", **state.keep("attn.hv_token"))
         cells = fa.window_rows(_rows(layer, a, b), a, b, hide_first)
-        st.plotly_chart(fa.head_view(cells, sorted(heads), labels, f"Layer {layer}: who looks at whom{extra}",
+        charts.show(fa.head_view(cells, sorted(heads), labels, f"Layer {layer}: who looks at whom{extra}",
                                      None if tok is None else tok - a), key="attn.head_view")
 with tabs[3]:
     if tabs[3].open:

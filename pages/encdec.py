@@ -4,7 +4,7 @@ import torch
 
 from tfm import toy, trace_read
 from tfm.limits import check_count
-from ui import fig_encdec, server, sidebar, state
+from ui import charts, fig_encdec, server, sidebar, state
 
 sidebar.render()
 st.title("The 2017 Transformer: encoder-decoder, trained live")
@@ -84,7 +84,7 @@ st.success(f"**{spec.task}** model ({model.num_params():,} parameters: {cfg.n_en
            f"{cfg.n_dec_layer} decoder layers, d_model {cfg.d_model}, {cfg.n_head} heads) {how}: "
            f"exact-match accuracy **{res['accuracy']:.1%}** on 500 fresh examples.")
 if res["losses"]:
-    st.plotly_chart(fig_encdec.loss_figure(res["losses"]), key="encdec.loss")
+    charts.show(fig_encdec.loss_figure(res["losses"]), key="encdec.loss")
 
 st.subheader("Try it, and see where the decoder looks")
 st.session_state.setdefault("encdec.input", "".join(map(str, toy.probe_digits(spec))))
@@ -110,7 +110,7 @@ cl, ch = st.columns(2)
 layer = cl.selectbox("Decoder layer", range(cfg.n_dec_layer), **state.keep("encdec.layer"))
 head = ch.selectbox("Head (for the close-up and the replay)", range(cfg.n_head), **state.keep("encdec.head"))
 pats = trace_read.cross_pattern(trace, layer).numpy()           # (H, T, S)
-st.plotly_chart(fig_encdec.cross_attention_grid(
+charts.show(fig_encdec.cross_attention_grid(
     pats, src_labels, tgt_labels, f"Cross-attention, decoder layer {layer}: each output (row) over the source digits"),
     key="encdec.grid")
 st.caption("Rows are the decoder's steps (labelled with the token each step wrote); columns are source "
@@ -128,7 +128,7 @@ if snaps:
         st.session_state["encdec.snapshot"] = steps_taken[-1]
     step = st.select_slider("Training step", steps_taken, key="encdec.snapshot")
     snap = next(s for s in snaps if s.step == step)
-    st.plotly_chart(fig_encdec.head_heatmap(
+    charts.show(fig_encdec.head_heatmap(
         snap.cross[layer, head, :n_out].numpy(), p_src, p_tgt,
         f"Step {step}: layer {layer} head {head} on the fixed example (answer then: {snap.answer or '(empty)'})"),
         key="encdec.replay")

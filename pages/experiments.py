@@ -6,7 +6,7 @@ from tfm import experiments as ex
 from tfm.limits import check_count
 from tfm.toy import torch_threads
 from ui import fig_experiments as fx
-from ui import server, sidebar, state
+from ui import charts, server, sidebar, state
 
 sidebar.render()
 state.restore("exp.res_layers", "exp.depth", "exp.causal", "exp.n_pad", "exp.d_model", "exp.n_head")
@@ -24,7 +24,7 @@ def compute(fn, *args, **kwargs):
 @st.fragment
 def scaling_section() -> None:
     res = compute(ex.softmax_scaling)
-    st.plotly_chart(fx.softmax_figure(res), key="exp.softmax_chart")
+    charts.show(fx.softmax_figure(res), key="exp.softmax_chart")
     st.markdown("**Notice:** without ÷√d_k the scores' spread grows like √d_k "
                 f"(std {float(res['unscaled']['score_std'][-1]):.1f} at d_k={res['d_k'][-1]}), so softmax saturates onto one key "
                 "and the gradient reaching the scores shrinks; with scaling all three stay flat.")
@@ -36,7 +36,7 @@ def residual_section() -> None:
     n = check_count("layers", st.slider("Layers in the stack", 10, 100, step=10, **state.keep("exp.res_layers")),
                     100, 10)  # the server's bound, whatever the widget sent (ValueError: a bug, not input)
     res = compute(ex.residual_gradients, n_layers=n)
-    st.plotly_chart(fx.per_layer_log_figure(
+    charts.show(fx.per_layer_log_figure(
         {"residual": res["residual"], "plain": res["plain"]},
         {"residual": "with residuals: x + f(x)", "plain": "without: f(x)"},
         f"Gradient norm per block in a {n}-block stack", "gradient norm (log scale)"), key="exp.residual_chart")
@@ -51,7 +51,7 @@ def placement_section() -> None:
     st.session_state.setdefault("exp.depth", 12)
     n = check_count("layers", st.slider("Layers", 12, 48, step=4, **state.keep("exp.depth")), 48, 12)
     res = compute(ex.norm_placement_depth, n_layer=n)
-    st.plotly_chart(fx.depth_figure(res), key="exp.depth_chart")
+    charts.show(fx.depth_figure(res), key="exp.depth_chart")
     spread = {v: float(res[v]["grad_norm"].max() / res[v]["grad_norm"].min()) for v in ("pre", "post")}
     st.markdown(f"**Notice:** post-norm pins the stream at the norm of a LayerNorm output (√d_model = "
                 f"{res['config'].d_model ** 0.5:.0f}) after every block while pre-norm lets it drift with depth; "
@@ -61,7 +61,7 @@ def placement_section() -> None:
 @st.fragment
 def norms_section() -> None:
     res = compute(ex.norm_axes)
-    st.plotly_chart(fx.norm_axes_figure(res), key="exp.axes_chart")
+    charts.show(fx.norm_axes_figure(res), key="exp.axes_chart")
     stats = pd.DataFrame({
         "statistic": ["mean over each row (token)", "std over each row", "mean over each column (feature)",
                       "std over each column"],
@@ -74,7 +74,7 @@ def norms_section() -> None:
                 "works for any batch size; BatchNorm zeroes each feature's mean across the batch (columns).")
     st.button("Time again", key="exp.retime")
     res_t = compute(ex.norm_timing)
-    st.plotly_chart(fx.timing_figure(res_t), key="exp.timing_chart")
+    charts.show(fx.timing_figure(res_t), key="exp.timing_chart")
     med = res_t["median_ms"]
     st.markdown("**Notice:** RMSNorm skips the mean: one reduction instead of two, and no bias. Written out, "
                 f"it took {med['RMSNorm written out']:.3f} ms vs {med['LayerNorm written out']:.3f} ms for LayerNorm; "
@@ -92,7 +92,7 @@ def mask_section() -> None:
     n_pad = c2.slider("Padded positions at the end", 0, 5, **state.keep("exp.n_pad"))
     res = compute(ex.mask_demo, t=6, n_pad=n_pad, causal=causal)
     labels = [f"{'pad' if not real else 'tok'} {i}" for i, real in enumerate(res["keys_real"].tolist())]
-    st.plotly_chart(fx.mask_figure(res, labels), key="exp.mask_chart")
+    charts.show(fx.mask_figure(res, labels), key="exp.mask_chart")
     st.markdown("**Notice:** masked cells become −∞ before the softmax, so their weight is exactly 0 and each "
                 "row still sums to 1 over the allowed keys.")
 

@@ -5,7 +5,7 @@ import torch
 
 from tfm.analysis import logit_lens
 from ui import fig_sampling as fs
-from ui import sidebar, state
+from ui import charts, sidebar, state
 
 WIDTHS = (8, 16, 24, 32, 48, 64)
 
@@ -57,4 +57,4 @@ bold = (top_ids[:, :, 0] == nxt_or_none).numpy()
 title = f"Logit lens: top prediction after each layer, positions {start}–{stop - 1} of {n_pos}"
 fig = fs.lens_grid_figure(top_probs[:, :, 0].numpy(), pieces, hover, rows, run.labels[start:stop], title,
                           "position (input token); each cell predicts the token after it", bold=bold)
-st.plotly_chart(fig, key="lens.chart", config={"displaylogo": False})
+charts.show(fig, key="lens.chart", config={"displaylogo": False})

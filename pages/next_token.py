@@ -9,7 +9,7 @@ import streamlit as st
 
 from tfm.sampling import SamplingSettings, breakdown
 from ui import fig_sampling as fs
-from ui import sidebar, state
+from ui import charts, sidebar, state
 
 KEYS = ("next.temperature", "next.top_k", "next.top_p", "next.count")
 
@@ -79,7 +79,7 @@ title = (f"Next-token probabilities: top {len(ids)} of {n_words:,} tokens (T = {
          f"top-k = {k or 'off'}, top-p = {p:g})")
 fig = fs.next_token_figure(bd, ids, tok.display_pieces(ids), title,
                            xtitle=f"next token after “…{context}” (most likely first)")
-st.plotly_chart(fig, key="next.chart", config={"displaylogo": False})
+charts.show(fig, key="next.chart", config={"displaylogo": False})
 st.caption("Filled bars: probability after temperature, coloured by what happens to the token. "
            "Black outlines: the model's own probability (T = 1). Diamonds: the probability it is "
            "actually sampled with, renormalised over the kept tokens. Purple line (right axis): "

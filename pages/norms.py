@@ -5,7 +5,7 @@ import streamlit as st
 from tfm import internals
 from tfm.analysis import layer_summaries
 from ui import fig_norms as fn
-from ui import sidebar, state
+from ui import charts, sidebar, state
 
 
 def _depth(lm, placement: str, norm: str, n_layer: int, ids: tuple, seed: int) -> dict:
@@ -64,7 +64,7 @@ left.caption("Each row is the stream after one more block. In pre-norm models no
 right.plotly_chart(fn.growth_lines(norms_["resid"], streams, "Residual-stream norm across layers"),
                    key="norms.growth")
 right.caption("The mean over tokens and the largest token (often the first one, which many heads use as a resting place).")
-st.plotly_chart(fn.sublayer_bars(norms_["attn_out"], norms_["mlp_out"], blocks,
+charts.show(fn.sublayer_bars(norms_["attn_out"], norms_["mlp_out"], blocks,
                                  "What each sublayer adds: norm of attention vs MLP output"), key="norms.sublayers")
 st.caption("The bigger the bar, the more that sublayer changes the stream in that layer (mean over tokens).")
 

@@ -4,7 +4,7 @@ import streamlit as st
 
 from tfm import internals
 from ui import fig_positions as fp
-from ui import sidebar, state
+from ui import charts, sidebar, state
 
 sidebar.render()
 st.title("Positional encodings")
@@ -121,7 +121,7 @@ right.caption("The curves for different start positions p lie on top of each oth
               "how similar two positions look depends only on how far apart they are.")
 clock_len = min(length, 64)
 clock_dims, periods = internals.doubling_dims(d_model, max(1, (clock_len - 1).bit_length()))
-st.plotly_chart(fp.binary_clock(internals.binary_bits(clock_len, max(1, (clock_len - 1).bit_length())),
+charts.show(fp.binary_clock(internals.binary_bits(clock_len, max(1, (clock_len - 1).bit_length())),
                                 internals.sinusoidal_table(clock_len, d_model), clock_dims, periods,
                                 f"The 'binary clock' view: first {clock_len} positions"), key="pos.clock")
 st.caption("Writing a position in binary, the lowest bit flips every step, the next every 2 steps, then 4… "

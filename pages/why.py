@@ -5,7 +5,7 @@ import streamlit as st
 
 from tfm import attribution, patching
 from ui import fig_why as fw
-from ui import sidebar, state
+from ui import charts, sidebar, state
 from ui import why_panels as wp
 
 TABS = ["Attribution", "Attribution vs ablation", "Intervene", "MLP neurons", "Activation patching",
@@ -72,9 +72,9 @@ numbers = {"prompt_ids": list(run.ids), "position": pos, "token": piece, "target
 tabs = st.tabs(TABS, key="why.tab", on_change="rerun")  # only the open tab is computed
 with tabs[0]:
     if tabs[0].open:
-        st.plotly_chart(fw.contrib_bars(list(attr.components), wp.as_np(attr.values),
+        charts.show(fw.contrib_bars(list(attr.components), wp.as_np(attr.values),
                                         f"Top contributions to {what}"), key="why.bars")
-        st.plotly_chart(fw.head_heatmap(wp.as_np(attr.heads), "Every head's direct contribution (click a cell)",
+        charts.show(fw.head_heatmap(wp.as_np(attr.heads), "Every head's direct contribution (click a cell)",
                                         clickable=True),
                         key="why.heads_chart", on_select=lambda: pick_head(H), selection_mode="points")
         options = [(l, h) for l in range(L) for h in range(H)]
@@ -82,7 +82,7 @@ with tabs[0]:
             st.session_state["why.head"] = tuple(int(i) for i in divmod(int(attr.heads.abs().argmax()), H))
         layer, head = st.selectbox("Head", options, format_func=lambda p: f"L{p[0]} H{p[1]}", key="why.head")
         src = wp.as_np(attr.by_source(layer, head))
-        st.plotly_chart(fw.source_bars(src, run.labels, f"L{layer} H{head}: its {float(attr.heads[layer, head]):.4f} "
+        charts.show(fw.source_bars(src, run.labels, f"L{layer} H{head}: its {float(attr.heads[layer, head]):.4f} "
                                        f"logits, split over the positions it read"), key="why.sources")
         numbers["sources"] = {"layer": layer, "head": head, "values": src.tolist()}
         wp.induction_text(run)
@@ -96,11 +96,11 @@ with tabs[1]:
         order = attribution.head_and_mlp_names(L, H)
         st.caption("Attribution is an estimate from one forward pass; ablation (zeroing the part, one per row of "
                    f"one batched run) measures what the logit really loses. Unedited: {sweep.base:.4f}.")
-        st.plotly_chart(fw.estimate_vs_reality(order, np.array(att), np.array(eff),
+        charts.show(fw.estimate_vs_reality(order, np.array(att), np.array(eff),
                                                "Estimate vs reality: attribution against ablation"), key="why.scatter")
-        st.plotly_chart(fw.contrib_bars(order, np.array(att), "Top heads and MLPs: attribution beside ablation",
+        charts.show(fw.contrib_bars(order, np.array(att), "Top heads and MLPs: attribution beside ablation",
                                         np.array(eff)), key="why.bars_vs")
-        st.plotly_chart(fw.head_heatmap(-wp.as_np(sweep.head_effects), "Logit lost when each head is zero-ablated"),
+        charts.show(fw.head_heatmap(-wp.as_np(sweep.head_effects), "Logit lost when each head is zero-ablated"),
                         key="why.ablation_heads")
         numbers["ablation"] = {"base": sweep.base, "components": order, "effects": eff}
 with tabs[2]:

@@ -16,7 +16,7 @@ from tfm.generate import PromptInfo
 from tfm.sampling import SamplingSettings, breakdown
 
 from . import fig_sampling as fs
-from . import server, state
+from . import charts, server, state
 
 KEY_WINDOW = 64  # attention keys shown in the timeline heatmap
 REDRAW_S = 0.05  # redraw a streaming column at most 20 times a second (fast models make many steps)
@@ -90,14 +90,14 @@ def step_views(g: GenPage, i: int, r: dict, settings_used: SamplingSettings, seq
     pieces = tok.display_pieces(ids)
     if r["rank_original"] >= 15:  # the drawn token sits far down the ranking: say so on its bar
         pieces[-1] = f"… {pieces[-1]} (rank {r['rank_original'] + 1:,})"
-    st.plotly_chart(fs.next_token_figure(breakdown(r["logits"], settings=settings_used), ids, pieces,
+    charts.show(fs.next_token_figure(breakdown(r["logits"], settings=settings_used), ids, pieces,
                     f"Step {i}: the distribution '{fs.esc(r['display'])}' was drawn from", chosen=r["token_id"]),
                     key="gen.step_chart")
     q = r["attn"].shape[-1] - 1  # the query that predicted this token: the position before it
     fig, hidden = fs.step_attention_figure(r["attn"], state.token_labels(lm, tuple(seq[:q + 1])), KEY_WINDOW,
                                            f"Step {i}: where the last position (·{q}, "
                                            f"'{fs.esc(tok.display_piece(seq[q]))}') looked, every layer and head")
-    st.plotly_chart(fig, key="gen.attn")
+    charts.show(fig, key="gen.attn")
     if hidden is not None:
         st.caption(f"Showing the last {KEY_WINDOW} keys; averaged over heads, {hidden:.1%} of the attention "
                    f"went to the {q + 1 - KEY_WINDOW} earlier positions.")
@@ -105,7 +105,7 @@ def step_views(g: GenPage, i: int, r: dict, settings_used: SamplingSettings, seq
         lens = decode_streams(lm.model, r["resid"][:, None], k=5, keep_probs=False,
                               n_words=min(tok.vocab_size, lm.config.vocab_size))
     top_ids = lens.top_ids[:, 0].cpu()
-    st.plotly_chart(fs.step_lens_figure(top_ids, lens.top_probs[:, 0].float().cpu(), lens.labels,
+    charts.show(fs.step_lens_figure(top_ids, lens.top_probs[:, 0].float().cpu(), lens.labels,
                                         [tok.display_pieces(row.tolist()) for row in top_ids], r["token_id"],
                                         f"Step {i}: logit lens, what each layer would predict "
                                         f"(bold = '{fs.esc(r['display'])}', the token drawn)"), key="gen.lens")

@@ -5,7 +5,11 @@ from __future__ import annotations
 # /next_token): the name Streamlit's pages/ folder convention also gives it, so a shared link
 # works even as a fresh server's first request (see ui.sidebar.leave_legacy_pages_mode).
 SECTIONS: dict[str, list[tuple[str, str, str]]] = {
-    "Start": [("home.py", "Home", "what tfm is and where to start")],
+    "Start": [
+        ("home.py", "Home", "what tfm is and where to start"),
+        ("tour.py", "Tour", "one forward pass step by step, with the real numbers and questions for a class"),
+        ("induction.py", "Induction head, live", "train a 2-layer attention-only model and watch an induction head form"),
+    ],
     "Look inside": [
         ("tokens.py", "Tokens", "how the prompt is cut into the pieces the model reads"),
         ("attention.py", "Attention",

@@ -7,6 +7,8 @@ session, so nothing here mutates them. The trace of a prompt is computed once pe
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import streamlit as st
@@ -276,3 +278,31 @@ def remember(*widget_keys: str) -> None:
 def keep(key: str) -> dict:
     """Widget kwargs for a value that survives page changes: `st.slider(..., **keep("x.y"))`."""
     return {"key": key, "on_change": remember, "args": (key,)}
+
+
+class _Finished:
+    """A small bounded store of finished runs (the oldest goes first), shared by every session."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.items, self.lock = size, OrderedDict(), threading.Lock()
+
+
+@st.cache_resource
+def _finished_runs() -> _Finished:
+    return _Finished(8)  # a lesson run is ~1 MB (its pattern snapshots)
+
+
+def finished(key: tuple):
+    """A finished run stored under `key` (hashable settings), or None."""
+    store = _finished_runs()
+    with store.lock:
+        return store.items.get(key)
+
+
+def keep_finished(key: tuple, value) -> None:
+    store = _finished_runs()
+    with store.lock:
+        store.items[key] = value
+        store.items.move_to_end(key)
+        while len(store.items) > store.size:
+            store.items.popitem(last=False)

@@ -13,7 +13,7 @@ import torch
 from tfm import attribution, patching
 from tfm import edits as E
 from ui import fig_why as fw
-from ui import state
+from ui import charts, state
 
 PATCH_MAX_TOKENS = 128  # patching runs 1 + L*H + L*T rows: bound T before paying for them
 GRAPH_WINDOW = 24       # positions drawn in the contribution graph
@@ -41,7 +41,7 @@ def compare(run, pos: int, token: int, heads=(), mlps=(), neurons=(), mode="zero
     c1, c2 = st.columns(2)
     c1.metric(f"p({fw.md(pieces[ids.index(token)])}) before", f"{float(before[token]):.4f}")
     c2.metric("after", f"{float(after[token]):.4f}", f"{float(after[token] - before[token]):+.4f}")
-    st.plotly_chart(fw.dist_compare(pieces, before[ids].numpy(), after[ids].numpy(),
+    charts.show(fw.dist_compare(pieces, before[ids].numpy(), after[ids].numpy(),
                                     f"Next-token probabilities at position {pos}, before and after"), key=key)
     return {"tokens": pieces, "ids": ids, "before": before[ids].tolist(), "after": after[ids].tolist()}
 
@@ -112,10 +112,10 @@ def patch_panel(run, n_layer: int) -> dict:
         st.error(str(e))
         return {}
     st.markdown(f"logit({fw.md(repr(answer))}) − logit({fw.md(repr(wrong))}): clean **{res.clean:.3f}**, corrupted **{res.corrupt:.3f}**.")
-    st.plotly_chart(fw.head_heatmap(res.heads.numpy(), "Patching each head's output (all positions)",
+    charts.show(fw.head_heatmap(res.heads.numpy(), "Patching each head's output (all positions)",
                                     "restored"), key="why.patch_heads")
     labels = [f"{tok.display_piece(i)} ·{p}" for p, i in enumerate(c_ids)]
-    st.plotly_chart(fw.heatmap(res.resid.numpy(), labels, [f"L{l}" for l in range(n_layer)],
+    charts.show(fw.heatmap(res.resid.numpy(), labels, [f"L{l}" for l in range(n_layer)],
                                "Patching the residual stream entering each layer, one position at a time",
                                "position (clean token)", "layer", "restored"), key="why.patch_resid")
     return {"patching": {"clean": clean, "corrupt": corrupt, "answer": answer, "wrong": wrong,
@@ -130,7 +130,7 @@ def graph_panel(run, pos: int) -> None:
     thr = st.slider("Show edges of at least this fraction of the largest", 0.0, 1.0, 0.2, 0.05, key="why.threshold")
     st.caption("Edges: how much each layer's heads moved from a source position to a later one "
                "(attention weight × size of the head's value through W_O, summed over heads).")
-    st.plotly_chart(fw.flow_graph(flow.numpy(), run.labels[start:pos + 1], thr,
+    charts.show(fw.flow_graph(flow.numpy(), run.labels[start:pos + 1], thr,
                                   f"Contribution graph, positions {start}–{pos}"), key="why.graph")
 
 
