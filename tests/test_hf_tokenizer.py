@@ -440,3 +440,21 @@ def test_generation_streams_with_an_hf_tokenizer(pairs, kind):
     prompt = list(gen.prompt.ids)
     assert ours.decode_bytes(prompt + ids) == ours.decode_bytes(prompt) + streamed
     assert [s.display for s in steps] == ours.display_pieces(ids)
+
+
+def test_prompt_ids_are_what_hugging_face_feeds_the_model(pair):
+    """A user's prompt gets the start token the model expects (Llama's <s>), as HF's tokenizer
+    adds it, and nothing at the end; special-token text typed by the user stays text."""
+    kind, ours, _, hf_plain = pair
+    for text in ("Once upon a time", "a <|endoftext|> b", " spaced  out\n"):
+        want = hf_plain(text)["input_ids"]  # add_special_tokens=True
+        if hf_plain.eos_token_id is not None and want[-1] == hf_plain.eos_token_id and len(want) > 1 \
+                and not text.endswith(hf_plain.eos_token or "\0"):
+            want = want[:-1]  # a post-processor appending EOS: not part of a prompt to continue
+        assert ours.prompt_ids(text) == want, (kind, text)
+    assert (ours.prompt_ids("hi")[0] == ours.bos_id) == ours.add_bos
+
+
+def test_some_kinds_start_prompts_with_a_start_token(pairs):
+    with_start = {k for k in KINDS if pairs(k)[1].add_bos}
+    assert {"llama2", "llama3"} <= with_start and "gpt2" not in with_start

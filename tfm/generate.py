@@ -147,9 +147,10 @@ def _check_int(name: str, value, low: int, high: int, hint: str) -> int:
 
 
 def _prompt_ids(lm: LM, prompt) -> list[int]:
-    """Token ids of a str (encoded as user text) or of a sequence of ids (checked)."""
+    """Token ids of a str (encoded as user text, after the model's start token if it has one) or
+    of a sequence of ids (checked)."""
     if isinstance(prompt, str):
-        return lm.tokenizer.encode(prompt)
+        return lm.tokenizer.prompt_ids(prompt)
     if isinstance(prompt, torch.Tensor):
         prompt = prompt.flatten().tolist()
     if not isinstance(prompt, Sequence):

@@ -32,6 +32,16 @@ class TokenText:
     (`Tokenizer` here, the Hugging Face ones in tfm.hf_bytelevel / tfm.hf_libtokenizer).
     Needs `decode_bytes(ids)`, `special_tokens` and a `_display` dict."""
 
+    bos_id: int | None = None  # a token to put before a text (Llama's <s>); none for GPT-2 style
+    add_bos = False            # whether the model was trained with it before every text
+
+    def prompt_ids(self, text: str) -> list[int]:
+        """The ids a model reads for a user's prompt: `encode(text)` (special-token text stays
+        text) after the start token the model expects (Llama's <s>, Llama 3's
+        <|begin_of_text|>), as Hugging Face's tokenizer adds it."""
+        start = [self.bos_id] if self.add_bos and self.bos_id is not None else []
+        return start + self.encode(text)
+
     def decode(self, ids) -> str:
         """Decode ids to text; bytes that are not valid UTF-8 become U+FFFD."""
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
@@ -70,8 +80,6 @@ class Tokenizer(TokenText):
     """
 
     backend = "tiktoken"
-    bos_id: int | None = None  # a token to put before a text (Llama's <s>); none for GPT-2 style
-    add_bos = False
 
     def __init__(self, ranks: dict[bytes, int], special_tokens: dict[str, int],
                  pattern: str = "gpt2", name: str = "tfm", rank_to_id=None):

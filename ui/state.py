@@ -165,7 +165,7 @@ def current_run(max_tokens: int | None = None) -> PromptRun:
     if not text.strip():
         st.info("The prompt is empty: type some text in the sidebar's **Prompt** box.")
         st.stop()
-    ids = lm.tokenizer.encode(text[:server.limits().max_prompt_chars])
+    ids = lm.tokenizer.prompt_ids(text[:server.limits().max_prompt_chars])
     limit = min(lm.config.context_length, max_tokens or lm.config.context_length)
     dropped = max(0, len(ids) - limit)
     if dropped:
