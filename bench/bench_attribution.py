@@ -17,7 +17,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,16 +28,12 @@ import torch  # noqa: E402
 import tfm  # noqa: E402
 from tfm import attribution, patching  # noqa: E402
 from tfm import edits as E  # noqa: E402
+from bench_scale import median_time  # noqa: E402
 
 
 def timed(fn, repeats: int) -> float:
     fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return median_time(fn, repeats)
 
 
 @torch.inference_mode()

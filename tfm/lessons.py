@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from . import analysis
 from .config import ModelConfig
 from .model import Attention, ModelOutput, Norm, rope_angles
+from .rope import inv_freq as rope_inv_freq
 from .toy import torch_threads
 from .trace import Recorder
 
@@ -81,8 +82,7 @@ class AttnOnly(nn.Module):
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.context_length, cfg.d_model) if cfg.pos_encoding == "learned" else None
         if cfg.pos_encoding == "rope":
-            inv_freq = cfg.rope_base ** (-torch.arange(0, cfg.d_head, 2, dtype=torch.float32) / cfg.d_head)
-            self.register_buffer("inv_freq", inv_freq, persistent=False)
+            self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)  # as GPT: (rotary_dim/2,)
         self.norms = nn.ModuleList(Norm(cfg) for _ in range(cfg.n_layer))
         self.attns = nn.ModuleList(Attention(cfg) for _ in range(cfg.n_layer))
         self.ln_final = Norm(cfg)
