@@ -49,8 +49,10 @@ if lm is not None:
             st.switch_page("pages/attention.py")
 
 st.subheader("Where to start")
-for section, entries in list(SECTIONS.items())[1:]:
-    st.markdown(f"**{section}**")
+for section, entries in SECTIONS.items():
+    entries = [e for e in entries if e[0] != "home.py"]  # every page but this one (Start: the Tour, lessons)
+    if entries:
+        st.markdown(f"**{section}**")
     for file, title, what in entries:
         st.page_link(f"pages/{file}", label=f"{title}: {what}")
 st.caption("Settings live in the page address: copy it to share the same model, prompt, layer and head.")
