@@ -22,7 +22,8 @@ def test_presentation_mode_walks_with_the_arrow_keys(browser, app_url):
     page.set_default_timeout(SLOW)
     page.goto(f"{app_url}/tour?present=1&step=tokens")
     wait_idle(page)
-    assert not page.locator('[data-testid="stSidebar"]').is_visible()      # the projector view has no sidebar
+    # the projector view has no sidebar (its CSS arrives with the page's script run: wait for it, or fail)
+    page.locator('[data-testid="stSidebar"]').wait_for(state="hidden", timeout=30_000)
     seen = [header(page)]
     shot(page, "tour_present_01")
     for i in range(2, 8):
