@@ -14,7 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from .config import ModelConfig
+from .lazy import LazyTrace
+from .model import GPT
+from .trace import estimate_block_bytes, estimate_trace_bytes
 from .weights import hf_gpt2_config, read_json
 
 GB = 1_000_000_000
@@ -87,9 +92,6 @@ ENV = {f.name: "TFM_" + f.name.upper() for f in dataclasses.fields(Limits)}
 def count_params(cfg: ModelConfig) -> int:
     """Parameters of `tfm.model.GPT(cfg)` (tied weights counted once): the model itself built on
     the meta device, which allocates nothing, so the count is exact for every architecture."""
-    import torch
-
-    from .model import GPT
     with torch.device("meta"):
         return GPT(cfg).num_params()
 
@@ -112,8 +114,6 @@ class TraceCost:
 
 def trace_cost(cfg: ModelConfig, tokens: int | None = None) -> TraceCost:
     """The size of a trace of `tokens` positions (default: the full context)."""
-    from .lazy import LazyTrace
-    from .trace import estimate_block_bytes, estimate_trace_bytes
     t, d = (cfg.context_length if tokens is None else tokens), cfg.d_model
     per_block = estimate_block_bytes(cfg, t, deferred=True)
     pos = {"learned": t * d, "sinusoidal": cfg.context_length * d}.get(cfg.pos_encoding, 0)  # a view of the whole table

@@ -46,10 +46,6 @@ def describe_spec(spec: str) -> str:
     return f"model folder {spec.removeprefix('path:')}"
 
 
-def _models_budget() -> int:
-    return memory.memory_budget()
-
-
 def _prompts_budget() -> int:
     """What the models leave of the budget; at least one trace's worth is always kept."""
     return max(0, memory.memory_budget() - MODELS.nbytes)
@@ -62,7 +58,7 @@ def _model_dropped(key: tuple, _lm) -> None:
 
 # (kind, spec, device, ...) keys: ("trace", spec, device, ids), ("derived", spec, device, name, *args)
 PROMPTS = memory.ByteLRU(_prompts_budget)   # traces and derived numbers, measured by tensor bytes
-MODELS = memory.ByteLRU(_models_budget, on_drop=_model_dropped)  # (spec, device) -> tfm.LM, by parameter bytes
+MODELS = memory.ByteLRU(memory.memory_budget, on_drop=_model_dropped)  # (spec, device) -> tfm.LM, by parameter bytes
 
 
 def clear_caches() -> None:
