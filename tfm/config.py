@@ -7,9 +7,10 @@ with a message that says what is allowed.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
+
+from .validate import check_int, check_number
 
 PosEncoding = Literal["learned", "sinusoidal", "rope", "none"]
 NormType = Literal["layernorm", "rmsnorm"]
@@ -22,19 +23,6 @@ def _check_choice(name: str, value: Any, kind: Any) -> None:
     allowed = get_args(kind)
     if value not in allowed:
         raise ValueError(f"{name}={value!r} is not allowed; choose one of {', '.join(map(repr, allowed))}")
-
-
-def _check_int(name: str, value: Any, low: int, high: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < low or (high is not None and value > high):
-        rng = f">= {low}" if high is None else f"between {low} and {high}"
-        raise ValueError(f"{name}={value} is out of range; it must be {rng}")
-
-
-def _check_number(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,12 +72,12 @@ class ModelConfig:
     qkv_bias: bool = False
 
     def __post_init__(self) -> None:
-        _check_int("vocab_size", self.vocab_size, 2, 1_000_000)
-        _check_int("context_length", self.context_length, 1, 1_000_000)
-        _check_int("d_model", self.d_model, 1, 65_536)
-        _check_int("n_layer", self.n_layer, 1, 1_000)
-        _check_int("n_head", self.n_head, 1, 1_024)
-        _check_int("d_ff", self.d_ff, 1, 1_000_000)
+        check_int("vocab_size", self.vocab_size, 2, 1_000_000)
+        check_int("context_length", self.context_length, 1, 1_000_000)
+        check_int("d_model", self.d_model, 1, 65_536)
+        check_int("n_layer", self.n_layer, 1, 1_000)
+        check_int("n_head", self.n_head, 1, 1_024)
+        check_int("d_ff", self.d_ff, 1, 1_000_000)
         if self.d_model % self.n_head:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by n_head={self.n_head}; "
@@ -107,7 +95,7 @@ class ModelConfig:
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
         for name in ("norm_eps", "dropout", "rope_base"):
-            _check_number(name, getattr(self, name))
+            check_number(name, getattr(self, name))
         if not (0 < self.norm_eps < 1):
             raise ValueError(f"norm_eps={self.norm_eps} must be a small positive number such as 1e-5")
         if not (0 <= self.dropout < 1):
@@ -120,7 +108,7 @@ class ModelConfig:
     def _check_kv_heads(self) -> None:
         if self.n_kv_head is None:
             object.__setattr__(self, "n_kv_head", self.n_head)  # resolved once: to_dict holds the number
-        _check_int("n_kv_head", self.n_kv_head, 1, self.n_head)
+        check_int("n_kv_head", self.n_kv_head, 1, self.n_head)
         if self.n_head % self.n_kv_head:
             raise ValueError(f"n_kv_head={self.n_kv_head} must divide n_head={self.n_head}: each key/value head "
                              "serves the same number of query heads")
@@ -128,8 +116,8 @@ class ModelConfig:
     def _check_rope(self) -> None:
         _check_choice("rope_scaling", self.rope_scaling, RopeScaling)
         for name in ("rotary_pct", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor"):
-            _check_number(name, getattr(self, name))
-        _check_int("rope_original_context", self.rope_original_context, 1, 10_000_000)
+            check_number(name, getattr(self, name))
+        check_int("rope_original_context", self.rope_original_context, 1, 10_000_000)
         if not (0 < self.rotary_pct <= 1):
             raise ValueError(f"rotary_pct={self.rotary_pct} must be in (0, 1]: the fraction of each head's dims RoPE rotates")
         if self.pos_encoding == "rope" and (self.rotary_dim < 2 or self.rotary_dim % 2):

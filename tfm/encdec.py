@@ -36,9 +36,10 @@ import torch
 import torch.nn as nn
 from safetensors.torch import save_file
 
-from .config import Activation, NormPlacement, NormType, _check_choice, _check_int, _check_number
+from .config import Activation, NormPlacement, NormType, _check_choice
 from .model import MLP, Norm, attend, sinusoidal_table
 from .trace import Recorder, Trace
+from .validate import check_int, check_number
 from .weights import read_json, read_safetensors
 
 EncDecPos = Literal["sinusoidal", "learned"]
@@ -69,14 +70,14 @@ class EncDecConfig:
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size"):
-            _check_int(name, getattr(self, name), 2, 1_000_000)
+            check_int(name, getattr(self, name), 2, 1_000_000)
         for name in ("src_context_length", "tgt_context_length"):
-            _check_int(name, getattr(self, name), 1, 100_000)
-        _check_int("d_model", self.d_model, 1, 16_384)
-        _check_int("n_enc_layer", self.n_enc_layer, 1, 100)
-        _check_int("n_dec_layer", self.n_dec_layer, 1, 100)
-        _check_int("n_head", self.n_head, 1, 1_024)
-        _check_int("d_ff", self.d_ff, 1, 1_000_000)
+            check_int(name, getattr(self, name), 1, 100_000)
+        check_int("d_model", self.d_model, 1, 16_384)
+        check_int("n_enc_layer", self.n_enc_layer, 1, 100)
+        check_int("n_dec_layer", self.n_dec_layer, 1, 100)
+        check_int("n_head", self.n_head, 1, 1_024)
+        check_int("d_ff", self.d_ff, 1, 1_000_000)
         if self.d_model % self.n_head:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}; "
                              "pick n_head among the divisors of d_model")
@@ -89,7 +90,7 @@ class EncDecConfig:
         if not isinstance(self.bias, bool):
             raise ValueError(f"bias must be true or false, got {self.bias!r}")
         for name in ("norm_eps", "dropout"):
-            _check_number(name, getattr(self, name))
+            check_number(name, getattr(self, name))
         if not (0 < self.norm_eps < 1):
             raise ValueError(f"norm_eps={self.norm_eps} must be a small positive number such as 1e-5")
         if not (0 <= self.dropout < 1):

@@ -46,7 +46,6 @@ Behaviour, decided once here:
 from __future__ import annotations
 
 import codecs
-import operator
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from .cache import KVCache
 from .loading import LM
 from .sampling import Breakdown, SamplingSettings, breakdown
 from .trace import Trace
+from .validate import check_int
 
 __all__ = ["Generation", "PromptInfo", "STOP_REASONS", "Step", "generate", "prepare_prompt"]
 
@@ -133,19 +133,6 @@ class Generation:
 # --------------------------------------------------------------------------- #
 
 
-def _check_int(name: str, value, low: int, high: int, hint: str) -> int:
-    """An int in [low, high] (bools refused), or a ValueError that says what is allowed."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        n = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be a whole number, got {value!r}") from None
-    if not low <= n <= high:
-        raise ValueError(f"{name}={n} is out of range: it must be between {low} and {high}{hint}")
-    return n
-
-
 def _prompt_ids(lm: LM, prompt) -> list[int]:
     """Token ids of a str (encoded as user text, after the model's start token if it has one) or
     of a sequence of ids (checked)."""
@@ -156,7 +143,7 @@ def _prompt_ids(lm: LM, prompt) -> list[int]:
     if not isinstance(prompt, Sequence):
         raise TypeError(f"prompt must be text or a list of token ids, got {type(prompt).__name__}")
     vocab = lm.config.vocab_size
-    return [_check_int("prompt token id", i, 0, vocab - 1, " (the model's vocabulary)") for i in prompt]
+    return [check_int("prompt token id", i, 0, vocab - 1, " (the model's vocabulary)") for i in prompt]
 
 
 def prepare_prompt(lm: LM, prompt: str | Sequence[int]) -> PromptInfo:
@@ -282,9 +269,9 @@ def generate(lm: LM, prompt: str | Sequence[int], max_new_tokens: int | None = N
     ctx = lm.config.context_length
     if max_new_tokens is None:
         max_new_tokens = min(DEFAULT_NEW_TOKENS, ctx)
-    max_new = _check_int("max_new_tokens", max_new_tokens, 1, ctx,
+    max_new = check_int("max_new_tokens", max_new_tokens, 1, ctx,
                          f" (the context length of this model; at most {ctx} tokens can fit)")
-    seed = _check_int("seed", seed, 0, 2**64 - 1, "")
+    seed = check_int("seed", seed, 0, 2**64 - 1)
     info = prepare_prompt(lm, prompt)
     steps = _steps(lm, info, settings, max_new, seed, bool(use_cache), bool(trace), bool(stop_at_eot))
     return Generation(info, settings, steps)

@@ -20,6 +20,7 @@ from .config import ModelConfig
 from .lazy import LazyTrace
 from .model import GPT
 from .trace import estimate_block_bytes, estimate_trace_bytes
+from .validate import check_int
 from .weights import hf_gpt2_config, read_json
 
 GB = 1_000_000_000
@@ -64,9 +65,7 @@ class Limits:
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"limit {f.name}={value!r} must be a positive integer")
+            check_int(f"limit {f.name}", getattr(self, f.name), 1, hint=" (a positive integer)")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Limits":
@@ -203,8 +202,4 @@ def check_generation(cfg: ModelConfig, limits: Limits, prompt_tokens: int, new_t
 
 def check_count(what: str, value: int, high: int, low: int = 1) -> int:
     """A requested count (new tokens, training steps) within [low, high], or a ValueError saying so."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{what} must be a whole number, got {value!r}")
-    if not low <= value <= high:
-        raise ValueError(f"{what}={value:,} is outside what this server allows ({low} to {high:,})")
-    return value
+    return check_int(what, value, low, high, hint=" on this server")

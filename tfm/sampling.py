@@ -26,10 +26,11 @@ top-k / top-p are ignored, since the argmax always survives both anyway.
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass
 
 import torch
+
+from .validate import check_int, check_number
 
 __all__ = [
     "SamplingSettings",
@@ -49,40 +50,15 @@ __all__ = [
 
 
 def _check_temperature(temperature: float) -> float:
-    """Return ``temperature`` as a float, or raise a ValueError saying what is allowed."""
-    t = float(temperature)
-    if not math.isfinite(t) or t < 0:
-        raise ValueError(
-            f"temperature must be a finite number >= 0 (0 means greedy), got {temperature!r}; "
-            "pick a value such as 0, 0.7 or 1.0"
-        )
-    return t
+    return check_number("temperature", temperature, low=0, hint=" (0 means greedy; e.g. 0, 0.7 or 1.0)")
 
 
 def _check_top_k(top_k: int) -> int:
-    """Return ``top_k`` as an int, or raise saying what is allowed (0 turns top-k off)."""
-    if isinstance(top_k, bool):
-        raise ValueError(f"top_k must be an integer >= 0 (0 turns top-k off), got {top_k!r}")
-    try:
-        k = operator.index(top_k)
-    except TypeError:
-        raise ValueError(
-            f"top_k must be an integer >= 0 (0 turns top-k off), got {top_k!r}; pass a whole number"
-        ) from None
-    if k < 0:
-        raise ValueError(f"top_k must be an integer >= 0 (0 turns top-k off), got {k}; use 0 to disable it")
-    return k
+    return check_int("top_k", top_k, 0, hint=" (0 turns top-k off)")
 
 
 def _check_top_p(top_p: float) -> float:
-    """Return ``top_p`` as a float, or raise saying what is allowed (1 turns top-p off)."""
-    p = float(top_p)
-    if not 0.0 <= p <= 1.0:  # also rejects NaN
-        raise ValueError(
-            f"top_p must be between 0 and 1 inclusive (1 turns top-p off, 0 keeps only the top token), "
-            f"got {top_p!r}"
-        )
-    return p
+    return check_number("top_p", top_p, 0, 1, hint=" (1 turns top-p off, 0 keeps only the top token)")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,54 @@
+"""The one integer and number check of the engine: every bound on a count, size, id or setting
+goes through `check_int` / `check_number`, so every refusal reads the same way and names
+the allowed range.
+
+    check_int("top_k", 5, 0, hint=" (0 turns top-k off)")      -> 5
+    check_int("n_head", True, 1)                                -> ValueError (bools are not ints)
+    check_number("temperature", -1, low=0)                      -> ValueError
+"""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+__all__ = ["check_int", "check_number"]
+
+
+def _range(low: float | None, high: float | None) -> str:
+    """'between 1 and 65,536', '>= 0' or '<= 1' (thousands separated: limits are often large)."""
+    if low is not None and high is not None:
+        return f"between {low:,} and {high:,}"
+    return f">= {low:,}" if low is not None else f"<= {high:,}"
+
+
+def check_int(name: str, value: Any, low: int, high: int | None = None, hint: str = "") -> int:
+    """`value` as an int in [low, high] (no upper bound when high is None), or a ValueError naming
+    the allowed range and `hint` (appended as is, e.g. " (0 turns top-k off)"). Bools are refused:
+    True is an int to Python, never a count to a user. numpy/torch integer scalars are accepted."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        n = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer {_range(low, high)}, got {value!r}{hint}") from None
+    if n < low or (high is not None and n > high):
+        raise ValueError(f"{name}={n:,} is out of range; it must be {_range(low, high)}{hint}")
+    return n
+
+
+def check_number(name: str, value: Any, low: float | None = None, high: float | None = None,
+                 hint: str = "") -> float:
+    """`value` as a finite float in [low, high] (each bound optional), or a ValueError naming the
+    allowed range and `hint`. Bools and NaN/inf are refused."""
+    try:
+        if isinstance(value, (bool, str)):
+            raise TypeError
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a finite number, got {value!r}{hint}") from None
+    if not math.isfinite(x):
+        raise ValueError(f"{name} must be a finite number, got {value!r}{hint}")
+    if (low is not None and x < low) or (high is not None and x > high):
+        raise ValueError(f"{name}={value!r} is out of range; it must be {_range(low, high)}{hint}")
+    return x
