@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .model import GPT
+from .stats import entropy  # noqa: F401  (tfm.analysis.entropy: attention-row entropy)
 from .trace import Trace
 from .trace import name as trace_name
 
@@ -73,12 +74,6 @@ def head_scores(trace: Trace, tokens: torch.Tensor | list[int], progress: Progre
         if progress is not None:
             progress(layer + 1, n)
     return {name: torch.stack(r) for name, r in rows.items()}        # (L, H) each
-
-
-def entropy(pattern: torch.Tensor) -> torch.Tensor:
-    """Entropy in nats of each attention row (0 log 0 = 0): (..., T, S) -> (..., T)."""
-    logp = torch.where(pattern > 0, pattern.clamp_min(1e-45).log(), torch.zeros_like(pattern))
-    return -(pattern * logp).sum(-1)
 
 
 @torch.no_grad()

@@ -22,13 +22,10 @@ import torch.nn.functional as F
 from .config import ModelConfig
 from .internals import depth_norms
 from .model import GPT, attend, causal_mask
+from .stats import entropy
 from .trace import Recorder
 
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog."
-
-
-def _entropy(p: torch.Tensor) -> torch.Tensor:
-    return -(p * p.clamp_min(1e-30).log()).sum(-1)
 
 
 def softmax_scaling(d_ks=(4, 16, 64, 256, 1024), n_keys: int = 32, n_queries: int = 256, seed: int = 0) -> dict:
@@ -51,7 +48,7 @@ def softmax_scaling(d_ks=(4, 16, 64, 256, 1024), n_keys: int = 32, n_queries: in
             with torch.enable_grad():
                 pattern = scores.softmax(-1)
                 (pattern * upstream).sum().backward()
-            rows[name].append([pattern.max(-1).values.mean().detach(), _entropy(pattern).mean().detach(),
+            rows[name].append([pattern.max(-1).values.mean().detach(), entropy(pattern).mean().detach(),
                                scores.grad.norm(dim=-1).mean(), scores.detach().std()])
     for name, vals in rows.items():
         t = torch.tensor([[v.item() for v in row] for row in vals])     # (len(d_ks), 4)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .stats import entropy
 from .validate import check_int, check_number
 
 __all__ = [
@@ -218,17 +219,6 @@ class Breakdown:
     settings: SamplingSettings
 
 
-def _entropy(log_p: torch.Tensor) -> torch.Tensor:
-    """Entropy in nats from log-probabilities, with 0·log 0 = 0.
-
-    Working from log_softmax (not log of probs) keeps it finite at T = 0.01,
-    where most probabilities underflow to 0 but their logs stay finite.
-    """
-    p = log_p.exp()
-    terms = torch.where(p > 0, p * log_p, torch.zeros_like(p))
-    return -terms.sum(dim=-1)
-
-
 def _log_final(scaled: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
     """Log of the sampling distribution: log_softmax over kept tokens, -inf elsewhere."""
     return torch.log_softmax(scaled.masked_fill(~kept, -math.inf), dim=-1)
@@ -276,8 +266,8 @@ def breakdown(
         final=log_final.exp(),  # exp(-inf) = 0 exactly where removed
         mass_removed_top_k=torch.where(kept_k, zero, probs_t).sum(dim=-1),
         mass_removed_top_p=torch.where(kept_k & ~kept, probs_t, zero).sum(dim=-1),
-        entropy_before=_entropy(torch.log_softmax(x, dim=-1)),
-        entropy_after=_entropy(log_final),
+        entropy_before=entropy(log_probs=torch.log_softmax(x, dim=-1)),
+        entropy_after=entropy(log_probs=log_final),
         n_kept=kept.sum(dim=-1),
         settings=s,
     )

@@ -1,0 +1,23 @@
+"""The engine's one entropy: attention rows (tfm.analysis), softmax experiments
+(tfm.experiments) and sampling distributions (tfm.sampling) all measure it here."""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["entropy"]
+
+
+def entropy(probs: torch.Tensor | None = None, *, log_probs: torch.Tensor | None = None) -> torch.Tensor:
+    """Entropy in nats along the last axis, with 0·log 0 = 0: (..., V) -> (...).
+
+    Give `probs` (attention rows, softmax outputs) or, when you have them, `log_probs`
+    (a log_softmax): those stay exact where probabilities underflow to 0 at a low sampling
+    temperature, and are used as given instead of log(exp(...)).
+    """
+    if (probs is None) == (log_probs is None):
+        raise ValueError("entropy needs exactly one of probs= or log_probs=")
+    if log_probs is not None:
+        p, log_p = log_probs.exp(), log_probs
+    else:  # log of 1 where p = 0: no -inf, so no NaN in the product or its gradient
+        p, log_p = probs, torch.where(probs > 0, probs, torch.ones_like(probs)).log()
+    return -torch.where(p > 0, p * log_p, torch.zeros_like(p)).sum(dim=-1)
