@@ -8,9 +8,9 @@ far are already in `st.session_state["gen.last"]`, so the rerun shows them and t
 """
 import streamlit as st
 
-from tfm.generate import prepare_prompt
+from tfm.generate import n_words, prepare_prompt
 from tfm.limits import check_generation
-from tfm.sampling import SamplingSettings
+from tfm.sampling import SamplingSettings, usable_settings
 from ui import fig_sampling as fs
 from ui import server, sidebar, state
 from ui.gen_views import GenPage, compare, cache_speed, run_all, show_texts, step_views, usable
@@ -24,7 +24,7 @@ st.title("Generation & timeline")
 lm, spec, device = state.active_model()
 if lm is None:
     st.stop()
-ss, tok = st.session_state, lm.tokenizer
+ss = st.session_state
 text, seed = ss["sidebar.prompt"], int(ss["sidebar.seed"])
 try:
     info = prepare_prompt(lm, text)
@@ -43,8 +43,8 @@ state.restore(*KEYS)
 for key, value in DEFAULTS.items():
     ss.setdefault(key, value)
 ss["gen.max_new"] = min(max(int(ss["gen.max_new"]), 1), cap)
-ss["gen.top_k"] = min(max(int(ss["gen.top_k"]), 0), tok.vocab_size)
-ss["gen.top_p"] = float(ss["gen.top_p"]) if 0.0 <= float(ss["gen.top_p"]) <= 1.0 else 1.0
+s0 = usable_settings(ss["gen.temperature"], ss["gen.top_k"], ss["gen.top_p"], n_words(lm))
+ss["gen.temperature"], ss["gen.top_k"], ss["gen.top_p"] = s0.temperature, s0.top_k, s0.top_p
 for key in ("gen.temperature", "cmp.t_left", "cmp.t_right"):
     ss[key] = fs.nearest_temperature(ss[key])
 
@@ -52,7 +52,7 @@ c = st.columns([2, 4, 2, 3, 1.6, 2.4])
 max_new = c[0].number_input("New tokens", 1, cap, **state.keep("gen.max_new"), help=f"At most {cap}: {why}.")
 temperature = c[1].select_slider("Temperature", fs.TEMPERATURES, format_func=fs.temperature_label,
                                  **state.keep("gen.temperature"), help="0 is greedy: always the most likely token.")
-top_k = c[2].number_input("Top-k (0 = off)", 0, tok.vocab_size, step=1, **state.keep("gen.top_k"))
+top_k = c[2].number_input("Top-k (0 = off)", 0, n_words(lm), step=1, **state.keep("gen.top_k"))
 top_p = c[3].slider("Top-p (1 = off)", 0.0, 1.0, step=0.01, **state.keep("gen.top_p"))
 n_samples = c[4].number_input("Samples", 1, 4, **state.keep("gen.n_samples"),
                               help="Side by side, with seeds seed, seed+1, …: how different can runs be?")

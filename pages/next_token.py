@@ -1,13 +1,14 @@
 """Next-token sampling: how temperature, top-k and top-p reshape the model's next-token choice.
 
-Moving a slider only re-runs `tfm.sampling.breakdown` on the cached logits of the prompt's
+Moving a slider only re-runs `tfm.sampling.next_token` (what generation draws from) on the cached logits of the prompt's
 last position (from the shared trace): the model itself is not run again.
 """
 import math
 
 import streamlit as st
 
-from tfm.sampling import SamplingSettings, breakdown
+from tfm.generate import n_words as n_words_of
+from tfm.sampling import SamplingSettings, next_token, usable_settings
 from ui import fig_sampling as fs
 from ui import charts, sidebar, state
 
@@ -17,23 +18,19 @@ sidebar.render()
 st.title("Next-token sampling")
 run = state.current_run()
 tok = run.lm.tokenizer
-logits = run.trace.logits_at(-1)
-n_words = min(tok.vocab_size, logits.shape[-1])
-if n_words < logits.shape[0]:  # padded vocabulary rows are not tokens: never sampled (as tfm.generate)
-    logits = logits.clone()
-    logits[n_words:] = -math.inf
+n_words = n_words_of(run.lm)
 
-# Widget values: remembered across pages, seeded from a shared link, clamped to what is valid.
+# Widget values: remembered across pages, seeded from a shared link, made valid by tfm.sampling.
 ss = st.session_state
 state.restore(*KEYS)
 state.url_init("next.temperature", "t", float)
 state.url_init("next.top_k", "top_k", int)
 state.url_init("next.top_p", "top_p", float)
-t0 = float(ss.get("next.temperature", 1.0))
-ss["next.temperature"] = fs.nearest_temperature(t0 if math.isfinite(t0) else 1.0)
-ss["next.top_k"] = min(max(int(ss.get("next.top_k", 0)), 0), n_words)
-p0 = float(ss.get("next.top_p", 1.0))
-ss["next.top_p"] = p0 if 0.0 <= p0 <= 1.0 else 1.0
+try:
+    s0 = usable_settings(ss.get("next.temperature", 1.0), ss.get("next.top_k", 0), ss.get("next.top_p", 1.0), n_words)
+except ValueError:
+    s0 = SamplingSettings()
+ss["next.temperature"], ss["next.top_k"], ss["next.top_p"] = fs.nearest_temperature(s0.temperature), s0.top_k, s0.top_p
 ss.setdefault("next.count", 20)
 
 c1, c2, c3, c4 = st.columns([4, 2, 3, 2])
@@ -50,7 +47,7 @@ state.url_set(t=t, top_k=k, top_p=p)
 
 try:  # the widgets cannot produce bad values, but settings from elsewhere are checked anyway
     settings = SamplingSettings(t, int(k), float(p))
-    bd = breakdown(logits, settings=settings)
+    bd = next_token(run.trace.logits_at(-1), settings, n_words)
 except ValueError as e:
     st.error(f"These sampling settings cannot be used: {e}")
     st.stop()
@@ -73,7 +70,7 @@ m[4].metric("Entropy after", f"{float(bd.entropy_after) + 0.0:.3f} nats",  # + 0
             help=f"Uncertainty of the distribution actually sampled from; e^entropy ≈ "
                  f"{math.exp(float(bd.entropy_after)):,.1f} equally likely choices.")
 
-ids = fs.shown_ids(logits, count)
+ids = fs.shown_ids(bd.logits, count)
 context = fs.esc("".join(tok.display_pieces(run.ids[-6:])))  # the prompt's end, as the model sees it
 title = (f"Next-token probabilities: top {len(ids)} of {n_words:,} tokens (T = {fs.temperature_label(t)}, "
          f"top-k = {k or 'off'}, top-p = {p:g})")

@@ -485,3 +485,35 @@ def test_threads_with_own_generators_match_serial():
     for t in threads:
         t.join(timeout=60)
     assert results == serial
+
+
+# --------------------------------------------------------------------------- #
+# The one pipeline of generation and the next-token page
+# --------------------------------------------------------------------------- #
+
+
+def test_usable_settings_clamps_link_values_and_refuses_non_numbers():
+    from tfm.sampling import usable_settings
+    assert usable_settings(float("nan"), -3, 1.5, 100) == SamplingSettings(1.0, 0, 1.0)
+    assert usable_settings(-2, 10**9, -0.1, 100) == SamplingSettings(1.0, 100, 1.0)
+    assert usable_settings("0.5", "7", 0.25, 100) == SamplingSettings(0.5, 7, 0.25)
+    with pytest.raises(ValueError, match="must be numbers"):
+        usable_settings("hot", 0, 1.0, 100)
+
+
+def test_next_token_masks_padding_rows_and_draw_matches_sample():
+    from tfm.sampling import draw, mask_padding, next_token
+    logits = torch.randn(60, generator=torch.Generator().manual_seed(3))
+    logits[50:] += 10.0                                                    # padding rows would win if drawn
+    s = SamplingSettings(0.9, 20, 0.95)
+    bd = next_token(logits, s, 50)
+    assert bd.kept[50:].sum() == 0 and bd.final[50:].sum() == 0
+    assert torch.isinf(bd.logits[50:]).all() and torch.equal(bd.logits[:50], logits[:50])
+    assert torch.isfinite(logits).all()                                    # the input is not written to
+    ref = breakdown(mask_padding(logits, 50), settings=s)
+    torch.testing.assert_close(bd.final, ref.final, rtol=0, atol=0)
+    for seed in range(5):
+        want = sample(mask_padding(logits, 50), s, torch.Generator().manual_seed(seed))
+        assert draw(bd, torch.Generator().manual_seed(seed)) == want
+    assert draw(next_token(logits, SamplingSettings(0.0), 50), torch.Generator()) == int(logits[:50].argmax())
+    assert mask_padding(logits, 60) is logits

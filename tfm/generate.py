@@ -36,7 +36,8 @@ Behaviour, decided once here:
 * Padded vocabularies. When the model has more output rows than the tokenizer has ids
   (nanoGPT rounds 50257 up to 50304; a random model may pair a big vocabulary with the
   bytes tokenizer), those rows are set to -inf in `Step.logits` before the breakdown and
-  the draw: they are not tokens and could not be shown.
+  the draw: they are not tokens and could not be shown. `tfm.sampling.next_token` does it,
+  for this loop and for the app's next-token page alike.
 * Thread safety. The model is only read (no hooks, no state stored on it), all per-call
   state lives in the returned iterator, so many threads may generate from one cached model.
 * Memory. A Step holds `logits` and its `breakdown` (about five vocabulary-sized tensors,
@@ -54,11 +55,11 @@ import torch
 
 from .cache import KVCache
 from .loading import LM
-from .sampling import Breakdown, SamplingSettings, breakdown
+from .sampling import Breakdown, SamplingSettings, draw, next_token
 from .trace import Trace
 from .validate import check_int
 
-__all__ = ["Generation", "PromptInfo", "STOP_REASONS", "Step", "generate", "prepare_prompt"]
+__all__ = ["Generation", "PromptInfo", "STOP_REASONS", "Step", "generate", "n_words", "prepare_prompt"]
 
 STOP_REASONS = ("eot", "max_new_tokens", "context_full")
 DEFAULT_NEW_TOKENS = 64
@@ -95,7 +96,7 @@ class Step:
     n_kept: int                   # tokens left after top-k and top-p
     logits: torch.Tensor          # (V,) float32 last-position logits this token was drawn from
                                   # (-inf on rows the tokenizer cannot decode; see module doc)
-    breakdown: Breakdown          # tfm.sampling.breakdown(logits, settings)
+    breakdown: Breakdown          # tfm.sampling.next_token(raw logits, settings, n_words(lm))
     trace: Trace | None           # this step's forward trace when trace=True (see module doc)
     elapsed_s: float              # seconds spent generating so far, prefill included (the sum
                                   # of step_s: time the consumer spends between steps is not counted)
@@ -126,6 +127,11 @@ class Generation:
 
     def close(self) -> None:
         self._steps.close()
+
+
+def n_words(lm: LM) -> int:
+    """Token ids a model can produce and show: its tokenizer's, or fewer output rows if it has them."""
+    return min(lm.tokenizer.vocab_size, lm.config.vocab_size)
 
 
 # --------------------------------------------------------------------------- #
@@ -173,7 +179,7 @@ class _Forward:
     or the whole prefix every step without one. Only reads the model."""
 
     def __init__(self, lm: LM, n_prompt: int, max_new_tokens: int, use_cache: bool, trace: bool):
-        self.model, self.trace, self.n_words = lm.model, trace, lm.tokenizer.vocab_size
+        self.model, self.trace = lm.model, trace
         param = next(lm.model.parameters())
         self.device = param.device
         cfg = lm.config
@@ -186,21 +192,15 @@ class _Forward:
         start = self.cache.length if self.cache is not None else 0
         idx = torch.tensor([tokens[start:]], dtype=torch.long, device=self.device)  # (1, T)
         out = self.model(idx, trace=self.trace, cache=self.cache, last_only=True)
-        logits = out.logits[0, -1].float()                                         # (V,)
-        if self.n_words < logits.shape[0]:  # rows the tokenizer cannot decode: never drawn
-            logits = logits.clone()
-            logits[self.n_words:] = float("-inf")
-        return logits, out.trace
+        return out.logits[0, -1].float(), out.trace                               # (V,)
 
 
 @torch.no_grad()
-def _choose(logits: torch.Tensor, settings: SamplingSettings, gen: torch.Generator):
+def _choose(logits: torch.Tensor, settings: SamplingSettings, n: int, gen: torch.Generator):
     """Breakdown, the drawn token, and its prob/rank numbers (one device sync for all)."""
-    bd = breakdown(logits, settings=settings)
-    if settings.greedy:
-        token = int(bd.final.argmax())  # the one kept token (lowest index on ties)
-    else:  # exactly what tfm.sampling.sample draws from: same distribution, same generator call
-        token = int(torch.multinomial(bd.final.reshape(1, -1).to(gen.device), 1, generator=gen))
+    bd = next_token(logits, settings, n)
+    token = draw(bd, gen)
+    logits = bd.logits  # padding rows at -inf
     above = logits > logits[token]
     numbers = torch.stack([bd.final[token].double(), (above & bd.kept).sum().double(),
                            bd.probs[token].double(), above.sum().double(),
@@ -234,12 +234,12 @@ def _steps(lm: LM, info: PromptInfo, settings: SamplingSettings, max_new: int, s
            use_cache: bool, trace: bool, stop_at_eot: bool) -> Iterator[Step]:
     tokens = list(info.ids)
     forward = _Forward(lm, len(tokens), max_new, use_cache, trace)
-    gen, text = torch.Generator().manual_seed(seed), _TextStream()
+    gen, text, words = torch.Generator().manual_seed(seed), _TextStream(), n_words(lm)
     elapsed = 0.0
     for index in range(max_new):
         t0 = time.perf_counter()
         logits, tr = forward(tokens)
-        bd, token, (prob, rank, prob0, rank0, kept) = _choose(logits, settings, gen)
+        bd, token, (prob, rank, prob0, rank0, kept) = _choose(logits, settings, words, gen)
         tokens.append(token)
         reason = _stop_reason(token, index + 1, len(tokens), lm, max_new, stop_at_eot)
         piece = lm.tokenizer.piece_bytes(token)
@@ -248,7 +248,7 @@ def _steps(lm: LM, info: PromptInfo, settings: SamplingSettings, max_new: int, s
         elapsed += took
         yield Step(index, len(tokens) - 1, token, piece.decode("utf-8", errors="replace"),
                    lm.tokenizer.display_piece(token), new_text, so_far, prob, int(rank), prob0,
-                   int(rank0), int(kept), logits, bd, tr, elapsed, took, reason)
+                   int(rank0), int(kept), bd.logits, bd, tr, elapsed, took, reason)
         if reason is not None:
             return
 

@@ -42,6 +42,10 @@ __all__ = [
     "filter_mask",
     "breakdown",
     "sample",
+    "usable_settings",
+    "mask_padding",
+    "next_token",
+    "draw",
 ]
 
 
@@ -206,6 +210,7 @@ class Breakdown:
     0-dim tensors for a 1-D input (use ``.item()``).
     """
 
+    logits: torch.Tensor  # the float32 logits everything below comes from
     probs: torch.Tensor  # softmax of the raw logits (T = 1)
     probs_t: torch.Tensor  # softmax after temperature; one-hot on the argmax when greedy
     kept_after_top_k: torch.Tensor  # bool, survivors of top-k (before top-p)
@@ -259,6 +264,7 @@ def breakdown(
     zero = torch.zeros_like(probs_t)
     log_final = _log_final(scaled, kept)
     return Breakdown(
+        logits=x,
         probs=x.softmax(dim=-1),
         probs_t=probs_t,
         kept_after_top_k=kept_k,
@@ -301,3 +307,45 @@ def sample(logits: torch.Tensor, settings: SamplingSettings, generator: torch.Ge
         ids = torch.multinomial(flat, 1, generator=generator)  # (B, 1)
         ids = ids.reshape(probs.shape[:-1]).to(probs.device)  # (...)
     return int(ids.item()) if ids.dim() == 0 else ids
+
+
+# --------------------------------------------------------------------------- #
+# The one pipeline of generation and the next-token page
+# --------------------------------------------------------------------------- #
+
+
+def usable_settings(temperature, top_k, top_p, n_words: int) -> SamplingSettings:
+    """Slider values from a link or an earlier page made valid, the same way for every page:
+    a temperature that is not a finite number >= 0 becomes 1, top-k is clamped to [0, n_words],
+    a top-p outside [0, 1] becomes 1 (off). Values that are not numbers raise ValueError."""
+    try:
+        t, k, p = float(temperature), int(top_k), float(top_p)
+    except (TypeError, ValueError):
+        raise ValueError(f"sampling settings must be numbers, got {temperature!r}, {top_k!r}, {top_p!r}") from None
+    t = t if math.isfinite(t) and t >= 0 else 1.0
+    return SamplingSettings(t, min(max(k, 0), n_words), p if 0.0 <= p <= 1.0 else 1.0)
+
+
+def mask_padding(logits: torch.Tensor, n_words: int) -> torch.Tensor:
+    """(..., V) logits with the rows past the tokenizer's `n_words` ids set to -inf (a copy; the
+    input itself when there are none). Padded vocabularies (nanoGPT rounds 50257 up to 50304)
+    have rows that are not tokens: they are never drawn and never shown."""
+    if n_words >= logits.shape[-1]:
+        return logits
+    out = logits.clone()
+    out[..., n_words:] = -math.inf
+    return out
+
+
+def next_token(logits: torch.Tensor, settings: SamplingSettings, n_words: int) -> Breakdown:
+    """The breakdown of one position's next-token choice: padding masked, then temperature,
+    top-k, top-p. Generation draws from it (`draw`); the next-token page plots it."""
+    return breakdown(mask_padding(logits, n_words), settings=settings)
+
+
+def draw(bd: Breakdown, generator: torch.Generator) -> int:
+    """A token id drawn from `bd.final` with `generator` (on the generator's device, as `sample`
+    does): the argmax when greedy, without touching the generator."""
+    if bd.settings.greedy:
+        return int(bd.final.argmax())  # the one kept token (lowest index on ties)
+    return int(torch.multinomial(bd.final.reshape(1, -1).to(generator.device), 1, generator=generator))
