@@ -194,6 +194,20 @@ def test_long_prompt_is_cut_from_the_left(lm):
     assert tfm.generate.prepare_prompt is prepare_prompt
 
 
+def test_a_view_of_the_prompt_keeps_the_full_context_or_its_own_limit(lm):
+    ctx = lm.config.context_length
+    prompt = [65 + i % 26 for i in range(ctx + 10)]
+    full = prepare_prompt(lm, prompt, room=0)
+    assert full.ids == tuple(prompt[-ctx:]) and f"context holds {ctx}:" in full.notice
+    assert "the first 10 were cut from the left" in full.notice
+    short = prepare_prompt(lm, prompt, room=0, max_tokens=8)
+    assert short.ids == tuple(prompt[-8:]) and "this view shows at most 8" in short.notice
+    assert prepare_prompt(lm, prompt[:ctx], room=0).notice is None
+    assert "new token needs room" in prepare_prompt(lm, prompt[:ctx]).notice
+    with pytest.raises(ValueError, match="max_tokens"):
+        prepare_prompt(lm, prompt, max_tokens=0)
+
+
 def test_short_prompt_is_kept_unchanged(lm):
     info = prepare_prompt(lm, "Hello")
     assert info == PromptInfo(tuple(lm.tokenizer.encode("Hello")), 5, None, False, None)

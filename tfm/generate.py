@@ -13,7 +13,8 @@ Behaviour, decided once here:
   end-of-text token (how GPT-2 begins a fresh document); a tokenizer without one raises
   ValueError. A prompt longer than `context_length - 1` tokens keeps its LAST
   `context_length - 1` tokens, so there is room for at least one new token; `PromptInfo`
-  says so in `notice`.
+  says so in `notice`. `prepare_prompt` decides this for the app's pages too (with
+  `room=0`: a view of the prompt alone keeps the full context).
 * Context limit. Prompt plus generated tokens never exceed `context_length`: when the
   sequence fills the context, the step that filled it is the last one, with stop_reason
   "context_full". There is no sliding window: with learned positions, sliding would
@@ -152,21 +153,30 @@ def _prompt_ids(lm: LM, prompt) -> list[int]:
     return [check_int("prompt token id", i, 0, vocab - 1, " (the model's vocabulary)") for i in prompt]
 
 
-def prepare_prompt(lm: LM, prompt: str | Sequence[int]) -> PromptInfo:
-    """The ids `generate` will feed for `prompt`: empty -> end-of-text, too long -> left-cut."""
+def prepare_prompt(lm: LM, prompt: str | Sequence[int], *, room: int = 1,
+                   max_tokens: int | None = None) -> PromptInfo:
+    """The ids the model will see for `prompt`, and the one notice saying how they were changed:
+    empty -> end-of-text; longer than the context less `room` positions (1 for generation, so one
+    new token fits; 0 for a view of the prompt alone), or than `max_tokens`, -> its last tokens.
+    Generation, the command line and every page of the app prepare prompts here."""
+    ctx = lm.config.context_length
+    room = check_int("room", room, 0, ctx - 1)
+    limit = ctx - room if max_tokens is None else min(ctx - room, check_int("max_tokens", max_tokens, 1))
     ids = _prompt_ids(lm, prompt)
-    n, keep, notice = len(ids), max(1, lm.config.context_length - 1), None
+    n, notice = len(ids), None
     if n == 0:
         eot = lm.tokenizer.eot_id
         if eot is None:
             raise ValueError("the prompt is empty and this tokenizer has no end-of-text token "
                              "to start from; give at least one token of text")
         ids, notice = [eot], "the prompt is empty: starting from the end-of-text token"
-    elif n > keep:
-        ids = ids[-keep:]
-        notice = (f"the prompt has {n} tokens but the context holds {lm.config.context_length}: "
-                  f"kept its last {keep} tokens (the first {n - keep} were cut)")
-    return PromptInfo(tuple(ids), n, n if n > keep else None, n == 0, notice)
+    elif n > limit:
+        ids = ids[-limit:]
+        why = (f"this view shows at most {limit}" if limit < ctx - room else
+               f"the context holds {ctx}" + (" and a new token needs room" if room else ""))
+        notice = (f"the prompt has {n} tokens but {why}: kept its last {limit} tokens "
+                  f"(the first {n - limit} were cut from the left)")
+    return PromptInfo(tuple(ids), n, n if n > limit else None, n == 0, notice)
 
 
 # --------------------------------------------------------------------------- #

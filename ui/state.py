@@ -17,6 +17,7 @@ import torch
 import tfm
 from tfm import limits as tfm_limits
 from tfm.config import ModelConfig
+from tfm.generate import prepare_prompt
 from tfm.loading import REGISTRY
 from tfm.trace import Trace
 from ui import memory
@@ -161,14 +162,10 @@ def current_run(max_tokens: int | None = None) -> PromptRun:
     if not text.strip():
         st.info("The prompt is empty: type some text in the sidebar's **Prompt** box.")
         st.stop()
-    ids = lm.tokenizer.prompt_ids(text[:server.limits().max_prompt_chars])
-    limit = min(lm.config.context_length, max_tokens or lm.config.context_length)
-    dropped = max(0, len(ids) - limit)
-    if dropped:
-        st.warning(f"The prompt has {len(ids)} tokens; this view shows the last {limit} "
-                   f"(the first {dropped} were cut from the left).")
-        ids = ids[dropped:]
-    ids_t = tuple(ids)
+    info = prepare_prompt(lm, text[:server.limits().max_prompt_chars], room=0, max_tokens=max_tokens)
+    if info.notice:
+        st.warning(f"Prompt: {info.notice}.")
+    ids_t, dropped = info.ids, (info.truncated_from or len(info.ids)) - len(info.ids)
     try:
         tfm_limits.check_trace(lm.config, server.limits(), len(ids_t))
     except ValueError as e:
