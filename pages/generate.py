@@ -90,7 +90,7 @@ def generation() -> dict | None:
         return None
     show_texts(g, last, slots + [st.empty() for _ in range(len(last["samples"]) - len(slots))])
     for col, sd, recs in zip(st.columns(len(last["samples"])), last["seeds"], last["samples"]):
-        col.caption(f"seed {sd}: {len(recs)} tokens, stop: {recs[-1]['stop_reason'] or 'interrupted'}")
+        col.caption(f"seed {sd}: {len(recs)} tokens, stop: {recs[-1].stop_reason or 'interrupted'}")
     n_tok, s = sum(len(r) for r in last["samples"]), last["settings"][0]
     st.markdown(f"**{n_tok} tokens in {last['seconds']:.2f} s = {n_tok / max(last['seconds'], 1e-9):.1f} tokens/s** "
                 f"(KV cache {'on' if last['use_cache'] else 'off'}; T = {fs.temperature_label(s.temperature)}, "
@@ -111,13 +111,13 @@ def timeline(last: dict) -> None:
     i = st.slider("Generated token", 0, len(recs) - 1, key="gen.step") if len(recs) > 1 else 0
     r = recs[i]
     m = st.columns(6)
-    m[0].metric(f"Token {i} (pos. {r['position']})", r["display"], help=f"token id {r['token_id']}")
-    m[1].metric("Sampled with p", f"{r['prob']:.4f}", help="Its probability after temperature, top-k and top-p.")
-    m[2].metric("Rank", f"{r['rank'] + 1}", help="Among the kept tokens; 1 = the most likely.")
-    m[3].metric("Model's own p", f"{r['prob_original']:.4f}", help="T = 1, nothing cut.")
-    m[4].metric("Model's rank", f"{r['rank_original'] + 1:,}", help="Among all tokens, T = 1.")
-    m[5].metric("Tokens kept", f"{r['n_kept']:,}", help="After top-k and top-p at this step.")
-    step_views(g, i, r, last["settings"][pick], list(last["prompt_ids"]) + [x["token_id"] for x in recs])
+    m[0].metric(f"Token {i} (pos. {r.position})", r.display, help=f"token id {r.token_id}")
+    m[1].metric("Sampled with p", f"{r.prob:.4f}", help="Its probability after temperature, top-k and top-p.")
+    m[2].metric("Rank", f"{r.rank + 1}", help="Among the kept tokens; 1 = the most likely.")
+    m[3].metric("Model's own p", f"{r.prob_original:.4f}", help="T = 1, nothing cut.")
+    m[4].metric("Model's rank", f"{r.rank_original + 1:,}", help="Among all tokens, T = 1.")
+    m[5].metric("Tokens kept", f"{r.n_kept:,}", help="After top-k and top-p at this step.")
+    step_views(g, i, r, last["settings"][pick], list(last["prompt_ids"]) + [x.token_id for x in recs])
 
 
 last = generation()

@@ -343,3 +343,25 @@ def test_padded_vocabulary_rows_are_never_drawn():
     assert len(steps) == 30 and all(s.token_id < 257 for s in steps)
     assert all(torch.isinf(s.logits[257:]).all() and s.breakdown.final[257:].sum() == 0 for s in steps)
     assert torch.isfinite(steps[0].logits[:257]).all()
+
+
+# ---- the timeline's record of a step ----------------------------------------------------
+
+def test_step_record_keeps_the_predicting_rows_of_a_full_forward(lm):
+    from tfm.timeline import step_record
+    steps = list(tfm.generate(lm, "Hello there", max_new_tokens=3, seed=4, trace=True, stop_at_eot=False))
+    for step in steps:
+        rec = step_record(step)
+        assert (rec.token_id, rec.prob, rec.rank, rec.stop_reason) == (step.token_id, step.prob, step.rank,
+                                                                       step.stop_reason)
+        assert rec.entropy_after == float(step.breakdown.entropy_after) and torch.equal(rec.logits, step.logits)
+        seq = list(prepare_prompt(lm, "Hello there").ids) + [s.token_id for s in steps[:step.index]]  # fed so far
+        with torch.no_grad():
+            full = lm.model(torch.tensor([seq]), trace=True, lazy=False).trace   # oracle: no cache
+        for layer in range(lm.config.n_layer):
+            torch.testing.assert_close(rec.attn[layer], full.pattern(layer, 0)[:, -1, :], atol=1e-5, rtol=1e-5)
+        want = torch.stack([s[-1] for _, s in full.residual_streams(0)])
+        torch.testing.assert_close(rec.resid, want, atol=1e-5, rtol=1e-5)
+        assert rec.nbytes == sum(t.numel() * 4 for t in (rec.logits, rec.attn, rec.resid))
+    bare = step_record(steps[0], keep_tensors=False)
+    assert bare.logits is None and bare.attn is None and bare.nbytes == 0

@@ -123,12 +123,13 @@ def test_a_pickle_named_ckpt_pt_is_refused_without_running_it(tmp_path):
 
 
 def test_generation_timeline_bound_holds_what_the_page_keeps():
-    from ui.fig_sampling import step_record  # what the generation page stores per step
+    from tfm.timeline import step_record  # what the generation page stores per step
 
     lm = tfm.random_model(ModelConfig.preset("tiny", context_length=64), seed=0)
     prompt = lm.tokenizer.encode("a short prompt")
     recs = [step_record(s) for s in tfm.generate(lm, prompt, 20, seed=1, trace=True, stop_at_eot=False)]
-    kept = sum(r[k].numel() * r[k].element_size() for r in recs for k in ("logits", "attn", "resid"))
+    kept = sum(getattr(r, k).numel() * getattr(r, k).element_size() for r in recs for k in ("logits", "attn", "resid"))
+    assert kept == sum(r.nbytes for r in recs)
     bound = generation_bytes(lm.config, len(prompt), 20)
     assert kept <= bound <= 1.5 * kept
     assert generation_bytes(lm.config, len(prompt), 20, samples=4) == 4 * bound

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import torch
 
 from tfm.sampling import Breakdown
+from tfm.timeline import StepRecord
 
 # Temperatures a slider offers: fine steps near 0, where small changes matter most.
 TEMPERATURES = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
@@ -242,23 +243,6 @@ def compare_figure(series: dict[str, np.ndarray], title: str, ytitle: str, log: 
     return fig
 
 
-# ---- what a timeline keeps of each Step (the full trace is too big to keep per step) ----
-
-def step_record(step, keep_tensors: bool = True) -> dict:
-    """Plain numbers, the logits, the last query's attention rows (L, H, S) and the residual
-    streams (L+1, D) of the position that predicted this token; the Step's trace is dropped."""
-    rec = step.summary() | {"new_text": step.new_text, "entropy_after": float(step.breakdown.entropy_after)}
-    if keep_tensors:
-        rec["logits"] = step.logits.detach().float().cpu().clone()
-    tr = step.trace
-    if keep_tensors and tr is not None:
-        n = tr.n_layers()  # index per layer: stacking whole patterns would copy every query row
-        rows = [tr.pattern(i, 0)[:, -1, :] for i in range(n)]
-        rec["attn"] = torch.stack(rows).float().cpu().clone()                               # (L, H, S)
-        rec["resid"] = torch.stack([s[-1] for _, s in tr.residual_streams(0)]).cpu().clone()  # (L+1, D)
-    return rec
-
-
 def repeated_ngram_share(ids: list[int], n: int = 3) -> float:
     """Share of the text's n-grams that already occurred earlier in it (0 = no repetition)."""
     grams = [tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)]
@@ -272,7 +256,7 @@ def repeated_ngram_share(ids: list[int], n: int = 3) -> float:
 SHADES = ("#dbeafe", "#fde9c9")  # alternating token backgrounds, so token boundaries show
 
 
-def text_html(prompt: str, records: list[dict]) -> str:
+def text_html(prompt: str, records: list[StepRecord]) -> str:
     """The prompt in grey, then each generated token on alternating shades (hover: its
     probability and rank). Everything is escaped; newlines become <br> so the block stays one
     raw-HTML line that markdown leaves alone."""
@@ -280,8 +264,8 @@ def text_html(prompt: str, records: list[dict]) -> str:
         return esc(s).replace("\n", "<br>").replace("$", "&#36;")
 
     spans = "".join(
-        f'<span style="background:{SHADES[r["index"] % 2]}" title="{esc(r["display"])}: '
-        f'p = {r["prob"]:.3f}, rank {r["rank"]}">{clean(r["new_text"])}</span>' for r in records)
+        f'<span style="background:{SHADES[r.index % 2]}" title="{esc(r.display)}: '
+        f'p = {r.prob:.3f}, rank {r.rank}">{clean(r.new_text)}</span>' for r in records)
     return ('<div class="gen-text" style="white-space:pre-wrap;font-size:1.1rem;line-height:1.7;'
             'border:1px solid #ccc;border-radius:6px;padding:0.6rem;max-height:24rem;overflow-y:auto">'
             f'<span style="color:#6b6b6b">{clean(prompt)}</span>{spans}</div>')

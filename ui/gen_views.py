@@ -14,6 +14,7 @@ import tfm
 from tfm.analysis import decode_streams
 from tfm.generate import PromptInfo
 from tfm.sampling import SamplingSettings, breakdown
+from tfm.timeline import StepRecord, step_record
 
 from . import fig_sampling as fs
 from . import charts, server, state
@@ -43,7 +44,7 @@ def stream(runs: list, slots: list, keep_tensors: bool, prompt_text: str):
         for i in list(live):
             step = next(runs[i], None)
             if step is not None:
-                records[i].append(fs.step_record(step, keep_tensors))
+                records[i].append(step_record(step, keep_tensors))
             done = step is None or step.stop_reason is not None
             if done or time.perf_counter() - drawn[i] > REDRAW_S:  # each st call is also where Stop lands
                 slots[i].markdown(fs.text_html(prompt_text, records[i]), unsafe_allow_html=True)
@@ -83,18 +84,18 @@ def show_texts(g: GenPage, run: dict, slots: list) -> None:
         st.warning("Generation was stopped early (Stop, or a setting changed while it ran): showing the tokens made.")
 
 
-def step_views(g: GenPage, i: int, r: dict, settings_used: SamplingSettings, seq: list[int]) -> None:
+def step_views(g: GenPage, i: int, r: StepRecord, settings_used: SamplingSettings, seq: list[int]) -> None:
     """One step's kept set, the attention row that predicted it, and its logit lens."""
     lm, tok = g.lm, g.lm.tokenizer
-    ids = fs.shown_ids(r["logits"], 15, must=r["token_id"])
+    ids = fs.shown_ids(r.logits, 15, must=r.token_id)
     pieces = tok.display_pieces(ids)
-    if r["rank_original"] >= 15:  # the drawn token sits far down the ranking: say so on its bar
-        pieces[-1] = f"… {pieces[-1]} (rank {r['rank_original'] + 1:,})"
-    charts.show(fs.next_token_figure(breakdown(r["logits"], settings=settings_used), ids, pieces,
-                    f"Step {i}: the distribution '{fs.esc(r['display'])}' was drawn from", chosen=r["token_id"]),
+    if r.rank_original >= 15:  # the drawn token sits far down the ranking: say so on its bar
+        pieces[-1] = f"… {pieces[-1]} (rank {r.rank_original + 1:,})"
+    charts.show(fs.next_token_figure(breakdown(r.logits, settings=settings_used), ids, pieces,
+                    f"Step {i}: the distribution '{fs.esc(r.display)}' was drawn from", chosen=r.token_id),
                     key="gen.step_chart")
-    q = r["attn"].shape[-1] - 1  # the query that predicted this token: the position before it
-    fig, hidden = fs.step_attention_figure(r["attn"], state.token_labels(lm, tuple(seq[:q + 1])), KEY_WINDOW,
+    q = r.attn.shape[-1] - 1  # the query that predicted this token: the position before it
+    fig, hidden = fs.step_attention_figure(r.attn, state.token_labels(lm, tuple(seq[:q + 1])), KEY_WINDOW,
                                            f"Step {i}: where the last position (·{q}, "
                                            f"'{fs.esc(tok.display_piece(seq[q]))}') looked, every layer and head")
     charts.show(fig, key="gen.attn")
@@ -102,13 +103,13 @@ def step_views(g: GenPage, i: int, r: dict, settings_used: SamplingSettings, seq
         st.caption(f"Showing the last {KEY_WINDOW} keys; averaged over heads, {hidden:.1%} of the attention "
                    f"went to the {q + 1 - KEY_WINDOW} earlier positions.")
     with torch.inference_mode():  # one position through the final norm and unembedding: cheap
-        lens = decode_streams(lm.model, r["resid"][:, None], k=5, keep_probs=False,
+        lens = decode_streams(lm.model, r.resid[:, None], k=5, keep_probs=False,
                               n_words=min(tok.vocab_size, lm.config.vocab_size))
     top_ids = lens.top_ids[:, 0].cpu()
     charts.show(fs.step_lens_figure(top_ids, lens.top_probs[:, 0].float().cpu(), lens.labels,
-                                        [tok.display_pieces(row.tolist()) for row in top_ids], r["token_id"],
+                                        [tok.display_pieces(row.tolist()) for row in top_ids], r.token_id,
                                         f"Step {i}: logit lens, what each layer would predict "
-                                        f"(bold = '{fs.esc(r['display'])}', the token drawn)"), key="gen.lens")
+                                        f"(bold = '{fs.esc(r.display)}', the token drawn)"), key="gen.lens")
 
 
 def compare(g: GenPage) -> None:
@@ -135,8 +136,8 @@ def compare(g: GenPage) -> None:
     series = {}
     for col, s, recs in zip(cols, run["settings"], run["samples"]):
         name = f"T = {fs.temperature_label(s.temperature)}"
-        series[name] = (np.array([x["prob_original"] for x in recs]), np.exp([x["entropy_after"] for x in recs]))
-        share = fs.repeated_ngram_share([x["token_id"] for x in recs])
+        series[name] = (np.array([x.prob_original for x in recs]), np.exp([x.entropy_after for x in recs]))
+        share = fs.repeated_ngram_share([x.token_id for x in recs])
         col.markdown(f"**{name}** · repeated 3-token sequences: **{share:.0%}** · median model p of the chosen "
                      f"tokens: **{np.median(series[name][0]):.3f}** · median tokens in play: "
                      f"**{np.median(series[name][1]):,.1f}**")

@@ -35,7 +35,7 @@ def configure(at, max_new=8, t=0.9, k=50, p=0.9, n=1):
 def generate(at):
     at.button(key="gen.run").click().run()
     assert not at.exception, at.exception
-    return [[r["token_id"] for r in sample] for sample in at.session_state["gen.last"]["samples"]]
+    return [[r.token_id for r in sample] for sample in at.session_state["gen.last"]["samples"]]
 
 
 def texts(at) -> list[str]:
@@ -139,7 +139,7 @@ def test_compare_two_temperatures_on_the_same_seed():
     at.button(key="cmp.run").click().run()
     assert not at.exception, at.exception
     runs = {t: engine(10, t, 0, 1.0) for t in (0.2, 1.5)}
-    got = [[r["token_id"] for r in sample] for sample in at.session_state["cmp.last"]["samples"]]
+    got = [[r.token_id for r in sample] for sample in at.session_state["cmp.last"]["samples"]]
     assert got == [[s.token_id for s in runs[t]] for t in (0.2, 1.5)]
     assert texts(at) == [PROMPT + runs[t][-1].text_so_far for t in (0.2, 1.5)]
     prob = chart_by_title(at, "How likely the model found")
