@@ -67,7 +67,7 @@ with st.expander("Save or load a trained model"):
             st.session_state[RESULT] = {"model": model, "spec": spec, "losses": [], "snapshots": [], "seconds": None,
                                         "accuracy": toy.exact_match(model, spec, n=500)}
         if st.button("Load folder", key="encdec.load", disabled=not folder.strip()):
-            model, spec = toy.load_folder(server.allowed_folder(folder))
+            model, spec = toy.load_folder(server.allowed_folder(folder), server.limits().max_model_bytes)
             st.session_state[RESULT] = {"model": model, "spec": spec, "losses": [], "snapshots": [], "seconds": None,
                                         "accuracy": toy.exact_match(model, spec, n=500)}
     except (ValueError, FileNotFoundError, OSError) as e:

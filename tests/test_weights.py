@@ -269,3 +269,35 @@ def test_pick_device():
         pick_device("tpu")
     with pytest.raises(ValueError, match="not available"):
         tfm.load("random:tiny", device="cuda")
+
+
+def test_one_folder_reader_bounds_sizes_before_reading_for_gpt_and_encoder_decoder(saved, tmp_path, monkeypatch):
+    import tfm.weights as W
+    from tfm import toy
+    from tfm.encdec import EncDecConfig, EncoderDecoder, load_encdec, save_encdec
+
+    folder, model = saved
+    size = (folder / "model.safetensors").stat().st_size
+    read = []
+    monkeypatch.setattr(W, "read_safetensors", lambda path: read.append(path) or load_file(str(path)))
+    with pytest.raises(ValueError, match=f"holds {size:,} bytes, over the limit of {size - 1:,}"):
+        load_tfm_folder(folder, max_weight_bytes=size - 1)
+    assert read == []                                                   # refused before reading the weights
+    got, _, _ = load_tfm_folder(folder, max_weight_bytes=size)
+    assert read and all(torch.equal(a, b) for a, b in zip(got.state_dict().values(), model.state_dict().values()))
+
+    ed = EncoderDecoder(EncDecConfig(src_vocab_size=16, tgt_vocab_size=16, src_context_length=8, tgt_context_length=8,
+                                     d_model=16, n_enc_layer=1, n_dec_layer=1, n_head=2, d_ff=32))
+    save_encdec(tmp_path / "ed", ed, {"toy_task": "reverse", "min_len": 2, "max_len": 5})
+    ed_size = (tmp_path / "ed" / "model.safetensors").stat().st_size
+    with pytest.raises(ValueError, match="over the limit"):
+        toy.load_folder(tmp_path / "ed", max_weight_bytes=ed_size - 1)
+    loaded, meta = load_encdec(tmp_path / "ed", max_weight_bytes=ed_size)
+    assert meta["toy_task"] == "reverse" and loaded.config == ed.config
+    with pytest.raises(ValueError, match="is not a tfm config"):           # each format reads only its own
+        load_tfm_folder(tmp_path / "ed")
+    with pytest.raises(ValueError, match="is not an encoder-decoder config"):
+        load_encdec(folder)
+    (folder / "config.json").write_text(" " * (W.MAX_CONFIG_BYTES + 1))
+    with pytest.raises(ValueError, match="too big for a model config"):
+        load_tfm_folder(folder)

@@ -40,7 +40,7 @@ from .config import Activation, NormPlacement, NormType, _check_choice
 from .model import MLP, Norm, attend, sinusoidal_table
 from .trace import Recorder, Trace
 from .validate import check_int, check_number
-from .weights import read_json, read_safetensors
+from .weights import FolderFormat, check_state, checked_config, read_folder
 
 EncDecPos = Literal["sinusoidal", "learned"]
 FORMAT, VERSION = "tfm-encdec", 1
@@ -363,34 +363,25 @@ def save_encdec(folder: str | Path, model: EncoderDecoder, meta: dict | None = N
     return folder
 
 
+ENCDEC_FOLDER = FolderFormat(FORMAT, VERSION, "an encoder-decoder", EncDecConfig.from_dict)
+
+
 def model_from_parts(data: Any, state: dict[str, torch.Tensor], source: str) -> tuple[EncoderDecoder, dict]:
     """Build a model from parsed config.json data and a state dict, checking every key and shape."""
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"{source}: config.json is not an encoder-decoder config (no \"format\": \"{FORMAT}\")")
-    if data.get("version") != VERSION:
-        raise ValueError(f"{source}: format version {data.get('version')!r}; this tfm reads version {VERSION}")
-    try:
-        cfg = EncDecConfig.from_dict(data.get("model"))
-    except ValueError as e:
-        raise ValueError(f"{source}: bad \"model\" section in config.json: {e}") from None
+    cfg = checked_config(data, ENCDEC_FOLDER, f"{source}'s config.json")
+    return _build(cfg, data, state, source)
+
+
+def _build(cfg: EncDecConfig, data: dict, state: dict[str, torch.Tensor], source: str) -> tuple[EncoderDecoder, dict]:
     model = EncoderDecoder(cfg)
-    expected = model.state_dict()
-    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
-    if missing or unexpected:
-        raise ValueError(f"{source}: the weights do not fit the config (missing {missing[:4]}, unexpected {unexpected[:4]})")
-    for key, want in expected.items():
-        if tuple(state[key].shape) != tuple(want.shape):
-            raise ValueError(f"{source}: weight {key!r} has shape {tuple(state[key].shape)}, "
-                             f"the config expects {tuple(want.shape)}")
+    check_state(model.state_dict(), state, source)
     model.load_state_dict(state)
     meta = data.get("meta") or {}
     return model.eval(), meta if isinstance(meta, dict) else {}
 
 
-def load_encdec(folder: str | Path) -> tuple[EncoderDecoder, dict]:
-    """Read a folder written by `save_encdec`; returns (eval-mode model, meta)."""
-    folder = Path(folder).expanduser()
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder} is not a folder; give the folder holding config.json and model.safetensors")
-    data = read_json(folder / "config.json")
-    return model_from_parts(data, read_safetensors(folder / "model.safetensors"), str(folder))
+def load_encdec(folder: str | Path, max_weight_bytes: int | None = None) -> tuple[EncoderDecoder, dict]:
+    """Read a folder written by `save_encdec` (tfm.weights.read_folder: checked, bounded when
+    `max_weight_bytes` is given); returns (eval-mode model, meta)."""
+    data, cfg, state = read_folder(folder, ENCDEC_FOLDER, max_weight_bytes)
+    return _build(cfg, data, state, str(folder))

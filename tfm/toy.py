@@ -281,8 +281,9 @@ def save_folder(folder, model: EncoderDecoder, spec: ToySpec):
     return save_encdec(folder, model, spec_meta(spec))
 
 
-def load_folder(folder) -> tuple[EncoderDecoder, ToySpec]:
-    model, meta = load_encdec(folder)
+def load_folder(folder, max_weight_bytes: int | None = None) -> tuple[EncoderDecoder, ToySpec]:
+    """A folder `save_folder` wrote; weights over `max_weight_bytes` (when given) refused unread."""
+    model, meta = load_encdec(folder, max_weight_bytes)
     return model, spec_from_meta(meta, str(folder))
 
 

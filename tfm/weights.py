@@ -10,6 +10,8 @@ import json
 import pickle
 import re
 from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -65,12 +67,8 @@ def read_torch_file(path: Path) -> Any:
                          "it is corrupt or truncated: re-export or re-copy it") from None
 
 
-def load_state_checked(model: GPT, state: dict[str, torch.Tensor], source: str) -> None:
-    """Copy `state` into `model`, failing on any missing, unexpected or mis-shaped key."""
-    expected = model.state_dict()
-    if model.config.tied_embeddings:
-        expected.pop("unembed.weight", None)
-        state = {k: v for k, v in state.items() if k != "unembed.weight"}
+def check_state(expected: dict[str, torch.Tensor], state: dict[str, torch.Tensor], source: str) -> None:
+    """Refuse (ValueError) a state dict with a missing, unexpected or mis-shaped key, naming it."""
     missing = [k for k in expected if k not in state]
     if missing:
         raise ValueError(f"{source}: missing weights {missing[:5]}{' ...' if len(missing) > 5 else ''}")
@@ -82,7 +80,64 @@ def load_state_checked(model: GPT, state: dict[str, torch.Tensor], source: str) 
         if tuple(got.shape) != tuple(want.shape):
             raise ValueError(f"{source}: weight {key!r} has shape {tuple(got.shape)}, "
                              f"the config expects {tuple(want.shape)}")
-    model.load_state_dict(state, strict=False)  # keys were checked above; tied weight is shared
+
+
+def load_state_checked(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
+    """Copy `state` into `model`, failing on any missing, unexpected or mis-shaped key."""
+    expected = model.state_dict()
+    if getattr(model.config, "tied_embeddings", False):
+        expected.pop("unembed.weight", None)
+        state = {k: v for k, v in state.items() if k != "unembed.weight"}
+    check_state(expected, state, source)
+    model.load_state_dict(state, strict=False)  # keys were checked above; a tied weight is shared
+
+
+MAX_CONFIG_BYTES = 1_000_000  # a model's config.json is a few KB: a bigger one is refused unread
+
+
+@dataclass(frozen=True)
+class FolderFormat:
+    """One kind of tfm model folder: config.json's "format" and "version", how its "model" section
+    is parsed, and a name for messages ("a tfm", "an encoder-decoder")."""
+
+    name: str
+    version: int
+    what: str
+    parse: Callable[[Any], Any]  # e.g. ModelConfig.from_dict: data -> validated config, or ValueError
+
+
+def checked_config(data: Any, fmt: FolderFormat, source: str) -> Any:
+    """The parsed "model" section of config.json data of format `fmt`; ValueError naming `source`
+    (where the data came from: the config.json file)."""
+    if not isinstance(data, dict) or data.get("format") != fmt.name:
+        raise ValueError(f"{source} is not {fmt.what} config (no \"format\": \"{fmt.name}\")")
+    if data.get("version") != fmt.version:
+        raise ValueError(f"{source}: {fmt.name} format version {data.get('version')!r}; "
+                         f"this tfm reads version {fmt.version}")
+    try:
+        return fmt.parse(data.get("model"))
+    except ValueError as e:
+        raise ValueError(f"{source}: bad \"model\" section: {e}") from None
+
+
+def read_folder(folder: str | Path, fmt: FolderFormat,
+                max_weight_bytes: int | None = None) -> tuple[dict, Any, dict[str, torch.Tensor]]:
+    """The one checked reader of tfm's model folders, GPT ("tfm") and encoder-decoder
+    ("tfm-encdec"): (config.json data, its parsed "model" section, model.safetensors tensors).
+    Only JSON and safetensors are read (nothing unpickled); config.json over MAX_CONFIG_BYTES
+    and weights over `max_weight_bytes` (when given) are refused before they are read."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} is not a folder; give the folder holding config.json and model.safetensors")
+    config, weights = folder / "config.json", folder / "model.safetensors"
+    if config.is_file() and config.stat().st_size > MAX_CONFIG_BYTES:
+        raise ValueError(f"{config} holds {config.stat().st_size:,} bytes: too big for a model config")
+    data = read_json(config)
+    cfg = checked_config(data, fmt, str(config))
+    if max_weight_bytes is not None and weights.is_file() and weights.stat().st_size > max_weight_bytes:
+        raise ValueError(f"{weights} holds {weights.stat().st_size:,} bytes, over the limit of "
+                         f"{max_weight_bytes:,}; use a smaller model")
+    return data, cfg, read_safetensors(weights)
 
 
 def save_model(folder: str | Path, model: GPT, tokenizer: Tokenizer, meta: dict | None = None) -> Path:
@@ -106,23 +161,18 @@ def check_vocab(cfg: ModelConfig, tokenizer: Tokenizer, source: str) -> None:
                          f"{cfg.vocab_size} embeddings; they do not belong together")
 
 
-def load_tfm_folder(folder: Path) -> tuple[GPT, Tokenizer, dict]:
-    data = read_json(folder / "config.json")
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"{folder / 'config.json'} is not a tfm config (no \"format\": \"tfm\")")
-    if data.get("version") != VERSION:
-        raise ValueError(f"{folder}: tfm format version {data.get('version')!r}; this tfm reads version {VERSION}")
-    try:
-        cfg = ModelConfig.from_dict(data.get("model"))
-    except ValueError as e:
-        raise ValueError(f"{folder / 'config.json'}: bad \"model\" section: {e}") from None
+TFM_FOLDER = FolderFormat(FORMAT, VERSION, "a tfm", ModelConfig.from_dict)
+
+
+def load_tfm_folder(folder: Path, max_weight_bytes: int | None = None) -> tuple[GPT, Tokenizer, dict]:
+    data, cfg, state = read_folder(folder, TFM_FOLDER, max_weight_bytes)
     spec = data.get("tokenizer")
     if not isinstance(spec, dict) or "file" not in spec:
         raise ValueError(f"{folder / 'config.json'} has no \"tokenizer\" section naming the tokenizer file")
     tokenizer = Tokenizer.from_spec(folder, spec)
     check_vocab(cfg, tokenizer, str(folder))
     model = GPT(cfg)
-    load_state_checked(model, read_safetensors(folder / "model.safetensors"), str(folder / "model.safetensors"))
+    load_state_checked(model, state, str(folder / "model.safetensors"))
     return model, tokenizer, data.get("meta") or {}
 
 
