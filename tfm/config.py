@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from .validate import check_int, check_number
+from .validate import check_int, check_number, from_json_object
 
 PosEncoding = Literal["learned", "sinusoidal", "rope", "none"]
 NormType = Literal["layernorm", "rmsnorm"]
@@ -153,17 +153,8 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
-        """Build from plain JSON data; unknown keys are an error, not silently dropped."""
-        if not isinstance(data, dict):
-            raise ValueError(f"a model config must be a JSON object, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown config keys {unknown}; allowed keys are {sorted(known)}")
-        missing = sorted(n for n in ("vocab_size", "context_length", "d_model", "n_layer", "n_head", "d_ff") if n not in data)
-        if missing:
-            raise ValueError(f"config is missing required keys {missing}")
-        return cls(**data)
+        """Build from plain JSON data; unknown or missing keys are an error, not silently dropped."""
+        return from_json_object(cls, data, "a model config")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ModelConfig":

@@ -39,7 +39,7 @@ from safetensors.torch import save_file
 from .config import Activation, NormPlacement, NormType, _check_choice
 from .model import MLP, Norm, attend, sinusoidal_table
 from .trace import Recorder, Trace
-from .validate import check_int, check_number
+from .validate import check_int, check_number, from_json_object
 from .weights import FolderFormat, check_state, checked_config, read_folder
 
 EncDecPos = Literal["sinusoidal", "learned"]
@@ -109,16 +109,7 @@ class EncDecConfig:
     @classmethod
     def from_dict(cls, data: Any) -> "EncDecConfig":
         """From plain JSON data; unknown or missing keys are an error."""
-        if not isinstance(data, dict):
-            raise ValueError(f"an encoder-decoder config must be a JSON object, got {type(data).__name__}")
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - set(fields))
-        if unknown:
-            raise ValueError(f"unknown config keys {unknown}; allowed keys are {sorted(fields)}")
-        missing = sorted(n for n, f in fields.items() if f.default is dataclasses.MISSING and n not in data)
-        if missing:
-            raise ValueError(f"config is missing required keys {missing}")
-        return cls(**data)
+        return from_json_object(cls, data, "an encoder-decoder config")
 
 
 class EncDecOutput(NamedTuple):

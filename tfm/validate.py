@@ -8,11 +8,14 @@ the allowed range.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["check_int", "check_number"]
+__all__ = ["check_int", "check_number", "from_json_object"]
+
+D = TypeVar("D")
 
 
 def _range(low: float | None, high: float | None) -> str:
@@ -52,3 +55,20 @@ def check_number(name: str, value: Any, low: float | None = None, high: float | 
     if (low is not None and x < low) or (high is not None and x > high):
         raise ValueError(f"{name}={value!r} is out of range; it must be {_range(low, high)}{hint}")
     return x
+
+
+def from_json_object(cls: type[D], data: Any, what: str) -> D:
+    """`cls(**data)` for a frozen config dataclass from plain JSON data: not an object, unknown
+    keys (never silently dropped) and missing required keys are refused by name; the dataclass
+    validates the values. `what` names it in messages ("a model config")."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} must be a JSON object, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown config keys {unknown}; allowed keys are {sorted(fields)}")
+    missing = sorted(n for n, f in fields.items() if n not in data
+                     and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+    if missing:
+        raise ValueError(f"config is missing required keys {missing}")
+    return cls(**data)
