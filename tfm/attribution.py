@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from .model import GPT
+from .validate import check_int
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,9 +65,7 @@ def check_position(position: int, t: int) -> int:
 
 
 def check_token(token: int, vocab: int, what: str = "token") -> int:
-    if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab:
-        raise ValueError(f"{what} {token!r} is not in the vocabulary (ids 0..{vocab - 1})")
-    return token
+    return check_int(what, token, 0, vocab - 1, " (an id in the vocabulary)")
 
 
 def _f64(t: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..validate import check_int
 from . import llama
 from .common import load_family
 
@@ -14,8 +15,7 @@ from .common import load_family
 def cap_to_window(kwargs: dict, meta: dict, window: object, source: str) -> None:
     if window is None:
         return
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"{source}: sliding_window={window!r} must be a positive integer or null")
+    window = check_int(f"{source}: sliding_window", window, 1, hint=" (or null)")
     if window < kwargs["context_length"]:
         meta["context_note"] = (f"context capped at the sliding window ({window} of "
                                 f"{kwargs['context_length']} positions): tfm has no sliding-window mask")
