@@ -105,14 +105,17 @@ def samples(lm: LM, n_tokens: int = 80) -> list[dict]:
 
 @torch.no_grad()
 def head_table(lm: LM, text: str) -> dict:
-    """Previous-token and first-token scores on natural text; induction on repeated random tokens."""
+    """Previous-token and first-token scores on natural text; induction on the head table's
+    repeated random tokens (the same probe the app shows)."""
     ids = lm.tokenizer.encode(text)[: lm.config.context_length]
     out = lm.model(torch.tensor([ids]), trace=True)
-    natural = analysis.head_scores(out.trace, ids)
-    probe = analysis.induction_probe(lm.model, seq_len=min(100, lm.config.context_length // 2 - 1), seed=0)
-    return {"previous_token": natural["previous_token"].tolist(), "first_token": natural["first_token"].tolist(),
-            "induction": probe["induction"].tolist(), "previous_token_probe": probe["previous_token"].tolist(),
-            "n_tokens_natural": len(ids)}
+    heads = analysis.head_table(lm, out.trace, ids)
+    if heads.probe is None:
+        raise ValueError(f"context_length={lm.config.context_length} is too short for the induction probe")
+    s = {name: score.tolist() for name, score in heads.scores.items()}
+    return {"previous_token": s["previous_token"], "first_token": s["first_token"], "induction": s["repeat_induction"],
+            "previous_token_probe": s["repeat_previous_token"], "n_tokens_natural": len(ids),
+            "probe_tokens": heads.probe.seq_len}
 
 
 @torch.no_grad()
@@ -191,7 +194,7 @@ def render(lm: LM, chain: list[tuple[Path, dict]], evals: list[dict], heads: dic
         prev=fmt_table(heads["previous_token"]), first=fmt_table(heads["first_token"]),
         ind=fmt_table(heads["induction"]), top_prev=top_heads(heads["previous_token"]),
         top_first=top_heads(heads["first_token"]), top_ind=top_heads(heads["induction"]),
-        n_nat=heads["n_tokens_natural"], date=time.strftime("%Y-%m-%d"), repeat=repeat_note(chain, c.context_length),
+        n_nat=heads["n_tokens_natural"], probe_len=heads["probe_tokens"], date=time.strftime("%Y-%m-%d"), repeat=repeat_note(chain, c.context_length),
         cp=heads["copy"],
     )
 
@@ -269,7 +272,8 @@ Training mix (held-out tail of 1% of each file excluded):
 
 ## Attention heads (the engine's scores, `tfm.analysis`)
 Previous-token and first-token scores on the first {n_nat} tokens of `tinystories_valid.txt`;
-induction scores on a random token sequence repeated twice (the standard induction test).
+induction scores on {probe_len} random tokens repeated twice (the standard induction test; the
+same probe as the app's head table).
 Score = average attention mass on the positions that head type predicts (TransformerLens's
 definition).
 
