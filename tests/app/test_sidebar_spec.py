@@ -65,3 +65,13 @@ def test_a_preset_chosen_in_the_sidebar_travels_in_the_link():
     again.selectbox(key="sidebar.preset").set_value("tiny").run()    # another preset: its fields, its base
     assert not again.exception, again.exception
     assert parse_spec(again.session_state["app.model_spec"]) == random_spec(ModelConfig.preset("tiny"), preset="tiny")
+
+
+def test_a_bad_or_oversized_link_spec_says_why_and_opens_the_default():
+    for text, why in (('random:{"preset":"tiny","evil":1}', "unknown keys ['evil']"),
+                      ("random:{" + " " * 5000 + "}", "at most 4,096 are read"), ("nonsense", "is not known")):
+        at = link(text)
+        warnings = [w.value for w in at.warning if "The link's model setting could not be read" in w.value]
+        assert len(warnings) == 1 and why in warnings[0], [w.value for w in at.warning]
+        assert at.radio(key="sidebar.model_kind").value == "default"
+        assert at.session_state["app.model_spec"] == state.default_model_spec()
