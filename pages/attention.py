@@ -159,26 +159,18 @@ with tabs[2]:
                                      None if tok is None else tok - a), key="attn.head_view")
 with tabs[3]:
     if tabs[3].open:
-        scores = state.derived("attn.head_scores", lambda lm, ids: analysis.head_scores(
-            run.trace, ids, progress=state.progress_bar(f"Scoring every head on {n_tok} tokens")),
+        heads = state.derived("attn.head_table", lambda lm, ids: analysis.head_table(
+            lm, run.trace, ids, state.progress_bar(f"Scoring every head on {n_tok} tokens and on the repeat probe")),
             run.spec, run.device, run.ids)
-        n_rep = min(40, (run.lm.config.context_length - 1) // 2)
-        eot = run.lm.tokenizer.eot_id
-        bos = eot if eot is not None and eot < run.lm.config.vocab_size else None
-        try:
-            probe = state.derived_status("Running the repeated-random-tokens probe…", "attn.induction_probe",
-                                  lambda lm, n, b: analysis.induction_probe(lm.model, seq_len=n, bos=b),
-                                  run.spec, run.device, n_rep, bos) if n_rep >= 2 else None
-        except ValueError as e:
-            probe = None
-            st.warning(f"Skipped the repeated-random-tokens probe: {e}")
-        st.caption(f"Click a column header to sort; select a row to open that head. The repeat scores come "
-                   f"from {n_rep} random tokens followed by the same {n_rep} again.")
-        table = fa.head_table(scores, probe)
+        if heads.probe is None:
+            st.info("The model's context is too short for the repeated-random-tokens probe.")
+        else:
+            st.caption(f"Click a column header to sort; select a row to open that head. The repeat scores come "
+                       f"from {heads.probe.seq_len} random tokens followed by the same {heads.probe.seq_len} again.")
+        table = fa.head_table(heads)
         st.dataframe(table, key="attn.table", on_select=lambda: _open_from_table(n_head), selection_mode="single-row",
                      hide_index=True, height=min(640, 38 + 35 * len(table)), column_config=fa.head_columns(table))
-        st.markdown("\n".join(f"- **{k.replace('_', ' ')}**: {v}" for k, v in fa.SCORE_HELP.items()
-                               if probe is not None or not k.startswith("repeat")))
+        st.markdown("\n".join(f"- **{k.replace('_', ' ')}**: {v}" for k, v in heads.help().items()))
 
 settings = {"prompt": st.session_state["sidebar.prompt"], "model": run.spec, "layer": layer, "head": head,
             "mode": mode, "hide_first": hide_first, "log_colour": log, "window": [a, b], "dropped": run.dropped}

@@ -9,10 +9,10 @@ REPEATED = ("The little dog ran to the big red barn and hid under the hay. "
             "The little dog ran to the big red barn and hid under the hay.")
 
 
-def probe(lm, seq_len: int):
-    """Head scores on a random sequence repeated twice (cached per model)."""
-    s = analysis.induction_probe(lm.model, seq_len=seq_len, bos=lm.tokenizer.eot_id)  # as the head table
-    return {k: analysis.top_head(s[k]) for k in ("previous_token", "induction")}
+def probe(lm):
+    """The strongest heads on the head table's repeated random tokens (cached per model)."""
+    heads = analysis.head_table(lm)   # no prompt: the probe only, as the Attention page runs it
+    return {k: analysis.top_head(heads.scores[f"repeat_{k}"]) for k in ("previous_token", "induction")}
 
 
 def show_head(layer: int, head: int) -> None:
@@ -33,13 +33,13 @@ if lm is not None:
     st.markdown(f"**Running:** {state.describe_spec(spec)}: {c.n_layer} layers, {c.n_head} heads of size "
                 f"{c.d_head}, d_model {c.d_model}, context {c.context_length} tokens, vocabulary "
                 f"{c.vocab_size:,}, {lm.model.num_params():,} parameters, on `{lm.device}`.")
-    seq_len = min(40, (c.context_length - 1) // 2)
-    if seq_len >= 2:
-        top = state.derived("home.probe", probe, spec, device, seq_len)
+    settings = analysis.probe_settings(lm)   # what head_table runs; None: the context is too short
+    if settings is not None:
+        top = state.derived("home.probe", probe, spec, device)
         (pl, ph, pv), (il, ih, iv) = top["previous_token"], top["induction"]
         st.subheader("Two heads worth a look in this model")
         st.markdown(
-            f"Measured just now on {seq_len} random tokens repeated twice: **layer {pl}, head {ph}** puts "
+            f"Measured just now on {settings.seq_len} random tokens repeated twice: **layer {pl}, head {ph}** puts "
             f"{pv:.0%} of its attention on the previous token, and **layer {il}, head {ih}** puts {iv:.0%} on "
             "the token that followed the current one last time (an *induction head*: it is how the model "
             "copies a phrase it has already seen). Scores near 0 mean the model has no such head.")

@@ -270,6 +270,42 @@ def test_induction_probe_on_a_random_model():
         A.induction_probe(model, seq_len=40)
 
 
+def test_head_table_is_the_prompt_scores_and_the_probe_with_its_own_settings():
+    """head_table = head_scores on the prompt + induction_probe at PROBE_LEN (seed PROBE_SEED,
+    after the end-of-text token): the one place the pages and the model card get them from."""
+    import tfm
+    lm = tfm.random_model(ModelConfig.preset("tiny", n_layer=3, context_length=128), seed=2)
+    ids = lm.tokenizer.encode("abcab abcab xyz abc")
+    trace = lm.model(torch.tensor([ids]), trace=True).trace
+    calls = []
+    heads = A.head_table(lm, trace, ids, progress=lambda done, total: calls.append((done, total)))
+    assert heads.probe == A.ProbeSettings(A.PROBE_LEN, A.PROBE_SEED, lm.tokenizer.eot_id) and heads.n_tokens == len(ids)
+    assert list(heads.scores) == [*A.PROMPT_SCORES, *A.PROBE_SCORES] and list(heads.help()) == list(heads.scores)
+    want = A.head_scores(trace, ids)
+    probe = A.induction_probe(lm.model, A.PROBE_LEN, A.PROBE_SEED, bos=lm.tokenizer.eot_id)
+    for name in A.PROMPT_SCORES:
+        assert torch.equal(heads.scores[name], want[name]), name
+    assert torch.equal(heads.scores["repeat_induction"], probe["induction"])
+    assert torch.equal(heads.scores["repeat_previous_token"], probe["previous_token"])
+    assert calls == [(i, 6) for i in range(1, 7)]                     # both loops, one count
+    alone = A.head_table(lm)                                         # probe only (the home page)
+    assert set(alone.scores) == set(A.PROBE_SCORES) and alone.n_tokens == 0
+    assert torch.equal(alone.scores["repeat_induction"], probe["induction"])
+
+
+def test_head_table_fits_the_probe_to_the_context():
+    import tfm
+    short = tfm.random_model(ModelConfig.preset("tiny", context_length=21))
+    assert A.probe_settings(short) == A.ProbeSettings(10, A.PROBE_SEED, 256)   # 1 + 2 * 10 tokens fit
+    assert A.head_table(short).scores["repeat_induction"].shape == (2, 2)
+    none = tfm.random_model(ModelConfig.preset("tiny", context_length=4))
+    assert A.probe_settings(none) is None
+    assert A.head_table(none).scores == {} and A.head_table(none).probe is None
+    tok = tfm.loading.bytes_tokenizer()
+    small = tfm.random_model(ModelConfig.preset("tiny", vocab_size=256, context_length=64), tokenizer=tok)
+    assert A.probe_settings(small).bos is None        # the end-of-text id has no row in this model
+
+
 def test_logit_lens_leaves_out_padded_vocabulary_rows():
     """A model whose vocabulary has more rows than its tokenizer has words: the lens must never
     name a row that is no token, and must renormalise over the real words (as sampling does)."""

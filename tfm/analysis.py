@@ -77,7 +77,8 @@ def head_scores(trace: Trace, tokens: torch.Tensor | list[int], progress: Progre
 
 
 @torch.no_grad()
-def induction_probe(model: GPT, seq_len: int = 40, seed: int = 0, bos: int | None = None) -> dict[str, torch.Tensor]:
+def induction_probe(model: GPT, seq_len: int = 40, seed: int = 0, bos: int | None = None,
+                    progress: Progress | None = None) -> dict[str, torch.Tensor]:
     """Head scores on a random token sequence repeated twice, where only induction can predict
     the second half (the standard induction-head test). Returns head_scores plus `tokens`."""
     cfg = model.config
@@ -88,7 +89,7 @@ def induction_probe(model: GPT, seq_len: int = 40, seed: int = 0, bos: int | Non
     tokens = torch.cat([half, half]) if bos is None else torch.cat([torch.tensor([bos]), half, half])
     device = next(model.parameters()).device
     out = model(tokens[None].to(device), trace=True)
-    scores = head_scores(out.trace, tokens)
+    scores = head_scores(out.trace, tokens, progress)
     scores["tokens"] = tokens
     return scores
 
@@ -98,6 +99,77 @@ def top_head(scores: torch.Tensor) -> tuple[int, int, float]:
     flat = int(scores.argmax())
     layer, head = divmod(flat, scores.shape[1])
     return layer, head, float(scores[layer, head])
+
+
+# ---- the head table: every page, the home page and the model card read heads through this ----
+PROBE_LEN, PROBE_SEED = 40, 0   # the repeated-random-tokens probe: tokens per half, their seed
+SCORES = {  # name -> what it measures: the prompt's scores, then the probe's ("repeat_" + prompt name)
+    "entropy": "How spread out the head's attention is, in nats, averaged over queries: 0 = every "
+               "token looks at exactly one token; ln(T) = looks at all earlier tokens equally.",
+    "previous_token": "Share of attention each token puts on the token right before it.",
+    "first_token": "Share put on position 0. Heads with nothing useful to do often park their "
+                   "attention there (an 'attention sink').",
+    "duplicate_token": "Share put on earlier copies of the same token.",
+    "induction": "Share put on the token right after an earlier copy of the current token "
+                 "(… A B … A → look at B): the head that continues repeated text.",
+    "repeat_induction": "Induction score on random tokens repeated twice, where only induction can "
+                        "predict the second half: the cleanest test, independent of your prompt.",
+    "repeat_previous_token": "Previous-token score on the same repeated random tokens.",
+}
+PROMPT_SCORES = ("entropy", "previous_token", "first_token", "duplicate_token", "induction")
+PROBE_SCORES = ("repeat_induction", "repeat_previous_token")
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """The repeated-random-tokens probe: `seq_len` random tokens drawn with `seed`, twice,
+    after the start token `bos` (the tokenizer's end-of-text, when the model has a row for it)."""
+    seq_len: int
+    seed: int
+    bos: int | None
+
+
+@dataclass(frozen=True)
+class HeadTable:
+    """(L, H) CPU float32 scores by name (`SCORES` order; only those measured), how many prompt
+    tokens were scored (0: probe only) and the probe used (None: the context is too short)."""
+    scores: dict[str, torch.Tensor]
+    n_tokens: int
+    probe: ProbeSettings | None
+
+    def help(self) -> dict[str, str]:
+        """What each score in the table measures."""
+        return {name: SCORES[name] for name in self.scores}
+
+
+def probe_settings(lm) -> ProbeSettings | None:
+    """The probe that fits `lm` (an `LM`): PROBE_LEN tokens per half, fewer in a short context;
+    None when not even 2 fit."""
+    cfg, eot = lm.config, lm.tokenizer.eot_id
+    seq_len = min(PROBE_LEN, (cfg.context_length - 1) // 2)   # room for the start token
+    bos = eot if eot is not None and eot < cfg.vocab_size else None
+    return ProbeSettings(seq_len, PROBE_SEED, bos) if seq_len >= 2 else None
+
+
+def head_table(lm, trace: Trace | None = None, ids=None, progress: Progress | None = None) -> HeadTable:
+    """Every head's scores on the traced prompt `ids` (left out without a trace) and on the
+    repeated-random-tokens probe. Cost: one layer's (H, T, T) pattern is read at a time (GPT-2
+    at 1024 tokens: ~50 MB, plus the block a lazy trace recomputes), then the probe's forward
+    on 2 * PROBE_LEN + 1 tokens; `progress(done, total)` counts the layers of both."""
+    probe = probe_settings(lm)
+    n_layer = lm.config.n_layer
+    total = n_layer * ((trace is not None) + (probe is not None))
+
+    def step(start: int) -> Progress | None:  # one count over both loops
+        return None if progress is None else lambda done, _: progress(start + done, total)
+    scores: dict[str, torch.Tensor] = {}
+    if trace is not None:
+        got = head_scores(trace, ids, step(0))
+        scores |= {name: got[name].cpu().float() for name in PROMPT_SCORES}
+    if probe is not None:
+        got = induction_probe(lm.model, probe.seq_len, probe.seed, probe.bos, step(total - n_layer))
+        scores |= {name: got[name.removeprefix("repeat_")].cpu().float() for name in PROBE_SCORES}
+    return HeadTable(scores, 0 if trace is None else len(ids), probe)
 
 
 def rollout(trace: Trace, head_reduce: str = "mean", progress: Progress | None = None) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """`tfm.load(source)`: one entry point for every model tfm can run, and device choice."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import torch
 from .config import ModelConfig
 from .convert import DTYPES, is_hf_family_folder, load_hf_family_folder
 from .model import GPT
+from .spec import ModelSpec, format_spec, parse_spec
 from .tokenizer import Tokenizer
 from .weights import load_hf_gpt2_folder, load_nanogpt, load_tfm_folder, read_json
 
@@ -83,7 +85,7 @@ def random_model(config: ModelConfig | str, tokenizer: Tokenizer | None = None, 
     model = GPT(cfg)
     model.reset_parameters(torch.Generator().manual_seed(seed))
     dev = pick_device(device)
-    name = f"random:{config if isinstance(config, str) else 'custom'}"
+    name = format_spec(ModelSpec("random", config=cfg, seed=seed, preset=config if isinstance(config, str) else None))
     return LM(model.to(dev).eval(), tok, cfg, dev, name, {"seed": seed, "random": True})
 
 
@@ -111,22 +113,24 @@ def detect_format(path: Path) -> str:
                      "or a nanoGPT ckpt.pt")
 
 
-def load(source: str | Path = "default", device: str | None = "auto", dtype: str = "float32") -> LM:
-    """Load a model by registered name ("default"), "random:<preset>", or path; `dtype`
-    ("float32", "float16" or "bfloat16") is what its weights are held in, whatever the files hold."""
+def load(source: str | Path | ModelSpec = "default", device: str | None = "auto", dtype: str = "float32") -> LM:
+    """Load a model by spec (`tfm.spec`: "default", "random:<preset>", "random:{json}",
+    "path:<folder>") or a folder path; `dtype` ("float32", "float16" or "bfloat16") is what its
+    weights are held in, whatever the files hold."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
-    src = str(source)
-    if src.startswith("random:"):
-        lm = random_model(src.removeprefix("random:"), device=device)
+    spec = source if isinstance(source, ModelSpec) else parse_spec(str(source), bare_path=True)
+    if spec.kind == "random":
+        lm = random_model(spec.config, seed=spec.seed, device=device)
         lm.model.to(DTYPES[dtype])  # freshly made, not shared yet
-        return lm
-    if src in REGISTRY:
-        path = REGISTRY[src]
+        return dataclasses.replace(lm, source=format_spec(spec))
+    if spec.kind == "default":
+        path, src = REGISTRY["default"], "default"
         if not path.is_dir():
             raise FileNotFoundError(f"the bundled model {src!r} is not at {path}; restore it from git, or train it "
                                     "with python -m tfm.train (README.md, 'The bundled model')")
     else:
+        src = spec.path
         path = Path(src).expanduser()
     kind = detect_format(path)
     if kind == "tfm":

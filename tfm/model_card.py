@@ -105,14 +105,17 @@ def samples(lm: LM, n_tokens: int = 80) -> list[dict]:
 
 @torch.no_grad()
 def head_table(lm: LM, text: str) -> dict:
-    """Previous-token and first-token scores on natural text; induction on repeated random tokens."""
+    """Previous-token and first-token scores on natural text; induction on the head table's
+    repeated random tokens (the same probe the app shows)."""
     ids = lm.tokenizer.encode(text)[: lm.config.context_length]
     out = lm.model(torch.tensor([ids]), trace=True)
-    natural = analysis.head_scores(out.trace, ids)
-    probe = analysis.induction_probe(lm.model, seq_len=min(100, lm.config.context_length // 2 - 1), seed=0)
-    return {"previous_token": natural["previous_token"].tolist(), "first_token": natural["first_token"].tolist(),
-            "induction": probe["induction"].tolist(), "previous_token_probe": probe["previous_token"].tolist(),
-            "n_tokens_natural": len(ids)}
+    heads = analysis.head_table(lm, out.trace, ids)
+    if heads.probe is None:
+        raise ValueError(f"context_length={lm.config.context_length} is too short for the induction probe")
+    s = {name: score.tolist() for name, score in heads.scores.items()}
+    return {"previous_token": s["previous_token"], "first_token": s["first_token"], "induction": s["repeat_induction"],
+            "previous_token_probe": s["repeat_previous_token"], "n_tokens_natural": len(ids),
+            "probe_tokens": heads.probe.seq_len}
 
 
 @torch.no_grad()
@@ -187,13 +190,30 @@ def render(lm: LM, chain: list[tuple[Path, dict]], evals: list[dict], heads: dic
         bpb=last["eval_bpb"], best_bpb=best["eval_bpb"], best_step=best["step"], val=last["val_loss"],
         per_file=", ".join(f"{k}: {v:.3f}" for k, v in last["val"].items()),
         mix=mix, lic=lic, cmds=cmds, samples=text, run=portable(str(chain[-1][0])),
+        heads_section=heads_section(heads), date=time.strftime("%Y-%m-%d"), repeat=repeat_note(chain, c.context_length),
+    )
+
+
+def heads_section(heads: dict) -> str:
+    return HEADS_SECTION.format(
         top_prev_probe=top_heads(heads["previous_token_probe"]),
         prev=fmt_table(heads["previous_token"]), first=fmt_table(heads["first_token"]),
         ind=fmt_table(heads["induction"]), top_prev=top_heads(heads["previous_token"]),
         top_first=top_heads(heads["first_token"]), top_ind=top_heads(heads["induction"]),
-        n_nat=heads["n_tokens_natural"], date=time.strftime("%Y-%m-%d"), repeat=repeat_note(chain, c.context_length),
-        cp=heads["copy"],
-    )
+        n_nat=heads["n_tokens_natural"], probe_len=heads["probe_tokens"], cp=heads["copy"])
+
+
+def refresh_heads(folder: Path, corpus: str) -> None:
+    """Re-measure only the head scores of an existing model folder's card (card.json and its README
+    section), e.g. after the app's probe changed; the training figures stay as the run wrote them."""
+    lm = load(folder, device="cpu")
+    card = json.loads((folder / "card.json").read_text())
+    valid = Path(corpus) / "tinystories_valid.txt"
+    card["heads"] = {**head_table(lm, valid.read_text(encoding="utf-8")[:4000]), "copy": card["heads"]["copy"]}
+    (folder / "card.json").write_text(json.dumps(card, indent=1))
+    readme = (folder / "README.md").read_text()
+    start, end = readme.index("## Attention heads"), readme.index("## Reproduce\n")
+    (folder / "README.md").write_text(readme[:start] + heads_section(card["heads"]) + readme[end:])
 
 
 def repeat_note(chain: list[tuple[Path, dict]], ctx: int) -> str:
@@ -217,6 +237,35 @@ def repeat_note(chain: list[tuple[Path, dict]], ctx: int) -> str:
     out.append("Both teach what a model this small, trained on this little text, otherwise does not learn: "
                "previous-token and induction heads. The other rows are plain windows.")
     return "\n\n".join(out)
+
+
+HEADS_SECTION = """## Attention heads (the engine's scores, `tfm.analysis`)
+Previous-token and first-token scores on the first {n_nat} tokens of `tinystories_valid.txt`;
+induction scores on {probe_len} random tokens repeated twice (the standard induction test; the
+same probe as the app's head table).
+Score = average attention mass on the positions that head type predicts (TransformerLens's
+definition).
+
+- Strongest previous-token heads: {top_prev} (on the repeated random tokens: {top_prev_probe})
+- Strongest induction heads: {top_ind}
+- Strongest first-token (attention sink) heads: {top_first}
+- Copying from context: on {cp[n]} spans of {cp[span]} tokens of `tinystories_valid.txt`, the
+  loss is {cp[first]:.2f} nats/token the first time and **{cp[second]:.2f}** when the same span
+  is repeated right after it.
+
+Previous-token:
+
+{prev}
+
+Induction:
+
+{ind}
+
+First-token:
+
+{first}
+
+"""
 
 
 TEMPLATE = """# tfm default model: model card
@@ -267,32 +316,7 @@ Training mix (held-out tail of 1% of each file excluded):
 ## Samples (seed 0, top-k off, top-p off)
 {samples}
 
-## Attention heads (the engine's scores, `tfm.analysis`)
-Previous-token and first-token scores on the first {n_nat} tokens of `tinystories_valid.txt`;
-induction scores on a random token sequence repeated twice (the standard induction test).
-Score = average attention mass on the positions that head type predicts (TransformerLens's
-definition).
-
-- Strongest previous-token heads: {top_prev} (on the repeated random tokens: {top_prev_probe})
-- Strongest induction heads: {top_ind}
-- Strongest first-token (attention sink) heads: {top_first}
-- Copying from context: on {cp[n]} spans of {cp[span]} tokens of `tinystories_valid.txt`, the
-  loss is {cp[first]:.2f} nats/token the first time and **{cp[second]:.2f}** when the same span
-  is repeated right after it.
-
-Previous-token:
-
-{prev}
-
-Induction:
-
-{ind}
-
-First-token:
-
-{first}
-
-## Reproduce
+{heads_section}## Reproduce
 From the repository root (with `../shared/corpus` beside it), after `scripts/setup.sh dev`:
 
 ```bash
@@ -311,7 +335,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("run", type=Path, help="a tfm.train run folder (metrics.jsonl, model/)")
     ap.add_argument("--out", type=Path, required=True, help="where to write the model folder with its card")
     ap.add_argument("--corpus", default="/work/shared/corpus", help="corpus path used by the run")
+    ap.add_argument("--heads-only", action="store_true",
+                    help="only re-measure the head scores of the card already in --out")
     args = ap.parse_args(argv)
+    if args.heads_only:
+        return refresh_heads(args.out, args.corpus)
     if args.out.exists():
         shutil.rmtree(args.out)
     shutil.copytree(args.run / "model", args.out)

@@ -15,6 +15,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
+from tfm.analysis import SCORES, HeadTable
+
 MASKED_BG = "#c8c8c8"  # the plot background shows through NaN (masked) cells
 # plotly's (python) sequential Blues, white to navy, spelled out: figures skip validation, and
 # plotly.js reads the name "Blues" as a different, reversed scale.
@@ -183,31 +185,13 @@ def _lines(q: np.ndarray, k: np.ndarray, wts: np.ndarray, colour: str, name: str
 
 
 # ---- head table and export -----------------------------------------------------------------
-SCORE_HELP = {
-    "entropy": "How spread out the head's attention is, in nats, averaged over queries: 0 = every "
-               "token looks at exactly one token; ln(T) = looks at all earlier tokens equally.",
-    "previous_token": "Share of attention each token puts on the token right before it.",
-    "first_token": "Share put on position 0. Heads with nothing useful to do often park their "
-                   "attention there (an 'attention sink').",
-    "duplicate_token": "Share put on earlier copies of the same token.",
-    "induction": "Share put on the token right after an earlier copy of the current token "
-                 "(… A B … A → look at B): the head that continues repeated text.",
-    "repeat_induction": "Induction score on random tokens repeated twice, where only induction can "
-                        "predict the second half: the cleanest test, independent of your prompt.",
-    "repeat_previous_token": "Previous-token score on the same repeated random tokens.",
-}
-
-
-def head_table(scores: dict[str, torch.Tensor], probe: dict[str, torch.Tensor] | None) -> pd.DataFrame:
-    """One row per head, ordered by (layer, head): the prompt's scores and the probe's."""
-    n_layer, n_head = scores["entropy"].shape
+def head_table(heads: HeadTable) -> pd.DataFrame:
+    """One row per head, ordered by (layer, head): every score of `analysis.head_table`."""
+    n_layer, n_head = next(iter(heads.scores.values())).shape
     table = {"head": [f"L{l} H{h}" for l in range(n_layer) for h in range(n_head)],
              "layer": np.repeat(np.arange(n_layer), n_head), "index": np.tile(np.arange(n_head), n_layer)}
-    for name in ("entropy", "previous_token", "first_token", "duplicate_token", "induction"):
-        table[name] = scores[name].flatten().numpy()
-    if probe is not None:
-        table["repeat_induction"] = probe["induction"].flatten().cpu().numpy()
-        table["repeat_previous_token"] = probe["previous_token"].flatten().cpu().numpy()
+    for name, score in heads.scores.items():
+        table[name] = score.flatten().numpy()
     return pd.DataFrame(table)
 
 
@@ -236,9 +220,9 @@ def head_columns(table: pd.DataFrame) -> dict:
     import streamlit as st  # only here: the rest of this module is plain plotly/numpy
 
     cols = {"layer": None, "index": None,
-            "entropy": st.column_config.NumberColumn("entropy (nats)", help=SCORE_HELP["entropy"], format="%.3f")}
+            "entropy": st.column_config.NumberColumn("entropy (nats)", help=SCORES["entropy"], format="%.3f")}
     for name in table.columns:
-        if name in SCORE_HELP and name != "entropy":
-            cols[name] = st.column_config.ProgressColumn(name.replace("_", " "), help=SCORE_HELP[name],
+        if name in SCORES and name != "entropy":
+            cols[name] = st.column_config.ProgressColumn(name.replace("_", " "), help=SCORES[name],
                                                          min_value=0.0, max_value=1.0, format="%.3f")
     return cols

@@ -1,7 +1,6 @@
 """The sidebar every page shares: model, device, prompt, seed. Writes them into the URL."""
 from __future__ import annotations
 
-import json
 import runpy
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from tfm.config import PRESETS, ModelConfig
 from tfm.config import Activation, NormPlacement, NormType, PosEncoding, RopeScaling
 from tfm import limits as tfm_limits
 from tfm.loading import available_devices
+from tfm.spec import ModelSpec, format_spec, parse_spec
 
 from . import server, state
 
@@ -31,43 +31,50 @@ FLAGS = {"bias": "biases", "qkv_bias": "q/k/v bias (Qwen2)", "tied_embeddings": 
          "parallel_block": "parallel block (GPT-NeoX)"}
 FIELDS = (*VARIANTS, *SIZES, *FLOATS, *FLAGS)  # every config field the sidebar shows
 SIZE_MAX, SEED_MAX = 100_000, 2**31 - 1  # the widgets' bounds
+CUSTOM = "custom"  # the preset shown for a link's config that matches none
 
 
 def _spec_from_url() -> None:
-    """Open a shared link: `model=` holds a spec ("default", "random:{...}", "path:...")."""
-    spec = st.query_params.get("model")
-    if spec is None or "app.model_spec" in st.session_state:
+    """Open a shared link: `model=` holds a spec (`tfm.spec`: "default", "random:...", "path:...")."""
+    text = st.query_params.get("model")
+    if text is None or "app.model_spec" in st.session_state:
         return
-    if spec.startswith("random:"):
+    try:
+        spec = parse_spec(text)
+    except ValueError as e:
+        st.warning(f"The link's model setting could not be read ({e}); using the default model.")
+        return
+    if spec.kind == "random":
         try:
-            data = json.loads(spec.removeprefix("random:"))
-            cfg = ModelConfig.from_dict(data["config"])
-        except (ValueError, KeyError, TypeError) as e:
-            st.warning(f"The link's model setting could not be read ({e}); using the default model.")
-            return
-        try:
-            tfm_limits.check_model(cfg, server.limits())
+            tfm_limits.check_model(spec.config, server.limits())
             for name in SIZES:
-                tfm_limits.check_count(name, getattr(cfg, name), SIZE_MAX)
-            tfm_limits.check_count("seed", data.get("seed", 0), SEED_MAX, low=0)
+                tfm_limits.check_count(name, getattr(spec.config, name), SIZE_MAX)
+            tfm_limits.check_count("seed", spec.seed, SEED_MAX, low=0)
         except ValueError as e:
             st.error(f"The link's random model was not built: {e}. Showing the default model.")
             return
-        st.session_state["sidebar.model_kind"] = "random"
-        st.session_state["sidebar.random_seed"] = int(data.get("seed", 0))
-        for name in FIELDS:
-            st.session_state[f"sidebar.{name}"] = getattr(cfg, name)
-        st.session_state["sidebar.preset"] = "tfm-small"
-    elif spec.startswith("path:"):
+        _show_random(spec)
+    elif spec.kind == "folder":
         try:
-            server.allowed_folder(spec.removeprefix("path:"))
+            server.allowed_folder(spec.path)
         except ValueError as e:
             st.error(f"The link's model folder was not opened: {e}. Showing the default model.")
             return
         st.session_state["sidebar.model_kind"] = "folder"
-        st.session_state["sidebar.folder"] = spec.removeprefix("path:")
-    st.session_state["app.model_spec"] = spec
+        st.session_state["sidebar.folder"] = spec.path
+    st.session_state["app.model_spec"] = format_spec(spec)
     state.remember(*PERSISTENT)
+
+
+def _show_random(spec: ModelSpec) -> None:
+    """Put a random spec into the widgets: its preset (or "custom"), fields and seed. Its config
+    is the base the widgets edit, so fields without a widget keep the link's values."""
+    ss = st.session_state
+    ss["sidebar.model_kind"], ss["sidebar.random_seed"] = "random", spec.seed
+    ss["sidebar.preset"] = spec.preset or CUSTOM
+    ss["sidebar.base"] = spec.config.to_dict()
+    for name in FIELDS:
+        ss[f"sidebar.{name}"] = getattr(spec.config, name)
 
 
 def _random_config() -> ModelConfig | None:
@@ -75,8 +82,9 @@ def _random_config() -> ModelConfig | None:
     if "sidebar.preset" not in st.session_state:
         st.session_state["sidebar.preset"] = "tfm-small"
         _apply_preset(only_missing=True)
-    preset = st.selectbox("Start from preset", sorted(PRESETS), key="sidebar.preset", on_change=_apply_preset)
-    base = ModelConfig.preset(preset)
+    preset = st.selectbox("Start from preset", [*sorted(PRESETS), CUSTOM], key="sidebar.preset", on_change=_apply_preset,
+                          help=f"{CUSTOM!r}: a link's config that matches no preset")
+    base = _base(preset)
     fields = {}
     for name, kind in VARIANTS.items():
         fields[name] = st.selectbox(name.replace("_", " "), list(get_args(kind)), **state.keep(f"sidebar.{name}"))
@@ -98,6 +106,14 @@ def _random_config() -> ModelConfig | None:
     return _within_limits(cfg)
 
 
+def _base(preset: str) -> ModelConfig:
+    """The config the widgets edit: a link's (so fields without a widget keep its values) until
+    another preset is chosen, else the preset's."""
+    if "sidebar.base" in st.session_state:
+        return ModelConfig.from_dict(st.session_state["sidebar.base"])
+    return ModelConfig.preset("tfm-small" if preset == CUSTOM else preset)  # CUSTOM chosen by hand
+
+
 def _within_limits(cfg: ModelConfig) -> ModelConfig | None:
     """The config's cost, from its shape alone; over the server's limits: why, and None."""
     n, trace = tfm_limits.count_params(cfg), tfm_limits.trace_cost(cfg)
@@ -113,6 +129,10 @@ def _within_limits(cfg: ModelConfig) -> ModelConfig | None:
 
 
 def _apply_preset(only_missing: bool = False) -> None:
+    if st.session_state["sidebar.preset"] == CUSTOM:   # nothing to apply: keep the fields as they are
+        state.remember("sidebar.preset")
+        return
+    st.session_state.pop("sidebar.base", None)   # the preset is the base again
     cfg = ModelConfig.preset(st.session_state["sidebar.preset"])
     for name in FIELDS:
         if not (only_missing and f"sidebar.{name}" in st.session_state):
@@ -138,7 +158,8 @@ def _choose_model() -> None:
             st.session_state.setdefault("sidebar.random_seed", 0)
             seed = st.number_input("init seed", 0, SEED_MAX, **state.keep("sidebar.random_seed"))
         if cfg is not None:
-            spec = state.random_spec(cfg, int(seed))
+            preset = st.session_state["sidebar.preset"]
+            spec = state.random_spec(cfg, int(seed), None if preset == CUSTOM else preset)
     else:
         found = state.found_model_folders()
         if found:

@@ -6,7 +6,6 @@ session, so nothing here mutates them. The trace of a prompt is computed once pe
 """
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from tfm import limits as tfm_limits
 from tfm.config import ModelConfig
 from tfm.generate import prepare_prompt
 from tfm.loading import REGISTRY
+from tfm.spec import ModelSpec, format_spec, parse_spec
 from tfm.trace import Trace
 from ui import memory
 
@@ -32,19 +32,24 @@ def default_model_spec() -> str:
     return random_spec(ModelConfig.preset("tfm-small"), seed=0)
 
 
-def random_spec(cfg: ModelConfig, seed: int) -> str:
-    return "random:" + json.dumps({"config": cfg.to_dict(), "seed": seed}, sort_keys=True)
+def random_spec(cfg: ModelConfig, seed: int, preset: str | None = None) -> str:
+    """The spec text (`tfm.spec`) of a random model; `preset`: the one its config starts from."""
+    return format_spec(ModelSpec("random", config=cfg, seed=seed, preset=preset))
 
 
 def describe_spec(spec: str) -> str:
-    if spec == "default":
+    """In words, for messages; never raises (a bad spec is described as what it is)."""
+    try:
+        parsed = parse_spec(spec)
+    except ValueError:
+        return f"the model setting {spec[:40]!r}"
+    if parsed.kind == "default":
         return "bundled default model"
-    if spec.startswith("random:"):
-        data = json.loads(spec.removeprefix("random:"))
-        c = data["config"]
-        return (f"random model ({c['n_layer']} layers, d_model {c['d_model']}, {c['n_head']} heads, "
-                f"{c['pos_encoding']}, {c['norm']}, {c['norm_placement']}-norm, {c['activation']}; seed {data['seed']})")
-    return f"model folder {spec.removeprefix('path:')}"
+    if parsed.kind == "folder":
+        return f"model folder {parsed.path}"
+    c = parsed.config
+    return (f"random model ({parsed.preset or 'custom'}: {c.n_layer} layers, d_model {c.d_model}, {c.n_head} heads, "
+            f"{c.pos_encoding}, {c.norm}, {c.norm_placement}-norm, {c.activation}; seed {parsed.seed})")
 
 
 def _prompts_budget() -> int:
@@ -69,16 +74,12 @@ def clear_caches() -> None:
 
 
 def load_lm(spec: str, device: str) -> tfm.LM:
-    """Load by spec: "default", "random:{json}" or "path:/folder", once per process (shared by
+    """Load by spec (`tfm.spec`: "default", "random:...", "path:/folder"), once per process (shared by
     every session, never mutated). Errors propagate (ValueError, FileNotFoundError) for the
     caller to show; failures are not cached. `spec` must have passed `checked_spec`."""
     def load() -> tfm.LM:
         with server.heavy("loading a model", quiet=True):
-            if spec.startswith("random:"):
-                data = json.loads(spec.removeprefix("random:"))
-                cfg = ModelConfig.from_dict(data["config"])
-                return tfm.random_model(cfg, seed=int(data["seed"]), device=device)
-            return tfm.load(spec.removeprefix("path:"), device=device)
+            return tfm.load(parse_spec(spec), device=device)
     return MODELS.get((spec, device), load)
 
 
@@ -182,21 +183,16 @@ def current_run(max_tokens: int | None = None) -> PromptRun:
 
 def checked_spec(spec: str) -> str:
     """A spec a browser sent, checked before anything is loaded: a random model within the
-    server's limits, a folder inside the allowed roots (returned resolved). ValueError otherwise."""
-    if spec.startswith("random:"):
-        try:
-            cfg = ModelConfig.from_dict(json.loads(spec.removeprefix("random:"))["config"])
-        except (KeyError, TypeError, json.JSONDecodeError) as e:
-            raise ValueError(f"the random model's settings could not be read ({e})") from None
-        tfm_limits.check_model(cfg, server.limits())
-        return spec
-    if spec.startswith("path:"):
-        folder = server.allowed_folder(spec.removeprefix("path:"))
+    server's limits, a folder inside the allowed roots (returned resolved); in `format_spec`'s
+    form, so every page and cache keys one model the same way. ValueError otherwise."""
+    parsed = parse_spec(spec)
+    if parsed.kind == "random":
+        tfm_limits.check_model(parsed.config, server.limits())
+    elif parsed.kind == "folder":
+        folder = server.allowed_folder(parsed.path)
         tfm_limits.check_folder(folder, server.limits())
-        return f"path:{folder}"
-    if spec != "default":
-        raise ValueError(f"unknown model setting {spec[:40]!r}; use the sidebar's Model choice")
-    return spec
+        parsed = ModelSpec("folder", path=str(folder))
+    return format_spec(parsed)
 
 
 def progress_bar(label: str):
