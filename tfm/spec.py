@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .config import PRESETS, ModelConfig
+from .validate import check_int
 
 Kind = Literal["default", "random", "folder"]
 MAX_SPEC_CHARS = 4096   # a full config is ~600 characters; a link may carry anything
@@ -45,8 +46,7 @@ class ModelSpec:
             raise ValueError("a folder spec needs a path, and only a folder spec has one")
         if self.kind != "random" and (self.seed or self.preset):
             raise ValueError("only a random model spec has a seed or a preset")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
-            raise ValueError(f"seed={self.seed!r}: the init seed must be an integer from 0 to {MAX_SEED}")
+        check_int("seed", self.seed, 0, MAX_SEED, hint=" (the init seed)")
         if self.preset is not None and self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(sorted(PRESETS))}")
         if self.kind == "random" and self.preset is None:   # name the preset it equals, if any
