@@ -48,7 +48,8 @@ if res is None and go_now:
     bar.empty()
     live.empty()
 if res is None:
-    st.info(f"Press **Train**: {settings.steps} steps take roughly {max(1, round(settings.steps / 60))} s on one CPU core.")
+    st.info(f"Press **Train**: {settings.steps} steps take roughly {max(1, round(settings.steps / 60))} s "
+            "on one CPU core.")
     st.stop()
 
 formed, dropped, plateau = res.formed_at(), res.dropped_at(), res.plateau()
