@@ -4,6 +4,8 @@ Training runs in `tfm.lessons.train` (bounded steps, one CPU thread); the finish
 kept per (settings) in `ui.state`'s small shared store, so a class re-opening the page does
 not train again.
 """
+import math
+
 import streamlit as st
 
 from tfm.lessons import MAX_STEPS, LessonSettings, probe_tokens, train
@@ -14,10 +16,10 @@ ss = st.session_state
 sidebar.render()
 st.title("Induction head, live")
 st.markdown("A tiny transformer with **two layers of attention and nothing else** learns to continue random "
-            "token sequences in which a segment appears twice. The only way to predict the second copy is to "
-            "find the token's earlier occurrence and copy what came next. The textbook circuit for that is an "
-            "**induction head** fed by a previous-token head; the charts show whether this model built it (its "
-            "induction score) or found another way, and when the loss left its plateau.")
+            "token sequences in which a few tokens always come with the same partner right after them. The "
+            "partner after a token's second appearance can only be predicted by finding its earlier appearance "
+            "and copying what came next: an **induction head** in layer 1, fed by a **previous-token head** in "
+            "layer 0. The charts show the loss on those partners and each head's induction score as it trains.")
 
 state.restore("lesson.seed", "lesson.steps")
 ss.setdefault("lesson.seed", 0)
@@ -46,27 +48,33 @@ if res is None and go_now:
     bar.empty()
     live.empty()
 if res is None:
-    st.info(f"Press **Train**: {settings.steps} steps take well under a minute on one CPU core.")
+    st.info(f"Press **Train**: {settings.steps} steps take roughly {max(1, round(settings.steps / 60))} s "
+            "on one CPU core.")
     st.stop()
 
-formed, dropped = res.formed_at(), res.dropped_at()
+formed, dropped, plateau = res.formed_at(), res.dropped_at(), res.plateau()
 best = float(res.snapshots[-1].induction.max())
+end_loss = sum(res.losses[-20:]) / len(res.losses[-20:])
 if formed is not None:
     step_f, layer_f, head_f = formed
-    st.success(f"At step {step_f}, **layer {layer_f}, head {head_f}** became an induction head: its induction "
-               f"score crossed {settings.threshold:g} and the loss on the copied tokens fell from "
-               f"{res.losses[0]:.2f} to {res.losses[-1]:.2f} nats (trained in {res.seconds:.0f} s).")
+    prev_head = int(res.snapshots[-1].previous[0].argmax())
+    prev = float(res.snapshots[-1].previous[0, prev_head])
+    flat = (f"The loss sat on a plateau near {plateau[1]:.2f} nats (chance: {math.log(settings.vocab):.2f}) until "
+            f"step {plateau[0]}, then fell to {end_loss:.2f}; " if plateau else f"The loss fell to {end_loss:.2f}; ")
+    st.success(flat + f"**layer {layer_f}, head {head_f}** became an induction head, its score crossing "
+               f"{settings.threshold:g} at step {step_f} ({float(res.snapshots[0].induction[layer_f, head_f]):.2f} at "
+               f"step 0, {float(res.snapshots[-1].induction[layer_f, head_f]):.2f} at the end), and layer 0 head "
+               f"{prev_head}'s previous-token score reached {prev:.2f} (trained in {res.seconds:.0f} s).")
 elif dropped is not None:
-    st.info(f"At step {dropped} the loss on the copied tokens halved (from {res.losses[0]:.2f} to "
-            f"{res.losses[-1]:.2f} nats by the end): the model learned to copy from the first copy. No head's "
-            f"induction score reached {settings.threshold:g} (best {best:.2f}): this model copies through heads "
-            "that look a fixed distance back and combine in layer 1, not through the textbook pair. "
-            "Scrub the patterns below to see how.")
+    st.info(f"At step {dropped} the loss on the graded tokens halved (to {end_loss:.2f} nats by the end), but no "
+            f"head's induction score reached {settings.threshold:g} (best {best:.2f}): the model predicts them "
+            "some other way. Scrub the patterns below to see how, or train longer.")
 else:
     st.warning(f"Neither the loss nor an induction score moved much in {settings.steps} steps (best score "
-               f"{best:.2f}). Try more steps or another seed.")
+               f"{best:.2f}): the model is still on its plateau. Try more steps or another seed.")
 run_settings = {"seed": settings.seed, "steps": settings.steps}
-charts.show(fl.loss_figure(res.losses, formed[0] if formed else None, dropped, settings.steps), "induction-loss", run_settings)
+charts.show(fl.loss_figure(res.losses, formed[0] if formed else None, plateau, settings.steps), "induction-loss",
+            run_settings)
 charts.show(fl.score_figure(res), "induction-scores", run_settings)
 
 st.subheader("Scrub through training: one head's attention on a repeated sequence")
@@ -84,7 +92,8 @@ charts.show(fl.pattern_figure(snap.patterns[layer, head], labels,
                               f"Step {at_step}: layer {layer} head {head} (induction score "
                               f"{float(snap.induction[layer, head]):.2f})"),
             "induction-pattern", {**run_settings, "layer": layer, "head": head, "at": at_step})
-st.caption(f"The probe is {len(tokens) // 2} random tokens written twice. An induction head's weight sits on the "
-           "diagonal stripe one step right of the repeat: from each token of the second copy it looks at the token "
-           "that followed the same token in the first copy. The layer-0 head that feeds it looks at the previous "
-           "token (previous-token score {:.2f} at this step).".format(float(snap.previous[0].max())))
+st.caption(f"The probe is {len(tokens) // 2} distinct random tokens written twice. An induction head's weight sits "
+           "on the diagonal stripe one step right of the repeat: from each token of the second copy it looks at the "
+           "token that followed the same token in the first copy; its induction score is the mean weight on that "
+           "stripe. The layer-0 head that feeds it looks at the previous token (best previous-token score "
+           f"{float(snap.previous[0].max()):.2f} at this step).")

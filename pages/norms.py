@@ -45,8 +45,8 @@ for col, side in ((left, "input"), (right, "output")):
     for stat in ("mean", "std" if side == "output" else scale):
         key = f"{which_stats}.{side}_{stat}"
         if key in stats:
-            col.plotly_chart(fn.layer_token_heatmap(stats[key], run.labels, blocks, f"{key}: {stat} of the {side}",
-                                                    stat), key=f"norms.{key}")
+            charts.show(fn.layer_token_heatmap(stats[key], run.labels, blocks, f"{key}: {stat} of the {side}",
+                                               stat), key=f"norms.{key}", where=col)
 st.caption(f"Left: the statistics of the vectors going **into** {which_stats} differ a lot between tokens and "
            f"layers. Right: coming **out** ({cfg.norm}) every token has about the same size: mean ≈ the bias's "
            "mean, std ≈ the gains' size. Hover for exact values.")
@@ -57,12 +57,12 @@ if cfg.parallel_block:
             "x + attn(ln1(x)) + mlp(ln2(x)). So ln2 normalises the stream *entering* the block, not the stream "
             "after attention, and the 'after attention' stream (resid_mid) is a partial sum no sublayer reads.")
 left, right = st.columns(2)
-left.plotly_chart(fn.layer_token_heatmap(norms_["resid"], run.labels, streams, "Residual-stream L2 norm per token",
-                                         "L2 norm", height=340), key="norms.resid_heat")
+charts.show(fn.layer_token_heatmap(norms_["resid"], run.labels, streams, "Residual-stream L2 norm per token",
+                                   "L2 norm", height=340), key="norms.resid_heat", where=left)
 left.caption("Each row is the stream after one more block. In pre-norm models nothing rescales the stream, so "
              "it usually grows with depth; in post-norm models each block ends normalised.")
-right.plotly_chart(fn.growth_lines(norms_["resid"], streams, "Residual-stream norm across layers"),
-                   key="norms.growth")
+charts.show(fn.growth_lines(norms_["resid"], streams, "Residual-stream norm across layers"),
+            key="norms.growth", where=right)
 right.caption("The mean over tokens and the largest token (often the first one, which many heads use as a resting place).")
 charts.show(fn.sublayer_bars(norms_["attn_out"], norms_["mlp_out"], blocks,
                                  "What each sublayer adds: norm of attention vs MLP output"), key="norms.sublayers")
@@ -110,8 +110,8 @@ steps.update({"output": ex["output"], torch_fn: ex["reference"]})
 left, right = st.columns([3, 2])
 left.dataframe(pd.DataFrame({k: v.numpy() for k, v in steps.items()}).rename_axis("dim"), height=340,
                key="norms.worked_table")
-right.plotly_chart(fn.worked_lines(ex, f"{where}, token {fn.plotly_text(run.labels[token])}"),
-                   key="norms.worked_lines")
+charts.show(fn.worked_lines(ex, f"{where}, token {fn.plotly_text(run.labels[token])}"),
+            key="norms.worked_lines", where=right)
 right.caption("The normalised vector has mean 0 and size 1 per dimension; the gain then stretches chosen dims.")
 all_norms = [(f"{i}.{n}", getattr(b, n)) for i, b in enumerate(model.blocks) for n in ("ln1", "ln2")]
 all_norms += [("final", model.ln_final)] if model.ln_final is not None else []
@@ -120,11 +120,11 @@ for kind, name in (("weight", "Gain"), ("bias", "Bias")):
     if getattr(norm_mod, kind) is None:
         continue
     g1, g2 = st.columns(2)
-    g1.plotly_chart(fn.param_histogram(getattr(norm_mod, kind).detach().float().cpu(), f"{name} of {where}",
-                                       f"{name.lower()} value"), key=f"norms.{kind}_hist")
-    g2.plotly_chart(fn.param_boxes([getattr(n, kind).detach().float().cpu() for _, n in all_norms],
-                                   [label for label, _ in all_norms], f"{name} of every norm (block.norm)",
-                                   f"{name.lower()} value"), key=f"norms.{kind}_boxes")
+    charts.show(fn.param_histogram(getattr(norm_mod, kind).detach().float().cpu(), f"{name} of {where}",
+                                   f"{name.lower()} value"), key=f"norms.{kind}_hist", where=g1)
+    charts.show(fn.param_boxes([getattr(n, kind).detach().float().cpu() for _, n in all_norms],
+                               [label for label, _ in all_norms], f"{name} of every norm (block.norm)",
+                               f"{name.lower()} value"), key=f"norms.{kind}_boxes", where=g2)
 st.caption("A fresh model starts with every gain 1 and every bias 0; training moves them. Each box shows one "
            "layer's values: the middle half inside the box, the line at the median.")
 
@@ -165,11 +165,11 @@ except ValueError as e:
     st.warning(f"{e}. This comparison needs at least two tokens in the prompt.")
 if results:
     left, right = st.columns(2)
-    left.plotly_chart(fn.depth_lines(results, "resid_norm", "Activation norm per block (log scale)",
-                                     "mean L2 norm per token", log=True), key="norms.depth_resid")
+    charts.show(fn.depth_lines(results, "resid_norm", "Activation norm per block (log scale)",
+                               "mean L2 norm per token", log=True), key="norms.depth_resid", where=left)
     left.caption(f"Pre-norm keeps adding to the stream, so its norm climbs with depth. Post-norm ends every "
                  f"block with a norm, so the stream is reset to about √d_model = {cfg.d_model ** 0.5:.1f}.")
-    right.plotly_chart(fn.depth_lines(results, "grad_norm", "Gradient norm per block (log scale)",
-                                      "L2 norm of the gradient", log=True), key="norms.depth_grad")
+    charts.show(fn.depth_lines(results, "grad_norm", "Gradient norm per block (log scale)",
+                               "L2 norm of the gradient", log=True), key="norms.depth_grad", where=right)
     right.caption("How strongly the loss pulls on each block's weights. A flat line means every depth learns at "
                   "a similar rate; a steep slope means some layers get much bigger updates than others.")

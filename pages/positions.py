@@ -29,23 +29,23 @@ if cfg.pos_encoding in ("learned", "sinusoidal"):
     st.caption(f"Each position p gets a vector of {cfg.d_model} numbers that is **added** to the token's "
                f"embedding before block 0. Read from the model's `{source}`.")
     left, right = st.columns(2)
-    left.plotly_chart(fp.position_heatmap(table, f"Positional vectors: {source}"), key="pos.heat")
+    charts.show(fp.position_heatmap(table, f"Positional vectors: {source}"), key="pos.heat", where=left)
     left.caption("One row per position. Stripes that change slowly down a column carry coarse position; "
                  "fast-changing columns tell neighbours apart.")
-    right.plotly_chart(fp.similarity_heatmap(internals.cosine_similarity_matrix(table),
-                                             "Cosine similarity between positions"), key="pos.sim")
+    charts.show(fp.similarity_heatmap(internals.cosine_similarity_matrix(table),
+                                      "Cosine similarity between positions"), key="pos.sim", where=right)
     right.caption("Bright along the diagonal band means nearby positions get similar vectors: "
                   "the model can tell 'near' from 'far'.")
     if n >= 3:
         coords, share = internals.pca_2d(table)
-        left.plotly_chart(fp.pca_scatter(coords, share, "Positions projected to 2-D (PCA)"), key="pos.pca")
+        charts.show(fp.pca_scatter(coords, share, "Positions projected to 2-D (PCA)"), key="pos.pca", where=left)
         left.caption("Each dot is a position, coloured from first (dark) to last (yellow). A smooth curve "
                      "means position is laid out in order in the vector space.")
     if cfg.pos_encoding == "sinusoidal":
         st.session_state.setdefault("pos.dims", sorted({0, 1, min(8, cfg.d_model - 2), cfg.d_model - 2}))
         st.session_state["pos.dims"] = [d for d in st.session_state["pos.dims"] if d < cfg.d_model]
         dims = st.multiselect("Dimensions to draw as waves", list(range(cfg.d_model)), **state.keep("pos.dims"))
-        right.plotly_chart(fp.waves(table, dims, "Chosen dimensions over position"), key="pos.waves")
+        charts.show(fp.waves(table, dims, "Chosen dimensions over position"), key="pos.waves", where=right)
         right.caption("Even dims are sines, odd dims cosines; the frequency falls as the dimension rises.")
 elif cfg.pos_encoding == "rope":
     angles = internals.rope_angle_table(model, min(cfg.context_length, max(len(run.ids), 64)))
@@ -53,11 +53,11 @@ elif cfg.pos_encoding == "rope":
                "of query/key dimensions by an angle proportional to the position, so q·k depends on how far "
                "apart two tokens are. Angles computed from the model's `inv_freq` with `tfm.model.rope_angles`.")
     left, right = st.columns(2)
-    left.plotly_chart(fp.rope_angle_heatmap(angles, "RoPE rotation angle per position and pair"), key="pos.rope")
+    charts.show(fp.rope_angle_heatmap(angles, "RoPE rotation angle per position and pair"), key="pos.rope", where=left)
     left.caption("Colour is the angle wrapped to one turn (hover for the full angle). The first pairs spin "
                  "fast (fine position), the last pairs barely move (coarse position).")
-    right.plotly_chart(fp.rope_frequency_line(model.inv_freq.float().cpu(), "Rotation speed per pair"),
-                       key="pos.rope_freq")
+    charts.show(fp.rope_frequency_line(model.inv_freq.float().cpu(), "Rotation speed per pair"),
+                key="pos.rope_freq", where=right)
     rd = cfg.rotary_dim
     scaled = {"none": "", "linear": f", then divided by {cfg.rope_factor:g} (linear rope_scaling)",
               "llama3": f", then Llama 3.1's rescaling: wavelengths longer than {cfg.rope_original_context}/"
@@ -112,11 +112,12 @@ d_model = c1.slider("d_model", 2, 512, step=2, **state.keep("pos.d_model"))
 length = c2.slider("length (positions)", 4, 512, **state.keep("pos.length"))
 dots = internals.sinusoidal_dots(length, d_model, [0, length // 4, length // 2])
 left, right = st.columns(2)
-left.plotly_chart(fp.position_heatmap(internals.sinusoidal_table(length, d_model),
-                                      f"Sinusoidal table, {length} positions × {d_model} dims"), key="pos.sin_table")
+charts.show(fp.position_heatmap(internals.sinusoidal_table(length, d_model),
+                                f"Sinusoidal table, {length} positions × {d_model} dims"),
+            key="pos.sin_table", where=left)
 left.caption("Left columns oscillate fast, right columns slowly: every position gets a unique pattern.")
-right.plotly_chart(fp.dot_product_lines(dots["k"], dots["dots"], dots["formula"],
-                                        "PE(p)·PE(p+k) depends only on the offset k"), key="pos.dots")
+charts.show(fp.dot_product_lines(dots["k"], dots["dots"], dots["formula"],
+                                 "PE(p)·PE(p+k) depends only on the offset k"), key="pos.dots", where=right)
 right.caption("The curves for different start positions p lie on top of each other and on Σᵢ cos(k·ωᵢ): "
               "how similar two positions look depends only on how far apart they are.")
 clock_len = min(length, 64)

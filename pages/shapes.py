@@ -6,7 +6,7 @@ import torch
 from tfm import internals
 from tfm.analysis import param_counts
 from ui import fig_shapes as fs
-from ui import sidebar, state
+from ui import charts, sidebar, state
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -79,8 +79,8 @@ left.caption("'Counted' adds up the sizes of the model's real parameter tensors 
              "tied matrix counts once). Attention: W_qkv is d × (d + 2·kv) and W_O is d × d, with kv = KV heads · "
              f"d_head = {cfg.n_kv_head}·{cfg.d_head}" + (" = d, so 4·d² (+ 4·d biases)." if cfg.n_kv_head == cfg.n_head
                                                          else ": grouped-query attention shares keys and values."))
-right.plotly_chart(fs.param_bars(counts, "Parameters by component"),
-                   key="shapes.param_bars")
+charts.show(fs.param_bars(counts, "Parameters by component"),
+            key="shapes.param_bars", where=right)
 
 st.header("3. KV-cache memory")
 st.markdown("When generating, each layer keeps the keys and values of every earlier token so it does not "

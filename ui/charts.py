@@ -50,9 +50,10 @@ def standalone_html(fig: go.Figure, title: str, config: dict) -> str:
 
 
 def show(fig: go.Figure, name: str | None = None, settings: dict | None = None, key: str | None = None,
-         config: dict | None = None, **kwargs) -> None:
-    """Draw `fig`, with PNG/SVG saving from the modebar and an interactive HTML download.
-    `name` (default: the widget key) goes into the file name with the model, prompt and `settings`."""
+         config: dict | None = None, where=st, **kwargs) -> None:
+    """Draw `fig` in `where` (a column or container; default: the page), with PNG/SVG saving from the
+    modebar and an interactive HTML download. `name` (default: the widget key) goes into the file
+    name with the model, prompt and `settings`."""
     if name is None and key is None:
         raise ValueError("charts.show needs a name or a key for the chart")
     name = name or key
@@ -62,8 +63,8 @@ def show(fig: go.Figure, name: str | None = None, settings: dict | None = None, 
     fmt = fmt if fmt in FORMATS else "png"
     config = {**(config or {}), "displaylogo": False,
               "toImageButtonOptions": {"format": fmt, "filename": fname, "scale": 2}}
-    st.plotly_chart(fig, key=key, config=config, **kwargs)
-    with st.popover("Save this chart", icon="💾"):
+    where.plotly_chart(fig, key=key, config=config, **kwargs)
+    with where.popover("Save this chart", icon="💾"):
         st.segmented_control("The camera button in the chart's toolbar saves", FORMATS, key=f"{base}.format",
                              format_func=str.upper, default="png")
         title = f"tfm · {name} · {describe(settings)}"

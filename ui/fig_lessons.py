@@ -10,17 +10,18 @@ from tfm.lessons import LessonResult
 COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6", "#9D755D")
 
 
-def loss_figure(losses: list[float], formed_step: int | None, dropped_step: int | None, total: int) -> go.Figure:
-    """Training loss per step, with the steps where the loss halved and an induction head formed marked."""
+def loss_figure(losses: list[float], formed_step: int | None, plateau: tuple[int, float] | None,
+                total: int) -> go.Figure:
+    """Training loss per step, with the plateau shaded and the step where an induction head formed marked."""
     fig = go.Figure(go.Scatter(x=list(range(1, len(losses) + 1)), y=losses, mode="lines", name="loss",
                                line=dict(color=COLORS[0]), hovertemplate="step %{x}<br>loss %{y:.3f}<extra></extra>"))
+    if plateau is not None:
+        fig.add_vrect(x0=0, x1=plateau[0], fillcolor="#BBBBBB", opacity=0.25, line_width=0,
+                      annotation_text=f"plateau: mean {plateau[1]:.2f} nats", annotation_position="bottom left")
     if formed_step is not None:
         fig.add_vline(x=formed_step, line_dash="dash", line_color="#E45756",
                       annotation_text=f"induction head formed (step {formed_step})")
-    if dropped_step is not None:
-        fig.add_vline(x=dropped_step, line_dash="dot", line_color="#54A24B",
-                      annotation_text=f"loss halved (step {dropped_step})", annotation_position="bottom right")
-    fig.update_layout(title="Loss on the copied tokens: a plateau, then a sudden drop", height=380,
+    fig.update_layout(title="Loss on the copied partners: a plateau, then a sudden drop", height=380,
                       xaxis=dict(title="training step", range=[0, total]), yaxis_title="cross-entropy (nats)",
                       margin=dict(l=50, r=20, t=60, b=50))
     return fig
@@ -40,7 +41,7 @@ def score_figure(res: LessonResult) -> go.Figure:
                 hovertemplate=f"layer {layer} head {head}<br>step %{{x}}<br>induction score %{{y:.3f}}<extra></extra>"))
     fig.add_hline(y=res.settings.threshold, line_dash="dash", line_color="grey",
                   annotation_text=f"threshold {res.settings.threshold:g}")
-    fig.update_layout(title="Induction score per head (TransformerLens definition) on a fixed repeated probe",
+    fig.update_layout(title="Induction score per head (TransformerLens definition) on the second copy of a fixed probe",
                       xaxis_title="training step", yaxis=dict(title="induction score", range=[0, 1]), height=380,
                       margin=dict(l=50, r=20, t=60, b=50))
     return fig

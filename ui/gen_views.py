@@ -142,10 +142,10 @@ def compare(g: GenPage) -> None:
                      f"tokens: **{np.median(series[name][0]):.3f}** · median tokens in play: "
                      f"**{np.median(series[name][1]):,.1f}**")
     g = st.columns(2)
-    g[0].plotly_chart(fs.compare_figure({k: v[0] for k, v in series.items()}, "How likely the model found each "
-                      "chosen token (T = 1)", "model probability", log=True), key="cmp.prob")
-    g[1].plotly_chart(fs.compare_figure({k: v[1] for k, v in series.items()}, "Tokens really in play at each "
-                      "step", "effective choices (e^entropy)", log=True), key="cmp.entropy")
+    charts.show(fs.compare_figure({k: v[0] for k, v in series.items()}, "How likely the model found each "
+                "chosen token (T = 1)", "model probability", log=True), key="cmp.prob", where=g[0])
+    charts.show(fs.compare_figure({k: v[1] for k, v in series.items()}, "Tokens really in play at each "
+                "step", "effective choices (e^entropy)", log=True), key="cmp.entropy", where=g[1])
     st.caption("Low T puts almost all probability on the top token (about one choice in play), so the text "
                "follows the model's favourite path and tends to fall into loops (repeated 3-token sequences). "
                "High T spreads the probability over hundreds of tokens, so it often picks tokens the model "

@@ -32,3 +32,14 @@ def test_standalone_html_embeds_the_figure():
     page = standalone_html(fig, "tfm · <x> · “prompt”", {"displaylogo": False})
     assert "<title>tfm · &lt;x&gt; · “prompt”</title>" in page and "0.123456" in page
     assert "plotly.js" in page.lower() or "Plotly.newPlot" in page
+
+
+def test_every_chart_of_the_column_pages_has_the_save_controls():
+    """Charts drawn in columns (`charts.show(..., where=column)`) save like the others."""
+    for name in ("norms", "shapes", "positions"):
+        at = open_page(name)
+        assert not at.exception, at.exception
+        charts = at.get("plotly_chart")
+        formats = [w for w in at.segmented_control if str(w.key).endswith(".format")]
+        assert charts and len(formats) == len(charts), (name, len(formats), len(charts))
+        assert all(c["toImageButtonOptions"]["filename"].startswith("tfm_") for c in chart_configs(at))

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfm import analysis
 from tfm.lessons import LessonSettings, probe_tokens
 from ui import state
 
@@ -13,16 +12,21 @@ from tests.app.conftest import chart_by_title, decode, open_page
 def test_training_on_the_page_shows_scores_and_patterns_of_the_run():
     at = open_page("induction")
     assert at.info and not at.get("plotly_chart")                   # nothing runs before Train is pressed
-    at.slider(key="lesson.steps").set_value(100)
-    at.button(key="lesson.train").click().run()
+    assert at.slider(key="lesson.steps").value == LessonSettings().steps
+    at.button(key="lesson.train").click().run()                      # the default run: the head forms
     assert not at.exception, at.exception
-    res = state.finished(("induction", LessonSettings(seed=0, steps=100)))
-    assert res is not None and len(res.losses) == 100
-    det = analysis.induction_detection(probe_tokens(res.settings))
+    res = state.finished(("induction", LessonSettings(seed=0)))
+    assert res is not None and len(res.losses) == LessonSettings().steps
+    step, layer, head = res.formed_at()
+    sentence = at.success[0].value
+    assert f"layer {layer}, head {head}** became an induction head" in sentence and f"at step {step} " in sentence
+    assert f"until step {res.plateau()[0]}," in sentence
+    half = len(probe_tokens(res.settings)) // 2
     scores = chart_by_title(at, "Induction score per head")["data"]
-    for trace in scores:
+    for trace in scores:  # the mean attention from each second-copy query to the key after its first copy
         layer, head = int(trace["name"].split()[1]), int(trace["name"].split()[3])
-        want = [float(analysis.detection_score(s.patterns[layer, head], det)) for s in res.snapshots]
+        want = [float(s.patterns[layer, head, np.arange(half, 2 * half), np.arange(1, half + 1)].mean())
+                for s in res.snapshots]
         np.testing.assert_allclose(decode(trace["y"]), want, rtol=1e-5)
     np.testing.assert_allclose(decode(chart_by_title(at, "Loss")["data"][0]["y"]), res.losses, rtol=1e-6)
     at.select_slider(key="lesson.snap").set_value(res.snapshots[0].step).run()
@@ -31,4 +35,4 @@ def test_training_on_the_page_shows_scores_and_patterns_of_the_run():
     z = decode(chart_by_title(at, f"Step {res.snapshots[0].step}: layer {layer} head {head}")["data"][0]["z"])
     np.testing.assert_allclose(z, res.snapshots[0].patterns[layer, head].numpy(), rtol=1e-6)
     at.button(key="lesson.train").click().run()                      # a finished run is reused, not retrained
-    assert state.finished(("induction", LessonSettings(seed=0, steps=100))) is res
+    assert state.finished(("induction", LessonSettings(seed=0))) is res
