@@ -41,6 +41,7 @@ from .model import Attention, ModelOutput, Norm, rope_angles
 from .rope import inv_freq as rope_inv_freq
 from .toy import torch_threads
 from .trace import Recorder
+from .validate import check_int, check_number
 
 MAX_STEPS = 5000      # server-side bound on one lesson's training steps
 PROBE_SEED = 1234
@@ -69,11 +70,9 @@ class LessonSettings:
                              ("seq_len", 12, 128), ("d_model", 8, 256), ("n_head", 1, 16),
                              ("batch_size", 1, 256), ("snapshot_every", 1, MAX_STEPS), ("pairs", 1, 16),
                              ("repeats", 2, 8)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-                raise ValueError(f"{name}={value!r}: choose an integer from {lo} to {hi}")
-        if not (0 < self.lr <= 0.1) or not (0 < self.threshold < 1):
-            raise ValueError(f"lr={self.lr} must be in (0, 0.1] and threshold={self.threshold} in (0, 1)")
+            check_int(name, getattr(self, name), lo, hi)
+        check_number("lr", self.lr, 1e-6, 0.1)
+        check_number("threshold", self.threshold, 0.01, 0.99, hint=" (the induction score that counts as formed)")
         if self.positions not in ("learned", "rope"):
             raise ValueError(f"positions={self.positions!r}: choose 'learned' or 'rope'")
         if 2 * self.pairs * self.repeats > self.seq_len or self.vocab < max(self.seq_len // 2, self.pairs + 2):
