@@ -4,6 +4,7 @@ import html
 import pandas as pd
 import streamlit as st
 
+from tfm.token_view import token_view
 from ui import sidebar, state
 
 # Pastel backgrounds that alternate so neighbouring tokens are told apart (readable on a projector).
@@ -24,20 +25,13 @@ sidebar.render()
 
 st.title("Tokens")
 run = state.current_run()
-tok = run.lm.tokenizer
 text = st.session_state["sidebar.prompt"]
-pieces = [tok.display_piece(t) for t in run.ids]
+view = token_view(run.lm.tokenizer, run.ids, text, run.dropped)
 st.caption(
-    f"{len(run.ids)} tokens from {len(text)} characters "
-    f"({len(text) / max(1, len(run.ids) + run.dropped):.2f} characters per token). "
+    f"{len(view.ids)} tokens from {len(text)} characters ({view.chars_per_token:.2f} characters per token). "
     "␣ is a space, ↵ a newline, ⇥ a tab; <E2 80> marks bytes that are only part of a character. "
     "The small number on each chip is the token id; hover a chip for its position."
 )
-st.html(chips(pieces, run.ids))
-table = pd.DataFrame({
-    "position": range(len(run.ids)),
-    "piece": pieces,
-    "id": list(run.ids),
-    "bytes": [len(tok.piece_bytes(t)) for t in run.ids],
-})
+st.html(chips(list(view.pieces), view.ids))
+table = pd.DataFrame({"position": range(len(view.ids)), "piece": view.pieces, "id": view.ids, "bytes": view.n_bytes})
 st.dataframe(table, hide_index=True, key="tokens.table", height=min(600, 38 + 35 * len(table)))

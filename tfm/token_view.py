@@ -1,0 +1,23 @@
+"""The Tokens page's numbers: how a prompt was cut into the pieces the model reads."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TokenView:
+    """One row per token: its readable piece, id and byte length; and the text's characters per token
+    (counting tokens cut off the front of a long prompt, `dropped`, so the rate is the tokenizer's)."""
+
+    pieces: tuple[str, ...]
+    ids: tuple[int, ...]
+    n_bytes: tuple[int, ...]
+    chars_per_token: float
+
+
+def token_view(tokenizer, ids: Sequence[int], text: str, dropped: int = 0) -> TokenView:
+    ids = tuple(int(t) for t in ids)
+    return TokenView(pieces=tuple(tokenizer.display_piece(t) for t in ids), ids=ids,
+                     n_bytes=tuple(len(tokenizer.piece_bytes(t)) for t in ids),
+                     chars_per_token=len(text) / max(1, len(ids) + dropped))
