@@ -72,92 +72,112 @@ def lazy_report(model: GPT, idx: torch.Tensor, times: dict, plain_name: str) -> 
           f"pattern (estimate_block_bytes: {estimate_block_bytes(model.config, idx.shape[1]) / 1e6:.0f} MB a block)")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--tokens", type=int, default=128)
+    for flag, default in (("--runs", 10), ("--warmup", 2), ("--tokens", 128)):
+        ap.add_argument(flag, type=int, default=default)
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     ap.add_argument("--profile", action="store_true", help="print a torch.profiler table of both tfm paths")
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+
+def print_machine(args: argparse.Namespace) -> None:
     print(f"torch {torch.__version__}  threads {torch.get_num_threads()} (of {os.cpu_count()} CPUs)  "
           f"{platform.machine()} {platform.processor() or ''}  python {platform.python_version()}".rstrip())
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"load average (1 min) at start: {load:.2f}  |  runs {args.runs}, warmup {args.warmup}, "
           f"batch 1, {args.tokens} tokens, float32, CPU, no_grad")
 
+
+def build_models():
+    """GPT-2 small with random weights: (HF's eager GPT2LMHeadModel or None without
+    transformers, tfm's GPT with the same weights), both in eval mode."""
     try:
         from transformers import GPT2Config, GPT2LMHeadModel
     except ImportError:
-        GPT2LMHeadModel = None
         print("transformers is not installed: the HF comparison is skipped")
+        return None, GPT(ModelConfig.preset("gpt2")).eval()
+    hf_cfg = GPT2Config(attn_implementation="eager")  # GPT-2 small; eager returns attention weights
+    hf = GPT2LMHeadModel(hf_cfg).eval()
+    model = GPT(hf_gpt2_config(hf_cfg.to_dict(), "HF GPT2Config"))
+    load_state_checked(model, convert_gpt2_state(hf.state_dict(), conv1d=True), "HF GPT2LMHeadModel")
+    return hf, model.eval()
 
-    cfg = ModelConfig.preset("gpt2")
-    if GPT2LMHeadModel is not None:
-        hf_cfg = GPT2Config(attn_implementation="eager")  # GPT-2 small; eager returns attention weights
-        hf = GPT2LMHeadModel(hf_cfg).eval()
-        cfg = hf_gpt2_config(hf_cfg.to_dict(), "HF GPT2Config")
-        model = GPT(cfg)
-        load_state_checked(model, convert_gpt2_state(hf.state_dict(), conv1d=True), "HF GPT2LMHeadModel")
-    else:
-        hf = None
-        model = GPT(cfg)
-    model.eval()
+
+def contenders(model: GPT, hf, idx: torch.Tensor) -> dict:
+    """What is timed, by row name; the first is the plain forward, the second the full trace."""
+    fns = {
+        "tfm forward, no trace      ": lambda: model(idx),
+        "tfm forward, full trace    ": lambda: model(idx, trace=True, lazy=False),
+    }
+    if hf is not None:
+        fns["HF forward, attentions    "] = lambda: hf(idx, output_attentions=True)
+    # A trace computes its largest entries (per-head results, normalised inputs) when first
+    # read; this row pays for all of them, as a reader that looks at everything would.
+    fns["tfm full trace, all read   "] = lambda: list(model(idx, trace=True, lazy=False).trace.values())
+    # The default trace (tfm.lazy): blocks computed when read. last_only: the full logits
+    # are not needed to open a page (the trace computes them if read).
+    fns["lazy trace (last_only)     "] = lambda: model(idx, trace=True, last_only=True)
+    fns["lazy trace + one pattern   "] = lambda: model(idx, trace=True, last_only=True).trace.pattern(
+        model.config.n_layer // 2)
+    return fns
+
+
+def overhead_report(model: GPT, idx: torch.Tensor, times: dict):
+    """The full trace against the plain forward, and what the trace holds; returns the trace's
+    output for the HF comparison."""
+    print("\n== trace overhead ==")
+    names = list(times)
+    for name in names[:2]:
+        print(f"{name} {fmt(times[name])}")
+    plain, full = (statistics.median(times[n]) for n in names[:2])
+    print(f"overhead ratio (trace / no trace): {full / plain:.2f}x of medians, "
+          f"{min(times[names[1]]) / min(times[names[0]]):.2f}x of minimums   (target <= 1.5x)")
+    out = model(idx, trace=True, lazy=False)
+    n_stored = len(out.trace)
+    n_deferred = sum(isinstance(v, Deferred) for v in out.trace._tensors.values())
+    mb = sum(t.numel() * t.element_size() for t in out.trace.values()) / 2**20
+    print(f"trace: {n_stored} tensors ({n_deferred} computed when first read), {mb:.0f} MiB once all are read, "
+          f"{len(out.trace.shapes)} shape entries")
+    return out
+
+
+def hf_report(hf, idx: torch.Tensor, times: dict, out) -> None:
+    """tfm's full trace against HF's forward with attentions, and that both compute the same."""
+    names = list(times)
+    full = statistics.median(times[names[1]])
+    print("\n== tfm with all attention patterns vs Hugging Face (eager, output_attentions=True) ==")
+    print(f"{names[1]} {fmt(times[names[1]])}")
+    print(f"{names[2]} {fmt(times[names[2]])}")
+    hf_t = statistics.median(times[names[2]])
+    print(f"speed ratio (HF time / tfm time): {hf_t / full:.2f}x of medians, "
+          f"{min(times[names[2]]) / min(times[names[1]]):.2f}x of minimums   (target >= 1.0x)")
+    ref = hf(idx, output_attentions=True)
+    logit_diff = (out.logits - ref.logits).abs().max().item()
+    pat_diff = max((out.trace[f"blocks.{i}.attn.pattern"] - a).abs().max().item()
+                   for i, a in enumerate(ref.attentions))
+    every = statistics.median(times[names[3]])
+    print(f"{names[3]} {fmt(times[names[3]])}")
+    print(f"  with every trace entry read: {hf_t / every:.2f}x of medians (HF returns only the patterns)")
+    print(f"same computation: logits max |diff| {logit_diff:.2e}, attention patterns max |diff| {pat_diff:.2e}")
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    print_machine(args)
+    hf, model = build_models()
     print(f"model: gpt2 shape, {model.num_params() / 1e6:.1f}M parameters, random weights"
           f"{' shared with the HF model' if hf is not None else ''}")
-    idx = torch.randint(0, cfg.vocab_size, (1, args.tokens), generator=torch.Generator().manual_seed(0))
-
+    idx = torch.randint(0, model.config.vocab_size, (1, args.tokens), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        fns = {
-            "tfm forward, no trace      ": lambda: model(idx),
-            "tfm forward, full trace    ": lambda: model(idx, trace=True, lazy=False),
-        }
-        if hf is not None:
-            fns["HF forward, attentions    "] = lambda: hf(idx, output_attentions=True)
-        # A trace computes its largest entries (per-head results, normalised inputs) when first
-        # read; this row pays for all of them, as a reader that looks at everything would.
-        fns["tfm full trace, all read   "] = lambda: list(model(idx, trace=True, lazy=False).trace.values())
-        # The default trace (tfm.lazy): blocks computed when read. last_only: the full logits
-        # are not needed to open a page (the trace computes them if read).
-        fns["lazy trace (last_only)     "] = lambda: model(idx, trace=True, last_only=True)
-        fns["lazy trace + one pattern   "] = lambda: model(idx, trace=True, last_only=True).trace.pattern(
-            cfg.n_layer // 2)
+        fns = contenders(model, hf, idx)
         times = timed(fns, args.runs, args.warmup)
         lazy_report(model, idx, times, list(fns)[0])
-
-        print("\n== trace overhead ==")
-        names = list(fns)
-        for name in names[:2]:
-            print(f"{name} {fmt(times[name])}")
-        plain, full = (statistics.median(times[n]) for n in names[:2])
-        print(f"overhead ratio (trace / no trace): {full / plain:.2f}x of medians, "
-              f"{min(times[names[1]]) / min(times[names[0]]):.2f}x of minimums   (target <= 1.5x)")
-        out = model(idx, trace=True, lazy=False)
-        n_stored = len(out.trace)
-        n_deferred = sum(isinstance(v, Deferred) for v in out.trace._tensors.values())
-        mb = sum(t.numel() * t.element_size() for t in out.trace.values()) / 2**20
-        print(f"trace: {n_stored} tensors ({n_deferred} computed when first read), {mb:.0f} MiB once all are read, "
-              f"{len(out.trace.shapes)} shape entries")
-
+        out = overhead_report(model, idx, times)
         if hf is not None:
-            print("\n== tfm with all attention patterns vs Hugging Face (eager, output_attentions=True) ==")
-            print(f"{names[1]} {fmt(times[names[1]])}")
-            print(f"{names[2]} {fmt(times[names[2]])}")
-            hf_t = statistics.median(times[names[2]])
-            print(f"speed ratio (HF time / tfm time): {hf_t / full:.2f}x of medians, "
-                  f"{min(times[names[2]]) / min(times[names[1]]):.2f}x of minimums   (target >= 1.0x)")
-            ref = hf(idx, output_attentions=True)
-            logit_diff = (out.logits - ref.logits).abs().max().item()
-            pat_diff = max((out.trace[f"blocks.{i}.attn.pattern"] - a).abs().max().item()
-                           for i, a in enumerate(ref.attentions))
-            every = statistics.median(times[names[3]])
-            print(f"{names[3]} {fmt(times[names[3]])}")
-            print(f"  with every trace entry read: {hf_t / every:.2f}x of medians (HF returns only the patterns)")
-            print(f"same computation: logits max |diff| {logit_diff:.2e}, attention patterns max |diff| {pat_diff:.2e}")
-
+            hf_report(hf, idx, times, out)
     if hasattr(os, "getloadavg"):
         end = os.getloadavg()[0]
         busy = " (above the CPU count: timings include waiting for a CPU; trust the minimums more)" \
