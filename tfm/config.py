@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Self, get_args
 
 PosEncoding = Literal["learned", "sinusoidal", "rope", "none"]
 NormType = Literal["layernorm", "rmsnorm"]
@@ -37,8 +37,36 @@ def _check_number(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be a finite number, got {value!r}")
 
 
+class JsonConfig:
+    """What the frozen config dataclasses share (`ModelConfig`, `tfm.encdec.EncDecConfig`):
+    validated copies and plain-JSON round trips. `_kind` names the config in messages."""
+
+    _kind = "a model config"
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Self:
+        """Build from plain JSON data; unknown or missing keys are an error, not silently dropped."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{cls._kind} must be a JSON object, got {type(data).__name__}")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise ValueError(f"unknown config keys {unknown}; allowed keys are {sorted(fields)}")
+        missing = sorted(n for n, f in fields.items() if f.default is dataclasses.MISSING and n not in data)
+        if missing:
+            raise ValueError(f"config is missing required keys {missing}")
+        return cls(**data)
+
+
 @dataclass(frozen=True, kw_only=True)
-class ModelConfig:
+class ModelConfig(JsonConfig):
     """Shape and architecture of a decoder-only transformer.
 
     `activation`: "gelu" is the exact (erf) GELU of nanoGPT / PyTorch, "gelu_tanh" the tanh
@@ -155,27 +183,6 @@ class ModelConfig:
     def group_size(self) -> int:
         """Query heads per key/value head."""
         return self.n_head // self.n_kv_head
-
-    def replace(self, **changes: Any) -> "ModelConfig":
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
-        """Build from plain JSON data; unknown keys are an error, not silently dropped."""
-        if not isinstance(data, dict):
-            raise ValueError(f"a model config must be a JSON object, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown config keys {unknown}; allowed keys are {sorted(known)}")
-        missing = sorted(n for n in ("vocab_size", "context_length", "d_model", "n_layer", "n_head", "d_ff") if n not in data)
-        if missing:
-            raise ValueError(f"config is missing required keys {missing}")
-        return cls(**data)
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ModelConfig":

@@ -25,7 +25,6 @@ queries from seeing it, and the loss ignores those positions.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ import torch
 import torch.nn as nn
 from safetensors.torch import save_file
 
-from .config import Activation, NormPlacement, NormType, _check_choice, _check_int, _check_number
+from .config import Activation, JsonConfig, NormPlacement, NormType, _check_choice, _check_int, _check_number
 from .model import MLP, Norm, attend, sinusoidal_table
 from .trace import Recorder, Trace
 from .weights import read_json, read_safetensors
@@ -46,9 +45,11 @@ FORMAT, VERSION = "tfm-encdec", 1
 
 
 @dataclass(frozen=True, kw_only=True)
-class EncDecConfig:
+class EncDecConfig(JsonConfig):
     """Sizes and variants of an encoder-decoder. Defaults follow the 2017 paper (post-norm,
     ReLU, sinusoidal positions); `Norm` and `MLP` read the same field names as ModelConfig."""
+
+    _kind = "an encoder-decoder config"
 
     src_vocab_size: int
     tgt_vocab_size: int
@@ -98,26 +99,6 @@ class EncDecConfig:
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_head
-
-    def replace(self, **changes: Any) -> "EncDecConfig":
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Any) -> "EncDecConfig":
-        """From plain JSON data; unknown or missing keys are an error."""
-        if not isinstance(data, dict):
-            raise ValueError(f"an encoder-decoder config must be a JSON object, got {type(data).__name__}")
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - set(fields))
-        if unknown:
-            raise ValueError(f"unknown config keys {unknown}; allowed keys are {sorted(fields)}")
-        missing = sorted(n for n, f in fields.items() if f.default is dataclasses.MISSING and n not in data)
-        if missing:
-            raise ValueError(f"config is missing required keys {missing}")
-        return cls(**data)
 
 
 class EncDecOutput(NamedTuple):

@@ -16,9 +16,8 @@ import torch.nn.functional as F
 
 from .cache import KVCache
 from .config import ModelConfig
-from .positions import sinusoidal_table  # noqa: F401 (re-exported: encdec, tests)
+from .positions import add_embeddings, position_inputs, sinusoidal_table  # noqa: F401 (re-exported: encdec, tests)
 from .rope import apply_rope, rope_angles  # noqa: F401 (rope_angles re-exported)
-from .rope import inv_freq as rope_inv_freq
 from .trace import Recorder, Trace
 
 
@@ -259,12 +258,7 @@ class GPT(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.config = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.pos_emb = nn.Embedding(cfg.context_length, cfg.d_model) if cfg.pos_encoding == "learned" else None
-        if cfg.pos_encoding == "sinusoidal":
-            self.register_buffer("pos_table", sinusoidal_table(cfg.context_length, cfg.d_model), persistent=False)
-        if cfg.pos_encoding == "rope":
-            self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)  # (rotary_dim/2,)
+        add_embeddings(self, cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         # Post-norm blocks already end normalised; the 2017 design has no final norm.
@@ -316,16 +310,8 @@ class GPT(nn.Module):
             raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got {int(idx.min())}..{int(idx.max())}")
 
     def positions(self, start: int, length: int):
-        """The model's position information for positions start..start+length-1: (added
-        vectors (T, D) or None, RoPE angles (T, rotary_dim/2) or None). The one place that
-        reads pos_emb / pos_table / inv_freq."""
-        if self.pos_emb is not None:
-            return self.pos_emb(torch.arange(start, start + length, device=self.pos_emb.weight.device)), None
-        if self.config.pos_encoding == "sinusoidal":
-            return self.pos_table[start:start + length], None           # (T, D)
-        if self.config.pos_encoding == "rope":
-            return None, rope_angles(self.inv_freq, start, length)      # (T, rotary_dim/2)
-        return None, None
+        """(added position vectors (T, D) or None, RoPE angles (T, rotary_dim/2) or None)."""
+        return position_inputs(self, start, length)
 
     def embed(self, idx: torch.Tensor, start: int, rec: Recorder | None):
         """Token embedding plus additive positions; returns (x, rope angles or None)."""

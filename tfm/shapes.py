@@ -78,7 +78,8 @@ def param_formulas(cfg: ModelConfig) -> dict[str, tuple[str, int]]:
 
 @dataclass(frozen=True)
 class KVCacheSize:
-    """A KV cache's size in bytes by formula and as allocated; `shape` is K's (and V's) tensor shape."""
+    """A KV cache's size in bytes: by the formula, and as `KVCache.nbytes()` of one allocated
+    (on the meta device); `shape` is its K (and V) tensor's shape."""
     formula: int
     nbytes: int
     bytes_per_value: int
