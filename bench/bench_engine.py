@@ -74,14 +74,14 @@ def lazy_report(model: GPT, idx: torch.Tensor, times: dict, plain_name: str) -> 
 
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for flag, default, what in (("--runs", 10, "timed rounds"), ("--warmup", 2, "untimed calls first"),
-                                ("--tokens", 128, "prompt length"), ("--threads", 2, "torch intra-op threads")):
-        ap.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
+    for flag, default in (("--runs", 10), ("--warmup", 2), ("--tokens", 128)):
+        ap.add_argument(flag, type=int, default=default)
+    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     ap.add_argument("--profile", action="store_true", help="print a torch.profiler table of both tfm paths")
     return ap.parse_args()
 
 
-def header(args: argparse.Namespace) -> None:
+def print_machine(args: argparse.Namespace) -> None:
     print(f"torch {torch.__version__}  threads {torch.get_num_threads()} (of {os.cpu_count()} CPUs)  "
           f"{platform.machine()} {platform.processor() or ''}  python {platform.python_version()}".rstrip())
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -89,26 +89,27 @@ def header(args: argparse.Namespace) -> None:
           f"batch 1, {args.tokens} tokens, float32, CPU, no_grad")
 
 
-def models() -> tuple[GPT, object | None]:
-    """GPT-2 small with random weights in tfm, and the same weights in HF's GPT2LMHeadModel (None
-    when transformers is missing)."""
+def build_models():
+    """GPT-2 small with random weights: (HF's eager GPT2LMHeadModel or None without
+    transformers, tfm's GPT with the same weights), both in eval mode."""
     try:
         from transformers import GPT2Config, GPT2LMHeadModel
     except ImportError:
         print("transformers is not installed: the HF comparison is skipped")
-        return GPT(ModelConfig.preset("gpt2")).eval(), None
+        return None, GPT(ModelConfig.preset("gpt2")).eval()
     hf_cfg = GPT2Config(attn_implementation="eager")  # GPT-2 small; eager returns attention weights
     hf = GPT2LMHeadModel(hf_cfg).eval()
     model = GPT(hf_gpt2_config(hf_cfg.to_dict(), "HF GPT2Config"))
     load_state_checked(model, convert_gpt2_state(hf.state_dict(), conv1d=True), "HF GPT2LMHeadModel")
-    return model.eval(), hf
+    return hf, model.eval()
 
 
 def contenders(model: GPT, hf, idx: torch.Tensor) -> dict:
-    """Every timed path, in report order: the first two are the plain forward and the eager trace,
-    the third HF's (when present), the fourth the eager trace with every entry read."""
-    fns = {"tfm forward, no trace      ": lambda: model(idx),
-           "tfm forward, full trace    ": lambda: model(idx, trace=True, lazy=False)}
+    """What is timed, by row name; the first is the plain forward, the second the full trace."""
+    fns = {
+        "tfm forward, no trace      ": lambda: model(idx),
+        "tfm forward, full trace    ": lambda: model(idx, trace=True, lazy=False),
+    }
     if hf is not None:
         fns["HF forward, attentions    "] = lambda: hf(idx, output_attentions=True)
     # A trace computes its largest entries (per-head results, normalised inputs) when first
@@ -122,22 +123,29 @@ def contenders(model: GPT, hf, idx: torch.Tensor) -> dict:
     return fns
 
 
-def overhead_report(model: GPT, idx: torch.Tensor, times: dict, names: list[str]):
+def overhead_report(model: GPT, idx: torch.Tensor, times: dict):
+    """The full trace against the plain forward, and what the trace holds; returns the trace's
+    output for the HF comparison."""
     print("\n== trace overhead ==")
+    names = list(times)
     for name in names[:2]:
         print(f"{name} {fmt(times[name])}")
     plain, full = (statistics.median(times[n]) for n in names[:2])
     print(f"overhead ratio (trace / no trace): {full / plain:.2f}x of medians, "
           f"{min(times[names[1]]) / min(times[names[0]]):.2f}x of minimums   (target <= 1.5x)")
     out = model(idx, trace=True, lazy=False)
+    n_stored = len(out.trace)
     n_deferred = sum(isinstance(v, Deferred) for v in out.trace._tensors.values())
     mb = sum(t.numel() * t.element_size() for t in out.trace.values()) / 2**20
-    print(f"trace: {len(out.trace)} tensors ({n_deferred} computed when first read), {mb:.0f} MiB once all are read, "
+    print(f"trace: {n_stored} tensors ({n_deferred} computed when first read), {mb:.0f} MiB once all are read, "
           f"{len(out.trace.shapes)} shape entries")
-    return out, full
+    return out
 
 
-def hf_report(hf, idx: torch.Tensor, out, full: float, times: dict, names: list[str]) -> None:
+def hf_report(hf, idx: torch.Tensor, times: dict, out) -> None:
+    """tfm's full trace against HF's forward with attentions, and that both compute the same."""
+    names = list(times)
+    full = statistics.median(times[names[1]])
     print("\n== tfm with all attention patterns vs Hugging Face (eager, output_attentions=True) ==")
     print(f"{names[1]} {fmt(times[names[1]])}")
     print(f"{names[2]} {fmt(times[names[2]])}")
@@ -146,27 +154,20 @@ def hf_report(hf, idx: torch.Tensor, out, full: float, times: dict, names: list[
           f"{min(times[names[2]]) / min(times[names[1]]):.2f}x of minimums   (target >= 1.0x)")
     ref = hf(idx, output_attentions=True)
     logit_diff = (out.logits - ref.logits).abs().max().item()
-    pat_diff = max((out.trace.pattern(i) - a).abs().max().item() for i, a in enumerate(ref.attentions))
+    pat_diff = max((out.trace[f"blocks.{i}.attn.pattern"] - a).abs().max().item()
+                   for i, a in enumerate(ref.attentions))
     every = statistics.median(times[names[3]])
     print(f"{names[3]} {fmt(times[names[3]])}")
     print(f"  with every trace entry read: {hf_t / every:.2f}x of medians (HF returns only the patterns)")
     print(f"same computation: logits max |diff| {logit_diff:.2e}, attention patterns max |diff| {pat_diff:.2e}")
 
 
-def load_footer() -> None:
-    if hasattr(os, "getloadavg"):
-        end = os.getloadavg()[0]
-        busy = " (above the CPU count: timings include waiting for a CPU; trust the minimums more)" \
-            if end > (os.cpu_count() or 1) else ""
-        print(f"\nload average (1 min) at end: {end:.2f} on {os.cpu_count()} CPUs{busy}")
-
-
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    header(args)
-    model, hf = models()
+    print_machine(args)
+    hf, model = build_models()
     print(f"model: gpt2 shape, {model.num_params() / 1e6:.1f}M parameters, random weights"
           f"{' shared with the HF model' if hf is not None else ''}")
     idx = torch.randint(0, model.config.vocab_size, (1, args.tokens), generator=torch.Generator().manual_seed(0))
@@ -174,10 +175,14 @@ def main() -> None:
         fns = contenders(model, hf, idx)
         times = timed(fns, args.runs, args.warmup)
         lazy_report(model, idx, times, list(fns)[0])
-        out, full = overhead_report(model, idx, times, list(fns))
+        out = overhead_report(model, idx, times)
         if hf is not None:
-            hf_report(hf, idx, out, full, times, list(fns))
-    load_footer()
+            hf_report(hf, idx, times, out)
+    if hasattr(os, "getloadavg"):
+        end = os.getloadavg()[0]
+        busy = " (above the CPU count: timings include waiting for a CPU; trust the minimums more)" \
+            if end > (os.cpu_count() or 1) else ""
+        print(f"\nload average (1 min) at end: {end:.2f} on {os.cpu_count()} CPUs{busy}")
     if args.profile:
         profile_trace(model, idx)
 

@@ -52,7 +52,7 @@ def placement_section() -> None:
     n = check_count("layers", st.slider("Layers", 12, 48, step=4, **state.keep("exp.depth")), 48, 12)
     res = compute(ex.norm_placement_depth, n_layer=n)
     charts.show(fx.depth_figure(res), key="exp.depth_chart")
-    spread = {v: float(res[v]["grad_norm"].max() / res[v]["grad_norm"].min()) for v in ("pre", "post")}
+    spread = {v: float(res[v].grad_norm.max() / res[v].grad_norm.min()) for v in ("pre", "post")}
     st.markdown(f"**Notice:** post-norm pins the stream at the norm of a LayerNorm output (√d_model = "
                 f"{res['config'].d_model ** 0.5:.0f}) after every block while pre-norm lets it drift with depth; "
                 f"largest/smallest block gradient: {spread['pre']:.1f}× pre-norm vs {spread['post']:.1f}× post-norm.")

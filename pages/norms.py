@@ -2,17 +2,17 @@
 import pandas as pd
 import streamlit as st
 
-from tfm import internals
+from tfm import norms as tfm_norms
 from tfm.analysis import layer_summaries
 from ui import fig_norms as fn
 from ui import charts, sidebar, state
 
 
-def _depth(lm, placement: str, norm: str, n_layer: int, ids: tuple, seed: int) -> dict:
+def _depth(lm, placement: str, norm: str, n_layer: int, ids: tuple, seed: int) -> tfm_norms.DepthNorms:
     # A parallel block has no post-norm form: post-norm runs it as the sequential block.
     cfg = lm.config.replace(norm_placement=placement, norm=norm, n_layer=n_layer, dropout=0.0,
                             parallel_block=lm.config.parallel_block and placement == "pre")
-    return internals.depth_norms(cfg, ids, seed)
+    return tfm_norms.depth_norms(cfg, ids, seed)
 
 
 DEPTH_TOKENS = 128
@@ -78,35 +78,35 @@ c1, c2, c3 = st.columns(3)
 which = c1.selectbox("Which norm", options, **state.keep("norms.which"))
 layer = c2.slider("Layer", 0, max(1, L - 1), **state.keep("norms.layer"), disabled=which == "ln_final" or L == 1)
 token = c3.selectbox("Token", list(range(T)), format_func=lambda i: run.labels[i], **state.keep("norms.token"))
-ex = internals.layernorm_worked_example(model, tr, layer, token, which)
+ex = tfm_norms.layernorm_worked_example(model, tr, layer, token, which)
 where = "ln_final" if which == "ln_final" else f"block {layer} {which}"
 m = st.columns(5)
-if ex["kind"] == "layernorm":
+if ex.kind == "layernorm":
     st.markdown("y = (x − mean) / √(var + ε) · gain + bias, with mean and var over the token's "
                 f"{cfg.d_model} dimensions.")
-    m[0].metric("mean", f"{ex['mean']:.5f}")
-    m[1].metric("variance", f"{ex['var']:.5f}")
-    m[2].metric("√(var + ε)", f"{ex['std']:.5f}")
+    m[0].metric("mean", f"{ex.mean:.5f}")
+    m[1].metric("variance", f"{ex.var:.5f}")
+    m[2].metric("√(var + ε)", f"{ex.std:.5f}")
 else:
     st.markdown("RMSNorm: y = x / √(mean(x²) + ε) · gain: no mean subtraction, no bias.")
-    m[0].metric("mean(x²)", f"{ex['mean_square']:.5f}")
-    m[1].metric("rms = √(mean(x²) + ε)", f"{ex['rms']:.5f}")
-    m[2].metric("ε", f"{ex['eps']:g}")
-torch_fn = "F.layer_norm" if ex["kind"] == "layernorm" else "F.rms_norm"
-m[3].metric(f"max |ours − {torch_fn}|", f"{ex['max_abs_diff']:.1e}")
-m[4].metric("max |ours − model|", f"{ex['trace_diff']:.1e}",
+    m[0].metric("mean(x²)", f"{ex.mean_square:.5f}")
+    m[1].metric("rms = √(mean(x²) + ε)", f"{ex.rms:.5f}")
+    m[2].metric("ε", f"{ex.eps:g}")
+torch_fn = "F.layer_norm" if ex.kind == "layernorm" else "F.rms_norm"
+m[3].metric(f"max |ours − {torch_fn}|", f"{ex.max_abs_diff:.1e}")
+m[4].metric("max |ours − model|", f"{ex.trace_diff:.1e}",
             help="Against the model's own float32 output for this token, recorded in the trace.")
-ok = ex["max_abs_diff"] <= 1e-6
+ok = ex.max_abs_diff <= 1e-6
 (st.success if ok else st.error)(
-    f"Step by step (float64) and PyTorch's `{torch_fn}` with this norm's own gain{' and bias' if ex['bias'] is not None else ''} "
-    f"agree to {ex['max_abs_diff']:.1e} {'≤' if ok else '>'} 1e-6. The model itself runs in float32, hence the "
+    f"Step by step (float64) and PyTorch's `{torch_fn}` with this norm's own gain{' and bias' if ex.bias is not None else ''} "
+    f"agree to {ex.max_abs_diff:.1e} {'≤' if ok else '>'} 1e-6. The model itself runs in float32, hence the "
     "second, slightly larger difference.")
-steps = {"x": ex["x"], "normalised": ex["normalized"], "gain": ex["weight"]}
-if ex["kind"] == "layernorm":
-    steps = {"x": ex["x"], "x − mean": ex["x"] - ex["mean"], "normalised": ex["normalized"], "gain": ex["weight"]}
-if ex["bias"] is not None:
-    steps["bias"] = ex["bias"]
-steps.update({"output": ex["output"], torch_fn: ex["reference"]})
+steps = {"x": ex.x, "normalised": ex.normalized, "gain": ex.weight}
+if ex.kind == "layernorm":
+    steps = {"x": ex.x, "x − mean": ex.x - ex.mean, "normalised": ex.normalized, "gain": ex.weight}
+if ex.bias is not None:
+    steps["bias"] = ex.bias
+steps.update({"output": ex.output, torch_fn: ex.reference})
 left, right = st.columns([3, 2])
 left.dataframe(pd.DataFrame({k: v.numpy() for k, v in steps.items()}).rename_axis("dim"), height=340,
                key="norms.worked_table")
@@ -160,7 +160,7 @@ try:
     for p in placements:
         res = state.derived_status(f"Forward and backward pass of a fresh {n_layer}-layer {p}-norm model…",
                                    "norms.depth", _depth, run.spec, run.device, p, norm_kind, n_layer, ids, seed)
-        results[f"{p}-norm (loss {res['loss']:.3f})"] = res
+        results[f"{p}-norm (loss {res.loss:.3f})"] = res
 except ValueError as e:
     st.warning(f"{e}. This comparison needs at least two tokens in the prompt.")
 if results:

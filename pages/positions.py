@@ -2,7 +2,7 @@
 import pandas as pd
 import streamlit as st
 
-from tfm import internals
+from tfm import positions
 from ui import fig_positions as fp
 from ui import charts, sidebar, state
 
@@ -24,7 +24,7 @@ if cfg.pos_encoding in ("learned", "sinusoidal"):
     st.session_state["pos.max_pos"] = max(1, min(int(st.session_state["pos.max_pos"]), ctx))
     n = st.slider("Positions to show", 1, ctx, **state.keep("pos.max_pos"),
                   help=f"The model has {ctx} positions; your prompt uses positions 0 to {len(run.ids) - 1}.") if ctx > 1 else 1
-    table = internals.position_vectors(model, n)
+    table = positions.position_vectors(model, n)
     source = "pos_emb.weight (learned)" if cfg.pos_encoding == "learned" else "pos_table buffer (sinusoidal)"
     st.caption(f"Each position p gets a vector of {cfg.d_model} numbers that is **added** to the token's "
                f"embedding before block 0. Read from the model's `{source}`.")
@@ -32,12 +32,12 @@ if cfg.pos_encoding in ("learned", "sinusoidal"):
     charts.show(fp.position_heatmap(table, f"Positional vectors: {source}"), key="pos.heat", where=left)
     left.caption("One row per position. Stripes that change slowly down a column carry coarse position; "
                  "fast-changing columns tell neighbours apart.")
-    charts.show(fp.similarity_heatmap(internals.cosine_similarity_matrix(table),
+    charts.show(fp.similarity_heatmap(positions.cosine_similarity_matrix(table),
                                       "Cosine similarity between positions"), key="pos.sim", where=right)
     right.caption("Bright along the diagonal band means nearby positions get similar vectors: "
                   "the model can tell 'near' from 'far'.")
     if n >= 3:
-        coords, share = internals.pca_2d(table)
+        coords, share = positions.pca_2d(table)
         charts.show(fp.pca_scatter(coords, share, "Positions projected to 2-D (PCA)"), key="pos.pca", where=left)
         left.caption("Each dot is a position, coloured from first (dark) to last (yellow). A smooth curve "
                      "means position is laid out in order in the vector space.")
@@ -48,7 +48,7 @@ if cfg.pos_encoding in ("learned", "sinusoidal"):
         charts.show(fp.waves(table, dims, "Chosen dimensions over position"), key="pos.waves", where=right)
         right.caption("Even dims are sines, odd dims cosines; the frequency falls as the dimension rises.")
 elif cfg.pos_encoding == "rope":
-    angles = internals.rope_angle_table(model, min(cfg.context_length, max(len(run.ids), 64)))
+    angles = positions.rope_angle_table(model, min(cfg.context_length, max(len(run.ids), 64)))
     st.caption("RoPE adds nothing to the embeddings. Inside every attention layer it **rotates** each pair "
                "of query/key dimensions by an angle proportional to the position, so q·k depends on how far "
                "apart two tokens are. Angles computed from the model's `inv_freq` with `tfm.model.rope_angles`.")
@@ -84,7 +84,7 @@ st.markdown(
 seed = int(st.session_state.get("sidebar.seed", 0))
 try:
     check = state.derived_status("Running block 0 on the prompt and a shuffled copy…", "pos.permutation",
-                                 lambda lm, ids, s: internals.permutation_check(lm.model, ids, s),
+                                 lambda lm, ids, s: positions.permutation_check(lm.model, ids, s),
                                  run.spec, run.device, run.ids, seed)
 except ValueError as e:
     st.warning(f"{e}. The check needs at least two tokens.")
@@ -94,14 +94,14 @@ if check is not None:
     perm_table = pd.DataFrame({
         "measurement": ["full attention (no mask): max |attn(shuffled) − shuffled attn|",
                         "causal attention: change of the last token's output, earlier tokens shuffled"],
-        "without positions": [fmt(check["full_without"]), fmt(check["causal_last_without"])],
-        "with the model's positions": [fmt(check["full_with"]), fmt(check["causal_last_with"])],
+        "without positions": [fmt(check.full_without), fmt(check.causal_last_without)],
+        "with the model's positions": [fmt(check.full_with), fmt(check.causal_last_with)],
     })
     st.table(perm_table.set_index("measurement"))
-    st.caption(f"For scale, the largest output value is {check['scale']:.2e}. Without positions the differences "
+    st.caption(f"For scale, the largest output value is {check.scale:.2e}. Without positions the differences "
                "are float32 rounding (~1e-8): the shuffle is invisible. With positions they are real: the model "
                f"can see order. The shuffled prompt used (seed {seed}, the sidebar's):")
-    st.code(" ".join(run.labels[i] for i in check["perm"]), language=None, wrap_lines=True)
+    st.code(" ".join(run.labels[i] for i in check.perm), language=None, wrap_lines=True)
 
 st.header("3. The sinusoidal formula, explored")
 st.markdown("PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(p / 10000^(2i/d)). Change the sizes and watch.")
@@ -110,20 +110,20 @@ st.session_state.setdefault("pos.d_model", 128)
 st.session_state.setdefault("pos.length", 128)
 d_model = c1.slider("d_model", 2, 512, step=2, **state.keep("pos.d_model"))
 length = c2.slider("length (positions)", 4, 512, **state.keep("pos.length"))
-dots = internals.sinusoidal_dots(length, d_model, [0, length // 4, length // 2])
+dots = positions.sinusoidal_dots(length, d_model, [0, length // 4, length // 2])
 left, right = st.columns(2)
-charts.show(fp.position_heatmap(internals.sinusoidal_table(length, d_model),
+charts.show(fp.position_heatmap(positions.sinusoidal_table(length, d_model),
                                 f"Sinusoidal table, {length} positions × {d_model} dims"),
             key="pos.sin_table", where=left)
 left.caption("Left columns oscillate fast, right columns slowly: every position gets a unique pattern.")
-charts.show(fp.dot_product_lines(dots["k"], dots["dots"], dots["formula"],
+charts.show(fp.dot_product_lines(dots.k, dots.dots, dots.formula,
                                  "PE(p)·PE(p+k) depends only on the offset k"), key="pos.dots", where=right)
 right.caption("The curves for different start positions p lie on top of each other and on Σᵢ cos(k·ωᵢ): "
               "how similar two positions look depends only on how far apart they are.")
 clock_len = min(length, 64)
-clock_dims, periods = internals.doubling_dims(d_model, max(1, (clock_len - 1).bit_length()))
-charts.show(fp.binary_clock(internals.binary_bits(clock_len, max(1, (clock_len - 1).bit_length())),
-                                internals.sinusoidal_table(clock_len, d_model), clock_dims, periods,
+clock_dims, periods = positions.doubling_dims(d_model, max(1, (clock_len - 1).bit_length()))
+charts.show(fp.binary_clock(positions.binary_bits(clock_len, max(1, (clock_len - 1).bit_length())),
+                                positions.sinusoidal_table(clock_len, d_model), clock_dims, periods,
                                 f"The 'binary clock' view: first {clock_len} positions"), key="pos.clock")
 st.caption("Writing a position in binary, the lowest bit flips every step, the next every 2 steps, then 4… "
            "The sine dimensions do the same smoothly: each chosen column turns about half as fast as the one "

@@ -3,7 +3,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from tfm import internals
+from tfm import shapes as tfm_shapes
 from tfm.analysis import param_counts
 from ui import fig_shapes as fs
 from ui import charts, sidebar, state
@@ -40,7 +40,7 @@ if (batch, length) == (1, len(run.ids)):
     shapes = run.trace.shapes
     st.caption(f"From the traced run of your prompt: batch 1 × {length} tokens.")
 else:
-    shapes = internals.shape_trace(cfg, run.ids, int(batch), int(length))
+    shapes = tfm_shapes.shape_trace(cfg, run.ids, int(batch), int(length))
     st.caption(f"A traced forward of batch {batch} × {length} tokens, run on PyTorch's *meta* device: the same "
                "code computes every shape but no numbers, so even large shapes are instant.")
 flow_tab, table_tab = st.tabs(["The flow", "The table"])
@@ -59,7 +59,7 @@ with table_tab:
 
 st.header("2. Where the parameters are")
 counts = param_counts(model)
-formulas = internals.param_formulas(cfg)
+formulas = tfm_shapes.param_formulas(cfg)
 st.markdown(f"This model has **{model.num_params():,} parameters**. "
             f"d = d_model = {cfg.d_model}, d_ff = {cfg.d_ff}, V = vocabulary = {cfg.vocab_size:,}, "
             f"T = context = {cfg.context_length}, L = layers = {cfg.n_layer}; "
@@ -109,16 +109,16 @@ try:
     group = cfg.group_size  # query heads per KV head, as in this model
     what_if = cfg.replace(n_layer=int(layers), n_head=int(heads) * group, n_kv_head=int(heads),
                           d_model=int(heads) * group * cfg.d_head, context_length=max(cfg.context_length, int(ctx)))
-    kv = internals.kv_cache_bytes(what_if, int(ctx), DTYPES[dtype], int(kv_batch))
+    kv = tfm_shapes.kv_cache_bytes(what_if, int(ctx), DTYPES[dtype], int(kv_batch))
 except ValueError as e:
     st.warning(f"That combination is not a valid model: {e}")
 else:
     m = st.columns(3)
-    m[0].metric("By the formula", _mb(kv["formula"]), help=f"{kv['formula']:,} bytes")
-    m[1].metric("tfm.cache.KVCache(…).nbytes()", _mb(kv["nbytes"]), help=f"{kv['nbytes']:,} bytes")
-    m[2].metric("Match", "✓" if kv["formula"] == kv["nbytes"] else "✗")
+    m[0].metric("By the formula", _mb(kv.formula), help=f"{kv.formula:,} bytes")
+    m[1].metric("tfm.cache.KVCache(…).nbytes()", _mb(kv.nbytes), help=f"{kv.nbytes:,} bytes")
+    m[2].metric("Match", "✓" if kv.formula == kv.nbytes else "✗")
     st.caption(f"2 · {layers} · {heads} · {cfg.d_head} (d_head of this model) · {ctx} · {kv_batch} · "
-               f"{kv['bytes_per_value']} bytes = {kv['formula']:,} bytes. The KVCache holds K and V tensors of "
-               f"shape {' × '.join(map(str, kv['shape']))} (layers × batch × KV heads × context × d_head), "
+               f"{kv.bytes_per_value} bytes = {kv.formula:,} bytes. The KVCache holds K and V tensors of "
+               f"shape {' × '.join(map(str, kv.shape))} (layers × batch × KV heads × context × d_head), "
                "allocated on the meta device here so nothing is used. For comparison, this model's weights take "
-               f"{_mb(model.num_params() * kv['bytes_per_value'])} in {dtype}.")
+               f"{_mb(model.num_params() * kv.bytes_per_value)} in {dtype}.")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tfm import experiments as ex
-from tfm.internals import depth_norms
+from tfm.norms import depth_norms
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny tensors, one thread
@@ -39,12 +39,12 @@ def test_norm_placement_reuses_depth_norms():
     for variant in ("pre", "post"):
         cfg = res["config"] if variant == "pre" else res["config"].replace(norm_placement="post")
         want = depth_norms(cfg, ids, 0)
-        torch.testing.assert_close(res[variant]["resid_norm"], want["resid_norm"])
-        torch.testing.assert_close(res[variant]["grad_norm"], want["grad_norm"])
-        assert res[variant]["resid_norm"].shape == (13,)
+        torch.testing.assert_close(res[variant].resid_norm, want.resid_norm)
+        torch.testing.assert_close(res[variant].grad_norm, want.grad_norm)
+        assert res[variant].resid_norm.shape == (13,)
     # post-norm: every block ends in a LayerNorm with unit gain: per-token norm sqrt(d_model)
-    torch.testing.assert_close(res["post"]["resid_norm"][1:], torch.full((12,), 8.0), atol=1e-3, rtol=0)
-    assert float(res["pre"]["resid_norm"][1:].max()) < 4.0
+    torch.testing.assert_close(res["post"].resid_norm[1:], torch.full((12,), 8.0), atol=1e-3, rtol=0)
+    assert float(res["pre"].resid_norm[1:].max()) < 4.0
 
 
 def test_layernorm_and_batchnorm_normalise_different_axes():

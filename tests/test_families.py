@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 import tfm
 from tests.conftest import BPE_TEXT
-from tfm import internals
+from tfm import shapes as tfm_shapes
 from tfm.analysis import param_counts
 from tfm.cache import KVCache
 
@@ -294,6 +294,6 @@ def test_parameter_formulas_and_kv_cache_bytes_count_kv_heads(preset, qkv_bias):
     with torch.device("meta"):
         model = tfm.GPT(cfg)
     counted = param_counts(model)
-    assert {k: v[1] for k, v in internals.param_formulas(cfg).items()} == counted
-    kv = internals.kv_cache_bytes(cfg, 100, torch.bfloat16, batch=2)
-    assert kv["formula"] == kv["nbytes"] == 2 * cfg.n_layer * cfg.n_kv_head * cfg.d_head * 100 * 2 * 2
+    assert {k: v[1] for k, v in tfm_shapes.param_formulas(cfg).items()} == counted
+    kv = tfm_shapes.kv_cache_bytes(cfg, 100, torch.bfloat16, batch=2)
+    assert kv.formula == kv.nbytes == 2 * cfg.n_layer * cfg.n_kv_head * cfg.d_head * 100 * 2 * 2

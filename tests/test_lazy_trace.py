@@ -261,7 +261,7 @@ def test_gpt2_shape_block_estimate():
 
 @pytest.mark.parametrize("i", range(0, 64, 5))
 def test_trace_byte_estimate_equals_the_shape_trace(i):
-    from tfm.internals import shape_trace
+    from tfm.shapes import shape_trace
     from tfm.trace import estimate_trace_bytes
     cfg = ModelConfig.preset("tiny", **variant(i))
     shapes = shape_trace(cfg, [1, 2, 3], 2, 9)
@@ -270,7 +270,7 @@ def test_trace_byte_estimate_equals_the_shape_trace(i):
 
 @pytest.mark.parametrize("extra", FAMILY, ids=["gqa", "partial-rotary-parallel", "qkv-bias-llama3"])
 def test_byte_estimates_count_key_value_heads(extra, make_model):
-    from tfm.internals import shape_trace
+    from tfm.shapes import shape_trace
     from tfm.trace import estimate_trace_bytes
     cfg = ModelConfig.preset("tiny", **extra)
     shapes = shape_trace(cfg, [1, 2, 3], 2, 9)

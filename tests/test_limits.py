@@ -21,7 +21,7 @@ VARIANTS = [dict(), dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_param_count_equals_the_shapes_pages_formulas(name):
     """Two independent paths: the meta-built model, and the per-component formulas the Shapes page shows."""
-    from tfm.internals import param_formulas
+    from tfm.shapes import param_formulas
     cfg = ModelConfig.preset(name)
     assert count_params(cfg) == sum(count for _, count in param_formulas(cfg).values())
 

@@ -97,6 +97,32 @@ def direct(lm, ids, position: int = -1, token: int | None = None, versus: int | 
     prediction there; with `versus` the target is the logit difference token - versus.
     `trace`: the trace of a forward of these ids to reuse (e.g. the app's cached one); read-only.
     The result holds (L, H, T) + 2 (L, F) float64 numbers (GPT-2 at 1024 tokens: ~1.8 MB)."""
+    model, tr, p, logits, token = _prepare(lm, ids, position, token, versus, trace)
+    cfg = model.config
+    d, const, scale = direction(model, tr, p, token, versus)
+    names, vals = ["embed"], [_f64(tr["embed"][0, p]) @ d]
+    if "pos_embed" in tr:
+        names.append("pos_embed")
+        vals.append(_f64(tr["pos_embed"][p]) @ d)
+    bias, heads, mlps, sources, neurons, acts = const, [], [], [], [], []
+    for i, block in enumerate(model.blocks):
+        res, source, neuron, post, bias = _block_shares(block, tr, i, p, d, cfg.n_head, bias)
+        neurons.append(neuron)
+        acts.append(post)
+        mlps.append(neurons[-1].sum())
+        heads.append(res)
+        sources.append(source)
+        names += [f"blocks.{i}.attn.head.{h}" for h in range(cfg.n_head)] + [f"blocks.{i}.mlp"]
+        vals += list(res) + [mlps[-1]]
+    names.append("bias")
+    vals.append(torch.tensor(bias, dtype=torch.float64))
+    target = float(logits[token] - (logits[versus] if versus is not None else 0))
+    return Attribution(tuple(names), torch.stack(vals), p, token, versus, target, scale, torch.stack(heads),
+                       torch.stack(mlps), torch.stack(sources), torch.stack(neurons), torch.stack(acts))
+
+
+def _prepare(lm, ids, position: int, token: int | None, versus: int | None, trace):
+    """`direct`'s checked inputs: (model, trace, position, float64 logits there, target token)."""
     model = _model(lm)
     cfg = model.config
     if cfg.norm_placement == "post":
@@ -111,33 +137,23 @@ def direct(lm, ids, position: int = -1, token: int | None = None, versus: int | 
     token = int(logits.argmax()) if token is None else check_token(token, cfg.vocab_size)
     if versus is not None and check_token(versus, cfg.vocab_size, "versus token") == token:
         raise ValueError("token and versus are the same token: their logit difference is always 0")
-    d, const, scale = direction(model, tr, p, token, versus)
-    names, vals = ["embed"], [_f64(tr["embed"][0, p]) @ d]
-    if "pos_embed" in tr:
-        names.append("pos_embed")
-        vals.append(_f64(tr["pos_embed"][p]) @ d)
-    bias, heads, mlps, sources, neurons, acts = const, [], [], [], [], []
-    for i, block in enumerate(model.blocks):
-        wod = _head_directions(block.attn, d)                          # (H, hd)
-        res = (_f64(tr[f"blocks.{i}.attn.z"][0, :, p]) * wod).sum(-1)  # (H,) = z_h W_O_h^T . d
-        mlp_w = _f64(block.mlp.proj.weight)                            # (D, F)
-        post = _f64(tr[f"blocks.{i}.mlp.post"][0, p])                  # (F,)
-        neurons.append(post * (d @ mlp_w))                             # (F,)
-        acts.append(post)
-        mlps.append(neurons[-1].sum())
-        heads.append(res)
-        v = _query_heads(_f64(tr[f"blocks.{i}.attn.v"][0]), cfg.n_head)  # (H, T, hd)
-        pattern = _f64(tr[f"blocks.{i}.attn.pattern"][0, :, p])        # (H, T)
-        sources.append(pattern * torch.einsum("hsd,hd->hs", v, wod))   # (H, T): sums to res
-        for b in (block.attn.proj.bias, block.mlp.proj.bias):
-            bias = bias + (float(_f64(b) @ d) if b is not None else 0.0)
-        names += [f"blocks.{i}.attn.head.{h}" for h in range(cfg.n_head)] + [f"blocks.{i}.mlp"]
-        vals += list(res) + [mlps[-1]]
-    names.append("bias")
-    vals.append(torch.tensor(bias, dtype=torch.float64))
-    target = float(logits[token] - (logits[versus] if versus is not None else 0))
-    return Attribution(tuple(names), torch.stack(vals), p, token, versus, target, scale, torch.stack(heads),
-                       torch.stack(mlps), torch.stack(sources), torch.stack(neurons), torch.stack(acts))
+    return model, tr, p, logits, token
+
+
+def _block_shares(block, tr, i: int, p: int, d: torch.Tensor, n_head: int, bias: float):
+    """Block i's direct shares along d at position p: per head (H,), per head and source
+    position (H, T), per neuron (F,), the neurons' activations (F,), and `bias` plus the
+    output biases' share (added in the same order as ever, so sums stay bit-identical)."""
+    wod = _head_directions(block.attn, d)                          # (H, hd)
+    res = (_f64(tr[f"blocks.{i}.attn.z"][0, :, p]) * wod).sum(-1)  # (H,) = z_h W_O_h^T . d
+    mlp_w = _f64(block.mlp.proj.weight)                            # (D, F)
+    post = _f64(tr[f"blocks.{i}.mlp.post"][0, p])                  # (F,)
+    v = _query_heads(_f64(tr[f"blocks.{i}.attn.v"][0]), n_head)    # (H, T, hd)
+    pattern = _f64(tr[f"blocks.{i}.attn.pattern"][0, :, p])        # (H, T)
+    source = pattern * torch.einsum("hsd,hd->hs", v, wod)          # (H, T): sums to res
+    for b in (block.attn.proj.bias, block.mlp.proj.bias):
+        bias = bias + (float(_f64(b) @ d) if b is not None else 0.0)
+    return res, source, post * (d @ mlp_w), post, bias
 
 
 def _head_directions(attn, d: torch.Tensor) -> torch.Tensor:

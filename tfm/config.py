@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Self, get_args
 
 from .validate import check_int, check_number, from_json_object
 
@@ -25,8 +25,27 @@ def _check_choice(name: str, value: Any, kind: Any) -> None:
         raise ValueError(f"{name}={value!r} is not allowed; choose one of {', '.join(map(repr, allowed))}")
 
 
+class JsonConfig:
+    """What the frozen config dataclasses share (`ModelConfig`, `tfm.encdec.EncDecConfig`):
+    validated copies and plain-JSON round trips. `_kind` names the config in messages."""
+
+    _kind = "a model config"
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Self:
+        """Build from plain JSON data; unknown or missing keys are an error, not silently dropped."""
+        return from_json_object(cls, data, cls._kind)
+
+
 @dataclass(frozen=True, kw_only=True)
-class ModelConfig:
+class ModelConfig(JsonConfig):
     """Shape and architecture of a decoder-only transformer.
 
     `activation`: "gelu" is the exact (erf) GELU of nanoGPT / PyTorch, "gelu_tanh" the tanh
@@ -143,18 +162,6 @@ class ModelConfig:
     def group_size(self) -> int:
         """Query heads per key/value head."""
         return self.n_head // self.n_kv_head
-
-    def replace(self, **changes: Any) -> "ModelConfig":
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
-        """Build from plain JSON data; unknown or missing keys are an error, not silently dropped."""
-        return from_json_object(cls, data, "a model config")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ModelConfig":

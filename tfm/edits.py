@@ -31,6 +31,17 @@ def _check_mode(mode: str) -> None:
         raise ValueError(f"ablation mode {mode!r}: choose 'zero' or 'mean'")
 
 
+class _Ablation:
+    """What the ablations with a `mode` and an optional given `mean` share: checks."""
+
+    def __post_init__(self) -> None:
+        _check_mode(self.mode)
+
+    def _check_mean(self, width: int, what: str) -> None:
+        if self.mean is not None and tuple(self.mean.shape) != (width,):
+            raise ValueError(f"{what} mean must have shape ({width},), got {tuple(self.mean.shape)}")
+
+
 def _rows(x: torch.Tensor, row: int | None) -> torch.Tensor:
     """The edited rows as a view of x: (B, ...) or one row (...)."""
     return x if row is None else x[row]
@@ -46,7 +57,7 @@ def _fill(target: torch.Tensor, mean: torch.Tensor | None, mode: Mode, pos_axis:
 
 
 @dataclass(frozen=True, eq=False)
-class AblateHead:
+class AblateHead(_Ablation):
     """Zero one head's output z, or replace it by its mean: over this prompt's positions
     (`mean=None`) or a given (hd,) mean, e.g. over a reference batch (`head_means`)."""
 
@@ -57,21 +68,17 @@ class AblateHead:
     row: int | None = None
     point = "attn.z"
 
-    def __post_init__(self) -> None:
-        _check_mode(self.mode)
-
     def check(self, cfg: ModelConfig, shape: tuple[int, int]) -> None:
         if not 0 <= self.head < cfg.n_head:
             raise ValueError(f"head {self.head} does not exist: layer {self.layer} has heads 0..{cfg.n_head - 1}")
-        if self.mean is not None and tuple(self.mean.shape) != (cfg.d_head,):
-            raise ValueError(f"a head's mean must have shape ({cfg.d_head},), got {tuple(self.mean.shape)}")
+        self._check_mean(cfg.d_head, "a head's")
 
     def write(self, x: torch.Tensor) -> None:                          # x (B, H, T, hd)
         _fill(_rows(x, self.row)[..., self.head, :, :], self.mean, self.mode, -2)
 
 
 @dataclass(frozen=True, eq=False)
-class AblateMLP:
+class AblateMLP(_Ablation):
     """Zero a whole MLP sublayer's output, or replace it by its mean (over this prompt's
     positions, or a given (D,) mean)."""
 
@@ -81,12 +88,8 @@ class AblateMLP:
     row: int | None = None
     point = "mlp_out"
 
-    def __post_init__(self) -> None:
-        _check_mode(self.mode)
-
     def check(self, cfg: ModelConfig, shape: tuple[int, int]) -> None:
-        if self.mean is not None and tuple(self.mean.shape) != (cfg.d_model,):
-            raise ValueError(f"an MLP's mean must have shape ({cfg.d_model},), got {tuple(self.mean.shape)}")
+        self._check_mean(cfg.d_model, "an MLP's")
 
     def write(self, x: torch.Tensor) -> None:                          # x (B, T, D)
         _fill(_rows(x, self.row), self.mean, self.mode, -2)

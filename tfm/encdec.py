@@ -25,7 +25,6 @@ queries from seeing it, and the loss ignores those positions.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -36,10 +35,10 @@ import torch
 import torch.nn as nn
 from safetensors.torch import save_file
 
-from .config import Activation, NormPlacement, NormType, _check_choice
+from .config import Activation, JsonConfig, NormPlacement, NormType, _check_choice
 from .model import MLP, Norm, attend, sinusoidal_table
 from .trace import Recorder, Trace
-from .validate import check_int, check_number, from_json_object
+from .validate import check_int, check_number
 from .weights import FolderFormat, check_state, checked_config, read_folder
 
 EncDecPos = Literal["sinusoidal", "learned"]
@@ -47,9 +46,11 @@ FORMAT, VERSION = "tfm-encdec", 1
 
 
 @dataclass(frozen=True, kw_only=True)
-class EncDecConfig:
+class EncDecConfig(JsonConfig):
     """Sizes and variants of an encoder-decoder. Defaults follow the 2017 paper (post-norm,
     ReLU, sinusoidal positions); `Norm` and `MLP` read the same field names as ModelConfig."""
+
+    _kind = "an encoder-decoder config"
 
     src_vocab_size: int
     tgt_vocab_size: int
@@ -99,17 +100,6 @@ class EncDecConfig:
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_head
-
-    def replace(self, **changes: Any) -> "EncDecConfig":
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Any) -> "EncDecConfig":
-        """From plain JSON data; unknown or missing keys are an error."""
-        return from_json_object(cls, data, "an encoder-decoder config")
 
 
 class EncDecOutput(NamedTuple):

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 from .cache import KVCache
 from .config import ModelConfig
-from .rope import inv_freq as rope_inv_freq
+from .positions import add_embeddings, position_inputs, sinusoidal_table  # noqa: F401 (re-exported: encdec, tests)
+from .rope import apply_rope, rope_angles  # noqa: F401 (rope_angles re-exported)
 from .trace import Recorder, Trace
 
 
@@ -59,23 +60,6 @@ class Norm(nn.Module):
             rec.add_deferred("normalized", tuple(x.shape), x.dtype, lambda: xd / rms)
         rec.add("output", out)
         return out
-
-
-def rope_angles(inv_freq: torch.Tensor, start: int, length: int) -> torch.Tensor:
-    """Rotation angle per position and dimension pair: pos * base^(-2i/rd). (T, rd/2), rd = rotary_dim"""
-    pos = torch.arange(start, start + length, device=inv_freq.device, dtype=inv_freq.dtype)
-    return torch.outer(pos, inv_freq)
-
-
-def apply_rope(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (i, i + rd/2) of the first rd = 2 * angles.shape[-1] dims of each head's vector
-    by their angle (Hugging Face's rotate_half layout); the other hd - rd dims pass through
-    (partial rotary, GPT-NeoX)."""
-    half = angles.shape[-1]
-    x1, x2 = x[..., :half], x[..., half:2 * half]      # (B, H, T, rd/2) each
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, rd/2)
-    rotated = [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
-    return torch.cat(rotated + [x[..., 2 * half:]] if 2 * half < x.shape[-1] else rotated, dim=-1)
 
 
 def causal_mask(t: int, s: int, device: torch.device) -> torch.Tensor:
@@ -145,7 +129,8 @@ class Attention(nn.Module):
         return q, k, v
 
     def forward(self, x, rec: Recorder | None, angles=None, cache: KVCache | None = None, layer: int = 0,
-                edits=None):
+                edits=None, causal: bool = True):
+        """`causal=False`: no mask at all, the bare self-attention (tfm.positions' permutation check)."""
         qkv = self.qkv(x)                                              # (B, T, D + 2 Hkv hd)
         if rec is not None:
             rec.shape_only("qkv", qkv)
@@ -157,6 +142,7 @@ class Attention(nn.Module):
                 rec.add(name, t)
         t_q, s = q.shape[-2], k.shape[-2]
         mask = "causal" if t_q == s else (None if t_q == 1 else causal_mask(t_q, s, x.device))
+        mask = mask if causal else None
         z = attend(q, k, v, mask, rec, self.dropout if self.training else 0.0)
         if edits is not None:  # per-call interventions (tfm.edits); the trace's "z" is the unedited one
             z = edits.apply("attn.z", z)
@@ -266,27 +252,13 @@ def unembed(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return out.view(*x.shape[:-1], -1)                                 # (B, T, V)
 
 
-def sinusoidal_table(length: int, d_model: int) -> torch.Tensor:
-    """PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(p / 10000^(2i/d)). (T, D)"""
-    pos = torch.arange(length, dtype=torch.float64)[:, None]
-    inv = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
-    table = torch.zeros(length, d_model, dtype=torch.float64)
-    table[:, 0::2], table[:, 1::2] = torch.sin(pos * inv), torch.cos(pos * inv)
-    return table.float()
-
-
 class GPT(nn.Module):
     """Token (+ positional) embedding, n_layer blocks, final norm, unembedding."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.config = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.pos_emb = nn.Embedding(cfg.context_length, cfg.d_model) if cfg.pos_encoding == "learned" else None
-        if cfg.pos_encoding == "sinusoidal":
-            self.register_buffer("pos_table", sinusoidal_table(cfg.context_length, cfg.d_model), persistent=False)
-        if cfg.pos_encoding == "rope":
-            self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)  # (rotary_dim/2,)
+        add_embeddings(self, cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         # Post-norm blocks already end normalised; the 2017 design has no final norm.
@@ -337,16 +309,14 @@ class GPT(nn.Module):
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.config.vocab_size):
             raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got {int(idx.min())}..{int(idx.max())}")
 
+    def positions(self, start: int, length: int):
+        """(added position vectors (T, D) or None, RoPE angles (T, rotary_dim/2) or None)."""
+        return position_inputs(self, start, length)
+
     def embed(self, idx: torch.Tensor, start: int, rec: Recorder | None):
         """Token embedding plus additive positions; returns (x, rope angles or None)."""
-        x, t, angles = self.tok_emb(idx), idx.shape[1], None           # (B, T, D)
-        pos = None
-        if self.pos_emb is not None:
-            pos = self.pos_emb(torch.arange(start, start + t, device=idx.device))  # (T, D)
-        elif self.config.pos_encoding == "sinusoidal":
-            pos = self.pos_table[start:start + t]                      # (T, D)
-        elif self.config.pos_encoding == "rope":
-            angles = rope_angles(self.inv_freq, start, t)              # (T, rotary_dim/2)
+        x = self.tok_emb(idx)                                          # (B, T, D)
+        pos, angles = self.positions(start, idx.shape[1])
         if rec is not None:
             rec.add("embed", x)
             if pos is not None:

@@ -44,3 +44,20 @@ def inv_freq(cfg: ModelConfig) -> torch.Tensor:
         return llama3_inv_freq(freq, cfg.rope_factor, cfg.rope_low_freq_factor,
                                cfg.rope_high_freq_factor, cfg.rope_original_context)
     return freq
+
+
+def rope_angles(inv_freq: torch.Tensor, start: int, length: int) -> torch.Tensor:
+    """Rotation angle per position and dimension pair: pos * base^(-2i/rd). (T, rd/2), rd = rotary_dim"""
+    pos = torch.arange(start, start + length, device=inv_freq.device, dtype=inv_freq.dtype)
+    return torch.outer(pos, inv_freq)
+
+
+def apply_rope(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (i, i + rd/2) of the first rd = 2 * angles.shape[-1] dims of each head's vector
+    by their angle (Hugging Face's rotate_half layout); the other hd - rd dims pass through
+    (partial rotary, GPT-NeoX)."""
+    half = angles.shape[-1]
+    x1, x2 = x[..., :half], x[..., half:2 * half]      # (B, H, T, rd/2) each
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, rd/2)
+    rotated = [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
+    return torch.cat(rotated + [x[..., 2 * half:]] if 2 * half < x.shape[-1] else rotated, dim=-1)

@@ -94,32 +94,35 @@ def _embed_steps(lm, tr: Trace, ids, labels, f: Focus) -> list[TourStep]:
                  f"The id picks row {tok} of the embedding matrix: a vector of d_model = {cfg.d_model} learned numbers.",
                  {f"e = W_E[{tok}]": vec(tr["embed"][0, p])}, "pages/shapes.py"),
     ]
+    return steps + [_position_step(cfg, tr, p)]
+
+
+def _position_step(cfg, tr: Trace, p: int) -> TourStep:
+    """The positions step, one variant per kind of positional encoding (same key for all)."""
     x0 = tr["blocks.0.resid_pre"][0, p]
     if cfg.pos_encoding in ("learned", "sinusoidal"):
         kind = "a learned row of W_pos" if cfg.pos_encoding == "learned" else "sines and cosines of the position"
-        steps.append(TourStep("positions", "Position: added to the embedding",
-                              r"x_0 = e + p_i" + (r",\quad p_{i,2k} = \sin\!\big(i/10000^{2k/d}\big)"
-                                                  if cfg.pos_encoding == "sinusoidal" else r",\quad p_i = W_{pos}[i]"),
-                              f"Position {p} adds {kind}, so the same word at another place looks different. "
-                              "The sum is the residual stream entering block 0.",
-                              {f"p_{p}": vec(tr["pos_embed"][p]), "x_0 = e + p": vec(x0)}, "pages/positions.py"))
-    elif cfg.pos_encoding == "rope":
-        steps.append(TourStep("positions", "Position: RoPE rotates queries and keys",
-                              r"\begin{pmatrix}q'_k\\q'_{k+d/2}\end{pmatrix} = \begin{pmatrix}\cos i\theta_k & -\sin i\theta_k"
-                              r"\\ \sin i\theta_k & \cos i\theta_k\end{pmatrix}\begin{pmatrix}q_k\\q_{k+d/2}\end{pmatrix},"
-                              r"\quad \theta_k = b^{-2k/d_{head}}",
-                              f"Nothing is added here: x_0 = e. Inside every attention layer, each pair of q and k "
-                              f"dimensions is rotated by position × θ_k, so q·k depends on the distance between tokens. "
-                              f"These are position {p}'s angles in radians.",
-                              {f"angles at position {p}": vec(tr["rope.angles"][p]), "x_0 = e": vec(x0)},
-                              "pages/positions.py"))
-    else:
-        steps.append(TourStep("positions", "Position: none is added",
-                              r"x_0 = e",
-                              "This model has no positional encoding: only the causal mask tells it what came before. "
-                              "The residual stream entering block 0 is the embedding itself.",
-                              {"x_0 = e": vec(x0)}, "pages/positions.py"))
-    return steps
+        return TourStep("positions", "Position: added to the embedding",
+                        r"x_0 = e + p_i" + (r",\quad p_{i,2k} = \sin\!\big(i/10000^{2k/d}\big)"
+                                            if cfg.pos_encoding == "sinusoidal" else r",\quad p_i = W_{pos}[i]"),
+                        f"Position {p} adds {kind}, so the same word at another place looks different. "
+                        "The sum is the residual stream entering block 0.",
+                        {f"p_{p}": vec(tr["pos_embed"][p]), "x_0 = e + p": vec(x0)}, "pages/positions.py")
+    if cfg.pos_encoding == "rope":
+        return TourStep("positions", "Position: RoPE rotates queries and keys",
+                        r"\begin{pmatrix}q'_k\\q'_{k+d/2}\end{pmatrix} = \begin{pmatrix}\cos i\theta_k & -\sin i\theta_k"
+                        r"\\ \sin i\theta_k & \cos i\theta_k\end{pmatrix}\begin{pmatrix}q_k\\q_{k+d/2}\end{pmatrix},"
+                        r"\quad \theta_k = b^{-2k/d_{head}}",
+                        f"Nothing is added here: x_0 = e. Inside every attention layer, each pair of q and k "
+                        f"dimensions is rotated by position × θ_k, so q·k depends on the distance between tokens. "
+                        f"These are position {p}'s angles in radians.",
+                        {f"angles at position {p}": vec(tr["rope.angles"][p]), "x_0 = e": vec(x0)},
+                        "pages/positions.py")
+    return TourStep("positions", "Position: none is added",
+                    r"x_0 = e",
+                    "This model has no positional encoding: only the causal mask tells it what came before. "
+                    "The residual stream entering block 0 is the embedding itself.",
+                    {"x_0 = e": vec(x0)}, "pages/positions.py")
 
 
 def _attention_steps(lm, tr: Trace, labels, f: Focus) -> list[TourStep]:
@@ -132,7 +135,6 @@ def _attention_steps(lm, tr: Trace, labels, f: Focus) -> list[TourStep]:
     dots = k[: p + 1] @ q[p]                                               # (p+1,)
     all_scores = tr[f"{b}.attn.scores"][0, h]                              # (T, T)
     scores, pattern = all_scores[p], tr[f"{b}.attn.pattern"][0, h, p]
-    z = tr[f"{b}.attn.z"][0, :, p]                                         # (H, hd)
     in_name = "LN1(x)" if pre else "x"
     return [
         TourStep("qkv", f"Query, key and value ({where})",
@@ -153,6 +155,15 @@ def _attention_steps(lm, tr: Trace, labels, f: Focus) -> list[TourStep]:
                  "Keys after each query (above the diagonal) are set to −∞, so they get zero weight: a token only sees the past. "
                  "That is what lets the model be trained on every position of a text at once.",
                  {"scores, rows = queries": _mask_matrix(all_scores, p, labels)}, "pages/attention.py"),
+    ] + _mixing_steps(lm, tr, labels, f, pattern)
+
+
+def _mixing_steps(lm, tr: Trace, labels, f: Focus, pattern: torch.Tensor) -> list[TourStep]:
+    """softmax weights, their sum of values, and the heads merged through W_O."""
+    cfg, p, b, h, hd = lm.config, f.pos, f"blocks.{f.layer}", f.head, lm.config.d_head
+    where = f"block {f.layer}, head {h}"
+    z = tr[f"{b}.attn.z"][0, :, p]                                         # (H, hd)
+    return [
         TourStep("softmax", "Softmax: scores become weights that sum to 1",
                  r"a_j = \frac{e^{s_j}}{\sum_{m \le i} e^{s_m}}",
                  f"The weights of {where} for {labels[p]!r}. The chart shows every key; the table the last few.",

@@ -72,6 +72,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .trace_cost import estimate_block_bytes, estimate_trace_bytes  # noqa: F401 (re-exported)
+
 # Axis names by the last part(s) of a trace name; the longest matching suffix wins.
 AXES: dict[str, tuple[str, ...]] = {
     "embed": ("batch", "pos", "d_model"),
@@ -103,25 +105,19 @@ AXES: dict[str, tuple[str, ...]] = {
     "tokens": ("batch", "pos"),
     "logits": ("batch", "pos", "vocab"),
     "memory": ("batch", "src_pos", "d_model"),
-    # Encoder-decoder (tfm.encdec): decoder self-attention, cross-attention, their outputs.
-    "self.q": ("batch", "head", "pos", "d_head"),
-    "self.k": ("batch", "head", "key_pos", "d_head"),
-    "self.v": ("batch", "head", "key_pos", "d_head"),
-    "self.scores": ("batch", "head", "query_pos", "key_pos"),
-    "self.pattern": ("batch", "head", "query_pos", "key_pos"),
-    "self.z": ("batch", "head", "query_pos", "d_head"),
-    "self.z_merged": ("batch", "pos", "d_model"),
-    "cross.q": ("batch", "head", "pos", "d_head"),
-    "cross.k": ("batch", "head", "src_pos", "d_head"),
-    "cross.v": ("batch", "head", "src_pos", "d_head"),
-    "cross.scores": ("batch", "head", "query_pos", "src_pos"),
-    "cross.pattern": ("batch", "head", "query_pos", "src_pos"),
-    "cross.z": ("batch", "head", "query_pos", "d_head"),
-    "cross.z_merged": ("batch", "pos", "d_model"),
-    "self_out": ("batch", "pos", "d_model"),
-    "cross_out": ("batch", "pos", "d_model"),
-    "resid_cross": ("batch", "pos", "d_model"),
 }
+
+
+def _encdec_axes(part: str, keys: str) -> dict[str, tuple[str, ...]]:
+    """Encoder-decoder (tfm.encdec) attention entries: decoder self-attention reads its own
+    positions (`key_pos`), cross-attention the source's (`src_pos`)."""
+    per_head = {"q": ("pos", "d_head"), "k": (keys, "d_head"), "v": (keys, "d_head"),
+                "scores": ("query_pos", keys), "pattern": ("query_pos", keys), "z": ("query_pos", "d_head")}
+    axes = {f"{part}.{k}": ("batch", "head") + rest for k, rest in per_head.items()}
+    return axes | {f"{part}.z_merged": ("batch", "pos", "d_model"), f"{part}_out": ("batch", "pos", "d_model")}
+
+
+AXES |= _encdec_axes("self", "key_pos") | _encdec_axes("cross", "src_pos") | {"resid_cross": ("batch", "pos", "d_model")}
 
 
 # Concept -> trace name, the one table the typed accessors (and pages) build names from.
@@ -242,45 +238,6 @@ class Deferred:
 
     def __init__(self, compute: Callable[[], torch.Tensor]) -> None:
         self.compute = compute
-
-
-def _per_token_floats(config, length: int) -> dict[str, int]:
-    """Numbers per (batch row, position) of a block's entries, by the shapes documented above."""
-    d, f, h = config.d_model, config.d_ff, config.n_head
-    kv = config.n_kv_head * config.d_head                               # k, v width (grouped-query)
-    stats = 2 if config.norm == "layernorm" else 1                     # mean, std | rms
-    mlp = (3 if config.activation == "swiglu" else 2) * f               # pre (, up), post
-    rope = d + kv if config.pos_encoding == "rope" else 0               # rotated q, k: new memory
-    return {"computed": 8 * d + 2 * kv + h * length + 2 * stats + mlp + rope,   # see estimate_block_bytes
-            "deferred": h * length + h * d + 2 * d,                    # scores, result, 2 normalized
-            "aliases": 3 * d}                                           # resid_pre and two norm in/outputs
-
-
-def estimate_block_bytes(config, length: int, batch: int = 1, dtype: torch.dtype = torch.float32,
-                         deferred: bool = False) -> int:
-    """Bytes one block's entries hold in a lazy trace once read: what reading one pattern costs
-    (GPT-2 small at 1024 tokens: 107 MB). Counts what is new memory: qkv (3D), pattern (H·T),
-    z, attn_out, the residual after attention and after the MLP, two norm outputs and the
-    post-norm inputs or pre-norm residuals (8D), the norm statistics and the MLP hidden
-    activations. `deferred` adds what is computed on its own first read: scores, per-head
-    results and the normalised norm inputs (201 MB for GPT-2 small at 1024)."""
-    n = _per_token_floats(config, length)
-    floats = n["computed"] + (n["deferred"] if deferred else 0)
-    return batch * length * floats * torch.empty(0, dtype=dtype).element_size()
-
-
-def estimate_trace_bytes(config, length: int, batch: int = 1, dtype: torch.dtype = torch.float32) -> int:
-    """Bytes of a full eager trace with every entry read, each name counted (a name that is
-    the same memory as another counts twice, as in the shape trace): GPT-2 small at 1024
-    tokens: 2.75 GB."""
-    n, d = _per_token_floats(config, length), config.d_model
-    rotated = d + config.n_kv_head * config.d_head if config.pos_encoding == "rope" else 0  # q, k: counted once
-    block = n["computed"] + n["deferred"] + n["aliases"] - rotated
-    final = (2 * d + (2 if config.norm == "layernorm" else 1) + d) if config.norm_placement == "pre" else 0
-    per_token = config.n_layer * block + d + final + config.vocab_size          # embed, ln_final, logits
-    positions = length * d if config.pos_encoding in ("learned", "sinusoidal") else 0
-    angles = length * (config.rotary_dim // 2) if config.pos_encoding == "rope" else 0
-    return (batch * length * per_token + positions + angles) * torch.empty(0, dtype=dtype).element_size()
 
 
 def storage_bytes(tensors) -> int:

@@ -35,6 +35,13 @@ NOT_INHERITED = {"resume", "config", "run", "stop_at_step"}  # per invocation, n
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tfm.train", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    _add_run_and_data_flags(p)
+    add_model_flags(p.add_argument_group("model (a preset, then overrides)"))
+    _add_optimisation_and_machine_flags(p)
+    return p
+
+
+def _add_run_and_data_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("run")
     g.add_argument("--run", help="run folder (cache, metrics, checkpoint, model/)")
     g.add_argument("--config", help="JSON object of flag values (keys as flag names)")
@@ -53,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fraction of training rows made of random tokens repeating (only the repeats are learned)")
     g.add_argument("--repeat-frac", type=float, default=0.0,
                    help="fraction of training rows that repeat a random span of their text (teaches copying from context)")
-    add_model_flags(p.add_argument_group("model (a preset, then overrides)"))
+
+
+def _add_optimisation_and_machine_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("optimisation")
     g.add_argument("--max-steps", type=int, help="optimizer steps (or --max-tokens; the smaller wins)")
     g.add_argument("--max-tokens", type=float, help="training tokens, e.g. 20e6")
@@ -78,7 +87,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stop-at-step", type=int,
                    help="checkpoint, export and stop at this step, keeping the schedule of the full run "
                         "(reproduces a run that was cut short by its time budget)")
-    return p
 
 
 def add_model_flags(g) -> None:

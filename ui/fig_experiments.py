@@ -57,17 +57,17 @@ def depth_figure(res: dict) -> go.Figure:
     for variant in ("pre", "post"):
         r = res[variant]
         name = f"{variant}-norm"
-        fig.add_trace(go.Scatter(x=np.arange(len(r["resid_norm"])), y=_np(r["resid_norm"]), name=name,
+        fig.add_trace(go.Scatter(x=np.arange(len(r.resid_norm)), y=_np(r.resid_norm), name=name,
                                  mode="lines+markers", line=dict(color=COLORS[variant]), legendgroup=variant,
                                  hovertemplate="after block %{x}<br>norm %{y:.4f}<extra>" + name + "</extra>"), row=1, col=1)
-        fig.add_trace(go.Scatter(x=np.arange(len(r["grad_norm"])), y=_np(r["grad_norm"]), name=name, showlegend=False,
+        fig.add_trace(go.Scatter(x=np.arange(len(r.grad_norm)), y=_np(r.grad_norm), name=name, showlegend=False,
                                  mode="lines+markers", line=dict(color=COLORS[variant]), legendgroup=variant,
                                  hovertemplate="block %{x}<br>grad norm %{y:.4f}<extra>" + name + "</extra>"), row=1, col=2)
     fig.update_xaxes(title_text="depth (0 = embeddings)", row=1, col=1)
     fig.update_xaxes(title_text="block", row=1, col=2)
     for col in (1, 2):  # log: post-norm sits far above pre-norm
         fig.update_yaxes(type="log", tickvals=LOG_TICKS, tickformat="~g", row=1, col=col)
-    fig.update_layout(title=f"Pre-norm vs post-norm in a fresh random {len(res['pre']['grad_norm'])}-layer GPT",
+    fig.update_layout(title=f"Pre-norm vs post-norm in a fresh random {len(res['pre'].grad_norm)}-layer GPT",
                       height=420, font=FONT, margin=dict(t=90))
     return fig
 

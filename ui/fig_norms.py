@@ -75,9 +75,9 @@ def sublayer_bars(attn, mlp, layer_labels: list[str], title: str) -> go.Figure:
     return fig
 
 
-def worked_lines(ex: dict, title: str) -> go.Figure:
+def worked_lines(ex, title: str) -> go.Figure:
     """The worked example's vectors across dimensions: input, normalised, output."""
-    fig = go.Figure([go.Scatter(y=_np(ex[k]), mode="lines", name=name,
+    fig = go.Figure([go.Scatter(y=_np(getattr(ex, k)), mode="lines", name=name,
                                 hovertemplate="dim %{x}: %{y:.5f}<extra>" + name + "</extra>")
                      for k, name in (("x", "input x"), ("normalized", "normalised"), ("output", "output"))])
     fig.update_layout(title=title, xaxis_title="dimension", yaxis_title="value", height=340, legend=TOP)
@@ -89,7 +89,7 @@ def depth_lines(results: dict, key: str, title: str, y_title: str, log: bool = F
     resid_norm: x = blocks passed (0 = the embedding); grad_norm: x = block index."""
     fig = go.Figure()
     for label, res in results.items():
-        y = _np(res[key])
+        y = _np(getattr(res, key))
         fig.add_trace(go.Scatter(x=list(range(len(y))), y=y, mode="lines+markers", name=label,
                                  hovertemplate="%{x}: %{y:.4g}<extra>" + label + "</extra>"))
     x_title = "blocks passed (0 = the embedding)" if key == "resid_norm" else "block"

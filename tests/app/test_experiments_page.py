@@ -37,7 +37,7 @@ def test_softmax_residual_and_depth_charts_equal_the_experiments(page):
     assert any(f"{res['plain_first']:.3g}" in m.value for m in page.markdown)
     fig = chart_by_title(page, "Pre-norm vs post-norm")
     for i, (variant, key) in enumerate([("pre", "resid_norm"), ("pre", "grad_norm"), ("post", "resid_norm"), ("post", "grad_norm")]):
-        np.testing.assert_allclose(decode(fig["data"][i]["y"]), depth[variant][key].numpy(), rtol=1e-5)
+        np.testing.assert_allclose(decode(fig["data"][i]["y"]), getattr(depth[variant], key).numpy(), rtol=1e-5)
 
 
 def test_norm_axes_timing_and_shapes(page):

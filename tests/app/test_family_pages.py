@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from tfm import internals
+from tfm import positions
 from tfm.analysis import norm_stats, param_counts, residual_norms
 from tfm.cache import KVCache
 from tfm.model import rope_angles
@@ -68,8 +68,8 @@ def test_positions_page_shows_the_rotated_pairs_only():
     np.testing.assert_allclose(decode(fig["data"][0]["customdata"]), angles, rtol=1e-6)
     np.testing.assert_allclose(decode(fig["data"][0]["z"]), np.mod(angles, 2 * math.pi), atol=1e-5)
     assert any("first 4 of each head's 8 dimensions" in i.value for i in at.info)
-    check = internals.permutation_check(lm.model, tuple(ids), 0)
-    assert check["full_with"] > 100 * max(check["full_without"], 1e-9)  # partial rotary still tells order apart
+    check = positions.permutation_check(lm.model, tuple(ids), 0)
+    assert check.full_with > 100 * max(check.full_without, 1e-9)  # partial rotary still tells order apart
 
 
 def test_norms_page_statistics_and_the_parallel_block():

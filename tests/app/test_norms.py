@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfm import internals
+from tfm import norms as tfm_norms
 from tfm.analysis import norm_stats, residual_norms
 from ui import state
 
@@ -89,10 +89,10 @@ def test_depth_comparison_curves_are_depth_norms():
     assert len(resid) == len(grad) == 2
     for i, placement in enumerate(("pre", "post")):
         cfg = lm.config.replace(norm_placement=placement, norm="rmsnorm", n_layer=12)
-        expected = internals.depth_norms(cfg, ids, 0)
+        expected = tfm_norms.depth_norms(cfg, ids, 0)
         assert resid[i]["name"].startswith(f"{placement}-norm")
-        np.testing.assert_allclose(decode(resid[i]["y"]), expected["resid_norm"].numpy(), rtol=1e-5)
-        np.testing.assert_allclose(decode(grad[i]["y"]), expected["grad_norm"].numpy(), rtol=1e-4)
+        np.testing.assert_allclose(decode(resid[i]["y"]), expected.resid_norm.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(decode(grad[i]["y"]), expected.grad_norm.numpy(), rtol=1e-4)
     at.radio(key="norms.cmp_placement").set_value("post").run()
     assert [t["name"][:9] for t in chart_by_title(at, "Activation norm")["data"]] == ["post-norm"]
 

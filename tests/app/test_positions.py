@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfm import internals
+from tfm import positions
 from tfm.model import rope_angles, sinusoidal_table
 from ui import state
 
@@ -55,11 +55,11 @@ def test_default_model_charts_are_its_own_position_vectors():
 def test_permutation_table_shows_the_engine_numbers():
     at = open_page("positions", PROMPT)
     lm, ids = engine(at)
-    res = internals.permutation_check(lm.model, ids, 0)
+    res = positions.permutation_check(lm.model, ids, 0)
     table = at.table[0].value
-    assert table["without positions"].tolist() == [f"{res['full_without']:.2e}", f"{res['causal_last_without']:.2e}"]
-    assert table["with the model's positions"].tolist() == [f"{res['full_with']:.2e}", f"{res['causal_last_with']:.2e}"]
-    assert res["full_without"] < 1e-6 < res["full_with"]
+    assert table["without positions"].tolist() == [f"{res.full_without:.2e}", f"{res.causal_last_without:.2e}"]
+    assert table["with the model's positions"].tolist() == [f"{res.full_with:.2e}", f"{res.causal_last_with:.2e}"]
+    assert res.full_without < 1e-6 < res.full_with
 
 
 def test_sinusoidal_model_shows_its_pos_table_and_waves():

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from tfm import internals
+from tfm import shapes as tfm_shapes
 from tfm.analysis import param_counts
 from tfm.cache import KVCache
 from ui import state
@@ -57,7 +57,7 @@ def test_shape_table_and_flow_are_the_trace_and_follow_batch_and_length():
     at.slider(key="shapes.length").set_value(7).run()
     assert not at.exception
     with torch.no_grad():  # a real forward of the same tokens, not the page's meta run
-        real = lm.model(internals.tile_tokens(ids, 3, 7), trace=True).trace.shapes
+        real = lm.model(tfm_shapes.tile_tokens(ids, 3, 7), trace=True).trace.shapes
     assert_table_is(at, real)
     assert "batch=3 × pos=7 × d_model" in flow(at)
 
@@ -65,7 +65,7 @@ def test_shape_table_and_flow_are_the_trace_and_follow_batch_and_length():
 def test_parameter_table_adds_up_to_the_model():
     at = open_page("shapes", PROMPT)
     lm, _ = engine(at)
-    counts, formulas = param_counts(lm.model), internals.param_formulas(lm.config)
+    counts, formulas = param_counts(lm.model), tfm_shapes.param_formulas(lm.config)
     table = frame(at, "formula")
     assert table["component"].tolist() == [*counts, "total"]
     assert table["counted"].tolist() == [*counts.values(), lm.model.num_params()]
