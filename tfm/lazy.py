@@ -36,14 +36,18 @@ from dataclasses import dataclass
 import torch
 
 from .model import GPT, ModelOutput, attention_scores, unembed
-from .trace import LAZY, Deferred, Recorder, Trace, _move, storage_bytes
+from .trace import LAZY, NAMES, Deferred, Recorder, Trace, _move, storage_bytes
 
 Getter = Callable[[str], torch.Tensor]
 
 
-def use_lazy(model: GPT, lazy: bool | None, cache) -> bool:
+def use_lazy(model: GPT, lazy: bool | None, cache, keep: tuple[str, ...] = ()) -> bool:
     """Lazy by default for inference without a KV cache; eager with a cache, in training mode
-    or with autograd on (a caller that differentiates wants today's trace)."""
+    or with autograd on (a caller that differentiates wants today's trace). `keep` asks for a lazy one."""
+    if keep:
+        if lazy is False:
+            raise ValueError("keep says what a lazy trace stores; an eager one (lazy=False) stores everything: drop keep")
+        lazy = True
     if lazy is None:
         return cache is None and not model.training and not torch.is_grad_enabled()
     if lazy and (cache is not None or model.training):
@@ -52,24 +56,43 @@ def use_lazy(model: GPT, lazy: bool | None, cache) -> bool:
     return lazy
 
 
-def traced_forward(model: GPT, idx: torch.Tensor, last_only: bool) -> ModelOutput:
-    """The explicit traced forward, keeping only what `keep_in_main_pass` accepts."""
-    n, post = model.config.n_layer, model.ln_final is None
+# Block entries `keep` may store in the main pass: those the forward records as tensors
+# (`attn.result` and the norms' `normalized` are derived when read; `resid_pre` is always stored).
+KEEPABLE = ("q", "k", "v", "scores", "pattern", "z", "attn_out", "resid_mid", "mlp_pre", "mlp_up",
+            "mlp_post", "mlp_out", "resid_post")
+
+
+def kept_suffixes(keep: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """`keep` (concepts of `tfm.trace.NAMES`, e.g. ("pattern",)) -> name suffixes, validated."""
+    if isinstance(keep, str) or not all(isinstance(c, str) for c in keep):
+        raise ValueError(f"keep must be a tuple of concept names such as ('pattern',), got {keep!r}")
+    unknown = [c for c in keep if c not in KEEPABLE]
+    if unknown:
+        raise ValueError(f"keep={unknown}: a lazy trace can store only these block entries: {KEEPABLE}")
+    return tuple(NAMES[c].removeprefix("blocks.{layer}") for c in keep)  # ".attn.pattern", ...
+
+
+def traced_forward(model: GPT, idx: torch.Tensor, last_only: bool, keep: tuple[str, ...] = ()) -> ModelOutput:
+    """The explicit traced forward, storing only each block's `resid_pre`, the entries named by
+    `keep` (every block's: `keep=("pattern",)` gives every attention pattern without a
+    recomputation) and what the module doc lists."""
+    n, post, suffixes = model.config.n_layer, model.ln_final is None, kept_suffixes(keep)
     final = f"blocks.{n - 1}.resid_post" if post else "ln_final.output"
-    rec = Recorder(keep=lambda name: not name.startswith("blocks.") or name.endswith(".resid_pre") or name == final)
+    rec = Recorder(keep=lambda name: not name.startswith("blocks.") or name.endswith((".resid_pre", *suffixes))
+                   or name == final)
     x = model.hidden(idx, None, rec)                                   # (B, T, D)
     w_u = model.unembed.weight
-    last = unembed(x[:, -1:], w_u)                                     # (B, 1, V)
     recipes = {f"blocks.{i}": block_recipe(model, i) for i in range(n)}
     if last_only:  # as an eager trace: the entry is what the caller asked for
-        logits = last
-        rec.add("logits", last)
+        logits = unembed(x[:, -1:], w_u)                               # (B, 1, V)
+        rec.add("logits", logits)
     else:  # the caller's copy is not kept: (B, T, V) is the largest entry (206 MB for GPT-2 at 1024)
         logits = unembed(x, w_u)                                       # (B, T, V)
         rec.add_lazy("logits", tuple(logits.shape), logits.dtype)
         recipes["logits"] = logits_recipe(model, final)
     specs = {k: (v.device, v.dtype) for k, v in rec._tensors.items() if isinstance(v, torch.Tensor)}
-    lazy = Lazy(recipes, specs, final, last[:, 0].clone(), _unembedding(model))
+    # the last row of the logits just computed: no second pass over the unembedding (V x D)
+    lazy = Lazy(recipes, specs, final, logits[:, -1].clone(), _unembedding(model))
     trace = LazyTrace(rec._tensors, tuple(rec._shapes), lazy)
     return ModelOutput(logits, trace)
 

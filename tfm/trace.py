@@ -65,6 +65,7 @@ and an explicit batch row:
 """
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -156,6 +157,7 @@ def name(concept: str, layer: int | None = None, norm: str | None = None) -> str
     return template
 
 
+@functools.lru_cache(maxsize=16384)  # a traced forward asks for each of its ~25 names per block
 def axes_for(name: str) -> tuple[str, ...]:
     """Axis names for a trace name, from the longest matching suffix in `AXES`."""
     parts = name.split(".")
