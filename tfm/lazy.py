@@ -36,9 +36,19 @@ from dataclasses import dataclass
 import torch
 
 from .model import GPT, ModelOutput, attention_scores, unembed
-from .trace import LAZY, NAMES, Deferred, Recorder, Trace, _move, storage_bytes
+from .trace import LAZY, NAMES, Deferred, Recorder, Trace, _move, estimate_trace_bytes, storage_bytes
 
 Getter = Callable[[str], torch.Tensor]
+
+
+def prefer_lazy(config, length: int, eager_bytes: int, batch: int = 1) -> bool:
+    """Whether a trace of `length` positions is better lazy: when its eager trace with every
+    entry read (`estimate_trace_bytes`) is over `eager_bytes`. Under it an eager trace is
+    cheaper for a reader of every block (a lazy forward runs each block once, reading its
+    pattern runs it again: ~2x the eager trace for a short prompt) and its memory is small."""
+    if isinstance(eager_bytes, bool) or not isinstance(eager_bytes, int) or eager_bytes < 0:
+        raise ValueError(f"eager_bytes must be a byte count >= 0, got {eager_bytes!r}")
+    return estimate_trace_bytes(config, length, batch) > eager_bytes
 
 
 def use_lazy(model: GPT, lazy: bool | None, cache, keep: tuple[str, ...] = ()) -> bool:
