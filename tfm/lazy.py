@@ -9,6 +9,7 @@ eager trace's, bit for bit) but stores only what is cheap and always wanted:
     blocks.{i}.resid_pre               the stream entering each block, (B, T, D)
     ln_final.*                         the final norm (post-norm: the last block's resid_post)
     the last position's logits         private, for `logits_at(-1)`
+    every block's entries in `keep`    e.g. keep=("pattern",): all patterns, no block recomputed
 
 Every other entry is `LAZY`. Reading one runs that block's own `Block.forward` again, with a
 Recorder, on the stored `resid_pre` (same code, same input: identical values) and keeps the
