@@ -325,3 +325,10 @@ def test_keep_accepts_block_entries_only_and_needs_a_lazy_trace(make_model):
             model(ids(), trace=True, keep=("pattern",), edits=[AblateHead(0, 0)])
     with pytest.raises(ValueError, match="pass trace=True as well"):
         model(ids(), keep=("pattern",))
+
+
+@pytest.mark.parametrize("extra", FAMILY, ids=["gqa", "partial-rotary-parallel", "qkv-bias-llama3"])
+def test_block_parameter_walk_equals_nn_module_parameters(extra, make_model):
+    model = make_model("tiny", **extra)
+    for block in model.blocks:
+        assert [id(p) for p in lazy_module._parameters(block)] == [id(p) for p in block.parameters()]
