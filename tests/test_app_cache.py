@@ -1,5 +1,6 @@
 """The app's byte-bounded caches (ui/memory.py, ui/state.py): budgets, LRU order, recomputation,
-concurrent sessions. Traces come from a small random GPT run by `ui.state.run_traced` itself and
+concurrent sessions, eager traces for short prompts and lazy ones above the server's
+`eager_trace_bytes`. Traces come from a small random GPT run by `ui.state.run_traced` itself and
 are compared with a fresh traced forward of the same ids."""
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pytest
 import torch
 
 from tfm.config import ModelConfig
-from ui import memory, state
+from tfm.lazy import LazyTrace, prefer_lazy
+from tfm.trace import estimate_trace_bytes
+from ui import memory, server, state
 
 CFG = ModelConfig.preset("tiny").replace(context_length=96)
 SPEC = state.random_spec(CFG, seed=3)
@@ -18,8 +21,16 @@ SPEC = state.random_spec(CFG, seed=3)
 @pytest.fixture(autouse=True)
 def clean():
     state.clear_caches()
+    server.configure(None)
     yield
     state.clear_caches()
+    server.configure(None)
+
+
+def eager_up_to(nbytes: int, **limits) -> None:
+    """Serve with eager traces only for prompts whose whole trace is at most `nbytes` (1: all lazy)."""
+    s = server.settings()
+    server.configure(server.Settings(s.limits.replace(eager_trace_bytes=nbytes, **limits), s.model_roots))
 
 
 def prompt(i: int, n: int = 48) -> tuple[int, ...]:
@@ -97,7 +108,25 @@ def test_traces_stay_under_the_budget_across_many_prompts(monkeypatch):
     assert [k[3] for k in state.PROMPTS.keys()] == [prompt(i) for i in (9, 10, 11)]
 
 
+def test_short_prompts_are_traced_eagerly_long_ones_lazily():
+    ids = prompt(0)
+    size = estimate_trace_bytes(CFG, len(ids))
+    assert size < server.limits().eager_trace_bytes  # the default: a short prompt is traced eagerly
+    eager = state.run_traced(SPEC, "cpu", ids)
+    assert not isinstance(eager, LazyTrace)
+    for nbytes, limits, lazy in ((size, {}, False), (size - 1, {}, True), (10**9, {"max_trace_bytes": size - 1}, True)):
+        eager_up_to(nbytes, **limits)  # just fits / just over / under the trace limit itself
+        state.PROMPTS.clear()
+        tr = state.run_traced(SPEC, "cpu", ids)
+        assert isinstance(tr, LazyTrace) == lazy, (nbytes, limits)
+        for name in eager:
+            assert torch.equal(tr[name], eager[name]), name
+    with pytest.raises(ValueError, match="eager_bytes"):
+        prefer_lazy(CFG, 8, -1)
+
+
 def test_reading_lazy_entries_counts_against_the_budget(monkeypatch):
+    eager_up_to(1)  # every trace lazy
     ids = prompt(0)
     tr = state.run_traced(SPEC, "cpu", ids)
     before = memory.sizeof(tr)
@@ -167,6 +196,7 @@ def test_models_are_bounded_by_parameter_bytes(monkeypatch):
 def test_dropping_a_model_drops_its_traces(monkeypatch):
     """A lazy trace holds its model to recompute blocks: the model's memory is only freed when
     its traces go too."""
+    eager_up_to(1)  # every trace lazy
     state.run_traced(SPEC, "cpu", prompt(0))
     state.derived("test.n", lambda lm, ids: len(ids), SPEC, "cpu", prompt(0))
     other = state.random_spec(CFG, seed=4)

@@ -14,6 +14,7 @@ import torch
 from tfm import lazy as lazy_module
 from tfm.cache import KVCache
 from tfm.config import ModelConfig
+from tfm.edits import AblateHead
 from tfm.lazy import LazyTrace
 from tfm.model import Block
 from tfm.trace import Recorder, Trace, estimate_block_bytes, storage_bytes
@@ -279,3 +280,55 @@ def test_byte_estimates_count_key_value_heads(extra, make_model):
     stored = tr.nbytes
     tr["blocks.0.attn.pattern"]
     assert tr.nbytes - stored == estimate_block_bytes(cfg, 7, batch=2)
+
+
+@pytest.mark.parametrize("extra", [{}, *FAMILY], ids=["gpt2-like", "gqa", "partial-rotary-parallel", "qkv-bias-llama3"])
+def test_keep_patterns_stores_every_pattern_in_the_forward(extra, count_blocks, make_model):
+    model = make_model("tiny", n_layer=3, **extra)
+    with torch.no_grad():
+        eager = model(ids(), trace=True, lazy=False)
+        count_blocks.clear()
+        out = model(ids(), trace=True, keep=("pattern",))
+    tr = out.trace
+    assert isinstance(tr, LazyTrace) and tr.shapes == eager.trace.shapes and list(tr) == list(eager.trace)
+    assert torch.equal(out.logits, eager.logits) and torch.equal(tr.logits_at(-1, 1), eager.logits[1, -1])
+    counts = [count_blocks[id(b)] for b in model.blocks]
+    assert counts == [1, 1, 1]  # the main pass only
+    stored = tr.nbytes
+    for layer in range(3):
+        assert torch.equal(tr.pattern(layer, 1), eager.trace.pattern(layer, 1))
+    assert [count_blocks[id(b)] for b in model.blocks] == [1, 1, 1] and tr.nbytes == stored  # no block recomputed
+    assert stored == lazy_trace(model, ids()).nbytes + 3 * 2 * 2 * 7 * 7 * 4  # + (B, H, T, S) per block
+    count_blocks.clear()
+    kept = tr["blocks.1.attn.pattern"]
+    for name in eager.trace:  # any other entry: its block recomputed, equal to the eager trace
+        assert torch.equal(tr[name], eager.trace[name]), name
+    assert [count_blocks[id(b)] for b in model.blocks] == [1, 1, 1] and tr["blocks.1.attn.pattern"] is kept
+
+
+def test_keep_accepts_block_entries_only_and_needs_a_lazy_trace(make_model):
+    model = make_model("tiny", n_layer=2)
+    with torch.no_grad():
+        tr = model(ids(), trace=True, keep=("z", "mlp_post")).trace
+        eager = model(ids(), trace=True, lazy=False).trace
+        assert torch.equal(tr["blocks.1.attn.z"], eager["blocks.1.attn.z"])
+        assert tr._tensors["blocks.1.mlp.post"] is not lazy_module.LAZY and tr._tensors["blocks.1.attn.q"] is lazy_module.LAZY
+        for keep, match in (("pattern", "tuple of concept names"), (("result",), "can store only"),
+                            (("embed",), "can store only"), (("blocks.0.attn.pattern",), "can store only")):
+            with pytest.raises(ValueError, match=match):
+                model(ids(), trace=True, keep=keep)
+        with pytest.raises(ValueError, match="drop keep"):
+            model(ids(), trace=True, lazy=False, keep=("pattern",))
+        with pytest.raises(ValueError, match="needs eval mode and no KV cache"):
+            model(ids(), trace=True, cache=KVCache(model.config, batch=2), keep=("pattern",))
+        with pytest.raises(ValueError, match="traced eagerly"):
+            model(ids(), trace=True, keep=("pattern",), edits=[AblateHead(0, 0)])
+    with pytest.raises(ValueError, match="pass trace=True as well"):
+        model(ids(), keep=("pattern",))
+
+
+@pytest.mark.parametrize("extra", FAMILY, ids=["gqa", "partial-rotary-parallel", "qkv-bias-llama3"])
+def test_block_parameter_walk_equals_nn_module_parameters(extra, make_model):
+    model = make_model("tiny", **extra)
+    for block in model.blocks:
+        assert [id(p) for p in lazy_module._parameters(block)] == [id(p) for p in block.parameters()]

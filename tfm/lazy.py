@@ -9,6 +9,7 @@ eager trace's, bit for bit) but stores only what is cheap and always wanted:
     blocks.{i}.resid_pre               the stream entering each block, (B, T, D)
     ln_final.*                         the final norm (post-norm: the last block's resid_post)
     the last position's logits         private, for `logits_at(-1)`
+    every block's entries in `keep`    e.g. keep=("pattern",): all patterns, no block recomputed
 
 Every other entry is `LAZY`. Reading one runs that block's own `Block.forward` again, with a
 Recorder, on the stored `resid_pre` (same code, same input: identical values) and keeps the
@@ -36,14 +37,28 @@ from dataclasses import dataclass
 import torch
 
 from .model import GPT, ModelOutput, attention_scores, unembed
-from .trace import LAZY, Deferred, Recorder, Trace, _move, storage_bytes
+from .trace import LAZY, NAMES, Deferred, Recorder, Trace, _move, estimate_trace_bytes, storage_bytes
 
 Getter = Callable[[str], torch.Tensor]
 
 
-def use_lazy(model: GPT, lazy: bool | None, cache) -> bool:
+def prefer_lazy(config, length: int, eager_bytes: int, batch: int = 1) -> bool:
+    """Whether a trace of `length` positions is better lazy: when its eager trace with every
+    entry read (`estimate_trace_bytes`) is over `eager_bytes`. Under it an eager trace is
+    cheaper for a reader of every block (a lazy forward runs each block once, reading its
+    pattern runs it again: ~2x the eager trace for a short prompt) and its memory is small."""
+    if isinstance(eager_bytes, bool) or not isinstance(eager_bytes, int) or eager_bytes < 0:
+        raise ValueError(f"eager_bytes must be a byte count >= 0, got {eager_bytes!r}")
+    return estimate_trace_bytes(config, length, batch) > eager_bytes
+
+
+def use_lazy(model: GPT, lazy: bool | None, cache, keep: tuple[str, ...] = ()) -> bool:
     """Lazy by default for inference without a KV cache; eager with a cache, in training mode
-    or with autograd on (a caller that differentiates wants today's trace)."""
+    or with autograd on (a caller that differentiates wants today's trace). `keep` asks for a lazy one."""
+    if keep:
+        if lazy is False:
+            raise ValueError("keep says what a lazy trace stores; an eager one (lazy=False) stores everything: drop keep")
+        lazy = True
     if lazy is None:
         return cache is None and not model.training and not torch.is_grad_enabled()
     if lazy and (cache is not None or model.training):
@@ -52,24 +67,43 @@ def use_lazy(model: GPT, lazy: bool | None, cache) -> bool:
     return lazy
 
 
-def traced_forward(model: GPT, idx: torch.Tensor, last_only: bool) -> ModelOutput:
-    """The explicit traced forward, keeping only what `keep_in_main_pass` accepts."""
-    n, post = model.config.n_layer, model.ln_final is None
+# Block entries `keep` may store in the main pass: those the forward records as tensors
+# (`attn.result` and the norms' `normalized` are derived when read; `resid_pre` is always stored).
+KEEPABLE = ("q", "k", "v", "scores", "pattern", "z", "attn_out", "resid_mid", "mlp_pre", "mlp_up",
+            "mlp_post", "mlp_out", "resid_post")
+
+
+def kept_suffixes(keep: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """`keep` (concepts of `tfm.trace.NAMES`, e.g. ("pattern",)) -> name suffixes, validated."""
+    if isinstance(keep, str) or not all(isinstance(c, str) for c in keep):
+        raise ValueError(f"keep must be a tuple of concept names such as ('pattern',), got {keep!r}")
+    unknown = [c for c in keep if c not in KEEPABLE]
+    if unknown:
+        raise ValueError(f"keep={unknown}: a lazy trace can store only these block entries: {KEEPABLE}")
+    return tuple(NAMES[c].removeprefix("blocks.{layer}") for c in keep)  # ".attn.pattern", ...
+
+
+def traced_forward(model: GPT, idx: torch.Tensor, last_only: bool, keep: tuple[str, ...] = ()) -> ModelOutput:
+    """The explicit traced forward, storing only each block's `resid_pre`, the entries named by
+    `keep` (every block's: `keep=("pattern",)` gives every attention pattern without a
+    recomputation) and what the module doc lists."""
+    n, post, suffixes = model.config.n_layer, model.ln_final is None, kept_suffixes(keep)
     final = f"blocks.{n - 1}.resid_post" if post else "ln_final.output"
-    rec = Recorder(keep=lambda name: not name.startswith("blocks.") or name.endswith(".resid_pre") or name == final)
+    suffixes = (".resid_pre", *suffixes)
+    rec = Recorder(keep=lambda name: not name.startswith("blocks.") or name.endswith(suffixes) or name == final)
     x = model.hidden(idx, None, rec)                                   # (B, T, D)
     w_u = model.unembed.weight
-    last = unembed(x[:, -1:], w_u)                                     # (B, 1, V)
     recipes = {f"blocks.{i}": block_recipe(model, i) for i in range(n)}
     if last_only:  # as an eager trace: the entry is what the caller asked for
-        logits = last
-        rec.add("logits", last)
+        logits = unembed(x[:, -1:], w_u)                               # (B, 1, V)
+        rec.add("logits", logits)
     else:  # the caller's copy is not kept: (B, T, V) is the largest entry (206 MB for GPT-2 at 1024)
         logits = unembed(x, w_u)                                       # (B, T, V)
         rec.add_lazy("logits", tuple(logits.shape), logits.dtype)
         recipes["logits"] = logits_recipe(model, final)
     specs = {k: (v.device, v.dtype) for k, v in rec._tensors.items() if isinstance(v, torch.Tensor)}
-    lazy = Lazy(recipes, specs, final, last[:, 0].clone(), _unembedding(model))
+    # the last row of the logits just computed: no second pass over the unembedding (V x D)
+    lazy = Lazy(recipes, specs, final, logits[:, -1].clone(), _unembedding(model))
     trace = LazyTrace(rec._tensors, tuple(rec._shapes), lazy)
     return ModelOutput(logits, trace)
 
@@ -84,10 +118,17 @@ def _versions(params: list[torch.Tensor]) -> Callable[[], None]:
     return check
 
 
+def _parameters(module: torch.nn.Module) -> list[torch.Tensor]:
+    """`list(module.parameters())` (no parameter is shared inside a block) at a fraction of the
+    cost of nn.Module's generic walk: a lazy forward lists every block's."""
+    own = [p for p in module._parameters.values() if p is not None]
+    return own + [p for child in module._modules.values() if child is not None for p in _parameters(child)]
+
+
 def block_recipe(model: GPT, i: int) -> Callable[[Getter], dict]:
     """Block i's entries, recomputed by the block itself from the stored `resid_pre`."""
     block, key, rope = model.blocks[i], f"blocks.{i}", model.config.pos_encoding == "rope"
-    check = _versions(list(block.parameters()))
+    check = _versions(_parameters(block))
 
     def compute(get: Getter) -> dict:
         check()

@@ -65,6 +65,7 @@ and an explicit batch row:
 """
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -152,6 +153,7 @@ def name(concept: str, layer: int | None = None, norm: str | None = None) -> str
     return template
 
 
+@functools.lru_cache(maxsize=16384)  # a traced forward asks for each of its ~25 names per block
 def axes_for(name: str) -> tuple[str, ...]:
     """Axis names for a trace name, from the longest matching suffix in `AXES`."""
     parts = name.split(".")
@@ -175,6 +177,11 @@ class ShapeEntry:
     def as_dict(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "axes": list(self.axes),
                 "dtype": self.dtype, "stored": self.stored}
+
+
+@functools.lru_cache(maxsize=None)
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 LAZY = object()  # placeholder value of an entry a lazy trace computes when read (tfm.lazy)
@@ -206,11 +213,12 @@ class Recorder:
         axes = axes_for(full)
         if len(shape) != len(axes):
             raise RuntimeError(f"trace {full!r} has shape {shape} but axes {axes}")
-        self._shapes.append(ShapeEntry(full, shape, axes, str(dtype).removeprefix("torch."), stored))
+        self._shapes.append(ShapeEntry(full, shape, axes, _dtype_name(dtype), stored))
         return full
 
     def add(self, name: str, tensor: torch.Tensor) -> None:
-        self._store(self._entry(name, tuple(tensor.shape), tensor.dtype), tensor.detach())
+        self._store(self._entry(name, tuple(tensor.shape), tensor.dtype),
+                    tensor.detach() if tensor.requires_grad else tensor)  # no graph to cut: the tensor itself
 
     def add_deferred(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
                      compute: Callable[[], torch.Tensor]) -> None:
@@ -264,6 +272,7 @@ class Trace(Mapping):
         self._tensors = tensors
         self.shapes = shapes
         self._lock = threading.Lock()
+        self._n_layers: int | None = None  # the names are fixed: counted once (every accessor asks)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         try:
@@ -310,7 +319,10 @@ class Trace(Mapping):
         return axes_for(name)
 
     def n_layers(self) -> int:
-        return 1 + max((int(m.group(1)) for k in self._tensors if (m := re.match(r"blocks\.(\d+)\.", k))), default=-1)
+        if self._n_layers is None:
+            self._n_layers = 1 + max((int(m.group(1)) for k in self._tensors if (m := re.match(r"blocks\.(\d+)\.", k))),
+                                     default=-1)
+        return self._n_layers
 
     def stack(self, suffix: str) -> torch.Tensor:
         """`blocks.{i}.<suffix>` for every block, stacked on a new leading layer axis."""

@@ -17,6 +17,7 @@ import tfm
 from tfm import limits as tfm_limits
 from tfm.config import ModelConfig
 from tfm.generate import prepare_prompt
+from tfm.lazy import prefer_lazy
 from tfm.loading import REGISTRY
 from tfm.spec import ModelSpec, format_spec, parse_spec
 from tfm.trace import Trace
@@ -85,11 +86,16 @@ def load_lm(spec: str, device: str) -> tfm.LM:
 
 def run_traced(spec: str, device: str, ids: tuple[int, ...]) -> Trace:
     """The traced forward of `ids`, moved to the CPU in float32 and shared read-only by every
-    page and session. Kept while the byte budget allows; recomputed after it was dropped."""
+    page and session. Kept while the byte budget allows; recomputed after it was dropped.
+    Eager when the whole trace fits the server's `eager_trace_bytes` (and `max_trace_bytes`):
+    a short prompt's pages read every block, which a lazy trace would compute a second time.
+    Lazy (`tfm.lazy`) above that."""
     def compute() -> Trace:
         lm = load_lm(spec, device)  # before taking a slot (ui.heavy: never load while holding one)
+        limits = server.limits()
+        lazy = prefer_lazy(lm.config, len(ids), min(limits.eager_trace_bytes, limits.max_trace_bytes))
         with server.heavy("a traced forward", quiet=True), torch.inference_mode():
-            out = lm.model(torch.tensor([ids], device=lm.device), trace=True)
+            out = lm.model(torch.tensor([ids], device=lm.device), trace=True, lazy=lazy)
         return out.trace.to("cpu", torch.float32)
     return PROMPTS.get(("trace", spec, device, ids), compute)
 

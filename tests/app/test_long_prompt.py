@@ -1,7 +1,9 @@
 """Pages at a prompt that fills the model's context: a GPT-2-like random model (smaller widths,
 so the test is quick) with a ~250-token prompt, and one run at GPT-2 small's real shape with
 1024 tokens. Every number drawn equals an EAGER traced forward computed here (the app keeps a
-lazy trace and computes attention windows from stored block inputs)."""
+lazy trace and computes attention windows from stored block inputs). The small model's trace
+would fit the server's `eager_trace_bytes` (short prompts are traced eagerly): its tests serve
+with TFM_EAGER_TRACE_BYTES=1, so the app keeps a lazy trace as it does for long prompts."""
 from __future__ import annotations
 
 import time
@@ -11,12 +13,13 @@ import pytest
 import torch
 
 from tfm import analysis
+from tfm.lazy import LazyTrace
 from ui import memory, state
 
 from tests.app.conftest import chart_by_title, charts, decode, open_page, use_random
 
 CORPUS = "/work/shared/corpus/tinyshakespeare.txt"
-SMALL = dict(n_layer=3, n_head=4, d_model=64, d_ff=256, context_length=256, vocab_size=4096)
+SMALL = dict(n_layer=3, n_head=4, n_kv_head=4, d_model=64, d_ff=256, context_length=256, vocab_size=4096)
 
 
 def long_text(lm, n_tokens: int) -> str:
@@ -55,9 +58,12 @@ def masked(m: torch.Tensor) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def small():
-    at, lm, ids = open_long("attention", SMALL, 250)
-    assert len(ids) > 200
-    return at, lm, ids, eager(lm, ids)
+    with pytest.MonkeyPatch.context() as mp:  # read again after each test's server.configure(None)
+        mp.setenv("TFM_EAGER_TRACE_BYTES", "1")
+        at, lm, ids = open_long("attention", SMALL, 250)
+        assert {k: getattr(lm.config, k) for k in SMALL} == SMALL and len(ids) > 200  # the sidebar built it
+        assert isinstance(state.run_traced(at.session_state["app.model_spec"], "cpu", ids), LazyTrace)
+        yield at, lm, ids, eager(lm, ids)
 
 
 def test_attention_window_at_the_end_equals_the_eager_pattern(small):
