@@ -37,8 +37,8 @@ import torch.nn.functional as F
 
 from . import analysis
 from .config import ModelConfig
-from .model import Attention, ModelOutput, Norm, rope_angles
-from .rope import inv_freq as rope_inv_freq
+from .model import Attention, ModelOutput, Norm
+from .positions import add_embeddings, position_inputs
 from .toy import torch_threads
 from .trace import Recorder
 from .validate import check_int, check_number
@@ -94,10 +94,7 @@ class AttnOnly(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.config = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.pos_emb = nn.Embedding(cfg.context_length, cfg.d_model) if cfg.pos_encoding == "learned" else None
-        if cfg.pos_encoding == "rope":
-            self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)  # as GPT: (rotary_dim/2,)
+        add_embeddings(self, cfg)                                        # as GPT: tok_emb, pos_emb or inv_freq
         self.norms = nn.ModuleList(Norm(cfg) for _ in range(cfg.n_layer))
         self.attns = nn.ModuleList(Attention(cfg) for _ in range(cfg.n_layer))
         self.ln_final = Norm(cfg)
@@ -105,11 +102,8 @@ class AttnOnly(nn.Module):
 
     def forward(self, idx: torch.Tensor, trace: bool = False) -> ModelOutput:
         rec = Recorder() if trace else None
-        x, angles = self.tok_emb(idx), None                              # (B, T, D)
-        if self.pos_emb is not None:
-            x = x + self.pos_emb(torch.arange(idx.shape[1], device=idx.device))
-        else:
-            angles = rope_angles(self.inv_freq, 0, idx.shape[1])          # (T, hd/2)
+        added, angles = position_inputs(self, 0, idx.shape[1])          # (T, D) or RoPE angles (T, hd/2)
+        x = self.tok_emb(idx) if added is None else self.tok_emb(idx) + added   # (B, T, D)
         for i, (norm, attn) in enumerate(zip(self.norms, self.attns)):
             sub = rec.scoped(f"blocks.{i}") if rec else None
             x = x + attn(norm(x, sub.scoped("ln1") if sub else None), sub.scoped("attn") if sub else None, angles)
