@@ -248,9 +248,11 @@ def unembed(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ W_U^T, (B, T, V). On a CPU, many positions times a large vocabulary run faster as
     products over vocabulary slices written in place (about 20 ms of a 128-token GPT-2 forward):
     each slice's outputs stay in cache while it is computed. Plain F.linear elsewhere (one
-    position, GPUs, autograd)."""
+    position, GPUs, autograd) and for a vocabulary of whole chunks (SmolLM2's 49152: one
+    product measured 51 vs 66 ms at 128 tokens; GPT-2's 50257 and Pythia's 50304 gain from slices)."""
     rows = x.shape[0] * x.shape[1]
     if (x.device.type != "cpu" or rows < 8 or weight.shape[0] <= 2 * UNEMBED_CHUNK
+            or weight.shape[0] % UNEMBED_CHUNK == 0
             or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):
         return F.linear(x, weight)
     flat, w_t = x.reshape(rows, -1), weight.t()                       # (B*T, D), (D, V)
