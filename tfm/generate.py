@@ -76,6 +76,11 @@ class PromptInfo:
     from_eot: bool                # True when an empty prompt was replaced by end-of-text
     notice: str | None            # one line for the user when the prompt was changed
 
+    @property
+    def dropped(self) -> int:
+        """Tokens cut from the left (0 when nothing was cut)."""
+        return 0 if self.truncated_from is None else self.truncated_from - len(self.ids)
+
 
 @dataclass(frozen=True)
 class Step:

@@ -38,6 +38,7 @@ import torch
 
 from .model import GPT, ModelOutput, attention_scores, unembed
 from .trace import LAZY, NAMES, Deferred, Recorder, Trace, _move, estimate_trace_bytes, storage_bytes
+from .validate import check_int
 
 Getter = Callable[[str], torch.Tensor]
 
@@ -47,9 +48,7 @@ def prefer_lazy(config, length: int, eager_bytes: int, batch: int = 1) -> bool:
     entry read (`estimate_trace_bytes`) is over `eager_bytes`. Under it an eager trace is
     cheaper for a reader of every block (a lazy forward runs each block once, reading its
     pattern runs it again: ~2x the eager trace for a short prompt) and its memory is small."""
-    if isinstance(eager_bytes, bool) or not isinstance(eager_bytes, int) or eager_bytes < 0:
-        raise ValueError(f"eager_bytes must be a byte count >= 0, got {eager_bytes!r}")
-    return estimate_trace_bytes(config, length, batch) > eager_bytes
+    return estimate_trace_bytes(config, length, batch) > check_int("eager_bytes", eager_bytes, 0, hint=" (bytes)")
 
 
 def use_lazy(model: GPT, lazy: bool | None, cache, keep: tuple[str, ...] = ()) -> bool:

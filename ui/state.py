@@ -172,7 +172,7 @@ def current_run(max_tokens: int | None = None) -> PromptRun:
     info = prepare_prompt(lm, text[:server.limits().max_prompt_chars], room=0, max_tokens=max_tokens)
     if info.notice:
         st.warning(f"Prompt: {info.notice}.")
-    ids_t, dropped = info.ids, (info.truncated_from or len(info.ids)) - len(info.ids)
+    ids_t, dropped = info.ids, info.dropped
     try:
         tfm_limits.check_trace(lm.config, server.limits(), len(ids_t))
     except ValueError as e:
