@@ -332,7 +332,7 @@ on a shared, busy 2-core machine).
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m tfm.model_card", description=__doc__.splitlines()[0])
-    ap.add_argument("run", type=Path, help="a tfm.train run folder (metrics.jsonl, model/)")
+    ap.add_argument("run", type=Path, nargs="?", help="a tfm.train run folder (metrics.jsonl, model/); not with --heads-only")
     ap.add_argument("--out", type=Path, required=True, help="where to write the model folder with its card")
     ap.add_argument("--corpus", default="/work/shared/corpus", help="corpus path used by the run")
     ap.add_argument("--heads-only", action="store_true",
@@ -340,6 +340,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.heads_only:
         return refresh_heads(args.out, args.corpus)
+    if args.run is None:
+        ap.error("give the run folder to write a card from (or --heads-only to re-measure a card's heads)")
     if args.out.exists():
         shutil.rmtree(args.out)
     shutil.copytree(args.run / "model", args.out)
