@@ -8,7 +8,9 @@
 2. `tfm.generate` (greedy, KV cache) vs HF `generate(do_sample=False)`.
 The tfm model is converted from the HF model's own state dict by tfm/convert/llama.py, so both
 run identical weights. Figures and ratios from this one run only; nothing asserts on time.
-Targets: keep=("pattern",) and generate ratios >= 1.0x (the eager trace row is shown too).
+Targets: keep=("pattern",) and generate ratios >= 1.0x (the eager trace row is shown too). On a
+CPU, tfm's float32 products go through oneDNN (tfm.kernels); the "torch's BLAS" row runs the same
+code with the products HF uses, to show what that choice is worth on the machine at hand.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_engine import fmt, timed  # noqa: E402
 from bench_generate import best_of, hf_greedy, machine, numbered_tokenizer, tfm_greedy  # noqa: E402
 
-from tfm import LM  # noqa: E402
+from tfm import LM, kernels  # noqa: E402
 from tfm.convert import common, llama  # noqa: E402
 
 SMOLLM2 = dict(vocab_size=49152, hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
@@ -59,17 +61,22 @@ def traced_forward(hf, lm, tokens: int, runs: int) -> None:
     idx = torch.randint(0, lm.config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(0))
     model, n = lm.model, lm.config.n_layer
 
+    def blas(fn):  # tfm's own code with the products HF uses (see tfm.kernels)
+        with kernels.using_cpu_product("blas"):
+            return fn()
+
     def patterns(**kw):
         out = model(idx, trace=True, **kw)
         return out.logits, [out.trace.pattern(i) for i in range(n)]              # n x (H, T, T)
     fns = {"tfm eager trace, every entry  ": lambda: patterns(lazy=False),
            "tfm keep=('pattern',)         ": lambda: patterns(keep=("pattern",)),
+           "  same, torch's BLAS products ": lambda: blas(lambda: patterns(keep=("pattern",))),
            "HF forward, output_attentions ": lambda: hf(idx, output_attentions=True),
            "tfm lazy trace, read patterns ": lambda: patterns(),
            "tfm forward, no trace         ": lambda: model(idx)}
     with torch.no_grad():
         want = hf(idx, output_attentions=True)
-        for name in list(fns)[:2] + list(fns)[3:4]:
+        for name in list(fns)[:3] + list(fns)[4:5]:
             logits, pats = fns[name]()
             diff = max(float((p - a[0]).abs().max()) for p, a in zip(pats, want.attentions))
             print(f"{name.strip()}: max |pattern diff| vs HF {diff:.1e}, max |logits diff| "
@@ -78,8 +85,8 @@ def traced_forward(hf, lm, tokens: int, runs: int) -> None:
     print()
     for name, ts in times.items():
         print(f"{name} {fmt(ts)}")
-    hf_name = list(fns)[2]
-    for name in list(fns)[:2] + list(fns)[3:4]:
+    hf_name = list(fns)[3]
+    for name in list(fns)[:3] + list(fns)[4:5]:
         print(f"ratio HF / {name.strip():28s} {statistics.median(times[hf_name]) / statistics.median(times[name]):.2f}x "
               f"of medians, {min(times[hf_name]) / min(times[name]):.2f}x of minimums"
               + ("   (target >= 1.0x)" if "keep" in name else ""))
@@ -91,8 +98,13 @@ def generation(hf, lm, n: int, repeats: int) -> None:
           f"({hf.config._attn_implementation}), greedy, prompt 16 tokens, {n} new tokens")
     prompt = torch.randint(0, lm.config.vocab_size - 1, (16,), generator=torch.Generator().manual_seed(1)).tolist()
     tfm_greedy(lm, prompt, 4), hf_greedy(hf, prompt, 4)  # warm-up
-    best, outs = best_of(repeats, {"tfm": lambda: tfm_greedy(lm, prompt, n), "hf": lambda: hf_greedy(hf, prompt, n)})
+    def tfm_blas():
+        with kernels.using_cpu_product("blas"):
+            return tfm_greedy(lm, prompt, n)
+    best, outs = best_of(repeats, {"tfm": lambda: tfm_greedy(lm, prompt, n), "hf": lambda: hf_greedy(hf, prompt, n),
+                                   "tfm, BLAS": tfm_blas})
     print(f"tfm.generate   {n / best['tfm']:7.1f} tokens/s  ({best['tfm']:.2f} s)")
+    print(f"  same, BLAS   {n / best['tfm, BLAS']:7.1f} tokens/s  ({best['tfm, BLAS']:.2f} s)")
     print(f"HF generate    {n / best['hf']:7.1f} tokens/s  ({best['hf']:.2f} s)")
     print(f"ratio tfm / HF {best['hf'] / best['tfm']:7.2f}x   (target >= 1.0x)")
     print(f"greedy tokens match HF: {[s.token_id for s in outs['tfm']] == outs['hf']}")

@@ -95,7 +95,7 @@ def test_deferred_normalized_and_fused_statistics_match_the_formulas(norm, make_
 
 
 @pytest.mark.parametrize("rows, vocab", [(16, 5000), (9, 4097), (1, 5000), (16, 300)])
-def test_sliced_unembedding_equals_one_product(rows, vocab):
+def test_unembedding_equals_one_plain_product(rows, vocab):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, rows, 24, generator=g)
     w = torch.randn(vocab, 24, generator=g).t().contiguous().t()  # input-major, as the model stores it
@@ -104,8 +104,7 @@ def test_sliced_unembedding_equals_one_product(rows, vocab):
         torch.testing.assert_close(unembed(x, w.contiguous()), F.linear(x, w), atol=1e-5, rtol=1e-5)
 
 
-def test_sliced_unembedding_in_a_model_matches_and_keeps_autograd(monkeypatch):
-    monkeypatch.setattr(model_module, "UNEMBED_CHUNK", 64)  # slices on a tiny vocabulary too
+def test_unembedding_in_a_model_matches_and_keeps_autograd():
     model = GPT(model_module.ModelConfig.preset("tiny"))
     x = ids(t=8)
     with torch.no_grad():

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from .cache import KVCache
 from .config import ModelConfig
+from .kernels import Linear, linear
 from .positions import add_embeddings, position_inputs, sinusoidal_table  # noqa: F401 (re-exported: encdec, tests)
 from .rope import apply_rope, rope_angles  # noqa: F401 (rope_angles re-exported)
 from .trace import Recorder, Trace
@@ -121,8 +122,8 @@ class Attention(nn.Module):
         super().__init__()
         self.n_head, self.d_head, self.dropout = cfg.n_head, cfg.d_head, cfg.dropout
         self.kv_dim = cfg.n_kv_head * cfg.d_head
-        self.qkv = nn.Linear(cfg.d_model, cfg.d_model + 2 * self.kv_dim, bias=cfg.bias or cfg.qkv_bias)
-        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.qkv = Linear(cfg.d_model, cfg.d_model + 2 * self.kv_dim, bias=cfg.bias or cfg.qkv_bias)
+        self.proj = Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, t, width = x.shape
@@ -183,9 +184,9 @@ class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.activation = cfg.activation
-        self.fc = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
-        self.gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias) if cfg.activation == "swiglu" else None
-        self.proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+        self.fc = Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
+        self.gate = Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias) if cfg.activation == "swiglu" else None
+        self.proj = Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
 
     def forward(self, x: torch.Tensor, rec: Recorder | None, edits=None) -> torch.Tensor:
         if self.gate is not None:
@@ -241,25 +242,12 @@ class Block(nn.Module):
         return x
 
 
-UNEMBED_CHUNK = 2048  # vocabulary rows per product: 1024-2048 were fastest for GPT-2 on a 2-core CPU
-
-
 def unembed(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x @ W_U^T, (B, T, V). On a CPU, many positions times a large vocabulary run faster as
-    products over vocabulary slices written in place (about 20 ms of a 128-token GPT-2 forward):
-    each slice's outputs stay in cache while it is computed. Plain F.linear elsewhere (one
-    position, GPUs, autograd) and for a vocabulary of whole chunks (SmolLM2's 49152: one
-    product measured 51 vs 66 ms at 128 tokens; GPT-2's 50257 and Pythia's 50304 gain from slices)."""
-    rows = x.shape[0] * x.shape[1]
-    if (x.device.type != "cpu" or rows < 8 or weight.shape[0] <= 2 * UNEMBED_CHUNK
-            or weight.shape[0] % UNEMBED_CHUNK == 0
-            or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):
+    """x @ W_U^T, (B, T, V), one product (tfm.kernels.linear). A single position keeps torch's own
+    product, which reads the input-major unembedding (see _input_major_weights) ~1.5x faster."""
+    if x.shape[0] * x.shape[1] < 8:
         return F.linear(x, weight)
-    flat, w_t = x.reshape(rows, -1), weight.t()                       # (B*T, D), (D, V)
-    out = torch.empty(rows, weight.shape[0], dtype=x.dtype, device=x.device)
-    for s in range(0, weight.shape[0], UNEMBED_CHUNK):
-        torch.mm(flat, w_t[:, s:s + UNEMBED_CHUNK], out=out[:, s:s + UNEMBED_CHUNK])
-    return out.view(*x.shape[:-1], -1)                                 # (B, T, V)
+    return linear(x, weight)
 
 
 class GPT(nn.Module):
@@ -273,7 +261,7 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         # Post-norm blocks already end normalised; the 2017 design has no final norm.
         self.ln_final = Norm(cfg) if cfg.norm_placement == "pre" else None
-        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.unembed = Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tied_embeddings:
             self.unembed.weight = self.tok_emb.weight
         self._input_major_weights()

@@ -1,0 +1,76 @@
+"""The linear maps' products on this machine: torch's BLAS (F.linear) vs oneDNN (tfm.kernels).
+
+    .venv/bin/python bench/bench_kernels.py [--threads 2] [--runs 9]
+
+For each matrix of the bundled model (tfm-small), GPT-2 small and SmolLM2-135M, stored as the model stores it (input-major, see
+GPT._input_major_weights), at 1 (a decode step), 128 and 1024 rows: the median time of
+F.linear and of tfm.kernels.linear with each product, and their ratio. Values are checked equal
+(|diff| < 1e-4). Figures from this run only; tfm.kernels picks oneDNN for float32 CPU products
+without autograd, and unembed keeps F.linear for fewer than 8 positions (see tfm.model.unembed).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_generate import machine  # noqa: E402
+
+from tfm import kernels  # noqa: E402
+
+SHAPES = {  # (in, out) of each matrix
+    "tfm-small": {"qkv": (192, 576), "attn proj": (192, 192), "mlp fc": (192, 768), "mlp proj": (768, 192),
+                  "unembed": (192, 4096)},
+    "gpt2": {"qkv": (768, 2304), "attn proj": (768, 768), "mlp fc": (768, 3072), "mlp proj": (3072, 768),
+             "unembed": (768, 50257)},
+    "smollm2-135m": {"qkv": (576, 960), "attn proj": (576, 576), "mlp gate/up": (576, 1536),
+                     "mlp proj": (1536, 576), "unembed": (576, 49152)},
+}
+
+
+def median_ms(fn, runs: int) -> float:
+    fn()  # warm-up: oneDNN builds a kernel per new shape
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def compare(d_in: int, d_out: int, rows: int, runs: int) -> tuple[float, float]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, d_in, generator=g)
+    w = (torch.randn(d_out, d_in, generator=g) * 0.02).t().contiguous().t()  # (out, in), stored input-major
+    with torch.no_grad():
+        assert float((kernels.linear(x, w) - F.linear(x, w)).abs().max()) < 1e-4
+        blas = median_ms(lambda: F.linear(x, w), runs)
+        onednn = median_ms(lambda: kernels.linear(x, w), runs)
+    return blas, onednn
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=9)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    if kernels.cpu_product() != "onednn":
+        sys.exit("this torch build has no oneDNN linear product: tfm uses torch's BLAS everywhere")
+    print(f"# Linear products, BLAS vs oneDNN\n{machine()}\n")
+    print(f"{'model':13s} {'matrix':12s} {'in x out':>12s} {'rows':>5s} {'BLAS ms':>9s} {'oneDNN ms':>10s} {'BLAS/oneDNN':>12s}")
+    for model, mats in SHAPES.items():
+        for name, (d_in, d_out) in mats.items():
+            for rows in (1, 128, 1024):
+                blas, onednn = compare(d_in, d_out, rows, args.runs if rows < 1024 else max(3, args.runs // 3))
+                print(f"{model:13s} {name:12s} {f'{d_in}x{d_out}':>12s} {rows:5d} {blas:9.3f} {onednn:10.3f} {blas / onednn:11.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The engine's linear maps, y = x W^T + b, with the product chosen per call.
+
+On a CPU, torch runs float32 products through its BLAS (MKL in the official wheels). oneDNN,
+also inside torch, ran the same products 1.2-2x faster on our 2-core AMD EPYC server, e.g.
+SmolLM2's unembedding at 128 tokens 42 vs 69 ms, a GPT-2 MLP matrix 1.2 vs 1.4 ms
+(bench/bench_kernels.py prints both on the machine at hand). So a float32 CPU product without
+autograd goes through oneDNN; everything else (GPUs, other dtypes, training, attribution's
+gradients) through F.linear. Both compute the same sums in a different order (|diff| ~1e-6).
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Literal, get_args
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CpuProduct = Literal["onednn", "blas"]
+
+# oneDNN keeps a compiled kernel per product shape in two caches, of 1024 entries by default at
+# ~0.3-0.5 MB each: a server that sees every prompt length up to 1024 grew by ~450 MB. Each
+# forward needs ~5 shapes, so 32 entries (under ~25 MB) hold several prompt lengths. Read when
+# oneDNN first runs, so set on import, before any product; a value set by the operator is kept.
+ONEDNN_CACHE_ENTRIES = 32
+for _var in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+    if not os.environ.get(_var, "").isdigit():  # unset, or unreadable (an empty value crashes torch)
+        os.environ[_var] = str(ONEDNN_CACHE_ENTRIES)
+
+ONEDNN_AVAILABLE = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+# (x, weight (out, in), bias, post-op, its scalars, its algorithm): torch's own oneDNN linear op.
+_onednn_linear = torch.ops.mkldnn._linear_pointwise if ONEDNN_AVAILABLE else None
+
+
+def _checked(choice: str) -> CpuProduct:
+    if choice not in get_args(CpuProduct):
+        raise ValueError(f"CPU product {choice!r} is not one of {get_args(CpuProduct)}")
+    if choice == "onednn" and not ONEDNN_AVAILABLE:
+        raise ValueError("this torch build has no oneDNN linear product: use 'blas'")
+    return choice
+
+
+# TFM_CPU_PRODUCT=blas keeps torch's own products server-wide (e.g. where oneDNN measures slower).
+_cpu_product: CpuProduct = _checked(os.environ.get("TFM_CPU_PRODUCT", "").strip()
+                                    or ("onednn" if ONEDNN_AVAILABLE else "blas"))
+
+
+def cpu_product() -> CpuProduct:
+    """The product float32 CPU linear maps use now."""
+    return _cpu_product
+
+
+@contextmanager
+def using_cpu_product(choice: CpuProduct):
+    """Within the block, float32 CPU products use `choice` (benchmarks compare the two in one run)."""
+    global _cpu_product
+    before, _cpu_product = _cpu_product, _checked(choice)
+    try:
+        yield
+    finally:
+        _cpu_product = before
+
+
+def _onednn_fits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    # A weight that is neither (out, in) nor (in, out) contiguous, e.g. a slice of rows of an
+    # input-major matrix, sends oneDNN to a reference kernel ~100x slower: BLAS copes with it.
+    return (_cpu_product == "onednn" and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
+            and (bias is None or bias.dtype == torch.float32)
+            and not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)))
+            and (weight.is_contiguous() or weight.t().is_contiguous()))
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, weight, bias): (..., in) -> (..., out), through oneDNN where it fits (above)."""
+    if _onednn_fits(x, weight, bias):
+        return _onednn_linear(x, weight, bias, "none", [], "")
+    return F.linear(x, weight, bias)
+
+
+class Linear(nn.Linear):
+    """nn.Linear (same parameters, names and files) whose product is `linear` above."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias)
