@@ -20,7 +20,9 @@ needs_onednn = pytest.mark.skipif(not kernels.ONEDNN_AVAILABLE, reason="this tor
 
 @pytest.fixture
 def spy(monkeypatch):
-    """Counts the calls that reach oneDNN."""
+    """Counts the calls that reach oneDNN; any size qualifies (the size rule has its own test)."""
+    monkeypatch.setattr(kernels, "ONEDNN_MIN_WEIGHT", 0)
+    monkeypatch.setattr(kernels, "ONEDNN_MIN_MACS", 0)
     calls = []
     real = kernels._onednn_linear
 
@@ -71,6 +73,21 @@ def test_what_oneDNN_does_not_take_goes_to_f_linear(spy):
         with kernels.using_cpu_product("blas"):
             kernels.linear(x, w, b)
     assert spy == []
+
+
+@needs_onednn
+@pytest.mark.parametrize("rows, d_in, d_out, onednn", [
+    (1, 192, 576, False),     # the bundled model's decode step: oneDNN's call overhead loses
+    (128, 192, 192, False),   # little work
+    (128, 192, 576, True),    # enough work
+    (1, 768, 2304, True),     # a large matrix even on one row (GPT-2's qkv in a decode step)
+])
+def test_size_rule(monkeypatch, rows, d_in, d_out, onednn):
+    calls = []
+    monkeypatch.setattr(kernels, "_onednn_linear", lambda *a: calls.append(1) or F.linear(*a[:3]))
+    with torch.no_grad():
+        kernels.linear(torch.zeros(rows, d_in), torch.zeros(d_out, d_in))
+    assert bool(calls) == onednn
 
 
 def test_autograd_uses_the_differentiable_product(spy):

@@ -2,10 +2,11 @@
 
 On a CPU, torch runs float32 products through its BLAS (MKL in the official wheels). oneDNN,
 also inside torch, ran the same products 1.2-2x faster on our 2-core AMD EPYC server, e.g.
-SmolLM2's unembedding at 128 tokens 42 vs 69 ms, a GPT-2 MLP matrix 1.2 vs 1.4 ms
-(bench/bench_kernels.py prints both on the machine at hand). So a float32 CPU product without
-autograd goes through oneDNN; everything else (GPUs, other dtypes, training, attribution's
-gradients) through F.linear. Both compute the same sums in a different order (|diff| ~1e-6).
+SmolLM2's unembedding at 128 tokens 48 vs 77 ms, GPT-2's qkv 2.5 vs 3.3 ms (bench/bench_kernels.py
+prints both on the machine at hand). So a float32 CPU product without autograd, large enough to
+gain, goes through oneDNN; everything else (GPUs, other dtypes, training, attribution's
+gradients, small products) through F.linear. Both compute the same sums in a different order
+(|diff| ~1e-6).
 """
 from __future__ import annotations
 
@@ -62,13 +63,25 @@ def using_cpu_product(choice: CpuProduct):
         _cpu_product = before
 
 
+# oneDNN costs ~40 us more per call than BLAS: worth it for a large matrix (even on one row, a
+# decode step: GPT-2's 768x2304 at 1 row 0.10 vs 0.17 ms) or much work (192x576 at 128 rows
+# 1.03x), not for the bundled model's decode steps (192x576 at 1 row: 0.06 vs 0.02 ms).
+ONEDNN_MIN_WEIGHT = 1 << 20   # in x out
+ONEDNN_MIN_MACS = 1 << 23     # rows x in x out
+
+
 def _onednn_fits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    if _cpu_product != "onednn" or x.device.type != "cpu" or not x.dtype == weight.dtype == torch.float32:
+        return False
+    if bias is not None and bias.dtype != torch.float32:
+        return False
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+        return False
     # A weight that is neither (out, in) nor (in, out) contiguous, e.g. a slice of rows of an
     # input-major matrix, sends oneDNN to a reference kernel ~100x slower: BLAS copes with it.
-    return (_cpu_product == "onednn" and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
-            and (bias is None or bias.dtype == torch.float32)
-            and not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)))
-            and (weight.is_contiguous() or weight.t().is_contiguous()))
+    if not (weight.is_contiguous() or weight.t().is_contiguous()):
+        return False
+    return weight.numel() >= ONEDNN_MIN_WEIGHT or x.numel() * weight.shape[0] >= ONEDNN_MIN_MACS
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
