@@ -64,6 +64,18 @@ def test_non_contiguous_input(spy):
 
 
 @needs_onednn
+def test_odd_inputs(spy):
+    x, w, b = operands((1, 6, 32))
+    with torch.no_grad():
+        wide = x.expand(3, 6, 32)                                     # stride 0 over the batch (patching sweeps)
+        torch.testing.assert_close(kernels.linear(wide, w, b), F.linear(wide, w, b), atol=1e-5, rtol=1e-5)
+        vector = x[0, 0]                                               # (32,) -> (48,)
+        torch.testing.assert_close(kernels.linear(vector, w, b), F.linear(vector, w, b), atol=1e-5, rtol=1e-5)
+        assert kernels.linear(x[:, :0], w, b).shape == (1, 0, 48)
+    assert spy == [(3, 6, 32)]
+
+
+@needs_onednn
 def test_what_oneDNN_does_not_take_goes_to_f_linear(spy):
     x, w, b = operands((4, 32), out=64)
     sliced = w.t().contiguous().t()[:40]  # rows of an input-major matrix: neither layout is contiguous

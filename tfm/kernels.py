@@ -73,6 +73,8 @@ ONEDNN_MIN_MACS = 1 << 23     # rows x in x out
 def _onednn_fits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
     if _cpu_product != "onednn" or x.device.type != "cpu" or not x.dtype == weight.dtype == torch.float32:
         return False
+    if x.dim() < 2 or x.numel() == 0 or weight.dim() != 2:  # rows of vectors only
+        return False
     if bias is not None and bias.dtype != torch.float32:
         return False
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
