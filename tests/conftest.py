@@ -61,3 +61,12 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def every_product_onednn(monkeypatch):
+    """Send every float32 CPU product through oneDNN (tfm.kernels), as real-size models' are:
+    test models are too small to pass its size rule, and parity must hold on both paths."""
+    from tfm import kernels
+    monkeypatch.setattr(kernels, "ONEDNN_MIN_WEIGHT", 0)
+    monkeypatch.setattr(kernels, "ONEDNN_MIN_MACS", 0)

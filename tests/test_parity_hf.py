@@ -66,6 +66,7 @@ def ids_for(lm, text="The cat sat on the mat. hello there, world!"):
     return torch.tensor([ids])
 
 
+@pytest.mark.usefixtures("every_product_onednn")
 @pytest.mark.parametrize("safetensors", [True, False], ids=["safetensors", "pytorch_model.bin"])
 def test_hf_gpt2_folder_gives_the_same_logits_and_patterns(safetensors, gpt2_vocab_folder, tmp_path):
     hf = hf_model(vocab_size_of(gpt2_vocab_folder))
@@ -100,6 +101,7 @@ def test_token_ids_match_gpt2_tokenizer_fast(gpt2_vocab_folder):
     assert tok.eot_id == hf_tok.convert_tokens_to_ids("<|endoftext|>") == 0
 
 
+@pytest.mark.usefixtures("every_product_onednn")
 @pytest.mark.parametrize("hf_config, activation", [
     (dict(activation_function="gelu"), "gelu"),
     (dict(activation_function="relu"), "relu"),
