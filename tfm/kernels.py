@@ -63,10 +63,11 @@ def using_cpu_product(choice: CpuProduct):
         _cpu_product = before
 
 
-# oneDNN costs ~40 us more per call than BLAS: worth it for a large matrix (even on one row, a
-# decode step: GPT-2's 768x2304 at 1 row 0.10 vs 0.17 ms) or much work (192x576 at 128 rows
-# 1.03x), not for the bundled model's decode steps (192x576 at 1 row: 0.06 vs 0.02 ms).
-ONEDNN_MIN_WEIGHT = 1 << 20   # in x out
+# oneDNN costs ~30-40 us more per call than BLAS: worth it for a large matrix, even on one row
+# (a decode step: GPT-2's 768x2304 0.09 vs 0.12 ms, SmolLM2's 576x1536 0.05 vs 0.06 ms), or for
+# much work (192x576 at 128 rows 0.18 vs 0.30 ms); not for small matrices on few rows (the bundled
+# model's decode steps: 192x576 at 1 row 0.03 vs 0.02 ms). bench/bench_kernels.py.
+ONEDNN_MIN_WEIGHT = 1 << 19   # in x out
 ONEDNN_MIN_MACS = 1 << 23     # rows x in x out
 
 
