@@ -19,10 +19,8 @@ needs_onednn = pytest.mark.skipif(not kernels.ONEDNN_AVAILABLE, reason="this tor
 
 
 @pytest.fixture
-def spy(monkeypatch):
+def spy(monkeypatch, every_product_onednn):
     """Counts the calls that reach oneDNN; any size qualifies (the size rule has its own test)."""
-    monkeypatch.setattr(kernels, "ONEDNN_MIN_WEIGHT", 0)
-    monkeypatch.setattr(kernels, "ONEDNN_MIN_MACS", 0)
     calls = []
     real = kernels._onednn_linear
 
