@@ -137,7 +137,7 @@ def main() -> None:
     if args.validate_figures:
         import plotly.graph_objects as go
 
-        from ui import fig_attention
+        from tfm.viz import attention as fig_attention
         fig_attention._figure = lambda data, layout: go.Figure({"data": data, "layout": layout})
     spec = state.default_model_spec()
     lm = state.load_lm(spec, "cpu")

@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import torch  # noqa: E402
 
 import tfm  # noqa: E402
-from tfm import attribution, patching  # noqa: E402
-from tfm import edits as E  # noqa: E402
+from tfm.analysis import attribution, patching  # noqa: E402
+from tfm.core import edits as E  # noqa: E402
 from bench_scale import median_time  # noqa: E402
 
 

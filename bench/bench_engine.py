@@ -25,10 +25,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tfm.config import ModelConfig  # noqa: E402
-from tfm.model import GPT  # noqa: E402
-from tfm.trace import Deferred, estimate_block_bytes  # noqa: E402
-from tfm.weights import convert_gpt2_state, hf_gpt2_config, load_state_checked  # noqa: E402
+from tfm.core.config import ModelConfig  # noqa: E402
+from tfm.core.model import GPT  # noqa: E402
+from tfm.core.trace import Deferred, estimate_block_bytes  # noqa: E402
+from tfm.loaders.weights import convert_gpt2_state, hf_gpt2_config, load_state_checked  # noqa: E402
 
 
 def timed(fns: dict, runs: int, warmup: int) -> dict[str, list[float]]:

@@ -26,8 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_engine import fmt, timed  # noqa: E402
 from bench_generate import best_of, hf_greedy, machine, numbered_tokenizer, tfm_greedy  # noqa: E402
 
-from tfm import LM, kernels  # noqa: E402
-from tfm.convert import common, llama  # noqa: E402
+from tfm import LM
+from tfm.core import kernels  # noqa: E402
+from tfm.loaders.convert import common, llama  # noqa: E402
 
 SMOLLM2 = dict(vocab_size=49152, hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
                intermediate_size=1536, max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=True,

@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tokenizers  # noqa: E402
 
-from tfm.hf_tokenizer import tokenizer_from_folder  # noqa: E402
-from tfm.tokenizer import _bytes_to_unicode  # noqa: E402
+from tfm.text.hf_tokenizer import tokenizer_from_folder  # noqa: E402
+from tfm.text.tokenizer import _bytes_to_unicode  # noqa: E402
 
 QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
          r"|\s*[\r\n]+|\s+(?!\S)|\s+")

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_generate import machine  # noqa: E402
 
-from tfm import kernels  # noqa: E402
+from tfm.core import kernels  # noqa: E402
 
 SHAPES = {  # (in, out) of each matrix
     "tfm-small": {"qkv": (192, 576), "attn proj": (192, 192), "mlp fc": (192, 768), "mlp proj": (768, 192),

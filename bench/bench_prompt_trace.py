@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scale import app_on_gpt2, prompt_text, run_page  # noqa: E402
 
-from tfm.lazy import prefer_lazy  # noqa: E402
-from tfm.trace import estimate_trace_bytes  # noqa: E402
+from tfm.core.lazy import prefer_lazy  # noqa: E402
+from tfm.core.trace import estimate_trace_bytes  # noqa: E402
 from ui import server, state  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 import tfm  # noqa: E402
 from streamlit.runtime.scriptrunner import script_runner  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
-from tfm.model import GPT  # noqa: E402
+from tfm.core.model import GPT  # noqa: E402
 from ui import sidebar, state  # noqa: E402
 
 CALLS = {"forward": 0}

@@ -32,7 +32,7 @@ import psutil  # noqa: E402
 import torch  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from tfm.weights import rename_gpt2_key  # noqa: E402
+from tfm.loaders.weights import rename_gpt2_key  # noqa: E402
 from ui import memory, state  # noqa: E402
 
 PAGES = ("attention", "positions", "norms", "shapes", "logit_lens", "next_token", "generate", "tokens", "home")

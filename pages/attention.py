@@ -3,9 +3,9 @@ import numpy as np
 import streamlit as st
 
 from tfm import analysis
-from tfm.attention_rows import pattern_rows
-from ui import fig_attention as fa
-from ui import charts, sidebar, state
+from tfm.analysis.attention_rows import pattern_rows
+from tfm.viz import attention as fa
+from ui import charts, sidebar, state, tables
 
 MODES = {"head": "One head", "mean": "Mean over heads", "max": "Max over heads", "rollout": "Rollout"}
 VIEWS = ["Pattern", "All heads", "Head view", "Head table"]
@@ -169,7 +169,7 @@ with tabs[3]:
                        f"from {heads.probe.seq_len} random tokens followed by the same {heads.probe.seq_len} again.")
         table = fa.head_table(heads)
         st.dataframe(table, key="attn.table", on_select=lambda: _open_from_table(n_head), selection_mode="single-row",
-                     hide_index=True, height=min(640, 38 + 35 * len(table)), column_config=fa.head_columns(table))
+                     hide_index=True, height=min(640, 38 + 35 * len(table)), column_config=tables.head_columns(table))
         st.markdown("\n".join(f"- **{k.replace('_', ' ')}**: {v}" for k, v in heads.help().items()))
 
 settings = {"prompt": st.session_state["sidebar.prompt"], "model": run.spec, "layer": layer, "head": head,

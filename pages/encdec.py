@@ -2,9 +2,11 @@
 import streamlit as st
 import torch
 
-from tfm import toy, trace_read
-from tfm.limits import check_count
-from ui import charts, fig_encdec, server, sidebar, state
+from tfm.teach import toy
+from tfm.core import trace_read
+from tfm.loaders.limits import check_count
+from ui import charts, server, sidebar, state
+from tfm.viz import encdec as fig_encdec
 
 sidebar.render()
 st.title("The 2017 Transformer: encoder-decoder, trained live")

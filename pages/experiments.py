@@ -2,10 +2,10 @@
 import pandas as pd
 import streamlit as st
 
-from tfm import experiments as ex
-from tfm.limits import check_count
-from tfm.toy import torch_threads
-from ui import fig_experiments as fx
+from tfm.teach import experiments as ex
+from tfm.loaders.limits import check_count
+from tfm.teach.toy import torch_threads
+from tfm.viz import experiments as fx
 from ui import charts, server, sidebar, state
 
 sidebar.render()

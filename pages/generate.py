@@ -8,10 +8,10 @@ far are already in `st.session_state["gen.last"]`, so the rerun shows them and t
 """
 import streamlit as st
 
-from tfm.generate import n_words, prepare_prompt
-from tfm.limits import check_generation
-from tfm.sampling import SamplingSettings, usable_settings
-from ui import fig_sampling as fs
+from tfm.generation.generate import n_words, prepare_prompt
+from tfm.loaders.limits import check_generation
+from tfm.generation.sampling import SamplingSettings, usable_settings
+from tfm.viz import sampling as fs
 from ui import server, sidebar, state
 from ui.gen_views import GenPage, compare, cache_speed, run_all, show_texts, step_views, usable
 

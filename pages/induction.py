@@ -8,8 +8,9 @@ import math
 
 import streamlit as st
 
-from tfm.lessons import MAX_STEPS, LessonSettings, probe_tokens, train
-from ui import charts, fig_lessons as fl
+from tfm.teach.lessons import MAX_STEPS, LessonSettings, probe_tokens, train
+from ui import charts
+from tfm.viz import lessons as fl
 from ui import sidebar, state
 
 ss = st.session_state

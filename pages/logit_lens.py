@@ -4,7 +4,7 @@ import streamlit as st
 import torch
 
 from tfm.analysis import logit_lens
-from ui import fig_sampling as fs
+from tfm.viz import sampling as fs
 from ui import charts, sidebar, state
 
 WIDTHS = (8, 16, 24, 32, 48, 64)

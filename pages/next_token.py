@@ -7,9 +7,9 @@ import math
 
 import streamlit as st
 
-from tfm.generate import n_words as n_words_of
-from tfm.sampling import SamplingSettings, next_token, usable_settings
-from ui import fig_sampling as fs
+from tfm.generation.generate import n_words as n_words_of
+from tfm.generation.sampling import SamplingSettings, next_token, usable_settings
+from tfm.viz import sampling as fs
 from ui import charts, sidebar, state
 
 KEYS = ("next.temperature", "next.top_k", "next.top_p", "next.count")

@@ -2,9 +2,9 @@
 import pandas as pd
 import streamlit as st
 
-from tfm import norms as tfm_norms
+from tfm.analysis import norms as tfm_norms
 from tfm.analysis import layer_summaries
-from ui import fig_norms as fn
+from tfm.viz import norms as fn
 from ui import charts, sidebar, state
 
 

@@ -2,8 +2,8 @@
 import pandas as pd
 import streamlit as st
 
-from tfm import positions
-from ui import fig_positions as fp
+from tfm.analysis import positions
+from tfm.viz import positions as fp
 from ui import charts, sidebar, state
 
 sidebar.render()

@@ -3,9 +3,9 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from tfm import shapes as tfm_shapes
+from tfm.analysis import shapes as tfm_shapes
 from tfm.analysis import param_counts
-from ui import fig_shapes as fs
+from tfm.viz import shapes as fs
 from ui import charts, sidebar, state
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

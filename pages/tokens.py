@@ -4,7 +4,7 @@ import html
 import pandas as pd
 import streamlit as st
 
-from tfm.token_view import token_view
+from tfm.text.token_view import token_view
 from ui import sidebar, state
 
 # Pastel backgrounds that alternate so neighbouring tokens are told apart (readable on a projector).

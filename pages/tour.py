@@ -6,10 +6,11 @@ question, and switches to large type for a projector (presentation mode, `?prese
 """
 import streamlit as st
 
-from tfm.checks import grade
-from tfm.sampling import SamplingSettings
-from tfm.tour import Focus, tour
-from ui import charts, fig_tour as ft
+from tfm.teach.checks import grade
+from tfm.generation.sampling import SamplingSettings
+from tfm.teach.tour import Focus, tour
+from ui import charts
+from tfm.viz import tour as ft
 from ui import sidebar, state
 
 ss = st.session_state

@@ -3,8 +3,8 @@ and what happens when they are switched off (ablation) or copied from another pr
 import numpy as np
 import streamlit as st
 
-from tfm import attribution, patching
-from ui import fig_why as fw
+from tfm.analysis import attribution, patching
+from tfm.viz import why as fw
 from ui import charts, sidebar, state
 from ui import why_panels as wp
 

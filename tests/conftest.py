@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tfm.config import ModelConfig
-from tfm.model import GPT
+from tfm.core.config import ModelConfig
+from tfm.core.model import GPT
 
 BPE_TEXT = [
     "The cat sat on the mat. The dog sat on the log. " * 20,
@@ -67,6 +67,6 @@ def one_thread():
 def every_product_onednn(monkeypatch):
     """Send every float32 CPU product through oneDNN (tfm.kernels), as real-size models' are:
     test models are too small to pass its size rule, and parity must hold on both paths."""
-    from tfm import kernels
+    from tfm.core import kernels
     monkeypatch.setattr(kernels, "ONEDNN_MIN_WEIGHT", 0)
     monkeypatch.setattr(kernels, "ONEDNN_MIN_MACS", 0)

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from tfm import analysis as A
-from tfm.config import ModelConfig
-from tfm.model import GPT
-from tfm.trace import Trace
+from tfm.core.config import ModelConfig
+from tfm.core.model import GPT
+from tfm.core.trace import Trace
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest.one_thread
 
@@ -301,7 +301,7 @@ def test_head_table_fits_the_probe_to_the_context():
     none = tfm.random_model(ModelConfig.preset("tiny", context_length=4))
     assert A.probe_settings(none) is None
     assert A.head_table(none).scores == {} and A.head_table(none).probe is None
-    tok = tfm.loading.bytes_tokenizer()
+    tok = tfm.loaders.loading.bytes_tokenizer()
     small = tfm.random_model(ModelConfig.preset("tiny", vocab_size=256, context_length=64), tokenizer=tok)
     assert A.probe_settings(small).bos is None        # the end-of-text id has no row in this model
 

@@ -9,9 +9,9 @@ import threading
 import pytest
 import torch
 
-from tfm.config import ModelConfig
-from tfm.lazy import LazyTrace, prefer_lazy
-from tfm.trace import estimate_trace_bytes
+from tfm.core.config import ModelConfig
+from tfm.core.lazy import LazyTrace, prefer_lazy
+from tfm.core.trace import estimate_trace_bytes
 from ui import memory, server, state
 
 CFG = ModelConfig.preset("tiny").replace(context_length=96)

@@ -6,9 +6,9 @@ import itertools
 import pytest
 import torch
 
-from tfm.attention_rows import pattern_rows
-from tfm.config import ModelConfig
-from tfm.model import GPT
+from tfm.analysis.attention_rows import pattern_rows
+from tfm.core.config import ModelConfig
+from tfm.core.model import GPT
 
 VARIANTS = list(itertools.product(("learned", "sinusoidal", "rope", "none"), ("layernorm", "rmsnorm"), ("pre", "post")))
 

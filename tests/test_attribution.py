@@ -9,7 +9,7 @@ import itertools
 import pytest
 import torch
 
-from tfm import attribution
+from tfm.analysis import attribution
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

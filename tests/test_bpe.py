@@ -1,4 +1,4 @@
-"""tfm.bpe: training with `tokenizers`, conversion to tiktoken ranks, the CLI.
+"""tfm.train.bpe: training with `tokenizers`, conversion to tiktoken ranks, the CLI.
 All text is generated here; nothing is read from outside the test's tmp folder."""
 
 import gzip
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from tfm.bpe import hf_merges_to_ranks, iter_chunks, main, train_bpe
-from tfm.tokenizer import EOT, Tokenizer, _bytes_to_unicode
+from tfm.train.bpe import hf_merges_to_ranks, iter_chunks, main, train_bpe
+from tfm.text.tokenizer import EOT, Tokenizer, _bytes_to_unicode
 
 NOUNS = "girl boy dog cat bird tree house river ball cake friend teacher garden".split()
 VERBS = "saw found liked wanted played jumped ran helped painted shared".split()

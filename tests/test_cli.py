@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import tfm
-from tfm.weights import save_model
+from tfm.loaders.weights import save_model
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import tfm
-from tfm import edits as E
-from tfm import patching
+from tfm.core import edits as E
+from tfm.analysis import patching
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 IDS = torch.tensor([[3, 17, 200, 5, 99, 17, 200, 41, 7, 3]])

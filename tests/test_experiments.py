@@ -6,8 +6,8 @@ import statistics
 import pytest
 import torch
 
-from tfm import experiments as ex
-from tfm.norms import depth_norms
+from tfm.teach import experiments as ex
+from tfm.analysis.norms import depth_norms
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny tensors, one thread

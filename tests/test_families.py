@@ -14,9 +14,9 @@ from safetensors.torch import load_file, save_file
 
 import tfm
 from tests.conftest import BPE_TEXT
-from tfm import shapes as tfm_shapes
+from tfm.analysis import shapes as tfm_shapes
 from tfm.analysis import param_counts
-from tfm.cache import KVCache
+from tfm.core.cache import KVCache
 
 transformers = pytest.importorskip("transformers")
 from transformers import AutoModelForCausalLM  # noqa: E402

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfm import model as model_module
-from tfm.model import GPT, unembed
-from tfm.trace import Deferred, Recorder
+from tfm.core import model as model_module
+from tfm.core.model import GPT, unembed
+from tfm.core.trace import Deferred, Recorder
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest.one_thread
 

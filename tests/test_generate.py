@@ -8,10 +8,10 @@ import torch
 
 import tfm
 from tfm import LM, ModelConfig, random_model
-from tfm.generate import PromptInfo, Step, _TextStream, prepare_prompt
-from tfm.loading import bytes_tokenizer
-from tfm.sampling import SamplingSettings, breakdown, sample
-from tfm.tokenizer import Tokenizer
+from tfm.generation.generate import PromptInfo, Step, _TextStream, prepare_prompt
+from tfm.loaders.loading import bytes_tokenizer
+from tfm.generation.sampling import SamplingSettings, breakdown, sample
+from tfm.text.tokenizer import Tokenizer
 
 VARIANTS = {
     "learned": dict(pos_encoding="learned"),
@@ -348,7 +348,7 @@ def test_padded_vocabulary_rows_are_never_drawn():
 # ---- the timeline's record of a step ----------------------------------------------------
 
 def test_step_record_keeps_the_predicting_rows_of_a_full_forward(lm):
-    from tfm.timeline import step_record
+    from tfm.generation.timeline import step_record
     steps = list(tfm.generate(lm, "Hello there", max_new_tokens=3, seed=4, trace=True, stop_at_eot=False))
     for step in steps:
         rec = step_record(step)

@@ -19,8 +19,8 @@ tokenizers = pytest.importorskip("tokenizers")
 transformers = pytest.importorskip("transformers")
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402
 
-from tfm.hf_tokenizer import tokenizer_from_folder  # noqa: E402
-from tfm.tokenizer import Tokenizer, _bytes_to_unicode, write_ranks_file  # noqa: E402
+from tfm.text.hf_tokenizer import tokenizer_from_folder, tokenizer_from_spec  # noqa: E402
+from tfm.text.tokenizer import Tokenizer, _bytes_to_unicode, write_ranks_file  # noqa: E402
 from transformers.convert_slow_tokenizer import TikTokenConverter  # noqa: E402
 
 CORPUS = Path("/work/shared/corpus")
@@ -320,12 +320,12 @@ def _copy(pairs, kind: str, tmp_path: Path, edit=None) -> Path:
 
 
 def test_save_and_reload_through_a_tfm_spec(pairs, tmp_path):
-    """save() copies the files; Tokenizer.from_spec (what tfm model folders use) reads them back."""
+    """save() copies the files; tokenizer_from_spec (what tfm model folders use) reads them back."""
     text = "Hello <|im_start|> 你好 12345\n\n  x"
     for kind in ("qwen2", "llama2"):
         _, ours, _, _ = pairs(kind)
         spec = ours.save(tmp_path / kind)
-        again = Tokenizer.from_spec(tmp_path / kind, json.loads(json.dumps(spec)))
+        again = tokenizer_from_spec(tmp_path / kind, json.loads(json.dumps(spec)))
         assert type(again) is type(ours) and again.name == ours.name
         assert again.encode(text) == ours.encode(text)
         assert again.encode(text, allow_special=True) == ours.encode(text, allow_special=True)
@@ -356,7 +356,7 @@ def test_missing_bad_and_huge_files(tmp_path, pairs, monkeypatch):
     with pytest.raises(ValueError, match='no "model" section'):
         tokenizer_from_folder(tmp_path)
     _copy(pairs, "gpt2", tmp_path)
-    monkeypatch.setattr("tfm.hf_tokenizer_file.MAX_FILE_BYTES", 1000)
+    monkeypatch.setattr("tfm.text.hf_tokenizer_file.MAX_FILE_BYTES", 1000)
     with pytest.raises(ValueError, match="reads tokenizer files up to"):
         tokenizer_from_folder(tmp_path)
 
@@ -425,9 +425,9 @@ def test_bad_ids_raise(pair):
 def test_generation_streams_with_an_hf_tokenizer(pairs, kind):
     """tfm.generate on a random model with each back end: the streamed text is the tokens'
     bytes, multi-byte characters split across byte-fallback tokens included."""
-    from tfm.config import ModelConfig
-    from tfm.generate import generate
-    from tfm.loading import random_model
+    from tfm.core.config import ModelConfig
+    from tfm.generation.generate import generate
+    from tfm.loaders.loading import random_model
 
     _, ours, _, _ = pairs(kind)
     cfg = ModelConfig.preset("tiny", vocab_size=ours.vocab_size, context_length=128)

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfm import kernels
-from tfm.config import ModelConfig
-from tfm.model import GPT
+from tfm.core import kernels
+from tfm.core.config import ModelConfig
+from tfm.core.model import GPT
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_onednn = pytest.mark.skipif(not kernels.ONEDNN_AVAILABLE, reason="this torch build has no oneDNN linear")
@@ -139,7 +139,7 @@ def test_model_results_equal_under_both_products(spy, cfg):
 MEMORY_PROBE = """
 import ctypes, os
 import psutil, torch
-from tfm import kernels
+from tfm.core import kernels
 torch.set_num_threads(1)
 libc, proc = ctypes.CDLL("libc.so.6"), psutil.Process()
 def rss():
@@ -173,7 +173,7 @@ def test_shape_caches_stay_bounded_whatever_the_prompt_lengths():
 
 def test_an_operators_cache_setting_is_kept():
     env = {**os.environ, "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "7"}
-    code = "import os, tfm.kernels; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'])"
+    code = "import os, tfm.core.kernels; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'])"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.stdout.strip() == "7", done.stderr[-2000:]
 
@@ -181,7 +181,7 @@ def test_an_operators_cache_setting_is_kept():
 @pytest.mark.parametrize("value, ok", [("blas", True), ("mkl", False)])
 def test_the_server_wide_product_setting(value, ok):
     env = {**os.environ, "TFM_CPU_PRODUCT": value}
-    code = "import tfm.kernels as k; print(k.cpu_product())"
+    code = "import tfm.core.kernels as k; print(k.cpu_product())"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT, timeout=60)
     if ok:
         assert done.stdout.strip() == value, done.stderr[-2000:]

@@ -11,13 +11,13 @@ import threading
 import pytest
 import torch
 
-from tfm import lazy as lazy_module
-from tfm.cache import KVCache
-from tfm.config import ModelConfig
-from tfm.edits import AblateHead
-from tfm.lazy import LazyTrace
-from tfm.model import Block
-from tfm.trace import Recorder, Trace, estimate_block_bytes, storage_bytes
+from tfm.core import lazy as lazy_module
+from tfm.core.cache import KVCache
+from tfm.core.config import ModelConfig
+from tfm.core.edits import AblateHead
+from tfm.core.lazy import LazyTrace
+from tfm.core.model import Block
+from tfm.core.trace import Recorder, Trace, estimate_block_bytes, storage_bytes
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest.one_thread
 
@@ -262,8 +262,8 @@ def test_gpt2_shape_block_estimate():
 
 @pytest.mark.parametrize("i", range(0, 64, 5))
 def test_trace_byte_estimate_equals_the_shape_trace(i):
-    from tfm.shapes import shape_trace
-    from tfm.trace import estimate_trace_bytes
+    from tfm.analysis.shapes import shape_trace
+    from tfm.core.trace import estimate_trace_bytes
     cfg = ModelConfig.preset("tiny", **variant(i))
     shapes = shape_trace(cfg, [1, 2, 3], 2, 9)
     assert estimate_trace_bytes(cfg, 9, batch=2) == sum(4 * torch.Size(e.shape).numel() for e in shapes if e.stored)
@@ -271,8 +271,8 @@ def test_trace_byte_estimate_equals_the_shape_trace(i):
 
 @pytest.mark.parametrize("extra", FAMILY, ids=["gqa", "partial-rotary-parallel", "qkv-bias-llama3"])
 def test_byte_estimates_count_key_value_heads(extra, make_model):
-    from tfm.shapes import shape_trace
-    from tfm.trace import estimate_trace_bytes
+    from tfm.analysis.shapes import shape_trace
+    from tfm.core.trace import estimate_trace_bytes
     cfg = ModelConfig.preset("tiny", **extra)
     shapes = shape_trace(cfg, [1, 2, 3], 2, 9)
     assert estimate_trace_bytes(cfg, 9, batch=2) == sum(4 * torch.Size(e.shape).numel() for e in shapes if e.stored)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tfm import analysis
-from tfm.lessons import MAX_STEPS, AttnOnly, LessonSettings, pairs_batch, probe_tokens, train
+from tfm.teach.lessons import MAX_STEPS, AttnOnly, LessonSettings, pairs_batch, probe_tokens, train
 
 
 def test_pairs_batch_grades_exactly_the_partners_of_repeated_triggers():

@@ -7,12 +7,10 @@ import pytest
 import torch
 
 import tfm
-from tfm.config import PRESETS, ModelConfig
-from tfm.limits import (ENV, Limits, check_count, check_folder, check_generation, check_model, count_params, fmt_bytes,
-                        generation_bytes,
-                        parse_bytes, trace_cost)
-from tfm.model import GPT
-from tfm.weights import save_model
+from tfm.core.config import PRESETS, ModelConfig
+from tfm.loaders.limits import ENV, Limits, check_count, check_folder, check_generation, check_model, count_params, fmt_bytes, generation_bytes, parse_bytes, trace_cost
+from tfm.core.model import GPT
+from tfm.loaders.weights import save_model
 
 VARIANTS = [dict(), dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, tied_embeddings=False),
             dict(norm_placement="post", pos_encoding="sinusoidal", activation="relu"), dict(pos_encoding="none")]
@@ -21,7 +19,7 @@ VARIANTS = [dict(), dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_param_count_equals_the_shapes_pages_formulas(name):
     """Two independent paths: the meta-built model, and the per-component formulas the Shapes page shows."""
-    from tfm.shapes import param_formulas
+    from tfm.analysis.shapes import param_formulas
     cfg = ModelConfig.preset(name)
     assert count_params(cfg) == sum(count for _, count in param_formulas(cfg).values())
 
@@ -123,7 +121,7 @@ def test_a_pickle_named_ckpt_pt_is_refused_without_running_it(tmp_path):
 
 
 def test_generation_timeline_bound_holds_what_the_page_keeps():
-    from tfm.timeline import step_record  # what the generation page stores per step
+    from tfm.generation.timeline import step_record  # what the generation page stores per step
 
     lm = tfm.random_model(ModelConfig.preset("tiny", context_length=64), seed=0)
     prompt = lm.tokenizer.encode("a short prompt")

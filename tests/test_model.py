@@ -14,10 +14,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfm.cache import KVCache
-from tfm.config import PRESETS, ModelConfig
-from tfm.model import GPT, Norm, apply_rope, rope_angles, sinusoidal_table
-from tfm.trace import Recorder
+from tfm.core.cache import KVCache
+from tfm.core.config import PRESETS, ModelConfig
+from tfm.core.model import GPT, Norm, apply_rope, rope_angles, sinusoidal_table
+from tfm.core.trace import Recorder
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest.one_thread
 
@@ -356,8 +356,8 @@ def test_dropout_applies_on_both_paths_in_training_only():
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_matrices_are_stored_input_major_with_unchanged_shapes_values_and_files(tied, tmp_path):
-    from tfm.tokenizer import Tokenizer
-    from tfm.weights import load_tfm_folder, save_model
+    from tfm.text.tokenizer import Tokenizer
+    from tfm.loaders.weights import load_tfm_folder, save_model
     cfg = ModelConfig.preset("tiny", tied_embeddings=tied)
     model = GPT(cfg)
     model.reset_parameters(torch.Generator().manual_seed(0))

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 import tfm
-from tfm.config import ModelConfig
-from tfm.tokenizer import Tokenizer
+from tfm.core.config import ModelConfig
+from tfm.text.tokenizer import Tokenizer
 
 transformers = pytest.importorskip("transformers")
 from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast  # noqa: E402

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tfm.paths import parse_roots, resolve_allowed
+from tfm.loaders.paths import parse_roots, resolve_allowed
 
 
 @pytest.fixture

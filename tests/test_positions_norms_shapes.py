@@ -10,11 +10,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfm import norms, positions, shapes
+from tfm.analysis import norms, shapes
+from tfm.analysis import positions
 from tfm.analysis import param_counts
-from tfm.cache import KVCache
-from tfm.config import ModelConfig
-from tfm.model import GPT, rope_angles, sinusoidal_table
+from tfm.core.cache import KVCache
+from tfm.core.config import ModelConfig
+from tfm.core.model import GPT, rope_angles, sinusoidal_table
 
 IDS = torch.randint(0, 257, (17,), generator=torch.Generator().manual_seed(3))
 

@@ -8,16 +8,7 @@ import threading
 import pytest
 import torch
 
-from tfm.sampling import (
-    Breakdown,
-    SamplingSettings,
-    apply_temperature,
-    breakdown,
-    filter_mask,
-    sample,
-    top_k_mask,
-    top_p_mask,
-)
+from tfm.generation.sampling import Breakdown, SamplingSettings, apply_temperature, breakdown, filter_mask, sample, top_k_mask, top_p_mask
 
 hf = pytest.importorskip("transformers.generation.logits_process")
 
@@ -493,7 +484,7 @@ def test_threads_with_own_generators_match_serial():
 
 
 def test_usable_settings_clamps_link_values_and_refuses_non_numbers():
-    from tfm.sampling import usable_settings
+    from tfm.generation.sampling import usable_settings
     assert usable_settings(float("nan"), -3, 1.5, 100) == SamplingSettings(1.0, 0, 1.0)
     assert usable_settings(-2, 10**9, -0.1, 100) == SamplingSettings(1.0, 100, 1.0)
     assert usable_settings("0.5", "7", 0.25, 100) == SamplingSettings(0.5, 7, 0.25)
@@ -502,7 +493,7 @@ def test_usable_settings_clamps_link_values_and_refuses_non_numbers():
 
 
 def test_next_token_masks_padding_rows_and_draw_matches_sample():
-    from tfm.sampling import draw, mask_padding, next_token
+    from tfm.generation.sampling import draw, mask_padding, next_token
     logits = torch.randn(60, generator=torch.Generator().manual_seed(3))
     logits[50:] += 10.0                                                    # padding rows would win if drawn
     s = SamplingSettings(0.9, 20, 0.95)

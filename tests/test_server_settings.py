@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tfm.limits import Limits
+from tfm.loaders.limits import Limits
 from ui import server
 
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import tfm
-from tfm.config import PRESETS, ModelConfig
-from tfm.spec import MAX_SPEC_CHARS, ModelSpec, format_spec, parse_spec, random_spec
+from tfm.core.config import PRESETS, ModelConfig
+from tfm.loaders.spec import MAX_SPEC_CHARS, ModelSpec, format_spec, parse_spec, random_spec
 
 SPECS = [
     ModelSpec(),

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from tfm.stats import entropy
+from tfm.core.stats import entropy
 
 
 def test_entropy_equals_torch_categorical_from_probs_and_from_log_probs():

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from tfm.bpe import train_bpe
-from tfm.tokenizer import EOT, Tokenizer, write_ranks_file
+from tfm.train.bpe import train_bpe
+from tfm.text.tokenizer import EOT, Tokenizer, write_ranks_file
 
 WORDS = ("the a little girl named Lily boy Tom dog cat sun played ran saw happy big red "
          "tree park ball mom said went home day friend wanted to and was with they "
@@ -153,7 +153,7 @@ def _byte_ranks():
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.tiktoken.*tfm.bpe"):
+    with pytest.raises(FileNotFoundError, match="nope.tiktoken.*tfm.train.bpe"):
         Tokenizer.from_tiktoken_file(tmp_path / "nope.tiktoken", {EOT: 256})
 
 
@@ -259,7 +259,7 @@ def test_hf_folder_save_keeps_ids(hf_folder, tmp_path):
 def test_hf_folder_in_gpt2_layout_is_identity(corpus, tmp_path):
     # Real GPT-2 numbers its vocab like tiktoken ranks (bytes, merges, <|endoftext|>):
     # write such a folder from a `tokenizers` model and expect no id translation.
-    from tfm.tokenizer import _bytes_to_unicode
+    from tfm.text.tokenizer import _bytes_to_unicode
 
     tok, hf = train_bpe([corpus], 400, return_hf=True)
     enc = _bytes_to_unicode()

@@ -9,7 +9,7 @@ import zipfile
 import pytest
 import torch
 
-from tfm import toy
+from tfm.teach import toy
 
 
 @pytest.mark.parametrize("task, src, want", [

@@ -8,9 +8,9 @@ import threading
 import pytest
 import torch
 
-from tfm import trace as trace_module
-from tfm.cache import KVCache
-from tfm.trace import AXES, Trace, axes_for
+from tfm.core import trace as trace_module
+from tfm.core.cache import KVCache
+from tfm.core.trace import AXES, Trace, axes_for
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest.one_thread
 

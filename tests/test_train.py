@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from tfm.config import ModelConfig
-from tfm.loading import load
-from tfm.model import GPT
-from tfm.train import main
-from tfm.trainer import lr_at
-from tfm.train_data import EvalText, chunk_bounds, encode_text, load_tokenizer
+from tfm.core.config import ModelConfig
+from tfm.loaders.loading import load
+from tfm.core.model import GPT
+from tfm.train.cli import main
+from tfm.train.trainer import lr_at
+from tfm.train.data import EvalText, chunk_bounds, encode_text, load_tokenizer
 
 STORY = "the cat sat on the mat. the dog sat on the log. "
 
@@ -194,7 +194,7 @@ def test_stop_at_step_keeps_the_full_schedule(files, tmp_path):
 
 
 def test_repeat_frac_rows_restart_their_text_and_zero_keeps_the_old_batches(files):
-    from tfm.train_data import IGNORE, MIN_SPAN, Mix, Source
+    from tfm.train.data import IGNORE, MIN_SPAN, Mix, Source
     arr = np.arange(1000, dtype=np.int64)                 # distinct ids: a repeat is unambiguous
     src = [Source("a", files / "a.txt", 1.0, arr, arr[:40])]
     x, y = Mix(src, 32, repeat_frac=1.0).batch(torch.Generator().manual_seed(0), 16)
@@ -230,8 +230,8 @@ def test_init_from_starts_at_the_exported_weights_and_refuses_other_shapes(files
 
 
 def write_card(run, tmp_path) -> tuple:
-    """`python -m tfm.model_card RUN` with a small stand-in corpus; (card text, out folder)."""
-    from tfm import model_card
+    """`python -m tfm.train.model_card RUN` with a small stand-in corpus; (card text, out folder)."""
+    from tfm.train import model_card
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "tinystories_valid.txt").write_text(STORY * 200)
@@ -256,7 +256,7 @@ def test_model_card_reports_the_runs_own_figures(files, tmp_path):
 
 
 def test_copy_frac_rows_repeat_random_tokens_and_learn_only_the_repeats(files):
-    from tfm.train_data import IGNORE, MIN_SPAN, Mix, Source
+    from tfm.train.data import IGNORE, MIN_SPAN, Mix, Source
     arr = np.arange(1000, dtype=np.int64)
     src = [Source("a", files / "a.txt", 1.0, arr, arr[:40])]
     x, y = Mix(src, 32, copy_frac=1.0, vocab=50).batch(torch.Generator().manual_seed(0), 16)
@@ -281,6 +281,6 @@ def test_model_card_of_a_two_stage_run_lists_both_stages_and_commands(files, tmp
     cmds = card.split("```bash\n")[1].split("```")[0].splitlines()
     assert cmds[0].endswith("--stop-at-step 6") and "--run runs/first" in cmds[0]
     assert "--init-from runs/first/model" in cmds[1] and cmds[1].endswith("--stop-at-step 4")
-    assert cmds[2].endswith("tfm.model_card runs/second --out assets/models/default")
+    assert cmds[2].endswith("tfm.train.model_card runs/second --out assets/models/default")
     evals = json.loads((out / "card.json").read_text())["evals"]
     assert [e["step"] for e in evals] == [5, 6, 10]             # stage 2's evals counted after stage 1

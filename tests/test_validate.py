@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from tfm.validate import check_int, check_number, from_json_object
+from tfm.core.validate import check_int, check_number, from_json_object
 
 
 def test_check_int_accepts_integer_scalars_and_refuses_bools_floats_and_out_of_range():

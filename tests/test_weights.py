@@ -13,10 +13,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import tfm
-from tfm.config import ModelConfig
-from tfm.loading import bytes_tokenizer, pick_device
-from tfm.tokenizer import Tokenizer
-from tfm.weights import load_state_checked, load_tfm_folder, save_model
+from tfm.core.config import ModelConfig
+from tfm.loaders.loading import bytes_tokenizer, pick_device
+from tfm.text.tokenizer import Tokenizer
+from tfm.loaders.weights import load_state_checked, load_tfm_folder, save_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest.one_thread
 
@@ -234,7 +234,7 @@ def test_things_that_are_not_models(tmp_path):
 
 
 def test_default_model_missing_says_where_to_get_it(tmp_path, monkeypatch):
-    from tfm import loading
+    from tfm.loaders import loading
     monkeypatch.setitem(loading.REGISTRY, "default", tmp_path / "absent")
     with pytest.raises(FileNotFoundError, match="the bundled model 'default' is not at .*python -m tfm.train"):
         tfm.load("default", device="cpu")
@@ -272,9 +272,9 @@ def test_pick_device():
 
 
 def test_one_folder_reader_bounds_sizes_before_reading_for_gpt_and_encoder_decoder(saved, tmp_path, monkeypatch):
-    import tfm.weights as W
-    from tfm import toy
-    from tfm.encdec import EncDecConfig, EncoderDecoder, load_encdec, save_encdec
+    import tfm.loaders.weights as W
+    from tfm.teach import toy
+    from tfm.teach.encdec import EncDecConfig, EncoderDecoder, load_encdec, save_encdec
 
     folder, model = saved
     size = (folder / "model.safetensors").stat().st_size

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import torch
 
 from .analysis import param_counts
-from .generate import generate, prepare_prompt
-from .loading import DEVICES, LM, load
+from .generation.generate import generate, prepare_prompt
+from .loaders.loading import DEVICES, LM, load
 
 EXIT_USAGE = 2
 

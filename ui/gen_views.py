@@ -12,12 +12,12 @@ import torch
 
 import tfm
 from tfm.analysis import decode_streams
-from tfm.generate import PromptInfo
-from tfm.sampling import SamplingSettings, breakdown
-from tfm.timeline import StepRecord, step_record
+from tfm.generation.generate import PromptInfo
+from tfm.generation.sampling import SamplingSettings, breakdown
+from tfm.generation.timeline import StepRecord, step_record
 
-from . import fig_sampling as fs
-from . import charts, server, state
+from tfm.viz import sampling as fs
+from ui import charts, server, state
 
 KEY_WINDOW = 64  # attention keys shown in the timeline heatmap
 REDRAW_S = 0.05  # redraw a streaming column at most 20 times a second (fast models make many steps)

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import torch
 
-from tfm.limits import ENV, Limits, parse_bytes
-from tfm.paths import parse_roots, resolve_allowed
+from tfm.loaders.limits import ENV, Limits, parse_bytes
+from tfm.loaders.paths import parse_roots, resolve_allowed
 
-from .heavy import Gate
+from ui.heavy import Gate
 
 APP_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ROOTS = (APP_ROOT / "assets" / "models", APP_ROOT / "models")

@@ -8,13 +8,13 @@ import streamlit as st
 
 from typing import get_args
 
-from tfm.config import PRESETS, ModelConfig
-from tfm.config import Activation, NormPlacement, NormType, PosEncoding, RopeScaling
-from tfm import limits as tfm_limits
-from tfm.loading import available_devices
-from tfm.spec import ModelSpec, format_spec, parse_spec
+from tfm.core.config import PRESETS, ModelConfig
+from tfm.core.config import Activation, NormPlacement, NormType, PosEncoding, RopeScaling
+from tfm.loaders import limits as tfm_limits
+from tfm.loaders.loading import available_devices
+from tfm.loaders.spec import ModelSpec, format_spec, parse_spec
 
-from . import server, state
+from ui import server, state
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 DEFAULT_PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play with her ball. One day, Lily"

@@ -14,16 +14,16 @@ import streamlit as st
 import torch
 
 import tfm
-from tfm import limits as tfm_limits
-from tfm.config import ModelConfig
-from tfm.generate import prepare_prompt
-from tfm.lazy import prefer_lazy
-from tfm.loading import REGISTRY
-from tfm.spec import ModelSpec, format_spec, parse_spec
-from tfm.trace import Trace
+from tfm.loaders import limits as tfm_limits
+from tfm.core.config import ModelConfig
+from tfm.generation.generate import prepare_prompt
+from tfm.core.lazy import prefer_lazy
+from tfm.loaders.loading import REGISTRY
+from tfm.loaders.spec import ModelSpec, format_spec, parse_spec
+from tfm.core.trace import Trace
 from ui import memory
 
-from . import server
+from ui import server
 
 
 def default_model_spec() -> str:

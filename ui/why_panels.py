@@ -10,9 +10,9 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from tfm import attribution, patching
-from tfm import edits as E
-from ui import fig_why as fw
+from tfm.analysis import attribution, patching
+from tfm.core import edits as E
+from tfm.viz import why as fw
 from ui import charts, state
 
 PATCH_MAX_TOKENS = 128  # patching runs 1 + L*H + L*T rows: bound T before paying for them

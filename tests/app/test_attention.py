@@ -12,7 +12,7 @@ import torch
 
 from tfm import analysis
 from ui import state
-from ui.fig_attention import plotly_text
+from tfm.viz.attention import plotly_text
 
 from tests.app.conftest import chart_by_title, charts, decode, open_page
 

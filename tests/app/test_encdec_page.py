@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from tfm import toy
-from tfm.encdec import EncoderDecoder
+from tfm.teach import toy
+from tfm.teach.encdec import EncoderDecoder
 
 from tests.app.conftest import allow_models, chart_by_title, decode, open_page
 

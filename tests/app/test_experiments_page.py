@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tfm import experiments as ex
-from tfm.toy import torch_threads
+from tfm.teach import experiments as ex
+from tfm.teach.toy import torch_threads
 
 from tests.app.conftest import chart_by_title, decode, open_page
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from tfm import positions
+from tfm.analysis import positions
 from tfm.analysis import norm_stats, param_counts, residual_norms
-from tfm.cache import KVCache
-from tfm.model import rope_angles
+from tfm.core.cache import KVCache
+from tfm.core.model import rope_angles
 from ui import state
 
 from tests.app.conftest import allow_models, chart_by_title, decode, open_page, use_random

@@ -10,8 +10,8 @@ import torch
 
 import tfm
 from tfm.analysis import logit_lens
-from tfm.generate import prepare_prompt
-from ui import fig_sampling as fs
+from tfm.generation.generate import prepare_prompt
+from tfm.viz import sampling as fs
 from ui import sidebar, state
 
 from tests.app.conftest import chart_by_title, decode, open_page

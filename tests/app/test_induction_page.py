@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfm.lessons import LessonSettings, probe_tokens
+from tfm.teach.lessons import LessonSettings, probe_tokens
 from ui import state
 
 from tests.app.conftest import chart_by_title, decode, open_page

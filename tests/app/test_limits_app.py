@@ -9,8 +9,8 @@ import pickle
 import pytest
 
 import tfm
-from tfm.config import ModelConfig
-from tfm.weights import save_model
+from tfm.core.config import ModelConfig
+from tfm.loaders.weights import save_model
 from ui import state
 
 from tests.app.conftest import APP, AppTest, allow_models, open_page, use_random

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tfm import analysis
-from tfm.lazy import LazyTrace
+from tfm.core.lazy import LazyTrace
 from ui import memory, state
 
 from tests.app.conftest import chart_by_title, charts, decode, open_page, use_random

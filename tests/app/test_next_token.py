@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from tfm.model import GPT
-from tfm.sampling import breakdown
+from tfm.core.model import GPT
+from tfm.generation.sampling import breakdown
 from ui import sidebar, state
 
 from tests.app.conftest import chart_by_title, decode, open_page

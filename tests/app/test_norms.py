@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfm import norms as tfm_norms
+from tfm.analysis import norms as tfm_norms
 from tfm.analysis import norm_stats, residual_norms
 from ui import state
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfm import positions
-from tfm.model import rope_angles, sinusoidal_table
+from tfm.analysis import positions
+from tfm.core.model import rope_angles, sinusoidal_table
 from ui import state
 
 from tests.app.conftest import chart_by_title, charts, decode, open_page, use_random

@@ -7,11 +7,11 @@ import itertools
 import pytest
 import torch
 
-from tfm import shapes as tfm_shapes
+from tfm.analysis import shapes as tfm_shapes
 from tfm.analysis import param_counts
-from tfm.cache import KVCache
+from tfm.core.cache import KVCache
 from ui import state
-from ui.fig_shapes import dims
+from tfm.viz.shapes import dims
 
 from tests.app.conftest import chart_by_title, decode, open_page, use_random
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from tfm.config import ModelConfig
+from tfm.core.config import ModelConfig
 from ui import state
 
 from tests.app.conftest import charts, decode, open_page, allow_models, AppTest, APP

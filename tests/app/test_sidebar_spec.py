@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tfm.config import ModelConfig
-from tfm.spec import format_spec, parse_spec, random_spec
+from tfm.core.config import ModelConfig
+from tfm.loaders.spec import format_spec, parse_spec, random_spec
 from ui import state
 from ui.sidebar import FIELDS
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from tfm import attribution, patching
-from tfm import edits as E
+from tfm.analysis import attribution, patching
+from tfm.core import edits as E
 from ui import sidebar, state
 
 from tests.app.conftest import chart_by_title, decode, open_page, use_random

@@ -7,9 +7,9 @@ import re
 import numpy as np
 from playwright.sync_api import expect
 
-from tfm import experiments as ex
-from tfm import toy
-from tfm.toy import torch_threads
+from tfm.teach import experiments as ex
+from tfm.teach import toy
+from tfm.teach.toy import torch_threads
 
 from tests.e2e.conftest import shot, wait_idle
 

@@ -9,8 +9,8 @@ from urllib.parse import quote
 import numpy as np
 from playwright.sync_api import expect
 
-from tfm.config import ModelConfig
-from tfm.model import rope_angles
+from tfm.core.config import ModelConfig
+from tfm.core.model import rope_angles
 from ui import state
 
 from tests.e2e.conftest import shot, wait_idle

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tests.e2e.conftest import shot, wait_idle
-from tfm.lessons import LessonSettings, train
+from tfm.teach.lessons import LessonSettings, train
 
 SLOW = 240_000
 

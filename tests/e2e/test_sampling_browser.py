@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 
 import tfm
 from tfm.analysis import logit_lens
-from tfm.sampling import breakdown
+from tfm.generation.sampling import breakdown
 from ui import sidebar, state
 
 from tests.e2e.conftest import shot

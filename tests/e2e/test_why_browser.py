@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import tfm
-from tfm import attribution
+from tfm.analysis import attribution
 from ui import sidebar, state
 
 from tests.e2e.conftest import shot, wait_idle

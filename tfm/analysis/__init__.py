@@ -1,0 +1,25 @@
+"""Analysis: plain functions over a model and its trace.
+
+heads (head scores, the induction probe, the head table, rollout), lens (the logit lens),
+norms (norm statistics), shapes (shapes, parameter counts, KV-cache sizes), positions (the
+positional-encoding page), attention_rows (a window of a pattern), attribution (direct logit
+attribution), patching (ablation and activation patching sweeps).
+
+Layer 4: may import tfm.core, tfm.text, tfm.loaders and tfm.generation.
+
+`tfm.analysis.head_table` and the other names below keep working as they did when this was one
+module.
+"""
+from ..core.stats import entropy
+from .heads import (PROBE_LEN, PROBE_SCORES, PROBE_SEED, PROMPT_SCORES, SCORES, HeadTable, ProbeSettings, Progress, detection_score,
+                    duplicate_token_detection, first_token_detection, head_scores, head_table, induction_detection,
+                    induction_probe, patterns, previous_token_detection, probe_settings, rollout, top_head)
+from .lens import LogitLens, decode_streams, logit_lens, residual_streams
+from .norms import layer_summaries, norm_stats, residual_norms
+from .shapes import param_counts
+
+__all__ = ["PROBE_LEN", "PROBE_SCORES", "PROBE_SEED", "PROMPT_SCORES", "SCORES", "HeadTable", "LogitLens", "ProbeSettings", "Progress",
+           "decode_streams", "detection_score", "duplicate_token_detection", "entropy", "first_token_detection",
+           "head_scores", "head_table", "induction_detection", "induction_probe", "layer_summaries",
+           "logit_lens", "norm_stats", "param_counts", "patterns", "previous_token_detection", "probe_settings",
+           "residual_norms", "residual_streams", "rollout", "top_head"]

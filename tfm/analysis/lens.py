@@ -1,0 +1,50 @@
+"""The logit lens: each layer's residual stream read through the final norm and unembedding."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..core.model import GPT
+from ..core.trace import Trace
+
+
+@dataclass(frozen=True)
+class LogitLens:
+    labels: list[str]            # "embed", "block 0", ... one per row
+    top_ids: torch.Tensor        # (L+1, T, k)
+    top_probs: torch.Tensor      # (L+1, T, k)
+    probs: torch.Tensor | None   # (L+1, T, V) full distributions; None with keep_probs=False
+
+
+def residual_streams(trace: Trace, positions: slice | None = None) -> torch.Tensor:
+    """The residual stream after the embedding and after every block, batch row 0: (L+1, T, D)."""
+    pos = positions or slice(None)
+    return torch.stack([x[pos] for _, x in trace.residual_streams(0)])  # (L+1, T, D)
+
+
+@torch.no_grad()
+def decode_streams(model: GPT, streams: torch.Tensor, k: int = 5, keep_probs: bool = True,
+                   n_words: int | None = None) -> LogitLens:
+    """Read (L+1, T, D) residual streams through the final norm (pre-norm models) and the
+    unembedding. Without keep_probs one layer's (T, V) is alive at a time, not (L+1, T, V):
+    GPT-2 at 1024 positions would otherwise need 2.7 GB. `n_words`: the tokenizer's size when
+    the vocabulary has padded rows that are no token (they get probability 0, as in sampling)."""
+    p = next(model.parameters())
+    rows = []
+    for x in streams.to(p.device, p.dtype):                           # (T, D) per layer
+        if model.ln_final is not None:
+            x = model.ln_final(x)
+        probs = model.unembed(x)[..., :n_words].float().softmax(-1)    # (T, V or n_words)
+        top = probs.topk(min(k, probs.shape[-1]), dim=-1)
+        rows.append((top.indices, top.values, probs if keep_probs else None))
+    ids, vals, probs = zip(*rows)
+    labels = ["embed"] + [f"block {i}" for i in range(len(streams) - 1)]
+    return LogitLens(labels, torch.stack(ids), torch.stack(vals), torch.stack(probs) if keep_probs else None)
+
+
+def logit_lens(model: GPT, trace: Trace, k: int = 5, positions: slice | None = None,
+               keep_probs: bool = True, n_words: int | None = None) -> LogitLens:
+    """What each layer would predict: the residual stream after the embedding and after every
+    block, decoded as if it were the last layer's. `positions` picks a window of the trace."""
+    return decode_streams(model, residual_streams(trace, positions), k, keep_probs, n_words)

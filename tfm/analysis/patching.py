@@ -1,0 +1,204 @@
+"""Causal experiments in batches: ablate every head, patch every head or residual stream.
+
+A sweep repeats the prompt along the batch axis and gives each row one edit (`tfm.edits`
+with `row=r`), so ablating all L x H heads is a few batched forwards, not L x H separate ones;
+rows start at their first edited layer from the unedited stream (`run_rows`). Batches are
+cut into chunks whose activations fit `budget_bytes` (`row_bytes`). Only the logits of the
+measured position are computed (a (rows, V) product, not (rows, T, V)).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..core import edits as E
+from .heads import induction_probe, top_head
+from .attribution import _ids, _model, check_position, check_token
+
+BUDGET_BYTES = 256 * 2**20
+
+
+def row_bytes(cfg, t: int, itemsize: int = 4) -> int:
+    """Activation bytes one batch row holds at once in a plain forward (generous): the stream
+    and its norm, q/k/v and the merged heads (~6 D per token), the MLP hidden and its
+    activation (2 F), one layer's attention scores and pattern (2 H T), the measured logits (V)."""
+    return itemsize * (t * (8 * cfg.d_model + 2 * cfg.d_ff + 2 * cfg.n_head * t) + cfg.vocab_size)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """logit(token) at `position`, minus logit(versus) when given."""
+
+    position: int
+    token: int
+    versus: int | None = None
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:          # (R, V) -> (R,)
+        out = logits[:, self.token].double()
+        return out - logits[:, self.versus].double() if self.versus is not None else out
+
+
+def metric_for(model, t: int, position: int, token: int, versus: int | None) -> Metric:
+    p = check_position(position, t)
+    check_token(token, model.config.vocab_size)
+    if versus is not None:
+        check_token(versus, model.config.vocab_size, "versus token")
+    return Metric(p, token, versus)
+
+
+def _first_layer(edits: Sequence[E.Edit], n_layer: int) -> int:
+    return min((e.layer for e in edits), default=n_layer)
+
+
+@torch.no_grad()
+def clean_streams(model, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    """The unedited residual stream entering every block, and after the last: (L+1) x (1, T, D),
+    with the RoPE angles (None without RoPE)."""
+    h, angles = model.embed(x, 0, None)
+    streams = [h]
+    for i, block in enumerate(model.blocks):
+        streams.append(block(streams[-1], None, angles, None, i))
+    return streams, angles
+
+
+@torch.no_grad()
+def run_rows(lm, ids, row_edits: Sequence[Sequence[E.Edit]], position: int = -1,
+             budget_bytes: int = BUDGET_BYTES) -> torch.Tensor:
+    """Logits at `position` of the prompt run once per entry of `row_edits`, each row with its
+    own edits: (R, V) float32 on the CPU. Nothing before a row's first edited layer can change,
+    so rows are grouped by that layer and start from the unedited stream there: a sweep over
+    every layer costs about half its rows' full forwards. Batches are bounded by `budget_bytes`."""
+    model = _model(lm)
+    x = _ids(model, ids)
+    p = check_position(position, x.shape[1])
+    cfg = model.config
+    chunk = max(1, budget_bytes // row_bytes(cfg, x.shape[1]))
+    streams, angles = clean_streams(model, x)
+    out = torch.empty(len(row_edits), cfg.vocab_size)
+    groups: dict[int, list[int]] = {}
+    for r, es in enumerate(row_edits):
+        groups.setdefault(_first_layer(es, cfg.n_layer), []).append(r)
+    for start_layer, rows in sorted(groups.items()):
+        for c in range(0, len(rows), chunk):
+            part = rows[c:c + chunk]
+            flat = [E.with_row(e, j) for j, r in enumerate(part) for e in row_edits[r]]
+            edits = E.Edits.of(flat, cfg, (len(part), x.shape[1]))
+            h = streams[start_layer].expand(len(part), -1, -1)            # (R, T, D)
+            for i in range(start_layer, cfg.n_layer):
+                h = model.blocks[i](h, None, angles, None, i, edits.scoped(i))
+            h = h[:, p]                                                    # (R, D)
+            if model.ln_final is not None:
+                h = model.ln_final(h)
+            out[part] = model.unembed(h).float().cpu()                    # (R, V)
+    return out
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Metric of the unedited run (`base`) and after each edit: `heads` (L, H), `mlps` (L,)."""
+
+    metric: Metric
+    base: float
+    heads: torch.Tensor
+    mlps: torch.Tensor
+
+    @property
+    def head_effects(self) -> torch.Tensor:
+        return self.heads - self.base
+
+    @property
+    def mlp_effects(self) -> torch.Tensor:
+        return self.mlps - self.base
+
+
+def ablation_sweep(lm, ids, metric: Metric, mode: E.Mode = "zero", budget_bytes: int = BUDGET_BYTES) -> Sweep:
+    """Ablate every head, then every MLP, one per row: the metric after each (one batch,
+    chunked). Row 0 is the unedited prompt."""
+    cfg = _model(lm).config
+    L, H = cfg.n_layer, cfg.n_head
+    rows = [[]] + [[E.AblateHead(l, h, mode)] for l in range(L) for h in range(H)] + \
+           [[E.AblateMLP(l, mode)] for l in range(L)]
+    m = metric(run_rows(lm, ids, rows, metric.position, budget_bytes))
+    return Sweep(metric, float(m[0]), m[1:1 + L * H].reshape(L, H), m[1 + L * H:])
+
+
+@dataclass(frozen=True)
+class Patching:
+    """Activation patching from a clean into a corrupted run, normalised: 1 = the patch restores
+    the clean metric, 0 = it changes nothing. `heads` (L, H): each head's z at every position;
+    `resid` (L, T): the residual stream entering block l at one position."""
+
+    metric: Metric
+    clean: float
+    corrupt: float
+    heads: torch.Tensor
+    resid: torch.Tensor
+
+
+def same_length(tok, clean: Sequence[int], corrupt: Sequence[int]) -> None:
+    if len(clean) != len(corrupt):
+        show = lambda ids: " | ".join(tok.display_piece(t) for t in ids)  # noqa: E731
+        raise ValueError(f"activation patching needs prompts of the same token length: the clean prompt has "
+                         f"{len(clean)} tokens [{show(clean)}], the corrupted one {len(corrupt)} [{show(corrupt)}]")
+
+
+@torch.no_grad()
+def patch_prompts(lm, clean: Sequence[int], corrupt: Sequence[int], metric: Metric,
+                  budget_bytes: int = BUDGET_BYTES) -> Patching:
+    """Patch every head's output (all positions) and every layer x position of the residual
+    stream from the clean run into the corrupted one, one patch per batch row."""
+    model = _model(lm)
+    if getattr(lm, "tokenizer", None) is not None:
+        same_length(lm.tokenizer, clean, corrupt)
+    elif len(clean) != len(corrupt):
+        raise ValueError(f"prompts of different token lengths: {len(clean)} and {len(corrupt)}")
+    cfg, t = model.config, len(clean)
+    tr = model(_ids(model, clean), trace=True).trace
+    z = [tr[f"blocks.{l}.attn.z"][0] for l in range(cfg.n_layer)]      # (H, T, hd) each
+    resid = [tr[f"blocks.{l}.resid_pre"][0] for l in range(cfg.n_layer)]  # (T, D) each
+    rows = [[]] + [[E.Patch(f"blocks.{l}.attn.z", z[l], head=h)] for l in range(cfg.n_layer) for h in range(cfg.n_head)]
+    rows += [[E.Patch(f"blocks.{l}.resid_pre", resid[l], positions=(p,))] for l in range(cfg.n_layer) for p in range(t)]
+    m = metric(run_rows(model, corrupt, rows, metric.position, budget_bytes))
+    clean_m = float(metric(tr["logits"][0, metric.position][None]))
+    corrupt_m, span = float(m[0]), clean_m - float(m[0])
+    if abs(span) < 1e-6:
+        raise ValueError(f"the clean and corrupted prompts give the same metric ({clean_m:.4f}): "
+                         "choose prompts whose answers differ")
+    norm = (m[1:] - corrupt_m) / span
+    nh = cfg.n_layer * cfg.n_head
+    return Patching(metric, clean_m, corrupt_m, norm[:nh].reshape(cfg.n_layer, cfg.n_head),
+                    norm[nh:].reshape(cfg.n_layer, t))
+
+
+@dataclass(frozen=True)
+class InductionCheck:
+    layer: int
+    head: int                 # the strongest induction head by the engine's score
+    score: float
+    control: int              # another head of the same layer, picked at random
+    loss_clean: float         # mean loss on the repeated half
+    loss_ablated: float
+    loss_control: float
+
+
+@torch.no_grad()
+def induction_check(lm, seq_len: int = 40, seed: int = 0) -> InductionCheck:
+    """Zero-ablate the strongest induction head (by `analysis.induction_probe`) and a random
+    other head of its layer; the mean next-token loss on the second copy of a repeated
+    random sequence before and after each."""
+    model = _model(lm)
+    probe = induction_probe(model, seq_len=seq_len, seed=seed)
+    layer, head, score = top_head(probe["induction"])
+    g = torch.Generator().manual_seed(seed)
+    others = [h for h in range(model.config.n_head) if h != head]
+    if not others:
+        raise ValueError("the model has one head per layer: there is no control head")
+    control = others[int(torch.randint(len(others), (1,), generator=g))]
+    toks = probe["tokens"].to(next(model.parameters()).device)[None]   # (1, 2n)
+    losses = []
+    for edit in ([], [E.AblateHead(layer, head)], [E.AblateHead(layer, control)]):
+        logits = model(toks, edits=edit).logits[0, seq_len - 1:-1].float()  # predicts the second copy
+        losses.append(float(torch.nn.functional.cross_entropy(logits, toks[0, seq_len:])))
+    return InductionCheck(layer, head, score, control, *losses)

@@ -1,0 +1,153 @@
+"""The computations behind the positional-encoding page (no Streamlit here): the model's own
+position vectors or RoPE angles, their similarities and PCA, the sinusoidal table and its
+dot-product identity, and the check that attention without positions ignores token order."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..core.model import GPT
+from ..core.positions import sinusoidal_table
+from .shapes import ids_tensor
+
+
+# ---- permutation check -------------------------------------------------------------------
+
+def block0_attention(model: GPT, h: torch.Tensor, angles: torch.Tensor | None, causal: bool) -> torch.Tensor:
+    """Block 0's attention sublayer (its own norm and `Attention`) on a (B, T, D) input.
+
+    With `causal=False` there is no mask at all: the bare self-attention operation.
+    """
+    block = model.blocks[0]
+    return block.attn(block.ln1(h) if block.pre else h, None, angles, causal=causal)  # (B, T, D)
+
+
+def _shuffle(t: int, g: torch.Generator) -> torch.Tensor:
+    """A random permutation of t positions that is not the identity (when t > 1)."""
+    perm = torch.randperm(t, generator=g)
+    if t > 1 and torch.equal(perm, torch.arange(t)):
+        perm = perm.roll(1)
+    return perm
+
+
+@dataclass(frozen=True)
+class PermutationCheck:
+    """max |differences| of block 0's attention output when the prompt is shuffled (see
+    `permutation_check`). The `*_with` values are None when the model has no positions."""
+    pos_encoding: str
+    perm: list[int]
+    perm_prefix: list[int]
+    full_without: float
+    full_with: float | None
+    causal_last_without: float
+    causal_last_with: float | None
+    scale: float  # max |attn(x)|, for comparison
+
+
+@torch.no_grad()
+def permutation_check(model: GPT, ids, seed: int = 0) -> PermutationCheck:
+    """Does block 0's attention notice when the prompt's tokens are shuffled?
+
+    Full (unmasked) attention: max |attn(shuffled x) - shuffle(attn(x))|, with and without the
+    model's positional information (added vectors, or RoPE's rotation; positions stay at
+    0..T-1 while the tokens move). Causal attention: the change of the *last* token's output
+    when only the earlier tokens are shuffled.
+    """
+
+    ids_t = ids_tensor(ids, model.config, min_len=2).to(next(model.parameters()).device)
+    t = ids_t.numel()
+    g = torch.Generator().manual_seed(seed)
+    perm, perm_prefix = _shuffle(t, g), torch.cat([_shuffle(t - 1, g), torch.tensor([t - 1])])
+    x = model.tok_emb(ids_t[None])                                       # (1, T, D)
+    pos, angles = model.positions(0, t)
+
+    def run(tokens_x, with_pos: bool, causal: bool):
+        h = tokens_x + pos if (with_pos and pos is not None) else tokens_x
+        return block0_attention(model, h, angles if with_pos else None, causal)
+
+    def measure(with_pos: bool) -> tuple[float, float]:
+        full = (run(x[:, perm], with_pos, False) - run(x, with_pos, False)[:, perm]).abs().max()
+        last = (run(x[:, perm_prefix], with_pos, True)[:, -1] - run(x, with_pos, True)[:, -1]).abs().max()
+        return float(full), float(last)
+
+    without = measure(False)
+    with_pos = measure(True) if model.config.pos_encoding != "none" else (None, None)
+    return PermutationCheck(model.config.pos_encoding, perm.tolist(), perm_prefix.tolist(), without[0], with_pos[0],
+                            without[1], with_pos[1], float(run(x, True, False).abs().max()))
+
+
+# ---- the model's positions -----------------------------------------------------------------
+
+def position_vectors(model: GPT, length: int | None = None) -> torch.Tensor | None:
+    """The model's own added positional vectors (first `length` positions), or None for
+    RoPE / no positions. Learned: `pos_emb.weight`; sinusoidal: the `pos_table` buffer."""
+    pos, _ = model.positions(0, model.config.context_length if length is None else length)
+    return None if pos is None else pos.detach().float().cpu()
+
+
+def rope_angle_table(model: GPT, length: int) -> torch.Tensor:
+    """(length, d_head/2) rotation angles in radians, computed as the model does."""
+    if model.config.pos_encoding != "rope":
+        raise ValueError("the model does not use RoPE")
+    return model.positions(0, length)[1].detach().float().cpu()
+
+
+def cosine_similarity_matrix(table: torch.Tensor) -> torch.Tensor:
+    """(T, D) -> (T, T) cosine similarity between every pair of rows."""
+    unit = table / table.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    return unit @ unit.T
+
+
+def pca_2d(table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Project rows on the top two principal components: ((T, 2) coords, (2,) variance share)."""
+    centered = table.double() - table.double().mean(0)
+    _, s, vh = torch.linalg.svd(centered, full_matrices=False)
+    # SVD signs are arbitrary: make each component's largest loading positive, so it is stable.
+    vh = vh * vh.gather(1, vh.abs().argmax(-1, keepdim=True)).sign()
+    share = (s ** 2) / (s ** 2).sum().clamp_min(1e-300)
+    coords = centered @ vh[:2].T
+    return coords.float(), share[:2].float()
+
+
+# ---- the sinusoidal formula -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SinusoidalDots:
+    k: torch.Tensor                     # (K,) offsets 0..K-1
+    dots: dict[int, torch.Tensor]       # start p -> (K,) PE(p) . PE(p + k)
+    formula: torch.Tensor               # (K,) sum_i cos(k w_i), which predicts every p's curve
+    periods: torch.Tensor               # (D/2,) 2π / w_i
+
+
+def sinusoidal_dots(length: int, d_model: int, starts: list[int]) -> SinusoidalDots:
+    """PE(p) . PE(p + k) for k = 0.. for each start p, and sum_i cos(k w_i)."""
+    if d_model < 2 or d_model % 2 or length < 2:
+        raise ValueError("need an even d_model >= 2 and a length >= 2")
+    table = sinusoidal_table(length, d_model).double()                  # (T, D)
+    span = length - max(starts)
+    if span < 1:
+        raise ValueError(f"start positions {starts} must be below the length {length}")
+    k = torch.arange(span)
+    dots = {p: table[p + k] @ table[p] for p in starts}
+    omega = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    formula = torch.cos(k[:, None].double() * omega).sum(-1)
+    return SinusoidalDots(k, dots, formula, 2 * math.pi / omega)
+
+
+def doubling_dims(d_model: int, n: int) -> tuple[list[int], list[float]]:
+    """Sine dimensions (2i) whose periods 2π·10000^(2i/d) come closest to 2π·2^b, b = 0..n-1:
+    a subset whose frequencies halve step by step, like the bits of a binary counter."""
+    periods = 2 * math.pi * torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    pairs: list[int] = []
+    for b in range(n):
+        i = int((periods.log() - math.log(2 * math.pi * 2 ** b)).abs().argmin())
+        if i not in pairs:
+            pairs.append(i)
+    return [2 * i for i in pairs], [float(periods[i]) for i in pairs]
+
+
+def binary_bits(length: int, n_bits: int) -> torch.Tensor:
+    """(length, n_bits): bit b of each position p, least significant first."""
+    return (torch.arange(length)[:, None] >> torch.arange(n_bits)) & 1

@@ -1,0 +1,118 @@
+"""Shapes, parameter counts and KV-cache sizes of a config (the shapes page), and the prompt
+ids as a validated tensor (shared by the positions and norms analyses); parameters by component."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..core.cache import KVCache
+from ..core.config import ModelConfig
+from ..core.model import GPT
+from ..core.trace import ShapeEntry
+
+
+def ids_tensor(ids, cfg: ModelConfig, min_len: int) -> torch.Tensor:
+    """Token ids as a flat int64 tensor, validated against the config."""
+    ids_t = torch.as_tensor(ids, dtype=torch.long).flatten().cpu()
+    if ids_t.numel() < min_len:
+        raise ValueError(f"this needs at least {min_len} tokens, got {ids_t.numel()}: type a longer prompt")
+    if ids_t.numel() > cfg.context_length:
+        raise ValueError(f"{ids_t.numel()} tokens exceed the context length {cfg.context_length}; cut the prompt")
+    if int(ids_t.min()) < 0 or int(ids_t.max()) >= cfg.vocab_size:
+        raise ValueError(f"token ids must be in [0, {cfg.vocab_size})")
+    return ids_t
+
+
+def tile_tokens(ids, batch: int, length: int) -> torch.Tensor:
+    """(batch, length) ids: the prompt cut to `length` (repeated from its start if shorter),
+    the same row `batch` times."""
+    ids_t = torch.as_tensor(ids, dtype=torch.long).flatten()
+    if ids_t.numel() == 0 or batch < 1 or length < 1:
+        raise ValueError("need a non-empty prompt, batch >= 1 and length >= 1")
+    row = ids_t.repeat(math.ceil(length / ids_t.numel()))[:length]
+    return row[None].repeat(batch, 1)
+
+
+def shape_trace(config: ModelConfig, ids, batch: int, length: int) -> tuple[ShapeEntry, ...]:
+    """The shape trace of a traced forward of `tile_tokens(ids, batch, length)`.
+
+    The model is built on PyTorch's "meta" device: the same code runs and every shape is
+    computed, but no numbers are, so any size is instant. Shapes equal a real run's.
+    """
+    if length > config.context_length:
+        raise ValueError(f"length {length} exceeds the context length {config.context_length}")
+    tokens = tile_tokens(ids, batch, length)
+    with torch.device("meta"):
+        model = GPT(config)
+    return model(tokens, trace=True).trace.shapes
+
+
+def param_formulas(cfg: ModelConfig) -> dict[str, tuple[str, int]]:
+    """Closed-form parameter count per component (keys as `tfm.analysis.param_counts`):
+    name -> (formula text, value)."""
+    d, f, v, L, b = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_layer, int(cfg.bias)
+    kv, qkv_b = cfg.n_kv_head * cfg.d_head, int(cfg.bias or cfg.qkv_bias)
+    attn = d * (d + 2 * kv) + d * d + (d + 2 * kv) * qkv_b + d * b        # qkv (d x (d + 2kv)) + proj (d x d)
+    if kv == d:
+        attn_text = f"4·d²{' + 4·d' if b else (' + 3·d' if qkv_b else '')}"
+    else:  # grouped-query: k and v are kv = n_kv_head·d_head wide
+        attn_text = (f"2·d² + 2·d·kv{' + d + 2·kv' if qkv_b else ''}{' + d' if b else ''}, "
+                     f"kv = {cfg.n_kv_head}·{cfg.d_head}")
+    if cfg.activation == "swiglu":
+        mlp, mlp_text = 3 * d * f + (2 * f + d) * b, "3·d·d_ff" + (" + 2·d_ff + d" if b else "")
+    else:
+        mlp, mlp_text = 2 * d * f + (f + d) * b, "2·d·d_ff" + (" + d_ff + d" if b else "")
+    learned = cfg.pos_encoding == "learned"
+    n_norms = 2 * L + (cfg.norm_placement == "pre")                       # ln1, ln2 per block (+ final)
+    per_norm = 2 * d if (cfg.norm == "layernorm" and cfg.bias) else d
+    return {
+        "embeddings": ("V·d" + (" + T·d" if learned else ""), v * d + (cfg.context_length * d if learned else 0)),
+        "attention": (f"L·({attn_text})", L * attn),
+        "mlp": (f"L·({mlp_text})", L * mlp),
+        "norms": (f"{n_norms} norms · {'2·d' if per_norm == 2 * d else 'd'}", n_norms * per_norm),
+        "unembedding": ("0 (tied to the embedding)" if cfg.tied_embeddings else "V·d", 0 if cfg.tied_embeddings else v * d),
+    }
+
+
+@dataclass(frozen=True)
+class KVCacheSize:
+    """A KV cache's size in bytes: by the formula, and as `KVCache.nbytes()` of one allocated
+    (on the meta device); `shape` is its K (and V) tensor's shape."""
+    formula: int
+    nbytes: int
+    bytes_per_value: int
+    shape: tuple[int, ...]
+
+
+def kv_cache_bytes(cfg: ModelConfig, context: int, dtype: torch.dtype, batch: int = 1) -> KVCacheSize:
+    """KV-cache size by formula, 2 (K and V) · layers · KV heads · d_head · context · batch ·
+    bytes, and as `KVCache(...).nbytes()` (allocated on the meta device: no memory used)."""
+    if not 1 <= context <= cfg.context_length:
+        raise ValueError(f"context {context} must be between 1 and the context length {cfg.context_length}")
+    per = torch.empty((), dtype=dtype).element_size()
+    formula = 2 * cfg.n_layer * cfg.n_kv_head * cfg.d_head * context * batch * per
+    cache = KVCache(cfg, batch=batch, max_len=context, device="meta", dtype=dtype)
+    return KVCacheSize(formula, cache.nbytes(), per, tuple(cache.k.shape))
+
+
+def param_counts(model: GPT) -> dict[str, int]:
+    """Parameters by component; the values add up to `model.num_params()` (tied weights once)."""
+    counts = {"embeddings": 0, "attention": 0, "mlp": 0, "norms": 0, "unembedding": 0}
+    seen: set[int] = set()
+    for name, p in model.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        if name.startswith(("tok_emb", "pos_emb")):
+            counts["embeddings"] += p.numel()
+        elif ".attn." in name:
+            counts["attention"] += p.numel()
+        elif ".mlp." in name:
+            counts["mlp"] += p.numel()
+        elif name.startswith("unembed"):
+            counts["unembedding"] += p.numel()
+        else:
+            counts["norms"] += p.numel()
+    return counts

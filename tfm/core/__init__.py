@@ -1,0 +1,10 @@
+"""The engine core: the model and everything one forward needs.
+
+config (ModelConfig, presets), validate (the one check of counts and rates), kernels (the CPU
+product choice), rope, positions, cache (KV cache), functional (attention and unembedding
+arithmetic), trace / trace_cost / trace_read (named intermediates and their byte costs), lazy
+(traces computed on first read), model (Norm, Attention, MLP, Block, GPT), edits (per-call
+interventions), stats.
+
+Layer 0: imports nothing else from tfm.
+"""

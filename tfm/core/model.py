@@ -1,0 +1,296 @@
+"""A decoder-only transformer, written bottom-up: Norm, Attention, MLP, Block, GPT.
+
+Every variant of `ModelConfig` (positional encoding, norm type and placement, activation,
+bias, tied embeddings) is one code path with small switches. `forward(idx, trace=True)`
+records named intermediates into a per-call `Recorder` (see `tfm.trace`), so the module is
+never mutated: no hooks, no caches installed on it.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .cache import KVCache
+from .config import ModelConfig
+from .kernels import Linear
+from . import lazy as lazy_trace
+from .edits import Edits
+from .functional import attend, attention_scores, causal_mask, expand_kv, head_results, unembed  # noqa: F401 (re-exported)
+from .positions import add_embeddings, position_inputs, sinusoidal_table  # noqa: F401 (re-exported: encdec, tests)
+from .rope import apply_rope, rope_angles  # noqa: F401 (rope_angles re-exported)
+from .trace import ModelOutput, Recorder, Trace  # noqa: F401 (ModelOutput re-exported)
+
+
+class Norm(nn.Module):
+    """LayerNorm or RMSNorm. Traced calls record the per-token statistics and the normalised
+    input (computed when first read) besides the output."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.kind, self.eps = cfg.norm, cfg.norm_eps
+        self.weight = nn.Parameter(torch.ones(cfg.d_model))
+        has_bias = cfg.bias and cfg.norm == "layernorm"
+        self.bias = nn.Parameter(torch.zeros(cfg.d_model)) if has_bias else None
+
+    def forward(self, x: torch.Tensor, rec: Recorder | None = None) -> torch.Tensor:
+        if rec is None:
+            if self.kind == "layernorm":
+                return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+            return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
+        rec.add("input", x)
+        xd = x.detach()  # the deferred entries below must not hold the autograd graph
+        if self.kind == "layernorm":
+            # The fused kernel also returns the statistics it used, (B, T, 1) each: an explicit
+            # var_mean costs ~15x the whole fused norm on CPU.
+            out, mean, rstd = torch.native_layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+            mean, rstd = mean.detach().to(x.dtype), rstd.detach().to(x.dtype)  # CUDA keeps them float32
+            rec.add("mean", mean.squeeze(-1))
+            rec.add("std", rstd.reciprocal().squeeze(-1))
+            rec.add_deferred("normalized", tuple(x.shape), x.dtype, lambda: (xd - mean) * rstd)
+        else:
+            rms = (xd.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()  # (B, T, 1)
+            out = F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
+            rec.add("rms", rms.squeeze(-1))
+            rec.add_deferred("normalized", tuple(x.shape), x.dtype, lambda: xd / rms)
+        rec.add("output", out)
+        return out
+
+
+class Attention(nn.Module):
+    """Causal self-attention with a fused qkv projection (as GPT-2 stores it): n_head query heads
+    and n_kv_head key/value heads (fewer for grouped-query attention), rows [q | k | v]."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_head, self.d_head, self.dropout = cfg.n_head, cfg.d_head, cfg.dropout
+        self.kv_dim = cfg.n_kv_head * cfg.d_head
+        self.qkv = Linear(cfg.d_model, cfg.d_model + 2 * self.kv_dim, bias=cfg.bias or cfg.qkv_bias)
+        self.proj = Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, width = x.shape
+        return x.view(b, t, width // self.d_head, self.d_head).transpose(1, 2)  # (B, H or Hkv, T, hd)
+
+    def split_qkv(self, qkv: torch.Tensor, angles: torch.Tensor | None):
+        """The fused projection's output -> q (B, H, T, hd), k and v (B, Hkv, T, hd), RoPE applied."""
+        h, qk_width = self.n_head, self.n_head * self.d_head + self.kv_dim
+        if angles is not None:  # q and k rotated together: one pass of RoPE's elementwise ops
+            qk = apply_rope(self.split_heads(qkv[..., :qk_width]), angles)   # (B, H + Hkv, T, hd)
+            return qk[:, :h], qk[:, h:], self.split_heads(qkv[..., qk_width:])
+        return tuple(self.split_heads(part) for part in qkv.split([h * self.d_head, self.kv_dim, self.kv_dim], dim=-1))
+
+    def forward(self, x, rec: Recorder | None, angles=None, cache: KVCache | None = None, layer: int = 0,
+                edits=None, causal: bool = True):
+        """`causal=False`: no mask at all, the bare self-attention (tfm.positions' permutation check)."""
+        qkv = self.qkv(x)                                              # (B, T, D + 2 Hkv hd)
+        if rec is not None:
+            rec.shape_only("qkv", qkv)
+        q, k, v = self.split_qkv(qkv, angles)                         # (B, H, T, hd), k, v (B, Hkv, T, hd)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)                           # (B, Hkv, S, hd), S = cached + T
+        if rec is not None:
+            for name, t in (("q", q), ("k", k), ("v", v)):
+                rec.add(name, t)
+        t_q, s = q.shape[-2], k.shape[-2]
+        mask = "causal" if t_q == s else (None if t_q == 1 else causal_mask(t_q, s, x.device))
+        mask = mask if causal else None
+        z = attend(q, k, v, mask, rec, self.dropout if self.training else 0.0)
+        if edits is not None:  # per-call interventions (tfm.edits); the trace's "z" is the unedited one
+            z = edits.apply("attn.z", z)
+        merged = z.transpose(1, 2).reshape(x.shape)                    # (B, T, D)
+        if rec is not None:
+            rec.shape_only("z_merged", merged)
+            b, h, t, _ = z.shape
+            rec.add_deferred("result", (b, h, t, x.shape[-1]), z.dtype, head_results(z, self.proj.weight, self.n_head))
+        return self.proj(merged)
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward: fc -> activation -> proj (SwiGLU adds a gate matrix)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.activation = cfg.activation
+        self.fc = Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
+        self.gate = Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias) if cfg.activation == "swiglu" else None
+        self.proj = Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x: torch.Tensor, rec: Recorder | None, edits=None) -> torch.Tensor:
+        if self.gate is not None:
+            pre, up = self.gate(x), self.fc(x)                         # (B, T, F) each
+            post = F.silu(pre) * up
+        else:
+            pre, up = self.fc(x), None                                 # (B, T, F)
+            post = {"gelu": F.gelu, "relu": F.relu}.get(self.activation, lambda h: F.gelu(h, approximate="tanh"))(pre)
+        if edits is not None:
+            post = edits.apply("mlp.post", post)
+        if rec is not None:
+            rec.add("pre", pre)
+            if up is not None:
+                rec.add("up", up)
+            rec.add("post", post)
+        return self.proj(post)
+
+
+class Block(nn.Module):
+    """One transformer layer: attention then MLP, each wrapped in a residual connection.
+
+    pre-norm:  x = x + attn(ln1(x));  x = x + mlp(ln2(x))
+    post-norm: x = ln1(x + attn(x));  x = ln2(x + mlp(x))
+    parallel:  x = x + attn(ln1(x)) + mlp(ln2(x))   (GPT-NeoX; resid_mid is then x + attn only)
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.pre, self.parallel = cfg.norm_placement == "pre", cfg.parallel_block
+        self.ln1, self.attn, self.ln2, self.mlp = Norm(cfg), Attention(cfg), Norm(cfg), MLP(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, rec: Recorder | None, angles=None, cache=None, layer: int = 0, edits=None):
+        sub = (lambda name: rec.scoped(name)) if rec is not None else (lambda name: None)
+        ed = (lambda name, t: t) if edits is None else edits.apply  # `edits`: a tfm.edits.Edits scoped to this block
+        x = ed("resid_pre", x)
+        if rec is not None:
+            rec.add("resid_pre", x)
+        a_in = self.ln1(x, sub("ln1")) if self.pre else x
+        a = ed("attn_out", self.drop(self.attn(a_in, sub("attn"), angles, cache, layer, edits)))
+        if rec is not None:  # recorded before a post-norm's ln1 runs: the trace is in execution order
+            rec.add("attn_out", a)
+        mid = x + a if self.pre else self.ln1(x + a, sub("ln1"))
+        if rec is not None:
+            rec.add("resid_mid", mid)
+        m_in = x if self.parallel else mid  # the parallel block's MLP reads the block input too
+        m = ed("mlp_out", self.drop(self.mlp(self.ln2(m_in, sub("ln2")) if self.pre else m_in, sub("mlp"), edits)))
+        if rec is not None:
+            rec.add("mlp_out", m)
+        x = mid + m if self.pre else self.ln2(mid + m, sub("ln2"))
+        if rec is not None:
+            rec.add("resid_post", x)
+        return x
+
+
+class GPT(nn.Module):
+    """Token (+ positional) embedding, n_layer blocks, final norm, unembedding."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        add_embeddings(self, cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        # Post-norm blocks already end normalised; the 2017 design has no final norm.
+        self.ln_final = Norm(cfg) if cfg.norm_placement == "pre" else None
+        self.unembed = Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tied_embeddings:
+            self.unembed.weight = self.tok_emb.weight
+        self._input_major_weights()
+        self.reset_parameters()
+
+    def _input_major_weights(self) -> None:
+        """Keep each matrix's (out, in) shape but store it (in, out) in memory, as GPT-2's
+        Conv1D does. A decode step multiplies one vector by every matrix, reading each once
+        from memory; on a CPU that product streams the (in, out) layout about 1.7x faster
+        (bench/bench_generate.py). Shapes, names, files and results are unchanged."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear) and module.weight is not self.tok_emb.weight:
+                module.weight = nn.Parameter(module.weight.detach().t().contiguous().t())
+        if self.config.tied_embeddings:
+            self.tok_emb.weight = nn.Parameter(self.tok_emb.weight.detach().t().contiguous().t())
+            self.unembed.weight = self.tok_emb.weight
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """GPT-2 initialisation, N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layer).
+
+        Pass a seeded generator for a reproducible random model without touching the global RNG.
+        """
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                p.zero_()
+            elif p.dim() == 1:  # norm gains
+                p.fill_(1.0)
+            else:  # drawn in logical order, so values do not depend on the memory layout
+                std = 0.02 / math.sqrt(2 * self.config.n_layer) if name.endswith("proj.weight") else 0.02
+                p.copy_(torch.empty(p.shape, dtype=p.dtype, device=p.device).normal_(0.0, std, generator=generator))
+
+    def _check_input(self, idx: torch.Tensor, start: int) -> None:
+        if not isinstance(idx, torch.Tensor):
+            raise ValueError(f"token ids must be a torch tensor of shape (batch, seq), got {type(idx).__name__}")
+        if idx.dtype not in (torch.int64, torch.int32) or idx.dim() != 2:
+            raise ValueError(f"token ids must be an integer tensor of shape (batch, seq), got {idx.dtype} {tuple(idx.shape)}")
+        if idx.shape[1] == 0 or idx.shape[0] == 0:
+            raise ValueError(f"the token batch {tuple(idx.shape)} is empty: give at least one sequence of one token")
+        if start + idx.shape[1] > self.config.context_length:
+            raise ValueError(f"{start + idx.shape[1]} positions exceed the context length "
+                             f"{self.config.context_length}; cut the prompt from the left")
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.config.vocab_size):
+            raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got {int(idx.min())}..{int(idx.max())}")
+
+    def positions(self, start: int, length: int):
+        """(added position vectors (T, D) or None, RoPE angles (T, rotary_dim/2) or None)."""
+        return position_inputs(self, start, length)
+
+    def embed(self, idx: torch.Tensor, start: int, rec: Recorder | None):
+        """Token embedding plus additive positions; returns (x, rope angles or None)."""
+        x = self.tok_emb(idx)                                          # (B, T, D)
+        pos, angles = self.positions(start, idx.shape[1])
+        if rec is not None:
+            rec.add("embed", x)
+            if pos is not None:
+                rec.add("pos_embed", pos)
+            if angles is not None:
+                rec.add("rope.angles", angles)
+        return (x + pos if pos is not None else x), angles
+
+    def forward(self, idx: torch.Tensor, trace: bool = False, cache: KVCache | None = None,
+                last_only: bool = False, lazy: bool | None = None, edits=None, keep: tuple[str, ...] = ()) -> ModelOutput:
+        """Logits (B, T, V), or (B, 1, V) for the last position only with `last_only` (what
+        generation needs: a prefill skips T-1 vocabulary-sized products). The trace always
+        covers every position up to the final norm; its "logits" entry matches `logits`
+        (a lazy trace's: every position's, computed when read).
+
+        `lazy` (default: without a KV cache, in eval mode, autograd off) keeps only the stream
+        between blocks and computes a block's entries when first read: see `tfm.lazy`; `keep`
+        names block entries it stores in the forward too (`("pattern",)`: every pattern, no recomputation).
+        `edits`: interventions for this call only (a list of tfm.edits edits, see there); an
+        edited forward's trace is eager (a lazy one would recompute blocks without the edits)."""
+        if trace:
+            if edits and (lazy or keep):
+                raise ValueError("an edited forward is traced eagerly: leave lazy and keep unset with edits")
+            if not edits and lazy_trace.use_lazy(self, lazy, cache, keep):
+                return lazy_trace.traced_forward(self, idx, last_only, keep)
+        elif lazy or keep:
+            raise ValueError("lazy and keep describe a trace: pass trace=True as well")
+        rec = Recorder() if trace else None
+        x = self.hidden(idx, cache, rec, edits)
+        logits = unembed(x[:, -1:] if last_only else x, self.unembed.weight)  # (B, T or 1, V)
+        if rec is not None:
+            rec.add("logits", logits)
+        return ModelOutput(logits, rec.finish() if rec else None)
+
+    def hidden(self, idx: torch.Tensor, cache: KVCache | None = None, rec: Recorder | None = None,
+               edits=None) -> torch.Tensor:
+        """The residual stream after the final norm, (B, T, D): what the unembedding reads.
+        Advances `cache` by T. `edits` as in `forward`."""
+        start = cache.length if cache is not None else 0
+        self._check_input(idx, start)
+        if cache is not None and idx.shape[0] != cache.k.shape[1]:
+            raise ValueError(f"the KV cache was made for batch {cache.k.shape[1]}, the tokens have batch {idx.shape[0]}")
+        x, angles = self.embed(idx, start, rec)
+        x = self.drop(x)
+        if edits is not None:
+            edits = Edits.of(edits, self.config, idx.shape)
+        for i, block in enumerate(self.blocks):
+            x = block(x, rec.scoped(f"blocks.{i}") if rec else None, angles, cache, i,
+                      edits.scoped(i) if edits is not None else None)
+        if self.ln_final is not None:
+            x = self.ln_final(x, rec.scoped("ln_final") if rec else None)
+        if cache is not None:
+            cache.advance(idx.shape[1])
+        return x
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())  # tied weights counted once

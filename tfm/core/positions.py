@@ -1,0 +1,45 @@
+"""Positions: how GPT builds and reads its position information (`add_embeddings`,
+`position_inputs`) and the sinusoidal table. What the positional-encoding page computes from
+them lives in tfm.analysis.positions."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from .config import ModelConfig
+from .rope import inv_freq as rope_inv_freq
+from .rope import rope_angles
+
+
+def sinusoidal_table(length: int, d_model: int) -> torch.Tensor:
+    """PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(p / 10000^(2i/d)). (T, D)"""
+    pos = torch.arange(length, dtype=torch.float64)[:, None]
+    inv = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    table = torch.zeros(length, d_model, dtype=torch.float64)
+    table[:, 0::2], table[:, 1::2] = torch.sin(pos * inv), torch.cos(pos * inv)
+    return table.float()
+
+
+def add_embeddings(module: nn.Module, cfg: ModelConfig) -> None:
+    """The token embedding and `cfg`'s position modules, on `module` (GPT, or a model that
+    embeds as it does): tok_emb, pos_emb (learned positions, else None), and the pos_table
+    (sinusoidal) or inv_freq (RoPE) buffer."""
+    module.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+    module.pos_emb = nn.Embedding(cfg.context_length, cfg.d_model) if cfg.pos_encoding == "learned" else None
+    if cfg.pos_encoding == "sinusoidal":
+        module.register_buffer("pos_table", sinusoidal_table(cfg.context_length, cfg.d_model), persistent=False)
+    if cfg.pos_encoding == "rope":
+        module.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)  # (rotary_dim/2,)
+
+
+def position_inputs(module: nn.Module, start: int, length: int):
+    """Position information for positions start..start+length-1 of a module set up by
+    `add_embeddings`: (added vectors (T, D) or None, RoPE angles (T, rotary_dim/2) or None).
+    The one place that reads pos_emb / pos_table / inv_freq."""
+    if module.pos_emb is not None:
+        return module.pos_emb(torch.arange(start, start + length, device=module.pos_emb.weight.device)), None
+    if module.config.pos_encoding == "sinusoidal":
+        return module.pos_table[start:start + length], None             # (T, D)
+    if module.config.pos_encoding == "rope":
+        return None, rope_angles(module.inv_freq, start, length)        # (T, rotary_dim/2)
+    return None, None

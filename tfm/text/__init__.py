@@ -1,0 +1,8 @@
+"""Text: every tokenizer and the readers of its files.
+
+tokenizer (tiktoken-based, our `.tiktoken` files and GPT-2 vocab.json + merges.txt),
+hf_tokenizer_file / hf_bytelevel / hf_libtokenizer / hf_tokenizer (Hugging Face
+tokenizer.json, on tiktoken or on the `tokenizers` library), token_view (the Tokens page).
+
+Layer 1: may import tfm.core.
+"""

@@ -1,0 +1,44 @@
+"""Tokenizers of Hugging Face model folders (Llama, Qwen2, Mistral, GPT-NeoX/Pythia, SmolLM,
+TinyLlama, GPT-2): `tokenizer_from_folder(folder)`.
+
+Byte-level BPE (GPT-2, Pythia, Qwen2, Llama 3, SmolLM) is served by tiktoken
+(`tfm.hf_bytelevel`). What tiktoken cannot reproduce exactly, SentencePiece-style BPE with
+byte fallback and the ▁ metaspace (Llama 2, TinyLlama, Mistral v0.1) above all, is served by
+the `tokenizers` library (`tfm.hf_libtokenizer`); `.backend` and `.backend_note` say which
+and why. Only tokenizer.json / tokenizer_config.json / vocab.json / merges.txt are read, as
+JSON or text: nothing in the folder is executed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .hf_bytelevel import HFByteLevelTokenizer, plan_bytelevel
+from .hf_libtokenizer import LibTokenizer
+from .hf_tokenizer_file import TOKENIZER_FILE, Unexpressible, read_tokenizer_file
+from .tokenizer import Tokenizer
+
+
+def tokenizer_from_spec(folder, spec: dict) -> Tokenizer | LibTokenizer:
+    """A saved model's tokenizer from the dict `save()` returned (stored in its config.json):
+    our tiktoken files, or a copied Hugging Face tokenizer.json."""
+    if spec.get("format") == "hf-tokenizer.json":
+        return tokenizer_from_folder(folder, spec.get("name"))
+    return Tokenizer.from_spec(folder, spec)
+
+
+def tokenizer_from_folder(folder, name: str | None = None) -> Tokenizer | LibTokenizer:
+    """The tokenizer of a Hugging Face folder; ids equal HF's fast tokenizer's (without the
+    bos/eos it may add: see `.bos_id` / `.add_bos`). Raises FileNotFoundError / ValueError."""
+    folder = Path(folder)
+    name = name or folder.name or "hf"
+    if not (folder / TOKENIZER_FILE).is_file() and (folder / "merges.txt").is_file():
+        return Tokenizer.from_hf_gpt2_folder(folder, name)  # older GPT-2 folders
+    file = read_tokenizer_file(folder)
+    try:
+        plan = plan_bytelevel(file)
+    except Unexpressible as e:
+        return LibTokenizer(file, name, f"served by the tokenizers library: {e}")
+    tok = HFByteLevelTokenizer(file, plan, name)
+    tok.backend_note = "byte-level BPE served by tiktoken"
+    return tok

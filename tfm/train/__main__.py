@@ -1,0 +1,4 @@
+"""`python -m tfm.train ...`: see tfm/train/cli.py."""
+from .cli import main
+
+raise SystemExit(main())
