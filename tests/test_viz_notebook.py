@@ -199,7 +199,8 @@ def test_head_table_equals_the_analysis(run):
     scores = head_table(lm, trace, ids).scores
     assert list(cols["head"][:3]) == ["L0 H0", "L0 H1", "L0 H2"]
     for name, s in scores.items():
-        np.testing.assert_allclose(cols[name.replace("_", " ")], s.flatten().numpy().round(4), atol=1e-4)
+        np.testing.assert_array_equal(cols[name.replace("_", " ")], s.flatten().numpy())
+    assert fig.data[0].cells.format[1] == ".4f"
 
 
 def test_generation_figures_equal_the_steps(run):

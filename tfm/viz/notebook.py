@@ -178,11 +178,13 @@ def head_table_frame(lm: LM, trace: Trace | None = None, ids: Sequence[int] | No
 
 
 def head_table(lm: LM, trace: Trace | None = None, ids: Sequence[int] | None = None, digits: int = 3) -> go.Figure:
-    """`head_table_frame` as a plotly table (scores rounded to `digits`)."""
-    frame = head_table_frame(lm, trace, ids).round(check_int("digits", digits, 0, 8))
+    """`head_table_frame` as a plotly table (scores shown with `digits` decimals; the cells hold
+    the exact values)."""
+    frame = head_table_frame(lm, trace, ids)
     cols = [c for c in frame.columns if c not in ("layer", "index")]
+    shown = [None] + [f".{check_int('digits', digits, 0, 8)}f"] * (len(cols) - 1)
     return go.Figure(go.Table(header=dict(values=[c.replace("_", " ") for c in cols], align="left"),
-                              cells=dict(values=[frame[c].tolist() for c in cols], align="left")),
+                              cells=dict(values=[frame[c].tolist() for c in cols], format=shown, align="left")),
                      layout=dict(title="Head table: one row per head", height=min(900, 120 + 22 * len(frame))))
 
 
