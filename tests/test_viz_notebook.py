@@ -217,3 +217,13 @@ def test_generation_figures_equal_the_steps(run):
     want = torch.stack([tr.pattern(i)[:, -1] for i in range(lm.config.n_layer)])
     np.testing.assert_allclose(att.z, want.reshape(-1, len(seq)).numpy(), atol=1e-5)
     assert len(att.x) == len(seq)
+
+
+def test_trace_prompt_is_the_models_traced_forward(run):
+    lm, ids, trace, toks = run
+    got, names = viz.trace_prompt(lm, PROMPT)
+    assert names == toks
+    for layer in (0, 5):
+        torch.testing.assert_close(got.pattern(layer), trace.pattern(layer), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="this model reads 1 to 256"):
+        viz.trace_prompt(lm, "cat " * 300)

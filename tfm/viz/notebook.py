@@ -1,9 +1,8 @@
 """Figures for notebooks (Jupyter, VS Code, Colab): the app's own builders, called on a trace.
 
-    import tfm, tfm.viz
-    lm = tfm.load("default"); ids = lm.tokenizer.prompt_ids("The cat sat on the mat")
-    trace = lm.model(torch.tensor([ids]), trace=True).trace
-    tfm.viz.head_view(trace, tfm.viz.tokens(lm, ids), layer=1)
+    import tfm, tfm.viz as viz
+    trace, tokens = viz.trace_prompt(tfm.load("default"), "The cat sat on the mat. The cat sat on the")
+    viz.head_view(trace, tokens, layer=5, heads=[2, 5])
 
 Every function returns a plotly `go.Figure` drawn by the builder the app's page uses
 (`tfm.viz.attention`, `sampling`, `why`, `positions`, `norms`): one set of builders, not two.
@@ -49,10 +48,23 @@ Mode = Literal["head", "mean", "max"]
 
 __all__ = ["WINDOW", "all_heads", "attention_pattern", "attribution_bars", "generation_attention",
            "generation_timeline", "head_table", "head_table_frame", "head_view", "layer_heads", "logit_lens",
-           "next_token", "norm_statistics", "positional_encodings", "record_generation", "residual_norms", "tokens"]
+           "next_token", "norm_statistics", "positional_encodings", "record_generation", "residual_norms", "tokens",
+           "trace_prompt"]
 
 
 # ---- inputs: a tfm trace or Hugging Face attentions, and token labels ------------------------
+@torch.no_grad()
+def trace_prompt(lm: LM, text: str) -> tuple[Trace, list[str]]:
+    """One traced forward of `text` (after the model's start token, as the app and generation
+    make ids): (its trace, the tokens' text). `lm.tokenizer.prompt_ids(text)` gives the ids."""
+    ids = lm.tokenizer.prompt_ids(text)
+    if not 0 < len(ids) <= lm.config.context_length:
+        raise ValueError(f"the prompt is {len(ids)} tokens; this model reads 1 to {lm.config.context_length}: "
+                         "shorten it")
+    p = next(lm.model.parameters())
+    return lm.model(torch.tensor([ids], device=p.device), trace=True).trace, tokens(lm, ids)
+
+
 def tokens(lm: LM, ids: Sequence[int]) -> list[str]:
     """The readable piece of every id (the app's token text: spaces and control bytes shown)."""
     return lm.tokenizer.display_pieces([int(i) for i in ids])
