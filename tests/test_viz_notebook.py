@@ -62,6 +62,9 @@ def test_every_head_grid_holds_every_pattern(run):
     one = viz.layer_heads(trace, toks, 4).data[0].z
     np.testing.assert_array_equal(one[:n, step + 0:step + n], masked(trace.pattern(4)[1]))
     assert one.shape[0] == n
+    two = viz.all_heads(trace, toks, [2, 4])
+    np.testing.assert_array_equal(two.data[0].z[step:step + n, :n], masked(trace.pattern(4)[0]))
+    assert two.data[0].y[step] == f"L4 query {toks[0]} ·0" and two.layout.yaxis.ticktext == ("layer 2", "layer 4")
 
 
 def test_head_view_lines_and_hover_weights(run):

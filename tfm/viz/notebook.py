@@ -160,9 +160,19 @@ def all_heads(attention: Attention, tokens: Sequence[str], layers: Sequence[int]
     what = f"Layer {layers[0]}, every head" if len(layers) == 1 else "Every head: rows are layers, columns heads"
     grid = fa.model_view(np.stack(cells), labels, what + _span(a, b, pat.shape[-1]), log)
     if layers != list(range(len(layers))):  # the builder numbers rows from 0: name the real layers
-        ticks = grid.layout.yaxis.tickvals
-        grid.layout.yaxis.ticktext = [f"layer {layer}" for layer in layers][:len(ticks)]
+        _rename_rows(grid, layers)
     return grid
+
+
+def _rename_rows(grid: go.Figure, layers: list[int]) -> None:
+    """model_view's row i (categories "L{i} query ...", ticks "layer {i}") is layer layers[i]."""
+    def real(y: str) -> str:
+        head, _, rest = y.partition(" query ")
+        return f"L{layers[int(head[1:])]} query {rest}" if rest and head[1:].isdigit() else y
+    grid.data[0].y = [real(y) for y in grid.data[0].y]
+    axis = grid.layout.yaxis
+    axis.tickvals = [real(y) for y in axis.tickvals]
+    axis.ticktext = [f"layer {layer}" for layer in layers]
 
 
 def layer_heads(attention: Attention, tokens: Sequence[str], layer: int = 0, **kw) -> go.Figure:
