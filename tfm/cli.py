@@ -1,16 +1,19 @@
-"""Command line: `python -m tfm info|trace|generate [SOURCE] ...`.
+"""Command line: `tfm info|trace|generate [SOURCE] ...` (or `python -m tfm ...`) and `tfm app`.
 
 SOURCE is anything `tfm.load` accepts: "default", "random:<preset>", a tfm / Hugging Face
 GPT-2 folder or a nanoGPT ckpt.pt. Problems the user can fix (a bad folder, a bad setting)
 print one line `error: ...` to stderr and exit with status 2, never a traceback.
+`tfm app [STREAMLIT ARGS]` starts the web app of the checkout tfm was installed from.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -19,6 +22,11 @@ from .generation.generate import generate, prepare_prompt
 from .loaders.loading import DEVICES, LM, load
 
 EXIT_USAGE = 2
+# The web app lives beside the package in a checkout (an editable install points there); a wheel
+# carries the engine only.
+CHECKOUT = Path(__file__).resolve().parents[1]
+APP_HELP = ("start the web app (the checkout's app.py); arguments go to `streamlit run`, "
+            "e.g. `tfm app --server.port 8600 -- --max-new-tokens 256`")
 
 
 class UsageError(Exception):
@@ -27,15 +35,16 @@ class UsageError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse's own errors, in the same one-line form
-        raise UsageError(f"{message} (see `python -m tfm {self.prog.split()[-1]} --help`)")
+        raise UsageError(f"{message} (see `tfm {self.prog.split()[-1]} --help`)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m tfm", description="Inspect and run tfm models.")
+    parser = _Parser(prog="tfm", description="Inspect and run tfm models.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     info = sub.add_parser("info", help="config and parameter counts by component")
     trace = sub.add_parser("trace", help="the shape of every tensor of one forward pass")
     gen = sub.add_parser("generate", help="stream generated text to the terminal")
+    sub.add_parser("app", help=APP_HELP, add_help=False)  # listed here; main() runs it before parsing
     for p in (info, trace, gen):
         p.add_argument("source", nargs="?", default="default",
                        help='"default", "random:<preset>", or a model folder (default: %(default)s)')
@@ -140,6 +149,28 @@ def cmd_generate(lm: LM, args) -> None:
           f"({n / seconds:.1f} tokens/s, prefill included)", file=sys.stderr)
 
 
+def app_argv(args: Sequence[str], checkout: Path = CHECKOUT) -> list[str]:
+    """The command `tfm app` runs: this Python's streamlit on the checkout's app.py."""
+    app = checkout / "app.py"
+    if not (app.is_file() and (checkout / "ui").is_dir() and (checkout / "pages").is_dir()):
+        raise UsageError(f"`tfm app` needs the tfm repository checkout (app.py, pages/, ui/, assets/); tfm was "
+                         f"installed from {checkout}, which has no app. Clone the repository and run "
+                         "`pip install -e .` there (or `./run_app.sh`); a wheel holds the engine only")
+    return [sys.executable, "-m", "streamlit", "run", str(app), *args]
+
+
+def cmd_app(args: Sequence[str]) -> int:
+    """Run the app in the checkout (its relative default folders, e.g. models/, are read from
+    there, as with run_app.sh); returns streamlit's exit status."""
+    if list(args[:1]) in (["-h"], ["--help"]):
+        print(f"usage: tfm app [STREAMLIT ARGS] [-- APP ARGS]\n\n{APP_HELP}.\n"
+              "App flags after `--`: `python -m ui.server --help` in the checkout lists them.")
+        return 0
+    argv = app_argv(args)
+    print("running: " + " ".join(argv), file=sys.stderr, flush=True)
+    return subprocess.call(argv, cwd=CHECKOUT)
+
+
 COMMANDS = {"info": cmd_info, "trace": cmd_trace, "generate": cmd_generate}
 
 
@@ -162,7 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     if hasattr(sys.stdout, "reconfigure"):  # generated text may hold U+FFFD; never crash on it
         sys.stdout.reconfigure(errors="replace")
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        if argv[:1] == ["app"]:  # everything after `app` belongs to streamlit: no parsing here
+            return cmd_app(argv[1:])
         args = parser.parse_args(argv)
         if args.command is None:
             parser.print_help(sys.stderr)

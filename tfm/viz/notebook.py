@@ -1,0 +1,336 @@
+"""Figures for notebooks (Jupyter, VS Code, Colab): the app's own builders, called on a trace.
+
+    import tfm, tfm.viz as viz
+    trace, tokens = viz.trace_prompt(tfm.load("default"), "The cat sat on the mat. The cat sat on the")
+    viz.head_view(trace, tokens, layer=5, heads=[2, 5])
+
+Every function returns a plotly `go.Figure` drawn by the builder the app's page uses
+(`tfm.viz.attention`, `sampling`, `why`, `positions`, `norms`): one set of builders, not two.
+A figure renders in a notebook without a server; `fig.write_html("f.html")` saves it as a
+standalone page (plotly.js inside: opens offline).
+
+The attention figures also take what Hugging Face returns with `output_attentions=True` (a tuple
+of (B, H, T, T) tensors, one per layer) and its tokens as strings, as BertViz's
+`head_view(attention, tokens)` does. Like the app, they draw at most `WINDOW` positions at once
+(labels beyond that are unreadable, and the head view's lines grow as T²): the last ones unless
+`positions=(first, last)` says which; the title names the positions drawn.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, Union
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+
+from ..analysis.attribution import direct, token_id
+from ..analysis.heads import head_table as _head_table
+from ..analysis.lens import logit_lens as _logit_lens
+from ..analysis.norms import layer_summaries
+from ..analysis.positions import position_vectors, rope_angle_table
+from ..core.trace import Trace
+from ..core.validate import check_int
+from ..generation.generate import generate, n_words
+from ..generation.sampling import SamplingSettings, next_token as _next_token
+from ..generation.timeline import StepRecord, step_record
+from ..loaders.loading import LM
+from . import attention as fa
+from . import norms as fn
+from . import positions as fp
+from . import sampling as fs
+from . import why as fw
+
+WINDOW = 64          # most positions an attention figure draws, as on the Attention page
+LENS_WINDOW = 32     # most positions of the logit lens (its cells hold text)
+Attention = Union[Trace, Sequence[torch.Tensor], torch.Tensor]
+Mode = Literal["head", "mean", "max"]
+
+__all__ = ["WINDOW", "all_heads", "attention_pattern", "attribution_bars", "generation_attention",
+           "generation_timeline", "head_table", "head_table_frame", "head_view", "layer_heads", "logit_lens",
+           "next_token", "norm_statistics", "positional_encodings", "record_generation", "residual_norms", "tokens",
+           "trace_prompt"]
+
+
+# ---- inputs: a tfm trace or Hugging Face attentions, and token labels ------------------------
+@torch.no_grad()
+def trace_prompt(lm: LM, text: str) -> tuple[Trace, list[str]]:
+    """One traced forward of `text` (after the model's start token, as the app and generation
+    make ids): (its trace, the tokens' text). `lm.tokenizer.prompt_ids(text)` gives the ids."""
+    ids = lm.tokenizer.prompt_ids(text)
+    if not 0 < len(ids) <= lm.config.context_length:
+        raise ValueError(f"the prompt is {len(ids)} tokens; this model reads 1 to {lm.config.context_length}: "
+                         "shorten it")
+    p = next(lm.model.parameters())
+    return lm.model(torch.tensor([ids], device=p.device), trace=True).trace, tokens(lm, ids)
+
+
+def tokens(lm: LM, ids: Sequence[int]) -> list[str]:
+    """The readable piece of every id (the app's token text: spaces and control bytes shown)."""
+    return lm.tokenizer.display_pieces([int(i) for i in ids])
+
+
+def _n_layers(attention: Attention) -> int:
+    if isinstance(attention, Trace):
+        return attention.n_layers()
+    if isinstance(attention, torch.Tensor):
+        if attention.dim() != 5:
+            raise ValueError(f"a stacked attention tensor must be (layers, batch, heads, T, T); got "
+                             f"{tuple(attention.shape)}: pass Hugging Face's tuple of (B, H, T, T) tensors as it is")
+        return attention.shape[0]
+    if isinstance(attention, (tuple, list)) and attention and all(isinstance(a, torch.Tensor) for a in attention):
+        return len(attention)
+    raise ValueError("attention must be a tfm Trace or what Hugging Face returns with output_attentions=True "
+                     f"(a tuple of (B, H, T, T) tensors, one per layer); got {type(attention).__name__}")
+
+
+def _layer(attention: Attention, layer: int, batch: int) -> torch.Tensor:
+    """(H, T, T) float32 CPU attention of one layer and batch row."""
+    n = _n_layers(attention)
+    check_int("layer", layer, 0, n - 1, f" (the model has {n} layers)")
+    if isinstance(attention, Trace):
+        return attention.pattern(layer, batch).detach().float().cpu()
+    a = attention[layer]
+    if a.dim() != 4 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"layer {layer}'s attention must be (batch, heads, T, T); got {tuple(a.shape)}")
+    check_int("batch", batch, 0, a.shape[0] - 1, f" (the attention has batch size {a.shape[0]})")
+    return a[batch].detach().float().cpu()
+
+
+def _labels(names: Sequence[str], n: int) -> list[str]:
+    """Axis labels, one per position, made unique with the position (`piece ·i`, as in the app):
+    plotly merges equal category names, and a prompt repeats tokens."""
+    if isinstance(names, str) or len(names) != n:
+        raise ValueError(f"tokens must be a list of {n} strings, one per position (got "
+                         f"{'a string' if isinstance(names, str) else len(names)}); e.g. tfm.viz.tokens(lm, ids) "
+                         "or a Hugging Face tokenizer's convert_ids_to_tokens(ids)")
+    return [f"{s} ·{i}" for i, s in enumerate(names)]
+
+
+def _window(n: int, positions: tuple[int, int] | None, most: int = WINDOW, lo: int = 0) -> tuple[int, int]:
+    """(first, last) positions drawn: the given ones, else the last `most` from `lo` on."""
+    if positions is None:
+        return min(max(lo, n - most), n - 1), n - 1
+    a = check_int("positions[0]", positions[0], 0, n - 1, f" ({n} positions)")
+    b = check_int("positions[1]", positions[1], a, n - 1, f" (from positions[0] to the last of {n})")
+    if b - a + 1 > most:
+        raise ValueError(f"positions {a}..{b} are {b - a + 1}; this figure draws at most {most} at once")
+    return a, b
+
+
+def _span(a: int, b: int, n: int) -> str:
+    return "" if (a, b) == (0, n - 1) else f", positions {a}–{b} of {n}"
+
+
+def _heads(attention: Attention, layer: int, batch: int, names: Sequence[str], positions, hide_first: bool):
+    """One layer's (H, T, T), its window (a, b) and the window's labels."""
+    pat = _layer(attention, layer, batch)
+    n = pat.shape[-1]
+    labels = _labels(names, n)
+    a, b = _window(n, positions, lo=int(hide_first))  # hiding key 0 leaves query 0 nothing to read
+    return pat, a, b, labels[a:b + 1]
+
+
+# ---- attention ----------------------------------------------------------------------------
+def attention_pattern(attention: Attention, tokens: Sequence[str], layer: int = 0, head: int = 0, *,
+                      mode: Mode = "head", batch: int = 0, positions: tuple[int, int] | None = None,
+                      hide_first: bool = False, log: bool = False) -> go.Figure:
+    """One head's (query x key) pattern, or the mean / max over the layer's heads (`mode`)."""
+    pat, a, b, labels = _heads(attention, layer, batch, tokens, positions, hide_first)
+    if mode not in ("head", "mean", "max"):
+        raise ValueError(f"mode must be 'head', 'mean' or 'max', not {mode!r}")
+    check_int("head", head, 0, pat.shape[0] - 1, f" (the layer has {pat.shape[0]} heads)")
+    z = fa.window(fa.reduce_heads(pat, mode, head), a, b, hide_first)
+    zmax = fa.window_scale(z)[0] if a > int(hide_first) else 1.0  # rows spread over keys before the window
+    what = f"head {head}" if mode == "head" else f"{mode} over heads"
+    title = f"Layer {layer}, {what}: query × key{_span(a, b, pat.shape[-1])}" + (", first token hidden" if hide_first else "")
+    return fa.heatmap(z, labels, title, log, zmax=zmax)
+
+
+def all_heads(attention: Attention, tokens: Sequence[str], layers: Sequence[int] | None = None, *, batch: int = 0,
+              positions: tuple[int, int] | None = None, log: bool = False) -> go.Figure:
+    """Every head of the chosen layers (default: all) as one grid: rows layers, columns heads."""
+    layers = list(range(_n_layers(attention))) if layers is None else list(layers)
+    if not layers:
+        raise ValueError("layers is empty: name at least one layer")
+    cells = []
+    for layer in layers:
+        pat, a, b, labels = _heads(attention, layer, batch, tokens, positions, False)
+        cells.append(fa.window(pat, a, b))
+    what = f"Layer {layers[0]}, every head" if len(layers) == 1 else "Every head: rows are layers, columns heads"
+    grid = fa.model_view(np.stack(cells), labels, what + _span(a, b, pat.shape[-1]), log)
+    if layers != list(range(len(layers))):  # the builder numbers rows from 0: name the real layers
+        _rename_rows(grid, layers)
+    return grid
+
+
+def _rename_rows(grid: go.Figure, layers: list[int]) -> None:
+    """model_view's row i (categories "L{i} query ...", ticks "layer {i}") is layer layers[i]."""
+    def real(y: str) -> str:
+        head, _, rest = y.partition(" query ")
+        return f"L{layers[int(head[1:])]} query {rest}" if rest and head[1:].isdigit() else y
+    grid.data[0].y = [real(y) for y in grid.data[0].y]
+    axis = grid.layout.yaxis
+    axis.tickvals = [real(y) for y in axis.tickvals]
+    axis.ticktext = [f"layer {layer}" for layer in layers]
+
+
+def layer_heads(attention: Attention, tokens: Sequence[str], layer: int = 0, **kw) -> go.Figure:
+    """Every head of one layer, side by side."""
+    return all_heads(attention, tokens, [layer], **kw)
+
+
+def head_view(attention: Attention, tokens: Sequence[str], layer: int = 0, heads: Sequence[int] | None = None, *,
+              token: int | None = None, batch: int = 0, positions: tuple[int, int] | None = None) -> go.Figure:
+    """BertViz-style lines from each query token (left) to the keys it reads (right), one colour
+    per head (default: every head of the layer); `token` (a position) keeps only its lines."""
+    pat, a, b, labels = _heads(attention, layer, batch, tokens, positions, False)
+    heads = list(range(pat.shape[0])) if heads is None else [check_int("head", h, 0, pat.shape[0] - 1) for h in heads]
+    row = None if token is None else check_int("token", token, a, b, " (a position drawn)") - a
+    return fa.head_view(fa.window(pat, a, b), heads, labels,
+                        f"Layer {layer}: who looks at whom{_span(a, b, pat.shape[-1])}", row)
+
+
+def head_table_frame(lm: LM, trace: Trace | None = None, ids: Sequence[int] | None = None):
+    """The Attention page's head table as a pandas DataFrame (one row per head, every score):
+    on the traced prompt `ids` (with its `trace`) and on the repeated-random-tokens probe."""
+    if (trace is None) != (ids is None):
+        raise ValueError("pass both trace and ids (the prompt's scores), or neither (the probe's only)")
+    return fa.head_table(_head_table(lm, trace, None if ids is None else list(ids)))
+
+
+def head_table(lm: LM, trace: Trace | None = None, ids: Sequence[int] | None = None, digits: int = 3) -> go.Figure:
+    """`head_table_frame` as a plotly table (scores shown with `digits` decimals; the cells hold
+    the exact values)."""
+    frame = head_table_frame(lm, trace, ids)
+    cols = [c for c in frame.columns if c not in ("layer", "index")]
+    shown = [None] + [f".{check_int('digits', digits, 0, 8)}f"] * (len(cols) - 1)
+    return go.Figure(go.Table(header=dict(values=[c.replace("_", " ") for c in cols], align="left"),
+                              cells=dict(values=[frame[c].tolist() for c in cols], format=shown, align="left")),
+                     layout=dict(title="Head table: one row per head", height=min(900, 120 + 22 * len(frame))))
+
+
+# ---- the model's predictions ---------------------------------------------------------------
+def logit_lens(lm: LM, trace: Trace, ids: Sequence[int], positions: tuple[int, int] | None = None) -> go.Figure:
+    """What each layer would predict at each position (the Logit lens page's grid): cell text the
+    top token, colour its probability, bold where it is the token that really comes next."""
+    ids, tok = [int(i) for i in ids], lm.tokenizer
+    labels = _labels(tokens(lm, ids), len(ids))
+    a, b = _window(len(ids), positions, LENS_WINDOW)
+    lens = _logit_lens(lm.model, trace, k=5, positions=slice(a, b + 1), keep_probs=False, n_words=n_words(lm))
+    top_ids, top_probs = lens.top_ids.cpu(), lens.top_probs.float().cpu()            # (L+1, w, 5)
+    nxt = ids[a + 1:b + 2]
+    hover = [[(f"actual next: {fs.esc(tok.display_piece(nxt[c])) if c < len(nxt) else '(end of prompt)'}<br>"
+               + "<br>".join(f"{fs.esc(tok.display_piece(int(i)))}: {p:.4f}"
+                             for i, p in zip(top_ids[r, c], top_probs[r, c].tolist())))
+              for c in range(b - a + 1)] for r in range(len(lens.labels))]
+    pieces = [[tok.display_piece(int(t)) for t in row[:, 0]] for row in top_ids]
+    bold = (top_ids[:, :, 0] == torch.tensor(nxt + [-1] * (b - a + 1 - len(nxt)))).numpy()
+    return fs.lens_grid_figure(top_probs[:, :, 0].numpy(), pieces, hover, lens.labels, labels[a:b + 1],
+                               f"Logit lens: top prediction after each layer{_span(a, b, len(ids))}",
+                               "position (input token); each cell predicts the token after it", bold=bold)
+
+
+def _token(lm: LM, token: int | str | None) -> int | None:
+    if token is None or not isinstance(token, str):
+        return token
+    return token_id(lm.tokenizer, token, lm.config.vocab_size)
+
+
+def attribution_bars(lm: LM, ids: Sequence[int], position: int = -1, token: int | str | None = None,
+                     versus: int | str | None = None, trace: Trace | None = None, top: int = 15) -> go.Figure:
+    """Direct logit attribution (the Why page's bars): the `top` components by |contribution| to
+    the logit of `token` (default: the top prediction; text must be one token) at `position`,
+    or to logit(token) - logit(versus). `trace`: a trace of these ids to reuse."""
+    attr = direct(lm, list(ids), position, _token(lm, token), _token(lm, versus), trace)
+    what = f"logit({lm.tokenizer.display_piece(attr.token)!r})"
+    if attr.versus is not None:
+        what += f" − logit({lm.tokenizer.display_piece(attr.versus)!r})"
+    return fw.contrib_bars(list(attr.components), attr.values.numpy(),
+                           f"Top contributions to {fa.plotly_text(what)} = {attr.target:.4f} at position {attr.position}",
+                           top=check_int("top", top, 1))
+
+
+def next_token(lm: LM, trace: Trace, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+               count: int = 20, position: int = -1) -> go.Figure:
+    """The next-token breakdown (the sampling page's chart) after `position`: temperature, then
+    top-k, then top-p over the full vocabulary; the `count` most likely tokens drawn."""
+    settings = SamplingSettings(temperature, top_k, top_p)
+    bd = _next_token(trace.logits_at(position).float().cpu(), settings, n_words(lm))
+    shown = fs.shown_ids(bd.logits, check_int("count", count, 1, 200))
+    title = (f"Next-token probabilities: top {len(shown)} of {n_words(lm):,} tokens (T = "
+             f"{fs.temperature_label(settings.temperature)}, top-k = {settings.top_k or 'off'}, top-p = {settings.top_p:g})")
+    return fs.next_token_figure(bd, shown, tokens(lm, shown), title)
+
+
+# ---- generation ----------------------------------------------------------------------------
+def record_generation(lm: LM, prompt: str, max_new_tokens: int = 20, temperature: float = 1.0, top_k: int = 0,
+                      top_p: float = 1.0, seed: int = 0) -> tuple[list[int], list[StepRecord]]:
+    """Generate with a trace and keep what the app's timeline keeps of each step:
+    (prompt ids, one StepRecord per token with its logits, attention rows and residual streams)."""
+    gen = generate(lm, prompt, max_new_tokens, temperature, top_k, top_p, seed=seed, trace=True)
+    return list(gen.prompt.ids), [step_record(step) for step in gen]
+
+
+def generation_timeline(records: Sequence[StepRecord], log: bool = True) -> go.Figure:
+    """How likely the model (T = 1) found each generated token, step by step; hover for the value."""
+    if not records:
+        raise ValueError("records is empty: generate at least one token (record_generation)")
+    y = np.array([r.prob_original for r in records])
+    fig = fs.compare_figure({"chosen token": y}, "Generation timeline: the model's probability of each chosen token",
+                            "model probability (T = 1)", log=log)
+    fig.update_traces(text=[fs.esc(r.display) for r in records], textposition="top center", mode="lines+markers+text")
+    return fig
+
+
+def generation_attention(lm: LM, prompt_ids: Sequence[int], records: Sequence[StepRecord], step: int = -1) -> go.Figure:
+    """Where the position that predicted generated token `step` looked: every layer and head
+    (the timeline's attention rows; the last `WINDOW` keys)."""
+    step = check_int("step", step if step >= 0 else len(records) + step, 0, len(records) - 1,
+                     f" ({len(records)} generated tokens)")
+    r = records[step]
+    if r.attn is None:
+        raise ValueError("these records hold no attention rows: make them with record_generation")
+    seq = list(prompt_ids) + [x.token_id for x in records[:step]]
+    labels = _labels(tokens(lm, seq), len(seq))
+    fig, _ = fs.step_attention_figure(r.attn, labels, WINDOW,
+                                      f"Step {step}: where position {len(seq) - 1} looked before drawing "
+                                      f"'{fs.esc(r.display)}', every layer and head")
+    return fig
+
+
+# ---- positions and norms -------------------------------------------------------------------
+def positional_encodings(lm: LM, length: int | None = None) -> go.Figure:
+    """The model's own positions: its added vectors (learned or sinusoidal; one row per position)
+    or, for RoPE, the rotation angle of every pair. `length` positions (default up to 128)."""
+    cfg = lm.config
+    n = check_int("length", min(cfg.context_length, 128) if length is None else length, 1, cfg.context_length)
+    if cfg.pos_encoding == "rope":
+        return fp.rope_angle_heatmap(rope_angle_table(lm.model, n), "RoPE rotation angle per position and pair")
+    table = position_vectors(lm.model, n)
+    if table is None:
+        raise ValueError(f"this model ({cfg.pos_encoding!r} positions) has no positional encoding to draw")
+    return fp.position_heatmap(table, f"Positional vectors ({cfg.pos_encoding}), first {n} positions")
+
+
+def norm_statistics(trace: Trace, tokens: Sequence[str], stat: str = "ln1.input_std") -> go.Figure:
+    """One norm statistic per layer and token (the Norms page's heatmaps), e.g. ln1.input_std,
+    ln2.output_mean, ln1.input_norm (RMSNorm models: ln1.input_rms)."""
+    stats, _ = layer_summaries(trace)
+    if stat not in stats:
+        raise ValueError(f"stat {stat!r} is not one of {', '.join(sorted(stats))}")
+    values = stats[stat]
+    labels = _labels(tokens, values.shape[-1])
+    blocks = [f"block {i}" for i in range(values.shape[0])]
+    norm, part = stat.split(".")
+    side = "input" if part.startswith("input") else "output"
+    return fn.layer_token_heatmap(values, labels, blocks, f"{stat}: {part.split('_')[1]} of the {side} of {norm}",
+                                  part.split("_")[1])
+
+
+def residual_norms(trace: Trace, tokens: Sequence[str]) -> go.Figure:
+    """The residual stream's L2 norm per token after the embedding and after every block."""
+    resid = layer_summaries(trace)[1]["resid"]
+    streams = ["embed"] + [f"after block {i}" for i in range(resid.shape[0] - 1)]
+    return fn.layer_token_heatmap(resid, _labels(tokens, resid.shape[-1]), streams,
+                                  "Residual-stream L2 norm per token", "L2 norm", height=340)
