@@ -46,6 +46,9 @@ names = [r.name for r in table.rows if r.qtype in DECODED]
 if not names:
     st.info(f"No tensor of this file is stored in a type the block view decodes ({', '.join(DECODED)}).")
 else:
+    state.restore("quant.tensor", "quant.row", "quant.block")
+    if st.session_state.get("quant.tensor") not in names:  # start on a block with a minimum when there is one
+        st.session_state["quant.tensor"] = next((n for n in names if DECODED[f.tensors[n].qtype.name][0]), names[0])
     c = st.columns([3, 1, 1])
     name = c[0].selectbox("Tensor", names, **state.keep("quant.tensor"))
     t = f.tensors[name]
