@@ -19,6 +19,7 @@ from ui import server, state
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 DEFAULT_PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play with her ball. One day, Lily"
+REAL_PROMPT = "The capital of France is"   # a fact a pretrained model knows (SmolLM2: " Paris", p 0.77)
 KINDS = {"smollm2": "SmolLM2-135M (real)", "default": "Bundled tiny", "random": "Random model",
          "folder": "Model folder / GGUF"}
 SIZES = ("n_layer", "n_head", "n_kv_head", "d_model", "d_ff", "context_length", "vocab_size")
@@ -211,7 +212,9 @@ def render() -> None:
     state.url_init("sidebar.prompt", "prompt")
     state.url_init("sidebar.seed", "seed", int)
     state.url_init("sidebar.device", "device")
-    st.session_state.setdefault("sidebar.prompt", DEFAULT_PROMPT)
+    st.session_state.setdefault("sidebar.model_kind", "smollm2" if state.default_model_spec() == "smollm2" else "default")
+    st.session_state.setdefault("sidebar.prompt", REAL_PROMPT if st.session_state["sidebar.model_kind"] == "smollm2"
+                                else DEFAULT_PROMPT)
     max_chars = server.limits().max_prompt_chars
     if len(st.session_state["sidebar.prompt"]) > max_chars:  # a link can carry any length
         st.warning(f"The prompt had {len(st.session_state['sidebar.prompt']):,} characters; this server takes "
@@ -221,7 +224,6 @@ def render() -> None:
     if not 0 <= st.session_state["sidebar.seed"] <= SEED_MAX:
         st.warning(f"Ignored the link's seed={st.session_state['sidebar.seed']}: seeds go from 0 to {SEED_MAX:,}.")
         st.session_state["sidebar.seed"] = 0
-    st.session_state.setdefault("sidebar.model_kind", "smollm2" if state.default_model_spec() == "smollm2" else "default")
     if st.session_state.get("sidebar.device") not in available_devices():
         st.session_state["sidebar.device"] = available_devices()[-1]
     with st.sidebar:
