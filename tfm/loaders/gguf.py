@@ -4,8 +4,8 @@
 folders (`tfm.loaders.ollama`) end here. Steps, each checked before the next is paid for:
 the header and tensor table are parsed strictly (`gguf_file.read_gguf`); the architecture
 must be one of `ARCHITECTURES` (anything else is refused by name, with the list); the config
-comes from `<arch>.*` metadata; `max_bytes` (the server's model limit) is compared with the
-dequantized size computed from the header; every tensor's header shape is checked against
+comes from `<arch>.*` metadata (the app first compares the dequantized size, computed from the
+header, with its model limit: `limits.check_gguf`); every tensor's header shape is checked against
 the config before any is dequantized; then each tensor is dequantized to float32 (the `gguf`
 package's numpy code: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K-Q6_K) and copied in.
 
@@ -29,7 +29,6 @@ from ..core.positions import rope_inv_freq, sinusoidal_table
 from ..text.gguf_tokenizer import tokenizer_from_gguf
 from .convert.common import DTYPES, make_config
 from .gguf_file import GGUFFile, read_gguf
-from .limits import fmt_bytes
 from .weights import check_state, check_vocab
 
 ARCHITECTURES = ("llama", "qwen2", "gpt2")
@@ -189,9 +188,10 @@ def build_in_place(cfg: ModelConfig, state: dict[str, torch.Tensor], tokenizer, 
     return model.eval()
 
 
-def read_checked(path: str | Path, dtype: str = "float32", max_bytes: int | None = None) -> tuple[GGUFFile, str, ModelConfig]:
-    """Header, architecture and config of a GGUF file, refused (ValueError) when its architecture
-    is not supported or its weights in `dtype` would exceed `max_bytes`; nothing dequantized."""
+def read_checked(path: str | Path, dtype: str = "float32") -> tuple[GGUFFile, str, ModelConfig]:
+    """Header, architecture and config of a GGUF file (ValueError when its architecture is not
+    supported or its config not buildable); nothing dequantized. `tfm.loaders.limits.check_gguf`
+    compares `f.float_bytes()` with the server's limit from this."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
     source = str(path)
@@ -200,17 +200,12 @@ def read_checked(path: str | Path, dtype: str = "float32", max_bytes: int | None
     if arch not in ARCHITECTURES:
         raise ValueError(f"{source}: architecture {str(arch)[:40]!r} is not supported; tfm loads GGUF files of "
                          f"{', '.join(ARCHITECTURES)}")
-    size = f.float_bytes(torch.tensor([], dtype=DTYPES[dtype]).element_size())
-    if max_bytes is not None and size > max_bytes:
-        raise ValueError(f"{source}: its weights take {fmt_bytes(size)} once expanded to {dtype} "
-                         f"({fmt_bytes(f.size)} on disk), over this server's limit of {fmt_bytes(max_bytes)}; "
-                         "use a smaller model, or raise the limit (README, 'Running for a class')")
     return f, arch, make_config(source, **config_fields(f, arch, source))
 
 
-def load_gguf(path: str | Path, dtype: str = "float32", max_bytes: int | None = None) -> tuple[GPT, Any, dict]:
+def load_gguf(path: str | Path, dtype: str = "float32") -> tuple[GPT, Any, dict]:
     """Model, tokenizer and meta from a GGUF file (see the module doc)."""
-    f, arch, cfg = read_checked(path, dtype, max_bytes)
+    f, arch, cfg = read_checked(path, dtype)
     source = str(path)
     tokenizer = tokenizer_from_gguf(f.metadata, Path(path).stem, source)
     state = convert(f, cfg, arch, source)

@@ -30,6 +30,7 @@ MAGIC = b"GGUF"
 VERSIONS = (2, 3)
 MAX_KEY_CHARS = 1 << 16
 MAX_DIMS = 4
+MAX_ARRAY = 1 << 22   # metadata array items (the largest vocabularies have ~262k tokens): bounds Python objects made
 DEFAULT_ALIGNMENT = 32
 # Scalar metadata types: GGUF type code -> (struct format, numpy dtype).
 SCALARS = {0: ("<B", "<u1"), 1: ("<b", "<i1"), 2: ("<H", "<u2"), 3: ("<h", "<i2"), 4: ("<I", "<u4"),
@@ -123,8 +124,10 @@ class _Cursor:
     def count(self, what: str, min_item_bytes: int, cap: int | None = None) -> int:
         """A uint64 count, refused if that many items of at least `min_item_bytes` cannot fit."""
         n = self.scalar("<Q", what)
-        if n * min_item_bytes > self.left() or (cap is not None and n > cap):
+        if n * min_item_bytes > self.left():
             raise self.fail(f"{what} is {n:,}, more than the {self.left():,} bytes left in the file can hold")
+        if cap is not None and n > cap:
+            raise self.fail(f"{what} is {n:,}; tfm reads at most {cap:,}")
         return n
 
 
@@ -192,10 +195,10 @@ def _value(cur: _Cursor, kind: int, key: str, depth: int):
     item = cur.scalar("<I", what + "'s item type")
     if item in SCALARS:
         dtype = np.dtype(SCALARS[item][1])
-        n = cur.count(what + "'s length", dtype.itemsize)
+        n = cur.count(what + "'s length", dtype.itemsize, MAX_ARRAY)
         arr = np.frombuffer(cur.take(n * dtype.itemsize, what), dtype=dtype)
         return (arr != 0).tolist() if item == 7 else arr.tolist()
-    n = cur.count(what + "'s length", 8 if item in (STRING, ARRAY) else 1)
+    n = cur.count(what + "'s length", 8 if item in (STRING, ARRAY) else 1, MAX_ARRAY)
     if item == STRING:
         return [cur.string(what) for _ in range(n)]
     return [_value(cur, item, key, depth + 1) for _ in range(n)]
