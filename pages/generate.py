@@ -29,7 +29,7 @@ if lm is None:
     st.stop()
 ss = st.session_state
 seed = int(ss["sidebar.seed"])
-chat = chat_controls(lm, spec, device)  # None unless the model has a chat template and chat mode is on
+chat = chat_controls(lm)  # None unless the model has a chat template and chat mode is on
 prompt = ss["sidebar.prompt"] if chat is None else chat.ids
 try:
     info = prepare_prompt(lm, prompt)

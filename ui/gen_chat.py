@@ -15,11 +15,7 @@ KEYS = ("gen.mode", "gen.system", "gen.user")
 DEFAULTS = dict(zip(KEYS, ("Chat", "You are a helpful assistant.", "What is the capital of France?")))
 
 
-def _render(lm: tfm.LM, messages: tuple[tuple[str, str], ...], cap: int) -> ChatPrompt:
-    return chat_prompt(lm.tokenizer, [ChatMessage(r, c) for r, c in messages], cap)
-
-
-def chat_controls(lm: tfm.LM, spec: str, device: str) -> ChatPrompt | None:
+def chat_controls(lm: tfm.LM) -> ChatPrompt | None:
     """The mode switch (only for a tokenizer with a chat template) and, in chat mode, the two
     messages and their rendered tokens. None in plain-text mode (the sidebar's prompt is used)."""
     if not has_chat(lm.tokenizer):
@@ -37,9 +33,10 @@ def chat_controls(lm: tfm.LM, spec: str, device: str) -> ChatPrompt | None:
     c = st.columns([2, 3])
     system = c[0].text_area("System message (empty: none)", max_chars=cap, height=110, **state.keep("gen.system"))
     user = c[1].text_area("User message", max_chars=cap, height=110, **state.keep("gen.user"))
-    messages = ((("system", system),) if system.strip() else ()) + (("user", user),)
-    try:
-        prompt = state.derived("gen.chat", _render, spec, device, messages, cap)
+    messages = ([ChatMessage("system", system)] if system.strip() else []) + [ChatMessage("user", user)]
+    try:  # not cached: a real template renders in about a millisecond, and a byte-bounded cache would
+        # keep every conversation typed (they hold no tensors, so they would never be dropped)
+        prompt = chat_prompt(lm.tokenizer, messages, cap)
     except ValueError as e:
         st.error(f"This chat cannot be sent to the model: {e}")
         st.stop()

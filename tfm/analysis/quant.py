@@ -25,10 +25,10 @@ from gguf import quants as gguf_quants
 
 from ..core.validate import check_int
 from ..loaders.loading import LM
-from .quant_blocks import (DECODED, BlockView, QuantTable, TensorRow, block_view, gguf_path,  # noqa: F401
+from .quant_blocks import (DECODED, BlockView, QuantTable, TensorRow, block_view, gguf_path,
                            tensor_table)
 
-__all__ = ["TARGETS", "Target", "QuantEffect", "copy_bytes", "requantize", "compare", "bits_per_weight",
+__all__ = ["DECODED", "TARGETS", "Target", "QuantEffect", "copy_bytes", "requantize", "compare", "bits_per_weight",
            "BlockView", "QuantTable", "TensorRow", "block_view", "gguf_path", "tensor_table"]
 
 # What `gguf.quants.quantize` can write (K-quants it only reads), finest first.
