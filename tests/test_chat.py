@@ -200,6 +200,13 @@ HOSTILE = {
                           "{% endfor %}{{ ns.x > 0 }}",
     "a huge filter width": "{{ 'x' | center(1000000000) }}",
     "a huge method argument": "{{ 'x'.ljust(1000000000) }}",
+    "doubling with ~": "{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}"
+                       "{% endfor %}{{ ns.s | length }}",
+    "a huge % width": "{{ '%0999999999d' % 1 }}",
+    "a huge format width": "{{ '{:>999999999}'.format(1) }}",
+    "a huge format filter width": "{{ '%999999999s' | format('x') }}",
+    "printing a list of long texts": "{% set s = 'x' * 300000 %}{{ [s, s, s, s, s, s, s, s, s, s] }}",
+    "joining long texts": "{% set s = 'x' * 300000 %}{{ [s, s, s, s, s, s, s, s, s, s] | join }}",
     "python internals": "{{ messages.__class__.__mro__[1].__subclasses__() }}",
     "globals of a function": "{{ raise_exception.__globals__ }}",
     "cycler internals": "{{ cycler.__init__.__globals__.os.popen('id').read() }}",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 import time
 from datetime import datetime
@@ -36,7 +37,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 __all__ = ["MAX_TEMPLATE_CHARS", "MAX_RENDERED_CHARS", "MAX_RENDER_SECONDS", "MAX_STEPS", "render_template"]
 
 MAX_TEMPLATE_CHARS = 100_000   # real templates: ChatML ~0.4k, Llama 3.1 with tools ~6k, Qwen3 ~4k
-MAX_RENDERED_CHARS = 400_000   # well above two messages at the server's 20k-character prompt cap
+MAX_RENDERED_CHARS = 2_000_000  # above the most messages (64) at the server's 20k-character prompt cap
 MAX_RENDER_SECONDS = 2.0       # a real template renders in well under 10 ms
 MAX_STEPS = 2_000_000          # template lines executed (~0.5 s of pure looping)
 MAX_INT_BITS = 1 << 16          # integers a template computes (a 64-bit id needs 64)
@@ -88,9 +89,11 @@ def _int_too_big(operator: str, left, right) -> bool:
 class _BoundedEnvironment(ImmutableSandboxedEnvironment):
     """The sandbox, with the operators and calls that can allocate without bound checked."""
 
-    intercepted_binops = frozenset({"*", "**", "+"})
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
 
     def call_binop(self, context, operator, left, right):
+        if operator == "%" and isinstance(left, str) and (_big_format(left) or _too_big(right)):
+            raise TemplateLimit("it formatted a text with a width or precision too large")
         if _int_too_big(operator, left, right):
             raise TemplateLimit(f"it computed a number of more than {MAX_INT_BITS:,} bits")
         if operator == "*" and (_big_int(left) or _big_int(right)) and (
@@ -109,20 +112,72 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (Jinja's own signature)
         if any(_big_int(a) for a in (*args, *kwargs.values())):
             raise TemplateLimit("it called a function with a number too large to be a size")
+        owner = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)  # 'text'.format(...)
+        if isinstance(owner, str) and _big_format(owner):
+            raise TemplateLimit("it formatted a text with a width or precision too large")
         result = super().call(__context, __obj, *args, **kwargs)
         if _too_long(result):
             raise TemplateLimit(f"it built a value longer than {MAX_RENDERED_CHARS:,}")
         return result
 
 
+def _size(value, limit: int = MAX_RENDERED_CHARS) -> int:
+    """Characters `value` holds as text (strings inside lists, tuples and dicts), counted until
+    `limit` is passed: a list of many long strings is refused before it is joined or printed."""
+    total, todo = 0, [value]
+    while todo and total <= limit:
+        v = todo.pop()
+        if isinstance(v, str):
+            total += len(v)
+        elif isinstance(v, dict):
+            todo.extend(v.keys())
+            todo.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            total += len(v)
+            todo.extend(v)
+        else:
+            total += 8
+    return total
+
+
+def _too_big(value) -> bool:
+    return _size(value) > MAX_RENDERED_CHARS
+
+
+def _big_format(text: str) -> bool:
+    """A width or precision in a format string ('%0999999999d', '{:>999999999}') too large to print."""
+    return any(int(n) > MAX_RENDERED_CHARS for n in re.findall(r"\d{7,}", text))
+
+
+def _finalize(value):
+    """Every printed value passes here before it becomes text."""
+    if _too_big(value):
+        raise TemplateLimit(f"it printed a value longer than {MAX_RENDERED_CHARS:,}")
+    return value
+
+
+def _bounded_join(join):
+    """The compiled template's `~` concatenation, refusing a result too long before building it."""
+    def bounded(seq):
+        seq = list(seq)
+        if _too_big(seq):
+            raise TemplateLimit(f"it joined texts longer than {MAX_RENDERED_CHARS:,}")
+        return join(seq)
+    return bounded
+
+
 def _bounded_filter(f):
-    """A built-in filter that refuses size-like integer arguments (`center(10**9)`)."""
+    """A built-in filter that refuses size-like integer arguments (`center(10**9)`), a value too
+    large to turn into text, and format strings with huge widths."""
     skip = 2 if hasattr(f, "jinja_pass_arg") else 1  # the context (if passed) and the value itself
 
     @functools.wraps(f)
     def bounded(*args, **kwargs):
         if any(_big_int(a) for a in (*args[skip:], *kwargs.values())):
             raise TemplateLimit("it gave a filter a number too large to be a size")
+        value = args[skip - 1] if len(args) >= skip else None
+        if _too_big(value) or (isinstance(value, str) and _big_format(value)):
+            raise TemplateLimit(f"it gave a filter a value longer than {MAX_RENDERED_CHARS:,} or a huge width")
         result = f(*args, **kwargs)
         if _too_long(result):
             raise TemplateLimit(f"a filter built a value longer than {MAX_RENDERED_CHARS:,}")
@@ -187,7 +242,7 @@ class _Namespace(jinja2.utils.Namespace):
 
 
 def _environment() -> _BoundedEnvironment:
-    env = _BoundedEnvironment(trim_blocks=True, lstrip_blocks=True,
+    env = _BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, finalize=_finalize,
                               extensions=[_Generation, jinja2.ext.loopcontrols])
     env.filters = {name: _bounded_filter(f) for name, f in env.filters.items()}
     env.filters["tojson"] = _tojson
@@ -202,7 +257,12 @@ _ENV = _environment()
 @functools.lru_cache(maxsize=16)
 def _compiled(source: str) -> jinja2.Template:
     code = _ENV.compile(source, filename=_TEMPLATE_FILE)
-    return _ENV.template_class.from_code(_ENV, code, _ENV.make_globals(None), None)
+    template = _ENV.template_class.from_code(_ENV, code, _ENV.make_globals(None), None)
+    namespace = template.root_render_func.__globals__  # this template's own module namespace
+    for name in ("str_join", "markup_join"):           # what `a ~ b` compiles to
+        if name in namespace:
+            namespace[name] = _bounded_join(namespace[name])
+    return template
 
 
 def render_template(source: str, **variables) -> str:
