@@ -12,10 +12,14 @@ stops attribute access to Python internals; on top of it, every cost is bounded:
 * time: a line tracer on the template's own compiled code (only its frames, only this thread)
   stops it after `MAX_RENDER_SECONDS` or `MAX_STEPS` executed lines, so loops that print
   nothing are caught too;
-* memory: the output is streamed and cut at `MAX_RENDERED_CHARS`; `*`, `**` and `+` refuse
-  results longer than that (a doubled string, `'x' * 10**9`) or integers over `MAX_INT_BITS`
-  (`2 ** 10**9`, squaring in a loop), and so do
-  filters and calls given an integer argument that large (`center(10**9)`, `ljust`).
+* memory: the output is streamed and cut at `MAX_RENDERED_CHARS`; `*`, `**`, `+` and `%`
+  refuse results longer than that (a doubled string, `'x' * 10**9`) or integers over
+  `MAX_INT_BITS` (`2 ** 10**9`, squaring in a loop), and so do filters and calls given an
+  integer argument that large (`center(10**9)`, `ljust`) or a format string with a huge width
+  (`'%0999999999d' % 1`, `'{:>999999999}'.format`); `~` (the template's own join), filters and
+  every printed value are measured (strings inside lists and dicts too) before they become text.
+* what the template may reach: the sandbox's attribute checks, made errors (Jinja would print
+  an unsafe attribute as empty text).
 
 Every failure is one `ValueError` saying what the template did.
 """
