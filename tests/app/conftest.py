@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import json
 from pathlib import Path
 
@@ -11,6 +12,10 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from ui import server, state
+
+# Tests keep the bundled model (fast, and its numbers are what they assert); tests of SmolLM2
+# ask for it (server.configure / TFM_DEFAULT_MODEL=smollm2 for a server they start).
+os.environ["TFM_DEFAULT_MODEL"] = "default"
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 

@@ -17,6 +17,10 @@ from pathlib import Path
 
 import pytest
 
+# Tests keep the bundled model (fast, and its numbers are what they assert); tests of SmolLM2
+# ask for it (server.configure / TFM_DEFAULT_MODEL=smollm2 for a server they start).
+os.environ["TFM_DEFAULT_MODEL"] = "default"
+
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "screenshots"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

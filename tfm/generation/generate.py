@@ -20,7 +20,9 @@ Behaviour, decided once here:
   "context_full". There is no sliding window: with learned positions, sliding would
   silently re-read every token at a different position, i.e. a different computation.
 * Stop reasons, checked in this order on each step: "eot" (the end-of-text token was drawn
-  and `stop_at_eot`; that token is the last Step), "max_new_tokens" (the requested count
+  and `stop_at_eot`; that token is the last Step), "stop_token" (a token of the per-call
+  `stop_ids` was drawn, e.g. a chat model's end of turn, `tfm.text.chat.ChatPrompt.stop_ids`;
+  it is the last Step), "max_new_tokens" (the requested count
   was reached), "context_full". Every other Step has stop_reason None.
 * max_new_tokens: an int from 1 to the model's context length (more could never fit);
   None (the default) means DEFAULT_NEW_TOKENS = 64, or the context length if smaller.
@@ -49,7 +51,7 @@ from __future__ import annotations
 
 import codecs
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -62,7 +64,7 @@ from ..core.validate import check_int
 
 __all__ = ["Generation", "PromptInfo", "STOP_REASONS", "Step", "generate", "n_words", "prepare_prompt"]
 
-STOP_REASONS = ("eot", "max_new_tokens", "context_full")
+STOP_REASONS = ("eot", "stop_token", "max_new_tokens", "context_full")
 DEFAULT_NEW_TOKENS = 64
 
 
@@ -235,9 +237,12 @@ class _TextStream:
         return self._decoder.decode(data, final), self._bytes.decode("utf-8", errors="replace")
 
 
-def _stop_reason(token: int, n_new: int, n_total: int, lm: LM, max_new: int, stop_at_eot: bool):
+def _stop_reason(token: int, n_new: int, n_total: int, lm: LM, max_new: int, stop_at_eot: bool,
+                 stop_ids: frozenset[int]):
     if stop_at_eot and token == lm.tokenizer.eot_id:
         return "eot"
+    if token in stop_ids:
+        return "stop_token"
     if n_new >= max_new:
         return "max_new_tokens"
     if n_total >= lm.config.context_length:
@@ -246,7 +251,7 @@ def _stop_reason(token: int, n_new: int, n_total: int, lm: LM, max_new: int, sto
 
 
 def _steps(lm: LM, info: PromptInfo, settings: SamplingSettings, max_new: int, seed: int,
-           use_cache: bool, trace: bool, stop_at_eot: bool) -> Iterator[Step]:
+           use_cache: bool, trace: bool, stop_at_eot: bool, stop_ids: frozenset[int]) -> Iterator[Step]:
     tokens = list(info.ids)
     forward = _Forward(lm, len(tokens), max_new, use_cache, trace)
     gen, text, words = torch.Generator().manual_seed(seed), _TextStream(), n_words(lm)
@@ -256,7 +261,7 @@ def _steps(lm: LM, info: PromptInfo, settings: SamplingSettings, max_new: int, s
         logits, tr = forward(tokens)
         bd, token, (prob, rank, prob0, rank0, kept) = _choose(logits, settings, words, gen)
         tokens.append(token)
-        reason = _stop_reason(token, index + 1, len(tokens), lm, max_new, stop_at_eot)
+        reason = _stop_reason(token, index + 1, len(tokens), lm, max_new, stop_at_eot, stop_ids)
         piece = lm.tokenizer.piece_bytes(token)
         new_text, so_far = text.add(piece, final=reason is not None)
         took = time.perf_counter() - t0
@@ -270,11 +275,12 @@ def _steps(lm: LM, info: PromptInfo, settings: SamplingSettings, max_new: int, s
 
 def generate(lm: LM, prompt: str | Sequence[int], max_new_tokens: int | None = None, temperature: float = 1.0,
              top_k: int = 0, top_p: float = 1.0, seed: int = 0, use_cache: bool = True,
-             trace: bool = False, stop_at_eot: bool = True) -> Generation:
+             trace: bool = False, stop_at_eot: bool = True, stop_ids: Iterable[int] = ()) -> Generation:
     """Generate up to `max_new_tokens` tokens after `prompt`, one `Step` per token.
 
     `max_new_tokens=None` means DEFAULT_NEW_TOKENS, or the context length if that is
-    smaller. Arguments are checked now (ValueError), and `.prompt` is ready at once; the
+    smaller. `stop_ids`: more token ids that end the text (a chat model's end of turn).
+    Arguments are checked now (ValueError), and `.prompt` is ready at once; the
     model runs lazily as the returned iterator is advanced. See the module docstring.
     """
     settings = SamplingSettings(temperature, top_k, top_p)
@@ -287,8 +293,9 @@ def generate(lm: LM, prompt: str | Sequence[int], max_new_tokens: int | None = N
     max_new = check_int("max_new_tokens", max_new_tokens, 1, ctx,
                          f" (the context length of this model; at most {ctx} tokens can fit)")
     seed = check_int("seed", seed, 0, 2**64 - 1)
+    stops = frozenset(check_int("stop token id", i, 0, lm.config.vocab_size - 1) for i in stop_ids)
     info = prepare_prompt(lm, prompt)
-    steps = _steps(lm, info, settings, max_new, seed, bool(use_cache), bool(trace), bool(stop_at_eot))
+    steps = _steps(lm, info, settings, max_new, seed, bool(use_cache), bool(trace), bool(stop_at_eot), stops)
     return Generation(info, settings, steps)
 
 

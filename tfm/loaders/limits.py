@@ -21,6 +21,8 @@ from ..core.lazy import LazyTrace
 from ..core.model import GPT
 from ..core.trace import estimate_block_bytes, estimate_trace_bytes
 from ..core.validate import check_int
+from .gguf import read_checked
+from .ollama import gguf_in
 from .weights import hf_gpt2_config, read_json
 
 GB = 1_000_000_000
@@ -158,7 +160,11 @@ def check_folder(path: Path, limits: Limits) -> None:
     """Refuse (ValueError) a model folder (or checkpoint file) whose weight files, or whose config's
     shape, exceed the limits: checked from file sizes and config.json before any weight is read
     or allocated. (A nanoGPT ckpt.pt keeps its shape inside the pickle-free torch file: only its
-    size is checked here.)"""
+    size is checked here.) A GGUF file (or folder / Ollama manifest naming one): `check_gguf`."""
+    gguf = gguf_in(path)
+    if gguf is not None:
+        check_gguf(gguf, limits)
+        return
     files = [path] if path.is_file() else [p for p in path.glob("*") if p.suffix in WEIGHT_SUFFIXES and p.is_file()]
     size = sum(p.stat().st_size for p in files)
     if size > limits.max_model_bytes:
@@ -168,6 +174,19 @@ def check_folder(path: Path, limits: Limits) -> None:
     cfg = _folder_config(path) if path.is_dir() else None
     if cfg is not None:
         check_model(cfg, limits)
+
+
+def check_gguf(path: Path, limits: Limits) -> None:
+    """Refuse (ValueError) a GGUF file whose weights, expanded to float32, exceed the model limit:
+    computed from its header (a 4-bit file grows ~8x), before any tensor is read; also refuses
+    an unsupported architecture or a config tfm cannot build."""
+    f, _, cfg = read_checked(path)
+    size = f.float_bytes(FLOAT_BYTES)
+    if size > limits.max_model_bytes:
+        raise ValueError(f"its {count_params(cfg):,} parameters take {fmt_bytes(size)} once expanded to float32 "
+                         f"({fmt_bytes(f.size)} on disk), over this server's limit of "
+                         f"{fmt_bytes(limits.max_model_bytes)}; use a smaller model, or raise the limit "
+                         "(README, 'Running for a class')")
 
 
 def _folder_config(folder: Path) -> ModelConfig | None:

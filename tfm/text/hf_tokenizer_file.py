@@ -76,6 +76,30 @@ class TokenizerFile:
         return bos is not None and _template_starts_with(self.data.get("post_processor"), bos)
 
 
+    @property
+    def chat_template(self) -> str | None:
+        """tokenizer_config's `chat_template`: a string, or the one named "default" in a list."""
+        value = self.config.get("chat_template")
+        if isinstance(value, list):
+            value = next((t.get("template") for t in value if isinstance(t, dict) and t.get("name") == "default"),
+                         None)
+        return value if isinstance(value, str) and value else None
+
+    @property
+    def template_tokens(self) -> dict[str, str]:
+        """The special tokens' texts HF gives a chat template (its `special_tokens_map`)."""
+        out = {}
+        for role in TEMPLATE_TOKEN_ROLES:
+            value = self.config.get(role)
+            value = value.get("content") if isinstance(value, dict) else value
+            if isinstance(value, str):
+                out[role] = value
+        return out
+
+
+TEMPLATE_TOKEN_ROLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+
+
 def _template_starts_with(post, token_id: int) -> bool:
     """Does a TemplateProcessing post-processor (maybe inside a Sequence) start with token_id?"""
     if not isinstance(post, dict):
@@ -142,6 +166,7 @@ class FromTokenizerFile:
     def _use_file(self, file: TokenizerFile) -> None:
         self._file, self._specials = file, file.specials
         self.bos_id, self.add_bos = file.role_id("bos_token"), file.add_bos
+        self.chat_template, self.template_tokens = file.chat_template, file.template_tokens
 
     @property
     def special_tokens(self) -> dict[str, int]:

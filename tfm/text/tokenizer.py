@@ -34,6 +34,8 @@ class TokenText:
 
     bos_id: int | None = None  # a token to put before a text (Llama's <s>); none for GPT-2 style
     add_bos = False            # whether the model was trained with it before every text
+    chat_template: str | None = None   # a Jinja chat template (tfm.text.chat renders it), if the model has one
+    template_tokens: dict[str, str] = {}  # texts a chat template reads: bos_token, eos_token, ... (never mutated)
 
     def prompt_ids(self, text: str) -> list[int]:
         """The ids a model reads for a user's prompt: `encode(text)` (special-token text stays

@@ -1,0 +1,78 @@
+"""The Quantization page on a small Q4_1 GGUF file written here: the tables come from the header,
+the block chart's numbers are the block's bytes decoded (equal to gguf.quants.dequantize), and
+the re-quantized comparison equals tfm.analysis.quant.compare on a fresh re-quantized copy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.app.conftest import allow_models, chart_by_title, decode, open_page
+from tests.app.test_shapes import frame
+from tests.gguf_files import bytelevel_vocab, write_model
+from tfm.analysis import quant
+from tfm.generation.generate import prepare_prompt
+from tfm.loaders.gguf_file import read_gguf
+from ui import state
+
+PROMPT = "the cat sat on the mat"
+
+
+@pytest.fixture(scope="module")
+def gguf_file(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("quantpage")
+    return write_model(folder / "small-q4_1.gguf", qtype="Q4_1", vocab=bytelevel_vocab(), seed=5)
+
+
+def open_quant(path):
+    allow_models(path.parent)
+    at = open_page("quant", PROMPT)
+    at.radio(key="sidebar.model_kind").set_value("folder").run()
+    at.text_input(key="sidebar.folder").set_value(str(path)).run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    return at, state.load_lm(at.session_state["app.model_spec"], "cpu")
+
+
+def test_tables_block_and_requantized_comparison(gguf_file):
+    at, lm = open_quant(gguf_file)
+    f = read_gguf(gguf_file)
+    types = frame(at, "stored MiB")
+    assert dict(zip(types["type"], types["tensors"])) == {k: v[0] for k, v in quant.tensor_table(f).by_type().items()}
+    assert dict(zip(types["type"], types["bits per weight"])) == {"Q4_1": 5.0, "F32": 32.0}
+
+    at.selectbox(key="quant.tensor").set_value("blk.1.ffn_up.weight")
+    at.number_input(key="quant.row").set_value(17)
+    at.number_input(key="quant.block").set_value(1).run()
+    assert not at.exception, at.exception
+    bv = quant.block_view(f, "blk.1.ffn_up.weight", 17, 1)
+    bar = chart_by_title(at, "blk.1.ffn_up.weight, row 17, block 1 (Q4_1)")["data"][0]
+    np.testing.assert_array_equal(decode(bar["y"]).astype(np.float32), f.tensor("blk.1.ffn_up.weight")[17, 32:64])
+    assert bar["text"] == [str(int(q)) for q in bv.ints]
+    assert any("equal, bit for bit" in c.value for c in at.caption)
+
+    at.selectbox(key="quant.target").set_value("Q8_0").run()
+    assert any("Press the button" in i.value for i in at.info)
+    at.button(key="quant.run").click().run()
+    assert not at.exception, at.exception
+    ids = prepare_prompt(lm, PROMPT, room=0, max_tokens=48).ids
+    at.slider(key="quant.layer").set_value(1)
+    at.slider(key="quant.head").set_value(3).run()
+    assert not at.exception, at.exception
+    want = quant.compare(lm, quant.requantize(lm, "Q8_0"), ids, 1, 3)
+    kl = chart_by_title(at, "KL, original ‖ Q8_0")["data"][0]
+    np.testing.assert_allclose(decode(kl["y"]), want.kl, rtol=1e-6)
+    pats = chart_by_title(at, "Layer 1, head 3")["data"]
+    for trace, m in zip(pats[:2], (want.pattern_original, want.pattern_requantized)):
+        z = decode(trace["z"]).astype(float)
+        np.testing.assert_allclose(np.nan_to_num(z, nan=-1), np.where(np.triu(np.ones_like(m), 1) > 0, -1, m), rtol=1e-6)
+    top = frame(at, "p Q8_0")
+    assert top["token"].tolist() == lm.tokenizer.display_pieces(want.top_ids)
+    np.testing.assert_allclose(top["p Q8_0"], want.p_requantized, rtol=1e-6)
+    assert {m.label: m.value for m in at.metric}["KL at the last position"] == f"{want.kl[-1]:.4f} nats"
+
+
+def test_a_model_not_from_gguf_gets_the_way_to_open_one():
+    at = open_page("quant")
+    assert not at.exception, at.exception
+    assert any("GGUF" in i.value and "folder box" in i.value for i in at.info)
+    assert not at.get("plotly_chart")
