@@ -167,6 +167,7 @@ class Batcher:
         self._active: list[_Row] = []                # row b of the cache is _active[b]
         self._cache: RaggedKVCache | None = None
         self._thread: threading.Thread | None = None
+        self._closed = False
         self.steps = 0                               # batched decode steps run (tests, benches)
         self.widest = 0                              # most rows seen in one step
 
@@ -182,6 +183,8 @@ class Batcher:
         row = _Row(self.lm, prepare_prompt(self.lm, prompt), settings, max_new, seed, bool(trace),
                    bool(stop_at_eot), str(owner))
         with self._cond:
+            if self._closed:
+                raise ValueError("this batcher was shut down (its model left the cache): ask for the model again")
             self._waiting.append(row)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="tfm-batcher", daemon=True)
@@ -193,6 +196,12 @@ class Batcher:
         """Requests ahead of `row` in the queue (0 when it has a row)."""
         with self._cond:
             return next((i + 1 for i, r in enumerate(self._waiting) if r is row), 0)
+
+    def shutdown(self) -> None:
+        """Refuse new requests; the thread ends once the rows it has are done."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
 
     def load(self) -> tuple[int, int]:
         """(rows decoding, requests waiting) now."""
@@ -206,6 +215,8 @@ class Batcher:
             with self._cond:
                 while not self._waiting and not self._active:
                     self._cache = None               # idle: the batch cache's memory goes back
+                    if self._closed:
+                        return
                     self._cond.wait()
                 self._drop_finished()
                 joining = self._admit()
