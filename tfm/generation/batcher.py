@@ -13,7 +13,8 @@ prompt alone (the very forward `tfm.generate` runs, into a batch-1 KVCache copie
 shared `RaggedKVCache`), then run ONE forward for every active row, each at its own position
 with its own keys (tfm.core.cache.RaggedKVCache masks the others' padding). Every row keeps its
 own settings, `torch.Generator`, stop rule and text stream, and draws with
-`tfm.generation.generate`'s own code, so it gives what it gives alone: the prefill step bit for
+the sampling pipeline `tfm.generate` uses (one breakdown for rows with the same settings, then
+each row's own draw), so it gives what it gives alone: the prefill step bit for
 bit, later steps within the batched products' summation order (~1e-6 on logits). A request joins
 or leaves between two steps; a cancelled or finished row's slot is reused at the next step.
 The model is only read; the ragged cache belongs to the batcher. A batch step is traced when any
@@ -27,16 +28,16 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
 from ..core.cache import RaggedKVCache
 from ..core.validate import check_int
 from ..loaders.loading import LM
-from .generate import (DEFAULT_NEW_TOKENS, Generation, PromptInfo, Step, _choose, _Forward, _stop_reason,
-                       _TextStream, n_words, prepare_prompt)
-from .sampling import SamplingSettings
+from .generate import (DEFAULT_NEW_TOKENS, Generation, PromptInfo, Step, _Forward, _stop_reason, _TextStream,
+                       n_words, prepare_prompt)
+from .sampling import Breakdown, SamplingSettings, draw, next_token
 
 __all__ = ["BatchConfig", "Batcher", "BatchedGeneration", "RowTrace"]
 
@@ -93,10 +94,10 @@ class _Row:
         """Positions its cache must hold: the prompt and every token but the last."""
         return min(self.lm.config.context_length, len(self.info.ids) + self.max_new - 1)
 
-    def step(self, logits: torch.Tensor, tr, took: float) -> Step:
-        """Draw this row's next token from its (V,) logits, exactly as tfm.generate's loop does."""
+    def step(self, choice: tuple, tr, took: float) -> Step:
+        """Take the token `_choose_rows` drew for this row, as tfm.generate's loop does."""
         t0 = time.perf_counter()
-        bd, token, (prob, rank, prob0, rank0, kept) = _choose(logits, self.settings, self.words, self.gen)
+        bd, token, (prob, rank, prob0, rank0, kept) = choice
         self.tokens.append(token)
         index = len(self.tokens) - len(self.info.ids) - 1
         reason = _stop_reason(token, index + 1, len(self.tokens), self.lm, self.max_new, self.stop_at_eot)
@@ -111,6 +112,34 @@ class _Row:
                     bd.logits, bd, tr, self.elapsed, took, reason)
         self.out.put(step)
         return step
+
+
+@torch.no_grad()
+def _choose_rows(logits: torch.Tensor, rows: list[_Row]) -> list[tuple]:
+    """`generate._choose` for rows with the same settings at once: one breakdown of their (G, V)
+    logits (per-row ops on a large vocabulary were most of a wide step), then each row's own
+    draw with its own generator. Per row: (its Breakdown, token, [prob, rank, prob0, rank0, kept])."""
+    bd = next_token(logits, rows[0].settings, rows[0].words)                     # fields (G, V) / (G,)
+    parts = [Breakdown(**{f.name: getattr(bd, f.name)[g] for f in fields(Breakdown) if f.name != "settings"},
+                       settings=bd.settings) for g in range(len(rows))]
+    tokens = torch.tensor([draw(part, r.gen) for part, r in zip(parts, rows)])[:, None]   # (G, 1)
+    above = bd.logits > bd.logits.gather(-1, tokens)                                       # (G, V)
+    numbers = torch.stack([bd.final.gather(-1, tokens)[:, 0].double(), (above & bd.kept).sum(-1).double(),
+                           bd.probs.gather(-1, tokens)[:, 0].double(), above.sum(-1).double(),
+                           bd.n_kept.double()], dim=1).tolist()                            # (G, 5)
+    return [(part, int(t), n) for part, t, n in zip(parts, tokens[:, 0].tolist(), numbers)]
+
+
+def _choose_all(logits: torch.Tensor, rows: list[_Row]) -> list[tuple]:
+    """Each row's choice from its row of (B, V) logits, grouped by sampling settings."""
+    groups: dict[SamplingSettings, list[int]] = {}
+    for b, r in enumerate(rows):
+        groups.setdefault(r.settings, []).append(b)
+    out: list = [None] * len(rows)
+    for members in groups.values():
+        for b, choice in zip(members, _choose_rows(logits[members], [rows[b] for b in members])):
+            out[b] = choice
+    return out
 
 
 class BatchedGeneration(Generation):
@@ -259,7 +288,7 @@ class Batcher:
         t0 = time.perf_counter()
         forward = _Forward(self.lm, len(row.tokens), row.max_new, True, row.trace)
         logits, tr = forward(row.tokens)
-        row.step(logits, tr, time.perf_counter() - t0)
+        row.step(_choose_all(logits[None], [row])[0], tr, time.perf_counter() - t0)
         if row.done:
             return
         with self._cond:
@@ -293,9 +322,8 @@ class Batcher:
         logits = out.logits[:, -1].float()                                                   # (B, V)
         took = time.perf_counter() - t0
         self.steps, self.widest = self.steps + 1, max(self.widest, len(rows))
-        for b, r in enumerate(rows):
-            tr = RowTrace(out.trace, b, n_keys[b]) if r.trace else None
-            r.step(logits[b].clone(), tr, took)
+        for b, (r, choice) in enumerate(zip(rows, _choose_all(logits, rows))):
+            r.step(choice, RowTrace(out.trace, b, n_keys[b]) if r.trace else None, took)
 
     def _drop_finished(self) -> None:
         """Remove done or cancelled rows (caller holds the lock), moving the last row into each gap."""
