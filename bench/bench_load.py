@@ -220,7 +220,10 @@ def report(n: int, times: dict, errors: list[str], busy: int, cpu_per: float, wa
     for step, xs in times.items():
         print(f"{step:28s} {len(xs):5d} {statistics.median(xs) if xs else float('nan'):8.2f} {pct(xs, .95):8.2f} "
               f"{max(xs, default=float('nan')):8.2f}")
-    print(f"server peak RSS (process tree): {peak / 1e6:,.0f} MB; CPU-seconds per student visit: {cpu_per:.2f}")
+    if peak:
+        print(f"server peak RSS (process tree): {peak / 1e6:,.0f} MB; CPU-seconds per student visit: {cpu_per:.2f}")
+    else:
+        print("server CPU and RSS not measured (--port: the servers are not this script's children)")
     for e in errors[:10]:
         print("  error:", e)
 
@@ -266,10 +269,10 @@ def main() -> None:
                 if prof:
                     prof.send_signal(2)
                     prof.wait(30)
-                report(n, times, errors, busy, cpu_per, wall, watch.peak)
-                gen = times[STEPS[-1]]
-                print(f"round {r + 1}/{args.rounds}: RSS after {watch.rss() / 1e6:,.0f} MB; {n} generations at once: "
-                      f"p95 {pct(gen, .95) / alone.seconds:.1f}x one alone")
+                report(n, times, errors, busy, cpu_per, wall, 0 if args.port else watch.peak)
+                rss = "" if args.port else f"RSS after {watch.rss() / 1e6:,.0f} MB; "
+                print(f"round {r + 1}/{args.rounds}: {rss}{n} generations at once: p95 "
+                      f"{pct(times[STEPS[-1]], .95) / alone.seconds:.1f}x one alone")
         watch.stop.set()
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
