@@ -128,7 +128,7 @@ def test_one_owner_cannot_take_every_row():
             gate.release()
 
 
-def test_a_failing_request_does_not_stop_the_others():
+def test_bad_requests_are_refused_when_submitted_and_the_batcher_goes_on():
     lm = make_lm("learned")
     b = Batcher(lm)
     with pytest.raises(ValueError, match="max_new_tokens"):
