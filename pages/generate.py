@@ -13,6 +13,7 @@ from tfm.loaders.limits import check_generation
 from tfm.generation.sampling import SamplingSettings, usable_settings
 from tfm.viz import sampling as fs
 from ui import server, sidebar, state
+from ui import gen_views
 from ui.gen_chat import chat_controls
 from ui.gen_views import GenPage, compare, cache_speed, run_all, show_texts, step_views, usable
 
@@ -86,7 +87,7 @@ def generation() -> dict | None:
             st.error(f"Not generated: {e}.")
             return None
         ss["gen.last"] = {}
-        with server.heavy("generation"):
+        with gen_views.generation_slot(use_cache):  # batched rows take no heavy slot
             run_all(g, [settings] * n_samples, [seed + i for i in range(n_samples)], True, use_cache, slots,
                     ss["gen.last"])
     last = ss.get("gen.last")

@@ -3,6 +3,7 @@ session state, one step's views, the temperature comparison and the KV-cache tim
 pages/generate.py owns the controls and passes what they chose as a GenPage."""
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -12,6 +13,7 @@ import torch
 
 import tfm
 from tfm.analysis import decode_streams
+from tfm.generation.batcher import BatchedGeneration
 from tfm.generation.generate import PromptInfo
 from tfm.generation.sampling import SamplingSettings, breakdown
 from tfm.generation.timeline import StepRecord, step_record
@@ -20,7 +22,8 @@ from tfm.viz import sampling as fs
 from ui import charts, server, state
 
 KEY_WINDOW = 64  # attention keys shown in the timeline heatmap
-REDRAW_S = 0.05  # redraw a streaming column at most 20 times a second (fast models make many steps)
+REDRAW_S = 0.2  # redraw a streaming column at most 5 times a second: each redraw resends the whole text,
+# and with a class generating at once those messages were a real share of the server's CPU
 
 
 @dataclass(frozen=True)
@@ -36,14 +39,34 @@ class GenPage:
     stop_ids: frozenset[int] = frozenset()  # a chat model's end-of-turn tokens
 
 
+def _next(run, slot, note: list, i: int):
+    """(the run's next Step or None at its end, waiting): a batched run may have no step yet;
+    while it waits for a row its slot says how many are ahead (redrawn when that changes)."""
+    if not isinstance(run, BatchedGeneration):
+        return next(run, None), False
+    try:
+        step = run.poll(REDRAW_S)
+    except StopIteration:
+        return None, False
+    if step is None and note[i] != (ahead := run.queued):
+        note[i] = ahead
+        if ahead:  # a click still lands: the poll returns every REDRAW_S and this is an st call
+            slot.info(f"⏳ Every generation row of this server is taken: {ahead} request(s) ahead of this one. "
+                      "It starts at the next free step; Stop still works.")
+    return step, step is None
+
+
 def stream(runs: list, slots: list, keep_tensors: bool, prompt_text: str):
-    """Advance every Generation one step in turn, redrawing its column after each step; yields
-    the record lists (filled in place, so an interrupted run keeps what it made)."""
-    records = [[] for _ in runs]
+    """Advance every Generation one step in turn, redrawing its column at most every REDRAW_S
+    (and at its end); yields the record lists (filled in place, so an interrupted run keeps
+    what it made)."""
+    records, note = [[] for _ in runs], [0] * len(runs)
     live, drawn = list(range(len(runs))), [0.0] * len(runs)
     while live:
         for i in list(live):
-            step = next(runs[i], None)
+            step, waiting = _next(runs[i], slots[i], note, i)
+            if waiting:
+                continue
             if step is not None:
                 records[i].append(step_record(step, keep_tensors))
             done = step is None or step.stop_reason is not None
@@ -55,16 +78,36 @@ def stream(runs: list, slots: list, keep_tensors: bool, prompt_text: str):
         yield records
 
 
+def start_runs(g: GenPage, settings_list: list, seeds: list, keep_tensors: bool, use_cache: bool) -> list:
+    """One Generation per (settings, seed): rows of the model's shared batch when the server
+    batches (with the KV cache), else the session's own loop."""
+    if use_cache and server.settings().batching:
+        b, sid = state.batcher(g.model[0], g.model[1], g.lm), state.session_id()
+        return [b.submit(g.prompt, g.max_new, s.temperature, s.top_k, s.top_p, seed=sd, trace=keep_tensors,
+                         owner=sid, stop_ids=g.stop_ids) for s, sd in zip(settings_list, seeds)]
+    return [tfm.generate(g.lm, g.prompt, g.max_new, s.temperature, s.top_k, s.top_p, seed=sd, use_cache=use_cache,
+                         trace=keep_tensors, stop_ids=g.stop_ids) for s, sd in zip(settings_list, seeds)]
+
+
+def generation_slot(use_cache: bool):
+    """A heavy slot for a session's own generation loop; none for batched rows (the batcher
+    bounds them, and its steps are shared)."""
+    return contextlib.nullcontext() if use_cache and server.settings().batching else server.heavy("generation")
+
+
 def run_all(g: GenPage, settings_list: list, seeds: list, keep_tensors: bool, use_cache: bool, slots: list,
             out: dict) -> None:
     """Generate each (settings, seed) into `out` (a session_state dict), timing the whole run."""
-    runs = [tfm.generate(g.lm, g.prompt, g.max_new, s.temperature, s.top_k, s.top_p, seed=sd, use_cache=use_cache,
-                         trace=keep_tensors, stop_ids=g.stop_ids) for s, sd in zip(settings_list, seeds)]
+    runs = start_runs(g, settings_list, seeds, keep_tensors, use_cache)
     start = time.perf_counter()
     out.update(settings=settings_list, seeds=seeds, use_cache=use_cache, prompt_ids=g.info.ids, samples=[],
                seconds=0.0, done=False, model=g.model)
-    for records in stream(runs, slots, keep_tensors, g.lm.tokenizer.decode(list(g.info.ids))):
-        out.update(samples=records, seconds=time.perf_counter() - start)
+    try:
+        for records in stream(runs, slots, keep_tensors, g.lm.tokenizer.decode(list(g.info.ids))):
+            out.update(samples=records, seconds=time.perf_counter() - start)
+    finally:  # Stop (or any interruption) ends this session's rows now, not at their last token
+        for r in runs:
+            r.close()
     out["done"] = True
 
 
@@ -127,7 +170,7 @@ def compare(g: GenPage) -> None:
     if clicked:
         st.session_state["cmp.last"] = {}
         pair = [SamplingSettings(t, g.settings.top_k, g.settings.top_p) for t in (t_left, t_right)]
-        with server.heavy("the temperature comparison"):
+        with contextlib.nullcontext() if server.settings().batching else server.heavy("the temperature comparison"):
             run_all(g, pair, [g.seed, g.seed], False, True, slots, st.session_state["cmp.last"])
     run = st.session_state.get("cmp.last")
     if not usable(g, run):

@@ -30,11 +30,15 @@ DEFAULT_MODEL_ENV = "TFM_DEFAULT_MODEL"
 DEFAULT_MODELS = ("auto", "smollm2", "default")
 
 
+BATCHING_ENV = "TFM_BATCHING"
+
+
 @dataclass(frozen=True)
 class Settings:
     limits: Limits
     model_roots: tuple[Path, ...]
     default_model: str = "auto"   # one of DEFAULT_MODELS
+    batching: bool = True  # generations share one batched decode step per model (tfm.generation.batcher)
 
     def __post_init__(self) -> None:
         if self.default_model not in DEFAULT_MODELS:
@@ -60,12 +64,17 @@ def parse(argv: list[str], env: dict[str, str]) -> Settings:
     for f in dataclasses.fields(Limits):
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, metavar="N",
                             type=parse_bytes if f.name.endswith("bytes") else int, help=f"env {ENV[f.name]}")
+    parser.add_argument("--batching", choices=("on", "off"), default=None,
+                        help=f"generations of every session share one batched decode step (default on; env {BATCHING_ENV})")
     args = parser.parse_args(argv)
     limits = Limits.from_env(env).replace(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)
                                              if getattr(args, f.name) is not None})
     roots = (*DEFAULT_ROOTS, *parse_roots(env.get(ROOTS_ENV, "")), *(Path(a).expanduser() for a in args.allow_models))
     default_model = args.default_model or env.get(DEFAULT_MODEL_ENV, "").strip() or "auto"
-    return Settings(limits, tuple(dict.fromkeys(r.resolve() for r in roots)), default_model)
+    batching = args.batching or env.get(BATCHING_ENV, "on").strip().lower() or "on"
+    if batching not in ("on", "off"):
+        raise ValueError(f"{BATCHING_ENV}={batching[:20]!r}: write on or off")
+    return Settings(limits, tuple(dict.fromkeys(r.resolve() for r in roots)), default_model, batching == "on")
 
 
 _lock = threading.Lock()

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 
 import streamlit as st
 import torch
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 import tfm
 from tfm.loaders import limits as tfm_limits
 from tfm.core.config import ModelConfig
+from tfm.generation.batcher import BatchConfig, Batcher
 from tfm.generation.generate import prepare_prompt
 from tfm.core.lazy import prefer_lazy
 from tfm.loaders.loading import REGISTRY
@@ -72,8 +74,37 @@ def _prompts_budget() -> int:
 
 
 def _model_dropped(key: tuple, _lm) -> None:
-    """A lazy trace keeps its model (it recomputes blocks with it): drop the model's traces too."""
+    """A lazy trace keeps its model (it recomputes blocks with it): drop the model's traces too,
+    and its batcher (whose thread ends once its rows are done)."""
     PROMPTS.drop_where(lambda k: k[1:3] == key)
+    with _BATCHERS_LOCK:
+        old = _BATCHERS.pop(key, None)
+    if old is not None:
+        old.shutdown()
+
+
+_BATCHERS: dict[tuple[str, str], Batcher] = {}  # (spec, device) -> the one batcher of that cached model
+_BATCHERS_LOCK = threading.Lock()
+
+
+def batcher(spec: str, device: str, lm: tfm.LM) -> Batcher:
+    """The process-wide batcher of this cached model (one thread per model): every session's
+    generations share its decode steps. Made again when the model was reloaded or the limits changed."""
+    limits = server.limits()
+    config = BatchConfig(limits.batch_rows, limits.batch_rows_per_session)
+    with _BATCHERS_LOCK:
+        b = _BATCHERS.get((spec, device))
+        if b is None or b.lm is not lm or b.config != config:
+            if b is not None:
+                b.shutdown()
+            b = _BATCHERS[(spec, device)] = Batcher(lm, config)
+        return b
+
+
+def session_id() -> str:
+    """This browser session's id (the batcher's fairness counts rows per session)."""
+    ctx = get_script_run_ctx(suppress_warning=True)
+    return ctx.session_id if ctx is not None else ""
 
 
 # (kind, spec, device, ...) keys: ("trace", spec, device, ids), ("derived", spec, device, name, *args)
@@ -85,6 +116,10 @@ def clear_caches() -> None:
     """Forget every cached model, trace and derived value (tests start clean with this)."""
     PROMPTS.clear()
     MODELS.clear()
+    with _BATCHERS_LOCK:
+        for b in _BATCHERS.values():
+            b.shutdown()
+        _BATCHERS.clear()
 
 
 def load_lm(spec: str, device: str) -> tfm.LM:

@@ -12,7 +12,7 @@ import tfm
 from tfm.analysis import logit_lens
 from tfm.generation.generate import prepare_prompt
 from tfm.viz import sampling as fs
-from ui import sidebar, state
+from ui import server, sidebar, state
 
 from tests.app.conftest import chart_by_title, decode, open_page
 
@@ -194,3 +194,22 @@ def test_results_of_another_model_are_set_aside_not_misread():
     assert not [m for m in at.markdown if 'class="gen-text"' in m.value]
     tiny = at.session_state["app.model_spec"]
     assert generate(at) and at.session_state["gen.last"]["model"] == (tiny, "cpu")
+
+
+def test_the_page_generates_through_the_shared_batcher_and_without_it_the_same_text():
+    """Batching on (the default): the page's rows run in the model's batcher, with the text and
+    timeline numbers of tfm.generate; --batching off: the session's own loop, the same tokens."""
+    at = open_page("generate")
+    configure(at, max_new=10, n=2)
+    batched = generate(at)
+    b = state._BATCHERS[(state.default_model_spec(), "cpu")]
+    assert b.steps > 0 and b.widest == 2 and b.load() == (0, 0)   # both samples were rows of one step
+    solo = [engine(max_new=10, seed=s) for s in (0, 1)]
+    assert batched == [[s.token_id for s in steps] for steps in solo]
+    recs = at.session_state["gen.last"]["samples"][0]
+    assert np.allclose([r.prob for r in recs], [s.prob for s in solo[0]], atol=1e-5)
+    assert recs[-1].attn is not None and recs[-1].attn.shape[-1] == recs[-1].position  # the row's own keys
+    s = server.settings()
+    server.configure(server.Settings(s.limits, s.model_roots, batching=False))
+    steps_before = b.steps
+    assert generate(at) == batched and b.steps == steps_before

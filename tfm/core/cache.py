@@ -38,3 +38,90 @@ class KVCache:
 
     def nbytes(self) -> int:
         return self.k.numel() * self.k.element_size() * 2
+
+    def batch_size(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def starts(self) -> int:
+        """Position of the next token, every row alike (RaggedKVCache: one per row)."""
+        return self.length
+
+    def attn_mask(self, t_q: int):
+        """None: the model masks causally from the shapes, as without a cache."""
+        return None
+
+
+class RaggedKVCache:
+    """Rows at different lengths in one batch, for continuous batching (tfm.generation.batcher):
+    row b holds `lengths[b]` positions of buffers (L, R, Hkv, S, hd) with room for R rows.
+    A forward over the first `rows` rows feeds one new token per row (T = 1) at that row's own
+    position; keys past a row's length are masked out. Created per batcher, never on the model."""
+
+    def __init__(self, cfg: ModelConfig, capacity: int, max_len: int, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float32) -> None:
+        if not 1 <= max_len <= cfg.context_length:
+            raise ValueError(f"max_len={max_len} must be between 1 and the context length {cfg.context_length}")
+        shape = (cfg.n_layer, capacity, cfg.n_kv_head, max_len, cfg.d_head)  # (L, R, Hkv, S, hd)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.lengths = torch.zeros(capacity, dtype=torch.long, device=device)  # (R,)
+        self.rows, self.max_len, self.cfg = 0, max_len, cfg
+
+    @property
+    def length(self) -> int:
+        """The longest active row (what the model checks against the context)."""
+        return int(self.lengths[:self.rows].max()) if self.rows else 0
+
+    @property
+    def starts(self) -> torch.Tensor:
+        return self.lengths[:self.rows]                                       # (B,)
+
+    def attn_mask(self, t_q: int) -> torch.Tensor:
+        """(B, 1, 1, S) True where a row's query may look: its own positions, the new one included."""
+        if t_q != 1:
+            raise ValueError("a ragged cache decodes one token per row; prefill each row with a KVCache")
+        s = self.length + 1
+        return (torch.arange(s, device=self.lengths.device) <= self.starts[:, None])[:, None, None]
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write each row's (Hkv, hd) new key/value at its own position; all keys so far, (B, Hkv, S, hd)."""
+        n, rows = self.length + 1, torch.arange(self.rows, device=self.lengths.device)
+        if n > self.max_len:
+            raise ValueError(f"the batch cache holds {self.max_len} positions; {n} were asked for")
+        self.k[layer, rows, :, self.starts] = k[:, :, 0]
+        self.v[layer, rows, :, self.starts] = v[:, :, 0]
+        return self.k[layer, :self.rows, :, :n], self.v[layer, :self.rows, :, :n]
+
+    def advance(self, n: int) -> None:
+        self.lengths[:self.rows] += n
+
+    def batch_size(self) -> int:
+        return self.rows
+
+    def put(self, row: int, solo: KVCache) -> None:
+        """Copy a prefilled batch-1 cache into `row`."""
+        n = solo.length
+        self.k[:, row, :, :n] = solo.k[:, 0, :, :n]
+        self.v[:, row, :, :n] = solo.v[:, 0, :, :n]
+        self.lengths[row] = n
+
+    def move(self, src: int, dst: int) -> None:
+        """Row src's positions into row dst (the batcher keeps active rows first)."""
+        n = int(self.lengths[src])
+        self.k[:, dst, :, :n] = self.k[:, src, :, :n]
+        self.v[:, dst, :, :n] = self.v[:, src, :, :n]
+        self.lengths[dst] = n
+
+    def grown(self, max_len: int, capacity: int) -> "RaggedKVCache":
+        """A copy with room for `capacity` rows of `max_len` positions (rows and lengths kept)."""
+        big = RaggedKVCache(self.cfg, capacity, max_len, self.k.device, self.k.dtype)
+        keep, n = min(self.max_len, max_len), self.rows
+        big.k[:, :n, :, :keep] = self.k[:, :n, :, :keep]
+        big.v[:, :n, :, :keep] = self.v[:, :n, :, :keep]
+        big.lengths[:n] = self.lengths[:n]
+        big.rows = n
+        return big
+
+    def nbytes(self) -> int:
+        return self.k.numel() * self.k.element_size() * 2

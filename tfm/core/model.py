@@ -95,7 +95,9 @@ class Attention(nn.Module):
             for name, t in (("q", q), ("k", k), ("v", v)):
                 rec.add(name, t)
         t_q, s = q.shape[-2], k.shape[-2]
-        mask = "causal" if t_q == s else (None if t_q == 1 else causal_mask(t_q, s, x.device))
+        mask = cache.attn_mask(t_q) if cache is not None else None  # a ragged batch's rows mask their own keys
+        if mask is None:
+            mask = "causal" if t_q == s else (None if t_q == 1 else causal_mask(t_q, s, x.device))
         mask = mask if causal else None
         z = attend(q, k, v, mask, rec, self.dropout if self.training else 0.0)
         if edits is not None:  # per-call interventions (tfm.edits); the trace's "z" is the unedited one
@@ -229,8 +231,9 @@ class GPT(nn.Module):
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.config.vocab_size):
             raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got {int(idx.min())}..{int(idx.max())}")
 
-    def positions(self, start: int, length: int):
-        """(added position vectors (T, D) or None, RoPE angles (T, rotary_dim/2) or None)."""
+    def positions(self, start, length: int):
+        """(added position vectors (T, D) or None, RoPE angles (T, rotary_dim/2) or None); with a
+        (B,) tensor of starts, one row each: (B, T, D) and (B, 1, T, rotary_dim/2)."""
         return position_inputs(self, start, length)
 
     def embed(self, idx: torch.Tensor, start: int, rec: Recorder | None):
@@ -239,6 +242,7 @@ class GPT(nn.Module):
         pos, angles = self.positions(start, idx.shape[1])
         if rec is not None:
             rec.add("embed", x)
+        if rec is not None and not isinstance(start, torch.Tensor):  # a ragged batch's are per row: not traced
             if pos is not None:
                 rec.add("pos_embed", pos)
             if angles is not None:
@@ -277,9 +281,9 @@ class GPT(nn.Module):
         Advances `cache` by T. `edits` as in `forward`."""
         start = cache.length if cache is not None else 0
         self._check_input(idx, start)
-        if cache is not None and idx.shape[0] != cache.k.shape[1]:
-            raise ValueError(f"the KV cache was made for batch {cache.k.shape[1]}, the tokens have batch {idx.shape[0]}")
-        x, angles = self.embed(idx, start, rec)
+        if cache is not None and idx.shape[0] != cache.batch_size():
+            raise ValueError(f"the KV cache was made for batch {cache.batch_size()}, the tokens have batch {idx.shape[0]}")
+        x, angles = self.embed(idx, cache.starts if cache is not None else 0, rec)  # per row for a RaggedKVCache
         x = self.drop(x)
         if edits is not None:
             edits = Edits.of(edits, self.config, idx.shape)

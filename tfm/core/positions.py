@@ -35,11 +35,27 @@ def add_embeddings(module: nn.Module, cfg: ModelConfig) -> None:
 def position_inputs(module: nn.Module, start: int, length: int):
     """Position information for positions start..start+length-1 of a module set up by
     `add_embeddings`: (added vectors (T, D) or None, RoPE angles (T, rotary_dim/2) or None).
-    The one place that reads pos_emb / pos_table / inv_freq."""
+    The one place that reads pos_emb / pos_table / inv_freq. `start` may be a (B,) tensor, one
+    start per batch row (a ragged batch): then (B, T, D) vectors and (B, 1, T, rotary_dim/2) angles."""
+    if isinstance(start, torch.Tensor):
+        return _row_positions(module, start, length)
     if module.pos_emb is not None:
         return module.pos_emb(torch.arange(start, start + length, device=module.pos_emb.weight.device)), None
     if module.config.pos_encoding == "sinusoidal":
         return module.pos_table[start:start + length], None             # (T, D)
     if module.config.pos_encoding == "rope":
         return None, rope_angles(module.inv_freq, start, length)        # (T, rotary_dim/2)
+    return None, None
+
+
+def _row_positions(module: nn.Module, start: torch.Tensor, length: int):
+    """position_inputs with one start per row; each row's values equal the int-start ones."""
+    pos = start[:, None] + torch.arange(length, device=start.device)          # (B, T)
+    if module.pos_emb is not None:
+        return module.pos_emb(pos), None                                       # (B, T, D)
+    if module.config.pos_encoding == "sinusoidal":
+        return module.pos_table[pos], None                                     # (B, T, D)
+    if module.config.pos_encoding == "rope":
+        angles = pos.to(module.inv_freq.dtype)[..., None] * module.inv_freq    # (B, T, rd/2)
+        return None, angles[:, None]                                           # (B, 1, T, rd/2)
     return None, None

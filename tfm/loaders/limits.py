@@ -63,12 +63,17 @@ class Limits:
     max_generation_bytes: int = GB // 2  # one session's generation timeline: GPT-2 small, 512 tokens
     max_train_steps: int = 3_000       # toy training on the encoder-decoder page
     heavy_slots: int = 2               # heavy computations running at once, server-wide
+    batch_rows: int = 32               # generations in one batched decode step (tfm.generation.batcher)
+    batch_rows_per_session: int = 4    # of those, one browser session's (every sample of a run is a row)
     torch_threads: int = dataclasses.field(default_factory=lambda: max(1, (os.cpu_count() or 1) // 2))
     # ^ intra-op threads per computation: cores / heavy_slots, so concurrent forwards do not thrash
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             check_int(f"limit {f.name}", getattr(self, f.name), 1, hint=" (a positive integer)")
+        if self.batch_rows_per_session > self.batch_rows:
+            raise ValueError(f"limit batch_rows_per_session={self.batch_rows_per_session} is more than batch_rows="
+                             f"{self.batch_rows}: a session's rows are part of the batch; lower it or raise batch_rows")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Limits":

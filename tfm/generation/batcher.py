@@ -1,0 +1,346 @@
+"""Continuous batching: concurrent generations, from any sessions, as rows of one decode step.
+
+    batcher = Batcher(lm, BatchConfig(max_rows=32, per_owner=4))
+    gen = batcher.submit("The cat", 20, temperature=0.8, seed=1, owner=session_id)
+    for step in gen:           # the same Steps, tokens and probabilities as tfm.generate
+        ...
+    gen.close()                # Stop: ends this row only (also when the iterator is dropped)
+
+Decoding is bound by reading the weights, so one step for many rows costs little more than a
+step for one. One thread per Batcher runs a loop: admit waiting requests (first come first
+served, at most `per_owner` rows per owner, at most `max_rows` in all), prefill each admitted
+prompt alone (the very forward `tfm.generate` runs, into a batch-1 KVCache copied into the
+shared `RaggedKVCache`), then run ONE forward for every active row, each at its own position
+with its own keys (tfm.core.cache.RaggedKVCache masks the others' padding). Every row keeps its
+own settings, `torch.Generator`, stop rule and text stream, and draws with
+the sampling pipeline `tfm.generate` uses (one breakdown for rows with the same settings, then
+each row's own draw), so it gives what it gives alone: the prefill step bit for
+bit, later steps within the batched products' summation order (~1e-6 on logits). A request joins
+or leaves between two steps; a cancelled or finished row's slot is reused at the next step.
+The model is only read; the ragged cache belongs to the batcher. A batch step is traced when any
+of its rows asked for a trace (then every row takes the traced attention path; its Step.trace
+is a `RowTrace`, that row's patterns and streams, which `timeline.step_record` reads).
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+
+import torch
+
+from ..core.cache import RaggedKVCache
+from ..core.validate import check_int
+from ..loaders.loading import LM
+from .generate import (DEFAULT_NEW_TOKENS, Generation, PromptInfo, Step, _Forward, _stop_reason, _TextStream,
+                       n_words, prepare_prompt)
+from .sampling import Breakdown, SamplingSettings, draw, next_token
+
+__all__ = ["BatchConfig", "Batcher", "BatchedGeneration", "RowTrace"]
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """max_rows: rows in one decode step (the server's bound); per_owner: rows one owner (a
+    browser session) may hold, so one session cannot take every slot; prefill_per_step: prompts
+    admitted between two decode steps, so running rows wait at most that many prefills."""
+
+    max_rows: int = 32
+    per_owner: int = 4
+    prefill_per_step: int = 4
+
+    def __post_init__(self) -> None:
+        check_int("max_rows", self.max_rows, 1, hint=" (rows in one batched decode step)")
+        check_int("per_owner", self.per_owner, 1, self.max_rows, " (at most max_rows)")
+        check_int("prefill_per_step", self.prefill_per_step, 1, hint=" (prompts prefilled between two steps)")
+
+
+class RowTrace:
+    """One row of a batched step's trace, as `timeline.step_record` reads a Step's trace:
+    patterns (H, 1, S) over the row's own S keys and its residual streams (1, D), copied."""
+
+    def __init__(self, trace, row: int, n_keys: int) -> None:
+        self._patterns = [trace.pattern(i, row)[..., :n_keys].clone() for i in range(trace.n_layers())]
+        self._streams = [(label, s.clone()) for label, s in trace.residual_streams(row)]
+
+    def n_layers(self) -> int:
+        return len(self._patterns)
+
+    def pattern(self, layer: int, batch: int = 0) -> torch.Tensor:
+        check_int("batch", batch, 0, 0, " (a row trace holds one row)")
+        return self._patterns[layer]
+
+    def residual_streams(self, batch: int = 0) -> list[tuple[str, torch.Tensor]]:
+        check_int("batch", batch, 0, 0, " (a row trace holds one row)")
+        return list(self._streams)
+
+
+class _Row:
+    """One request: everything `tfm.generate`'s loop keeps per call, plus its outbox."""
+
+    def __init__(self, lm: LM, info: PromptInfo, settings: SamplingSettings, max_new: int, seed: int,
+                 trace: bool, stop_at_eot: bool, owner: str, stop_ids: frozenset[int] = frozenset()) -> None:
+        self.lm, self.info, self.settings, self.max_new, self.trace = lm, info, settings, max_new, trace
+        self.stop_at_eot, self.owner, self.tokens = stop_at_eot, owner, list(info.ids)
+        self.stop_ids = stop_ids
+        self.gen, self.text, self.words = torch.Generator().manual_seed(seed), _TextStream(), n_words(lm)
+        self.out: queue.SimpleQueue = queue.SimpleQueue()
+        self.cancelled = threading.Event()
+        self.elapsed, self.done = 0.0, False
+
+    def fed_length(self) -> int:
+        """Positions its cache must hold: the prompt and every token but the last."""
+        return min(self.lm.config.context_length, len(self.info.ids) + self.max_new - 1)
+
+    def step(self, choice: tuple, tr, took: float) -> Step:
+        """Take the token `_choose_rows` drew for this row, as tfm.generate's loop does."""
+        t0 = time.perf_counter()
+        bd, token, (prob, rank, prob0, rank0, kept) = choice
+        self.tokens.append(token)
+        index = len(self.tokens) - len(self.info.ids) - 1
+        reason = _stop_reason(token, index + 1, len(self.tokens), self.lm, self.max_new, self.stop_at_eot,
+                              self.stop_ids)
+        tok = self.lm.tokenizer
+        piece = tok.piece_bytes(token)
+        new_text, so_far = self.text.add(piece, final=reason is not None)
+        took += time.perf_counter() - t0
+        self.elapsed += took
+        self.done = reason is not None
+        step = Step(index, len(self.tokens) - 1, token, piece.decode("utf-8", errors="replace"),
+                    tok.display_piece(token), new_text, so_far, prob, int(rank), prob0, int(rank0), int(kept),
+                    bd.logits, bd, tr, self.elapsed, took, reason)
+        self.out.put(step)
+        return step
+
+
+@torch.no_grad()
+def _choose_rows(logits: torch.Tensor, rows: list[_Row]) -> list[tuple]:
+    """`generate._choose` for rows with the same settings at once: one breakdown of their (G, V)
+    logits (per-row ops on a large vocabulary were most of a wide step), then each row's own
+    draw with its own generator. Per row: (its Breakdown, token, [prob, rank, prob0, rank0, kept])."""
+    bd = next_token(logits, rows[0].settings, rows[0].words)                     # fields (G, V) / (G,)
+    parts = [Breakdown(**{f.name: getattr(bd, f.name)[g] for f in fields(Breakdown) if f.name != "settings"},
+                       settings=bd.settings) for g in range(len(rows))]
+    tokens = torch.tensor([draw(part, r.gen) for part, r in zip(parts, rows)])[:, None]   # (G, 1)
+    above = bd.logits > bd.logits.gather(-1, tokens)                                       # (G, V)
+    numbers = torch.stack([bd.final.gather(-1, tokens)[:, 0].double(), (above & bd.kept).sum(-1).double(),
+                           bd.probs.gather(-1, tokens)[:, 0].double(), above.sum(-1).double(),
+                           bd.n_kept.double()], dim=1).tolist()                            # (G, 5)
+    return [(part, int(t), n) for part, t, n in zip(parts, tokens[:, 0].tolist(), numbers)]
+
+
+def _choose_all(logits: torch.Tensor, rows: list[_Row]) -> list[tuple]:
+    """Each row's choice from its row of (B, V) logits, grouped by sampling settings."""
+    groups: dict[SamplingSettings, list[int]] = {}
+    for b, r in enumerate(rows):
+        groups.setdefault(r.settings, []).append(b)
+    out: list = [None] * len(rows)
+    for members in groups.values():
+        for b, choice in zip(members, _choose_rows(logits[members], [rows[b] for b in members])):
+            out[b] = choice
+    return out
+
+
+class BatchedGeneration(Generation):
+    """A `Generation` served by a Batcher. `poll(timeout)` waits at most `timeout` seconds for
+    the next Step (None if none yet, StopIteration at the end), so a page can redraw while it
+    waits; `queued` is the number of requests ahead of it while it waits for a row (0 once in)."""
+
+    def __init__(self, batcher: "Batcher", row: _Row) -> None:
+        self._batcher, self._row, self._finished = batcher, row, False
+        super().__init__(row.info, row.settings, self._iterate())
+
+    @property
+    def queued(self) -> int:
+        return self._batcher.queued(self._row)
+
+    def poll(self, timeout: float) -> Step | None:
+        if self._finished:
+            raise StopIteration
+        try:
+            item = self._row.out.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(item, BaseException):
+            self._finished = True
+            raise item
+        self._finished = item.stop_reason is not None
+        return item
+
+    def close(self) -> None:
+        """Stop: this row leaves the batch at the next step (a never-started iterator too)."""
+        self._row.cancelled.set()
+        super().close()
+
+    def _iterate(self) -> Iterator[Step]:
+        try:
+            while not self._finished:
+                step = self.poll(3600.0)
+                if step is not None:
+                    yield step
+        finally:  # closed (Stop), dropped, or done: the row leaves at the next step
+            self._row.cancelled.set()
+
+
+class Batcher:
+    """One per model and process. Thread-safe: any thread may `submit`; one worker thread runs
+    the model, started on the first request and sleeping while there is nothing to do."""
+
+    def __init__(self, lm: LM, config: BatchConfig = BatchConfig()) -> None:
+        if lm.model.training and lm.config.dropout > 0:
+            raise ValueError("the model is in training mode; batch generation needs an eval-mode model")
+        self.lm, self.config = lm, config
+        self._cond = threading.Condition()
+        self._waiting: deque[_Row] = deque()
+        self._active: list[_Row] = []                # row b of the cache is _active[b]
+        self._cache: RaggedKVCache | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.steps = 0                               # batched decode steps run (tests, benches)
+        self.widest = 0                              # most rows seen in one step
+
+    def submit(self, prompt: str | Sequence[int], max_new_tokens: int | None = None, temperature: float = 1.0,
+               top_k: int = 0, top_p: float = 1.0, seed: int = 0, trace: bool = False, stop_at_eot: bool = True,
+               owner: str = "", stop_ids=()) -> BatchedGeneration:
+        """Queue a generation; arguments as `tfm.generate` (always with the KV cache). Checked now."""
+        settings = SamplingSettings(temperature, top_k, top_p)
+        ctx = self.lm.config.context_length
+        max_new = check_int("max_new_tokens", min(DEFAULT_NEW_TOKENS, ctx) if max_new_tokens is None
+                            else max_new_tokens, 1, ctx, f" (the context length of this model is {ctx})")
+        seed = check_int("seed", seed, 0, 2**64 - 1)
+        stops = frozenset(check_int("stop token id", i, 0, self.lm.config.vocab_size - 1) for i in stop_ids)
+        row = _Row(self.lm, prepare_prompt(self.lm, prompt), settings, max_new, seed, bool(trace),
+                   bool(stop_at_eot), str(owner), stops)
+        with self._cond:
+            if self._closed:
+                raise ValueError("this batcher was shut down (its model left the cache): ask for the model again")
+            self._waiting.append(row)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="tfm-batcher", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return BatchedGeneration(self, row)
+
+    def queued(self, row: _Row) -> int:
+        """Requests ahead of `row` in the queue (0 when it has a row)."""
+        with self._cond:
+            return next((i + 1 for i, r in enumerate(self._waiting) if r is row), 0)
+
+    def shutdown(self) -> None:
+        """Refuse new requests; the thread ends once the rows it has are done."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def load(self) -> tuple[int, int]:
+        """(rows decoding, requests waiting) now."""
+        with self._cond:
+            return len(self._active), len(self._waiting)
+
+    # ------------------------------------------------------------------ the worker thread
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting and not self._active:
+                    self._cache = None               # idle: the batch cache's memory goes back
+                    if self._closed:
+                        return
+                    self._cond.wait()
+                self._drop_finished()
+                joining = self._admit()
+            for r in joining:
+                self._guard([r], lambda r=r: self._prefill(r))
+            with self._cond:
+                self._drop_finished()
+                rows = list(self._active)
+            if rows:
+                self._guard(rows, self._decode)
+
+    def _guard(self, rows: list[_Row], fn) -> None:
+        """Run fn; an exception ends the rows it concerned (each sees it), never the thread."""
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 (handed to every consumer that waits on these rows)
+            for r in rows:
+                r.done = True
+                r.out.put(e)
+            with self._cond:
+                self._drop_finished()
+
+    def _admit(self) -> list[_Row]:
+        """Waiting rows that join now: first come first served, skipping owners at their cap."""
+        free = min(self.config.max_rows - len(self._active), self.config.prefill_per_step)
+        held, joining = Counter(r.owner for r in self._active), []
+        for r in list(self._waiting):
+            if len(joining) >= free:
+                break
+            if r.cancelled.is_set():
+                self._waiting.remove(r)
+            elif held[r.owner] < self.config.per_owner:
+                self._waiting.remove(r)
+                held[r.owner] += 1
+                joining.append(r)
+        return joining
+
+    def _prefill(self, row: _Row) -> None:
+        """The prompt alone, as tfm.generate runs it; the row joins the batch unless it already stopped."""
+        t0 = time.perf_counter()
+        forward = _Forward(self.lm, len(row.tokens), row.max_new, True, row.trace)
+        logits, tr = forward(row.tokens)
+        row.step(_choose_all(logits[None], [row])[0], tr, time.perf_counter() - t0)
+        if row.done:
+            return
+        with self._cond:
+            self._cache = self._room(row.fed_length())
+            self._cache.put(len(self._active), forward.cache)
+            self._active.append(row)
+            self._cache.rows = len(self._active)
+
+    def _room(self, length: int) -> RaggedKVCache:
+        """The batch cache with room for one more row of `length` positions (grown by copying)."""
+        c, rows = self._cache, len(self._active) + 1
+        need = max([length] + [r.fed_length() for r in self._active])
+        if c is not None and c.k.shape[1] >= rows and c.max_len >= need:
+            return c
+        capacity = min(self.config.max_rows, max(rows, 2 * (c.k.shape[1] if c else 1)))
+        if c is None:
+            p = next(self.lm.model.parameters())
+            return RaggedKVCache(self.lm.config, capacity, need, p.device, p.dtype)
+        return c.grown(need, capacity)
+
+    @torch.no_grad()
+    def _decode(self) -> None:
+        """One forward for every active row: its last token at its own position."""
+        t0 = time.perf_counter()
+        rows, model = self._active, self.lm.model
+        device = next(model.parameters()).device
+        idx = torch.tensor([[r.tokens[-1]] for r in rows], dtype=torch.long, device=device)   # (B, 1)
+        n_keys = (self._cache.starts + 1).tolist()                                          # per row, after this step
+        traced = any(r.trace for r in rows)
+        out = model(idx, trace=traced, cache=self._cache, last_only=True)
+        logits = out.logits[:, -1].float()                                                   # (B, V)
+        took = time.perf_counter() - t0
+        self.steps, self.widest = self.steps + 1, max(self.widest, len(rows))
+        for b, (r, choice) in enumerate(zip(rows, _choose_all(logits, rows))):
+            r.step(choice, RowTrace(out.trace, b, n_keys[b]) if r.trace else None, took)
+
+    def _drop_finished(self) -> None:
+        """Remove done or cancelled rows (caller holds the lock), moving the last row into each gap."""
+        for r in [r for r in self._waiting if r.cancelled.is_set()]:
+            self._waiting.remove(r)
+        b = 0
+        while b < len(self._active):
+            r = self._active[b]
+            if r.done or r.cancelled.is_set():
+                last = len(self._active) - 1
+                if b != last:
+                    self._cache.move(last, b)
+                self._active[b] = self._active[last]
+                self._active.pop()
+                self._cache.rows = len(self._active)
+            else:
+                b += 1
