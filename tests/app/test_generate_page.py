@@ -145,7 +145,8 @@ def test_compare_two_temperatures_on_the_same_seed():
     prob = chart_by_title(at, "How likely the model found")
     play = chart_by_title(at, "Tokens really in play")
     for j, t in enumerate((0.2, 1.5)):
-        np.testing.assert_allclose(decode(prob["data"][j]["y"]), [s.prob_original for s in runs[t]], rtol=1e-9)
+        # the page's two runs may share one batched decode step: equal within the product's rounding
+        np.testing.assert_allclose(decode(prob["data"][j]["y"]), [s.prob_original for s in runs[t]], rtol=1e-5)
         np.testing.assert_allclose(decode(play["data"][j]["y"]),
                                    [np.exp(float(s.breakdown.entropy_after)) for s in runs[t]], rtol=1e-6)
         share = fs.repeated_ngram_share([s.token_id for s in runs[t]])
