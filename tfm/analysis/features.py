@@ -129,3 +129,14 @@ def feature_attribution(lm, sae: SAE, trace, ids, position: int = -1, token: int
     target = float(logits[token] - (logits[versus] if versus is not None else 0))
     return FeatureAttribution(idx, vals, _f64(vals) * (rows @ d), float(_f64(sae.b_dec) @ d),
                               float((x - x_hat) @ d), float((final - x) @ d), const, target, sae.cfg.layer)
+
+
+def bundled(lm, spec: str) -> FeatureSet:
+    """The SAE shipped for model `spec`, checked against `lm`; ValueError naming the models
+    that have one otherwise."""
+    folder = bundled_folder(spec)
+    if folder is None:
+        have = [s for s in BUNDLED if bundled_folder(s) is not None]
+        raise ValueError(f"no sparse autoencoder ships for this model; pick one that has one ({', '.join(have) or 'none'}) "
+                         "or train one with python -m tfm.train.sae train")
+    return load_features(folder, lm)
