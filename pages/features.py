@@ -62,7 +62,7 @@ else:
 c1, c2 = st.columns(2)
 up, up_s, down, down_s = steering.read_out(run.lm, fs.sae.W_dec[feature], 8)
 charts.show(fv.read_out_bars([tok.display_piece(i) for i in up], up_s, [tok.display_piece(i) for i in down], down_s,
-                             f"Feature {feature}'s decoder direction: tokens it promotes (+) and suppresses (−)"),
+                             f"Feature {feature}'s decoder direction:<br>tokens it promotes (+) and suppresses (−)"),
             key="features.readout", where=c1)
 centres, counts = fs.histogram(feature)
 charts.show(ff.histogram(centres, counts, feature, freq), key="features.hist", where=c2)

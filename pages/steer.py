@@ -13,7 +13,7 @@ from ui import charts, server, sidebar, state
 SOURCES = ("Prompt pair", "SAE feature")
 MAX_STRENGTH, SWEEP_POINTS, MAX_NEW = 20.0, 21, 64
 DEFAULTS = {"steer.source": SOURCES[0], "steer.pos": " happy and kind", "steer.neg": " sad and angry",
-            "steer.how": "mean", "steer.strength": 4.0, "steer.where": "all", "steer.new": 40,
+            "steer.how": "mean", "steer.strength": 1.5, "steer.where": "all", "steer.new": 40,
             "steer.temperature": 0.8, "steer.token": " happy", "steer.feature": 0}
 WHERE = {"all": "prompt and generated tokens", "prompt": "prompt only", "generated": "generated tokens only"}
 

@@ -50,6 +50,8 @@ def _args(argv) -> argparse.Namespace:
     t.add_argument("--lr", type=float, default=4e-4)
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--skip-first", action="store_true",
+                   help="leave out each window's first position (a huge-norm attention sink in many real models)")
     t.add_argument("--name", default="", help="what the card calls the model (default: the spec)")
     t.add_argument("--out", required=True)
     return p.parse_args(argv)
@@ -63,14 +65,15 @@ def token_ids(lm, files, limit: int) -> np.ndarray:
 
 
 @torch.no_grad()
-def activations(lm, ids: np.ndarray, layer: int, ctx: int, rows: int = 16, log=print) -> torch.Tensor:
-    """(N, D) fp16: the stream entering block `layer` at every position of windows of `ctx`."""
-    n = len(ids) // ctx
+def activations(lm, ids: np.ndarray, layer: int, ctx: int, skip: int = 0, rows: int = 16, log=print) -> torch.Tensor:
+    """(N, D) fp16: the stream entering block `layer` at every position of windows of `ctx`
+    (but the first `skip` of each)."""
+    n, w = len(ids) // ctx, ctx - skip
     windows = torch.from_numpy(ids[: n * ctx]).view(n, ctx)
-    out = torch.empty(n * ctx, lm.config.d_model, dtype=torch.float16)
+    out = torch.empty(n * w, lm.config.d_model, dtype=torch.float16)
     for i in range(0, n, rows):
-        x = stream_at(lm.model, windows[i:i + rows].to(lm.device), layer)      # (b, ctx, D)
-        out[i * ctx:(i * ctx + x.shape[0] * ctx)] = x.flatten(0, 1).cpu().half()
+        x = stream_at(lm.model, windows[i:i + rows].to(lm.device), layer)[:, skip:]  # (b, w, D)
+        out[i * w:(i * w + x.shape[0] * w)] = x.flatten(0, 1).cpu().half()
         if (i // rows) % 50 == 0:
             log(f"activations: {min(i + rows, n) * ctx}/{n * ctx} tokens")
     return out
@@ -145,7 +148,8 @@ def run_train(a: argparse.Namespace, command: str) -> dict:
     cfg = SAEConfig(lm.config.d_model, a.features, a.k, a.layer, a.name or a.model)
     if not 0 <= a.layer < lm.config.n_layer:
         raise ValueError(f"--layer {a.layer}: the model has layers 0..{lm.config.n_layer - 1}")
-    x = activations(lm, token_ids(lm, a.data, a.max_tokens), a.layer, a.ctx)
+    skip = int(a.skip_first)
+    x = activations(lm, token_ids(lm, a.data, a.max_tokens), a.layer, a.ctx, skip)
     t_act = time.perf_counter() - t_start
     scale = float(x[:65536].float().pow(2).sum(-1).mean().div(cfg.d_model).sqrt())
     sae = init_sae(cfg, x / scale, gen)
@@ -154,14 +158,15 @@ def run_train(a: argparse.Namespace, command: str) -> dict:
     fold_scale(sae, scale)
     sae.eval().requires_grad_(False)
     eval_ids = token_ids(lm, [a.eval_file], a.eval_tokens)
-    measured = metrics(lm, sae, eval_ids, a.ctx)
+    measured = metrics(lm, sae, eval_ids, a.ctx, skip)
     card = {"command": command, "model": a.name or a.model, "layer": a.layer, "point": "resid_pre",
+            "skipped_first_positions": skip,
             "data": [str(f) for f in a.data], "eval_file": str(a.eval_file), "eval_tokens": measured.pop("tokens"),
             "activation_tokens": int(len(eval_ids)), "input_scale": scale, **stats,
             "activations_s": round(t_act, 1), "wall_time_s": round(time.perf_counter() - t_start, 1),
             "threads": a.threads, "metrics": measured}
     save_sae(sae, a.out, card, card_markdown(card))
-    feature_data(lm, sae, eval_ids, a.ctx, Path(a.out))
+    feature_data(lm, sae, eval_ids, a.ctx, Path(a.out), skip)
     return card
 
 

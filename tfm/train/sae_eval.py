@@ -27,25 +27,28 @@ def _ce(model, rows: torch.Tensor, edits=None) -> float:
 
 
 @torch.no_grad()
-def metrics(lm, sae: SAE, ids: np.ndarray, ctx: int, rows: int = 8) -> dict:
-    """L0, dead share, FVU and CE clean / with the reconstruction / with the stream zeroed."""
+def metrics(lm, sae: SAE, ids: np.ndarray, ctx: int, skip: int = 0, rows: int = 8) -> dict:
+    """L0, dead share, FVU and CE clean / with the reconstruction / with the stream zeroed,
+    leaving each window's first `skip` positions as they are (and out of the statistics)."""
     model, layer, name = lm.model, sae.cfg.layer, f"blocks.{sae.cfg.layer}.resid_pre"
     wins = _windows(ids, ctx)
     fired = torch.zeros(sae.cfg.n_features, dtype=torch.bool)
     sums = dict(clean=0.0, recon=0.0, zero=0.0, l0=0.0, err=0.0, var=0.0)
     for i in range(0, len(wins), rows):
         b = wins[i:i + rows]
-        x = stream_at(model, b[:, :-1], layer)                                  # (b, ctx, D)
+        full = stream_at(model, b[:, :-1], layer)                               # (b, ctx, D)
+        x = full[:, skip:]
         vals, idx = sae.topk(x.flatten(0, 1))
-        x_hat = ((vals[..., None] * sae.W_dec[idx]).sum(-2) + sae.b_dec).view_as(x)
+        x_hat = torch.cat([full[:, :skip], ((vals[..., None] * sae.W_dec[idx]).sum(-2) + sae.b_dec).view_as(x)], 1)
+        zero = torch.cat([full[:, :skip], torch.zeros_like(x)], 1)
         fired[idx[vals > 0]] = True
         sums["l0"] += float((vals > 0).sum())
-        sums["err"] += float((x - x_hat).pow(2).sum())
+        sums["err"] += float((x - x_hat[:, skip:]).pow(2).sum())
         sums["var"] += float((x - x.mean((0, 1))).pow(2).sum())
         sums["clean"] += _ce(model, b) * len(b)
         sums["recon"] += _ce(model, b, [E.Patch(name, x_hat[r], row=r) for r in range(len(b))]) * len(b)
-        sums["zero"] += _ce(model, b, [E.Patch(name, torch.zeros_like(x[r]), row=r) for r in range(len(b))]) * len(b)
-    n_rows, n_tok = len(wins), len(wins) * ctx
+        sums["zero"] += _ce(model, b, [E.Patch(name, zero[r], row=r) for r in range(len(b))]) * len(b)
+    n_rows, n_tok = len(wins), len(wins) * (ctx - skip)
     ce = {k: sums[k] / n_rows for k in ("clean", "recon", "zero")}
     return {"tokens": n_tok, "l0": sums["l0"] / n_tok, "dead_share": float((~fired).float().mean()),
             "fvu": sums["err"] / sums["var"], "ce_clean": ce["clean"], "ce_recon": ce["recon"],
@@ -53,21 +56,23 @@ def metrics(lm, sae: SAE, ids: np.ndarray, ctx: int, rows: int = 8) -> dict:
 
 
 @torch.no_grad()
-def _sparse_acts(lm, sae: SAE, ids: np.ndarray, ctx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Flattened held-out tokens (N,), their kept activations (N, k) and features (N, k)."""
+def _sparse_acts(lm, sae: SAE, ids: np.ndarray, ctx: int, skip: int = 0):
+    """Flattened held-out tokens (N,), their kept activations (N, k) and features (N, k); the
+    first `skip` positions of each window never fire."""
     wins = torch.from_numpy(ids[: len(ids) // ctx * ctx]).view(-1, ctx)
     vals, idx = [], []
     for i in range(0, len(wins), 16):
         v, j = sae.topk(stream_at(lm.model, wins[i:i + 16], sae.cfg.layer).flatten(0, 1))
+        v.view(-1, ctx, v.shape[-1])[:, :skip] = 0
         vals.append(v)
         idx.append(j)
     return wins.flatten(), torch.cat(vals), torch.cat(idx)
 
 
-def feature_data(lm, sae: SAE, ids: np.ndarray, ctx: int, folder: Path) -> None:
+def feature_data(lm, sae: SAE, ids: np.ndarray, ctx: int, folder: Path, skip: int = 0) -> None:
     """features.safetensors: top contexts (ids and the feature's activation along each),
     activation histograms over [0, max], firing rates; see tfm.analysis.sae."""
-    toks, vals, idx = _sparse_acts(lm, sae, ids, ctx)
+    toks, vals, idx = _sparse_acts(lm, sae, ids, ctx, skip)
     n, f = toks.shape[0], sae.cfg.n_features
     flat_f, flat_v = idx.flatten(), vals.flatten()
     pos = torch.arange(n).repeat_interleave(sae.cfg.k)

@@ -32,7 +32,7 @@ def along_prompt(labels: list[str], acts: list[float], feature: int) -> go.Figur
 def histogram(centres: list[float], counts: list[int], feature: int, freq: float) -> go.Figure:
     fig = go.Figure(go.Bar(x=centres, y=counts, marker_color=POS_COLOUR,
                            hovertemplate="activation ≈ %{x:.3f}: %{y} tokens<extra></extra>"))
-    fig.update_layout(title=f"Feature {feature}: activations on held-out text when it fires ({100 * freq:.2f}% of tokens)",
+    fig.update_layout(title=f"Feature {feature}: activations on held-out text<br>when it fires ({100 * freq:.2f}% of tokens)",
                       xaxis_title="activation", yaxis_title="tokens", height=320, bargap=0.05)
     return fig
 
