@@ -14,7 +14,8 @@ PER_TOKEN = 5
 
 
 def token_features(lm, ids, spec):
-    return FT.token_features(FT.bundled(lm, spec).sae, run.trace, PER_TOKEN)
+    fs = FT.bundled(lm, spec)
+    return FT.token_features(fs.sae, run.trace, PER_TOKEN, fs.skip)
 
 
 sidebar.render()
@@ -35,6 +36,9 @@ st.caption(f"A TopK sparse autoencoder rewrites the residual stream entering blo
 
 tf = state.derived("features.tokens", token_features, run.spec, run.device, run.ids, run.spec)
 st.subheader("Features on each token")
+if fs.skip:
+    st.caption(f"The first {fs.skip} position(s) are left out: this model writes a huge-norm 'attention sink' "
+               "there, which the SAE was not trained on.")
 st.dataframe(ff.token_table(run.labels, tf.features, tf.acts), hide_index=True, height=min(400, 36 * len(run.ids) + 40),
              key="features.table")
 
@@ -43,7 +47,9 @@ if not isinstance(ss.get("features.feature"), int) or not 0 <= ss["features.feat
     ss["features.feature"] = int(tf.features[-1, 0])          # the strongest feature on the last token
 feature = st.number_input(f"Feature to open (0..{cfg.n_features - 1})", 0, cfg.n_features - 1, key="features.feature")
 state.url_set(feature=feature)
-acts = fs.sae.encode(run.trace.residual_streams()[cfg.layer][1].float())[:, feature].tolist()
+acts = fs.sae.encode(run.trace.residual_streams()[cfg.layer][1].float())[:, feature]
+acts[:fs.skip] = 0                                              # positions the SAE was not trained on
+acts = acts.tolist()
 freq = float(fs.data["freq"][feature])
 if freq == 0:
     st.warning(f"Feature {feature} never fired on the held-out text: it is a dead feature.")

@@ -40,6 +40,11 @@ class FeatureSet:
     def layer(self) -> int:
         return self.sae.cfg.layer
 
+    @property
+    def skip(self) -> int:
+        """Leading positions the SAE was not trained on (a real model's attention sink)."""
+        return int(self.card.get("skipped_first_positions", 0))
+
     def check_feature(self, feature: int) -> int:
         return check_int("feature", feature, 0, self.sae.cfg.n_features - 1, " (this SAE's features)")
 
@@ -84,9 +89,11 @@ class TokenFeatures:
 
 
 @torch.no_grad()
-def token_features(sae: SAE, trace, n: int = 5) -> TokenFeatures:
+def token_features(sae: SAE, trace, n: int = 5, skip: int = 0) -> TokenFeatures:
+    """The first `skip` positions (outside what the SAE was trained on) show no features."""
     n = check_int("features per token", n, 1, sae.cfg.k)
     vals, idx = sae.topk(_stream(trace, sae.cfg.layer))            # (T, k), sorted descending
+    vals[:skip] = 0
     return TokenFeatures(idx[:, :n].clone(), vals[:, :n].clone())
 
 
