@@ -150,6 +150,7 @@ def run_train(a: argparse.Namespace, command: str) -> dict:
         raise ValueError(f"--layer {a.layer}: the model has layers 0..{lm.config.n_layer - 1}")
     skip = int(a.skip_first)
     x = activations(lm, token_ids(lm, a.data, a.max_tokens), a.layer, a.ctx, skip)
+    n_train = int(x.shape[0])
     t_act = time.perf_counter() - t_start
     scale = float(x[:65536].float().pow(2).sum(-1).mean().div(cfg.d_model).sqrt())
     sae = init_sae(cfg, x / scale, gen)
@@ -162,7 +163,7 @@ def run_train(a: argparse.Namespace, command: str) -> dict:
     card = {"command": command, "model": a.name or a.model, "layer": a.layer, "point": "resid_pre",
             "skipped_first_positions": skip,
             "data": [str(f) for f in a.data], "eval_file": str(a.eval_file), "eval_tokens": measured.pop("tokens"),
-            "activation_tokens": int(len(eval_ids)), "input_scale": scale, **stats,
+            "train_tokens": n_train, "epochs": a.epochs, "input_scale": scale, **stats,
             "activations_s": round(t_act, 1), "wall_time_s": round(time.perf_counter() - t_start, 1),
             "threads": a.threads, "metrics": measured}
     save_sae(sae, a.out, card, card_markdown(card))

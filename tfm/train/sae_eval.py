@@ -107,7 +107,9 @@ def card_markdown(card: dict) -> str:
              "Trained by tfm (`python -m tfm.train.sae`); files: `sae.safetensors` (fp16), `card.json`, "
              "`features.safetensors` (top contexts and histograms on held-out text).", "",
              "```", card["command"], "```", "",
-             f"- tokens seen in training: {card['tokens_seen']:,} ({card['steps']} steps)",
+             f"- training: {card['steps']} steps of {card['tokens_seen'] // max(card['steps'], 1):,} activations, "
+             f"{card['tokens_seen']:,} seen in all: {card['epochs']:g} passes over {card['train_tokens']:,} "
+             f"distinct tokens",
              f"- wall time: {card['wall_time_s']:.0f} s on {card['threads']} CPU thread(s) "
              f"(activations {card['activations_s']:.0f} s)",
              f"- held-out text: {card['eval_file']} ({card['eval_tokens']:,} tokens)", "",
