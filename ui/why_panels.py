@@ -172,6 +172,8 @@ def feature_panel(run, attr, pos: int) -> dict:
                "activation × its decoder direction, read through the final norm frozen as above; what the SAE "
                "misses (error), its bias, and everything blocks after it wrote are bars too, so all bars add up to "
                f"{attr.target:.4f} (sum {float(values.sum()):.4f}). Open a feature on the Features page.")
-    charts.show(fw.contrib_bars(names, as_np(values), f"Features at layer {fa.layer} and the rest, toward the token",
-                                top=20), key="why.features")
+    shown = FT.top_parts(names, values, 16)           # the 16 largest features and always the 4 other terms
+    charts.show(fw.contrib_bars([names[i] for i in shown], as_np(values[shown]),
+                                f"Features at layer {fa.layer} and the rest, toward the token", top=len(shown)),
+                key="why.features")
     return {"features": {"names": names, "values": values.tolist()}}

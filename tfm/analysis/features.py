@@ -121,6 +121,13 @@ class FeatureAttribution:
         return names, torch.cat([self.values, rest])
 
 
+def top_parts(names: list[str], values: torch.Tensor, n: int) -> list[int]:
+    """Indices of the n features with the largest |value|, then the 4 terms that are not
+    features (SAE bias, SAE error, later blocks, final norm bias): what a chart always shows."""
+    k = len(names) - 4
+    return values[:k].abs().topk(min(n, k)).indices.tolist() + list(range(k, len(names)))
+
+
 @torch.no_grad()
 def feature_attribution(lm, sae: SAE, trace, ids, position: int = -1, token: int | None = None,
                         versus: int | None = None) -> FeatureAttribution:
