@@ -139,7 +139,7 @@ def test_pairs_of_any_lengths_and_read_out(lm):
     with torch.no_grad():
         xs = [stream_at(lm.model, torch.tensor([lm.tokenizer.prompt_ids(t)]), 3)[0] for t in (long, short)]
     assert torch.allclose(v_last.vector, xs[0][-1] - xs[1][-1], atol=1e-6)
-    assert torch.allclose(v_mean.vector, xs[0].mean(0) - xs[1].mean(0), atol=1e-6)
+    assert torch.allclose(v_mean.vector, xs[0][1:].mean(0) - xs[1][0], atol=1e-6)   # "Yes" is one token
     up, up_s, down, down_s = steering.read_out(lm, v_last.vector, 5)
     g, u = lm.model.ln_final.weight, lm.model.unembed.weight
     d = v_last.vector * g

@@ -52,13 +52,16 @@ def _stream(lm, text: str, layer: int, how: How, what: str) -> torch.Tensor:
     if len(ids) > ctx:
         raise ValueError(f"the {what} prompt has {len(ids)} tokens; this model reads at most {ctx}")
     x = stream_at(lm.model, torch.tensor([ids], device=lm.device), layer)[0].float().cpu()  # (T, D)
-    return x[-1] if how == "last" else x.mean(0)
+    if how == "last":
+        return x[-1]
+    return x[1:].mean(0) if len(x) > 1 else x[0]  # the first position is an attention sink with an outsized
+    # stream in many models (SmolLM2's is ~100x the others): averaging it in would swamp the direction
 
 
 @torch.no_grad()
 def pair_vector(lm, positive: str, negative: str, layer: int, how: How = "last") -> SteeringVector:
     """stream(positive) - stream(negative) entering `layer`: at each prompt's last position, or
-    averaged over its positions ("mean"). The prompts may have any lengths."""
+    averaged over its positions but the first ("mean"; see _stream). Prompts of any lengths."""
     if how not in get_args(How):
         raise ValueError(f"how={how!r}: choose 'last' or 'mean'")
     layer = check_layer(lm, layer)
