@@ -15,6 +15,7 @@ None edits every row.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
@@ -221,7 +222,10 @@ class Steer:
         hi = t if self.stop is None else min(self.stop - offset, t)
         if self.strength == 0 or lo >= hi:
             return None
-        return dataclasses.replace(self, start=lo, stop=hi)
+        local = copy.copy(self)              # not dataclasses.replace: no second validation per decode step
+        object.__setattr__(local, "start", lo)
+        object.__setattr__(local, "stop", hi)
+        return local
 
     def write(self, x: torch.Tensor) -> None:                          # x (B, T, D)
         add = (float(self.strength) * self.vector.to(x.device, torch.float32)).to(x.dtype)
