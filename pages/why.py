@@ -9,7 +9,7 @@ from ui import charts, sidebar, state
 from ui import why_panels as wp
 
 TABS = ["Attribution", "Attribution vs ablation", "Intervene", "MLP neurons", "Activation patching",
-        "Contribution graph"]
+        "Contribution graph", "SAE features"]
 DEFAULTS = {"why.clean": "Lily gave the ball to Tom. Then Tom gave it to",
             "why.corrupt": "Tom gave the ball to Lily. Then Lily gave it to",
             "why.answer": " Lily", "why.wrong": " Tom", "why.token": "", "why.versus": ""}
@@ -119,5 +119,8 @@ with tabs[4]:
 with tabs[5]:
     if tabs[5].open:
         wp.graph_panel(run, pos)
+with tabs[6]:
+    if tabs[6].open:
+        numbers.update(wp.feature_panel(run, attr, pos))
 state.url_set(tab=st.session_state["why.tab"])
 wp.export(numbers)

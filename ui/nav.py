@@ -24,10 +24,13 @@ SECTIONS: dict[str, list[tuple[str, str, str]]] = {
         ("logit_lens.py", "Logit lens", "what each layer would predict if it were the last"),
         ("why.py", "Why this token?",
          "which heads and MLPs wrote the prediction, and what happens when you switch them off or patch them"),
+        ("features.py", "Features (SAE)",
+         "what a sparse autoencoder finds on each token: features, their top examples, what they promote"),
     ],
     "Generate": [
         ("next_token.py", "Next-token sampling", "temperature, top-k and top-p on the real next-token distribution"),
         ("generate.py", "Generation & timeline", "text arriving token by token, and how each token was chosen"),
+        ("steer.py", "Steer", "add a direction to the residual stream and watch the text change mood or topic"),
     ],
     "The 2017 Transformer": [
         ("encdec.py", "Encoder-decoder, trained live", "the 2017 encoder-decoder, trained live on a toy task"),

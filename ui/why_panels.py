@@ -11,6 +11,7 @@ import streamlit as st
 import torch
 
 from tfm.analysis import attribution, patching
+from tfm.analysis import features as FT
 from tfm.core import edits as E
 from tfm.viz import why as fw
 from ui import charts, state
@@ -154,3 +155,25 @@ def export(numbers: dict) -> None:
 
 def as_np(t) -> np.ndarray:
     return t.detach().cpu().numpy()
+
+
+def feature_panel(run, attr, pos: int) -> dict:
+    """At the SAE's layer: each active feature's direct share of the explained logit, with the
+    SAE's error, its bias, the later blocks and the final norm's bias as their own bars."""
+    try:
+        fs = state.derived("sae.features", FT.bundled, run.spec, run.device, run.spec)
+    except ValueError as e:
+        st.info(str(e))
+        return {}
+    fa = state.derived("why.features", lambda lm, ids, p, t, v: FT.feature_attribution(lm, fs.sae, run.trace, ids, p, t, v),
+                       run.spec, run.device, run.ids, pos, attr.token, attr.versus)
+    names, values = fa.parts()
+    st.caption(f"The stream entering block {fa.layer} is what the SAE rewrites as features. Each feature's bar is its "
+               "activation × its decoder direction, read through the final norm frozen as above; what the SAE "
+               "misses (error), its bias, and everything blocks after it wrote are bars too, so all bars add up to "
+               f"{attr.target:.4f} (sum {float(values.sum()):.4f}). Open a feature on the Features page.")
+    shown = FT.top_parts(names, values, 16)           # the 16 largest features and always the 4 other terms
+    charts.show(fw.contrib_bars([names[i] for i in shown], as_np(values[shown]),
+                                f"Features at layer {fa.layer} and the rest, toward the token", top=len(shown)),
+                key="why.features")
+    return {"features": {"names": names, "values": values.tolist()}}

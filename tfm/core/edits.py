@@ -5,7 +5,9 @@
 
 Each edit is a frozen dataclass naming a point of a block: `attn.z` (per-head outputs before
 the out-projection, (B, H, T, hd)), `mlp.post` (hidden activations, (B, T, F)), `attn_out`,
-`mlp_out` and `resid_pre` ((B, T, D)). The model calls `edits.apply(point, x)` at those points;
+`mlp_out`, `resid_pre` and `resid_post` ((B, T, D)). `Steer` adds a direction to the residual
+stream (activation steering); its positions are absolute, so it works across the per-step
+forwards of a KV-cached generation (`Edits.of(..., start=cache length)` picks the window). The model calls `edits.apply(point, x)` at those points;
 an edited point gets a copy of `x` with the edits written into it, so neither the model nor
 any tensor of another call changes: the same cached model can run different edits in many
 threads at once. `row` restricts an edit to one batch row (batched sweeps, `tfm.patching`);
@@ -13,7 +15,9 @@ None edits every row.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -23,7 +27,9 @@ import torch
 from .config import ModelConfig
 
 Mode = Literal["zero", "mean"]
-Point = Literal["attn.z", "mlp.post", "attn_out", "mlp_out", "resid_pre"]
+Point = Literal["attn.z", "mlp.post", "attn_out", "mlp_out", "resid_pre", "resid_post"]
+StreamPoint = Literal["resid_pre", "resid_post"]
+MAX_STEER_STRENGTH = 1000.0  # |strength| above this only produces overflow and noise
 
 
 def _check_mode(mode: str) -> None:
@@ -175,7 +181,58 @@ class Patch:
             target[..., pos, :] = src[..., pos, :]
 
 
-Edit = AblateHead | AblateMLP | AblateNeurons | Patch
+@dataclass(frozen=True, eq=False)
+class Steer:
+    """Add `strength` x `vector` ((D,)) to the residual stream at `layer`'s `point`, at the
+    absolute positions start..stop-1 (stop None: to the end). Strength 0 is no edit at all
+    (dropped, so the forward is bit-identical to an unedited one)."""
+
+    layer: int
+    vector: torch.Tensor
+    strength: float = 1.0
+    start: int = 0
+    stop: int | None = None
+    point: StreamPoint = "resid_pre"
+    row: int | None = None
+
+    def __post_init__(self) -> None:
+        s = self.strength
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
+            raise ValueError(f"steering strength must be a finite number, got {s!r}")
+        if abs(s) > MAX_STEER_STRENGTH:
+            raise ValueError(f"steering strength {s:g} is too large: use -{MAX_STEER_STRENGTH:g}..{MAX_STEER_STRENGTH:g}")
+        if self.point not in get_args(StreamPoint):
+            raise ValueError(f"steering point {self.point!r}: choose 'resid_pre' or 'resid_post'")
+        if not isinstance(self.vector, torch.Tensor) or self.vector.dim() != 1:
+            raise ValueError("a steering vector must be a 1-D tensor of the model's width")
+        if not bool(torch.isfinite(self.vector).all()):
+            raise ValueError("the steering vector has NaN or infinite entries")
+        if self.start < 0 or (self.stop is not None and self.stop <= self.start):
+            raise ValueError(f"steering positions {self.start}..{self.stop}: need 0 <= start < stop")
+
+    def check(self, cfg: ModelConfig, shape: tuple[int, int]) -> None:
+        if tuple(self.vector.shape) != (cfg.d_model,):
+            raise ValueError(f"the steering vector has {self.vector.shape[0]} entries; this model's residual "
+                             f"stream has {cfg.d_model}")
+
+    def window(self, offset: int, t: int) -> "Steer | None":
+        """This edit for a forward of positions offset..offset+t-1, in its local positions;
+        None when it touches none of them or has strength 0."""
+        lo = max(self.start - offset, 0)
+        hi = t if self.stop is None else min(self.stop - offset, t)
+        if self.strength == 0 or lo >= hi:
+            return None
+        local = copy.copy(self)              # not dataclasses.replace: no second validation per decode step
+        object.__setattr__(local, "start", lo)
+        object.__setattr__(local, "stop", hi)
+        return local
+
+    def write(self, x: torch.Tensor) -> None:                          # x (B, T, D)
+        add = (float(self.strength) * self.vector.to(x.device, torch.float32)).to(x.dtype)
+        _rows(x, self.row)[..., self.start:self.stop, :] += add
+
+
+Edit = AblateHead | AblateMLP | AblateNeurons | Patch | Steer
 
 
 class Edits:
@@ -185,19 +242,24 @@ class Edits:
         self.by_layer = by_layer
 
     @classmethod
-    def of(cls, edits: Iterable[Edit] | "Edits", cfg: ModelConfig, idx_shape: Sequence[int]) -> "Edits":
+    def of(cls, edits: Iterable[Edit] | "Edits", cfg: ModelConfig, idx_shape: Sequence[int],
+           start: int = 0) -> "Edits":
+        """`start`: the absolute position of the forward's first token (a KV cache's length),
+        for edits with absolute positions (Steer)."""
         if isinstance(edits, Edits):
             return edits
         b, t = int(idx_shape[0]), int(idx_shape[1])
         by_layer: dict[int, dict[str, list[Edit]]] = {}
         for e in edits:
-            if not isinstance(e, (AblateHead, AblateMLP, AblateNeurons, Patch)):
+            if not isinstance(e, (AblateHead, AblateMLP, AblateNeurons, Patch, Steer)):
                 raise ValueError(f"{e!r} is not an edit; build edits with tfm.edits (AblateHead, Patch, ...)")
             if not 0 <= e.layer < cfg.n_layer:
                 raise ValueError(f"layer {e.layer} does not exist: the model has layers 0..{cfg.n_layer - 1}")
             if e.row is not None and not 0 <= e.row < b:
                 raise ValueError(f"row {e.row} is outside the batch of {b}")
             e.check(cfg, (b, t))
+            if isinstance(e, Steer) and (e := e.window(start, t)) is None:
+                continue
             by_layer.setdefault(e.layer, {}).setdefault(e.point, []).append(e)
         return cls(by_layer)
 

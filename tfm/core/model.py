@@ -168,7 +168,7 @@ class Block(nn.Module):
         m = ed("mlp_out", self.drop(self.mlp(self.ln2(m_in, sub("ln2")) if self.pre else m_in, sub("mlp"), edits)))
         if rec is not None:
             rec.add("mlp_out", m)
-        x = mid + m if self.pre else self.ln2(mid + m, sub("ln2"))
+        x = ed("resid_post", mid + m if self.pre else self.ln2(mid + m, sub("ln2")))
         if rec is not None:
             rec.add("resid_post", x)
         return x
@@ -286,7 +286,7 @@ class GPT(nn.Module):
         x, angles = self.embed(idx, cache.starts if cache is not None else 0, rec)  # per row for a RaggedKVCache
         x = self.drop(x)
         if edits is not None:
-            edits = Edits.of(edits, self.config, idx.shape)
+            edits = Edits.of(edits, self.config, idx.shape, start)
         for i, block in enumerate(self.blocks):
             x = block(x, rec.scoped(f"blocks.{i}") if rec else None, angles, cache, i,
                       edits.scoped(i) if edits is not None else None)

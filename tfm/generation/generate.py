@@ -41,6 +41,10 @@ Behaviour, decided once here:
   bytes tokenizer), those rows are set to -inf in `Step.logits` before the breakdown and
   the draw: they are not tokens and could not be shown. `tfm.sampling.next_token` does it,
   for this loop and for the app's next-token page alike.
+* Edits. `edits=[...]` (tfm.core.edits, e.g. `Steer`) apply to every forward of the call, the
+  prefill and each cached step; edits with absolute positions (Steer's start/stop) find their
+  positions in each forward's window, so steering can cover the prompt, the generated tokens
+  or both. The model itself is never changed.
 * Thread safety. The model is only read (no hooks, no state stored on it), all per-call
   state lives in the returned iterator, so many threads may generate from one cached model.
 * Memory. A Step holds `logits` and its `breakdown` (about five vocabulary-sized tensors,
@@ -57,6 +61,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.cache import KVCache
+from ..core.edits import Edits
 from ..loaders.loading import LM
 from .sampling import Breakdown, SamplingSettings, draw, next_token
 from ..core.trace import Trace
@@ -195,8 +200,9 @@ class _Forward:
     """Runs the model for one call: prefill then one token per step with a per-call cache,
     or the whole prefix every step without one. Only reads the model."""
 
-    def __init__(self, lm: LM, n_prompt: int, max_new_tokens: int, use_cache: bool, trace: bool):
-        self.model, self.trace = lm.model, trace
+    def __init__(self, lm: LM, n_prompt: int, max_new_tokens: int, use_cache: bool, trace: bool,
+                 edits: tuple = ()):
+        self.model, self.trace, self.edits = lm.model, trace, (list(edits) or None)
         param = next(lm.model.parameters())
         self.device = param.device
         cfg = lm.config
@@ -208,7 +214,7 @@ class _Forward:
         """Last-position logits (V,) float32 for `tokens`, and the forward's trace."""
         start = self.cache.length if self.cache is not None else 0
         idx = torch.tensor([tokens[start:]], dtype=torch.long, device=self.device)  # (1, T)
-        out = self.model(idx, trace=self.trace, cache=self.cache, last_only=True)
+        out = self.model(idx, trace=self.trace, cache=self.cache, last_only=True, edits=self.edits)
         return out.logits[0, -1].float(), out.trace                               # (V,)
 
 
@@ -251,9 +257,10 @@ def _stop_reason(token: int, n_new: int, n_total: int, lm: LM, max_new: int, sto
 
 
 def _steps(lm: LM, info: PromptInfo, settings: SamplingSettings, max_new: int, seed: int,
-           use_cache: bool, trace: bool, stop_at_eot: bool, stop_ids: frozenset[int]) -> Iterator[Step]:
+           use_cache: bool, trace: bool, stop_at_eot: bool, stop_ids: frozenset[int],
+           edits: tuple = ()) -> Iterator[Step]:
     tokens = list(info.ids)
-    forward = _Forward(lm, len(tokens), max_new, use_cache, trace)
+    forward = _Forward(lm, len(tokens), max_new, use_cache, trace, edits)
     gen, text, words = torch.Generator().manual_seed(seed), _TextStream(), n_words(lm)
     elapsed = 0.0
     for index in range(max_new):
@@ -275,13 +282,15 @@ def _steps(lm: LM, info: PromptInfo, settings: SamplingSettings, max_new: int, s
 
 def generate(lm: LM, prompt: str | Sequence[int], max_new_tokens: int | None = None, temperature: float = 1.0,
              top_k: int = 0, top_p: float = 1.0, seed: int = 0, use_cache: bool = True,
-             trace: bool = False, stop_at_eot: bool = True, stop_ids: Iterable[int] = ()) -> Generation:
+             trace: bool = False, stop_at_eot: bool = True, stop_ids: Iterable[int] = (),
+             edits=()) -> Generation:
     """Generate up to `max_new_tokens` tokens after `prompt`, one `Step` per token.
 
     `max_new_tokens=None` means DEFAULT_NEW_TOKENS, or the context length if that is
     smaller. `stop_ids`: more token ids that end the text (a chat model's end of turn).
     Arguments are checked now (ValueError), and `.prompt` is ready at once; the
-    model runs lazily as the returned iterator is advanced. See the module docstring.
+    model runs lazily as the returned iterator is advanced. `edits`: per-call interventions
+    applied at every step (tfm.core.edits; see the module docstring).
     """
     settings = SamplingSettings(temperature, top_k, top_p)
     if lm.model.training and lm.config.dropout > 0:  # dropout would draw from the global RNG
@@ -295,7 +304,10 @@ def generate(lm: LM, prompt: str | Sequence[int], max_new_tokens: int | None = N
     seed = check_int("seed", seed, 0, 2**64 - 1)
     stops = frozenset(check_int("stop token id", i, 0, lm.config.vocab_size - 1) for i in stop_ids)
     info = prepare_prompt(lm, prompt)
-    steps = _steps(lm, info, settings, max_new, seed, bool(use_cache), bool(trace), bool(stop_at_eot), stops)
+    edits = tuple(edits)
+    Edits.of(edits, lm.config, (1, len(info.ids)))  # bad edits raise now, before any step
+    steps = _steps(lm, info, settings, max_new, seed, bool(use_cache), bool(trace), bool(stop_at_eot), stops,
+                   edits)
     return Generation(info, settings, steps)
 
 

@@ -1,0 +1,110 @@
+"""Steer: add a direction to the residual stream (from a pair of prompts or an SAE feature) and
+watch the text change; the shared model is never changed (a per-call tfm.core.edits.Steer)."""
+import numpy as np
+import streamlit as st
+
+from tfm.analysis import attribution, steering
+from tfm.analysis import features as FT
+from tfm.generation.generate import n_words
+from tfm.viz import steer as fv
+from tfm.viz.why import md
+from ui import charts, server, sidebar, state
+
+SOURCES = ("Prompt pair", "SAE feature")
+MAX_STRENGTH, SWEEP_POINTS, MAX_NEW = 20.0, 21, 64
+DEFAULTS = {"steer.source": SOURCES[0], "steer.pos": " happy and kind", "steer.neg": " sad and angry",
+            "steer.how": "mean", "steer.strength": 1.5, "steer.where": "all", "steer.new": 40,
+            "steer.temperature": 0.8, "steer.token": " happy", "steer.feature": 0}
+WHERE = {"all": "prompt and generated tokens", "prompt": "prompt only", "generated": "generated tokens only"}
+
+
+def vector_of(lm, key: tuple) -> steering.SteeringVector:
+    """The steering vector a (hashable) choice names: ("pair", pos, neg, layer, how) or
+    ("feature", spec, feature): a feature's decoder row times its largest held-out activation."""
+    if key[0] == "pair":
+        return steering.pair_vector(lm, *key[1:])
+    fs = FT.bundled(lm, key[1])
+    top = float(fs.data["hist_max"][fs.check_feature(key[2])])
+    return steering.feature_vector(fs.sae, key[2], top if top > 0 else 1.0)
+
+
+def texts(lm, key, prompt, strength, seed, new, temperature, where):
+    return steering.steered_pair(lm, prompt, vector_of(lm, key), strength, seed, new, temperature, where=where)
+
+
+def sweep(lm, key, ids, token, strengths):
+    return steering.sweep(lm, ids, vector_of(lm, key), strengths, token).tolist()
+
+
+sidebar.render()
+st.title("Steer")
+st.caption("Add a direction to the residual stream entering one block, at every chosen position, during "
+           "generation: activation steering. The model is untouched; the same seed gives the same draws.")
+run = state.current_run()
+lm, cfg, tok, ss = run.lm, run.lm.config, run.lm.tokenizer, st.session_state
+for k, v in DEFAULTS.items():
+    ss.setdefault(k, v)
+if not isinstance(ss.get("steer.layer"), int) or not 0 <= ss["steer.layer"] < cfg.n_layer:
+    ss["steer.layer"] = cfg.n_layer // 2
+
+source = st.radio("Direction from", SOURCES, horizontal=True, key="steer.source")
+try:
+    if source == SOURCES[0]:
+        c1, c2, c3, c4 = st.columns([3, 3, 1.6, 1.4])
+        pos = c1.text_input("Toward (positive prompt)", key="steer.pos", max_chars=1000)
+        neg = c2.text_input("Away from (negative prompt)", key="steer.neg", max_chars=1000)
+        how = c3.radio("Stream at", ["mean", "last"], key="steer.how", horizontal=True,
+                       help="mean: averaged over each prompt's positions; last: at its last token.")
+        layer = c4.number_input("Layer", 0, cfg.n_layer - 1, key="steer.layer")
+        key = ("pair", pos, neg, int(layer), how)
+    else:
+        fs = state.derived("sae.features", FT.bundled, run.spec, run.device, run.spec)
+        ss["steer.feature"] = min(max(int(ss["steer.feature"]), 0), fs.sae.cfg.n_features - 1)
+        feature = st.number_input(f"Feature (0..{fs.sae.cfg.n_features - 1}; the SAE reads layer {fs.layer})", 0,
+                                  fs.sae.cfg.n_features - 1, key="steer.feature")
+        key = ("feature", run.spec, int(feature))
+        st.caption("Strength 1 adds the feature's decoder direction as strongly as it ever fired on held-out text.")
+    vec = state.derived("steer.vector", vector_of, run.spec, run.device, key)
+except ValueError as e:
+    st.error(str(e))
+    st.stop()
+
+c1, c2, c3, c4 = st.columns([4, 2.4, 1.2, 1.6])
+strength = c1.slider("Strength", -MAX_STRENGTH, MAX_STRENGTH, step=0.5, key="steer.strength")
+where = c2.radio("Steer at", list(WHERE), format_func=WHERE.get, key="steer.where")
+cap = max(1, min(MAX_NEW, server.limits().max_new_tokens, cfg.context_length - len(run.ids)))
+ss["steer.new"] = min(max(int(ss["steer.new"]), 1), cap)
+new = c3.number_input("New tokens", 1, cap, key="steer.new")
+temperature = c4.slider("Temperature", 0.0, 1.5, step=0.1, key="steer.temperature")
+seed = int(ss["sidebar.seed"])
+st.caption(f"Direction: {md(vec.source)}, length {float(vec.vector.norm()):.3f} "
+           f"(the stream's own length here is about {float(run.trace.residual_streams()[vec.layer][1].norm(dim=-1).mean()):.3f}).")
+
+try:
+    plain, steered = state.derived_status("Generating with and without steering…", "steer.texts", texts, run.spec,
+                                          run.device, key, ss["sidebar.prompt"][:server.limits().max_prompt_chars], float(strength), seed, int(new),
+                                          float(temperature), where)
+except ValueError as e:
+    st.error(f"Cannot generate: {e}")
+    st.stop()
+left, right = st.columns(2)
+for col, title, text in ((left, "Without steering", plain), (right, f"Steered (strength {strength:+.1f})", steered)):
+    col.subheader(title)
+    col.markdown(md(text).replace("\n", "  \n") or "*(nothing)*")
+
+up, up_s, down, down_s = steering.read_out(lm, vec.vector, 10)
+charts.show(fv.read_out_bars([tok.display_piece(i) for i in up], up_s, [tok.display_piece(i) for i in down], down_s,
+                             "The direction read through the unembedding: tokens it promotes (+) and suppresses (−)"),
+            key="steer.readout")
+
+token_text = st.text_input("Token to follow as the strength sweeps", key="steer.token", max_chars=100)
+try:
+    token = attribution.token_id(tok, token_text, min(cfg.vocab_size, n_words(lm)))
+except ValueError as e:
+    st.warning(str(e))
+    st.stop()
+strengths = np.linspace(-MAX_STRENGTH, MAX_STRENGTH, SWEEP_POINTS).tolist()
+probs = state.derived("steer.sweep", sweep, run.spec, run.device, key, run.ids, token, tuple(strengths))
+charts.show(fv.sweep_line(strengths, probs, tok.display_piece(token), float(strength),
+                          f"p({tok.display_piece(token)!r}) after the prompt, steering every position "
+                          f"(one batched run of {SWEEP_POINTS} strengths)"), key="steer.sweep")

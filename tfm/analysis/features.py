@@ -1,0 +1,156 @@
+"""SAE features of a prompt: which fire on each token, one feature's shipped examples, and
+their direct contributions to a logit (the "Why this token?" page's features tab).
+
+    fs = load_features(folder, lm)                 # SAE + card + shipped contexts/histograms
+    tf = token_features(fs.sae, trace, n=5)        # (T, n) top features per token
+    fa = feature_attribution(lm, fs.sae, trace, position=-1)
+    fa.values.sum() == fa.target                   # features + SAE bias + error + later layers + norm bias
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..core.validate import check_int
+from ..loaders.loading import ASSETS
+from .attribution import _f64, _prepare, direction
+from .sae import SAE, load_feature_data, load_sae
+
+SAE_ROOT = ASSETS / "sae"
+BUNDLED = ("default", "smollm2")   # model specs that ship an SAE under assets/sae/<spec>
+
+
+def bundled_folder(spec: str) -> Path | None:
+    """assets/sae/<spec> when this model spec ships an SAE, else None."""
+    folder = SAE_ROOT / spec
+    return folder if spec in BUNDLED and (folder / "card.json").is_file() else None
+
+
+@dataclass(frozen=True, eq=False)
+class FeatureSet:
+    """An SAE with its card and its shipped per-feature data (tfm.analysis.sae)."""
+
+    sae: SAE
+    card: dict
+    data: dict[str, torch.Tensor]
+
+    @property
+    def layer(self) -> int:
+        return self.sae.cfg.layer
+
+    @property
+    def skip(self) -> int:
+        """Leading positions the SAE was not trained on (a real model's attention sink)."""
+        return int(self.card.get("skipped_first_positions", 0))
+
+    def check_feature(self, feature: int) -> int:
+        return check_int("feature", feature, 0, self.sae.cfg.n_features - 1, " (this SAE's features)")
+
+    def contexts(self, feature: int) -> list[tuple[list[int], list[float]]]:
+        """Its top-activating held-out contexts: (token ids, the feature's activation on each)."""
+        f = self.check_feature(feature)
+        out = []
+        for ids, acts in zip(self.data["ctx_ids"][f].tolist(), self.data["ctx_acts"][f].float().tolist()):
+            keep = [i for i, t in enumerate(ids) if t >= 0]
+            if keep:
+                out.append(([ids[i] for i in keep], [acts[i] for i in keep]))
+        return out
+
+    def histogram(self, feature: int) -> tuple[list[float], list[int]]:
+        """(bin centres, counts) of its non-zero held-out activations."""
+        f = self.check_feature(feature)
+        counts, top = self.data["hist"][f].tolist(), float(self.data["hist_max"][f])
+        width = top / len(counts)
+        return [width * (i + 0.5) for i in range(len(counts))], counts
+
+
+def load_features(folder: Path | str, lm) -> FeatureSet:
+    sae, card = load_sae(folder, lm)
+    data = load_feature_data(folder)
+    f = sae.cfg.n_features
+    if data["hist_max"].shape != (f,) or data["ctx_ids"].shape[0] != f:
+        raise ValueError(f"{folder}: the feature data does not match the SAE's {f} features")
+    return FeatureSet(sae, card, data)
+
+
+def _stream(trace, layer: int) -> torch.Tensor:
+    """(T, D) float32: the stream entering block `layer` (what the SAE reads)."""
+    return trace[f"blocks.{layer}.resid_pre"][0].float()
+
+
+@dataclass(frozen=True)
+class TokenFeatures:
+    """The top `n` features on each token: ids and activations, (T, n) each (0 = not firing)."""
+
+    features: torch.Tensor
+    acts: torch.Tensor
+
+
+@torch.no_grad()
+def token_features(sae: SAE, trace, n: int = 5, skip: int = 0) -> TokenFeatures:
+    """The first `skip` positions (outside what the SAE was trained on) show no features."""
+    n = check_int("features per token", n, 1, sae.cfg.k)
+    vals, idx = sae.topk(_stream(trace, sae.cfg.layer))            # (T, k), sorted descending
+    vals[:skip] = 0
+    return TokenFeatures(idx[:, :n].clone(), vals[:, :n].clone())
+
+
+@dataclass(frozen=True, eq=False)
+class FeatureAttribution:
+    """Direct contributions to `target` through the SAE's layer: each active feature
+    (activation x decoder row, read through the frozen final norm), the SAE's bias and error
+    terms, everything the later blocks wrote, and the final norm's bias. They add up to target."""
+
+    features: torch.Tensor      # (k,) feature ids active at the position (activation > 0)
+    acts: torch.Tensor          # (k,) their activations
+    values: torch.Tensor        # (k,) float64 their contributions
+    b_dec: float
+    error: float
+    later: float                # blocks layer.. (heads, MLPs, their biases)
+    norm_bias: float
+    target: float
+    layer: int
+
+    def parts(self) -> tuple[list[str], torch.Tensor]:
+        """Names and values of every part, features first: the bars, summing to target."""
+        names = [f"feature {int(f)}" for f in self.features]
+        names += ["SAE bias", "SAE error", f"blocks {self.layer}+ (later)", "final norm bias"]
+        rest = torch.tensor([self.b_dec, self.error, self.later, self.norm_bias], dtype=torch.float64)
+        return names, torch.cat([self.values, rest])
+
+
+def top_parts(names: list[str], values: torch.Tensor, n: int) -> list[int]:
+    """Indices of the n features with the largest |value|, then the 4 terms that are not
+    features (SAE bias, SAE error, later blocks, final norm bias): what a chart always shows."""
+    k = len(names) - 4
+    return values[:k].abs().topk(min(n, k)).indices.tolist() + list(range(k, len(names)))
+
+
+@torch.no_grad()
+def feature_attribution(lm, sae: SAE, trace, ids, position: int = -1, token: int | None = None,
+                        versus: int | None = None) -> FeatureAttribution:
+    model, tr, p, logits, token = _prepare(lm, ids, position, token, versus, trace)
+    d, const, _ = direction(model, tr, p, token, versus)                      # (D,) float64
+    x = _f64(_stream(tr, sae.cfg.layer)[p])
+    vals, idx = sae.topk(x.float()[None])
+    live = vals[0] > 0
+    vals, idx = vals[0][live], idx[0][live]
+    rows = _f64(sae.W_dec[idx])                                              # (k, D)
+    x_hat = (_f64(vals)[:, None] * rows).sum(0) + _f64(sae.b_dec)
+    final = _f64(tr.residual_streams()[-1][1][p])                            # leaving the last block
+    target = float(logits[token] - (logits[versus] if versus is not None else 0))
+    return FeatureAttribution(idx, vals, _f64(vals) * (rows @ d), float(_f64(sae.b_dec) @ d),
+                              float((x - x_hat) @ d), float((final - x) @ d), const, target, sae.cfg.layer)
+
+
+def bundled(lm, spec: str) -> FeatureSet:
+    """The SAE shipped for model `spec`, checked against `lm`; ValueError naming the models
+    that have one otherwise."""
+    folder = bundled_folder(spec)
+    if folder is None:
+        have = [s for s in BUNDLED if bundled_folder(s) is not None]
+        raise ValueError(f"no sparse autoencoder ships for this model; pick one that has one ({', '.join(have) or 'none'}) "
+                         "or train one with python -m tfm.train.sae train")
+    return load_features(folder, lm)

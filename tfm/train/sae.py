@@ -1,0 +1,187 @@
+"""`python -m tfm.train.sae train ...`: train a TopK sparse autoencoder on one layer's residual
+stream and write it with its measured card (tfm.analysis.sae describes the files).
+
+    python -m tfm.train.sae train --model default --layer 3 --features 1536 --k 32 \\
+        --data /work/shared/corpus/tinystories_train.txt --eval-file .../tinystories_valid.txt \\
+        --out assets/sae/default
+
+Steps: the text is read (never copied), cut into windows of --ctx tokens, run through the
+blocks before --layer (activations kept in fp16), and the SAE is trained with Adam on
+shuffled activations (inputs scaled to unit mean square, the scale folded into the weights at
+the end), with the AuxK loss of Gao et al. (2024) on features that stopped firing. Then on
+held-out text: L0, dead-feature share, FVU and next-token loss with the reconstruction spliced
+in, against the clean model and against zeroing the stream (CE loss recovered, SAELens's
+definition), and each feature's top-activating contexts and activation histogram.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..analysis.sae import SAE, SAEConfig, save_sae, stream_at
+from ..loaders.loading import load
+from .data import encode_text, read_text
+from .sae_eval import card_markdown, feature_data, metrics
+
+DEAD_AFTER = 100_000   # tokens without firing before a feature counts as dead for AuxK
+
+
+def _args(argv) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tfm.train.sae", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train", help="train an SAE and write it with its card")
+    t.add_argument("--model", default="default", help="a tfm model spec (default, smollm2, path:<folder>)")
+    t.add_argument("--layer", type=int, required=True, help="the block whose input stream (resid_pre) is read")
+    t.add_argument("--features", type=int, default=1536)
+    t.add_argument("--k", type=int, default=32)
+    t.add_argument("--data", nargs="+", required=True, help="training text files (.txt or .txt.gz)")
+    t.add_argument("--eval-file", required=True, help="held-out text for the card's metrics and contexts")
+    t.add_argument("--max-tokens", type=int, default=1_000_000, help="training tokens read (activations kept)")
+    t.add_argument("--eval-tokens", type=int, default=65_536)
+    t.add_argument("--ctx", type=int, default=128, help="window length the model reads")
+    t.add_argument("--epochs", type=float, default=2.0, help="passes over the stored activations")
+    t.add_argument("--batch", type=int, default=1024)
+    t.add_argument("--lr", type=float, default=4e-4)
+    t.add_argument("--threads", type=int, default=1)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--skip-first", action="store_true",
+                   help="leave out each window's first position (a huge-norm attention sink in many real models)")
+    t.add_argument("--name", default="", help="what the card calls the model (default: the spec)")
+    t.add_argument("--out", required=True)
+    return p.parse_args(argv)
+
+
+def token_ids(lm, files, limit: int) -> np.ndarray:
+    """Up to `limit` token ids of the files, in order (each file's share equal)."""
+    per = math.ceil(limit / len(files))
+    parts = [encode_text(lm.tokenizer, read_text(Path(f))[: per * 8])[:per] for f in files]
+    return np.concatenate(parts).astype(np.int64)[:limit]
+
+
+@torch.no_grad()
+def activations(lm, ids: np.ndarray, layer: int, ctx: int, skip: int = 0, rows: int = 16, log=print) -> torch.Tensor:
+    """(N, D) fp16: the stream entering block `layer` at every position of windows of `ctx`
+    (but the first `skip` of each)."""
+    n, w = len(ids) // ctx, ctx - skip
+    windows = torch.from_numpy(ids[: n * ctx]).view(n, ctx)
+    out = torch.empty(n * w, lm.config.d_model, dtype=torch.float16)
+    for i in range(0, n, rows):
+        x = stream_at(lm.model, windows[i:i + rows].to(lm.device), layer)[:, skip:]  # (b, w, D)
+        out[i * w:(i * w + x.shape[0] * w)] = x.flatten(0, 1).cpu().half()
+        if (i // rows) % 50 == 0:
+            log(f"activations: {min(i + rows, n) * ctx}/{n * ctx} tokens")
+    return out
+
+
+def init_sae(cfg: SAEConfig, x: torch.Tensor, gen: torch.Generator) -> SAE:
+    """Decoder rows random unit vectors, encoder their transpose, b_dec the data mean."""
+    sae = SAE(cfg)
+    with torch.no_grad():
+        w = torch.randn(cfg.n_features, cfg.d_model, generator=gen)
+        sae.W_dec.copy_(w / w.norm(dim=-1, keepdim=True))
+        sae.W_enc.copy_(sae.W_dec.t())
+        sae.b_dec.copy_(x[:65536].float().mean(0))
+    return sae
+
+
+def _aux_loss(sae: SAE, x: torch.Tensor, x_hat: torch.Tensor, pre: torch.Tensor, dead: torch.Tensor) -> torch.Tensor:
+    """AuxK: the dead features' top activations reconstruct the main error."""
+    n_dead = int(dead.sum())
+    if n_dead == 0:
+        return x.new_zeros(())
+    err = (x - x_hat).detach()
+    vals, idx = pre.masked_fill(~dead, -torch.inf).topk(min(2 * sae.cfg.k, n_dead), dim=-1)
+    rec = (vals.relu()[..., None] * sae.W_dec[idx]).sum(-2)
+    return ((rec - err) ** 2).sum(-1).mean() / (err - err.mean(0)).pow(2).sum(-1).mean().clamp_min(1e-8)
+
+
+def train_sae(sae: SAE, x: torch.Tensor, scale: float, epochs: float, batch: int, lr: float,
+              gen: torch.Generator, log=print) -> dict:
+    """Adam on shuffled rows of x / scale; decoder rows kept unit-norm. Returns the stats."""
+    opt = torch.optim.Adam(sae.parameters(), lr=lr, betas=(0.9, 0.999))
+    n, steps = x.shape[0], int(epochs * x.shape[0] / batch)
+    last_fired = torch.zeros(sae.cfg.n_features, dtype=torch.long)
+    order, t0 = torch.randperm(n, generator=gen), time.perf_counter()
+    for step in range(steps):
+        j = (step * batch) % n
+        if j + batch > n:
+            order, j = torch.randperm(n, generator=gen), 0
+        xb = x[order[j:j + batch]].float() / scale
+        pre = sae.pre(xb)
+        vals, idx = pre.topk(sae.cfg.k, dim=-1)
+        x_hat = (vals.relu()[..., None] * sae.W_dec[idx]).sum(-2) + sae.b_dec
+        mse = ((x_hat - xb) ** 2).sum(-1).mean() / (xb - xb.mean(0)).pow(2).sum(-1).mean()
+        fired = torch.zeros_like(last_fired, dtype=torch.bool).scatter_(0, idx[vals > 0], True)
+        last_fired = torch.where(fired, 0, last_fired + batch)
+        loss = mse + _aux_loss(sae, xb, x_hat, pre, last_fired > DEAD_AFTER) / 32
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        for g in opt.param_groups:  # linear decay over the last fifth
+            g["lr"] = lr * min(1.0, (steps - step) / (0.2 * steps))
+        opt.step()
+        with torch.no_grad():
+            sae.W_dec /= sae.W_dec.norm(dim=-1, keepdim=True)
+        if step % 200 == 0 or step == steps - 1:
+            log(f"step {step}/{steps} fvu {float(mse.detach()):.4f} dead(train) {float((last_fired > DEAD_AFTER).float().mean()):.3f} "
+                f"{time.perf_counter() - t0:.0f}s")
+    return {"steps": steps, "tokens_seen": steps * batch, "train_fvu_last": float(mse.detach())}
+
+
+def fold_scale(sae: SAE, scale: float) -> None:
+    """Make the SAE read and write raw activations (module docstring of tfm.analysis.sae)."""
+    with torch.no_grad():
+        sae.W_enc /= scale
+        sae.W_dec *= scale
+        sae.b_dec *= scale
+
+
+def run_train(a: argparse.Namespace, command: str) -> dict:
+    torch.set_num_threads(a.threads)
+    t_start, gen = time.perf_counter(), torch.Generator().manual_seed(a.seed)
+    lm = load(a.model, device="cpu")
+    cfg = SAEConfig(lm.config.d_model, a.features, a.k, a.layer, a.name or a.model)
+    if not 0 <= a.layer < lm.config.n_layer:
+        raise ValueError(f"--layer {a.layer}: the model has layers 0..{lm.config.n_layer - 1}")
+    skip = int(a.skip_first)
+    x = activations(lm, token_ids(lm, a.data, a.max_tokens), a.layer, a.ctx, skip)
+    n_train = int(x.shape[0])
+    t_act = time.perf_counter() - t_start
+    scale = float(x[:65536].float().pow(2).sum(-1).mean().div(cfg.d_model).sqrt())
+    sae = init_sae(cfg, x / scale, gen)
+    stats = train_sae(sae, x, scale, a.epochs, a.batch, a.lr, gen)
+    del x
+    fold_scale(sae, scale)
+    sae.eval().requires_grad_(False)
+    eval_ids = token_ids(lm, [a.eval_file], a.eval_tokens)
+    measured = metrics(lm, sae, eval_ids, a.ctx, skip)
+    card = {"command": command, "model": a.name or a.model, "layer": a.layer, "point": "resid_pre",
+            "skipped_first_positions": skip,
+            "data": [str(f) for f in a.data], "eval_file": str(a.eval_file), "eval_tokens": measured.pop("tokens"),
+            "train_tokens": n_train, "epochs": a.epochs, "input_scale": scale, **stats,
+            "activations_s": round(t_act, 1), "wall_time_s": round(time.perf_counter() - t_start, 1),
+            "threads": a.threads, "metrics": measured}
+    save_sae(sae, a.out, card, card_markdown(card))
+    feature_data(lm, sae, eval_ids, a.ctx, Path(a.out), skip)
+    return card
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    a = _args(argv)
+    try:
+        card = run_train(a, "python -m tfm.train.sae " + " ".join(argv))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print({k: card[k] for k in ("tokens_seen", "wall_time_s", "metrics")})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

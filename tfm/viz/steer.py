@@ -1,0 +1,32 @@
+"""Figures for the Steer page: what a steering direction does to the vocabulary, and the
+probability of one token as the strength sweeps."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from .attention import plotly_text
+from .why import NEG_COLOUR, POS_COLOUR
+
+
+def read_out_bars(up: list[str], up_scores: list[float], down: list[str], down_scores: list[float],
+                  title: str) -> go.Figure:
+    """Tokens the direction promotes (blue, top) and suppresses (red), by their logit change
+    per unit of strength through the final norm's gain and the unembedding."""
+    labels = [f"− {plotly_text(repr(p))}" for p in down[::-1]] + [f"+ {plotly_text(repr(p))}" for p in up[::-1]]
+    values = list(down_scores[::-1]) + list(up_scores[::-1])
+    fig = go.Figure(go.Bar(
+        x=values, y=labels, orientation="h", marker_color=[POS_COLOUR if v >= 0 else NEG_COLOUR for v in values],
+        hovertemplate="%{y}: %{x:.4f} logits per unit strength<extra></extra>"))
+    fig.update_layout(title=title, xaxis_title="logit change per unit of strength (through the final norm gain)",
+                      yaxis_title="token", height=max(320, 24 * len(values) + 140), showlegend=False)
+    return fig
+
+
+def sweep_line(strengths: list[float], probs: list[float], piece: str, current: float, title: str) -> go.Figure:
+    """p(token) against the steering strength, the current strength marked."""
+    fig = go.Figure(go.Scatter(x=strengths, y=probs, mode="lines+markers", name=f"p({piece!r})",
+                               hovertemplate="strength %{x:.2f}: p = %{y:.4f}<extra></extra>"))
+    fig.add_vline(x=current, line_dash="dash", line_color="grey", annotation_text="current")
+    fig.update_layout(title=title, xaxis_title="steering strength", yaxis_title=plotly_text(f"p({piece!r}) next"),
+                      yaxis_rangemode="tozero", height=380)
+    return fig
