@@ -15,6 +15,7 @@ from tfm.loaders.loading import available_devices
 from tfm.loaders.spec import ModelSpec, format_spec, parse_spec
 
 from ui import server, state
+from ui.text import message, plain
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 DEFAULT_PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play with her ball. One day, Lily"
@@ -42,7 +43,7 @@ def _spec_from_url() -> None:
     try:
         spec = parse_spec(text)
     except ValueError as e:
-        st.warning(f"The link's model setting could not be read ({e}); using the default model.")
+        st.warning(f"The link's model setting could not be read ({message(e)}); using the default model.")
         return
     if spec.kind == "random":
         try:
@@ -51,14 +52,14 @@ def _spec_from_url() -> None:
                 tfm_limits.check_count(name, getattr(spec.config, name), SIZE_MAX)
             tfm_limits.check_count("seed", spec.seed, SEED_MAX, low=0)
         except ValueError as e:
-            st.error(f"The link's random model was not built: {e}. Showing the default model.")
+            st.error(f"The link's random model was not built: {message(e)}. Showing the default model.")
             return
         _show_random(spec)
     elif spec.kind == "folder":
         try:
             server.allowed_folder(spec.path)
         except ValueError as e:
-            st.error(f"The link's model folder was not opened: {e}. Showing the default model.")
+            st.error(f"The link's model folder was not opened: {message(e)}. Showing the default model.")
             return
         st.session_state["sidebar.model_kind"] = "folder"
         st.session_state["sidebar.folder"] = spec.path
@@ -101,7 +102,7 @@ def _random_config() -> ModelConfig | None:
     try:
         cfg = base.replace(**fields)
     except ValueError as e:
-        st.error(f"Invalid model config: {e}")
+        st.error(f"Invalid model config: {message(e)}")
         return None
     return _within_limits(cfg)
 
@@ -123,7 +124,7 @@ def _within_limits(cfg: ModelConfig) -> ModelConfig | None:
     try:
         tfm_limits.check_model(cfg, server.limits())
     except ValueError as e:
-        st.error(f"Not built: {e}. Still showing the previous model.")
+        st.error(f"Not built: {message(e)}. Still showing the previous model.")
         return None
     return cfg
 
@@ -197,18 +198,18 @@ def render() -> None:
     leave_legacy_pages_mode()
     state.restore(*PERSISTENT)
     _spec_from_url()
-    state.url_init("sidebar.prompt", "prompt")
+    state.url_init("sidebar.prompt", "prompt", max_chars=None)  # cut below, with a word
     state.url_init("sidebar.seed", "seed", int)
     state.url_init("sidebar.device", "device")
     st.session_state.setdefault("sidebar.prompt", DEFAULT_PROMPT)
     max_chars = server.limits().max_prompt_chars
-    if len(st.session_state["sidebar.prompt"]) > max_chars:  # a link can carry any length
-        st.warning(f"The prompt had {len(st.session_state['sidebar.prompt']):,} characters; this server takes "
-                   f"at most {max_chars:,}: kept the first {max_chars:,}.")
-        st.session_state["sidebar.prompt"] = st.session_state["sidebar.prompt"][:max_chars]
+    # A link or a paste can carry any length: the widget has no max_chars (the browser would drop
+    # a longer paste without a word); it is cut here, before any work, and says so.
+    state.cap_text("sidebar.prompt", "prompt", max_chars)
     st.session_state.setdefault("sidebar.seed", 0)
     if not 0 <= st.session_state["sidebar.seed"] <= SEED_MAX:
-        st.warning(f"Ignored the link's seed={st.session_state['sidebar.seed']}: seeds go from 0 to {SEED_MAX:,}.")
+        st.warning(f"Ignored the link's seed={plain(st.session_state['sidebar.seed'])}: seeds go from 0 to "
+                   f"{SEED_MAX:,}.")
         st.session_state["sidebar.seed"] = 0
     st.session_state.setdefault("sidebar.model_kind", "default")
     if st.session_state.get("sidebar.device") not in available_devices():
@@ -216,7 +217,7 @@ def render() -> None:
     with st.sidebar:
         _choose_model()
         st.selectbox("Device", available_devices(), **state.keep("sidebar.device"))
-        st.text_area("Prompt", **state.keep("sidebar.prompt"), height=140, max_chars=max_chars,
+        st.text_area("Prompt", **state.keep("sidebar.prompt"), height=140,
                      help="Typed text is always plain text: '<|endoftext|>' here is not the control token.")
         st.number_input("Seed (sampling)", 0, SEED_MAX, **state.keep("sidebar.seed"))
     state.remember(*PERSISTENT)
