@@ -11,9 +11,7 @@ from ui.text import message
 
 TABS = ["Attribution", "Attribution vs ablation", "Intervene", "MLP neurons", "Activation patching",
         "Contribution graph"]
-DEFAULTS = {"why.clean": "Lily gave the ball to Tom. Then Tom gave it to",
-            "why.corrupt": "Tom gave the ball to Lily. Then Lily gave it to",
-            "why.answer": " Lily", "why.wrong": " Tom", "why.token": "", "why.versus": ""}
+DEFAULTS = {**wp.PATCH_EXAMPLE, "why.token": "", "why.versus": ""}
 
 
 def pick_head(n_head: int) -> None:

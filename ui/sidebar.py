@@ -31,7 +31,7 @@ FLOATS = {"rope_base": (1000.0, "%g", "RoPE's base θ (rope_theta): larger means
 FLAGS = {"bias": "biases", "qkv_bias": "q/k/v bias (Qwen2)", "tied_embeddings": "tied embeddings",
          "parallel_block": "parallel block (GPT-NeoX)"}
 FIELDS = (*VARIANTS, *SIZES, *FLOATS, *FLAGS)  # every config field the sidebar shows
-SIZE_MAX, SEED_MAX = 100_000, 2**31 - 1  # the widgets' bounds
+SIZE_MAX, SEED_MAX = 1_000_000, 2**31 - 1  # the widgets' bounds (Qwen2.5 has 151,936 tokens; limits bound the cost)
 CUSTOM = "custom"  # the preset shown for a link's config that matches none
 
 

@@ -17,6 +17,9 @@ from ui import charts, state
 from ui.text import message
 
 PATCH_MAX_TOKENS = 128  # patching runs 1 + L*H + L*T rows: bound T before paying for them
+PATCH_EXAMPLE = {"why.clean": "Lily gave the ball to Tom. Then Tom gave it to",
+                 "why.corrupt": "Tom gave the ball to Lily. Then Lily gave it to",
+                 "why.answer": " Lily", "why.wrong": " Tom"}
 PATCH_MAX_CHARS = 2_000  # characters of a patching prompt, checked before tokenizing (128 tokens fit)
 GRAPH_WINDOW = 24       # positions drawn in the contribution graph
 
@@ -118,7 +121,11 @@ def patch_panel(run, n_layer: int) -> dict:
         res = state.derived("why.patch", lambda m, c, x, mt: patching.patch_prompts(m, c, x, mt),
                             run.spec, run.device, c_ids, x_ids, metric)
     except ValueError as e:
-        st.error(message(e))
+        if all(st.session_state.get(k) == v for k, v in PATCH_EXAMPLE.items()):  # untouched: no mistake made
+            st.info(f"The example does not fit this model's vocabulary ({message(e)}). Type a clean and a "
+                    "corrupted prompt whose answers are single tokens of this model.")
+        else:
+            st.error(message(e))
         return {}
     st.markdown(f"logit({fw.md(repr(answer))}) − logit({fw.md(repr(wrong))}): clean **{res.clean:.3f}**, corrupted **{res.corrupt:.3f}**.")
     charts.show(fw.head_heatmap(res.heads.numpy(), "Patching each head's output (all positions)",

@@ -74,9 +74,10 @@ def test_a_folder_outside_the_roots_gets_one_message(probe):
     msg = [e for e in errors(at) if OUTSIDE in e]
     assert len(msg) == 1, errors(at)
     assert msg[0].replace(probe, "<P>") == ("Could not load model folder <P>: '<P>' is not inside a model folder "
-                                           f"this server allows ({', '.join(map(str, state.server.settings().model_roots))}); "
+                                           "this server allows (assets/models, models); "
                                            "put the model in one of those folders, or start the app with its folder "
                                            "allowed (README, 'Running for a class')")
+    assert str(state.server.APP_ROOT) not in " ".join(errors(at)), "no server path the user did not type"
     assert not any(w in " ".join(errors(at)) for w in ("does not exist", "is a file", "is not a model folder"))
     assert any("previous model" in i.value for i in at.info)
     assert shown_ids(at) == default_ids()

@@ -4,21 +4,24 @@ A value that came from a link, a widget or a file (or an engine message that quo
 shown inside Markdown-rendering calls; without this a link such as `?seed=[Log in](https://x)`
 draws a working link, or `![x](http://host/pixel)` fetches an image, inside the app's own UI.
 
-    plain("[Log in](https://x)")  -> '\\[Log in\\]\\(https\\:\\/\\/x\\)'   (renders as typed)
+    plain("[Log in](https://x)")  -> '\\[Log in\\](https\\://x)'   (renders as typed)
     short("a" * 50_000)            -> 'aaaa…a… (50,000 characters)'
 """
 from __future__ import annotations
 
-import string
+import re
 import unicodedata
 
 __all__ = ["plain", "short", "visible", "escape_markdown", "LIMIT"]
 
 LIMIT = 80  # characters of a value shown before it is cut
-# CommonMark lets a backslash escape every ASCII punctuation character, and escaping all of them
-# also breaks GFM's bare-URL autolinks (`https\:`, `www\.`), emails (`\@`), Streamlit's
-# `:color[...]` directives and LaTeX `$`.
-_ESCAPE = {c: "\\" + c for c in string.punctuation}
+# What can make markup inside a line (a value never starts a line of its own: newlines are written
+# out by `visible`): code, emphasis, links and images (`[`), autolinks (`<`, `https:`, `a@b`,
+# `www.`), HTML tags and entities, headings, tables, strikethrough, LaTeX `$`, Streamlit's
+# `:color[...]` and `:emoji:` codes, and the backslash itself. An underscore inside a word is no
+# emphasis (CommonMark), so `vocab_size` stays readable; a line-start marker is escaped at the start.
+_MARKUP = re.compile(r"[\\`*\[\]<>#|~$&:@]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|(?<=[wW]{3})\.|^[-+=]|(?<=^\d)[.)]"
+                     r"|(?<=^\d\d)[.)]")
 
 
 def short(text: str, limit: int = LIMIT) -> str:
@@ -41,8 +44,8 @@ def _code(c: str) -> str:
 
 
 def escape_markdown(text: str) -> str:
-    """Every ASCII punctuation character backslash-escaped: Markdown and HTML show as typed."""
-    return "".join(_ESCAPE.get(c, c) for c in text)
+    """Every character that could start markup backslash-escaped: Markdown and HTML show as typed."""
+    return _MARKUP.sub(lambda m: "\\" + m.group(0), text)
 
 
 def plain(value, limit: int = LIMIT) -> str:
