@@ -66,7 +66,7 @@ with st.expander("Save or load a trained model"):
     try:
         if upload is not None and st.session_state.get("encdec.loaded_upload") != upload.file_id:
             st.session_state["encdec.loaded_upload"] = upload.file_id
-            model, spec = toy.from_zip(upload.getvalue(), f"{upload.name!r}")
+            model, spec = toy.from_zip(upload.getvalue(), "the uploaded zip", server.limits().max_model_bytes)
             st.session_state[RESULT] = {"model": model, "spec": spec, "losses": [], "snapshots": [], "seconds": None,
                                         "accuracy": toy.exact_match(model, spec, n=500)}
         if st.button("Load folder", key="encdec.load", disabled=not folder.strip()):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,12 @@ def use_random(at: AppTest, preset: str = "tiny", **fields) -> None:
         widget(key=f"sidebar.{name}").set_value(value)
     at.run()
     assert not at.exception, at.exception
+
+
+def as_shown(markdown: str) -> str:
+    """An element's Markdown source as the reader sees it: echoed values are escaped (ui.text.plain),
+    and a backslash-escaped character shows as itself."""
+    return re.sub(r"\\(.)", r"\1", markdown)
 
 
 def decode(value):

@@ -42,7 +42,7 @@ PAGES: dict[str, Page] = {
     "shapes": Page(),
     "logit_lens": Page(),
     "why": Page(views=(*(({"why.tab": t}, 0 if t in ("Intervene", "MLP neurons") else 1) for t in WHY_TABS),  # tables
-                       ({"why.clean": "a b c a b", "why.corrupt": "b c a b c", "why.answer": "c", "why.wrong": "a"},
+                       ({"why.tab": "Activation patching", "why.clean": "a b c a b", "why.corrupt": "b c a b c", "why.answer": "c", "why.wrong": "a"},
                         2))),  # the patching tab with answers every byte-level vocabulary has as one token
     "next_token": Page(),
     "generate": Page(views=(({}, 0),), press="gen.run", setup={"gen.max_new": 3}),

@@ -30,7 +30,7 @@ def resolve_allowed(path: str | Path, roots: Iterable[str | Path], base: str | P
     roots = list(roots)
     allowed = [Path(r).expanduser().resolve() for r in roots]
     names = list(shown) if shown is not None else [str(r) for r in roots]
-    refusal = ValueError(f"{short(given)!r} is not inside a model folder this server allows "
+    refusal = ValueError(f"{short(given, 200)!r} is not inside a model folder this server allows "
                          f"({', '.join(names) or 'none'}); put the model in one of those "
                          "folders, or start the app with its folder allowed (README, 'Running for a class')")
     if not given or "\0" in given:
