@@ -41,9 +41,12 @@ PAGES: dict[str, Page] = {
     "norms": Page(views=(({}, 4),)),
     "shapes": Page(),
     "logit_lens": Page(),
-    "why": Page(views=(*(({"why.tab": t}, 0 if t in ("Intervene", "MLP neurons") else 1) for t in WHY_TABS),  # tables
-                       ({"why.tab": "Activation patching", "why.clean": "a b c a b", "why.corrupt": "b c a b c", "why.answer": "c", "why.wrong": "a"},
-                        2))),  # the patching tab with answers every byte-level vocabulary has as one token
+    # Intervene and MLP neurons draw tables until parts are picked; the patching example may not fit a
+    # small vocabulary (an info says so), so the last view types answers every byte-level one has.
+    "why": Page(views=(*(({"why.tab": t}, 1 if t in ("Attribution", "Attribution vs ablation", "Contribution graph")
+                          else 0) for t in WHY_TABS),
+                       ({"why.tab": "Activation patching", "why.clean": "a", "why.corrupt": "b",
+                         "why.answer": "c", "why.wrong": "d"}, 2))),  # one byte: one token everywhere
     "next_token": Page(),
     "generate": Page(views=(({}, 0),), press="gen.run", setup={"gen.max_new": 3}),
     "encdec": Page(views=(({}, 0),), model_free=True),
