@@ -92,3 +92,12 @@ def test_zip_members_are_bounded_before_they_are_decompressed():
     with pytest.raises(ValueError, match="larger than this server takes") as e:
         toy.from_zip(buf.getvalue(), max_bytes=1_000_000)
     assert "5,000,000" not in str(e.value) and "5000000" not in str(e.value)
+
+
+def test_a_one_token_context_is_refused_in_the_users_words():
+    from tfm.generation.generate import prepare_prompt
+    lm = tfm.load('random:{"preset":"tiny","config":{"context_length":1}}')
+    with pytest.raises(ValueError, match="context holds 1 token: no room") as e:
+        prepare_prompt(lm, "hello", room=1)
+    assert "room=" not in str(e.value)
+    assert prepare_prompt(lm, "hello", room=0).ids  # a view of the prompt alone still works
