@@ -3,6 +3,7 @@ import streamlit as st
 
 from tfm import analysis
 from ui import sidebar, state
+from ui.text import plain
 from ui.nav import SECTIONS
 
 REPEATED = ("The little dog ran to the big red barn and hid under the hay. "
@@ -30,7 +31,7 @@ st.markdown("Type a prompt in the sidebar and look at what a real GPT-style mode
 lm, spec, device = state.active_model()
 if lm is not None:
     c = lm.config
-    st.markdown(f"**Running:** {state.describe_spec(spec)}: {c.n_layer} layers, {c.n_head} heads of size "
+    st.markdown(f"**Running:** {plain(state.describe_spec(spec), 160)}: {c.n_layer} layers, {c.n_head} heads of size "
                 f"{c.d_head}, d_model {c.d_model}, context {c.context_length} tokens, vocabulary "
                 f"{c.vocab_size:,}, {lm.model.num_params():,} parameters, on `{lm.device}`.")
     settings = analysis.probe_settings(lm)   # what head_table runs; None: the context is too short

@@ -13,7 +13,7 @@ import pytest
 
 import tfm
 from tfm.analysis import attribution
-from tfm.core.plain import escape_markdown, plain, short, visible
+from tfm.core.plain import ZWSP, escape_markdown, plain, short, visible
 from tfm.loaders.paths import resolve_allowed
 from tfm.viz.sampling import TEMPERATURES, nearest_temperature
 
@@ -23,7 +23,8 @@ HOSTILE = ["[Log in again](https://example.com/login)", "![x](http://host/pixel.
 
 
 def unescape(text: str) -> str:
-    return re.sub(r"\\(.)", r"\1", text)
+    """What the reader sees (the zero-width spaces that break autolinks are invisible)."""
+    return re.sub(r"\\(.)", r"\1", text).replace(ZWSP, "")
 
 
 @pytest.mark.parametrize("value", HOSTILE)
@@ -31,7 +32,7 @@ def test_plain_shows_the_value_as_typed_with_no_markup_left(value):
     out = plain(value)
     assert unescape(out) == value                       # what the reader sees is what was typed
     bare = re.sub(r"\\.", "", out)                      # what Markdown could still act on
-    for markup in ("](", "<img", "<http", "https:", "http:", "www.", "@", "`", "*", "$", ":", "[", "<", "&", "|"):
+    for markup in ("](", "<img", "<http", "://", "www.", "@", "`", "*", "$", ":", "[", "<", "&", "|"):
         assert markup not in bare, (value, out, markup)
     assert not re.match(r"[#>+=-]|\d+[.)]", bare), out   # no block marker at the start
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 
 import streamlit as st
 import torch
@@ -47,8 +48,9 @@ def describe_spec(spec: str) -> str:
         return f"the model setting {spec[:40]!r}"
     if parsed.kind == "default":
         return "bundled default model"
-    if parsed.kind == "folder":
-        return f"model folder {parsed.path}"
+    if parsed.kind == "folder":  # a folder inside the app as the app sees it, not its install path
+        folder = Path(parsed.path)
+        return f"model folder {folder.relative_to(server.APP_ROOT) if folder.is_relative_to(server.APP_ROOT) else folder}"
     c = parsed.config
     return (f"random model ({parsed.preset or 'custom'}: {c.n_layer} layers, d_model {c.d_model}, {c.n_head} heads, "
             f"{c.pos_encoding}, {c.norm}, {c.norm_placement}-norm, {c.activation}; seed {parsed.seed})")

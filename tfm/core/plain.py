@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["plain", "short", "visible", "escape_markdown", "LIMIT"]
+__all__ = ["plain", "short", "visible", "escape_markdown", "LIMIT", "ZWSP"]
 
 LIMIT = 80  # characters of a value shown before it is cut
 # What can make markup inside a line (a value never starts a line of its own: newlines are written
@@ -20,6 +20,10 @@ LIMIT = 80  # characters of a value shown before it is cut
 # `www.`), HTML tags and entities, headings, tables, strikethrough, LaTeX `$`, Streamlit's
 # `:color[...]` and `:emoji:` codes, and the backslash itself. An underscore inside a word is no
 # emphasis (CommonMark), so `vocab_size` stays readable; a line-start marker is escaped at the start.
+# GFM turns bare URLs and emails into links after parsing, in the text itself (escapes do not stop
+# it): a zero-width space inside `https://`, `www.` and before `@` does (the text reads the same).
+_AUTOLINK = re.compile(r"(?<=:)(?=//)|(?<=[wW]{3})(?=\.)|(?<=[\w.+-])(?=@)")
+ZWSP = "\u200b"
 _MARKUP = re.compile(r"[\\`*\[\]<>#|~$&:@]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|(?<=[wW]{3})\.|^[-+=]|(?<=^\d)[.)]"
                      r"|(?<=^\d\d)[.)]")
 
@@ -44,8 +48,9 @@ def _code(c: str) -> str:
 
 
 def escape_markdown(text: str) -> str:
-    """Every character that could start markup backslash-escaped: Markdown and HTML show as typed."""
-    return _MARKUP.sub(lambda m: "\\" + m.group(0), text)
+    """Every character that could start markup backslash-escaped and bare URLs and emails broken
+    by a zero-width space: Markdown and HTML show as typed, and nothing becomes a link."""
+    return _MARKUP.sub(lambda m: "\\" + m.group(0), _AUTOLINK.sub(ZWSP, text))
 
 
 def plain(value, limit: int = LIMIT) -> str:
