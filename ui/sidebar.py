@@ -164,7 +164,8 @@ def _choose_model() -> None:
     else:
         found = state.found_model_folders()
         if found:
-            st.selectbox("Found folders", [""] + found, key="sidebar.found", on_change=_use_found_folder)
+            st.selectbox("Found folders", [""] + found, key="sidebar.found", on_change=_use_found_folder,
+                         format_func=state.shown_folder)  # named as the app sees them, not by install path
         folder = st.text_input("Folder (tfm; Hugging Face GPT-2, Llama, Qwen2, Mistral or GPT-NeoX; nanoGPT ckpt.pt)",
                                **state.keep("sidebar.folder"))
         if folder.strip():

@@ -48,12 +48,19 @@ def describe_spec(spec: str) -> str:
         return f"the model setting {spec[:40]!r}"
     if parsed.kind == "default":
         return "bundled default model"
-    if parsed.kind == "folder":  # a folder inside the app as the app sees it, not its install path
-        folder = Path(parsed.path)
-        return f"model folder {folder.relative_to(server.APP_ROOT) if folder.is_relative_to(server.APP_ROOT) else folder}"
+    if parsed.kind == "folder":
+        return f"model folder {shown_folder(parsed.path)}"
     c = parsed.config
     return (f"random model ({parsed.preset or 'custom'}: {c.n_layer} layers, d_model {c.d_model}, {c.n_head} heads, "
             f"{c.pos_encoding}, {c.norm}, {c.norm_placement}-norm, {c.activation}; seed {parsed.seed})")
+
+
+def shown_folder(path: str) -> str:
+    """A folder inside the app as the app sees it ("assets/models/default"), not by its install
+    path; any other as given (the user typed it)."""
+    folder = Path(path)
+    return str(folder.relative_to(server.APP_ROOT)) if folder.is_absolute() and folder.is_relative_to(server.APP_ROOT) \
+        else path
 
 
 def _prompts_budget() -> int:
