@@ -4,13 +4,14 @@ from pathlib import Path
 import streamlit as st
 
 from ui import server
+from ui.text import message
 from ui.nav import SECTIONS
 
 st.set_page_config(page_title="tfm: see inside a transformer", page_icon="🔍", layout="wide")
 try:  # the owner's flags (`python -m ui.server --help`) and TFM_* environment variables
     server.settings()
 except ValueError as e:
-    st.error(f"The server's settings are wrong: {e}")
+    st.error(f"The server's settings are wrong: {message(e)}")
     st.stop()
 
 ROOT = Path(__file__).resolve().parent

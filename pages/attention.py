@@ -40,7 +40,7 @@ def _open_from_table(n_head: int) -> None:
 def _picker(label: str, key: str, n: int, disabled: bool = False) -> int:
     """A 0..n-1 slider (clamped first: links and other models may hold any number);
     select_slider because st.slider refuses min == max (one layer or one head)."""
-    st.session_state[key] = min(max(int(st.session_state.get(key, 0)), 0), n - 1)
+    state.clamp_int(key, 0, n - 1, 0, label)
     return st.select_slider(label, list(range(n)), disabled=disabled, **state.keep(key))
 
 

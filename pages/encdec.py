@@ -6,6 +6,7 @@ from tfm.teach import toy
 from tfm.core import trace_read
 from tfm.loaders.limits import check_count
 from ui import charts, server, sidebar, state
+from ui.text import message
 from tfm.viz import encdec as fig_encdec
 
 sidebar.render()
@@ -49,7 +50,7 @@ if train_clicked:
     try:  # the widget's bounds are the browser's; the server checks again
         check_count("training steps", steps, max_steps)
     except ValueError as e:
-        st.error(f"Not trained: {e}.")
+        st.error(f"Not trained: {message(e)}.")
         st.stop()
     with server.heavy("training"):
         st.session_state[RESULT] = train_here(toy.ToySpec(task), steps)
@@ -65,7 +66,7 @@ with st.expander("Save or load a trained model"):
     try:
         if upload is not None and st.session_state.get("encdec.loaded_upload") != upload.file_id:
             st.session_state["encdec.loaded_upload"] = upload.file_id
-            model, spec = toy.from_zip(upload.getvalue(), f"{upload.name!r}")
+            model, spec = toy.from_zip(upload.getvalue(), "the uploaded zip", server.limits().max_model_bytes)
             st.session_state[RESULT] = {"model": model, "spec": spec, "losses": [], "snapshots": [], "seconds": None,
                                         "accuracy": toy.exact_match(model, spec, n=500)}
         if st.button("Load folder", key="encdec.load", disabled=not folder.strip()):
@@ -73,7 +74,7 @@ with st.expander("Save or load a trained model"):
             st.session_state[RESULT] = {"model": model, "spec": spec, "losses": [], "snapshots": [], "seconds": None,
                                         "accuracy": toy.exact_match(model, spec, n=500)}
     except (ValueError, FileNotFoundError, OSError) as e:
-        st.error(f"Could not load that model: {e}")
+        st.error(f"Could not load that model: {message(e)}")
 
 res = st.session_state.get(RESULT)
 if res is None:
@@ -95,7 +96,7 @@ text = st.text_input(f"Digits ({spec.min_len}-{spec.max_len} were trained; 1-{sp
 try:
     batch = toy.make_batch(spec, [toy.encode_digits(text.strip())])
 except ValueError as e:
-    st.error(f"{e}. Type 1 to {spec.max_len} digits.")
+    st.error(f"{message(e)}. Type 1 to {spec.max_len} digits.")
     st.stop()
 with torch.inference_mode():
     answer, written, trace = toy.answer_trace(model, batch)

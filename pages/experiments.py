@@ -7,6 +7,7 @@ from tfm.loaders.limits import check_count
 from tfm.teach.toy import torch_threads
 from tfm.viz import experiments as fx
 from ui import charts, server, sidebar, state
+from ui.text import message
 
 sidebar.render()
 state.restore("exp.res_layers", "exp.depth", "exp.causal", "exp.n_pad", "exp.d_model", "exp.n_head")
@@ -109,7 +110,7 @@ def heads_section() -> None:
         check_count("heads", int(n_head), 64)
         res = compute(ex.head_split_shapes, int(d_model), int(n_head))
     except ValueError as e:
-        st.error(f"{e}. Try n_head = 1, 2, 4 or 8 with d_model = 64.")
+        st.error(f"{message(e)}. Try n_head = 1, 2, 4 or 8 with d_model = 64.")
         return
     table = pd.DataFrame([{"tensor": s["name"], "shape": " × ".join(map(str, s["shape"])),
                            "axes": ", ".join(s["axes"]), "what happens": s["what"]} for s in res["steps"]])

@@ -15,6 +15,7 @@ from tfm.viz import sampling as fs
 from ui import server, sidebar, state
 from ui import gen_views
 from ui.gen_chat import chat_controls
+from ui.text import message
 from ui.gen_views import GenPage, compare, cache_speed, run_all, show_texts, step_views, usable
 
 KEYS = ("gen.max_new", "gen.temperature", "gen.top_k", "gen.top_p", "gen.n_samples", "gen.use_cache",
@@ -35,10 +36,10 @@ prompt = ss["sidebar.prompt"] if chat is None else chat.ids
 try:
     info = prepare_prompt(lm, prompt)
 except ValueError as e:
-    st.error(f"This prompt cannot be used: {e}")
+    st.error(f"This prompt cannot be used: {message(e)}")
     st.stop()
 if info.notice:
-    st.warning(f"Prompt: {info.notice}.")
+    st.warning(f"Prompt: {message(info.notice)}.")
 ctx = lm.config.context_length
 max_new_limit = server.limits().max_new_tokens  # the server's cap: long runs are slow on a CPU, shared
 cap = max(1, min(max_new_limit, ctx - len(info.ids)))
@@ -69,7 +70,7 @@ st.caption(f"At most **{cap}** new tokens here ({why}). Seed {seed} (sidebar); t
 try:  # widgets cannot produce bad values; anything else is still refused politely
     settings = SamplingSettings(temperature, int(top_k), float(top_p))
 except ValueError as e:
-    st.error(f"These sampling settings cannot be used: {e}")
+    st.error(f"These sampling settings cannot be used: {message(e)}")
     st.stop()
 g = GenPage(lm, (spec, device), prompt, info, seed, int(max_new), settings, chat.stop_ids if chat else frozenset())
 
@@ -84,7 +85,7 @@ def generation() -> dict | None:
         try:  # the server's bounds, whatever the widgets sent
             check_generation(lm.config, server.limits(), len(info.ids), int(max_new), int(n_samples))
         except ValueError as e:
-            st.error(f"Not generated: {e}.")
+            st.error(f"Not generated: {message(e)}.")
             return None
         ss["gen.last"] = {}
         with gen_views.generation_slot(use_cache):  # batched rows take no heavy slot

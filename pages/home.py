@@ -4,6 +4,7 @@ import streamlit as st
 from tfm import analysis
 from tfm.loaders.packaged import SMOLLM2_INSTALL, smollm2_path
 from ui import sidebar, state
+from ui.text import plain
 from ui.nav import SECTIONS
 
 REPEATED = ("The little dog ran to the big red barn and hid under the hay. "
@@ -41,7 +42,7 @@ elif smollm2_path() is None:
     st.caption(f"A real pretrained model (SmolLM2-135M-Instruct, 98 MB) is one command away: `{SMOLLM2_INSTALL}`.")
 if lm is not None:
     c = lm.config
-    st.markdown(f"**Running:** {state.describe_spec(spec)}: {c.n_layer} layers, {c.n_head} heads of size "
+    st.markdown(f"**Running:** {plain(state.describe_spec(spec), 160)}: {c.n_layer} layers, {c.n_head} heads of size "
                 f"{c.d_head}, d_model {c.d_model}, context {c.context_length} tokens, vocabulary "
                 f"{c.vocab_size:,}, {lm.model.num_params():,} parameters, on `{lm.device}`.")
     settings = analysis.probe_settings(lm)   # what head_table runs; None: the context is too short

@@ -11,8 +11,17 @@ from tfm.generation.generate import n_words as n_words_of
 from tfm.generation.sampling import SamplingSettings, next_token, usable_settings
 from tfm.viz import sampling as fs
 from ui import charts, sidebar, state
+from ui.text import message, plain
 
 KEYS = ("next.temperature", "next.top_k", "next.top_p", "next.count")
+
+
+def same_number(a, b) -> bool:
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError, OverflowError):
+        return False
+
 
 sidebar.render()
 st.title("Next-token sampling")
@@ -26,11 +35,17 @@ state.restore(*KEYS)
 state.url_init("next.temperature", "t", float)
 state.url_init("next.top_k", "top_k", int)
 state.url_init("next.top_p", "top_p", float)
+raw = (ss.get("next.temperature", 1.0), ss.get("next.top_k", 0), ss.get("next.top_p", 1.0))
 try:
-    s0 = usable_settings(ss.get("next.temperature", 1.0), ss.get("next.top_k", 0), ss.get("next.top_p", 1.0), n_words)
+    s0 = usable_settings(*raw, n_words)
 except ValueError:
     s0 = SamplingSettings()
 ss["next.temperature"], ss["next.top_k"], ss["next.top_p"] = fs.nearest_temperature(s0.temperature), s0.top_k, s0.top_p
+moved = [f"{name} {plain(r)} → {v:g}" for name, r, v in zip(("temperature", "top-k", "top-p"), raw,
+                                                            (ss["next.temperature"], ss["next.top_k"], ss["next.top_p"]))
+         if not same_number(r, v)]
+if moved:
+    st.info("Moved to what the controls offer: " + "; ".join(moved) + ".")
 ss.setdefault("next.count", 20)
 
 c1, c2, c3, c4 = st.columns([4, 2, 3, 2])
@@ -49,7 +64,7 @@ try:  # the widgets cannot produce bad values, but settings from elsewhere are c
     settings = SamplingSettings(t, int(k), float(p))
     bd = next_token(run.trace.logits_at(-1), settings, n_words)
 except ValueError as e:
-    st.error(f"These sampling settings cannot be used: {e}")
+    st.error(f"These sampling settings cannot be used: {message(e)}")
     st.stop()
 
 st.caption(f"What the model predicts after the last prompt token. Temperature, then top-k, then top-p "

@@ -6,6 +6,7 @@ from tfm.analysis import norms as tfm_norms
 from tfm.analysis import layer_summaries
 from tfm.viz import norms as fn
 from ui import charts, sidebar, state
+from ui.text import message
 
 
 def _depth(lm, placement: str, norm: str, n_layer: int, ids: tuple, seed: int) -> tfm_norms.DepthNorms:
@@ -162,7 +163,7 @@ try:
                                    "norms.depth", _depth, run.spec, run.device, p, norm_kind, n_layer, ids, seed)
         results[f"{p}-norm (loss {res.loss:.3f})"] = res
 except ValueError as e:
-    st.warning(f"{e}. This comparison needs at least two tokens in the prompt.")
+    st.warning(f"{message(e)}. This comparison needs at least two tokens in the prompt.")
 if results:
     left, right = st.columns(2)
     charts.show(fn.depth_lines(results, "resid_norm", "Activation norm per block (log scale)",

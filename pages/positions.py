@@ -5,6 +5,7 @@ import streamlit as st
 from tfm.analysis import positions
 from tfm.viz import positions as fp
 from ui import charts, sidebar, state
+from ui.text import message
 
 sidebar.render()
 st.title("Positional encodings")
@@ -87,7 +88,7 @@ try:
                                  lambda lm, ids, s: positions.permutation_check(lm.model, ids, s),
                                  run.spec, run.device, run.ids, seed)
 except ValueError as e:
-    st.warning(f"{e}. The check needs at least two tokens.")
+    st.warning(f"{message(e)}. The check needs at least two tokens.")
     check = None
 if check is not None:
     fmt = lambda v: "no positions in this model" if v is None else f"{v:.2e}"  # noqa: E731

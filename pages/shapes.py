@@ -7,6 +7,7 @@ from tfm.analysis import shapes as tfm_shapes
 from tfm.analysis import param_counts
 from tfm.viz import shapes as fs
 from ui import charts, sidebar, state
+from ui.text import message
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -111,7 +112,7 @@ try:
                           d_model=int(heads) * group * cfg.d_head, context_length=max(cfg.context_length, int(ctx)))
     kv = tfm_shapes.kv_cache_bytes(what_if, int(ctx), DTYPES[dtype], int(kv_batch))
 except ValueError as e:
-    st.warning(f"That combination is not a valid model: {e}")
+    st.warning(f"That combination is not a valid model: {message(e)}")
 else:
     m = st.columns(3)
     m[0].metric("By the formula", _mb(kv.formula), help=f"{kv.formula:,} bytes")

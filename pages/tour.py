@@ -12,6 +12,7 @@ from tfm.teach.tour import Focus, tour
 from ui import charts
 from tfm.viz import tour as ft
 from ui import sidebar, state
+from ui.text import message, plain
 
 ss = st.session_state
 sidebar.render()
@@ -24,8 +25,9 @@ state.url_init("tour.present", "present", lambda v: v in ("1", "true", "True"))
 state.url_init("tour.step", "step")
 for key, param in (("tour.pos", "pos"), ("tour.layer", "layer"), ("tour.head", "head")):
     state.url_init(key, param, int)
-for key, top, default in (("tour.pos", n - 1, n - 1), ("tour.layer", cfg.n_layer - 1, 0), ("tour.head", cfg.n_head - 1, 0)):
-    ss[key] = min(max(int(ss.get(key, default)), 0), top)
+for key, top, default, what in (("tour.pos", n - 1, n - 1, "Position"), ("tour.layer", cfg.n_layer - 1, 0, "Block"),
+                                ("tour.head", cfg.n_head - 1, 0, "Head")):
+    state.clamp_int(key, 0, top, default, what)
 
 present = st.toggle("Presentation mode", key="tour.present",
                     help="Large type, no sidebar, one step per screen. ← and → move between steps.")
@@ -44,13 +46,13 @@ try:
     settings = SamplingSettings(ss.get("next.temperature", 1.0), int(ss.get("next.top_k", 0)),
                                 float(ss.get("next.top_p", 1.0)))
 except (TypeError, ValueError) as e:
-    st.error(f"The sampling settings from the Next-token page cannot be used: {e}")
+    st.error(f"The sampling settings from the Next-token page cannot be used: {message(e)}")
     st.stop()
 steps = tour(run.lm, run.trace, run.ids, run.labels, Focus(pos, layer, head), settings, int(ss["sidebar.seed"]))
 keys = [s.key for s in steps]
 if ss.get("tour.step") not in keys:
     if "tour.step" in ss:
-        st.warning(f"There is no step {ss['tour.step']!r}; starting at the first.")
+        st.warning(f"There is no step {plain(repr(ss['tour.step']))}; starting at the first.")
     ss["tour.step"] = keys[0]
 
 

@@ -7,12 +7,11 @@ from tfm.analysis import attribution, patching
 from tfm.viz import why as fw
 from ui import charts, sidebar, state
 from ui import why_panels as wp
+from ui.text import message
 
 TABS = ["Attribution", "Attribution vs ablation", "Intervene", "MLP neurons", "Activation patching",
         "Contribution graph", "SAE features"]
-DEFAULTS = {"why.clean": "Lily gave the ball to Tom. Then Tom gave it to",
-            "why.corrupt": "Tom gave the ball to Lily. Then Lily gave it to",
-            "why.answer": " Lily", "why.wrong": " Tom", "why.token": "", "why.versus": ""}
+DEFAULTS = {**wp.PATCH_EXAMPLE, "why.token": "", "why.versus": ""}
 # A pretrained model knows the classic name-swap (indirect object identification) pair.
 REAL_DEFAULTS = {"why.clean": "When Mary and John went to the store, John gave a drink to",
                  "why.corrupt": "When Mary and John went to the store, Mary gave a drink to",
@@ -32,14 +31,17 @@ sidebar.render()
 st.title("Why this token?")
 run = state.current_run()
 cfg, tok, n_tok = run.lm.config, run.lm.tokenizer, len(run.ids)
+words = attribution.n_words(run.lm)  # ids that are tokens (a padded vocabulary has more rows)
 L, H = cfg.n_layer, cfg.n_head
 URL = (("why.pos", "pos", int), ("why.token", "token", str), ("why.versus", "vs", str), ("why.tab", "tab", str),
        ("why.clean", "clean", str), ("why.corrupt", "corrupt", str), ("why.answer", "answer", str),
        ("why.wrong", "wrong", str))
-for key, param, cast in URL:
-    state.url_init(key, param, cast)
+for key, param, cast in URL:  # the patching prompts are cut (with a word) by their panel
+    state.url_init(key, param, cast, None if param in ("clean", "corrupt") else state.LINK_VALUE_CHARS)
 for k, v in (DEFAULTS | (REAL_DEFAULTS if run.spec == "smollm2" else {})).items():
     st.session_state.setdefault(k, v)
+for key, what in (("why.token", "token to explain"), ("why.versus", "versus token")):
+    state.cap_text(key, what, state.LINK_VALUE_CHARS)  # typed or pasted: one token is never this long
 if st.session_state.get("why.tab") not in TABS:  # links may hold anything
     st.session_state["why.tab"] = TABS[0]
 ss = st.session_state
@@ -47,7 +49,7 @@ if ss.get("why.pos_ids") != run.ids:  # a new prompt (or model): explain its las
     if ss.get("why.pos_ids") is not None or "why.pos" not in ss:
         ss["why.pos"] = n_tok - 1
     ss["why.pos_ids"] = run.ids
-ss["why.pos"] = min(max(int(ss.get("why.pos", n_tok - 1)), 0), n_tok - 1)  # links may hold any number
+state.clamp_int("why.pos", 0, n_tok - 1, n_tok - 1, "Position")  # links may hold any number
 
 c1, c2, c3 = st.columns([2, 2, 2])
 pos = c1.number_input("Position (the token after it is explained)", 0, n_tok - 1, key="why.pos")
@@ -55,16 +57,16 @@ token_text = c2.text_input("Explain token (empty: the top prediction)", key="why
 versus_text = c3.text_input("…versus token (optional: logit difference)", key="why.versus")
 state.url_set(pos=pos, token=token_text, vs=versus_text)
 try:
-    token = attribution.token_id(tok, token_text, cfg.vocab_size) if token_text else None
-    versus = attribution.token_id(tok, versus_text, cfg.vocab_size) if versus_text else None
+    token = attribution.token_id(tok, token_text, words) if token_text else None
+    versus = attribution.token_id(tok, versus_text, words) if versus_text else None
     attr = state.derived("why.direct", lambda lm, ids, p, t, v: attribution.direct(lm, ids, p, t, v, run.trace),
                          run.spec, run.device, run.ids, pos, token, versus)
 except ValueError as e:
-    st.error(str(e))
+    st.error(message(e))
     st.stop()
 piece = tok.display_piece(attr.token)
 what = f"logit({piece!r})" + (f" − logit({tok.display_piece(attr.versus)!r})" if attr.versus is not None else "")
-top_piece = tok.display_piece(int(run.trace.logits_at(pos).argmax()))
+top_piece = tok.display_piece(int(run.trace.logits_at(pos)[:words].argmax()))
 st.markdown(f"After **{fw.md(run.labels[pos])}** the model's top prediction is **{fw.md(repr(top_piece))}**. "
             f"Explaining {fw.md(what)} = **{attr.target:.4f}**.")
 st.caption(f"Direct logit attribution: the stream before the final norm is a sum of what every part wrote; with "

@@ -38,7 +38,7 @@ def test_every_path_outside_gets_the_same_message(tree):
     messages = {refusal(p, roots) for p in probes}
     assert len(messages) == 1, messages
     msg = messages.pop()
-    assert "is not inside a model folder this server allows" in msg and str((tree / "root").resolve()) in msg
+    assert "is not inside a model folder this server allows" in msg and str(tree / "root") in msg  # as given
 
 
 def test_dotdot_and_symlinks_cannot_escape(tree):

@@ -121,8 +121,17 @@ def heavy(what: str, quiet: bool = False):
 
 
 def allowed_folder(path: str) -> Path:
-    """A typed or linked folder, resolved, if inside the allowed roots; else one ValueError."""
-    return resolve_allowed(path, settings().model_roots)
+    """A typed or linked folder, resolved, if inside the allowed roots; else one ValueError that
+    names the roots as `root_names` does (never the server's install paths)."""
+    roots = settings().model_roots
+    return resolve_allowed(path, roots, shown=root_names(roots))
+
+
+def root_names(roots) -> list[str]:
+    """The allowed folders as a student may read them: relative to the app when inside it
+    ("assets/models"), else by the folder's name ("models folder 'class-models'")."""
+    return [str(r.relative_to(APP_ROOT)) if r.is_relative_to(APP_ROOT) else f"the server's folder {r.name!r}"
+            for r in roots]
 
 
 if __name__ == "__main__":  # `python -m ui.server --help`: every flag; with flags: the settings they give

@@ -16,6 +16,7 @@ from tfm.loaders.packaged import SMOLLM2_INSTALL, smollm2_path
 from tfm.loaders.spec import ModelSpec, format_spec, parse_spec
 
 from ui import server, state
+from ui.text import message, plain
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 DEFAULT_PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play with her ball. One day, Lily"
@@ -33,7 +34,7 @@ FLOATS = {"rope_base": (1000.0, "%g", "RoPE's base θ (rope_theta): larger means
 FLAGS = {"bias": "biases", "qkv_bias": "q/k/v bias (Qwen2)", "tied_embeddings": "tied embeddings",
          "parallel_block": "parallel block (GPT-NeoX)"}
 FIELDS = (*VARIANTS, *SIZES, *FLOATS, *FLAGS)  # every config field the sidebar shows
-SIZE_MAX, SEED_MAX = 100_000, 2**31 - 1  # the widgets' bounds
+SIZE_MAX, SEED_MAX = 1_000_000, 2**31 - 1  # the widgets' bounds (Qwen2.5 has 151,936 tokens; limits bound the cost)
 CUSTOM = "custom"  # the preset shown for a link's config that matches none
 
 
@@ -45,7 +46,7 @@ def _spec_from_url() -> None:
     try:
         spec = parse_spec(text)
     except ValueError as e:
-        st.warning(f"The link's model setting could not be read ({e}); using the default model.")
+        st.warning(f"The link's model setting could not be read ({message(e)}); using the default model.")
         return
     if spec.kind == "random":
         try:
@@ -54,14 +55,14 @@ def _spec_from_url() -> None:
                 tfm_limits.check_count(name, getattr(spec.config, name), SIZE_MAX)
             tfm_limits.check_count("seed", spec.seed, SEED_MAX, low=0)
         except ValueError as e:
-            st.error(f"The link's random model was not built: {e}. Showing the default model.")
+            st.error(f"The link's random model was not built: {message(e)}. Showing the default model.")
             return
         _show_random(spec)
     elif spec.kind == "folder":
         try:
             server.allowed_folder(spec.path)
         except ValueError as e:
-            st.error(f"The link's model folder was not opened: {e}. Showing the default model.")
+            st.error(f"The link's model folder was not opened: {message(e)}. Showing the default model.")
             return
         st.session_state["sidebar.model_kind"] = "folder"
         st.session_state["sidebar.folder"] = spec.path
@@ -106,7 +107,7 @@ def _random_config() -> ModelConfig | None:
     try:
         cfg = base.replace(**fields)
     except ValueError as e:
-        st.error(f"Invalid model config: {e}")
+        st.error(f"Invalid model config: {message(e)}")
         return None
     return _within_limits(cfg)
 
@@ -128,7 +129,7 @@ def _within_limits(cfg: ModelConfig) -> ModelConfig | None:
     try:
         tfm_limits.check_model(cfg, server.limits())
     except ValueError as e:
-        st.error(f"Not built: {e}. Still showing the previous model.")
+        st.error(f"Not built: {message(e)}. Still showing the previous model.")
         return None
     return cfg
 
@@ -175,7 +176,8 @@ def _choose_model() -> None:
     else:
         found = st.session_state["app.found"] = state.found_model_folders()
         if found:
-            st.selectbox("Found models", [""] + list(found), key="sidebar.found", on_change=_use_found_folder)
+            st.selectbox("Found models", [""] + list(found), key="sidebar.found", on_change=_use_found_folder,
+                         format_func=state.shown_folder)  # named as the app sees them, not by install path
         folder = st.text_input("Folder or file (tfm; Hugging Face GPT-2, Llama, Qwen2, Mistral or GPT-NeoX; a .gguf "
                                "file or an Ollama manifest; nanoGPT ckpt.pt)", **state.keep("sidebar.folder"))
         if folder.strip():
@@ -209,27 +211,27 @@ def render() -> None:
     leave_legacy_pages_mode()
     state.restore(*PERSISTENT)
     _spec_from_url()
-    state.url_init("sidebar.prompt", "prompt")
+    state.url_init("sidebar.prompt", "prompt", max_chars=None)  # cut below, with a word
     state.url_init("sidebar.seed", "seed", int)
     state.url_init("sidebar.device", "device")
     st.session_state.setdefault("sidebar.model_kind", "smollm2" if state.default_model_spec() == "smollm2" else "default")
     st.session_state.setdefault("sidebar.prompt", REAL_PROMPT if st.session_state["sidebar.model_kind"] == "smollm2"
                                 else DEFAULT_PROMPT)
     max_chars = server.limits().max_prompt_chars
-    if len(st.session_state["sidebar.prompt"]) > max_chars:  # a link can carry any length
-        st.warning(f"The prompt had {len(st.session_state['sidebar.prompt']):,} characters; this server takes "
-                   f"at most {max_chars:,}: kept the first {max_chars:,}.")
-        st.session_state["sidebar.prompt"] = st.session_state["sidebar.prompt"][:max_chars]
+    # A link or a paste can carry any length: the widget has no max_chars (the browser would drop
+    # a longer paste without a word); it is cut here, before any work, and says so.
+    state.cap_text("sidebar.prompt", "prompt", max_chars)
     st.session_state.setdefault("sidebar.seed", 0)
     if not 0 <= st.session_state["sidebar.seed"] <= SEED_MAX:
-        st.warning(f"Ignored the link's seed={st.session_state['sidebar.seed']}: seeds go from 0 to {SEED_MAX:,}.")
+        st.warning(f"Ignored the link's seed={plain(st.session_state['sidebar.seed'])}: seeds go from 0 to "
+                   f"{SEED_MAX:,}.")
         st.session_state["sidebar.seed"] = 0
     if st.session_state.get("sidebar.device") not in available_devices():
         st.session_state["sidebar.device"] = available_devices()[-1]
     with st.sidebar:
         _choose_model()
         st.selectbox("Device", available_devices(), **state.keep("sidebar.device"))
-        st.text_area("Prompt", **state.keep("sidebar.prompt"), height=140, max_chars=max_chars,
+        st.text_area("Prompt", **state.keep("sidebar.prompt"), height=140,
                      help="Typed text is always plain text: '<|endoftext|>' here is not the control token.")
         st.number_input("Seed (sampling)", 0, SEED_MAX, **state.keep("sidebar.seed"))
     state.remember(*PERSISTENT)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 
 import streamlit as st
 import torch
@@ -28,6 +29,7 @@ from tfm.core.trace import Trace
 from ui import memory
 
 from ui import server
+from ui.text import message, plain
 
 
 def default_model_spec() -> str:
@@ -62,10 +64,18 @@ def describe_spec(spec: str) -> str:
     if parsed.kind == "smollm2":
         return "SmolLM2-135M-Instruct (smollm2)"
     if parsed.kind == "folder":
-        return f"model folder {parsed.path}"
+        return f"model folder {shown_folder(parsed.path)}"
     c = parsed.config
     return (f"random model ({parsed.preset or 'custom'}: {c.n_layer} layers, d_model {c.d_model}, {c.n_head} heads, "
             f"{c.pos_encoding}, {c.norm}, {c.norm_placement}-norm, {c.activation}; seed {parsed.seed})")
+
+
+def shown_folder(path: str) -> str:
+    """A folder inside the app as the app sees it ("assets/models/default"), not by its install
+    path; any other as given (the user typed it)."""
+    folder = Path(path)
+    return str(folder.relative_to(server.APP_ROOT)) if folder.is_absolute() and folder.is_relative_to(server.APP_ROOT) \
+        else path
 
 
 def _prompts_budget() -> int:
@@ -200,10 +210,10 @@ def active_model() -> tuple[tfm.LM | None, str, str]:
         st.session_state["app.good_model"] = (checked, device)
         return lm, checked, device
     except (ValueError, FileNotFoundError, OSError, KeyError) as e:
-        st.error(f"Could not load {describe_spec(spec)}: {e}")
+        st.error(f"Could not load {plain(describe_spec(spec), 160)}: {message(e)}")
         good = st.session_state.get("app.good_model")
         if good and good != (spec, device):
-            st.info(f"Still showing the previous model: {describe_spec(good[0])}.")
+            st.info(f"Still showing the previous model: {plain(describe_spec(good[0]), 160)}.")
             return load_lm(*good), good[0], good[1]
         return None, spec, device
 
@@ -219,12 +229,12 @@ def current_run(max_tokens: int | None = None) -> PromptRun:
         st.stop()
     info = prepare_prompt(lm, text[:server.limits().max_prompt_chars], room=0, max_tokens=max_tokens)
     if info.notice:
-        st.warning(f"Prompt: {info.notice}.")
+        st.warning(f"Prompt: {message(info.notice)}.")
     ids_t, dropped = info.ids, info.dropped
     try:
         tfm_limits.check_trace(lm.config, server.limits(), len(ids_t))
     except ValueError as e:
-        st.error(f"This prompt is too long to trace here: {e}.")
+        st.error(f"This prompt is too long to trace here: {message(e)}.")
         st.stop()
     notice = st.empty()
     if server.gate().busy():
@@ -291,17 +301,53 @@ def found_model_folders() -> dict[str, str]:
     return found
 
 
-def url_init(widget_key: str, param: str, cast=str) -> None:
-    """Seed a widget from the URL once per session, so shared links open the same view."""
+LINK_VALUE_CHARS = 200  # a link's setting other than a prompt: longer is refused unread
+
+
+def url_init(widget_key: str, param: str, cast=str, max_chars: int | None = LINK_VALUE_CHARS) -> None:
+    """Seed a widget from the URL once per session, so shared links open the same view. A value
+    longer than `max_chars` (None: no cap, the caller bounds it) is refused before it is read."""
     done = st.session_state.setdefault("app.url_loaded", set())
     if widget_key in done:
         return
     done.add(widget_key)
-    if param in st.query_params:
-        try:
-            st.session_state[widget_key] = cast(st.query_params[param])
-        except (TypeError, ValueError):
-            st.warning(f"Ignored the link's {param}={st.query_params[param]!r}: not a valid value.")
+    if param not in st.query_params:
+        return
+    raw = st.query_params[param]
+    if max_chars is not None and len(raw) > max_chars:
+        st.warning(f"Ignored the link's {plain(param)}: it has {len(raw):,} characters; this setting takes at "
+                   f"most {max_chars:,}.")
+        return
+    try:
+        st.session_state[widget_key] = cast(raw)
+    except (TypeError, ValueError, OverflowError):
+        st.warning(f"Ignored the link's {plain(param)}={plain(raw)}: not a valid value.")
+
+
+def cap_text(key: str, what: str, limit: int) -> None:
+    """A text field's value (typed, pasted or from a link) cut to `limit` characters before any
+    work, saying so in the sidebar prompt's words."""
+    text = st.session_state.get(key)
+    if isinstance(text, str) and len(text) > limit:
+        st.warning(f"The {what} had {len(text):,} characters; this server takes at most {limit:,}: "
+                   f"kept the first {limit:,}.")
+        st.session_state[key] = text[:limit]
+
+
+def clamp_int(key: str, low: int, high: int, default: int, what: str) -> int:
+    """An integer setting (a link's, or one remembered from another model) put inside [low, high];
+    a value outside, or not a whole number, is changed with a word saying to what."""
+    value = st.session_state.get(key, default)
+    try:
+        n = int(value) if not isinstance(value, bool) else default
+    except (TypeError, ValueError, OverflowError):  # NaN, inf, text
+        n = default
+    clamped = min(max(n, low), high)
+    if clamped != value:
+        st.info(f"{what} {plain(value)} is not available here (it goes from {low:,} to {high:,}): "
+                f"showing {clamped:,}.")
+    st.session_state[key] = clamped
+    return clamped
 
 
 def url_set(**params) -> None:

@@ -15,8 +15,13 @@ from tfm.analysis import features as FT
 from tfm.core import edits as E
 from tfm.viz import why as fw
 from ui import charts, state
+from ui.text import message
 
 PATCH_MAX_TOKENS = 128  # patching runs 1 + L*H + L*T rows: bound T before paying for them
+PATCH_EXAMPLE = {"why.clean": "Lily gave the ball to Tom. Then Tom gave it to",
+                 "why.corrupt": "Tom gave the ball to Lily. Then Lily gave it to",
+                 "why.answer": " Lily", "why.wrong": " Tom"}
+PATCH_MAX_CHARS = 2_000  # characters of a patching prompt, checked before tokenizing (128 tokens fit)
 GRAPH_WINDOW = 24       # positions drawn in the contribution graph
 
 
@@ -37,7 +42,9 @@ def compare(run, pos: int, token: int, heads=(), mlps=(), neurons=(), mode="zero
     args = (run.spec, run.device, run.ids, pos)
     before = state.derived("why.probs", next_probs, *args, (), (), (), "zero")
     after = state.derived("why.probs", next_probs, *args, tuple(heads), tuple(mlps), tuple(neurons), mode)
-    ids = list(dict.fromkeys(before.topk(8).indices.tolist() + after.topk(8).indices.tolist() + [token]))
+    words = attribution.n_words(run.lm)  # padded rows are no token: never listed
+    ids = list(dict.fromkeys(before[:words].topk(8).indices.tolist() + after[:words].topk(8).indices.tolist()
+                             + [token]))
     pieces = [run.lm.tokenizer.display_piece(i) for i in ids]
     c1, c2 = st.columns(2)
     c1.metric(f"p({fw.md(pieces[ids.index(token)])}) before", f"{float(before[token]):.4f}")
@@ -90,6 +97,11 @@ def patch_panel(run, n_layer: int) -> dict:
     st.caption("Run the **clean** prompt and the **corrupted** one; then, one at a time, copy a head's output "
                "or the residual stream at one layer and position from the clean run into the corrupted run. "
                "1 = that patch alone restores the clean answer, 0 = it changes nothing.")
+    for key, what, limit in (("why.clean", "clean prompt", PATCH_MAX_CHARS),
+                             ("why.corrupt", "corrupted prompt", PATCH_MAX_CHARS),
+                             ("why.answer", "answer token", state.LINK_VALUE_CHARS),
+                             ("why.wrong", "corrupted answer token", state.LINK_VALUE_CHARS)):
+        state.cap_text(key, what, limit)  # before any tokenizing
     c1, c2 = st.columns(2)
     clean = c1.text_input("Clean prompt", key="why.clean")
     corrupt = c2.text_input("Corrupted prompt (same number of tokens)", key="why.corrupt")
@@ -97,8 +109,8 @@ def patch_panel(run, n_layer: int) -> dict:
     wrong = c2.text_input("Answer token (corrupted)", key="why.wrong")
     state.url_set(clean=clean, corrupt=corrupt, answer=answer, wrong=wrong)
     try:
-        a_id = attribution.token_id(tok, answer, lm.config.vocab_size)
-        w_id = attribution.token_id(tok, wrong, lm.config.vocab_size)
+        a_id = attribution.token_id(tok, answer, attribution.n_words(lm))
+        w_id = attribution.token_id(tok, wrong, attribution.n_words(lm))
         c_ids, x_ids = tuple(tok.encode(clean)), tuple(tok.encode(corrupt))
         patching.same_length(tok, c_ids, x_ids)
         if not c_ids or len(c_ids) > min(PATCH_MAX_TOKENS, lm.config.context_length):
@@ -110,7 +122,11 @@ def patch_panel(run, n_layer: int) -> dict:
         res = state.derived("why.patch", lambda m, c, x, mt: patching.patch_prompts(m, c, x, mt),
                             run.spec, run.device, c_ids, x_ids, metric)
     except ValueError as e:
-        st.error(str(e))
+        if all(st.session_state.get(k) == v for k, v in PATCH_EXAMPLE.items()):  # untouched: no mistake made
+            st.info(f"The example does not fit this model's vocabulary ({message(e)}). Type a clean and a "
+                    "corrupted prompt whose answers are single tokens of this model.")
+        else:
+            st.error(message(e))
         return {}
     st.markdown(f"logit({fw.md(repr(answer))}) − logit({fw.md(repr(wrong))}): clean **{res.clean:.3f}**, corrupted **{res.corrupt:.3f}**.")
     charts.show(fw.head_heatmap(res.heads.numpy(), "Patching each head's output (all positions)",

@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import os
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,12 @@ def use_random(at: AppTest, preset: str = "tiny", **fields) -> None:
         widget(key=f"sidebar.{name}").set_value(value)
     at.run()
     assert not at.exception, at.exception
+
+
+def as_shown(markdown: str) -> str:
+    """An element's Markdown source as the reader sees it: echoed values are escaped (ui.text.plain),
+    and a backslash-escaped character shows as itself."""
+    return re.sub(r"\\(.)", r"\1", markdown).replace("\u200b", "")  # (zero-width: breaks autolinks)
 
 
 def decode(value):

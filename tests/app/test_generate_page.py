@@ -14,7 +14,7 @@ from tfm.generation.generate import prepare_prompt
 from tfm.viz import sampling as fs
 from ui import server, sidebar, state
 
-from tests.app.conftest import chart_by_title, decode, open_page
+from tests.app.conftest import as_shown, chart_by_title, decode, open_page
 
 PROMPT = sidebar.DEFAULT_PROMPT
 
@@ -126,7 +126,7 @@ def test_new_tokens_are_capped_and_a_full_context_prompt_is_cut_as_the_engine_sa
     at.text_area(key="sidebar.prompt").set_value(long).run()
     assert not at.exception, at.exception
     notice = prepare_prompt(lm, long).notice
-    assert notice and any(notice in w.value for w in at.warning)
+    assert notice and any(notice in as_shown(w.value) for w in at.warning)
     assert at.number_input(key="gen.max_new").max == 1 and at.number_input(key="gen.max_new").value == 1
     assert generate(at) == [[s.token_id for s in engine(1, 0.8, 0, 1.0, prompt=long)]]
 

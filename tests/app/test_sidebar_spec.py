@@ -9,7 +9,7 @@ from tfm.loaders.spec import format_spec, parse_spec, random_spec
 from ui import state
 from ui.sidebar import FIELDS
 
-from tests.app.conftest import APP, AppTest, use_random
+from tests.app.conftest import APP, AppTest, as_shown, use_random
 
 PROMPT = "Links carry the model."
 GPT2_SMALLER = dict(n_layer=2, d_model=64, n_head=4, n_kv_head=4, d_ff=256)  # GPT-2's shape, narrower
@@ -72,6 +72,6 @@ def test_a_bad_or_oversized_link_spec_says_why_and_opens_the_default():
                       ("random:{" + " " * 5000 + "}", "at most 4,096 are read"), ("nonsense", "is not known")):
         at = link(text)
         warnings = [w.value for w in at.warning if "The link's model setting could not be read" in w.value]
-        assert len(warnings) == 1 and why in warnings[0], [w.value for w in at.warning]
+        assert len(warnings) == 1 and why in as_shown(warnings[0]), [w.value for w in at.warning]
         assert at.radio(key="sidebar.model_kind").value == "default"
         assert at.session_state["app.model_spec"] == state.default_model_spec()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.model import GPT
+from ..core.plain import short
 from ..core.validate import check_int
 
 
@@ -48,6 +49,15 @@ class Attribution:
 
 def _model(lm) -> GPT:
     return lm.model if hasattr(lm, "model") else lm
+
+
+def n_words(lm) -> int:
+    """Ids that are tokens: the tokenizer's, or fewer output rows if the model has them. A padded
+    vocabulary (vocab_size above the tokenizer's, as nanoGPT's 50304) has rows that are no token:
+    they are never explained, compared or listed (as sampling and the lens mask them)."""
+    model = _model(lm)
+    tok = getattr(lm, "tokenizer", None)
+    return model.config.vocab_size if tok is None else min(tok.vocab_size, model.config.vocab_size)
 
 
 def _ids(model: GPT, ids) -> torch.Tensor:
@@ -134,8 +144,9 @@ def _prepare(lm, ids, position: int, token: int | None, versus: int | None, trac
     if not hasattr(tr, "logits_at") or tuple(tr["embed"].shape[:2]) != tuple(x.shape):
         raise ValueError("`trace` must be the trace of a forward of the same ids (model(ids, trace=True).trace)")
     logits = _f64(tr.logits_at(p))
-    token = int(logits.argmax()) if token is None else check_token(token, cfg.vocab_size)
-    if versus is not None and check_token(versus, cfg.vocab_size, "versus token") == token:
+    words = n_words(lm)
+    token = int(logits[:words].argmax()) if token is None else check_token(token, words)
+    if versus is not None and check_token(versus, words, "versus token") == token:
         raise ValueError("token and versus are the same token: their logit difference is always 0")
     return model, tr, p, logits, token
 
@@ -187,7 +198,7 @@ def top_neurons(lm, attr: Attribution, k: int = 10, n_tokens: int = 8) -> list[N
         out_dir = model.blocks[layer].mlp.proj.weight.detach()[:, n] * norm.weight.detach()  # (D,)
         if norm.kind == "layernorm":
             out_dir = out_dir - out_dir.mean()
-        scores = w_u @ out_dir                                         # (V,)
+        scores = (w_u @ out_dir)[:n_words(lm)]                         # (V,): tokens only
         kk = min(n_tokens, scores.numel())
         out.append(Neuron(layer, n, float(attr.activations[layer, n]), float(flat[j]),
                           tuple(scores.topk(kk).indices.tolist()), tuple((-scores).topk(kk).indices.tolist())))
@@ -195,13 +206,18 @@ def top_neurons(lm, attr: Attribution, k: int = 10, n_tokens: int = 8) -> list[N
 
 
 def token_id(tokenizer, text: str, vocab_size: int) -> int:
-    """The id of `text` if it is exactly one token of the model's vocabulary, else ValueError
-    saying how it splits."""
+    """The id of `text` if it is exactly one token of the model's vocabulary (ids below
+    `vocab_size`: pass `n_words(lm)`), else ValueError saying how it splits; `text` is quoted
+    shortened (`tfm.core.plain.short`), as a link may carry any length."""
     ids = tokenizer.encode(text)
-    if len(ids) != 1 or not 0 <= ids[0] < vocab_size:
-        pieces = " | ".join(tokenizer.display_piece(i) for i in ids) or "nothing"
-        raise ValueError(f"{text!r} is not one token of the vocabulary: it splits into {len(ids)} "
-                         f"({pieces}); pick a single token (a leading space is often part of it)")
+    if len(ids) == 1 and not 0 <= ids[0] < vocab_size:
+        raise ValueError(f"{short(text)!r} is a token of the tokenizer but not of this model, which has "
+                         f"{vocab_size:,} tokens: pick another")
+    if len(ids) != 1:
+        pieces = " | ".join(tokenizer.display_piece(i) for i in ids[:12] if 0 <= i < tokenizer.vocab_size)
+        more = f" | … {len(ids) - 12:,} more" if len(ids) > 12 else ""
+        raise ValueError(f"{short(text)!r} is not one token of the vocabulary: it splits into {len(ids):,} "
+                         f"({pieces or 'nothing'}{more}); pick a single token (a leading space is often part of it)")
     return ids[0]
 
 

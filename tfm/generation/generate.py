@@ -172,6 +172,9 @@ def prepare_prompt(lm: LM, prompt: str | Sequence[int], *, room: int = 1,
     new token fits; 0 for a view of the prompt alone), or than `max_tokens`, -> its last tokens.
     Generation, the command line and every page of the app prepare prompts here."""
     ctx = lm.config.context_length
+    if isinstance(room, int) and room > ctx - 1 >= 0:  # in the user's words, not the parameter's
+        raise ValueError(f"this model's context holds {ctx:,} token{'s' if ctx > 1 else ''}: no room for a new "
+                         "token after the prompt; use a model with a longer context_length")
     room = check_int("room", room, 0, ctx - 1)
     limit = ctx - room if max_tokens is None else min(ctx - room, check_int("max_tokens", max_tokens, 1))
     ids = _prompt_ids(lm, prompt)

@@ -26,6 +26,7 @@ from safetensors.torch import save as save_safetensors_bytes
 
 from .encdec import EncDecConfig, EncoderDecoder, greedy_decode, load_encdec, model_from_parts, save_encdec
 from ..core.trace import Trace
+from ..loaders.limits import fmt_bytes
 
 PAD, BOS, EOS, FIRST_DIGIT = 0, 1, 2, 3
 VOCAB = FIRST_DIGIT + 10
@@ -305,14 +306,19 @@ def spec_from_meta(meta: dict, source: str) -> ToySpec:
         raise ValueError(f"{source}: config.json's \"meta\" does not describe a toy task ({e})") from None
 
 
-def from_zip(data: bytes, source: str = "the uploaded zip") -> tuple[EncoderDecoder, ToySpec]:
-    """Read a zip made by `to_zip` (nothing is extracted to disk; only two members are read)."""
+def from_zip(data: bytes, source: str = "the uploaded zip", max_bytes: int | None = None) -> tuple[EncoderDecoder, ToySpec]:
+    """Read a zip made by `to_zip` (nothing is extracted to disk; only two members are read, each
+    checked against `max_bytes` before it is decompressed: a small zip can expand enormously)."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             names = set(z.namelist())
             missing = sorted({"config.json", "model.safetensors"} - names)
             if missing:
                 raise ValueError(f"{source} lacks {missing}; it should hold config.json and model.safetensors")
+            if max_bytes is not None and any(z.getinfo(n).file_size > max_bytes
+                                             for n in ("config.json", "model.safetensors")):
+                raise ValueError(f"{source} holds a model larger than this server takes "
+                                 f"({fmt_bytes(max_bytes)} at most): save a smaller model")
             config = json.loads(z.read("config.json").decode("utf-8"))
             state = load_safetensors_bytes(z.read("model.safetensors"))
     except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError, SafetensorError) as e:

@@ -31,8 +31,11 @@ def temperature_label(t: float) -> str:
 
 
 def nearest_temperature(t: float) -> float:
-    """Snap any number (e.g. from a link) to the closest slider option."""
-    return min(TEMPERATURES, key=lambda o: abs(o - float(t)))
+    """Snap any number (e.g. from a link) to the closest slider option. Clamped into the options'
+    range first: beyond it every |o - t| rounds to the same float (1e308 - 3.0 == 1e308 - 0.0),
+    and the first option, greedy, would win."""
+    t = min(max(float(t), TEMPERATURES[0]), TEMPERATURES[-1])
+    return min(TEMPERATURES, key=lambda o: abs(o - t))
 
 
 def _np(t: torch.Tensor) -> list:

@@ -1,0 +1,78 @@
+"""Issue #28 item 4: on the bundled model, every keyed control of every page (tests/app/matrix.py
+PAGES) moved to its extremes once: sliders and numbers to both ends, every option of a select
+or radio (a long list: its first, middle and last), text empty and over the size limit, check
+boxes both ways. No exception. The sidebar's model-config
+controls are left to the matrix's model kinds (a preset there is a whole model to build)."""
+from __future__ import annotations
+
+import pytest
+from streamlit.runtime.state.common import TESTING_KEY
+
+from ui import server
+
+from tests.app.matrix import PAGES, open_cell
+
+KINDS = ("slider", "select_slider", "number_input", "selectbox", "radio", "multiselect", "text_input",
+         "text_area", "checkbox", "toggle")
+SKIP_PREFIXES = ("sidebar.",)  # except the ones below: the model config is the matrix's job
+KEEP = ("sidebar.prompt", "sidebar.seed")
+BIG = 10**12  # a number input without a maximum gets this (it must be refused or clamped, not crash)
+
+
+def few(options: list) -> list:
+    return list(options) if len(options) <= 6 else [options[0], options[len(options) // 2], options[-1]]
+
+
+def extremes(kind: str, el) -> list:
+    """The values one control is moved to, in order."""
+    if kind == "slider":
+        return [el.min, el.max]
+    if kind == "number_input":
+        return [el.min if el.min is not None else -BIG, el.max if el.max is not None else BIG]
+    if kind in ("select_slider", "selectbox", "radio"):
+        return few(el.options)
+    if kind == "multiselect":
+        return [[], few(el.options)]
+    if kind in ("text_input", "text_area"):
+        cap = el.max_chars or server.limits().max_prompt_chars + 4
+        return ["", "x" * cap]
+    return [True, False]
+
+
+def keyed(at) -> list[tuple[str, str]]:
+    out = []
+    for kind in KINDS:
+        for el in at.get(kind):
+            key = getattr(el, "key", None)
+            if key and (not key.startswith(SKIP_PREFIXES) or key in KEEP):
+                out.append((kind, key))
+    return out
+
+
+def control(at, kind: str, key: str):
+    return getattr(at, kind)(key=key)
+
+
+def choose(el, value):
+    """Set a control; a select's options are its displayed labels (AppTest knows no other), so the
+    label is sent as the browser sends it: the page's format_func is not applied to it again."""
+    if isinstance(value, (str, list)) and hasattr(el, "options") and not hasattr(el, "max_chars"):
+        el.root.session_state[TESTING_KEY][el.id] = lambda v: v
+    return el.set_value(value)
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_every_control_at_its_extremes(page):
+    at = open_cell(page, "default", setup=PAGES[page].setup)
+    assert not at.exception, [e.value for e in at.exception]
+    moved = 0
+    for kind, key in keyed(at):
+        for value in extremes(kind, control(at, kind, key)):
+            try:
+                el = control(at, kind, key)
+            except KeyError:  # an earlier extreme hid it (e.g. a mode without this control)
+                break
+            choose(el, value).run()
+            moved += 1
+            assert not at.exception, (page, key, str(value)[:40], [e.value for e in at.exception])
+    assert moved or not keyed(at), page
