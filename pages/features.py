@@ -9,6 +9,7 @@ from tfm.viz import features as ff
 from tfm.viz import steer as fv
 from tfm.viz.why import md
 from ui import charts, sidebar, state
+from ui.text import message
 
 PER_TOKEN = 5
 
@@ -25,7 +26,7 @@ tok, ss = run.lm.tokenizer, st.session_state
 try:
     fs = state.derived("sae.features", FT.bundled, run.spec, run.device, run.spec)
 except ValueError as e:
-    st.info(str(e))
+    st.info(message(e))
     st.stop()
 cfg, m = fs.sae.cfg, fs.card["metrics"]
 st.caption(f"A TopK sparse autoencoder rewrites the residual stream entering block {cfg.layer} as at most "

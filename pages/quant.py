@@ -8,6 +8,7 @@ from tfm.loaders.gguf_file import read_gguf
 from tfm.loaders.limits import fmt_bytes
 from tfm.viz import quant as fq
 from ui import charts, server, sidebar, state
+from ui.text import message
 
 MAX_TOKENS = 48  # the side-by-side patterns stay readable; the KL chart has one bar per position
 
@@ -27,7 +28,7 @@ if path is None:
 try:
     f = state.derived("quant.file", lambda _lm, p: read_gguf(p), spec, device, str(path))
 except ValueError as e:
-    st.error(f"Could not read the model's GGUF file again: {e}")
+    st.error(f"Could not read the model's GGUF file again: {message(e)}")
     st.stop()
 table = tensor_table(f)
 

@@ -9,6 +9,10 @@ from tfm.generation.generate import n_words
 from tfm.viz import steer as fv
 from tfm.viz.why import md
 from ui import charts, server, sidebar, state
+from ui.text import message
+from ui.text import plain as shown
+
+PAIR_CHARS = 1_000  # characters of each steering prompt
 
 SOURCES = ("Prompt pair", "SAE feature")
 MAX_STRENGTH, SWEEP_POINTS, MAX_NEW = 20.0, 21, 64
@@ -51,8 +55,10 @@ source = st.radio("Direction from", SOURCES, horizontal=True, key="steer.source"
 try:
     if source == SOURCES[0]:
         c1, c2, c3, c4 = st.columns([3, 3, 1.6, 1.4])
-        pos = c1.text_input("Toward (positive prompt)", key="steer.pos", max_chars=1000)
-        neg = c2.text_input("Away from (negative prompt)", key="steer.neg", max_chars=1000)
+        state.cap_text("steer.pos", "positive prompt", PAIR_CHARS)  # a paste is cut with a word, not dropped
+        state.cap_text("steer.neg", "negative prompt", PAIR_CHARS)
+        pos = c1.text_input("Toward (positive prompt)", key="steer.pos")
+        neg = c2.text_input("Away from (negative prompt)", key="steer.neg")
         how = c3.radio("Stream at", ["mean", "last"], key="steer.how", horizontal=True,
                        help="mean: averaged over each prompt's positions; last: at its last token.")
         layer = c4.number_input("Layer", 0, cfg.n_layer - 1, key="steer.layer")
@@ -66,7 +72,7 @@ try:
         st.caption("Strength 1 adds the feature's decoder direction as strongly as it ever fired on held-out text.")
     vec = state.derived("steer.vector", vector_of, run.spec, run.device, key)
 except ValueError as e:
-    st.error(str(e))
+    st.error(message(e))
     st.stop()
 
 c1, c2, c3, c4 = st.columns([4, 2.4, 1.2, 1.6])
@@ -77,7 +83,7 @@ ss["steer.new"] = min(max(int(ss["steer.new"]), 1), cap)
 new = c3.number_input("New tokens", 1, cap, key="steer.new")
 temperature = c4.slider("Temperature", 0.0, 1.5, step=0.1, key="steer.temperature")
 seed = int(ss["sidebar.seed"])
-st.caption(f"Direction: {md(vec.source)}, length {float(vec.vector.norm()):.3f} "
+st.caption(f"Direction: {shown(vec.source, 200)}, length {float(vec.vector.norm()):.3f} "
            f"(the stream's own length here is about {float(run.trace.residual_streams()[vec.layer][1].norm(dim=-1).mean()):.3f}).")
 
 try:
@@ -85,7 +91,7 @@ try:
                                           run.device, key, ss["sidebar.prompt"][:server.limits().max_prompt_chars], float(strength), seed, int(new),
                                           float(temperature), where)
 except ValueError as e:
-    st.error(f"Cannot generate: {e}")
+    st.error(f"Cannot generate: {message(e)}")
     st.stop()
 left, right = st.columns(2)
 for col, title, text in ((left, "Without steering", plain), (right, f"Steered (strength {strength:+.1f})", steered)):
@@ -97,11 +103,12 @@ charts.show(fv.read_out_bars([tok.display_piece(i) for i in up], up_s, [tok.disp
                              "The direction read through the unembedding: tokens it promotes (+) and suppresses (−)"),
             key="steer.readout")
 
-token_text = st.text_input("Token to follow as the strength sweeps", key="steer.token", max_chars=100)
+state.cap_text("steer.token", "token to follow", 100)
+token_text = st.text_input("Token to follow as the strength sweeps", key="steer.token")
 try:
     token = attribution.token_id(tok, token_text, min(cfg.vocab_size, n_words(lm)))
 except ValueError as e:
-    st.warning(str(e))
+    st.warning(message(e))
     st.stop()
 strengths = np.linspace(-MAX_STRENGTH, MAX_STRENGTH, SWEEP_POINTS).tolist()
 probs = state.derived("steer.sweep", sweep, run.spec, run.device, key, run.ids, token, tuple(strengths))

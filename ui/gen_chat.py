@@ -9,6 +9,7 @@ import tfm
 from tfm.text.chat import ChatMessage, ChatPrompt, chat_prompt, has_chat
 from tfm.viz.chat import chat_chips
 from ui import server, state
+from ui.text import message
 
 MODES = ("Chat", "Plain text")
 KEYS = ("gen.mode", "gen.system", "gen.user")
@@ -31,14 +32,16 @@ def chat_controls(lm: tfm.LM) -> ChatPrompt | None:
         return None
     cap = server.limits().max_prompt_chars
     c = st.columns([2, 3])
-    system = c[0].text_area("System message (empty: none)", max_chars=cap, height=110, **state.keep("gen.system"))
-    user = c[1].text_area("User message", max_chars=cap, height=110, **state.keep("gen.user"))
+    state.cap_text("gen.system", "system message", cap)  # a paste is cut with a word, not dropped
+    state.cap_text("gen.user", "user message", cap)
+    system = c[0].text_area("System message (empty: none)", height=110, **state.keep("gen.system"))
+    user = c[1].text_area("User message", height=110, **state.keep("gen.user"))
     messages = ([ChatMessage("system", system)] if system.strip() else []) + [ChatMessage("user", user)]
     try:  # not cached: a real template renders in about a millisecond, and a byte-bounded cache would
         # keep every conversation typed (they hold no tensors, so they would never be dropped)
         prompt = chat_prompt(lm.tokenizer, messages, cap)
     except ValueError as e:
-        st.error(f"This chat cannot be sent to the model: {e}")
+        st.error(f"This chat cannot be sent to the model: {message(e)}")
         st.stop()
     show_prompt(lm, prompt)
     return prompt

@@ -179,7 +179,7 @@ def feature_panel(run, attr, pos: int) -> dict:
     try:
         fs = state.derived("sae.features", FT.bundled, run.spec, run.device, run.spec)
     except ValueError as e:
-        st.info(str(e))
+        st.info(message(e))
         return {}
     fa = state.derived("why.features", lambda lm, ids, p, t, v: FT.feature_attribution(lm, fs.sae, run.trace, ids, p, t, v),
                        run.spec, run.device, run.ids, pos, attr.token, attr.versus)

@@ -48,10 +48,15 @@ PAGES: dict[str, Page] = {
                        ({"why.tab": "Activation patching", "why.clean": "a", "why.corrupt": "b",
                          "why.answer": "c", "why.wrong": "d"}, 2))),  # one byte: one token everywhere
     "next_token": Page(),
-    "generate": Page(views=(({}, 0),), press="gen.run", setup={"gen.max_new": 3}),
+    "generate": Page(views=(({"gen.mode": "Plain text"}, 0), ({"gen.mode": "Chat"}, 0)), press="gen.run",
+                     setup={"gen.max_new": 3}),  # chat mode shows only where the model has a chat template
     "encdec": Page(views=(({}, 0),), model_free=True),
     "experiments": Page(views=(({}, 6),), model_free=True),
-    # At merge (other branches' pages): "steer": Page(...), "features": Page(...), "quantize": Page(...)
+    # The real model and the bundled one ship an SAE; other models get an info saying so.
+    "features": Page(views=(({}, 0),)),
+    # Non-GGUF models get an info; GGUF kinds draw the stored block (quantizing is a button, not pressed).
+    "quant": Page(views=(({}, 0),)),
+    "steer": Page(views=(({"steer.source": "Prompt pair"}, 1),), setup={"steer.new": 3}),
 }
 
 # Small shapes where the shape does not matter; each preset keeps its own vocabulary, which is
@@ -117,7 +122,12 @@ MODELS: dict[str, object] = {
     "hf-qwen2": hf_family("qwen2-bias-tied"),
     "hf-mistral": hf_family("mistral-gqa"),
     "hf-neox": hf_family("neox-parallel"),
-    # At merge (branch gguf): "gguf-q8_0": gguf_file("Q8_0"), ..., "real": "default" once it is SmolLM2-135M
+    "gguf-llama-q4_1": gguf_file("llama", "Q4_1"),
+    "gguf-llama-q8_0": gguf_file("llama", "Q8_0"),
+    "gguf-llama-q4_k": gguf_file("llama", "Q4_K", d=256, f=256),
+    "gguf-qwen2-f16": gguf_file("qwen2", "F16"),
+    "gguf-gpt2-q5_0": gguf_file("gpt2", "Q5_0", f=256),
+    "real": "smollm2",                                         # SmolLM2-135M-Instruct, the app's default
 }
 
 # What a valid setup shows instead of its chart, per (page, model kind): a page that explains it
@@ -134,7 +144,7 @@ LINK_PARAMS: list[tuple[str, str, str]] = [
     ("next_token", "t", ""), ("next_token", "top_k", ""), ("next_token", "top_p", ""),
     ("tour", "present", ""), ("tour", "step", ""), ("tour", "pos", ""), ("tour", "layer", ""), ("tour", "head", ""),
     *[("why", p, "") for p in ("pos", "token", "vs", "tab", "clean", "corrupt", "answer", "wrong")],
-    # At merge: the new pages' parameters, e.g. ("steer", "strength", ""), ("generate", "chat", "")
+    ("generate", "prompt", ""), ("features", "feature", ""),
 ]
 # Values a link may carry: markup, huge, non-numbers and extremes, invisible characters, special
 # tokens, paths. A new one joins by one line.
@@ -150,6 +160,17 @@ HOSTILE: dict[str, str] = {
     "null": "a\x00b", "rtl-zero-width": "\u202eevil\u200b\u2066x",
     "special": "<|endoftext|>", "traversal": "../../../../etc/passwd", "backslash": "\\[x\\](y)",
 }
+
+
+def gguf_file(arch: str, qtype: str, **kw):
+    """A GGUF file of one tensor type (tests/gguf_files.py writes it with gguf.GGUFWriter)."""
+    def build(root: Path) -> str:
+        from tests.gguf_files import write_model
+        path = root / f"{arch}-{qtype}.gguf"
+        if not path.is_file():
+            write_model(path, arch, qtype, **kw)
+        return "path:" + str(path)
+    return build
 
 
 def spec_of(kind: str, root: Path) -> str:
