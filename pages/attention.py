@@ -86,6 +86,9 @@ st.caption("Each row is a token (the **query**) and shows how it shares its atte
 state.restore(*KEYS)
 state.url_init("attn.layer", "layer", int)
 state.url_init("attn.head", "head", int)
+if run.spec == "smollm2" and "attn.layer" not in st.session_state:  # a real model opens on its induction head
+    top = state.derived("strongest_heads", analysis.strongest_heads, run.spec, run.device)["induction"]
+    st.session_state["attn.layer"], st.session_state["attn.head"] = top[0], top[1]
 st.session_state.setdefault("attn.mode", "head")
 c1, c2, c3 = st.columns([2, 2, 4])
 with c3:

@@ -11,12 +11,6 @@ REPEATED = ("The little dog ran to the big red barn and hid under the hay. "
             "The little dog ran to the big red barn and hid under the hay.")
 
 
-def probe(lm):
-    """The strongest heads on the head table's repeated random tokens (cached per model)."""
-    heads = analysis.head_table(lm)   # no prompt: the probe only, as the Attention page runs it
-    return {k: analysis.top_head(heads.scores[f"repeat_{k}"]) for k in ("previous_token", "induction")}
-
-
 def show_head(layer: int, head: int) -> None:
     """Button callback: put the repeated prompt and this head on the Attention page."""
     ss = st.session_state
@@ -47,7 +41,7 @@ if lm is not None:
                 f"{c.vocab_size:,}, {lm.model.num_params():,} parameters, on `{lm.device}`.")
     settings = analysis.probe_settings(lm)   # what head_table runs; None: the context is too short
     if settings is not None:
-        top = state.derived("home.probe", probe, spec, device)
+        top = state.derived("strongest_heads", analysis.strongest_heads, spec, device)
         (pl, ph, pv), (il, ih, iv) = top["previous_token"], top["induction"]
         st.subheader("Two heads worth a look in this model")
         st.markdown(

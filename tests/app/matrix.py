@@ -107,6 +107,17 @@ def hf_gpt2(root: Path) -> str:
     return "path:" + str(folder)
 
 
+def gguf_file(arch: str, qtype: str, **kw):
+    """A GGUF file of one tensor type (tests/gguf_files.py writes it with gguf.GGUFWriter)."""
+    def build(root: Path) -> str:
+        from tests.gguf_files import write_model
+        path = root / f"{arch}-{qtype}.gguf"
+        if not path.is_file():
+            write_model(path, arch, qtype, **kw)
+        return "path:" + str(path)
+    return build
+
+
 # name: a spec text, or a builder (folder root -> spec text) for kinds that are files.
 MODELS: dict[str, object] = {
     "bundled": "default",
@@ -160,17 +171,6 @@ HOSTILE: dict[str, str] = {
     "null": "a\x00b", "rtl-zero-width": "\u202eevil\u200b\u2066x",
     "special": "<|endoftext|>", "traversal": "../../../../etc/passwd", "backslash": "\\[x\\](y)",
 }
-
-
-def gguf_file(arch: str, qtype: str, **kw):
-    """A GGUF file of one tensor type (tests/gguf_files.py writes it with gguf.GGUFWriter)."""
-    def build(root: Path) -> str:
-        from tests.gguf_files import write_model
-        path = root / f"{arch}-{qtype}.gguf"
-        if not path.is_file():
-            write_model(path, arch, qtype, **kw)
-        return "path:" + str(path)
-    return build
 
 
 def spec_of(kind: str, root: Path) -> str:

@@ -13,7 +13,8 @@ module.
 from ..core.stats import entropy
 from .heads import (PROBE_LEN, PROBE_SCORES, PROBE_SEED, PROMPT_SCORES, SCORES, HeadTable, ProbeSettings, Progress, detection_score,
                     duplicate_token_detection, first_token_detection, head_scores, head_table, induction_detection,
-                    induction_probe, patterns, previous_token_detection, probe_settings, rollout, top_head)
+                    induction_probe, patterns, previous_token_detection, probe_settings, rollout, strongest_heads,
+                    top_head)
 from .lens import LogitLens, decode_streams, logit_lens, residual_streams
 from .norms import layer_summaries, norm_stats, residual_norms
 from .shapes import param_counts
@@ -22,4 +23,4 @@ __all__ = ["PROBE_LEN", "PROBE_SCORES", "PROBE_SEED", "PROMPT_SCORES", "SCORES",
            "decode_streams", "detection_score", "duplicate_token_detection", "entropy", "first_token_detection",
            "head_scores", "head_table", "induction_detection", "induction_probe", "layer_summaries",
            "logit_lens", "norm_stats", "param_counts", "patterns", "previous_token_detection", "probe_settings",
-           "residual_norms", "residual_streams", "rollout", "top_head"]
+           "residual_norms", "residual_streams", "rollout", "strongest_heads", "top_head"]

@@ -191,3 +191,10 @@ def rollout(trace: Trace, head_reduce: str = "mean", progress: Progress | None =
         if progress is not None:
             progress(layer + 1, trace.n_layers())
     return torch.stack(out)                                            # (L, T, T)
+
+
+def strongest_heads(lm) -> dict[str, tuple[int, int, float]]:
+    """The strongest previous-token and induction heads on the head table's probe (no prompt):
+    {"previous_token": (layer, head, score), "induction": (...)}."""
+    heads = head_table(lm)
+    return {k: top_head(heads.scores[f"repeat_{k}"]) for k in ("previous_token", "induction")}
