@@ -9,6 +9,7 @@ from tfm.loaders.limits import fmt_bytes
 from tfm.viz import quant as fq
 from ui import charts, server, sidebar, state
 from ui.text import message
+from ui.text import plain as shown
 
 MAX_TOKENS = 48  # the side-by-side patterns stay readable; the KL chart has one bar per position
 
@@ -97,7 +98,7 @@ tok = lm.tokenizer
 m = st.columns(3)
 m[0].metric("KL at the last position", f"{effect.kl[-1]:.4f} nats")
 m[1].metric("Top token kept?", "yes" if effect.same_top1 else "no",
-            help=f"Was '{tok.display_piece(effect.top_ids[0])}' still the most likely next token after re-quantizing?")
+            help=f"Was '{shown(tok.display_piece(effect.top_ids[0]))}' still the most likely next token after re-quantizing?")
 m[2].metric("Largest change in this head's attention",
             f"{abs(effect.pattern_requantized - effect.pattern_original).max():.4f}")
 st.dataframe(fq.top_frame(effect, tok.display_pieces(effect.top_ids), qtype), hide_index=True, key="quant.top")

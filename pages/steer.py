@@ -8,6 +8,7 @@ from tfm.analysis import features as FT
 from tfm.generation.generate import n_words
 from tfm.viz import steer as fv
 from tfm.viz.why import md
+from tfm.viz.attention import plotly_text
 from ui import charts, server, sidebar, state
 from ui.text import message
 from ui.text import plain as shown
@@ -113,5 +114,5 @@ except ValueError as e:
 strengths = np.linspace(-MAX_STRENGTH, MAX_STRENGTH, SWEEP_POINTS).tolist()
 probs = state.derived("steer.sweep", sweep, run.spec, run.device, key, run.ids, token, tuple(strengths))
 charts.show(fv.sweep_line(strengths, probs, tok.display_piece(token), float(strength),
-                          f"p({tok.display_piece(token)!r}) after the prompt, steering every position "
+                          f"p({plotly_text(repr(tok.display_piece(token)))}) after the prompt, steering every position "
                           f"(one batched run of {SWEEP_POINTS} strengths)"), key="steer.sweep")

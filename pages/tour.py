@@ -11,6 +11,7 @@ from tfm.generation.sampling import SamplingSettings
 from tfm.teach.tour import Focus, tour
 from ui import charts
 from tfm.viz import tour as ft
+from tfm.viz.attention import plotly_text
 from ui import sidebar, state
 from ui.text import message, plain
 
@@ -81,7 +82,7 @@ for name, shown in step.tensors.items():
     st.markdown(ft.describe(name, shown))
     st.table(ft.styled(ft.table(shown)))
 if step.chart is not None:
-    charts.show(ft.bar_figure(step.chart, f"{step.title} · {run.labels[pos]}", ft.CHART_AXIS.get(step.key, "value")),
+    charts.show(ft.bar_figure(step.chart, f"{step.title} · {plotly_text(run.labels[pos])}", ft.CHART_AXIS.get(step.key, "value")),
                 "tour-" + step.key, {"pos": pos, "layer": layer, "head": head})
 if step.check is not None:
     chk = step.check

@@ -4,6 +4,8 @@ concurrent sessions, eager traces for short prompts and lazy ones above the serv
 are compared with a fresh traced forward of the same ids."""
 from __future__ import annotations
 
+import dataclasses
+
 import threading
 
 import pytest
@@ -30,7 +32,7 @@ def clean():
 def eager_up_to(nbytes: int, **limits) -> None:
     """Serve with eager traces only for prompts whose whole trace is at most `nbytes` (1: all lazy)."""
     s = server.settings()
-    server.configure(server.Settings(s.limits.replace(eager_trace_bytes=nbytes, **limits), s.model_roots))
+    server.configure(dataclasses.replace(s, limits=s.limits.replace(eager_trace_bytes=nbytes, **limits)))
 
 
 def prompt(i: int, n: int = 48) -> tuple[int, ...]:

@@ -111,8 +111,9 @@ def test_one_owner_cannot_take_every_row():
     b = Batcher(lm, BatchConfig(max_rows=2, per_owner=1))
     gate, decode = threading.Semaphore(0), b._decode
     b._decode = lambda: (gate.acquire(), decode())  # the test says when each batched step runs
-    hog = [b.submit("a", 20, seed=i, stop_at_eot=False, owner="hog") for i in range(3)]
-    other = b.submit("b", 20, seed=7, stop_at_eot=False, owner="other")
+    with b._cond:  # (reentrant) every request is queued before the worker admits any
+        hog = [b.submit("a", 20, seed=i, stop_at_eot=False, owner="hog") for i in range(3)]
+        other = b.submit("b", 20, seed=7, stop_at_eot=False, owner="other")
     try:
         assert next(other).index == 0 and next(hog[0]).index == 0          # both prefilled: one row each
         assert b.queued(hog[1]._row) == 1 and b.queued(hog[2]._row) == 2   # the hog's others wait in line

@@ -1,6 +1,8 @@
 """AppTest helpers: run a page headless and read plotly charts back as numbers."""
 from __future__ import annotations
 
+import dataclasses
+
 import base64
 import os
 import json
@@ -81,7 +83,7 @@ def allow_models(*folders, **limits) -> None:
     """Serve as if started with `--allow-models folder` (and limits changed) for this test."""
     s = server.settings()
     roots = s.model_roots + tuple(Path(f).resolve() for f in folders)
-    server.configure(server.Settings(s.limits.replace(**limits), roots))
+    server.configure(dataclasses.replace(s, limits=s.limits.replace(**limits), model_roots=roots))
 
 
 @pytest.fixture(autouse=True)

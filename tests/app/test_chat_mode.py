@@ -15,7 +15,7 @@ from tfm.generation.generate import prepare_prompt
 from tfm.text.chat import ChatMessage, chat_prompt
 from ui import state
 
-from tests.app.conftest import allow_models, open_page
+from tests.app.conftest import allow_models, open_page, as_shown
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -118,7 +118,7 @@ def test_a_hostile_template_is_one_message(chat_folder, tmp_path):
     (bad / "tokenizer_config.json").write_text(json.dumps(config))
     at, _ = open_chat(bad, errors_ok=True)
     assert len(at.error) == 1
-    assert at.error[0].value.startswith("This chat cannot be sent to the model: the chat template was stopped: it ran")
+    assert as_shown(at.error[0].value).startswith("This chat cannot be sent to the model: the chat template was stopped: it ran")
     assert not at.exception
 
 

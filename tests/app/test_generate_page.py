@@ -2,6 +2,8 @@
 shows each step's own numbers and tensors, the comparison and cache views report real runs."""
 from __future__ import annotations
 
+import dataclasses
+
 import html
 import re
 
@@ -211,6 +213,6 @@ def test_the_page_generates_through_the_shared_batcher_and_without_it_the_same_t
     assert np.allclose([r.prob for r in recs], [s.prob for s in solo[0]], atol=1e-5)
     assert recs[-1].attn is not None and recs[-1].attn.shape[-1] == recs[-1].position  # the row's own keys
     s = server.settings()
-    server.configure(server.Settings(s.limits, s.model_roots, batching=False))
+    server.configure(dataclasses.replace(s, batching=False))
     steps_before = b.steps
     assert generate(at) == batched and b.steps == steps_before

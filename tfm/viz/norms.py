@@ -19,15 +19,32 @@ def _np(t) -> np.ndarray:
     return t.detach().cpu().double().numpy() if hasattr(t, "detach") else np.asarray(t, dtype=float)
 
 
+def colour_cap(values: np.ndarray) -> tuple[int, float] | None:
+    """(token, colour maximum) when one token's column of non-negative (L, T) values is over 10x
+    every other's (a real model's attention-sink token: SmolLM2's first stream norm is ~2e4, the
+    others ~1e2): uncapped, every other cell would be the same colour. Else None."""
+    if values.ndim != 2 or values.shape[1] < 2 or not np.isfinite(values).all() or values.min() < 0:
+        return None
+    cols = values.max(axis=0)
+    top = int(cols.argmax())
+    rest = float(np.delete(cols, top).max())
+    return (top, rest) if rest > 0 and cols[top] > 10 * rest else None
+
+
 def layer_token_heatmap(z, token_labels: list[str], layer_labels: list[str], title: str,
                         colorbar: str, colorscale: str = "Viridis", height: int = 300) -> go.Figure:
     """(L, T) values: one row per layer, one column per token."""
     values = _np(z)
+    cap = colour_cap(values)
     fig = go.Figure(go.Heatmap(z=values, x=[plotly_text(t) for t in token_labels], y=layer_labels, colorscale=colorscale,
-                               colorbar=dict(title=colorbar, tickformat=".3g"),
+                               colorbar=dict(title=colorbar, tickformat=".3g"), zmax=None if cap is None else cap[1],
                                hovertemplate="%{y}, token %{x}<br>%{z:.5g}<extra></extra>"))
     # Each map has its own colour range: say what it is, so a tiny spread does not look big.
-    title = f"{title}<br><sup>range {values.min():.3g} … {values.max():.3g}</sup>"
+    title = f"{title}<br><sup>range {values.min():.3g} … {values.max():.3g}"
+    if cap is not None:
+        title += (f"; colours stop at {cap[1]:.3g}: token {cap[0]} ({plotly_text(token_labels[cap[0]])}) "
+                  "goes far beyond (hover for its values)")
+    title += "</sup>"
     fig.update_layout(title=title, xaxis_title="token", yaxis_title="layer", height=height)
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(tickangle=-45)
