@@ -226,7 +226,7 @@ def test_things_that_are_not_models(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         tfm.load(tmp_path / "nowhere", device="cpu")
     (tmp_path / "notes.txt").write_text("hi")
-    with pytest.raises(ValueError, match="is a file; give a model folder, or a nanoGPT ckpt.pt"):
+    with pytest.raises(ValueError, match="is a file; give a model folder, a .gguf file, or a nanoGPT ckpt.pt"):
         tfm.load(tmp_path / "notes.txt", device="cpu")
     (tmp_path / "config.json").write_text(json.dumps({"format": "tfm", "version": 1, "model": {}}))
     with pytest.raises(ValueError, match=r"missing required keys"):
