@@ -47,8 +47,8 @@ st.caption("Add a direction to the residual stream entering one block, at every 
            "generation: activation steering. The model is untouched; the same seed gives the same draws.")
 run = state.current_run()
 lm, cfg, tok, ss = run.lm, run.lm.config, run.lm.tokenizer, st.session_state
-for k, v in DEFAULTS.items():
-    ss.setdefault(k, v)
+for k, v in (DEFAULTS | ({"steer.strength": 1.0} if run.spec == "smollm2" else {})).items():
+    ss.setdefault(k, v)  # SmolLM2 keeps its sense up to about 1 (at 1.5 its text comes apart)
 if not isinstance(ss.get("steer.layer"), int) or not 0 <= ss["steer.layer"] < cfg.n_layer:
     ss["steer.layer"] = cfg.n_layer // 2
 
@@ -84,8 +84,10 @@ ss["steer.new"] = min(max(int(ss["steer.new"]), 1), cap)
 new = c3.number_input("New tokens", 1, cap, key="steer.new")
 temperature = c4.slider("Temperature", 0.0, 1.5, step=0.1, key="steer.temperature")
 seed = int(ss["sidebar.seed"])
+stream_length = float(run.trace.residual_streams()[vec.layer][1].norm(dim=-1).median())
 st.caption(f"Direction: {shown(vec.source, 200)}, length {float(vec.vector.norm()):.3f} "
-           f"(the stream's own length here is about {float(run.trace.residual_streams()[vec.layer][1].norm(dim=-1).mean()):.3f}).")
+           f"(the stream's own length here is about {stream_length:.3f}, the median over positions: a real "
+           "model's first position, its attention sink, is far longer).")
 
 try:
     plain, steered = state.derived_status("Generating with and without steering…", "steer.texts", texts, run.spec,

@@ -37,7 +37,8 @@ def layer_token_heatmap(z, token_labels: list[str], layer_labels: list[str], tit
     values = _np(z)
     cap = colour_cap(values)
     fig = go.Figure(go.Heatmap(z=values, x=[plotly_text(t) for t in token_labels], y=layer_labels, colorscale=colorscale,
-                               colorbar=dict(title=colorbar, tickformat=".3g"), zmax=None if cap is None else cap[1],
+                               colorbar=dict(title=colorbar, tickformat=".3g"),
+                               zmin=None if cap is None else float(values.min()), zmax=None if cap is None else cap[1],
                                hovertemplate="%{y}, token %{x}<br>%{z:.5g}<extra></extra>"))
     # Each map has its own colour range: say what it is, so a tiny spread does not look big.
     title = f"{title}<br><sup>range {values.min():.3g} … {values.max():.3g}"
