@@ -43,8 +43,7 @@ def layer_token_heatmap(z, token_labels: list[str], layer_labels: list[str], tit
     # Each map has its own colour range: say what it is, so a tiny spread does not look big.
     title = f"{title}<br><sup>range {values.min():.3g} … {values.max():.3g}"
     if cap is not None:
-        title += (f"; colours stop at {cap[1]:.3g}: token {cap[0]} ({plotly_text(token_labels[cap[0]])}) "
-                  "goes far beyond (hover for its values)")
+        title += f"; colours stop at {cap[1]:.3g}: token {cap[0]} is far above"  # (hover: exact values)
     title += "</sup>"
     fig.update_layout(title=title, xaxis_title="token", yaxis_title="layer", height=height)
     fig.update_yaxes(autorange="reversed")
