@@ -24,9 +24,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from .hf_bytelevel import HFByteLevelTokenizer, plan_bytelevel
+from .hf_bytelevel import HFByteLevelTokenizer
 from .hf_libtokenizer import LibTokenizer
-from .hf_tokenizer_file import CONFIG_FILE, HF_FORMAT, TOKENIZER_FILE, AddedToken, TokenizerFile, Unexpressible
+from .hf_tokenizer import serve
+from .hf_tokenizer_file import CONFIG_FILE, HF_FORMAT, TOKENIZER_FILE, AddedToken, TokenizerFile
 from .tokenizer import PATTERNS, _bytes_to_unicode
 
 CONTROL, USER_DEFINED = 3, 4
@@ -81,13 +82,7 @@ def tokenizer_from_gguf(metadata: dict, name: str, source: str = "the GGUF file"
 def _serve(file: TokenizerFile, name: str):
     """Byte-level BPE on tiktoken when it reproduces the vocabulary exactly, else (e.g. SmolLM's
     vocabulary lacks the bytes UTF-8 never uses, 0xC0, 0xF5-0xFF) on the tokenizers library."""
-    try:
-        plan = plan_bytelevel(file)
-    except Unexpressible as e:
-        return GGUFLibTokenizer(file, name, f"byte-level BPE from the GGUF metadata, served by the tokenizers library: {e}")
-    tok = GGUFByteLevelTokenizer(file, plan, name)
-    tok.backend_note = "byte-level BPE from the GGUF metadata, served by tiktoken"
-    return tok
+    return serve(file, name, GGUFByteLevelTokenizer, GGUFLibTokenizer, "from the GGUF metadata, ")
 
 
 def _string_list(metadata: dict, key: str, source: str) -> list[str]:

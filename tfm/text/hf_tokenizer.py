@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .hf_bytelevel import HFByteLevelTokenizer, plan_bytelevel
 from .hf_libtokenizer import LibTokenizer
-from .hf_tokenizer_file import TOKENIZER_FILE, Unexpressible, read_tokenizer_file
+from .hf_tokenizer_file import TOKENIZER_FILE, TokenizerFile, Unexpressible, read_tokenizer_file
 from .tokenizer import Tokenizer
 
 
@@ -34,11 +34,16 @@ def tokenizer_from_folder(folder, name: str | None = None) -> Tokenizer | LibTok
     name = name or folder.name or "hf"
     if not (folder / TOKENIZER_FILE).is_file() and (folder / "merges.txt").is_file():
         return Tokenizer.from_hf_gpt2_folder(folder, name)  # older GPT-2 folders
-    file = read_tokenizer_file(folder)
+    return serve(read_tokenizer_file(folder), name)
+
+
+def serve(file: TokenizerFile, name: str, bytelevel=HFByteLevelTokenizer, library=LibTokenizer, origin: str = ""):
+    """A tokenizer.json's tokenizer on tiktoken when it reproduces the vocabulary exactly, else on
+    the tokenizers library; `.backend_note` says which and why (`origin` says where it came from)."""
     try:
         plan = plan_bytelevel(file)
     except Unexpressible as e:
-        return LibTokenizer(file, name, f"served by the tokenizers library: {e}")
-    tok = HFByteLevelTokenizer(file, plan, name)
-    tok.backend_note = "byte-level BPE served by tiktoken"
+        return library(file, name, f"{origin}served by the tokenizers library: {e}")
+    tok = bytelevel(file, plan, name)
+    tok.backend_note = f"byte-level BPE {origin}served by tiktoken"
     return tok
