@@ -63,7 +63,9 @@ elif cfg.pos_encoding == "rope":
     scaled = {"none": "", "linear": f", then divided by {cfg.rope_factor:g} (linear rope_scaling)",
               "llama3": f", then Llama 3.1's rescaling: wavelengths longer than {cfg.rope_original_context}/"
                         f"{cfg.rope_low_freq_factor:g} positions are stretched {cfg.rope_factor:g}×, shorter than "
-                        f"{cfg.rope_original_context}/{cfg.rope_high_freq_factor:g} kept, the band between blended"}
+                        f"{cfg.rope_original_context}/{cfg.rope_high_freq_factor:g} kept, the band between blended",
+              "factors": ", then divided by the file's own factor for pair i (GGUF rope_freqs: "
+                         f"{min(cfg.rope_freq_factors, default=1):g} to {max(cfg.rope_freq_factors, default=1):g})"}
     right.caption(f"θᵢ = {cfg.rope_base:g}^(−2i/{rd}){scaled[cfg.rope_scaling]}: each pair turns this many "
                   "radians per position.")
     if rd < cfg.d_head:

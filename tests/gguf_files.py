@@ -116,12 +116,35 @@ def tensor_shapes(arch: str, d: int, f: int, n_layer: int, n_head: int, n_kv: in
     return out
 
 
+LLAMA3_ROPE = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                   original_max_position_embeddings=256)
+
+
+def llama_cpp_rope_freqs(head: int, base: float = 10000.0) -> np.ndarray:
+    """What llama.cpp's converter writes as rope_freqs for Llama 3.1's rescaling: per pair,
+    1 for short wavelengths, `factor` for long ones, the smooth blend's divisor between."""
+    r = LLAMA3_ROPE
+    low, high = r["original_max_position_embeddings"] / r["low_freq_factor"], r["original_max_position_embeddings"] / r["high_freq_factor"]
+    out = []
+    for freq in 1.0 / base ** (np.arange(0, head, 2) / head):
+        wavelen = 2 * np.pi / freq
+        if wavelen < high:
+            out.append(1.0)
+        elif wavelen > low:
+            out.append(r["factor"])
+        else:
+            smooth = (r["original_max_position_embeddings"] / wavelen - r["low_freq_factor"]) / (r["high_freq_factor"] - r["low_freq_factor"])
+            out.append(1 / ((1 - smooth) / r["factor"] + smooth))
+    return np.array(out, dtype=np.float32)
+
+
 def write_model(path: Path, arch: str = "llama", qtype: str = "F32", vocab: Vocab | None = None, d: int = 64,
                 f: int = 96, n_layer: int = 2, n_head: int = 4, n_kv: int = 2, ctx: int = 64, tied: bool = False,
                 seed: int = 0, extra_kv: dict | None = None, skip: tuple[str, ...] = (),
-                shapes: dict | None = None) -> Path:
+                shapes: dict | None = None, extra_tensors: dict[str, np.ndarray] | None = None) -> Path:
     """A random model file. `extra_kv` adds/overrides metadata ({key: (value, GGUFValueType)}),
-    `skip` drops tensors, `shapes` overrides tensor shapes (for hostile-file tests)."""
+    `skip` drops tensors, `shapes` overrides tensor shapes (for hostile-file tests),
+    `extra_tensors` adds tensors with given float32 data (e.g. rope_freqs.weight)."""
     vocab = vocab or bytelevel_vocab()
     rng = np.random.default_rng(seed)
     w = GGUFWriter(str(path), arch)
@@ -147,6 +170,8 @@ def write_model(path: Path, arch: str = "llama", qtype: str = "F32", vocab: Voca
             continue
         data, t = random_tensor(shape, qtype, rng, norm=name.endswith("norm.weight"))
         w.add_tensor(name, data, raw_dtype=t if t not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16) else None)
+    for name, data in (extra_tensors or {}).items():
+        w.add_tensor(name, np.asarray(data, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from gguf import GGUFValueType
 
 import tfm
-from tests.gguf_files import CHAT_TEMPLATE, bytelevel_vocab, sentencepiece_vocab, write_model
+from tests.gguf_files import (CHAT_TEMPLATE, LLAMA3_ROPE, bytelevel_vocab, llama_cpp_rope_freqs,
+                              sentencepiece_vocab, write_model)
 from tests.test_hf_tokenizer import BATTERY
 from tfm.loaders.packaged import smollm2_path
 
@@ -89,6 +92,38 @@ def test_llama_query_key_rows_are_restored_from_llama_cpp_order(vocab, tmp_path)
     w = torch.arange(2 * 8 * 3, dtype=torch.float32).reshape(16, 3)     # 2 heads of 8 rows
     llama_cpp = w.reshape(2, 2, 4, 3).swapaxes(1, 2).reshape(16, 3)    # convert_hf_to_gguf's permute
     assert torch.equal(unpermute(llama_cpp, 2), w) and not torch.equal(llama_cpp, w)
+
+
+def test_llama31_rope_freqs_match_hf_llama3_scaling(vocab, tmp_path):
+    """A Llama 3.1-style file (rope_freqs tensor) gives the logits and patterns of HF's Llama
+    with llama3 rope scaling on the same weights; read as plain RoPE they would differ."""
+    factors = llama_cpp_rope_freqs(16)
+    assert len(set(factors.tolist())) > 2   # kept, stretched and blended pairs all present
+    path = write_model(tmp_path / "llama31.gguf", "llama", "F32", vocab, extra_tensors={"rope_freqs.weight": factors})
+    lm, plain = tfm.load(path, device="cpu"), hf_model(path)
+    assert lm.config.rope_scaling == "factors" and lm.config.rope_freq_factors == tuple(factors.tolist())
+    cfg = plain.config
+    cfg.rope_parameters = dict(LLAMA3_ROPE, rope_theta=10000.0)
+    hf = type(plain)(cfg).eval()
+    hf.load_state_dict(plain.state_dict(), strict=False)
+    idx = ids(40, len(vocab.tokens))
+    with torch.inference_mode():
+        want, unscaled = hf(idx, output_attentions=True), plain(idx)
+        got = lm.model(idx, trace=True)
+    torch.testing.assert_close(got.logits, want.logits, atol=1e-4, rtol=1e-5)
+    for i, pattern in enumerate(want.attentions):
+        torch.testing.assert_close(got.trace.pattern(i), pattern[0], atol=1e-5, rtol=0)
+    assert (got.logits - unscaled.logits).abs().max() > 1e-2
+
+
+def test_rope_freqs_of_the_wrong_shape_or_an_unknown_scaling_are_refused(vocab, tmp_path):
+    bad = write_model(tmp_path / "bad.gguf", "llama", "F32", vocab, extra_tensors={"rope_freqs.weight": np.ones(5)})
+    with pytest.raises(ValueError, match=r"rope_freqs.weight must be F32 of shape \(8,\)"):
+        tfm.load(bad, device="cpu")
+    yarn = write_model(tmp_path / "yarn.gguf", "llama", "F32", vocab,
+                       extra_kv={"llama.rope.scaling.type": ("yarn", GGUFValueType.STRING)})
+    with pytest.raises(ValueError, match="RoPE scaling 'yarn' is not supported"):
+        tfm.load(yarn, device="cpu")
 
 
 def test_bfloat16_on_request_and_float32_by_default(vocab, tmp_path):

@@ -24,8 +24,10 @@ REAL_PROMPT = "The capital of France is"   # a fact a pretrained model knows (Sm
 KINDS = {"smollm2": "SmolLM2-135M (real)", "default": "Bundled tiny", "random": "Random model",
          "folder": "Model folder / GGUF"}
 SIZES = ("n_layer", "n_head", "n_kv_head", "d_model", "d_ff", "context_length", "vocab_size")
-VARIANTS = {"pos_encoding": PosEncoding, "norm": NormType, "norm_placement": NormPlacement, "activation": Activation,
-            "rope_scaling": RopeScaling}
+VARIANTS = {name: list(get_args(kind)) for name, kind in (
+    ("pos_encoding", PosEncoding), ("norm", NormType), ("norm_placement", NormPlacement), ("activation", Activation),
+    ("rope_scaling", RopeScaling))}
+VARIANTS["rope_scaling"].remove("factors")   # a file's own per-pair numbers: nothing to pick in a widget
 # Float fields: (step, display format, help).
 FLOATS = {"rope_base": (1000.0, "%g", "RoPE's base θ (rope_theta): larger means slower-turning pairs"),
           "rotary_pct": (0.05, "%.2f", "fraction of each head's dims RoPE rotates (Pythia: 0.25)"),
@@ -92,8 +94,8 @@ def _random_config() -> ModelConfig | None:
                           help=f"{CUSTOM!r}: a link's config that matches no preset")
     base = _base(preset)
     fields = {}
-    for name, kind in VARIANTS.items():
-        fields[name] = st.selectbox(name.replace("_", " "), list(get_args(kind)), **state.keep(f"sidebar.{name}"))
+    for name, options in VARIANTS.items():
+        fields[name] = st.selectbox(name.replace("_", " "), options, **state.keep(f"sidebar.{name}"))
     cols = st.columns(2)
     for i, name in enumerate(SIZES):
         fields[name] = int(cols[i % 2].number_input(name, min_value=1, max_value=SIZE_MAX, step=1,

@@ -150,7 +150,7 @@ def test_compare_two_temperatures_on_the_same_seed():
         # the page's two runs may share one batched decode step: equal within the product's rounding
         np.testing.assert_allclose(decode(prob["data"][j]["y"]), [s.prob_original for s in runs[t]], rtol=1e-5)
         np.testing.assert_allclose(decode(play["data"][j]["y"]),
-                                   [np.exp(float(s.breakdown.entropy_after)) for s in runs[t]], rtol=1e-6)
+                                   [np.exp(float(s.breakdown.entropy_after)) for s in runs[t]], rtol=1e-5)
         share = fs.repeated_ngram_share([s.token_id for s in runs[t]])
         assert any(f"repeated 3-token sequences: **{share:.0%}**" in m.value for m in at.markdown)
 

@@ -17,7 +17,10 @@ def test_why_page_draws_the_engines_numbers(page, app_url):
     page.set_viewport_size({"width": 1400, "height": 5000})  # tall: full-page shots show every chart
     page.goto(f"{app_url}/why")
     wait_idle(page)
-    plot = page.locator('[data-testid="stPlotlyChart"] .js-plotly-plot').nth(1)
+    # by its title, drawn: a first run after the server starts may mount the charts one by one
+    plot = page.locator('[data-testid="stPlotlyChart"] .js-plotly-plot',
+                        has=page.locator(".gtitle", has_text="Every head's direct contribution"))
+    page.wait_for_function("el => !!el._fullData?.[0]?.z", arg=plot.element_handle())
     drawn = np.array(plot.evaluate("el => Array.from(el._fullData[0].z, r => Array.from(r))"))
     np.testing.assert_allclose(drawn, attr.heads.numpy(), rtol=1e-5, atol=1e-7)
     shot(page, "why_attribution")

@@ -16,7 +16,7 @@ PosEncoding = Literal["learned", "sinusoidal", "rope", "none"]
 NormType = Literal["layernorm", "rmsnorm"]
 NormPlacement = Literal["pre", "post"]
 Activation = Literal["gelu", "gelu_tanh", "relu", "swiglu"]
-RopeScaling = Literal["none", "linear", "llama3"]
+RopeScaling = Literal["none", "linear", "llama3", "factors"]
 
 
 def _check_choice(name: str, value: Any, kind: Any) -> None:
@@ -36,7 +36,8 @@ class JsonConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Plain JSON values (tuples as lists), equal to what `from_dict` reads back from a file."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
     def from_dict(cls, data: Any) -> Self:
@@ -60,7 +61,8 @@ class ModelConfig(JsonConfig):
     `rotary_pct` the fraction of each head's dimensions rotated (Pythia: 0.25); `rope_scaling`
     rescales the frequencies ("linear": all divided by `rope_factor`; "llama3": Llama 3.1's
     wavelength-banded rescaling, with `rope_low_freq_factor`, `rope_high_freq_factor` and
-    `rope_original_context`). `parallel_block`: attention and MLP both read the block's input
+    `rope_original_context`; "factors": each pair's frequency divided by its own entry of
+    `rope_freq_factors`, as llama.cpp applies a GGUF file's rope_freqs tensor). `parallel_block`: attention and MLP both read the block's input
     (GPT-NeoX): x + attn(ln1(x)) + mlp(ln2(x)). `qkv_bias`: biases on the query/key/value
     projection even when `bias` is false (Qwen2).
     """
@@ -87,6 +89,7 @@ class ModelConfig(JsonConfig):
     rope_low_freq_factor: float = 1.0
     rope_high_freq_factor: float = 4.0
     rope_original_context: int = 8192
+    rope_freq_factors: tuple[float, ...] = ()  # one per rotated pair, only with rope_scaling="factors"
     parallel_block: bool = False
     qkv_bias: bool = False
 
@@ -148,6 +151,21 @@ class ModelConfig(JsonConfig):
         if not (0 < self.rope_low_freq_factor < self.rope_high_freq_factor):
             raise ValueError(f"need 0 < rope_low_freq_factor ({self.rope_low_freq_factor}) < rope_high_freq_factor "
                              f"({self.rope_high_freq_factor}) (Llama 3.1 uses 1 and 4)")
+        self._check_freq_factors()
+
+    def _check_freq_factors(self) -> None:
+        factors = self.rope_freq_factors
+        if not isinstance(factors, (list, tuple)) or len(factors) > 65_536:
+            raise ValueError("rope_freq_factors must be a list of numbers, one per rotated pair")
+        object.__setattr__(self, "rope_freq_factors", tuple(factors))  # JSON gives a list; the config stays hashable
+        for i, f in enumerate(factors):
+            check_number(f"rope_freq_factors[{i}]", f)
+            if not f > 0:
+                raise ValueError(f"rope_freq_factors[{i}]={f} must be positive (it divides a frequency)")
+        want = self.rotary_dim // 2 if self.rope_scaling == "factors" else 0
+        if len(factors) != want:
+            raise ValueError(f"rope_freq_factors has {len(factors)} entries; rope_scaling={self.rope_scaling!r} needs "
+                             f"{want}" + (" (one per rotated pair)" if want else " (they are used only with 'factors')"))
 
     @property
     def d_head(self) -> int:

@@ -1,7 +1,8 @@
 """Rotary position embeddings' frequencies, computed as Hugging Face computes them.
 
 `inv_freq(cfg)` gives one inverse frequency per rotated dimension pair, (rotary_dim/2,):
-theta_i = base^(-2i/rotary_dim), optionally rescaled ("linear" or Llama 3.1's "llama3").
+theta_i = base^(-2i/rotary_dim), optionally rescaled ("linear", Llama 3.1's "llama3", or a
+GGUF file's per-pair "factors").
 The formula is written in the same float32 operations transformers uses, so angles (and
 hence every query and key) match a Hugging Face model bit for bit where the math allows.
 """
@@ -43,6 +44,8 @@ def inv_freq(cfg: ModelConfig) -> torch.Tensor:
     if cfg.rope_scaling == "llama3":
         return llama3_inv_freq(freq, cfg.rope_factor, cfg.rope_low_freq_factor,
                                cfg.rope_high_freq_factor, cfg.rope_original_context)
+    if cfg.rope_scaling == "factors":   # llama.cpp's rope_freqs: theta_i / factor_i
+        return freq / torch.tensor(cfg.rope_freq_factors, dtype=torch.float32)
     return freq
 
 

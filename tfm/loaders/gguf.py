@@ -11,7 +11,9 @@ package's numpy code: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K-Q6_K) a
 
 llama.cpp stores a Llama query/key projection with the rows of each head interleaved (it
 rotates adjacent pairs; Hugging Face and tfm rotate halves): `unpermute` restores them. Qwen2
-and GPT-2 files are stored unpermuted. The tokenizer comes from the metadata
+and GPT-2 files are stored unpermuted. Llama 3.1 / 3.2 files carry their RoPE rescaling as a
+`rope_freqs` tensor (one divisor per rotated pair), read into `ModelConfig.rope_freq_factors`.
+The tokenizer comes from the metadata
 (`tfm.text.gguf_tokenizer`); `lm.tokenizer.chat_template` is the file's chat template (or
 None), `lm.tokenizer.bos_id` / `.eot_id` / `.special_tokens` its special ids.
 """
@@ -69,14 +71,32 @@ def config_fields(f: GGUFFile, arch: str, source: str) -> dict[str, Any]:
     if not h or rope_dim != d // h:
         raise ValueError(f"{source}: rope.dimension_count {rope_dim} differs from the head size {d // max(h, 1)}; "
                          "tfm rotates whole heads for this architecture")
-    if "rope_freqs.weight" in f.tensors or m.get(p + "rope.scaling.type", "none") not in ("none", None):
-        raise ValueError(f"{source}: RoPE frequency scaling (rope_freqs / rope.scaling) is not supported for GGUF "
-                         "files yet; tfm loads files with plain RoPE")
     return dict(common, norm="rmsnorm", activation="swiglu", bias=False, pos_encoding="rope",
                 n_kv_head=_get(m, p + "attention.head_count_kv", source, int, h),
                 norm_eps=_get(m, p + "attention.layer_norm_rms_epsilon", source, float, 1e-6),
                 rope_base=_get(m, p + "rope.freq_base", source, float, 10000.0),
-                qkv_bias=arch == "qwen2", tied_embeddings="output.weight" not in f.tensors)
+                qkv_bias=arch == "qwen2", tied_embeddings="output.weight" not in f.tensors,
+                **_rope_scaling(f, p, rope_dim, source))
+
+
+def _rope_scaling(f: GGUFFile, p: str, rope_dim: int, source: str) -> dict[str, Any]:
+    """RoPE rescaling as llama.cpp applies it: a `rope_freqs` tensor (Llama 3.1 / 3.2: one
+    divisor per rotated pair, the llama3 rescaling precomputed) or `rope.scaling.type` linear."""
+    kind = f.metadata.get(p + "rope.scaling.type", "none")
+    if kind not in ("none", "linear"):
+        raise ValueError(f"{source}: RoPE scaling {str(kind)[:20]!r} is not supported; tfm reads plain RoPE, "
+                         "linear scaling and a rope_freqs tensor")
+    t = f.tensors.get("rope_freqs.weight")
+    if t is not None:
+        if kind != "none":
+            raise ValueError(f"{source}: both rope.scaling.type and a rope_freqs tensor: which applies is unclear")
+        if t.shape != (rope_dim // 2,) or t.qtype.name != "F32":
+            raise ValueError(f"{source}: rope_freqs.weight must be F32 of shape ({rope_dim // 2},), "
+                             f"one per rotated pair; it is {t.qtype.name} {t.shape}")
+        return dict(rope_scaling="factors", rope_freq_factors=tuple(float(x) for x in f.tensor(t.name)))
+    if kind == "linear":
+        return dict(rope_scaling="linear", rope_factor=_get(f.metadata, p + "rope.scaling.factor", source, float))
+    return {}
 
 
 class Tensors:
@@ -156,6 +176,8 @@ def convert(f: GGUFFile, cfg: ModelConfig, arch: str, source: str) -> dict[str, 
     if arch != "gpt2":
         for i in range(cfg.n_layer):
             _attention(t, cfg, arch, i, check=True)
+    if cfg.rope_scaling == "factors":
+        t.check("rope_freqs.weight", cfg.rotary_dim // 2)   # read into the config already
     t.finish()
     state = {ours: t.take(name, *shape) for ours, (name, shape) in plan.items()}
     if arch != "gpt2":
