@@ -71,7 +71,6 @@ def test_concurrent_rows_equal_solo_runs(variant):
     got = batched(b, REQUESTS)
     for req, steps in zip(REQUESTS, got):
         assert_same(steps, solo(lm, req))
-        assert steps[0].logits.equal(solo(lm, req)[0].logits)  # the prefill is the solo forward itself
     assert b.widest >= 2 and b.load() == (0, 0)  # rows really shared a step, and all left
 
 
@@ -136,8 +135,26 @@ def test_bad_requests_are_refused_when_submitted_and_the_batcher_goes_on():
         b.submit("x", 0)
     with pytest.raises(ValueError, match="temperature"):
         b.submit("x", 3, temperature=-1)
-    assert_same(list(b.submit("Hi", 5, seed=3, stop_at_eot=False)),
-                list(tfm.generate(lm, "Hi", 5, seed=3, stop_at_eot=False)))
+    alone, ref = list(b.submit("Hi", 5, seed=3, stop_at_eot=False)), list(tfm.generate(lm, "Hi", 5, seed=3, stop_at_eot=False))
+    assert_same(alone, ref)
+    assert alone[0].logits.equal(ref[0].logits)  # a lone prefill is the solo forward itself
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("budget", [1024, 64])
+def test_requests_arriving_together_share_one_padded_prefill(variant, budget):
+    """A class pressing Generate at once: prompts of different lengths, right-padded into one
+    forward (or as many as the token budget needs), each row still equal to its solo run."""
+    lm = make_lm(variant)
+    b = Batcher(lm, BatchConfig(max_rows=8, per_owner=8, prefill_tokens=budget))
+    lengths = [len(lm.tokenizer.encode(p)) for p, *_ in REQUESTS]
+    assert lengths == [5, 32, 2, 30]                            # padding really happens
+    with b._cond:  # (reentrant) every request is queued before the worker admits any
+        gens = [b.submit(p, n, t, k, tp, seed=s, stop_at_eot=False, owner="class") for p, n, t, k, tp, s in REQUESTS]
+    got = [list(g) for g in gens]
+    for req, steps in zip(REQUESTS, got):
+        assert_same(steps, solo(lm, req))
+    assert b.prefills == (1 if budget == 1024 else 2)  # 64: [5, 32] and [2, 30], 2 x 32 and 2 x 30 padded tokens
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -99,11 +99,11 @@ class RaggedKVCache:
     def batch_size(self) -> int:
         return self.rows
 
-    def put(self, row: int, solo: KVCache) -> None:
-        """Copy a prefilled batch-1 cache into `row`."""
-        n = solo.length
-        self.k[:, row, :, :n] = solo.k[:, 0, :, :n]
-        self.v[:, row, :, :n] = solo.v[:, 0, :, :n]
+    def put(self, row: int, prefilled: KVCache, src: int = 0, n: int | None = None) -> None:
+        """Copy row `src` of a prefilled cache into `row`: its first n positions (default: all it holds)."""
+        n = prefilled.length if n is None else n
+        self.k[:, row, :, :n] = prefilled.k[:, src, :, :n]
+        self.v[:, row, :, :n] = prefilled.v[:, src, :, :n]
         self.lengths[row] = n
 
     def move(self, src: int, dst: int) -> None:

@@ -1,5 +1,7 @@
 """Sampling and generation: sampling (Hugging Face's temperature, top-k, top-p and the sampling
-breakdown), generate (streamed generation with a KV cache), timeline (per-step records).
+breakdown), generate (streamed generation with a KV cache), timeline (per-step records),
+batcher (continuous batching: concurrent generations as rows of one decode step) and prefill
+(several prompts in one forward, for the batcher).
 
 Layer 3: may import tfm.core, tfm.text and tfm.loaders.
 """

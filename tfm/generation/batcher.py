@@ -8,14 +8,15 @@
 
 Decoding is bound by reading the weights, so one step for many rows costs little more than a
 step for one. One thread per Batcher runs a loop: admit waiting requests (first come first
-served, at most `per_owner` rows per owner, at most `max_rows` in all), prefill each admitted
-prompt alone (the very forward `tfm.generate` runs, into a batch-1 KVCache copied into the
-shared `RaggedKVCache`), then run ONE forward for every active row, each at its own position
+served, at most `per_owner` rows per owner, at most `max_rows` in all, their padded prompts
+within `prefill_tokens`), prefill them in ONE forward (`prefill.padded_prefill`; a lone or
+traced prompt runs the very forward `tfm.generate` runs), copy their keys into the shared
+`RaggedKVCache`, then run ONE forward for every active row, each at its own position
 with its own keys (tfm.core.cache.RaggedKVCache masks the others' padding). Every row keeps its
 own settings, `torch.Generator`, stop rule and text stream, and draws with
 the sampling pipeline `tfm.generate` uses (one breakdown for rows with the same settings, then
-each row's own draw), so it gives what it gives alone: the prefill step bit for
-bit, later steps within the batched products' summation order (~1e-6 on logits). A request joins
+each row's own draw), so it gives what it gives alone: a lone prefill bit for
+bit, shared prefills and later steps within the batched products' summation order (~1e-6 on logits). A request joins
 or leaves between two steps; a cancelled or finished row's slot is reused at the next step.
 The model is only read; the ragged cache belongs to the batcher. A batch step is traced when any
 of its rows asked for a trace (then every row takes the traced attention path; its Step.trace
@@ -37,6 +38,7 @@ from ..core.validate import check_int
 from ..loaders.loading import LM
 from .generate import (DEFAULT_NEW_TOKENS, Generation, PromptInfo, Step, _Forward, _stop_reason, _TextStream,
                        n_words, prepare_prompt)
+from .prefill import padded_prefill
 from .sampling import Breakdown, SamplingSettings, draw, next_token
 
 __all__ = ["BatchConfig", "Batcher", "BatchedGeneration", "RowTrace"]
@@ -45,17 +47,18 @@ __all__ = ["BatchConfig", "Batcher", "BatchedGeneration", "RowTrace"]
 @dataclass(frozen=True)
 class BatchConfig:
     """max_rows: rows in one decode step (the server's bound); per_owner: rows one owner (a
-    browser session) may hold, so one session cannot take every slot; prefill_per_step: prompts
-    admitted between two decode steps, so running rows wait at most that many prefills."""
+    browser session) may hold, so one session cannot take every slot; prefill_tokens: padded
+    prompt tokens prefilled in the one forward between two decode steps (a longer lone prompt
+    still runs alone), so running rows wait at most one bounded forward."""
 
     max_rows: int = 32
     per_owner: int = 4
-    prefill_per_step: int = 4
+    prefill_tokens: int = 1024
 
     def __post_init__(self) -> None:
         check_int("max_rows", self.max_rows, 1, hint=" (rows in one batched decode step)")
         check_int("per_owner", self.per_owner, 1, self.max_rows, " (at most max_rows)")
-        check_int("prefill_per_step", self.prefill_per_step, 1, hint=" (prompts prefilled between two steps)")
+        check_int("prefill_tokens", self.prefill_tokens, 1, hint=" (padded prompt tokens in one shared prefill)")
 
 
 class RowTrace:
@@ -200,6 +203,7 @@ class Batcher:
         self._thread: threading.Thread | None = None
         self._closed = False
         self.steps = 0                               # batched decode steps run (tests, benches)
+        self.prefills = 0                            # prefill forwards run
         self.widest = 0                              # most rows seen in one step
 
     def submit(self, prompt: str | Sequence[int], max_new_tokens: int | None = None, temperature: float = 1.0,
@@ -252,8 +256,8 @@ class Batcher:
                     self._cond.wait()
                 self._drop_finished()
                 joining = self._admit()
-            for r in joining:
-                self._guard([r], lambda r=r: self._prefill(r))
+            if joining:
+                self._guard(joining, lambda: self._prefill(joining))
             with self._cond:
                 self._drop_finished()
                 rows = list(self._active)
@@ -272,33 +276,49 @@ class Batcher:
                 self._drop_finished()
 
     def _admit(self) -> list[_Row]:
-        """Waiting rows that join now: first come first served, skipping owners at their cap."""
-        free = min(self.config.max_rows - len(self._active), self.config.prefill_per_step)
+        """Waiting rows that join now, prefilled together: first come first served, skipping
+        owners at their cap, while the padded prompts fit `prefill_tokens` (the first always
+        joins); a traced request joins alone (its trace is the solo forward's)."""
+        free, budget = self.config.max_rows - len(self._active), self.config.prefill_tokens
         held, joining = Counter(r.owner for r in self._active), []
         for r in list(self._waiting):
             if len(joining) >= free:
                 break
             if r.cancelled.is_set():
                 self._waiting.remove(r)
-            elif held[r.owner] < self.config.per_owner:
-                self._waiting.remove(r)
-                held[r.owner] += 1
-                joining.append(r)
+                continue
+            if held[r.owner] >= self.config.per_owner:
+                continue
+            longest = max(len(j.tokens) for j in joining + [r])
+            if joining and (r.trace or joining[0].trace or longest * (len(joining) + 1) > budget):
+                break
+            self._waiting.remove(r)
+            held[r.owner] += 1
+            joining.append(r)
         return joining
 
-    def _prefill(self, row: _Row) -> None:
-        """The prompt alone, as tfm.generate runs it; the row joins the batch unless it already stopped."""
+    def _prefill(self, rows: list[_Row]) -> None:
+        """The joining prompts in one forward; each row takes its first token and joins the
+        batch unless it already stopped."""
         t0 = time.perf_counter()
-        forward = _Forward(self.lm, len(row.tokens), row.max_new, True, row.trace)
-        logits, tr = forward(row.tokens)
-        row.step(_choose_all(logits[None], [row])[0], tr, time.perf_counter() - t0)
-        if row.done:
-            return
-        with self._cond:
-            self._cache = self._room(row.fed_length())
-            self._cache.put(len(self._active), forward.cache)
-            self._active.append(row)
-            self._cache.rows = len(self._active)
+        if len(rows) == 1:   # alone: the very forward tfm.generate runs (bit for bit, traced if asked)
+            forward = _Forward(self.lm, len(rows[0].tokens), rows[0].max_new, True, rows[0].trace)
+            logits, tr = forward(rows[0].tokens)
+            logits, traces, cache = logits[None], [tr], forward.cache
+        else:
+            logits, cache = padded_prefill(self.lm, [r.tokens for r in rows], max(r.fed_length() for r in rows))
+            traces = [None] * len(rows)
+        self.prefills += 1
+        took = time.perf_counter() - t0
+        for g, (r, choice) in enumerate(zip(rows, _choose_all(logits, rows))):
+            r.step(choice, traces[g], took)
+            if r.done:
+                continue
+            with self._cond:
+                self._cache = self._room(r.fed_length())
+                self._cache.put(len(self._active), cache, g, len(r.info.ids))
+                self._active.append(r)
+                self._cache.rows = len(self._active)
 
     def _room(self, length: int) -> RaggedKVCache:
         """The batch cache with room for one more row of `length` positions (grown by copying)."""
