@@ -4,6 +4,7 @@ measured in this run; asserts nothing on time.
 
     .venv/bin/python bench/bench_scale.py [--lengths 128 512 1024] [--prompts 30] [--budget 4GB] [--no-peers]
 
+`--model smollm2 --lengths 2048` times the real model's 2048-token first Attention page (issue #24).
 Rows (targets from issue #13):
 - new prompt -> rendered Attention page (server time through AppTest) / plain untraced forward
   of the same ids: <= 1.5x at 1024;
@@ -52,18 +53,23 @@ def median_time(fn, repeats: int) -> float:
 def prompt_text(lm, n_tokens: int, tag: int) -> tuple[str, tuple[int, ...]]:
     """Corpus text of about n_tokens tokens, a different stretch per `tag`; the ids the app keeps."""
     words = CORPUS.read_text(encoding="utf-8", errors="replace").split()
-    start = (tag * 1500) % (len(words) - 1500)
-    chunk = words[start:start + 1500]
+    span = max(1500, n_tokens)   # a word is at least one token
+    start = (tag * span) % (len(words) - span)
+    chunk = words[start:start + span]
     ids = lm.tokenizer.encode(" ".join(chunk))[:n_tokens]
     text = lm.tokenizer.decode(ids)
     return text, tuple(lm.tokenizer.encode(text)[-lm.config.context_length:])
 
 
-def app_on_gpt2() -> tuple[AppTest, str]:
+def app_on(model: str) -> tuple[AppTest, str]:
+    """The app on GPT-2 small's shape (random weights) or the real SmolLM2-135M."""
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=900)
     at.run()
-    at.radio(key="sidebar.model_kind").set_value("random").run()
-    at.selectbox(key="sidebar.preset").set_value("gpt2").run()
+    if model == "smollm2":
+        at.radio(key="sidebar.model_kind").set_value("smollm2").run()
+    else:
+        at.radio(key="sidebar.model_kind").set_value("random").run()
+        at.selectbox(key="sidebar.preset").set_value("gpt2").run()
     assert not at.exception, at.exception
     return at, at.session_state["app.model_spec"]
 
@@ -207,13 +213,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the app's server runs with 1 here)")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--model", choices=("gpt2", "smollm2"), default="gpt2",
+                    help="smollm2: the real SmolLM2-135M (e.g. --lengths 2048 --prompts 0 --no-peers)")
     args = ap.parse_args()
     os.environ[memory.BUDGET_ENV] = args.budget
     torch.set_num_threads(args.threads)
-    at, spec = app_on_gpt2()
+    at, spec = app_on(args.model)
     lm = state.load_lm(spec, "cpu")
-    print(f"GPT-2-small shape, random weights, CPU, {args.threads} torch thread(s), budget {args.budget}; "
-          f"model {lm.model.num_params() / 1e6:.0f}M parameters", flush=True)
+    print(f"{'SmolLM2-135M' if args.model == 'smollm2' else 'GPT-2-small shape, random weights'}, CPU, "
+          f"{args.threads} torch thread(s), budget {args.budget}; model {lm.model.num_params() / 1e6:.0f}M parameters",
+          flush=True)
     app_rows(at, lm, args.lengths, args.repeats)
     longest = prompt_text(lm, max(args.lengths), tag=max(args.lengths))[1]
     widget_changes(at, args.repeats)

@@ -24,6 +24,9 @@ def test_presentation_mode_walks_with_the_arrow_keys(browser, app_url):
     wait_idle(page)
     # the projector view has no sidebar (its CSS arrives with the page's script run: wait for it, or fail)
     page.locator('[data-testid="stSidebar"]').wait_for(state="hidden", timeout=30_000)
+    # widgets mount after their code loads (grey placeholders until then): a key pressed before
+    # the Next button exists has no shortcut to trigger, as for a person who pressed it too early
+    page.get_by_role("button", name="Next").wait_for(state="visible")
     seen = [header(page)]
     shot(page, "tour_present_01")
     for i in range(2, 8):
