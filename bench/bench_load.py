@@ -25,6 +25,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -121,7 +122,9 @@ class Student:
         runs += [self.run("why"), self.run("tour"), self.run("generate")]
         n = WidgetState(id=self.widget("gen.max_new"), int_value=new_tokens)
         go = WidgetState(id=self.widget("gen.run"), trigger_value=True)
-        runs.append(self.run("generate", [n, go]))
+        # a chat model's page opens in chat mode (its own question): continue the student's prompt instead
+        plain = [WidgetState(id=self.widget("gen.mode"), string_value="Plain text")] if "gen.mode" in self.widgets else []
+        runs.append(self.run("generate", plain + [n, go]))
         self.ws.close()
         for name, r in zip(STEPS[:CHARTED], runs):  # a page that drew nothing would look fast
             if not r.charts:
@@ -165,7 +168,10 @@ def free_port() -> int:
 def start_server(port: int, app_flags: list[str]) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true",
            "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", "--", *app_flags]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = Path(tempfile.gettempdir()) / f"bench_load-server-{port}.log"   # a pipe nobody reads would fill and block it
+    print(f"server log: {log}")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     for _ in range(300):
         try:
             if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1).read() == b"ok":
@@ -173,7 +179,7 @@ def start_server(port: int, app_flags: list[str]) -> subprocess.Popen:
         except OSError:
             time.sleep(0.2)
     proc.kill()
-    raise RuntimeError(f"the server did not start: {proc.stderr.read().decode()[-2000:]}")
+    raise RuntimeError(f"the server did not start: {log.read_text(errors='replace')[-2000:]}")
 
 
 def prompt_for(i: int) -> str:
@@ -233,7 +239,8 @@ def profiler(pid: int, out: str | None) -> subprocess.Popen | None:
     """py-spy sampling the server while a class runs (raw collapsed stacks), if asked for."""
     if not out:
         return None
-    return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "-r", "50", "--nonblocking",
+    venv_spy = Path(sys.executable).with_name("py-spy")   # installed beside this python, or on PATH
+    return subprocess.Popen([str(venv_spy) if venv_spy.exists() else "py-spy", "record", "--pid", str(pid), "--format", "raw", "-r", "50", "--nonblocking",
                              "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
