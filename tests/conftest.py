@@ -70,3 +70,5 @@ def every_product_onednn(monkeypatch):
     from tfm.core import kernels
     monkeypatch.setattr(kernels, "ONEDNN_MIN_WEIGHT", 0)
     monkeypatch.setattr(kernels, "ONEDNN_MIN_MACS", 0)
+    if kernels.ONEDNN_AVAILABLE:
+        monkeypatch.setattr(kernels, "_cpu_product", "onednn")   # not "auto"'s measured choice

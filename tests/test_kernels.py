@@ -94,6 +94,7 @@ def test_what_oneDNN_does_not_take_goes_to_f_linear(spy):
 ])
 def test_size_rule(monkeypatch, rows, d_in, d_out, onednn):
     calls = []
+    monkeypatch.setattr(kernels, "_cpu_product", "onednn")   # the rule alone, no measuring
     monkeypatch.setattr(kernels, "_onednn_linear", lambda *a: calls.append(1) or F.linear(*a[:3]))
     with torch.no_grad():
         kernels.linear(torch.zeros(rows, d_in), torch.zeros(d_out, d_in))
@@ -178,7 +179,7 @@ def test_an_operators_cache_setting_is_kept():
     assert done.stdout.strip() == "7", done.stderr[-2000:]
 
 
-@pytest.mark.parametrize("value, ok", [("blas", True), ("mkl", False)])
+@pytest.mark.parametrize("value, ok", [("blas", True), ("onednn", True), ("mkl", False)])
 def test_the_server_wide_product_setting(value, ok):
     env = {**os.environ, "TFM_CPU_PRODUCT": value}
     code = "import tfm.core.kernels as k; print(k.cpu_product())"
@@ -186,4 +187,38 @@ def test_the_server_wide_product_setting(value, ok):
     if ok:
         assert done.stdout.strip() == value, done.stderr[-2000:]
     else:
-        assert done.returncode != 0 and "CPU product 'mkl' is not one of ('onednn', 'blas')" in done.stderr
+        assert done.returncode != 0 and "CPU product 'mkl' is not one of ('auto', 'onednn', 'blas')" in done.stderr
+
+
+@needs_onednn
+@pytest.mark.parametrize("onednn_wins", [True, False])
+def test_auto_measures_once_per_shape_and_bucket_and_keeps_the_winner(monkeypatch, onednn_wins):
+    """"auto" times both products the first time a weight meets a row bucket, then keeps that
+    product for the bucket; results equal F.linear's either way."""
+    timed, calls = [], []
+    real = kernels._onednn_linear
+    monkeypatch.setattr(kernels, "_cpu_product", "auto")
+    monkeypatch.setattr(kernels, "_faster", {})
+    monkeypatch.setattr(kernels, "_onednn_wins", lambda rows, w, b: timed.append(rows) or onednn_wins)
+    monkeypatch.setattr(kernels, "_onednn_linear", lambda *a: calls.append(a[0].shape[0]) or real(*a))
+    x, w, b = operands((300, 1024), out=1024)
+    with torch.no_grad():
+        for rows in (1, 1, 5, 7, 128, 300, 20):
+            torch.testing.assert_close(kernels.linear(x[:rows], w, b), F.linear(x[:rows], w, b), atol=1e-4, rtol=1e-5)
+    assert timed == [1, 8, 128, 32]                                  # buckets 1, 8, 128 (and over), 32
+    assert calls == ([1, 1, 5, 7, 128, 300, 20] if onednn_wins else [])
+    assert len(kernels.measured()) == 4 and set(kernels.measured().values()) == {onednn_wins}
+
+
+@needs_onednn
+def test_auto_really_times_and_stays_bounded(monkeypatch):
+    monkeypatch.setattr(kernels, "_cpu_product", "auto")
+    monkeypatch.setattr(kernels, "_faster", {})
+    monkeypatch.setattr(kernels, "MAX_MEASURED", 1)
+    x, w, _ = operands((64, 1024), out=1024)
+    state = torch.get_rng_state()
+    with torch.no_grad():
+        kernels.linear(x, w)                                   # measured: bucket 128
+        kernels.linear(x[:1], w)                               # the table is full: BLAS, unmeasured
+    assert list(kernels.measured()) == [((1024, 1024), (1024, 1), False, 128)]
+    assert torch.equal(torch.get_rng_state(), state)            # measuring drew no random numbers

@@ -1,16 +1,21 @@
 """The engine's linear maps, y = x W^T + b, with the product chosen per call.
 
-On a CPU, torch runs float32 products through its BLAS (MKL in the official wheels). oneDNN,
-also inside torch, ran the same products 1.2-2x faster on our 2-core AMD EPYC server, e.g.
-SmolLM2's unembedding at 128 tokens 48 vs 77 ms, GPT-2's qkv 2.5 vs 3.3 ms (bench/bench_kernels.py
-prints both on the machine at hand). So a float32 CPU product without autograd, large enough to
-gain, goes through oneDNN; everything else (GPUs, other dtypes, training, attribution's
-gradients, small products) through F.linear. Both compute the same sums in a different order
-(|diff| ~1e-6).
+On a CPU, torch runs float32 products through its BLAS (MKL in the official wheels) or, for the
+same op, through oneDNN (also inside torch). Which is faster depends on the CPU and the shape:
+on one 2-core AMD EPYC server oneDNN ran SmolLM2's unembedding at 128 tokens in 48 vs 77 ms; on
+another (same name, another day) in 102 vs 160 ms the other way round, while GPT-2's stayed
+faster with oneDNN (bench/bench_kernels.py prints both on the machine at hand). So by default
+("auto") a float32 CPU product without autograd, large enough for oneDNN to possibly gain, is
+timed both ways the first time its weight shape meets a row-count bucket, and that bucket keeps
+the faster product for the life of the process. GPUs, other dtypes, training, attribution's
+gradients and small products always use F.linear. Both compute the same sums in a different
+order (|diff| ~1e-6).
 """
 from __future__ import annotations
 
 import os
+import threading
+import time
 from contextlib import contextmanager
 from typing import Literal, get_args
 
@@ -18,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-CpuProduct = Literal["onednn", "blas"]
+CpuProduct = Literal["auto", "onednn", "blas"]
 
 # oneDNN keeps a compiled kernel per product shape in two caches, of 1024 entries by default at
 # ~0.3-0.5 MB each: a server that sees every prompt length up to 1024 grew by ~450 MB. Each
@@ -37,14 +42,14 @@ _onednn_linear = torch.ops.mkldnn._linear_pointwise if ONEDNN_AVAILABLE else Non
 def _checked(choice: str) -> CpuProduct:
     if choice not in get_args(CpuProduct):
         raise ValueError(f"CPU product {choice!r} is not one of {get_args(CpuProduct)}")
-    if choice == "onednn" and not ONEDNN_AVAILABLE:
+    if choice != "blas" and not ONEDNN_AVAILABLE:
         raise ValueError("this torch build has no oneDNN linear product: use 'blas'")
     return choice
 
 
-# TFM_CPU_PRODUCT=blas keeps torch's own products server-wide (e.g. where oneDNN measures slower).
+# TFM_CPU_PRODUCT=blas (or onednn) fixes the product server-wide instead of measuring.
 _cpu_product: CpuProduct = _checked(os.environ.get("TFM_CPU_PRODUCT", "").strip()
-                                    or ("onednn" if ONEDNN_AVAILABLE else "blas"))
+                                    or ("auto" if ONEDNN_AVAILABLE else "blas"))
 
 
 def cpu_product() -> CpuProduct:
@@ -72,7 +77,7 @@ ONEDNN_MIN_MACS = 1 << 23     # rows x in x out
 
 
 def _onednn_fits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
-    if _cpu_product != "onednn" or x.device.type != "cpu" or not x.dtype == weight.dtype == torch.float32:
+    if _cpu_product == "blas" or x.device.type != "cpu" or not x.dtype == weight.dtype == torch.float32:
         return False
     if x.dim() < 2 or x.numel() == 0 or weight.dim() != 2:  # rows of vectors only
         return False
@@ -84,7 +89,56 @@ def _onednn_fits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     # input-major matrix, sends oneDNN to a reference kernel ~100x slower: BLAS copes with it.
     if not (weight.is_contiguous() or weight.t().is_contiguous()):
         return False
-    return weight.numel() >= ONEDNN_MIN_WEIGHT or x.numel() * weight.shape[0] >= ONEDNN_MIN_MACS
+    if not (weight.numel() >= ONEDNN_MIN_WEIGHT or x.numel() * weight.shape[0] >= ONEDNN_MIN_MACS):
+        return False
+    return _cpu_product == "onednn" or _measured_faster(x.numel() // x.shape[-1], weight, bias)
+
+
+# "auto": per (weight shape and layout, bias, rows bucket), whether oneDNN measured faster. Rows
+# above the last bucket are probed with PROBE_ROWS (the winner did not change from 128 to 1024
+# rows on any matrix bench_kernels times). At most MAX_MEASURED entries (random models of any
+# shape cannot grow it without bound); past that, unmeasured products keep torch's BLAS.
+ROW_BUCKETS = (1, 8, 32)
+PROBE_ROWS = 128
+MAX_MEASURED = 512
+_faster: dict[tuple, bool] = {}
+_measuring = threading.Lock()
+
+
+def _measured_faster(rows: int, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    bucket = next((b for b in ROW_BUCKETS if rows <= b), PROBE_ROWS)
+    key = (tuple(weight.shape), weight.stride(), bias is not None, bucket)
+    won = _faster.get(key)
+    if won is None:
+        with _measuring:   # one measurement at a time, each once
+            won = _faster.get(key)
+            if won is None:
+                if len(_faster) >= MAX_MEASURED:
+                    return False
+                won = _faster[key] = _onednn_wins(bucket, weight, bias)
+    return won
+
+
+@torch.no_grad()
+def _onednn_wins(rows: int, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Time both products on `rows` rows (best of 3 after a first call, which compiles oneDNN's
+    kernel). Constant input: the global RNG is never touched, and the time does not depend on values."""
+    x = torch.full((rows, weight.shape[1]), 0.5, dtype=weight.dtype)
+
+    def best(product) -> float:
+        product()
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            product()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+    return best(lambda: _onednn_linear(x, weight, bias, "none", [], "")) < best(lambda: F.linear(x, weight, bias))
+
+
+def measured() -> dict[tuple, bool]:
+    """A copy of "auto"'s decisions so far: (weight shape, strides, has bias, rows bucket) -> oneDNN won."""
+    return dict(_faster)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
