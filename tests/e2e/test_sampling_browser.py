@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 import tfm
@@ -122,7 +123,11 @@ def set_number(page, label: str, n: int) -> None:
     box = page.get_by_role("spinbutton", name=label)
     box.fill(str(n))
     box.press("Enter")
-    page.wait_for_timeout(300)
+    # the rerun may start late under load: a click sent before it would race the page's redraw
+    try:
+        page.wait_for_selector('[data-testid="stApp"][data-test-script-state="running"]', timeout=3000)
+    except PlaywrightTimeout:
+        pass   # already over
     wait_idle(page)
 
 
@@ -169,6 +174,7 @@ def test_stop_keeps_the_tokens_made(page, app_url):
     open_page(page, app_url, "Generation & timeline", "Generation & timeline")
     set_new_tokens(page, 231)  # the cap for this prompt; 4 samples without the KV cache: a run of seconds
     set_number(page, "Samples", 4)
+    wait_idle(page)
     page.locator("label", has=page.get_by_role("switch", name="KV cache")).click()  # the label takes the click
     expect(page.get_by_role("switch", name="KV cache")).not_to_be_checked()
     wait_idle(page)
