@@ -107,13 +107,14 @@ def hf_gpt2(root: Path) -> str:
     return "path:" + str(folder)
 
 
-def gguf_file(arch: str, qtype: str, tag: str = "", **kw):
-    """A GGUF file of one tensor type (tests/gguf_files.py writes it with gguf.GGUFWriter)."""
+def gguf_file(arch: str, qtype: str, rope_freqs: bool = False, **kw):
+    """A GGUF file of one tensor type (tests/gguf_files.py writes it with gguf.GGUFWriter);
+    `rope_freqs`: with Llama 3.1's rescaling as llama.cpp stores it."""
     def build(root: Path) -> str:
         from tests.gguf_files import llama_cpp_rope_freqs, write_model
-        path = root / f"{arch}-{qtype}{tag}.gguf"
+        path = root / f"{arch}-{qtype}{'-rope-freqs' if rope_freqs else ''}.gguf"
         if not path.is_file():
-            extra = {"rope_freqs.weight": llama_cpp_rope_freqs(16)} if tag == "-rope-freqs" else None
+            extra = {"rope_freqs.weight": llama_cpp_rope_freqs(16)} if rope_freqs else None
             write_model(path, arch, qtype, extra_tensors=extra, **kw)
         return "path:" + str(path)
     return build
@@ -139,7 +140,7 @@ MODELS: dict[str, object] = {
     "gguf-llama-q4_k": gguf_file("llama", "Q4_K", d=256, f=256),
     "gguf-qwen2-f16": gguf_file("qwen2", "F16"),
     "gguf-gpt2-q5_0": gguf_file("gpt2", "Q5_0", f=256),
-    "gguf-llama31-rope-freqs": gguf_file("llama", "Q8_0", "-rope-freqs"),   # Llama 3.1's rescaled RoPE
+    "gguf-llama31-rope-freqs": gguf_file("llama", "Q8_0", rope_freqs=True),   # Llama 3.1's rescaled RoPE
     "real": "smollm2",                                         # SmolLM2-135M-Instruct, the app's default
 }
 

@@ -62,8 +62,9 @@ class ModelConfig(JsonConfig):
     rescales the frequencies ("linear": all divided by `rope_factor`; "llama3": Llama 3.1's
     wavelength-banded rescaling, with `rope_low_freq_factor`, `rope_high_freq_factor` and
     `rope_original_context`; "factors": each pair's frequency divided by its own entry of
-    `rope_freq_factors`, as llama.cpp applies a GGUF file's rope_freqs tensor). `parallel_block`: attention and MLP both read the block's input
-    (GPT-NeoX): x + attn(ln1(x)) + mlp(ln2(x)). `qkv_bias`: biases on the query/key/value
+    `rope_freq_factors`, as llama.cpp applies a GGUF file's rope_freqs tensor).
+    `parallel_block`: attention and MLP both read the block's input (GPT-NeoX):
+    x + attn(ln1(x)) + mlp(ln2(x)). `qkv_bias`: biases on the query/key/value
     projection even when `bias` is false (Qwen2).
     """
 
