@@ -1,11 +1,13 @@
-"""The linear maps' products on this machine: torch's BLAS (F.linear) vs oneDNN (tfm.kernels).
+"""The linear maps' products on this machine: torch's BLAS (F.linear), oneDNN, and BLAS over
+column slices (tfm.kernels.sliced_linear, tried for vocabulary-sized matrices).
 
     .venv/bin/python bench/bench_kernels.py [--threads 2] [--runs 9]
 
 For each matrix of the bundled model (tfm-small), GPT-2 small and SmolLM2-135M, stored as the
 model stores it (input-major, see GPT._input_major_weights), at 1 (a decode step), 128 and 1024
-rows: the median time of F.linear and of oneDNN's product, their ratio, and which one tfm uses
-(tfm.kernels' size rule; tfm.model.unembed keeps F.linear below 8 positions). Values are checked
+rows: the median time of each product, BLAS's over the best other's, and which one tfm uses
+(tfm.kernels' size rule and "auto"'s measured choice; tfm.model.unembed keeps F.linear below 8
+positions). Values are checked
 equal (|diff| < 1e-4). Figures from this run only; nothing asserts on time.
 """
 from __future__ import annotations
@@ -44,18 +46,21 @@ def median_ms(fn, runs: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def compare(d_in: int, d_out: int, rows: int, runs: int) -> tuple[float, float, str]:
-    """(BLAS ms, oneDNN ms, the one tfm.kernels.linear picks for this shape)."""
+def compare(d_in: int, d_out: int, rows: int, runs: int) -> tuple[float, float, float | None, str]:
+    """(BLAS ms, oneDNN ms, sliced BLAS ms or None where not tried, the product tfm picks)."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(rows, d_in, generator=g)
     w = (torch.randn(d_out, d_in, generator=g) * 0.02).t().contiguous().t()  # (out, in), stored input-major
     onednn_fn = lambda: kernels._onednn_linear(x, w, None, "none", [], "")  # noqa: E731
     with torch.no_grad():
         assert float((onednn_fn() - F.linear(x, w)).abs().max()) < 1e-4
+        assert float((kernels.sliced_linear(x, w) - F.linear(x, w)).abs().max()) < 1e-4
         blas = median_ms(lambda: F.linear(x, w), runs)
         onednn = median_ms(onednn_fn, runs)
-        picked = "oneDNN" if kernels._onednn_fits(x, w, None) else "BLAS"
-    return blas, onednn, picked
+        tried = "sliced" in kernels._candidates(rows, w)
+        sliced = median_ms(lambda: kernels.sliced_linear(x, w), runs) if tried else None
+        picked = kernels._product(x, w, None)
+    return blas, onednn, sliced, picked
 
 
 def main() -> None:
@@ -64,19 +69,21 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=9)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    if kernels.cpu_product() != "onednn":
+    if not kernels.ONEDNN_AVAILABLE:
         sys.exit("this torch build has no oneDNN linear product: tfm uses torch's BLAS everywhere")
     print(f"# Linear products, BLAS vs oneDNN\n{machine()}\n")
     print(f"{'model':13s} {'matrix':12s} {'in x out':>12s} {'rows':>5s} {'BLAS ms':>9s} {'oneDNN ms':>10s} "
-          f"{'BLAS/oneDNN':>12s}  tfm uses")
+          f"{'sliced ms':>10s} {'BLAS/best':>10s}  tfm uses")
     for model, mats in SHAPES.items():
         for name, (d_in, d_out) in mats.items():
             for rows in (1, 128, 1024):
-                blas, onednn, picked = compare(d_in, d_out, rows, args.runs if rows < 1024 else max(3, args.runs // 3))
+                blas, onednn, sliced, picked = compare(d_in, d_out, rows, args.runs if rows < 1024 else max(3, args.runs // 3))
                 if name == "unembed" and rows < 8:
-                    picked = "BLAS"  # tfm.model.unembed's own rule
+                    picked = "blas"  # tfm.model.unembed's own rule
+                other = min(onednn, sliced or onednn)
+                shown = f"{sliced:10.3f}" if sliced is not None else f"{'-':>10s}"
                 print(f"{model:13s} {name:12s} {f'{d_in}x{d_out}':>12s} {rows:5d} {blas:9.3f} {onednn:10.3f} "
-                      f"{blas / onednn:11.2f}x  {picked}")
+                      f"{shown} {blas / other:9.2f}x  {picked}")
 
 
 if __name__ == "__main__":

@@ -198,8 +198,9 @@ def test_auto_measures_once_per_shape_and_bucket_and_keeps_the_winner(monkeypatc
     timed, calls = [], []
     real = kernels._onednn_linear
     monkeypatch.setattr(kernels, "_cpu_product", "auto")
-    monkeypatch.setattr(kernels, "_faster", {})
-    monkeypatch.setattr(kernels, "_onednn_wins", lambda rows, w, b: timed.append(rows) or onednn_wins)
+    monkeypatch.setattr(kernels, "_chosen", {})
+    winner = "onednn" if onednn_wins else "blas"
+    monkeypatch.setattr(kernels, "_fastest", lambda rows, w, b: timed.append(rows) or winner)
     monkeypatch.setattr(kernels, "_onednn_linear", lambda *a: calls.append(a[0].shape[0]) or real(*a))
     x, w, b = operands((300, 1024), out=1024)
     with torch.no_grad():
@@ -207,13 +208,13 @@ def test_auto_measures_once_per_shape_and_bucket_and_keeps_the_winner(monkeypatc
             torch.testing.assert_close(kernels.linear(x[:rows], w, b), F.linear(x[:rows], w, b), atol=1e-4, rtol=1e-5)
     assert timed == [1, 8, 128, 32]                                  # buckets 1, 8, 128 (and over), 32
     assert calls == ([1, 1, 5, 7, 128, 300, 20] if onednn_wins else [])
-    assert len(kernels.measured()) == 4 and set(kernels.measured().values()) == {onednn_wins}
+    assert len(kernels.measured()) == 4 and set(kernels.measured().values()) == {winner}
 
 
 @needs_onednn
 def test_auto_really_times_and_stays_bounded(monkeypatch):
     monkeypatch.setattr(kernels, "_cpu_product", "auto")
-    monkeypatch.setattr(kernels, "_faster", {})
+    monkeypatch.setattr(kernels, "_chosen", {})
     monkeypatch.setattr(kernels, "MAX_MEASURED", 1)
     x, w, _ = operands((64, 1024), out=1024)
     state = torch.get_rng_state()
@@ -222,3 +223,36 @@ def test_auto_really_times_and_stays_bounded(monkeypatch):
         kernels.linear(x[:1], w)                               # the table is full: BLAS, unmeasured
     assert list(kernels.measured()) == [((1024, 1024), (1024, 1), False, 128)]
     assert torch.equal(torch.get_rng_state(), state)            # measuring drew no random numbers
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("input_major", [False, True])
+def test_sliced_product_equals_f_linear(bias, input_major):
+    """BLAS over SLICE-column slices: every output column written once, in its place, for 3-D
+    input, a ragged last slice, either weight layout, with or without bias."""
+    x, w, b = operands((2, 9, 64), out=2 * kernels.SLICE + 37)
+    w = w.t().contiguous().t() if input_major else w
+    b = b if bias else None
+    with torch.no_grad():
+        got = kernels.sliced_linear(x, w, b)
+    assert got.shape == (2, 9, w.shape[0])
+    torch.testing.assert_close(got, F.linear(x, w, b), atol=1e-5, rtol=1e-5)
+
+
+@needs_onednn
+def test_auto_offers_the_sliced_product_to_vocabulary_sized_matrices_only(monkeypatch):
+    monkeypatch.setattr(kernels, "_cpu_product", "auto")
+    monkeypatch.setattr(kernels, "_chosen", {})
+    vocab = torch.zeros(kernels.SLICED_MIN_OUT, 64)
+    assert kernels._candidates(128, vocab) == ("blas", "onednn", "sliced")
+    assert kernels._candidates(1, vocab) == ("blas", "onednn")               # a decode step: not tried
+    assert kernels._candidates(128, torch.zeros(kernels.SLICED_MIN_OUT - 1, 64)) == ("blas", "onednn")
+    # when it measures fastest, linear runs it, and the result is F.linear's
+    monkeypatch.setattr(kernels, "_fastest", lambda rows, w, b: "sliced")
+    used = []
+    real = kernels.sliced_linear
+    monkeypatch.setattr(kernels, "sliced_linear", lambda *a: used.append(a[0].shape) or real(*a))
+    x, w, b = operands((40, 64), out=kernels.SLICED_MIN_OUT)
+    with torch.no_grad():
+        torch.testing.assert_close(kernels.linear(x, w, b), F.linear(x, w, b), atol=1e-5, rtol=1e-5)
+    assert used == [(40, 64)] and set(kernels.measured().values()) == {"sliced"}

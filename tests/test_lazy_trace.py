@@ -95,6 +95,42 @@ def check_equal_to_eager(model):
 
 
 @pytest.mark.parametrize("i", [0, 21, 42, 63])
+def test_a_trace_observes_the_forward_without_changing_its_numbers(i, make_model):
+    """Traced or not, lazy or eager, the stream and the logits are the plain forward's bit for
+    bit (attention is the fused kernel in all three); the recorded pattern is the explicit
+    softmax beside it, so pattern @ v is the recorded z to float rounding only."""
+    model = make_model("tiny", **variant(i))
+    idx = ids()
+    with torch.no_grad():
+        plain = model(idx).logits
+    lazy, eager = traces(model, idx)
+    assert torch.equal(lazy.logits, plain) and torch.equal(eager.logits, plain)
+    tr = eager.trace
+    group = tr["blocks.1.attn.q"].shape[1] // tr["blocks.1.attn.v"].shape[1]
+    v = tr["blocks.1.attn.v"].repeat_interleave(group, dim=1)
+    torch.testing.assert_close(tr["blocks.1.attn.pattern"] @ v, tr["blocks.1.attn.z"], atol=1e-6, rtol=1e-5)
+
+
+def test_the_first_pass_computes_no_pattern_it_does_not_keep(monkeypatch, make_model):
+    """A lazy forward pays for the fused attention only: no (T, T) scores or softmax."""
+    import tfm.core.functional as functional
+    calls = []
+    original = functional.attention_scores
+    for module in (functional, lazy_module):  # the forward's and the recomputed block's
+        monkeypatch.setattr(module, "attention_scores", lambda *a: calls.append(1) or original(*a))
+    model = make_model("tiny", n_layer=3)
+    with torch.no_grad():
+        tr = model(ids(), trace=True).trace
+        assert calls == []
+        tr["blocks.2.mlp.post"]          # a recomputed block derives no pattern either
+        assert calls == []
+        tr["blocks.2.attn.pattern"]
+        assert len(calls) == 1
+        model(ids(), trace=True, keep=("pattern",))
+        assert len(calls) == 4           # keep=("pattern",): one per block, in the forward
+
+
+@pytest.mark.parametrize("i", [0, 21, 42, 63])
 def test_a_block_equals_its_direct_recomputation_from_the_stored_input(i, make_model):
     model = make_model("tiny", **variant(i))
     tr = traces(model, ids())[0].trace

@@ -38,26 +38,31 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, mask) -> torch.Tensor:
 
 
 def attend(q, k, v, mask, rec: Recorder | None, dropout_p: float = 0.0) -> torch.Tensor:
-    """softmax(q k^T / sqrt(hd) + mask) v. Fused when not traced, explicit when traced.
+    """softmax(q k^T / sqrt(hd) + mask) v, always by the fused kernel: a trace observes the
+    forward and never changes its numbers (a traced forward's stream and logits are the plain
+    forward's, bit for bit). A recorder that stores the scores or the pattern gets them computed
+    explicitly beside the kernel (equal to what it used to ~1e-7); one that does not (a lazy
+    trace's first pass) only lists them, and pays for the fused kernel alone.
 
     `mask` is a bool tensor broadcastable to (B, H, T, S), True = may attend, or the string
     "causal" for the plain square causal case, or None for no mask. k and v may have fewer
     heads than q (grouped-query attention): query head h reads key/value head h // (H / Hkv).
     """
-    group = q.shape[1] // k.shape[1]
+    gqa = {"enable_gqa": True} if q.shape[1] != k.shape[1] else {}
+    if isinstance(mask, str):
+        z = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, **gqa)
+    else:
+        z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, **gqa)
     if rec is None:
-        gqa = {"enable_gqa": True} if group > 1 else {}
-        if isinstance(mask, str):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, **gqa)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, **gqa)
-    scores = attention_scores(q, k, mask)                             # (B, H, T, S)
-    pattern = scores.softmax(dim=-1)                                  # (B, H, T, S)
-    # Same attention dropout as the fused path (training only); the trace keeps the
-    # undropped pattern, whose rows sum to 1.
-    weights = F.dropout(pattern, dropout_p) if dropout_p > 0 else pattern
-    z = weights @ expand_kv(v, group)                                 # (B, H, T, S) @ (B, H, S, hd) -> (B, H, T, hd)
-    rec.add("scores", scores)
-    rec.add("pattern", pattern)
+        return z                                                       # (B, H, T, hd)
+    shape = (*q.shape[:-1], k.shape[-2])                               # (B, H, T, S)
+    if rec.stores("scores") or rec.stores("pattern"):
+        scores = attention_scores(q, k, mask)                         # (B, H, T, S)
+        rec.add("scores", scores)
+        rec.add("pattern", scores.softmax(dim=-1))                    # undropped: rows sum to 1
+    else:
+        rec.add_lazy("scores", shape, q.dtype)
+        rec.add_lazy("pattern", shape, q.dtype)
     rec.add("z", z)
     return z
 

@@ -6,8 +6,9 @@ on one 2-core AMD EPYC server oneDNN ran SmolLM2's unembedding at 128 tokens in 
 another (same name, another day) in 102 vs 160 ms the other way round, while GPT-2's stayed
 faster with oneDNN (bench/bench_kernels.py prints both on the machine at hand). So by default
 ("auto") a float32 CPU product without autograd, large enough for oneDNN to possibly gain, is
-timed both ways the first time its weight shape meets a row-count bucket, and that bucket keeps
-the faster product for the life of the process. GPUs, other dtypes, training, attribution's
+timed both ways (a vocabulary-sized matrix also as BLAS over column slices) the first time its
+weight shape meets a row-count bucket, and that bucket keeps the fastest product for the life of
+the process. GPUs, other dtypes, training, attribution's
 gradients and small products always use F.linear. Both compute the same sums in a different
 order (|diff| ~1e-6).
 """
@@ -76,76 +77,118 @@ ONEDNN_MIN_WEIGHT = 1 << 19   # in x out
 ONEDNN_MIN_MACS = 1 << 23     # rows x in x out
 
 
-def _onednn_fits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+Product = Literal["blas", "onednn", "sliced"]  # what one call runs; "sliced": BLAS over column slices
+
+
+def _product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> Product:
     if _cpu_product == "blas" or x.device.type != "cpu" or not x.dtype == weight.dtype == torch.float32:
-        return False
+        return "blas"
     if x.dim() < 2 or x.numel() == 0 or weight.dim() != 2:  # rows of vectors only
-        return False
+        return "blas"
     if bias is not None and bias.dtype != torch.float32:
-        return False
+        return "blas"
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
-        return False
+        return "blas"
     # A weight that is neither (out, in) nor (in, out) contiguous, e.g. a slice of rows of an
     # input-major matrix, sends oneDNN to a reference kernel ~100x slower: BLAS copes with it.
     if not (weight.is_contiguous() or weight.t().is_contiguous()):
-        return False
+        return "blas"
     if not (weight.numel() >= ONEDNN_MIN_WEIGHT or x.numel() * weight.shape[0] >= ONEDNN_MIN_MACS):
-        return False
-    return _cpu_product == "onednn" or _measured_faster(x.numel() // x.shape[-1], weight, bias)
+        return "blas"
+    return "onednn" if _cpu_product == "onednn" else _measured(x.numel() // x.shape[-1], weight, bias)
 
 
-# "auto": per (weight shape and layout, bias, rows bucket), whether oneDNN measured faster. Rows
-# above the last bucket are probed with PROBE_ROWS (the winner did not change from 128 to 1024
-# rows on any matrix bench_kernels times). At most MAX_MEASURED entries (random models of any
-# shape cannot grow it without bound); past that, unmeasured products keep torch's BLAS.
+# "auto": per (weight shape and layout, bias, rows bucket), the product that measured fastest.
+# Rows above the last bucket are probed with PROBE_ROWS (the winner did not change from 128 to
+# 1024 rows on any matrix bench_kernels times). At most MAX_MEASURED entries (random models of
+# any shape cannot grow it without bound); past that, unmeasured products keep torch's BLAS.
 ROW_BUCKETS = (1, 8, 32)
 PROBE_ROWS = 128
 MAX_MEASURED = 512
-_faster: dict[tuple, bool] = {}
+_chosen: dict[tuple, Product] = {}
 _measuring = threading.Lock()
 
+# A vocabulary-sized matrix (SmolLM2's 49152 x 576, 113 MB) streams through BLAS's blocking in
+# one product at about half the speed of its other matrices; products over slices of 1024 output
+# columns (4.5 MB of weights each) ran 20-37% faster on 32 to 1024 rows (one 2-core EPYC, 1
+# thread). So such a matrix, on 8 rows or more, gets that product as a third candidate.
+SLICE = 1024
+SLICED_MIN_OUT = 8 * SLICE
 
-def _measured_faster(rows: int, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+
+def _measured(rows: int, weight: torch.Tensor, bias: torch.Tensor | None) -> Product:
     bucket = next((b for b in ROW_BUCKETS if rows <= b), PROBE_ROWS)
     key = (tuple(weight.shape), weight.stride(), bias is not None, bucket)
-    won = _faster.get(key)
-    if won is None:
+    product = _chosen.get(key)
+    if product is None:
         with _measuring:   # one measurement at a time, each once
-            won = _faster.get(key)
-            if won is None:
-                if len(_faster) >= MAX_MEASURED:
-                    return False
-                won = _faster[key] = _onednn_wins(bucket, weight, bias)
-    return won
+            product = _chosen.get(key)
+            if product is None:
+                if len(_chosen) >= MAX_MEASURED:
+                    return "blas"
+                product = _chosen[key] = _fastest(bucket, weight, bias)
+    return product
+
+
+def _candidates(rows: int, weight: torch.Tensor) -> tuple[Product, ...]:
+    sliced = ("sliced",) if weight.shape[0] >= SLICED_MIN_OUT and rows >= ROW_BUCKETS[1] else ()
+    return ("blas", "onednn", *sliced)
+
+
+# Another product must beat torch's BLAS by this factor: a first decision made while caches or
+# the machine were cold must not lock a process into a product that is slower for good.
+MARGIN = 0.95
+ROUNDS = 5
 
 
 @torch.no_grad()
-def _onednn_wins(rows: int, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
-    """Time both products on `rows` rows (best of 3 after a first call, which compiles oneDNN's
-    kernel). Constant input: the global RNG is never touched, and the time does not depend on values."""
+def _fastest(rows: int, weight: torch.Tensor, bias: torch.Tensor | None) -> Product:
+    """Time each candidate on `rows` rows: a first call each (oneDNN compiles its kernel), then
+    ROUNDS rounds of every candidate in turn (drift hits all alike), best time of each. Constant
+    input: the global RNG is never touched, and the time does not depend on values."""
     x = torch.full((rows, weight.shape[1]), 0.5, dtype=weight.dtype)
-
-    def best(product) -> float:
-        product()
-        times = []
-        for _ in range(3):
+    candidates = _candidates(rows, weight)
+    best = dict.fromkeys(candidates, float("inf"))
+    for product in candidates:
+        _run(product, x, weight, bias)
+    for _ in range(ROUNDS):
+        for product in candidates:
             t0 = time.perf_counter()
-            product()
-            times.append(time.perf_counter() - t0)
-        return min(times)
-    return best(lambda: _onednn_linear(x, weight, bias, "none", [], "")) < best(lambda: F.linear(x, weight, bias))
+            _run(product, x, weight, bias)
+            best[product] = min(best[product], time.perf_counter() - t0)
+    winner = min(candidates, key=best.get)
+    return winner if best[winner] < MARGIN * best["blas"] else "blas"
 
 
-def measured() -> dict[tuple, bool]:
-    """A copy of "auto"'s decisions so far: (weight shape, strides, has bias, rows bucket) -> oneDNN won."""
-    return dict(_faster)
+def sliced_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear over slices of SLICE output columns, each written into its place in the result."""
+    out = x.new_empty(*x.shape[:-1], weight.shape[0])
+    rows, cols = x.reshape(-1, x.shape[-1]), out.view(-1, weight.shape[0])  # (N, in), (N, out)
+    for j in range(0, weight.shape[0], SLICE):
+        w = weight[j:j + SLICE].t()                                    # (in, <=SLICE)
+        if bias is None:
+            torch.mm(rows, w, out=cols[:, j:j + SLICE])
+        else:
+            torch.addmm(bias[j:j + SLICE], rows, w, out=cols[:, j:j + SLICE])
+    return out
+
+
+def _run(product: Product, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if product == "onednn":
+        return _onednn_linear(x, weight, bias, "none", [], "")
+    if product == "sliced":
+        return sliced_linear(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+def measured() -> dict[tuple, Product]:
+    """A copy of "auto"'s decisions so far: (weight shape, strides, has bias, rows bucket) -> product."""
+    return dict(_chosen)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear(x, weight, bias): (..., in) -> (..., out), through oneDNN where it fits (above)."""
-    if _onednn_fits(x, weight, bias):
-        return _onednn_linear(x, weight, bias, "none", [], "")
-    return F.linear(x, weight, bias)
+    """F.linear(x, weight, bias): (..., in) -> (..., out), through the product chosen above."""
+    return _run(_product(x, weight, bias), x, weight, bias)
 
 
 class Linear(nn.Linear):

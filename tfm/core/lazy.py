@@ -2,8 +2,9 @@
 computes a block's internals when one of them is first read.
 
 An eager trace of GPT-2 small at 1024 tokens holds ~2.7 GB (every block's scores and pattern
-alone are 100 MB). A lazy trace runs the same explicit traced forward (so every number is the
-eager trace's, bit for bit) but stores only what is cheap and always wanted:
+alone are 100 MB). A lazy trace runs the same traced forward (so every number is the eager
+trace's, bit for bit) but stores only what is cheap and always wanted, and computes no scores or
+pattern it does not store: its first pass costs the plain forward's fused attention only.
 
     embed, pos_embed / rope.angles     as recorded
     blocks.{i}.resid_pre               the stream entering each block, (B, T, D)
@@ -13,9 +14,9 @@ eager trace's, bit for bit) but stores only what is cheap and always wanted:
 
 Every other entry is `LAZY`. Reading one runs that block's own `Block.forward` again, with a
 Recorder, on the stored `resid_pre` (same code, same input: identical values) and keeps the
-whole block as one group. `attn.scores` is then derived from the group's q and k when read
-(the same `attention_scores`), `attn.result` and `{n}.normalized` stay deferred as in an eager
-trace. The full `logits` (B, T, V) are one more group, computed from the final hidden state.
+whole block as one group. `attn.scores` and `attn.pattern` are then derived from the group's q
+and k when read (the same `attention_scores` as the forward's), `attn.result` and
+`{n}.normalized` stay deferred as in an eager trace. The full `logits` (B, T, V) are one more group, computed from the final hidden state.
 
 Groups are held under a byte budget, `LazyTrace.max_lazy_bytes`: after a read the least
 recently read groups are dropped until the held groups fit, but the group just read is always
@@ -125,6 +126,9 @@ def _parameters(module: torch.nn.Module) -> list[torch.Tensor]:
     return own + [p for child in module._modules.values() if child is not None for p in _parameters(child)]
 
 
+_DERIVED = (".attn.scores", ".attn.pattern")  # a recomputed block derives these when read
+
+
 def block_recipe(model: nn.Module, i: int) -> Callable[[Getter], dict]:
     """Block i's entries, recomputed by the block itself from the stored `resid_pre`."""
     block, key, rope = model.blocks[i], f"blocks.{i}", model.config.pos_encoding == "rope"
@@ -132,13 +136,15 @@ def block_recipe(model: nn.Module, i: int) -> Callable[[Getter], dict]:
 
     def compute(get: Getter) -> dict:
         check()
-        rec = Recorder()
+        rec = Recorder(keep=lambda name: not name.endswith(_DERIVED))
         with torch.no_grad():
             block(get(f"{key}.resid_pre"), rec.scoped(key), get("rope.angles") if rope else None)
         values = rec._tensors
         q, k = values[f"{key}.attn.q"], values[f"{key}.attn.k"]
-        # as large as the pattern and rarely read: derived from q and k by the same code when read
+        # (T, T) per head and not read by every reader (the Norms page wants none): derived from
+        # q and k by the same code as the forward's, when read
         values[f"{key}.attn.scores"] = Deferred(lambda: attention_scores(q, k, "causal"))
+        values[f"{key}.attn.pattern"] = Deferred(lambda: attention_scores(q, k, "causal").softmax(dim=-1))
         return values
     return compute
 

@@ -205,6 +205,10 @@ class Recorder:
         child._prefix = f"{self._prefix}{prefix}."
         return child
 
+    def stores(self, name: str) -> bool:
+        """Whether `add(name, ...)` would keep the tensor: a producer may skip computing one it won't."""
+        return self._keep is None or self._keep(self._prefix + name)
+
     def _store(self, full: str, value) -> None:
         self._tensors[full] = value if self._keep is None or self._keep(full) else LAZY
 
