@@ -20,4 +20,4 @@ def entropy(probs: torch.Tensor | None = None, *, log_probs: torch.Tensor | None
         p, log_p = log_probs.exp(), log_probs
     else:  # log of 1 where p = 0: no -inf, so no NaN in the product or its gradient
         p, log_p = probs, torch.where(probs > 0, probs, torch.ones_like(probs)).log()
-    return -torch.where(p > 0, p * log_p, torch.zeros_like(p)).sum(dim=-1)
+    return -(p * log_p).masked_fill_(~(p > 0), 0.0).sum(dim=-1)  # as where(p > 0, p log p, 0), one pass less
