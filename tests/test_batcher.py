@@ -3,7 +3,11 @@ settings, seeds and lengths give what each gives alone through tfm.generate (the
 ends one row; requests join between steps; one owner cannot take every row."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -177,3 +181,37 @@ def test_ragged_step_equals_each_rows_own_cached_step(variant):
     assert ragged.lengths[:3].tolist() == [3, 7, 5]
     with pytest.raises(ValueError, match="one token per row"):
         lm.model(torch.zeros(3, 2, dtype=torch.long), cache=ragged)
+
+
+EXIT_MID_GENERATION = """
+import tfm
+from tfm.generation.batcher import Batcher
+b = Batcher(tfm.load("default"))
+gens = [b.submit("Once upon a time", 200, seed=i, owner=str(i)) for i in range(8)]
+next(iter(gens[0]))
+print("exiting with 8 rows generating")
+"""
+
+
+def test_the_interpreter_exits_cleanly_while_rows_generate():
+    """A script (a notebook kernel, a bench) that ends with rows still decoding: the batcher's
+    thread is stopped before torch tears down. Without it the process aborted with "terminate
+    called without an active exception" (exit 134) on every try."""
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    done = subprocess.run([sys.executable, "-c", EXIT_MID_GENERATION], cwd=Path(__file__).resolve().parents[1],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "exiting with 8 rows generating" in done.stdout and "terminate" not in done.stderr
+
+
+def test_stop_cancels_every_row_and_ends_the_thread():
+    b = Batcher(tfm.load("default"), BatchConfig(max_rows=2, per_owner=2))
+    gens = [b.submit("Once upon a time", 100, seed=i, owner="a") for i in range(3)]   # 2 rows, 1 waiting
+    next(iter(gens[0]))
+    b.stop(timeout=10.0)
+    assert not b._thread.is_alive()
+    for g in gens:                                                                  # each consumer is told
+        with pytest.raises(RuntimeError, match="batcher was shut down"):
+            list(g)
+    with pytest.raises(ValueError, match="shut down"):
+        b.submit("more", 3)
