@@ -78,6 +78,23 @@ def test_concurrent_rows_equal_solo_runs(variant):
     assert b.widest >= 2 and b.load() == (0, 0)  # rows really shared a step, and all left
 
 
+def test_rows_drawing_in_parallel_equal_solo_runs(monkeypatch):
+    """Six rows with the same settings (one breakdown, six draws) drawn on the thread pool, as a
+    large vocabulary's are: each on its own generator, so each gives its solo tokens."""
+    import tfm.generation.batcher as batcher_module
+    monkeypatch.setattr(batcher_module, "PARALLEL_DRAWS", 2)
+    monkeypatch.setattr(batcher_module, "PARALLEL_DRAW_VOCAB", 1)
+    pooled = []
+    real_pool = batcher_module._draw_pool()
+    monkeypatch.setattr(batcher_module, "_draw_pool", lambda: pooled.append(1) or real_pool)
+    lm = make_lm("rope-gqa")
+    reqs = [("Once upon a time", 9, 0.9, 0, 1.0, seed) for seed in range(6)]
+    got = batched(Batcher(lm, BatchConfig(max_rows=8, per_owner=2)), reqs)
+    for req, steps in zip(reqs, got):
+        assert_same(steps, solo(lm, req))
+    assert pooled and len({tuple(s.token_id for s in steps) for steps in got}) > 1   # the pool drew; seeds differ
+
+
 def test_traced_rows_give_the_solo_timeline_records():
     lm = make_lm("rope-gqa")
     got = batched(Batcher(lm), REQUESTS[:3], trace=True)

@@ -126,8 +126,10 @@ class _Row:
 # A draw from a 49152-token vocabulary costs ~1.4 ms (torch.multinomial's exponential noise over
 # the whole row, from that row's own generator, as HF draws): one at a time a 30-row step spent
 # ~40 ms there. Each row's generator is its own, so the rows draw in parallel with identical
-# results; torch releases the GIL inside the op.
-PARALLEL_DRAWS = 8
+# results; torch releases the GIL inside the op. A small vocabulary's draw (~0.1 ms at 4096)
+# costs less than handing it to another thread: those stay in this one.
+PARALLEL_DRAWS = 8          # rows in the step
+PARALLEL_DRAW_VOCAB = 16384  # entries per row
 
 
 @functools.cache
@@ -144,7 +146,8 @@ def _choose_rows(logits: torch.Tensor, rows: list[_Row]) -> list[tuple]:
     parts = [Breakdown(**{f.name: getattr(bd, f.name)[g] for f in fields(Breakdown) if f.name != "settings"},
                        settings=bd.settings) for g in range(len(rows))]
     gens = [r.gen for r in rows]
-    drawn = _draw_pool().map(draw, parts, gens) if len(rows) >= PARALLEL_DRAWS else map(draw, parts, gens)
+    parallel = len(rows) >= PARALLEL_DRAWS and logits.shape[-1] >= PARALLEL_DRAW_VOCAB
+    drawn = _draw_pool().map(draw, parts, gens) if parallel else map(draw, parts, gens)
     tokens = torch.tensor(list(drawn))[:, None]                                            # (G, 1)
     above = bd.logits > bd.logits.gather(-1, tokens)                                       # (G, V)
     numbers = torch.stack([bd.final.gather(-1, tokens)[:, 0].double(), (above & bd.kept).sum(-1).double(),
