@@ -26,6 +26,10 @@ def test_chat_mode_on_the_real_model(page, app_url, smollm2):
     page.set_default_timeout(240_000)  # the first page load expands the 4-bit file
     page.goto(f"{app_url}/generate?model=smollm2&prompt=Hello")
     wait_idle(page, 240_000)
+    # The first visit loads the model and reruns once the link's settings are written back: the
+    # app may look idle between those runs (a CI run read no chips there), so wait for the chips.
+    page.wait_for_selector(".tfm-chat-chips span[title]", timeout=240_000)
+    wait_idle(page, 240_000)
     chips = page.locator(".tfm-chat-chips span[title]")
     titles = chips.evaluate_all("els => els.map(e => e.title)")
     want = chat_prompt(smollm2.tokenizer, [ChatMessage("system", DEFAULTS["gen.system"]),
