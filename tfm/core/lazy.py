@@ -16,7 +16,8 @@ Every other entry is `LAZY`. Reading one runs that block's own `Block.forward` a
 Recorder, on the stored `resid_pre` (same code, same input: identical values) and keeps the
 whole block as one group. `attn.scores` and `attn.pattern` are then derived from the group's q
 and k when read (the same `attention_scores` as the forward's), `attn.result` and
-`{n}.normalized` stay deferred as in an eager trace. The full `logits` (B, T, V) are one more group, computed from the final hidden state.
+`{n}.normalized` stay deferred as in an eager trace. The full `logits` (B, T, V) are one more
+group, computed from the final hidden state.
 
 Groups are held under a byte budget, `LazyTrace.max_lazy_bytes`: after a read the least
 recently read groups are dropped until the held groups fit, but the group just read is always
