@@ -5,7 +5,7 @@ import streamlit as st
 
 from ui import server
 from ui.text import message
-from ui.nav import SECTIONS
+from ui.nav import pages
 
 st.set_page_config(page_title="tfm: see inside a transformer", page_icon="🔍", layout="wide")
 try:  # the owner's flags (`python -m ui.server --help`) and TFM_* environment variables
@@ -14,12 +14,6 @@ except ValueError as e:
     st.error(f"The server's settings are wrong: {message(e)}")
     st.stop()
 
-ROOT = Path(__file__).resolve().parent
-pages = {
-    section: [st.Page(f"pages/{f}", title=t, url_path=Path(f).stem, default=(f == "home.py"))
-              for f, t, _ in entries if (ROOT / "pages" / f).is_file()]
-    for section, entries in SECTIONS.items()
-}
-nav = st.navigation({s: p for s, p in pages.items() if p}, expanded=True)  # every page listed: no "View more"
+nav = st.navigation(pages(Path(__file__).resolve().parent), expanded=True)  # every page listed: no "View more"
 # Each page draws the shared sidebar itself (ui.sidebar.render), so it also runs standalone.
 nav.run()

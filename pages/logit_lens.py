@@ -40,14 +40,15 @@ def window_lens(lm, ids: tuple[int, ...], start: int, stop: int):
 rows, top_ids, top_probs = state.derived_status(f"Decoding positions {start}–{stop - 1} after every layer…",
                                                "logit_lens.window", window_lens, run.spec, run.device, run.ids,
                                                start, stop)
-pieces = [[tok.display_piece(int(t)) for t in layer[:, 0]] for layer in top_ids]
+ids_l, probs_l = top_ids.tolist(), top_probs.tolist()  # plain lists: ~1,000 cells, no tensor indexing each
+pieces = [[tok.display_piece(cell[0]) for cell in layer] for layer in ids_l]
 nxt = list(run.ids[start + 1:stop + 1])  # the token that really follows each position
 
 
 def hover_text(r: int, c: int) -> str:
     """The token that really follows, then the layer's top 5 with their probabilities."""
     actual = fs.esc(tok.display_piece(nxt[c])) if c < len(nxt) else "(end of prompt)"
-    top5 = (f"{fs.esc(tok.display_piece(int(i)))}: {p:.4f}" for i, p in zip(top_ids[r, c], top_probs[r, c].tolist()))
+    top5 = (f"{fs.esc(tok.display_piece(i))}: {p:.4f}" for i, p in zip(ids_l[r][c], probs_l[r][c]))
     return f"actual next: {actual}<br>" + "<br>".join(top5)
 
 

@@ -80,7 +80,7 @@ st.latex(step.formula_latex)
 st.markdown(ft.md_escape(step.text))
 for name, shown in step.tensors.items():
     st.markdown(ft.describe(name, shown))
-    st.table(ft.styled(ft.table(shown)))
+    st.table(ft.formatted(ft.table(shown)))
 if step.chart is not None:
     charts.show(ft.bar_figure(step.chart, f"{step.title} · {plotly_text(run.labels[pos])}", ft.CHART_AXIS.get(step.key, "value")),
                 "tour-" + step.key, {"pos": pos, "layer": layer, "head": head})

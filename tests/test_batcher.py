@@ -135,13 +135,15 @@ def test_one_owner_cannot_take_every_row():
         hog = [b.submit("a", 20, seed=i, stop_at_eot=False, owner="hog") for i in range(3)]
         other = b.submit("b", 20, seed=7, stop_at_eot=False, owner="other")
     try:
-        assert next(other).index == 0 and next(hog[0]).index == 0          # both prefilled: one row each
+        gate.release()                                                    # the first step: each row's first token
+        assert next(other).index == 0 and next(hog[0]).index == 0          # both joined: one row each
         assert b.queued(hog[1]._row) == 1 and b.queued(hog[2]._row) == 2   # the hog's others wait in line
         assert b.load() == (2, 2)
         hog[0].close()                                                    # its Stop frees its row
         gate.release()                                                    # one step: then hog[1] joins
-        assert hog[1].poll(30).index == 0 and b.queued(hog[2]._row) == 1
         assert next(other).index == 1                                     # the other row went on
+        gate.release()                                                    # hog[1]'s first step
+        assert hog[1].poll(30).index == 0 and b.queued(hog[2]._row) == 1
     finally:
         for g in (other, *hog):
             g.close()
@@ -158,7 +160,28 @@ def test_bad_requests_are_refused_when_submitted_and_the_batcher_goes_on():
         b.submit("x", 3, temperature=-1)
     alone, ref = list(b.submit("Hi", 5, seed=3, stop_at_eot=False)), list(tfm.generate(lm, "Hi", 5, seed=3, stop_at_eot=False))
     assert_same(alone, ref)
-    assert alone[0].logits.equal(ref[0].logits)  # a lone prefill is the solo forward itself
+
+
+def test_one_token_prompts_and_long_ones_join_together_traced():
+    """A one-token prompt has nothing to prefill (its token is fed by the shared step); traced
+    rows join in one prefill with the others, each giving its solo timeline records."""
+    lm = make_lm("learned")
+    reqs = [("a", 6, 0.9, 0, 1.0, 11), REQUESTS[1], REQUESTS[3]]
+    assert len(lm.tokenizer.encode("a")) == 1
+    b = Batcher(lm, BatchConfig(max_rows=4, per_owner=4))
+    with b._cond:  # (reentrant) every request is queued before the worker admits any
+        gens = [b.submit(p, n, t, k, tp, seed=s, trace=True, stop_at_eot=False, owner="class")
+                for p, n, t, k, tp, s in reqs]
+    got = [list(g) for g in gens]
+    assert b.prefills == 1                                  # traced requests share one prefill
+    for req, steps in zip(reqs, got):
+        ref = solo(lm, req, trace=True)
+        assert_same(steps, ref)
+        for a, r in zip(steps, ref):
+            ra, rr = step_record(a), step_record(r)
+            assert ra.attn.shape == rr.attn.shape
+            torch.testing.assert_close(ra.attn, rr.attn, atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(ra.resid, rr.resid, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

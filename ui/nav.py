@@ -1,6 +1,12 @@
 """The app's pages by section: app.py builds the navigation from it, the home page its index."""
 from __future__ import annotations
 
+import copy
+import threading
+from pathlib import Path
+
+import streamlit as st
+
 # (file in pages/, title, what it shows). A page's URL path is its file stem (/attention,
 # /next_token): the name Streamlit's pages/ folder convention also gives it, so a shared link
 # works even as a fresh server's first request (see ui.sidebar.leave_legacy_pages_mode).
@@ -37,3 +43,21 @@ SECTIONS: dict[str, list[tuple[str, str, str]]] = {
         ("experiments.py", "Experiments", "why the Transformer is built this way, measured"),
     ],
 }
+
+
+_built: dict[str, list[st.Page]] | None = None
+_building = threading.Lock()
+
+
+def pages(root: Path) -> dict[str, list[st.Page]]:
+    """Each section's st.Page objects (sections without a page left out). They are built once per
+    process: building resolves and stats every page file, ~8% of the server's CPU with a class
+    connected (py-spy, bench/bench_load.py). Every run gets fresh copies, because st.navigation
+    marks the page it picks as callable on the object itself and sessions run at once."""
+    global _built
+    with _building:
+        if _built is None:
+            _built = {section: [st.Page(f"pages/{f}", title=t, url_path=Path(f).stem, default=(f == "home.py"))
+                                for f, t, _ in entries if (root / "pages" / f).is_file()]
+                      for section, entries in SECTIONS.items()}
+    return {section: [copy.copy(p) for p in ps] for section, ps in _built.items() if ps}

@@ -361,11 +361,19 @@ class Trace(Mapping):
         """The residual stream entering block 0 ("embed": token plus additive positions) and
         leaving every block ("after block i"), each (T, D). Leaving block i is what enters
         block i + 1; leaving the last block is what the final norm (or the unembedding) reads."""
+        return [(label, self._row(key, batch)) for label, key in self._stream_keys()]
+
+    def residual_stack(self) -> tuple[list[str], torch.Tensor]:
+        """`residual_streams` of every row at once: the labels and (L+1, B, T, D)."""
+        labels, keys = zip(*self._stream_keys())
+        return list(labels), torch.stack([self[k] for k in keys])
+
+    def _stream_keys(self) -> list[tuple[str, str]]:
         n = self.n_layers()
         keys = [name("resid_pre", i) for i in range(n)]
-        keys.append(name("norm_input", norm="ln_final") if "ln_final.input" in self else name("resid_post", n - 1))
-        labels = ["embed"] + [f"after block {i}" for i in range(n)]
-        return [(label, self._row(key, batch)) for label, key in zip(labels, keys)]
+        keys.append(name("norm_input", norm="ln_final") if "ln_final.input" in self._tensors
+                    else name("resid_post", n - 1))
+        return list(zip(["embed"] + [f"after block {i}" for i in range(n)], keys))
 
     def norm_stats(self, layer: int | None, which: str, batch: int = 0) -> dict[str, torch.Tensor]:
         """One norm call's `input` and `output` (T, D) and its per-token statistics (T,):

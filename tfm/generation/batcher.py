@@ -7,20 +7,21 @@
     gen.close()                # Stop: ends this row only (also when the iterator is dropped)
 
 Decoding one row is bound by reading the weights, so one step for many rows costs far less than
-a step each (SmolLM2 on 2 CPU cores: ~200 ms for 30 rows, ~80 ms for one). One thread per Batcher runs a loop: admit waiting requests (first come first
-served, at most `per_owner` rows per owner, at most `max_rows` in all, their padded prompts
-within `prefill_tokens`), prefill them in ONE forward (`prefill.padded_prefill`; a lone or
-traced prompt runs the very forward `tfm.generate` runs), copy their keys into the shared
-`RaggedKVCache`, then run ONE forward for every active row, each at its own position
-with its own keys (tfm.core.cache.RaggedKVCache masks the others' padding). Every row keeps its
-own settings, `torch.Generator`, stop rule and text stream, and draws with
-the sampling pipeline `tfm.generate` uses (one breakdown for rows with the same settings, then
-each row's own draw), so it gives what it gives alone: a lone prefill bit for
-bit, shared prefills and later steps within the batched products' summation order (~1e-6 on logits). A request joins
-or leaves between two steps; a cancelled or finished row's slot is reused at the next step.
-The model is only read; the ragged cache belongs to the batcher. A batch step is traced when any
-of its rows asked for a trace (then every row takes the traced attention path; its Step.trace
-is a `RowTrace`, that row's patterns and streams, which `timeline.step_record` reads).
+a step each (SmolLM2 on 2 CPU cores: ~200 ms for 30 rows, ~80 ms for one). One thread per
+Batcher runs a loop: admit waiting requests (first come first served, at most `per_owner` rows
+per owner, at most `max_rows` in all, their padded prompts within `prefill_tokens`), prefill
+every prompt but its last token in ONE forward (`prefill.prefill_keys`), copy their keys into
+the shared `RaggedKVCache`, then run ONE forward for every active row, each at its own position
+with its own keys (tfm.core.cache.RaggedKVCache masks the others' padding): a joining row feeds
+its last prompt token there, and takes its first token from that step. Every row keeps its own
+settings, `torch.Generator`, stop rule and text stream, and draws with the sampling pipeline
+`tfm.generate` uses (one breakdown for rows with the same settings, then each row's own draw),
+so it gives what it gives alone, within the products' summation order (~1e-6 on logits). A
+request joins or leaves between two steps; a cancelled or finished row's slot is reused at the
+next step. The model is only read; the ragged cache belongs to the batcher. A batch step is
+traced when any of its rows asked for a trace (then every row takes the traced attention path;
+its Step.trace is a `RowTrace`, that row's attention rows and streams, which
+`timeline.step_record` reads).
 """
 from __future__ import annotations
 
@@ -40,9 +41,9 @@ import torch
 from ..core.cache import RaggedKVCache
 from ..core.validate import check_int
 from ..loaders.loading import LM
-from .generate import (DEFAULT_NEW_TOKENS, Generation, PromptInfo, Step, _Forward, _stop_reason, _TextStream,
+from .generate import (DEFAULT_NEW_TOKENS, Generation, PromptInfo, Step, _stop_reason, _TextStream,
                        n_words, prepare_prompt)
-from .prefill import padded_prefill
+from .prefill import prefill_keys
 from .sampling import Breakdown, SamplingSettings, draw, next_token
 
 __all__ = ["BatchConfig", "Batcher", "BatchedGeneration", "RowTrace"]
@@ -66,23 +67,36 @@ class BatchConfig:
 
 
 class RowTrace:
-    """One row of a batched step's trace, as `timeline.step_record` reads a Step's trace:
-    patterns (H, 1, S) over the row's own S keys and its residual streams (1, D), copied."""
+    """One row of a batched step's trace, as `timeline.step_record` reads a Step's trace: its
+    attention rows (L, H, S) over its own S keys and its residual streams (L+1, D), in tensors of
+    its own (a view into the batch's would keep every row's alive). `row_traces` makes them."""
 
-    def __init__(self, trace, row: int, n_keys: int) -> None:
-        self._patterns = [trace.pattern(i, row)[..., :n_keys].clone() for i in range(trace.n_layers())]
-        self._streams = [(label, s.clone()) for label, s in trace.residual_streams(row)]
+    def __init__(self, attn: torch.Tensor, labels: list[str], resid: torch.Tensor) -> None:
+        self._attn, self._labels, self._resid = attn, labels, resid
 
     def n_layers(self) -> int:
-        return len(self._patterns)
+        return self._attn.shape[0]
 
     def pattern(self, layer: int, batch: int = 0) -> torch.Tensor:
+        """(H, 1, S): the row's one query."""
         check_int("batch", batch, 0, 0, " (a row trace holds one row)")
-        return self._patterns[layer]
+        check_int("layer", layer, 0, self.n_layers() - 1)
+        return self._attn[layer][:, None]
 
     def residual_streams(self, batch: int = 0) -> list[tuple[str, torch.Tensor]]:
+        """(label, (1, D)) for the stream entering block 0 and leaving every block."""
         check_int("batch", batch, 0, 0, " (a row trace holds one row)")
-        return list(self._streams)
+        return [(label, s[None]) for label, s in zip(self._labels, self._resid)]
+
+
+def row_traces(trace, n_keys: list[int], wanted: list[bool]) -> list[RowTrace | None]:
+    """The RowTrace of each row that `wanted` one, from one batched decode step's trace: the
+    batch's patterns and streams stacked once, then one copy each per row (a copy per layer and
+    row cost ~20% of a traced 30-row step)."""
+    attn = trace.stack("attn.pattern")[:, :, :, -1]                    # (L, B, H, S)
+    labels, streams = trace.residual_stack()                           # (L+1, B, 1, D)
+    return [RowTrace(attn[:, b, :, :n].clone(), labels, streams[:, b, -1].clone()) if w else None
+            for b, (n, w) in enumerate(zip(n_keys, wanted))]
 
 
 class _Row:
@@ -96,7 +110,7 @@ class _Row:
         self.gen, self.text, self.words = torch.Generator().manual_seed(seed), _TextStream(), n_words(lm)
         self.out: queue.SimpleQueue = queue.SimpleQueue()
         self.cancelled = threading.Event()
-        self.elapsed, self.done = 0.0, False
+        self.elapsed, self.carry, self.done = 0.0, 0.0, False
 
     def fed_length(self) -> int:
         """Positions its cache must hold: the prompt and every token but the last."""
@@ -113,7 +127,8 @@ class _Row:
         tok = self.lm.tokenizer
         piece = tok.piece_bytes(token)
         new_text, so_far = self.text.add(piece, final=reason is not None)
-        took += time.perf_counter() - t0
+        took += time.perf_counter() - t0 + self.carry
+        self.carry = 0.0
         self.elapsed += took
         self.done = reason is not None
         step = Step(index, len(self.tokens) - 1, token, piece.decode("utf-8", errors="replace"),
@@ -132,6 +147,9 @@ PARALLEL_DRAWS = 8          # rows in the step
 PARALLEL_DRAW_VOCAB = 16384  # entries per row
 
 
+_BREAKDOWN_TENSORS = tuple(f.name for f in fields(Breakdown) if f.name != "settings")
+
+
 @functools.cache
 def _draw_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads()), thread_name_prefix="tfm-draw")
@@ -143,8 +161,8 @@ def _choose_rows(logits: torch.Tensor, rows: list[_Row]) -> list[tuple]:
     logits (per-row ops on a large vocabulary were most of a wide step), then each row's own
     draw with its own generator. Per row: (its Breakdown, token, [prob, rank, prob0, rank0, kept])."""
     bd = next_token(logits, rows[0].settings, rows[0].words)                     # fields (G, V) / (G,)
-    parts = [Breakdown(**{f.name: getattr(bd, f.name)[g] for f in fields(Breakdown) if f.name != "settings"},
-                       settings=bd.settings) for g in range(len(rows))]
+    cols = [(f, getattr(bd, f).unbind(0)) for f in _BREAKDOWN_TENSORS]  # one op per field, not one per row
+    parts = [Breakdown(**{f: col[g] for f, col in cols}, settings=bd.settings) for g in range(len(rows))]
     gens = [r.gen for r in rows]
     parallel = len(rows) >= PARALLEL_DRAWS and logits.shape[-1] >= PARALLEL_DRAW_VOCAB
     drawn = _draw_pool().map(draw, parts, gens) if parallel else map(draw, parts, gens)
@@ -232,6 +250,7 @@ class Batcher:
         self._cond = threading.Condition()
         self._waiting: deque[_Row] = deque()
         self._active: list[_Row] = []                # row b of the cache is _active[b]
+        self._joining: list[_Row] = []               # being prefilled, outside the lock
         self._cache: RaggedKVCache | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -278,7 +297,7 @@ class Batcher:
         RuntimeError) and wait up to `timeout` seconds for the thread to end."""
         with self._cond:
             self._closed = True
-            for r in [*self._active, *self._waiting]:
+            for r in [*self._active, *self._waiting, *self._joining]:
                 r.cancelled.set()
                 r.out.put(RuntimeError("generation stopped: the model's batcher was shut down"))
             self._cond.notify()
@@ -302,10 +321,11 @@ class Batcher:
                         return
                     self._cond.wait()
                 self._drop_finished()
-                joining = self._admit()
+                joining = self._joining = self._admit()
             if joining:
                 self._guard(joining, lambda: self._prefill(joining))
             with self._cond:
+                self._joining = []
                 self._drop_finished()
                 rows = list(self._active)
             if rows:
@@ -325,7 +345,7 @@ class Batcher:
     def _admit(self) -> list[_Row]:
         """Waiting rows that join now, prefilled together: first come first served, skipping
         owners at their cap, while the padded prompts fit `prefill_tokens` (the first always
-        joins); a traced request joins alone (its trace is the solo forward's)."""
+        joins)."""
         free, budget = self.config.max_rows - len(self._active), self.config.prefill_tokens
         held, joining = Counter(r.owner for r in self._active), []
         for r in list(self._waiting):
@@ -337,7 +357,7 @@ class Batcher:
             if held[r.owner] >= self.config.per_owner:
                 continue
             longest = max(len(j.tokens) for j in joining + [r])
-            if joining and (r.trace or joining[0].trace or longest * (len(joining) + 1) > budget):
+            if joining and longest * (len(joining) + 1) > budget:
                 break
             self._waiting.remove(r)
             held[r.owner] += 1
@@ -345,25 +365,19 @@ class Batcher:
         return joining
 
     def _prefill(self, rows: list[_Row]) -> None:
-        """The joining prompts in one forward; each row takes its first token and joins the
-        batch unless it already stopped."""
+        """The joining prompts, all but their last token, in one forward; each row then joins
+        the batch, and the next decode step feeds its last prompt token, so its first token,
+        traced or not, comes from the step every row shares (a traced prompt prefilled alone
+        made a class start one student per step)."""
         t0 = time.perf_counter()
-        if len(rows) == 1:   # alone: the very forward tfm.generate runs (bit for bit, traced if asked)
-            forward = _Forward(self.lm, len(rows[0].tokens), rows[0].max_new, True, rows[0].trace)
-            logits, tr = forward(rows[0].tokens)
-            logits, traces, cache = logits[None], [tr], forward.cache
-        else:
-            logits, cache = padded_prefill(self.lm, [r.tokens for r in rows], max(r.fed_length() for r in rows))
-            traces = [None] * len(rows)
+        cache = prefill_keys(self.lm, [r.tokens[:-1] for r in rows], max(r.fed_length() for r in rows))
         self.prefills += 1
         took = time.perf_counter() - t0
-        for g, (r, choice) in enumerate(zip(rows, _choose_all(logits, rows))):
-            r.step(choice, traces[g], took)
-            if r.done:
-                continue
+        for g, r in enumerate(rows):
+            r.carry = took   # its first step's time includes the prefill, as in tfm.generate
             with self._cond:
                 self._cache = self._room(r.fed_length())
-                self._cache.put(len(self._active), cache, g, len(r.info.ids))
+                self._cache.put(len(self._active), cache, g, len(r.tokens) - 1)
                 self._active.append(r)
                 self._cache.rows = len(self._active)
 
@@ -392,8 +406,9 @@ class Batcher:
         logits = out.logits[:, -1].float()                                                   # (B, V)
         took = time.perf_counter() - t0
         self.steps, self.widest = self.steps + 1, max(self.widest, len(rows))
-        for b, (r, choice) in enumerate(zip(rows, _choose_all(logits, rows))):
-            r.step(choice, RowTrace(out.trace, b, n_keys[b]) if r.trace else None, took)
+        traces = row_traces(out.trace, n_keys, [r.trace for r in rows]) if traced else [None] * len(rows)
+        for r, choice, tr in zip(rows, _choose_all(logits, rows), traces):
+            r.step(choice, tr, took)
 
     def _drop_finished(self) -> None:
         """Remove done or cancelled rows (caller holds the lock), moving the last row into each gap."""

@@ -52,6 +52,6 @@ def step_record(step: Step, keep_tensors: bool = True) -> StepRecord:
     if keep_tensors and tr is not None:
         n = tr.n_layers()  # index per layer: stacking whole patterns would copy every query row
         rows = [tr.pattern(i, 0)[:, -1, :] for i in range(n)]
-        tensors["attn"] = torch.stack(rows).float().cpu().clone()                         # (L, H, S)
-        tensors["resid"] = torch.stack([s[-1] for _, s in tr.residual_streams(0)]).cpu().clone()  # (L+1, D)
+        tensors["attn"] = torch.stack(rows).float().cpu()       # (L, H, S); a stack is a new tensor: no view kept
+        tensors["resid"] = torch.stack([s[-1] for _, s in tr.residual_streams(0)]).cpu()  # (L+1, D)
     return StepRecord(**numbers, **tensors)

