@@ -2,14 +2,15 @@
 together to one Batcher against one generation alone. Prints figures and ratios; asserts nothing.
 
     .venv/bin/python bench/bench_batcher.py [--model smollm2] [--students 1 10 30] [--tokens 32]
-        [--threads 2] [--repeats 3] [--compare-solo-prefill]
+        [--threads 2] [--repeats 3] [--compare-solo-prefill] [--trace]
 
 Each student has a different prompt (bench_load's, so lengths differ and prefills are padded).
 Per class size: wall time until the last student's last token (best of --repeats), its ratio to
 one generation alone measured in the same run (target for 30 on SmolLM2-135M: <= 3x; one after
 another would be ~30x), the p50 / p95 of each student's own time to finish, and how many prefill
 forwards and decode steps the batcher ran. --compare-solo-prefill repeats each class with every
-prompt prefilled alone (prefill_tokens=1), the batcher before shared prefills.
+prompt prefilled alone (prefill_tokens=1), the batcher before shared prefills. --trace asks every
+row for its trace, as the Generation page does (the timeline's attention rows and streams).
 """
 from __future__ import annotations
 
@@ -31,13 +32,14 @@ from bench_load import prompt_for  # noqa: E402
 from tfm.generation.batcher import BatchConfig, Batcher  # noqa: E402
 
 
-def one_class(lm, n: int, tokens: int, config: BatchConfig) -> tuple[float, list[float], Batcher]:
+def one_class(lm, n: int, tokens: int, config: BatchConfig, trace: bool = False) -> tuple[float, list[float], Batcher]:
     """Wall time until every generation ended, each student's own time, and the batcher."""
     batcher, done = Batcher(lm, config), [0.0] * n
     t0 = time.perf_counter()
 
     def student(i: int) -> None:
-        gen = batcher.submit(prompt_for(i), tokens, temperature=0.8, seed=i, stop_at_eot=False, owner=f"s{i}")
+        gen = batcher.submit(prompt_for(i), tokens, temperature=0.8, seed=i, stop_at_eot=False, owner=f"s{i}",
+                             trace=trace)
         for _ in gen:
             pass
         done[i] = time.perf_counter() - t0
@@ -50,15 +52,15 @@ def one_class(lm, n: int, tokens: int, config: BatchConfig) -> tuple[float, list
     return time.perf_counter() - t0, done, batcher
 
 
-def report(lm, sizes: list[int], tokens: int, repeats: int, solo_prefill: bool) -> None:
+def report(lm, sizes: list[int], tokens: int, repeats: int, solo_prefill: bool, trace: bool) -> None:
     configs = {"shared prefill": BatchConfig(max_rows=32, per_owner=4)}
     if solo_prefill:
         configs["prefill alone"] = BatchConfig(max_rows=32, per_owner=4, prefill_tokens=1)
-    alone = min(one_class(lm, 1, tokens, configs["shared prefill"])[0] for _ in range(repeats))
-    print(f"one generation alone: {alone * 1000:.0f} ms ({tokens} tokens)")
+    alone = min(one_class(lm, 1, tokens, configs["shared prefill"], trace)[0] for _ in range(repeats))
+    print(f"one generation alone: {alone * 1000:.0f} ms ({tokens} tokens{', traced' if trace else ''})")
     for n in sizes:
         for label, config in configs.items():
-            runs = [one_class(lm, n, tokens, config) for _ in range(repeats)]
+            runs = [one_class(lm, n, tokens, config, trace) for _ in range(repeats)]
             wall, each, b = min(runs, key=lambda r: r[0])
             q = statistics.quantiles(each, n=20) if n > 1 else [each[0]] * 19
             print(f"{n:3d} students, {label:14s}: all done {wall * 1000:6.0f} ms = {wall / alone:5.2f}x alone; "
@@ -74,11 +76,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--compare-solo-prefill", action="store_true")
+    ap.add_argument("--trace", action="store_true", help="every row traced, as on the Generation page")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     lm = tfm.load(args.model, device="cpu")
     print(f"model {args.model}: {lm.config.n_layer} layers, width {lm.config.d_model}; {args.threads} threads")
-    report(lm, args.students, args.tokens, args.repeats, args.compare_solo_prefill)
+    report(lm, args.students, args.tokens, args.repeats, args.compare_solo_prefill, args.trace)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ class RaggedKVCache:
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.lengths = torch.zeros(capacity, dtype=torch.long, device=device)  # (R,)
         self.rows, self.max_len, self.cfg = 0, max_len, cfg
+        self._edits, self._step = 0, None  # what every layer of one step shares, computed once
 
     @property
     def length(self) -> int:
@@ -77,16 +78,25 @@ class RaggedKVCache:
     def starts(self) -> torch.Tensor:
         return self.lengths[:self.rows]                                       # (B,)
 
+    def _shared(self) -> tuple[int, torch.Tensor, torch.Tensor]:
+        """(keys after this step, row indices (B,), mask (B, 1, 1, S)) for the step about to run:
+        the same for every layer, so computed once until the rows or their lengths change."""
+        key = (self.rows, self._edits)
+        if self._step is None or self._step[0] != key:
+            n, device = self.length + 1, self.lengths.device
+            mask = (torch.arange(n, device=device) <= self.starts[:, None])[:, None, None]
+            self._step = (key, (n, torch.arange(self.rows, device=device), mask))
+        return self._step[1]
+
     def attn_mask(self, t_q: int) -> torch.Tensor:
         """(B, 1, 1, S) True where a row's query may look: its own positions, the new one included."""
         if t_q != 1:
             raise ValueError("a ragged cache decodes one token per row; prefill each row with a KVCache")
-        s = self.length + 1
-        return (torch.arange(s, device=self.lengths.device) <= self.starts[:, None])[:, None, None]
+        return self._shared()[2]
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write each row's (Hkv, hd) new key/value at its own position; all keys so far, (B, Hkv, S, hd)."""
-        n, rows = self.length + 1, torch.arange(self.rows, device=self.lengths.device)
+        n, rows, _ = self._shared()
         if n > self.max_len:
             raise ValueError(f"the batch cache holds {self.max_len} positions; {n} were asked for")
         self.k[layer, rows, :, self.starts] = k[:, :, 0]
@@ -95,6 +105,7 @@ class RaggedKVCache:
 
     def advance(self, n: int) -> None:
         self.lengths[:self.rows] += n
+        self._edits += 1
 
     def batch_size(self) -> int:
         return self.rows
@@ -105,6 +116,7 @@ class RaggedKVCache:
         self.k[:, row, :, :n] = prefilled.k[:, src, :, :n]
         self.v[:, row, :, :n] = prefilled.v[:, src, :, :n]
         self.lengths[row] = n
+        self._edits += 1
 
     def move(self, src: int, dst: int) -> None:
         """Row src's positions into row dst (the batcher keeps active rows first)."""
@@ -112,6 +124,7 @@ class RaggedKVCache:
         self.k[:, dst, :, :n] = self.k[:, src, :, :n]
         self.v[:, dst, :, :n] = self.v[:, src, :, :n]
         self.lengths[dst] = n
+        self._edits += 1
 
     def grown(self, max_len: int, capacity: int) -> "RaggedKVCache":
         """A copy with room for `capacity` rows of `max_len` positions (rows and lengths kept)."""

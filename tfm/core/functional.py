@@ -30,8 +30,13 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, mask) -> torch.Tensor:
     """q k^T / sqrt(hd), -inf where `mask` (as in `attend`) forbids. (B, H, T, S); k may have
     fewer heads than q (grouped-query attention): query head h reads key head h // (H / Hkv)."""
     t, hd = q.shape[-2:]
-    k = expand_kv(k, q.shape[1] // k.shape[1])                        # (B, H, S, hd)
-    scores = (q @ k.transpose(-2, -1)).div_(math.sqrt(hd))            # (B, H, T, S), a new tensor: in place
+    (b, h), group = q.shape[:2], q.shape[1] // k.shape[1]
+    if group > 1 and t == 1:  # a decode step: each key head meets its query heads as rows, no copy of every key
+        scores = (q.reshape(b, k.shape[1], group, hd) @ k.transpose(-2, -1)).view(b, h, 1, -1)  # (B, H, 1, S)
+        scores.div_(math.sqrt(hd))
+    else:
+        k = expand_kv(k, group)                                       # (B, H, S, hd)
+        scores = (q @ k.transpose(-2, -1)).div_(math.sqrt(hd))        # (B, H, T, S), a new tensor: in place
     if isinstance(mask, str):  # "causal", T = S: adding 0 / -inf is ~10x faster on CPU than masked_fill with a bool mask
         return scores.add_(torch.full((t, t), float("-inf"), dtype=scores.dtype, device=q.device).triu(1))
     return scores if mask is None else scores.masked_fill_(~mask, float("-inf"))

@@ -191,19 +191,26 @@ class Recorder:
     """Collects tensors during one forward call. Created per call; never stored on a model.
 
     With `keep`, only names it accepts are stored; the others are listed in the shape trace and
-    hold the `LAZY` placeholder, for a lazy trace to compute when read (see `tfm.lazy`)."""
+    hold the `LAZY` placeholder, for a lazy trace to compute when read (see `tfm.lazy`). With
+    `listed=False` as well, the others are not even listed: a reader of a few entries (a batched
+    decode step's attention rows) pays nothing for the rest."""
 
-    def __init__(self, prefix: str = "", keep: Callable[[str], bool] | None = None) -> None:
+    def __init__(self, prefix: str = "", keep: Callable[[str], bool] | None = None, listed: bool = True) -> None:
+        if not listed and keep is None:
+            raise ValueError("listed=False leaves out the entries `keep` refuses: pass keep as well")
         self._tensors: dict[str, torch.Tensor | Deferred | object] = {}
         self._shapes: list[ShapeEntry] = []
-        self._prefix, self._keep = prefix, keep
+        self._prefix, self._keep, self._listed = prefix, keep, listed
 
     def scoped(self, prefix: str) -> "Recorder":
         """A view that writes into the same store under `prefix.`."""
         child = Recorder.__new__(Recorder)
         child._tensors, child._shapes, child._keep = self._tensors, self._shapes, self._keep
-        child._prefix = f"{self._prefix}{prefix}."
+        child._listed, child._prefix = self._listed, f"{self._prefix}{prefix}."
         return child
+
+    def _skipped(self, name: str) -> bool:
+        return not self._listed and not self._keep(self._prefix + name)
 
     def stores(self, name: str) -> bool:
         """Whether `add(name, ...)` would keep the tensor: a producer may skip computing one it won't."""
@@ -221,19 +228,27 @@ class Recorder:
         return full
 
     def add(self, name: str, tensor: torch.Tensor) -> None:
+        if self._skipped(name):
+            return
         self._store(self._entry(name, tuple(tensor.shape), tensor.dtype),
                     tensor.detach() if tensor.requires_grad else tensor)  # no graph to cut: the tensor itself
 
     def add_deferred(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
                      compute: Callable[[], torch.Tensor]) -> None:
         """An entry computed on first read from tensors the run already recorded (see `Deferred`)."""
+        if self._skipped(name):
+            return
         self._store(self._entry(name, tuple(shape), dtype), Deferred(compute))
 
     def add_lazy(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
         """An entry nothing computed yet, only listed: a lazy trace computes it when read."""
+        if self._skipped(name):
+            return
         self._tensors[self._entry(name, tuple(shape), dtype)] = LAZY
 
     def shape_only(self, name: str, tensor: torch.Tensor) -> None:
+        if not self._listed:
+            return
         self._entry(name, tuple(tensor.shape), tensor.dtype, stored=False)
 
     def finish(self) -> "Trace":

@@ -39,6 +39,8 @@ from dataclasses import dataclass, fields
 import torch
 
 from ..core.cache import RaggedKVCache
+from ..core.functional import unembed
+from ..core.trace import Recorder
 from ..core.validate import check_int
 from ..loaders.loading import LM
 from .generate import (DEFAULT_NEW_TOKENS, Generation, PromptInfo, Step, _stop_reason, _TextStream,
@@ -87,6 +89,11 @@ class RowTrace:
         """(label, (1, D)) for the stream entering block 0 and leaving every block."""
         check_int("batch", batch, 0, 0, " (a row trace holds one row)")
         return [(label, s[None]) for label, s in zip(self._labels, self._resid)]
+
+
+def _row_entry(name: str) -> bool:
+    """The entries a RowTrace reads (what a traced batch step records; it lists no others)."""
+    return name.endswith((".attn.pattern", ".resid_pre", ".resid_post")) or name == "ln_final.input"
 
 
 def row_traces(trace, n_keys: list[int], wanted: list[bool]) -> list[RowTrace | None]:
@@ -401,12 +408,12 @@ class Batcher:
         device = next(model.parameters()).device
         idx = torch.tensor([[r.tokens[-1]] for r in rows], dtype=torch.long, device=device)   # (B, 1)
         n_keys = (self._cache.starts + 1).tolist()                                          # per row, after this step
-        traced = any(r.trace for r in rows)
-        out = model(idx, trace=traced, cache=self._cache, last_only=True)
-        logits = out.logits[:, -1].float()                                                   # (B, V)
+        rec = Recorder(keep=_row_entry, listed=False) if any(r.trace for r in rows) else None
+        x = model.hidden(idx, self._cache, rec)                                              # (B, 1, D)
+        logits = unembed(x, model.unembed.weight)[:, -1].float()                             # (B, V)
         took = time.perf_counter() - t0
         self.steps, self.widest = self.steps + 1, max(self.widest, len(rows))
-        traces = row_traces(out.trace, n_keys, [r.trace for r in rows]) if traced else [None] * len(rows)
+        traces = row_traces(rec.finish(), n_keys, [r.trace for r in rows]) if rec else [None] * len(rows)
         for r, choice, tr in zip(rows, _choose_all(logits, rows), traces):
             r.step(choice, tr, took)
 

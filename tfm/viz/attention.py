@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 import torch
 
 from ..analysis.heads import HeadTable
+from .plain import figure
 
 MASKED_BG = "#c8c8c8"  # the plot background shows through NaN (masked) cells
 # plotly's (python) sequential Blues, white to navy, spelled out: figures skip validation, and
@@ -79,13 +80,6 @@ def _colour(z: np.ndarray, log: bool, zmax: float = 1.0) -> tuple[np.ndarray, di
 
 
 # ---- figures --------------------------------------------------------------------------------
-def _figure(data: list[dict], layout: dict) -> go.Figure:
-    """A figure from plain dicts. Plotly's per-property validation costs 30-100 ms a figure,
-    more than everything else in a rerun, so it is skipped here; tests/app/test_attention.py
-    validates every chart the page draws instead."""
-    return go.Figure({"data": data, "layout": layout}, _validate=False)
-
-
 def heatmap(z: np.ndarray, labels: list[str], title: str, log: bool = False, value: str = "weight",
             zmax: float = 1.0) -> go.Figure:
     """One (query x key) attention matrix with token labels on both axes; the linear colour
@@ -97,7 +91,7 @@ def heatmap(z: np.ndarray, labels: list[str], title: str, log: bool = False, val
     font = dict(size=12 if n <= 40 else 10)
     trace = dict(type="heatmap", z=cz, x=lab, y=lab, colorscale=COLORSCALE, hoverongaps=False, **kw,
                  hovertemplate=f"query: %{{y}}<br>key: %{{x}}<br>{value}: {shown}<extra></extra>")
-    return _figure([trace], dict(
+    return figure([trace], dict(
         title=dict(text=title), plot_bgcolor=MASKED_BG, height=int(np.clip(18 * n + 240, 450, 1300)),
         margin=dict(l=10, r=10, t=60, b=10),
         xaxis=dict(title=dict(text="key: the token looked at"), tickangle=-60, showgrid=False, tickfont=font),
@@ -122,7 +116,7 @@ def model_view(cells: np.ndarray, labels: list[str], title: str, log: bool = Fal
     trace = dict(type="heatmap", z=cz, x=xs, y=ys, colorscale=COLORSCALE, hoverongaps=False, **kw,
                  hovertemplate=f"%{{y}}<br>%{{x}}<br>weight: {shown}<extra></extra>")
     mid = w // 2
-    return _figure([trace], dict(
+    return figure([trace], dict(
         title=dict(text=title), plot_bgcolor=MASKED_BG, height=int(np.clip(120 * n_layer + 160, 400, 1400)),
         margin=dict(l=10, r=10, t=80, b=10),
         xaxis=dict(side="top", tickmode="array", showgrid=False,
@@ -160,7 +154,7 @@ def head_view(cells: np.ndarray, heads: list[int], labels: list[str], title: str
     for x, text, pos in ((0, bold, "middle left"), (1, lab, "middle right")):
         data.append(dict(type="scatter", x=np.full(w, x), y=ys, mode="text", text=text, textposition=pos,
                          textfont=dict(size=13), hoverinfo="skip", showlegend=False))
-    return _figure(data, dict(
+    return figure(data, dict(
         title=dict(text=title), height=int(np.clip(20 * w + 160, 360, 1500)), plot_bgcolor="white",
         margin=dict(l=10, r=10, t=90, b=10), legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0.5, xanchor="center"),
         xaxis=dict(range=[-0.9, 1.9], visible=False), yaxis=dict(range=[-w + 0.3, 0.9], visible=False),

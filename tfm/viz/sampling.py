@@ -13,6 +13,7 @@ import torch
 
 from ..generation.sampling import Breakdown
 from ..generation.timeline import StepRecord
+from .plain import figure
 
 # Temperatures a slider offers: fine steps near 0, where small changes matter most.
 TEMPERATURES = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
@@ -94,7 +95,7 @@ def next_token_figure(bd: Breakdown, ids: list[int], pieces: list[str], title: s
                       chosen: int | None = None, xtitle: str = "next token (most likely first)") -> go.Figure:
     """Bars of the shown tokens after temperature, coloured by what top-k / top-p did, over
     outlines of the original probabilities; one bar sums every other token of the vocabulary.
-    Built as plain dicts and validated once: plotly's incremental updates cost tens of ms."""
+    Built as plain dicts, unvalidated (tfm.viz.plain)."""
     labels = unique_labels(pieces, ids)
     statuses = _statuses(bd, ids)
     hover = _hover(ids, pieces, bd, statuses)
@@ -129,7 +130,7 @@ def next_token_figure(bd: Breakdown, ids: list[int], pieces: list[str], title: s
         layout["annotations"].append(dict(x=labels[ids.index(chosen)], text="chosen", showarrow=True, arrowhead=2,
                                           y=max(float(bd.probs_t[chosen]), float(bd.probs[chosen])),
                                           ay=-30, font=dict(size=15, color="#c0392b")))
-    return go.Figure(data=traces, layout=layout)
+    return figure(traces, layout)
 
 
 def _tail(bd: Breakdown, ids: list[int]) -> list[dict]:
@@ -173,17 +174,17 @@ def attention_rows_figure(rows: np.ndarray, key_labels: list[str], title: str) -
     z = rows.reshape(n_layer * n_head, n_key)
     y = [f"L{i} H{h}" for i in range(n_layer) for h in range(n_head)]
     x = [esc(k) for k in key_labels]
-    fig = go.Figure(go.Heatmap(z=z, x=x, y=y, colorscale="Blues", zmin=0, zmax=1,
-                               colorbar=dict(title="attention"),
-                               hovertemplate="%{y} → key %{x}: %{z:.4f}<extra></extra>"))
+    trace = dict(type="heatmap", z=z, x=x, y=y, colorscale="Blues", zmin=0, zmax=1,
+                 colorbar=dict(title=dict(text="attention")),
+                 hovertemplate="%{y} → key %{x}: %{z:.4f}<extra></extra>")
     lines = [dict(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=l * n_head - 0.5, y1=l * n_head - 0.5,
                   line=dict(color="white", width=3)) for l in range(1, n_layer)]
-    fig.update_layout(title=title, height=max(300, 90 + 17 * len(y)), font=dict(size=13), shapes=lines,
-                      xaxis=dict(title="key position (token it looks at)", type="category", tickangle=-45),
-                      yaxis=dict(title="layer, head", autorange="reversed", type="category", tickmode="array",
-                                 tickvals=y, ticktext=y, tickfont=dict(size=11 if len(y) > 24 else 13)),
-                      margin=dict(t=60, b=10))
-    return fig
+    return figure([trace], dict(
+        title=dict(text=title), height=max(300, 90 + 17 * len(y)), font=dict(size=13), shapes=lines,
+        xaxis=dict(title=dict(text="key position (token it looks at)"), type="category", tickangle=-45),
+        yaxis=dict(title=dict(text="layer, head"), autorange="reversed", type="category", tickmode="array",
+                   tickvals=y, ticktext=y, tickfont=dict(size=11 if len(y) > 24 else 13)),
+        margin=dict(t=60, b=10)))
 
 
 def step_attention_figure(attn: torch.Tensor, key_labels: list[str], window: int,
@@ -213,15 +214,15 @@ def lens_grid_figure(probs: np.ndarray, pieces: list[list[str]], hover: list[lis
     size, room = (14, 12) if n_col <= 16 else (12, 7) if n_col <= 24 else (11, 5) if n_col <= 32 else (10, 3)
     text = [[_cell(p, room, bold is not None and bool(bold[r, c])) for c, p in enumerate(row)]
             for r, row in enumerate(pieces)]
-    fig = go.Figure(go.Heatmap(z=probs, x=[esc(c) for c in col_labels], y=row_labels, text=text, xgap=1,
-                               texttemplate="%{text}", textfont=dict(size=size), customdata=hover,
-                               colorscale="Viridis", zmin=0, zmax=1, colorbar=dict(title=ctitle),
-                               hovertemplate="%{y}, %{x}<br>%{customdata}<extra></extra>"))
-    fig.update_layout(title=title, height=max(320, 90 + 38 * len(row_labels)), font=dict(size=13),
-                      xaxis=dict(title=xtitle, type="category", tickangle=-45, side="bottom"),
-                      yaxis=dict(title="layer (residual stream after it)", type="category"),
-                      margin=dict(t=60, b=10))
-    return fig
+    trace = dict(type="heatmap", z=probs, x=[esc(c) for c in col_labels], y=row_labels, text=text, xgap=1,
+                 texttemplate="%{text}", textfont=dict(size=size), customdata=hover,
+                 colorscale="Viridis", zmin=0, zmax=1, colorbar=dict(title=dict(text=ctitle)),
+                 hovertemplate="%{y}, %{x}<br>%{customdata}<extra></extra>")
+    return figure([trace], dict(
+        title=dict(text=title), height=max(320, 90 + 38 * len(row_labels)), font=dict(size=13),
+        xaxis=dict(title=dict(text=xtitle), type="category", tickangle=-45, side="bottom"),
+        yaxis=dict(title=dict(text="layer (residual stream after it)"), type="category"),
+        margin=dict(t=60, b=10)))
 
 
 def _cell(piece: str, room: int, bold: bool) -> str:

@@ -1,0 +1,67 @@
+"""Figures built without plotly's validation (tfm.viz.plain) are validated here, on the bundled
+model's real numbers: `go.Figure(fig.to_dict())` raises on any invalid property or value."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import pytest
+import torch
+
+import tfm
+from tfm.analysis import decode_streams
+from tfm.generation.sampling import SamplingSettings, breakdown
+from tfm.generation.timeline import step_record
+from tfm.viz import attention as fa
+from tfm.viz import sampling as fs
+
+
+@pytest.fixture(scope="module")
+def run():
+    lm = tfm.load("default")
+    ids = lm.tokenizer.encode("Once upon a time a little fox found three shiny stones")
+    with torch.no_grad():
+        out = lm.model(torch.tensor([ids]), trace=True)
+    return lm, ids, out
+
+
+def valid(fig: go.Figure) -> go.Figure:
+    checked = go.Figure(fig.to_dict())   # validation: raises ValueError on anything invalid
+    assert checked.data, "the figure has no trace"
+    return checked
+
+
+@pytest.mark.parametrize("settings", [SamplingSettings(0.8, 0, 0.9), SamplingSettings(0.0, 0, 1.0),
+                                      SamplingSettings(1.5, 20, 1.0)])
+def test_the_next_token_chart_is_valid(run, settings):
+    lm, ids, out = run
+    logits = out.logits[0, -1]
+    shown = fs.shown_ids(logits, 15)
+    fig = valid(fs.next_token_figure(breakdown(logits, settings=settings), shown,
+                                     lm.tokenizer.display_pieces(shown), "next token", chosen=shown[3]))
+    assert "chosen" in [a.text for a in fig.layout.annotations]
+
+
+def test_the_generation_step_charts_are_valid(run):
+    lm, ids, out = run
+    steps = list(tfm.generate(lm, ids, 3, 0.8, seed=1, trace=True, stop_at_eot=False))
+    r = step_record(steps[-1])
+    labels = [lm.tokenizer.display_piece(i) for i in ids + [s.token_id for s in steps]]
+    fig, hidden = fs.step_attention_figure(r.attn, labels[:r.attn.shape[-1]], 8, "step attention")
+    assert hidden is not None and 0 <= hidden <= 1
+    assert len(valid(fig).data[0].y) == lm.config.n_layer * lm.config.n_head   # a row per (layer, head)
+    with torch.no_grad():
+        lens = decode_streams(lm.model, r.resid[:, None], k=5, keep_probs=False, n_words=lm.tokenizer.vocab_size)
+    top = lens.top_ids[:, 0]
+    valid(fs.step_lens_figure(top, lens.top_probs[:, 0].float(), lens.labels,
+                              [lm.tokenizer.display_pieces(row.tolist()) for row in top], r.token_id, "lens"))
+
+
+def test_the_attention_figures_are_valid(run):
+    lm, ids, out = run
+    pattern = out.trace["blocks.1.attn.pattern"][0]                      # (H, T, T)
+    labels = [lm.tokenizer.display_piece(i) for i in ids]
+    cells = fa.window(pattern, 0, len(ids) - 1)
+    valid(fa.heatmap(cells[0], labels, "one head"))
+    valid(fa.heatmap(cells[0], labels, "one head, log", log=True))
+    all_layers = torch.stack([out.trace[f"blocks.{i}.attn.pattern"][0] for i in range(lm.config.n_layer)])
+    valid(fa.model_view(fa.window(all_layers, 0, len(ids) - 1), labels, "every head"))
+    valid(fa.head_view(cells, [0, 2], labels, "lines", token=3))
