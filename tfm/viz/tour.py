@@ -25,7 +25,7 @@ section[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"],
 # Every mode: wide tables scroll sideways inside their box instead of widening the page (phones).
 TABLE_CSS = """<style>
 [data-testid="stTable"] {overflow-x: auto; max-width: 100%;}
-[data-testid="stTable"] td {text-align: right; font-variant-numeric: tabular-nums;}
+[data-testid="stTable"] td {text-align: right !important; font-variant-numeric: tabular-nums;}
 </style>"""
 
 
