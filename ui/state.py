@@ -351,10 +351,11 @@ def clamp_int(key: str, low: int, high: int, default: int, what: str) -> int:
 
 
 def url_set(**params) -> None:
-    """Write the current settings into the URL (only the ones that changed)."""
-    for name, value in params.items():
-        if st.query_params.get(name) != str(value):
-            st.query_params[name] = str(value)
+    """Write the current settings into the URL (only the ones that changed), in one update:
+    each assignment sends the browser a message of its own (up to 7 a run on the Tour)."""
+    changed = {name: str(value) for name, value in params.items() if st.query_params.get(name) != str(value)}
+    if changed:
+        st.query_params.update(changed)
 
 
 def restore(*widget_keys: str) -> None:

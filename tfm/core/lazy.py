@@ -255,6 +255,7 @@ class LazyTrace(Trace):
             stored = {(t.device, t.untyped_storage().data_ptr()) for t in self._stored()}
             group.nbytes = storage_bytes(v for v in values.values() if isinstance(v, torch.Tensor)
                                          and (v.device, v.untyped_storage().data_ptr()) not in stored)
+            self._version += 1   # held groups change: nbytes measures again
             self._lru[key] = None
             self._lru.move_to_end(key)
             total = sum(self._groups[k].nbytes for k in self._lru)

@@ -292,6 +292,9 @@ class Trace(Mapping):
         self.shapes = shapes
         self._lock = threading.Lock()
         self._n_layers: int | None = None  # the names are fixed: counted once (every accessor asks)
+        # nbytes is asked on every insertion into a server cache, for every trace it holds: it is
+        # remembered until a held tensor changes (`_version`, bumped under the lock)
+        self._version, self._sized = 0, (-1, 0)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         try:
@@ -306,6 +309,7 @@ class Trace(Mapping):
             value = self._tensors[name]
             if isinstance(value, Deferred):
                 value = self._tensors[name] = value.compute().detach()
+                self._version += 1
             return value
 
     def _held(self) -> list[torch.Tensor]:
@@ -316,7 +320,12 @@ class Trace(Mapping):
     def nbytes(self) -> int:
         """Bytes this trace holds now (entries not yet computed count 0); tensors that share
         memory (a view, the same residual stream under two names) count once."""
-        return storage_bytes(self._held())
+        version, size = self._sized
+        if version != self._version:
+            version = self._version   # read before measuring: a change meanwhile makes this stale
+            size = storage_bytes(self._held())
+            self._sized = (version, size)
+        return size
 
     def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "Trace":
         """A trace with every held tensor moved (floating ones cast to `dtype`); entries not
