@@ -148,6 +148,23 @@ def test_trace_with_cache_covers_only_the_new_position(lm):
     assert run(lm, "Hello", max_new_tokens=1)[0].trace is None
 
 
+def test_a_grouped_query_decode_step_traces_the_patterns_a_full_forward_does():
+    """A cached decode step of a GQA model computes its scores per key head (no copy of every
+    key); each pattern row equals the one a forward over the whole prefix computes."""
+    cfg = tfm.ModelConfig.preset("tiny").replace(pos_encoding="rope", norm="rmsnorm", activation="swiglu",
+                                                  bias=False, n_kv_head=2, tied_embeddings=False)
+    lm = tfm.random_model(cfg, seed=5)
+    kw = dict(seed=1, trace=True, stop_at_eot=False)
+    cached = list(tfm.generate(lm, "Once upon a time", 5, 0.8, use_cache=True, **kw))
+    full = list(tfm.generate(lm, "Once upon a time", 5, 0.8, use_cache=False, **kw))
+    assert [s.token_id for s in cached] == [s.token_id for s in full]
+    for a, b in zip(cached[1:], full[1:]):
+        assert a.trace.pattern(0).shape[-2] == 1                      # a decode step: one query
+        for layer in range(cfg.n_layer):
+            torch.testing.assert_close(a.trace.pattern(layer)[:, -1], b.trace.pattern(layer)[:, -1],
+                                       atol=1e-6, rtol=1e-5)
+
+
 # ---- stop reasons ----------------------------------------------------------------------
 
 def test_stop_max_new_tokens(lm):
