@@ -152,7 +152,8 @@ def test_a_grouped_query_decode_step_traces_the_patterns_a_full_forward_does():
     """A cached decode step of a GQA model computes its scores per key head (no copy of every
     key); each pattern row equals the one a forward over the whole prefix computes."""
     cfg = tfm.ModelConfig.preset("tiny").replace(pos_encoding="rope", norm="rmsnorm", activation="swiglu",
-                                                  bias=False, n_kv_head=2, tied_embeddings=False)
+                                                  bias=False, n_head=4, n_kv_head=2, tied_embeddings=False)
+    assert cfg.n_head // cfg.n_kv_head == 2                            # two query heads per key head
     lm = tfm.random_model(cfg, seed=5)
     kw = dict(seed=1, trace=True, stop_at_eot=False)
     cached = list(tfm.generate(lm, "Once upon a time", 5, 0.8, use_cache=True, **kw))
