@@ -4,6 +4,7 @@ the checks grade the engine's answer right and another wrong."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -197,3 +198,19 @@ def test_presentation_mode_and_bad_links():
     assert any("no step" in w.value for w in at.warning)
     assert at.session_state["tour.pos"] == len(engine(at)[1]) - 1
     assert any("stSidebar" in md.value for md in at.markdown)  # the projector CSS is on
+
+
+def test_token_pieces_in_table_headers_show_as_typed():
+    """st.table renders Markdown in every cell, headers and row labels included; the Tour's are
+    token pieces of the prompt, so a link or emphasis typed there must arrive escaped."""
+    at = open_page("tour", "see [x](http://e.com) *now* `c` $y$ <b>")
+    headers = []
+    for step in at.selectbox(key="tour.step").options:
+        at.selectbox(key="tour.step").set_value(step).run()
+        assert not at.exception, at.exception
+        for t in at.table:
+            headers += [str(c) for c in t.value.columns] + [str(i) for i in t.value.index]
+    special = [h for h in headers if any(c in h for c in "[]*`$<")]
+    assert special, "the prompt's Markdown characters should appear in some header"
+    unescaped = [h for h in special if re.search(r"(?<!\\)[\[\]*`$<]", h)]
+    assert not unescaped, unescaped

@@ -55,9 +55,14 @@ def table(shown: Shown) -> pd.DataFrame:
 
 def formatted(frame: pd.DataFrame) -> pd.DataFrame:
     """The values as text: four decimals, or none for whole numbers (token ids); −∞ for masked
-    scores. Text, not a pandas Styler: a Styler took ~14 ms per table to send, text ~3 ms."""
+    scores. Text, not a pandas Styler: a Styler took ~14 ms per table to send, text ~3 ms.
+    Headers and row labels are Markdown-escaped: `st.table` renders Markdown in every cell, and
+    they are token pieces of the user's prompt (a `[link](…)` must show as typed)."""
     whole = bool(((frame % 1) == 0).all().all())
-    return frame.map(lambda x: "−∞" if x == float("-inf") else (f"{x:.0f}" if whole else f"{x:.4f}"))
+    out = frame.map(lambda x: "−∞" if x == float("-inf") else (f"{x:.0f}" if whole else f"{x:.4f}"))
+    out.columns = [md_escape(str(c)) for c in out.columns]
+    out.index = [md_escape(str(i)) for i in out.index]
+    return out
 
 
 def describe(name: str, shown: Shown) -> str:
