@@ -21,7 +21,7 @@ from tfm.generation.timeline import step_record
 VARIANTS = {
     "learned": dict(pos_encoding="learned"),
     "sinusoidal": dict(pos_encoding="sinusoidal"),
-    "rope-gqa": dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, n_kv_head=2,
+    "rope-gqa": dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, n_head=4, n_kv_head=2,
                      tied_embeddings=False),
 }
 REQUESTS = [  # prompt, max_new, temperature, top_k, top_p, seed
