@@ -5,6 +5,8 @@ from the metadata give HF's ids on a battery; and the packaged SmolLM2-135M-Inst
 " Paris" with transformers' logits."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +139,25 @@ def test_folder_with_one_gguf_and_path_spec_load_it(vocab, tmp_path):
     path = write_case("llama-Q8_0", tmp_path, vocab)
     a, b = tfm.load(tmp_path, device="cpu"), tfm.load(f"path:{path}", device="cpu")
     assert torch.equal(a.model.tok_emb.weight, b.model.tok_emb.weight)
+
+
+def test_building_on_the_meta_device_computes_nothing(vocab, tmp_path):
+    """A loader builds its GPT on the meta device and fills it; the limits count parameters on
+    it. Nothing is drawn or computed there: meta's normal_ and division import torch._dynamo
+    (~2 s of a process's first load). A fresh process shows whether anything did."""
+    paths = [write_case(case, tmp_path, vocab) for case in ("llama-Q8_0", "gpt2-F32")]  # RoPE; learned positions
+    code = ("import sys, tfm\n"
+            "from tfm.core.config import ModelConfig\n"
+            "from tfm.loaders.limits import count_params\n"
+            f"for p in {[str(p) for p in paths]!r}:\n"
+            "    lm = tfm.load(p, device='cpu')\n"
+            "    assert not lm.model.tok_emb.weight.is_meta and not any(b.is_meta for b in lm.model.buffers())\n"
+            "for pos in ('sinusoidal', 'rope', 'learned'):\n"
+            "    count_params(ModelConfig.preset('tiny').replace(pos_encoding=pos))\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1], timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"
 
 
 # ---- tokenizers --------------------------------------------------------------------------

@@ -208,7 +208,10 @@ class GPT(nn.Module):
         """GPT-2 initialisation, N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layer).
 
         Pass a seeded generator for a reproducible random model without touching the global RNG.
+        A model built on the meta device (for a loader to fill) has no values to draw.
         """
+        if self.tok_emb.weight.is_meta:
+            return
         for name, p in self.named_parameters():
             if name.endswith("bias"):
                 p.zero_()

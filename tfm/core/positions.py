@@ -20,16 +20,30 @@ def sinusoidal_table(length: int, d_model: int) -> torch.Tensor:
     return table.float()
 
 
+def _on_meta() -> bool:
+    """Whether modules are being built on the meta device (`with torch.device("meta")`: a loader
+    fills them, or only their shapes are wanted). Nothing is computed for them then: there are no
+    values, and some meta ops (normal_, division) import torch._dynamo, ~2 s once a process."""
+    return torch.empty(0).is_meta
+
+
+def _embedding(n: int, d: int) -> nn.Embedding:
+    return nn.Embedding(n, d, _weight=torch.empty(n, d)) if _on_meta() else nn.Embedding(n, d)
+
+
 def add_embeddings(module: nn.Module, cfg: ModelConfig) -> None:
     """The token embedding and `cfg`'s position modules, on `module` (GPT, or a model that
     embeds as it does): tok_emb, pos_emb (learned positions, else None), and the pos_table
     (sinusoidal) or inv_freq (RoPE) buffer."""
-    module.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-    module.pos_emb = nn.Embedding(cfg.context_length, cfg.d_model) if cfg.pos_encoding == "learned" else None
+    module.tok_emb = _embedding(cfg.vocab_size, cfg.d_model)
+    module.pos_emb = _embedding(cfg.context_length, cfg.d_model) if cfg.pos_encoding == "learned" else None
+    meta = _on_meta()
     if cfg.pos_encoding == "sinusoidal":
-        module.register_buffer("pos_table", sinusoidal_table(cfg.context_length, cfg.d_model), persistent=False)
+        table = torch.empty(cfg.context_length, cfg.d_model) if meta else sinusoidal_table(cfg.context_length, cfg.d_model)
+        module.register_buffer("pos_table", table, persistent=False)
     if cfg.pos_encoding == "rope":
-        module.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)  # (rotary_dim/2,)
+        freq = torch.empty(cfg.rotary_dim // 2) if meta else rope_inv_freq(cfg)
+        module.register_buffer("inv_freq", freq, persistent=False)  # (rotary_dim/2,)
 
 
 def position_inputs(module: nn.Module, start: int, length: int):
