@@ -188,6 +188,24 @@ def test_logit_lens_window_without_probs_equals_the_full_lens(make_model):
     torch.testing.assert_close(last.probs, full.probs[:, -1:], atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("chunk", [5, 12, 1000])  # boundaries inside a layer, at a layer's end, one product
+def test_logit_lens_in_row_chunks_equals_each_layer_decoded_alone(chunk, make_model, monkeypatch):
+    """decode_streams reads LENS_ROWS (layer, position) rows per unembedding product: chunks that
+    cut a layer, or hold several, give each layer's own decoding (the oracle: one layer at a time)."""
+    model = make_model("tiny", norm="rmsnorm")
+    _, out = traced(model)
+    streams = A.residual_streams(out.trace)                            # (L+1, 12, D)
+    monkeypatch.setattr(A.lens, "LENS_ROWS", chunk)
+    lens = A.decode_streams(model, streams, k=4, n_words=250)
+    small = A.decode_streams(model, streams, k=4, keep_probs=False, n_words=250)
+    with torch.no_grad():
+        want = torch.stack([model.unembed(model.ln_final(x))[..., :250].softmax(-1) for x in streams])
+    assert lens.probs.shape == want.shape == (3, 12, 250)
+    torch.testing.assert_close(lens.probs, want, atol=1e-6, rtol=0)
+    assert torch.equal(lens.top_ids, want.topk(4, dim=-1).indices)
+    assert torch.equal(small.top_ids, lens.top_ids) and torch.equal(small.top_probs, lens.top_probs)
+
+
 def expected_counts(cfg: ModelConfig) -> dict[str, int]:
     d, f, v, L, b = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_layer, cfg.bias
     attention = 4 * d * d + (4 * d if b else 0)

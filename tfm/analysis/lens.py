@@ -23,24 +23,35 @@ def residual_streams(trace: Trace, positions: slice | None = None) -> torch.Tens
     return torch.stack([x[pos] for _, x in trace.residual_streams(0)])  # (L+1, T, D)
 
 
+# Rows (layer x position) per unembedding product. The vocabulary matrix is the largest the model
+# has (113 MB for SmolLM2) and a product reads it once whatever its rows: one layer's few positions
+# at a time read it L+1 times (SmolLM2, 32 positions: 31 products of 32 rows, ~1.5 s on 2 cores).
+LENS_ROWS = 256
+
+
 @torch.no_grad()
 def decode_streams(model: GPT, streams: torch.Tensor, k: int = 5, keep_probs: bool = True,
                    n_words: int | None = None) -> LogitLens:
     """Read (L+1, T, D) residual streams through the final norm (pre-norm models) and the
-    unembedding. Without keep_probs one layer's (T, V) is alive at a time, not (L+1, T, V):
-    GPT-2 at 1024 positions would otherwise need 2.7 GB. `n_words`: the tokenizer's size when
-    the vocabulary has padded rows that are no token (they get probability 0, as in sampling)."""
+    unembedding, LENS_ROWS rows of every layer and position at a time. Without keep_probs one
+    chunk's (LENS_ROWS, V) is alive at a time, not (L+1, T, V): GPT-2 at 1024 positions would
+    otherwise need 2.7 GB. `n_words`: the tokenizer's size when the vocabulary has padded rows
+    that are no token (they get probability 0, as in sampling)."""
     p = next(model.parameters())
-    rows = []
-    for x in streams.to(p.device, p.dtype):                           # (T, D) per layer
+    n_rows, t, d = streams.shape
+    flat = streams.to(p.device, p.dtype).reshape(n_rows * t, d)              # (L+1) * T rows
+    ids, vals, kept = [], [], []
+    for x in flat.split(LENS_ROWS):                                         # (<= LENS_ROWS, D)
         if model.ln_final is not None:
             x = model.ln_final(x)
-        probs = model.unembed(x)[..., :n_words].float().softmax(-1)    # (T, V or n_words)
+        probs = model.unembed(x)[..., :n_words].float().softmax(-1)         # (rows, V or n_words)
         top = probs.topk(min(k, probs.shape[-1]), dim=-1)
-        rows.append((top.indices, top.values, probs if keep_probs else None))
-    ids, vals, probs = zip(*rows)
-    labels = ["embed"] + [f"block {i}" for i in range(len(streams) - 1)]
-    return LogitLens(labels, torch.stack(ids), torch.stack(vals), torch.stack(probs) if keep_probs else None)
+        ids.append(top.indices)
+        vals.append(top.values)
+        kept += [probs] if keep_probs else []
+    labels = ["embed"] + [f"block {i}" for i in range(n_rows - 1)]
+    grid = lambda parts: torch.cat(parts).view(n_rows, t, -1)  # noqa: E731  (L+1, T, k or V)
+    return LogitLens(labels, grid(ids), grid(vals), grid(kept) if keep_probs else None)
 
 
 def logit_lens(model: GPT, trace: Trace, k: int = 5, positions: slice | None = None,
