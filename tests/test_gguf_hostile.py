@@ -134,6 +134,30 @@ def test_the_limit_is_checked_from_the_header_before_anything_is_dequantized(goo
     assert expanded > 3.5 * stored   # Q8_0 (34 bytes per 32 numbers) grows ~3.8x in float32
 
 
+def test_a_header_is_parsed_again_only_when_its_file_changes(good, tmp_path, monkeypatch):
+    """The app checks its model on every page run: an unchanged file's header is not parsed
+    again, a file rewritten in place is (its size or modification time changed), and a new
+    limit applies at once."""
+    parsed = []
+    real = tfm_limits.read_checked
+    monkeypatch.setattr(tfm_limits, "read_checked", lambda p: parsed.append(p) or real(p))
+    path = tmp_path / "m.gguf"
+    path.write_bytes(good.read_bytes())
+    expanded = read_gguf(good).float_bytes()
+    for _ in range(3):
+        tfm_limits.check_folder(path, tfm_limits.Limits(max_model_bytes=expanded))
+    assert len(parsed) == 1
+    with pytest.raises(ValueError, match="once expanded to float32"):
+        tfm_limits.check_folder(path, tfm_limits.Limits(max_model_bytes=expanded - 1))
+    assert len(parsed) == 1
+    data = bytearray(good.read_bytes())
+    struct.pack_into("<I", data, key_offset(good, "llama.block_count") + 4, 10**6)
+    path.write_bytes(bytes(data))                            # same size, a new modification time
+    with pytest.raises(ValueError, match="its header describes a model tfm cannot build: n_layer=1,000,000"):
+        tfm_limits.check_folder(path, tfm_limits.Limits(max_model_bytes=expanded))
+    assert len(parsed) == 2
+
+
 # ---- Ollama folders ----------------------------------------------------------------------
 def ollama_folder(root: Path, good: Path, manifests: dict[str, str]) -> Path:
     """An Ollama models folder: each manifest path (below manifests/) -> a digest it names."""

@@ -222,7 +222,7 @@ def read_checked(path: str | Path, dtype: str = "float32") -> tuple[GGUFFile, st
     if arch not in ARCHITECTURES:
         raise ValueError(f"{source}: architecture {str(arch)[:40]!r} is not supported; tfm loads GGUF files of "
                          f"{', '.join(ARCHITECTURES)}")
-    return f, arch, make_config(source, **config_fields(f, arch, source))
+    return f, arch, make_config(source, "its header", **config_fields(f, arch, source))
 
 
 def load_gguf(path: str | Path, dtype: str = "float32") -> tuple[GPT, Any, dict]:

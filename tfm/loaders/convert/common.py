@@ -75,11 +75,12 @@ def _rope_numbers(data: dict, params: dict, kind: str, default_theta: float, def
     return out
 
 
-def make_config(source: str, **fields: Any) -> ModelConfig:
+def make_config(source: str, what: str = "config.json", **fields: Any) -> ModelConfig:
+    """ModelConfig(**fields); `what` names where the fields came from in the refusal."""
     try:
         return ModelConfig(**fields)
     except (ValueError, TypeError) as e:
-        raise ValueError(f"{source}: config.json describes a model tfm cannot build: {e}") from None
+        raise ValueError(f"{source}: {what} describes a model tfm cannot build: {e}") from None
 
 
 def _shard_files(folder: Path) -> list[Path]:
