@@ -58,7 +58,10 @@ class Limits:
 
     max_model_bytes: int = 2 * GB      # float32 weights: GPT-2 medium is 1.42 GB
     max_trace_bytes: int = 8 * GB      # one traced forward, every entry read: GPT-2 medium at 1024 is 7.2 GB
-    eager_trace_bytes: int = 32_000_000  # prompts whose full trace fits are traced eagerly (tfm.lazy.prefer_lazy)
+    # Prompts whose full trace fits are traced eagerly (tfm.lazy.prefer_lazy): one forward instead
+    # of a lazy one plus every block again when a page reads them all (the Attention page does),
+    # and about the bytes a lazy trace holds once read. SmolLM2 up to 52 tokens, GPT-2 small up to 80.
+    eager_trace_bytes: int = 128_000_000
     max_prompt_chars: int = 20_000
     max_new_tokens: int = 512          # per generation (each of up to 4 samples)
     max_generation_bytes: int = GB // 2  # one session's generation timeline: GPT-2 small, 512 tokens
