@@ -98,7 +98,7 @@ def test_deferred_normalized_and_fused_statistics_match_the_formulas(norm, make_
 def test_unembedding_equals_one_plain_product(rows, vocab):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, rows, 24, generator=g)
-    w = torch.randn(vocab, 24, generator=g).t().contiguous().t()  # input-major, as the model stores it
+    w = torch.randn(vocab, 24, generator=g).t().contiguous().t()  # input-major; the model's is (out, in)
     with torch.no_grad():
         torch.testing.assert_close(unembed(x, w), F.linear(x, w), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(unembed(x, w.contiguous()), F.linear(x, w), atol=1e-5, rtol=1e-5)

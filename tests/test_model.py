@@ -361,12 +361,15 @@ def test_matrices_are_stored_input_major_with_unchanged_shapes_values_and_files(
     cfg = ModelConfig.preset("tiny", tied_embeddings=tied)
     model = GPT(cfg)
     model.reset_parameters(torch.Generator().manual_seed(0))
-    mats = {n: p for n, p in model.named_parameters()  # every nn.Linear matrix; the embedding when tied
-            if p.dim() == 2 and n != "pos_emb.weight" and (tied or n != "tok_emb.weight")}
-    assert len(mats) == 4 * cfg.n_layer + 1
+    mats = {n: p for n, p in model.named_parameters()  # every block's nn.Linear matrix
+            if p.dim() == 2 and n.startswith("blocks.")}
+    assert len(mats) == 4 * cfg.n_layer
     for name, p in mats.items():  # (out, in) shape, (in, out) memory: GPT-2's Conv1D layout
         assert p.stride() == (1, p.shape[0]), name
         assert p.t().is_contiguous()
+    # the unembedding (the embedding too, tied or not) stays (out, in), as Hugging Face's lm_head
+    for name in ("unembed.weight", "tok_emb.weight"):
+        assert getattr(model, name.split(".")[0]).weight.is_contiguous(), name
     assert model.unembed.weight is model.tok_emb.weight or not tied
     # values are drawn in logical order: the same as N(0, std) drawn into a plain tensor
     g = torch.Generator().manual_seed(0)
@@ -382,3 +385,5 @@ def test_matrices_are_stored_input_major_with_unchanged_shapes_values_and_files(
         assert torch.equal(p, dict(model.named_parameters())[name])
         if name in mats:
             assert p.stride() == (1, p.shape[0]), name
+        elif p.dim() == 2:
+            assert p.is_contiguous(), name
