@@ -4,11 +4,10 @@ column slices (tfm.kernels.sliced_linear, tried for vocabulary-sized matrices).
     .venv/bin/python bench/bench_kernels.py [--threads 2] [--runs 9]
 
 For each matrix of the bundled model (tfm-small), GPT-2 small and SmolLM2-135M, stored as the
-model stores it (input-major, see GPT._input_major_weights), at 1 (a decode step), 128 and 1024
-rows: the median time of each product, BLAS's over the best other's, and which one tfm uses
-(tfm.kernels' size rule and "auto"'s measured choice; tfm.model.unembed keeps F.linear below 8
-positions). Values are checked
-equal (|diff| < 1e-4). Figures from this run only; nothing asserts on time.
+model stores it (block matrices input-major, the unembedding (out, in): see
+GPT._input_major_weights), at 1 (a decode step), 128 and 1024 rows: the median time of each
+product, BLAS's over the best other's, and which one tfm uses (tfm.kernels' size rule and
+"auto"'s measured choice). Values are checked equal (|diff| < 1e-4). Figures from this run only; nothing asserts on time.
 """
 from __future__ import annotations
 
@@ -46,11 +45,12 @@ def median_ms(fn, runs: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def compare(d_in: int, d_out: int, rows: int, runs: int) -> tuple[float, float, float | None, str]:
+def compare(d_in: int, d_out: int, rows: int, runs: int, input_major: bool) -> tuple[float, float, float | None, str]:
     """(BLAS ms, oneDNN ms, sliced BLAS ms or None where not tried, the product tfm picks)."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(rows, d_in, generator=g)
-    w = (torch.randn(d_out, d_in, generator=g) * 0.02).t().contiguous().t()  # (out, in), stored input-major
+    w = torch.randn(d_out, d_in, generator=g) * 0.02                   # (out, in)
+    w = w.t().contiguous().t() if input_major else w                   # as the model stores it
     onednn_fn = lambda: kernels._onednn_linear(x, w, None, "none", [], "")  # noqa: E731
     with torch.no_grad():
         assert float((onednn_fn() - F.linear(x, w)).abs().max()) < 1e-4
@@ -77,9 +77,8 @@ def main() -> None:
     for model, mats in SHAPES.items():
         for name, (d_in, d_out) in mats.items():
             for rows in (1, 128, 1024):
-                blas, onednn, sliced, picked = compare(d_in, d_out, rows, args.runs if rows < 1024 else max(3, args.runs // 3))
-                if name == "unembed" and rows < 8:
-                    picked = "blas"  # tfm.model.unembed's own rule
+                blas, onednn, sliced, picked = compare(d_in, d_out, rows, args.runs if rows < 1024 else max(3, args.runs // 3),
+                                                       input_major=name != "unembed")
                 other = min(onednn, sliced or onednn)
                 shown = f"{sliced:10.3f}" if sliced is not None else f"{'-':>10s}"
                 print(f"{model:13s} {name:12s} {f'{d_in}x{d_out}':>12s} {rows:5d} {blas:9.3f} {onednn:10.3f} "
