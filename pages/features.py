@@ -45,7 +45,7 @@ st.dataframe(ff.token_table(run.labels, tf.features, tf.acts), hide_index=True, 
 
 state.url_init("features.feature", "feature", int)
 if not isinstance(ss.get("features.feature"), int) or not 0 <= ss["features.feature"] < cfg.n_features:
-    ss["features.feature"] = int(tf.features[-1, 0])          # the strongest feature on the last token
+    ss["features.feature"] = FT.opening_feature(fs, run.trace)   # the strongest not-dense one on the last token
 feature = st.number_input(f"Feature to open (0..{cfg.n_features - 1})", 0, cfg.n_features - 1, key="features.feature")
 state.url_set(feature=feature)
 acts = fs.sae.encode(run.trace.residual_streams()[cfg.layer][1].float())[:, feature]
@@ -54,6 +54,10 @@ acts = acts.tolist()
 freq = float(fs.data["freq"][feature])
 if freq == 0:
     st.warning(f"Feature {feature} never fired on the held-out text: it is a dead feature.")
+elif freq > FT.DENSE_SHARE:
+    st.caption(f"Feature {feature} fires on {freq:.1%} of held-out tokens, a dense feature: it says little about "
+               "any one token. The page opens on the strongest feature of the last token that fires on at most "
+               f"{FT.DENSE_SHARE:.0%} of them.")
 charts.show(ff.along_prompt(run.labels, acts, feature), key="features.along")
 
 st.subheader(f"Feature {feature}: top-activating held-out contexts")

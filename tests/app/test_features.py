@@ -79,3 +79,31 @@ def test_model_without_sae_gets_one_message():
     at.switch_page("pages/why.py")
     _ok(at)
     assert any("no sparse autoencoder ships" in i.value for i in at.info)
+
+
+def test_the_page_opens_on_the_strongest_sparse_feature_of_the_last_token():
+    at = open_page("features")                      # the feature is chosen on the page's first prompt
+    assert not at.error
+    lm, _, fs = _engine()
+    ids = lm.tokenizer.prompt_ids(at.text_area(key="sidebar.prompt").value)
+    acts = fs.sae.encode(stream_at(lm.model, torch.tensor([ids]), fs.layer)[0])[-1]    # (F,)
+    freq = fs.data["freq"].float()
+    sparse = [f for f in range(len(acts)) if acts[f] > 0 and freq[f] <= FT.DENSE_SHARE]
+    assert sparse, "no sparse feature fires on the last token of this prompt"
+    want = max(sparse, key=lambda f: float(acts[f]))
+    assert at.number_input(key="features.feature").value == want
+    # the last token's strongest feature overall is dense here: the page said why it opened elsewhere
+    strongest = int(acts.argmax())
+    assert freq[strongest] > FT.DENSE_SHARE and strongest != want
+    at.number_input(key="features.feature").set_value(strongest)
+    _ok(at)
+    assert any("a dense feature" in c.value for c in at.caption)
+
+
+def test_with_no_sparse_feature_firing_the_strongest_of_all_opens():
+    lm, ids, fs = _engine()
+    trace = lm.model(torch.tensor([ids]), trace=True).trace
+    acts = fs.sae.encode(stream_at(lm.model, torch.tensor([ids]), fs.layer)[0])[-1]
+    assert FT.opening_feature(fs, trace, max_share=0.0) == int(acts.argmax())
+    assert FT.opening_feature(fs, trace, position=2, max_share=1.0) == int(
+        fs.sae.encode(stream_at(lm.model, torch.tensor([ids]), fs.layer)[0])[2].argmax())

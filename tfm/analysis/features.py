@@ -3,6 +3,7 @@ their direct contributions to a logit (the "Why this token?" page's features tab
 
     fs = load_features(folder, lm)                 # SAE + card + shipped contexts/histograms
     tf = token_features(fs.sae, trace, n=5)        # (T, n) top features per token
+    opening_feature(fs, trace)                     # the strongest not-dense feature on the last token
     fa = feature_attribution(lm, fs.sae, trace, position=-1)
     fa.values.sum() == fa.target                   # features + SAE bias + error + later layers + norm bias
 """
@@ -95,6 +96,20 @@ def token_features(sae: SAE, trace, n: int = 5, skip: int = 0) -> TokenFeatures:
     vals, idx = sae.topk(_stream(trace, sae.cfg.layer))            # (T, k), sorted descending
     vals[:skip] = 0
     return TokenFeatures(idx[:, :n].clone(), vals[:, :n].clone())
+
+
+# A feature that fires on more held-out tokens than this says little about any one of them
+# (Neuronpedia and SAELens flag such dense features); the Features page opens on a sparser one.
+DENSE_SHARE = 0.1
+
+
+@torch.no_grad()
+def opening_feature(fs: FeatureSet, trace, position: int = -1, max_share: float = DENSE_SHARE) -> int:
+    """The feature a page opens on: the strongest at `position` among those firing on at most
+    `max_share` of held-out tokens; the strongest of all when none of them fires there."""
+    acts = fs.sae.encode(_stream(trace, fs.layer)[position][None])[0]        # (F,)
+    sparse = acts.masked_fill(fs.data["freq"].float() > max_share, 0.0)
+    return int((sparse if bool((sparse > 0).any()) else acts).argmax())
 
 
 @dataclass(frozen=True, eq=False)
