@@ -368,3 +368,27 @@ def test_block_parameter_walk_equals_nn_module_parameters(extra, make_model):
     model = make_model("tiny", **extra)
     for block in model.blocks:
         assert [id(p) for p in lazy_module._parameters(block)] == [id(p) for p in block.parameters()]
+
+
+class _CountPow(torch.overrides.TorchFunctionMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += func in (torch.Tensor.pow, torch.pow)
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_lazy_pass_computes_no_norm_statistics_it_does_not_keep(make_model):
+    """An RMSNorm's rms and normalized stream are listed, not computed, in the lazy pass (a
+    (T, D) pass each, per norm); reading them recomputes the block, equal to the eager trace."""
+    model = make_model("tiny", norm="rmsnorm")
+    idx = torch.randint(0, model.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        with _CountPow() as counted:
+            out = model(idx, trace=True, keep=("pattern",))
+        assert counted.calls == 1  # the final norm's, which the lazy trace keeps (2 per block before)
+        eager = model(idx, trace=True, lazy=False).trace
+        for name in ("blocks.1.ln1.rms", "blocks.0.ln2.normalized", "ln_final.rms"):
+            assert torch.equal(out.trace[name], eager[name]), name

@@ -51,10 +51,14 @@ class Norm(nn.Module):
             rec.add("std", rstd.reciprocal().squeeze(-1))
             rec.add_deferred("normalized", tuple(x.shape), x.dtype, lambda: (xd - mean) * rstd)
         else:
-            rms = (xd.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()  # (B, T, 1)
             out = F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
-            rec.add("rms", rms.squeeze(-1))
-            rec.add_deferred("normalized", tuple(x.shape), x.dtype, lambda: xd / rms)
+            if rec.stores("rms") or rec.stores("normalized"):
+                rms = (xd.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()  # (B, T, 1)
+                rec.add("rms", rms.squeeze(-1))
+                rec.add_deferred("normalized", tuple(x.shape), x.dtype, lambda: xd / rms)
+            else:  # a lazy trace's first pass: listed, computed when read (as attend's pattern)
+                rec.add_lazy("rms", tuple(x.shape[:-1]), x.dtype)
+                rec.add_lazy("normalized", tuple(x.shape), x.dtype)
         rec.add("output", out)
         return out
 
