@@ -17,7 +17,7 @@ def read_out_bars(up: list[str], up_scores: list[float], down: list[str], down_s
     fig = go.Figure(go.Bar(
         x=values, y=labels, orientation="h", marker_color=[POS_COLOUR if v >= 0 else NEG_COLOUR for v in values],
         hovertemplate="%{y}: %{x:.4f} logits per unit strength<extra></extra>"))
-    fig.update_layout(title=title, xaxis_title="logit change per unit of strength (through the final norm gain)",
+    fig.update_layout(title=title, xaxis_title="logit change per unit of strength<br>(through the final norm's gain)",
                       yaxis_title="token", height=max(320, 24 * len(values) + 140), showlegend=False)
     return fig
 
