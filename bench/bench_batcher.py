@@ -2,7 +2,7 @@
 together to one Batcher against one generation alone. Prints figures and ratios; asserts nothing.
 
     .venv/bin/python bench/bench_batcher.py [--model smollm2] [--students 1 10 30] [--tokens 32]
-        [--threads 2] [--repeats 3] [--compare-solo-prefill] [--trace]
+        [--threads 2] [--repeats 3] [--compare-solo-prefill] [--trace] [--device cuda]
 
 Each student has a different prompt (bench_load's, so lengths differ and prefills are padded).
 Per class size: wall time until the last student's last token (best of --repeats), its ratio to
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import tfm  # noqa: E402
-from bench_load import prompt_for  # noqa: E402
+from class_prompts import prompt_for  # noqa: E402
 from tfm.generation.batcher import BatchConfig, Batcher  # noqa: E402
 
 
@@ -77,10 +77,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--compare-solo-prefill", action="store_true")
     ap.add_argument("--trace", action="store_true", help="every row traced, as on the Generation page")
+    ap.add_argument("--device", default="cpu", help="where the model runs (cpu, cuda, mps)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    lm = tfm.load(args.model, device="cpu")
-    print(f"model {args.model}: {lm.config.n_layer} layers, width {lm.config.d_model}; {args.threads} threads")
+    lm = tfm.load(args.model, device=args.device)
+    where = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"{args.threads} threads"
+    print(f"model {args.model}: {lm.config.n_layer} layers, width {lm.config.d_model}; {args.device}, {where}")
     report(lm, args.students, args.tokens, args.repeats, args.compare_solo_prefill, args.trace)
 
 

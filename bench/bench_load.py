@@ -40,6 +40,9 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))  # also when loaded from its path (tests/test_deploy.py)
+from class_prompts import prompt_for  # noqa: E402 (shared with bench_batcher)
+
 STEPS = ("attention", "logit_lens", "next_token", "next_token: top-p slider", "why", "tour", "generate (open)",
          "generate: 32 tokens")
 CHARTED = 5  # the first steps must draw a chart (a page that drew nothing would look fast)
@@ -180,12 +183,6 @@ def start_server(port: int, app_flags: list[str]) -> subprocess.Popen:
             time.sleep(0.2)
     proc.kill()
     raise RuntimeError(f"the server did not start: {log.read_text(errors='replace')[-2000:]}")
-
-
-def prompt_for(i: int) -> str:
-    animals = ("fox", "owl", "cat", "dog", "bee", "elk", "yak", "emu", "ant", "bat")
-    return (f"Student {i} wrote: once upon a time a little {animals[i % 10]} named Pip {i} found "
-            f"{i % 7 + 2} shiny stones by the river, and")
 
 
 def one_class(port: int, n: int, new_tokens: int, timeout: float, watch: Peak, model: str = "default"):

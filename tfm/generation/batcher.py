@@ -173,7 +173,7 @@ def _choose_rows(logits: torch.Tensor, rows: list[_Row]) -> list[tuple]:
     gens = [r.gen for r in rows]
     parallel = len(rows) >= PARALLEL_DRAWS and logits.shape[-1] >= PARALLEL_DRAW_VOCAB
     drawn = _draw_pool().map(draw, parts, gens) if parallel else map(draw, parts, gens)
-    tokens = torch.tensor(list(drawn))[:, None]                                            # (G, 1)
+    tokens = torch.tensor(list(drawn), device=logits.device)[:, None]                      # (G, 1)
     above = bd.logits > bd.logits.gather(-1, tokens)                                       # (G, V)
     numbers = torch.stack([bd.final.gather(-1, tokens)[:, 0].double(), (above & bd.kept).sum(-1).double(),
                            bd.probs.gather(-1, tokens)[:, 0].double(), above.sum(-1).double(),
