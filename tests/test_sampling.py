@@ -175,6 +175,21 @@ def test_bad_logits_raise(logits):
         breakdown(logits)
 
 
+@pytest.mark.parametrize("bad", ["nan", "posinf", "all_neg_inf"])
+@pytest.mark.parametrize("where", [0, 17, 4095])
+def test_one_bad_row_among_good_rows_raises(bad, where):
+    """The check reads each row's max: one bad value anywhere in one row of a batch is found."""
+    x = torch.randn(3, 4096, generator=torch.Generator().manual_seed(where))
+    x[0, :100] = -math.inf                                               # masked tokens are fine
+    breakdown(x)
+    if bad == "all_neg_inf":
+        x[1] = -math.inf
+    else:
+        x[1, where] = float("nan") if bad == "nan" else math.inf
+    with pytest.raises(ValueError):
+        breakdown(x)
+
+
 def test_settings_defaults_and_greedy():
     s = SamplingSettings()
     assert (s.temperature, s.top_k, s.top_p) == (1.0, 0, 1.0)
