@@ -4,7 +4,7 @@ together to one Batcher against one generation alone. Prints figures and ratios;
     .venv/bin/python bench/bench_batcher.py [--model smollm2] [--students 1 10 30] [--tokens 32]
         [--threads 2] [--repeats 3] [--compare-solo-prefill] [--trace] [--device cuda]
 
-Each student has a different prompt (bench_load's, so lengths differ and prefills are padded).
+Each student has a different prompt (bench/class_prompts.py, as bench_load's; lengths differ, so prefills are padded).
 Per class size: wall time until the last student's last token (best of --repeats), its ratio to
 one generation alone measured in the same run (target for 30 on SmolLM2-135M: <= 3x; one after
 another would be ~30x), the p50 / p95 of each student's own time to finish, and how many prefill
