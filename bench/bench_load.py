@@ -63,10 +63,11 @@ class Run:
 class Student:
     """One browser tab, as the server sees it: a websocket session with its own widget state."""
 
-    def __init__(self, port: int, prompt: str, timeout: float, model: str = "default") -> None:
+    def __init__(self, port: int, prompt: str, timeout: float, model: str | None = "default") -> None:
         self.ws = websocket.create_connection(f"ws://127.0.0.1:{port}/_stcore/stream", timeout=timeout,
                                               origin=f"http://127.0.0.1:{port}")
-        self.query = urlencode({"prompt": prompt, "model": model})
+        # model None: no model in the link, so the page opens the server's own default model
+        self.query = urlencode({"prompt": prompt} | ({} if model is None else {"model": model}))
         self.prompt, self.pages, self.widgets, self.generated = prompt, {}, {}, 0
 
     def run(self, page: str, states: list[WidgetState] = ()) -> Run:

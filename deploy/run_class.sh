@@ -6,7 +6,9 @@
 # Students open http://HOST:$TFM_PORT (default 8600). The processes listen on 127.0.0.1 ports
 # TFM_PORT+1 .. TFM_PORT+N; nginx listens on $TFM_LISTEN (default 127.0.0.1:$TFM_PORT: set it to
 # 0.0.0.0:8600 to open the class to the network). TFM_UPSTREAMS="10.0.0.2:8601 10.0.0.3:8601 ..."
-# adds processes running on other machines (README, "Running for a class"). Ctrl-C stops everything.
+# adds processes running on other machines (README, "Running for a class"). Each local process is
+# warmed (deploy/warm.py: model loaded, a first prompt traced) before nginx opens the class.
+# Ctrl-C stops everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:?usage: deploy/run_class.sh N [-- app.py flags]}
@@ -48,6 +50,17 @@ for i in $(seq 1 "$n"); do  # nginx starts once every local process answers
   for _ in $(seq 1 120); do healthy "$p" && break; sleep 0.5; done
   healthy "$p" || { echo "the process on port $p did not start:" >&2; tail -20 "$prefix/app-$p.log" >&2; exit 1; }
 done
+# Each process loads the model on its first visit: warm them all now, so no student waits for
+# that (TFM_WARM=0 skips it; TFM_WARM_MODEL names another model than the server's default).
+if [ "${TFM_WARM:-1}" != 0 ]; then
+  if .venv/bin/python -c 'import websocket, psutil' 2>/dev/null; then
+    ports=$(seq $((port + 1)) $((port + n)))
+    .venv/bin/python deploy/warm.py $ports ${TFM_WARM_MODEL:+--model "$TFM_WARM_MODEL"} \
+      || echo "some processes were not warmed (above): their first student waits for the model" >&2
+  else
+    echo "not warming the processes: deploy/warm.py needs websocket-client and psutil (scripts/setup.sh dev)" >&2
+  fi
+fi
 mkdir -p "$prefix"/{body,proxy,fastcgi,uwsgi,scgi}
 python3 - "$prefix" "$listen" "$upstreams" <<'PY'
 import sys

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -54,6 +55,8 @@ def class_url():
     env = dict(os.environ, TFM_PORT=str(base), OMP_NUM_THREADS="1")
     proc = subprocess.Popen(["bash", "deploy/run_class.sh", "2"], cwd=ROOT, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    said: list[str] = []  # what the script printed (read as it goes: a full pipe would block it)
+    threading.Thread(target=lambda: said.extend(proc.stdout), daemon=True).start()
     try:
         for _ in range(240):
             try:
@@ -61,17 +64,25 @@ def class_url():
                     break
             except OSError:
                 if proc.poll() is not None:
-                    pytest.fail(f"run_class.sh exited: {proc.stdout.read()[-2000:]}")
+                    time.sleep(0.5)
+                    pytest.fail(f"run_class.sh exited: {''.join(said)[-2000:]}")
                 time.sleep(0.5)
         else:
             pytest.fail("nginx did not answer within 2 minutes")
-        yield base
+        yield base, said
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the script's trap stops its processes and nginx
         proc.wait(30)
 
 
+def test_every_process_is_warmed_before_nginx_opens_the_class(class_url):
+    base, said = class_url
+    warmed = {int(line.split("port ")[1].split()[0]) for line in said if line.startswith("warmed the process")}
+    assert warmed == {base + 1, base + 2}, "".join(said)
+
+
 def test_a_cookie_keeps_a_browser_on_one_process_and_the_class_spreads(class_url):
+    class_url, _ = class_url
     status, headers = get(f"http://127.0.0.1:{class_url}/")
     cookie = headers["Set-Cookie"].split(";")[0].split("=", 1)[1]
     assert status == 200 and len(cookie) == 32
@@ -82,6 +93,7 @@ def test_a_cookie_keeps_a_browser_on_one_process_and_the_class_spreads(class_url
 
 
 def test_sessions_work_through_nginx_and_see_only_their_own_prompt(class_url):
+    class_url, _ = class_url
     bench = load_bench()
     students = [bench.Student(class_url, bench.prompt_for(i), 240) for i in range(2)]
     for s in students:
