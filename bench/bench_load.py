@@ -164,6 +164,19 @@ class Peak:
             self.peak = max(self.peak, self.rss())
 
 
+class MachineCPU(Peak):
+    """With --port (servers this script did not start, e.g. deploy/run_class.sh's): the CPU the
+    whole machine spent, less this script's own, as the servers' CPU. Honest only on a machine
+    doing nothing else (the load average is printed before and after); RSS is not measured."""
+
+    def cpu(self) -> float:
+        t = psutil.cpu_times()
+        return t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0) - super().cpu()
+
+    def rss(self) -> int:
+        return 0
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -229,7 +242,8 @@ def report(n: int, times: dict, errors: list[str], busy: int, cpu_per: float, wa
     if peak:
         print(f"server peak RSS (process tree): {peak / 1e6:,.0f} MB; CPU-seconds per student visit: {cpu_per:.2f}")
     else:
-        print("server CPU and RSS not measured (--port: the servers are not this script's children)")
+        print(f"CPU-seconds per student visit: {cpu_per:.2f}, the whole machine's less this script's (--port: "
+              "the servers are not this script's children; their RSS is not measured)")
     for e in errors[:10]:
         print("  error:", e)
 
@@ -254,7 +268,7 @@ def main() -> None:
     ap.add_argument("--model", default="default", help="model spec every student's link opens (default, path:FOLDER, ...)")
     ap.add_argument("--rounds", type=int, default=1, help="classes of each size, one after another (a soak: RSS per round)")
     ap.add_argument("--port", type=int, help="students connect here (e.g. nginx of deploy/run_class.sh) instead "
-                                             "of a server this script starts; CPU and RSS are then not measured")
+                                             "of a server this script starts; CPU is then the whole machine's less this script's, RSS not measured")
     ap.add_argument("--profile", metavar="PREFIX", help="py-spy raw stacks of each class into PREFIX-<n>-<round>.txt")
     ap.add_argument("--gil", action="store_true", help="with --profile: sample only the thread holding the GIL")
     ap.add_argument("app_flags", nargs="*", help="after --: flags for app.py (e.g. --batching off)")
@@ -263,7 +277,7 @@ def main() -> None:
     server = None if args.port else start_server(port := free_port(), args.app_flags)
     port = args.port or port
     try:
-        watch = Peak(psutil.Process(server.pid if server else os.getpid()))
+        watch = Peak(psutil.Process(server.pid)) if server else MachineCPU(psutil.Process(os.getpid()))
         print(f"server on port {port}; {os.cpu_count()} cores; load average "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; idle RSS {watch.rss() / 1e6:,.0f} MB; model {args.model}")
         warm = Student(port, "A warm-up visit before the class arrives.", args.timeout, args.model)
