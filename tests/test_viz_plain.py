@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 import torch
 
 import tfm
-from tfm.analysis import decode_streams
+from tfm.analysis import attribution, decode_streams
 from tfm.generation.sampling import SamplingSettings, breakdown
 from tfm.generation.timeline import step_record
 from tfm.viz import attention as fa
+from tfm.teach import tour
 from tfm.viz import sampling as fs
+from tfm.viz import tour as ft
+from tfm.viz import why as fw
 
 
 @pytest.fixture(scope="module")
@@ -79,3 +83,33 @@ def test_the_attention_figures_are_valid(run):
     all_layers = torch.stack([out.trace[f"blocks.{i}.attn.pattern"][0] for i in range(lm.config.n_layer)])
     valid(fa.model_view(fa.window(all_layers, 0, len(ids) - 1), labels, "every head"))
     valid(fa.head_view(cells, [0, 2], labels, "lines", token=3))
+
+
+def test_the_why_figures_are_valid(run):
+    lm, ids, out = run
+    attr = attribution.direct(lm, ids, len(ids) - 2, trace=out.trace)
+    values, heads = attr.values.numpy(), attr.heads.numpy()
+    bars = valid(fw.contrib_bars(list(attr.components), values, "top contributions"))
+    assert len(bars.data[0].y) == 15 and bars.data[0].marker.color[0] in (fw.POS_COLOUR, fw.NEG_COLOUR)
+    effects = -0.5 * np.concatenate([heads.ravel(), attr.mlps.numpy()])
+    order = attribution.head_and_mlp_names(*heads.shape)
+    both = valid(fw.contrib_bars(order, np.concatenate([heads.ravel(), attr.mlps.numpy()]), "beside", effects))
+    assert [t.name for t in both.data] == ["direct attribution", "− change when zero-ablated"]
+    grid = valid(fw.head_heatmap(heads, "every head", clickable=True))
+    assert grid.data[0].zmax == pytest.approx(float(np.abs(heads).max()))   # centred on 0
+    assert len(grid.data[1].x) == heads.size                                 # a click target per cell
+    valid(fw.head_heatmap(np.zeros_like(heads), "no signal"))                # all zero: a ±1 colour range
+    labels = [lm.tokenizer.display_piece(i) for i in ids]
+    src = valid(fw.source_bars(attr.by_source(1, 0).numpy(), labels, "sources"))
+    assert len(src.data[0].x) == len(ids)
+
+
+def test_the_tour_bar_chart_is_valid(run):
+    lm, ids, out = run
+    labels = [lm.tokenizer.display_piece(i) for i in ids]
+    steps = tour.tour(lm, out.trace, ids, labels, tour.Focus(pos=len(ids) - 1))
+    charted = [s for s in steps if s.chart is not None]
+    assert charted
+    for step in charted:
+        fig = valid(ft.bar_figure(step.chart, f"{step.title} <b>x</b>", "value"))
+        assert fig.layout.xaxis.type == "category" and len(fig.data[0].x) == step.chart.values.numel()

@@ -7,6 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..teach.tour import Shown
+from .plain import figure
 
 MD_SPECIAL = set("\\`*_{}[]()#+-.!|<>~$&")
 
@@ -81,12 +82,11 @@ def esc(text: str) -> str:
 
 
 def bar_figure(shown: Shown, title: str, ytitle: str) -> go.Figure:
-    """One bar per entry of a vector, hover showing the exact value."""
+    """One bar per entry of a vector, hover showing the exact value (plain dicts, unvalidated:
+    `tfm.viz.plain`; tests/test_viz_plain.py validates it)."""
     labels = unique(shown.cols)
-    fig = go.Figure(go.Bar(x=labels, y=shown.values.double().numpy(), marker_color="#4C78A8",
-                           hovertext=[esc(x) for x in labels],
-                           hovertemplate="%{hovertext}<br>%{y:.4f}<extra></extra>"))
-    fig.update_layout(title=esc(title), yaxis_title=ytitle, xaxis_title=None, height=360,
-                      margin=dict(l=40, r=20, t=60, b=40), font=dict(size=15))
-    fig.update_xaxes(type="category", ticktext=[esc(x) for x in labels], tickvals=labels)
-    return fig
+    trace = dict(type="bar", x=labels, y=shown.values.double().numpy(), marker=dict(color="#4C78A8"),
+                 hovertext=[esc(x) for x in labels], hovertemplate="%{hovertext}<br>%{y:.4f}<extra></extra>")
+    return figure([trace], dict(title=dict(text=esc(title)), yaxis=dict(title=dict(text=ytitle)), height=360,
+                                margin=dict(l=40, r=20, t=60, b=40), font=dict(size=15),
+                                xaxis=dict(type="category", ticktext=[esc(x) for x in labels], tickvals=labels)))

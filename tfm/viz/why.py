@@ -1,7 +1,9 @@
 """Figures for the "Why this token?" page: pure functions of the engine's numbers and labels.
 
 Contributions are in logit units (positive = pushes toward the explained token). Diverging
-colours are centred on 0 so a sign is always visible; hover shows the exact value.
+colours are centred on 0 so a sign is always visible; hover shows the exact value. The page's
+charts are built as plain dicts, unvalidated (`tfm.viz.plain`: validation was ~3/4 of a Why page
+run's own CPU); tests/test_viz_plain.py validates them.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .attention import plotly_text
+from .plain import figure
 
 DIVERGING = "RdBu"
 POS_COLOUR, NEG_COLOUR, ABL_COLOUR = "#2166ac", "#b2182b", "#ff7f0e"
@@ -30,6 +33,10 @@ def pretty(name: str) -> str:
     return name
 
 
+def _title(text: str) -> dict:
+    return dict(title=dict(text=text))
+
+
 def contrib_bars(names: list[str], values: np.ndarray, title: str, effects: np.ndarray | None = None,
                  top: int = 15) -> go.Figure:
     """The `top` components by |direct attribution|, largest at the top; with `effects`, each
@@ -37,30 +44,36 @@ def contrib_bars(names: list[str], values: np.ndarray, title: str, effects: np.n
     order = np.argsort(-np.abs(values))[:top][::-1]
     labels = [pretty(names[i]) for i in order]
     vals = values[order]
-    fig = go.Figure(go.Bar(
-        x=vals, y=labels, orientation="h", name="direct attribution",
-        marker_color=[POS_COLOUR if v >= 0 else NEG_COLOUR for v in vals],
-        hovertemplate="%{y}: %{x:.4f} logits (direct attribution)<extra></extra>"))
+    traces = [dict(type="bar", x=vals, y=labels, orientation="h", name="direct attribution",
+                   marker=dict(color=[POS_COLOUR if v >= 0 else NEG_COLOUR for v in vals]),
+                   hovertemplate="%{y}: %{x:.4f} logits (direct attribution)<extra></extra>")]
     if effects is not None:
         eff = effects[order]
-        fig.add_bar(x=-eff, y=labels, orientation="h", name="− change when zero-ablated", marker_color=ABL_COLOUR,
-                    customdata=eff, hovertemplate="%{y}: ablating it changes the logit by %{customdata:.4f}<extra></extra>")
-    fig.update_layout(title=title, xaxis_title="logits toward the token", yaxis_title="component",
-                      barmode="group", height=max(320, 26 * len(labels) + 140), legend_orientation="h")
-    return fig
+        traces.append(dict(type="bar", x=-eff, y=labels, orientation="h", name="− change when zero-ablated",
+                           marker=dict(color=ABL_COLOUR), customdata=eff,
+                           hovertemplate="%{y}: ablating it changes the logit by %{customdata:.4f}<extra></extra>"))
+    return figure(traces, dict(_title(title), xaxis=_title("logits toward the token"), yaxis=_title("component"),
+                               barmode="group", height=max(320, 26 * len(labels) + 140),
+                               legend=dict(orientation="h")))
+
+
+def _heatmap(z: np.ndarray, x: list[str], y: list[str], title: str, x_title: str, y_title: str,
+             colour_title: str) -> tuple[dict, dict]:
+    """(trace, layout) of `heatmap`."""
+    lim = float(np.nanmax(np.abs(z))) if np.size(z) and np.isfinite(z).any() else 1.0
+    trace = dict(type="heatmap", z=z, x=[plotly_text(s) for s in x], y=[plotly_text(s) for s in y],
+                 colorscale=DIVERGING, zmid=0, zmin=-lim or -1, zmax=lim or 1, colorbar=_title(colour_title),
+                 hovertemplate=f"{y_title} %{{y}}, {x_title} %{{x}}: %{{z:.4f}}<extra></extra>")
+    layout = dict(_title(title), xaxis=_title(x_title), yaxis=dict(_title(y_title), autorange="reversed"),
+                  height=max(300, 34 * len(y) + 160))
+    return trace, layout
 
 
 def heatmap(z: np.ndarray, x: list[str], y: list[str], title: str, x_title: str, y_title: str,
             colour_title: str = "logits") -> go.Figure:
     """A diverging heatmap centred on 0 with the exact value on hover."""
-    lim = float(np.nanmax(np.abs(z))) if np.size(z) and np.isfinite(z).any() else 1.0
-    fig = go.Figure(go.Heatmap(
-        z=z, x=[plotly_text(s) for s in x], y=[plotly_text(s) for s in y], colorscale=DIVERGING, zmid=0,
-        zmin=-lim or -1, zmax=lim or 1, colorbar_title=colour_title,
-        hovertemplate=f"{y_title} %{{y}}, {x_title} %{{x}}: %{{z:.4f}}<extra></extra>"))
-    fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title, yaxis_autorange="reversed",
-                      height=max(300, 34 * len(y) + 160))
-    return fig
+    trace, layout = _heatmap(z, x, y, title, x_title, y_title, colour_title)
+    return figure([trace], layout)
 
 
 def head_heatmap(values: np.ndarray, title: str, colour_title: str = "logits", clickable: bool = False) -> go.Figure:
@@ -68,22 +81,23 @@ def head_heatmap(values: np.ndarray, title: str, colour_title: str = "logits", c
     cell: Streamlit's selection reports clicks on scatter points, not on heatmap cells."""
     n_layer, n_head = values.shape
     x, y = [f"H{h}" for h in range(n_head)], [f"L{l}" for l in range(n_layer)]
-    fig = heatmap(values, x, y, title, "head", "layer", colour_title)
+    trace, layout = _heatmap(values, x, y, title, "head", "layer", colour_title)
+    traces = [trace]
     if clickable:
         gx, gy = np.meshgrid(np.arange(n_head), np.arange(n_layer))
-        fig.add_scatter(x=[x[i] for i in gx.ravel()], y=[y[i] for i in gy.ravel()], customdata=values.ravel(),
-                        mode="markers", marker=dict(symbol="square", size=28, opacity=0.01, color="#000"),
-                        showlegend=False, hovertemplate="%{y} %{x}: %{customdata:.4f} (click to open)<extra></extra>")
-    return fig
+        traces.append(dict(type="scatter", x=[x[i] for i in gx.ravel()], y=[y[i] for i in gy.ravel()],
+                           customdata=values.ravel(), mode="markers", showlegend=False,
+                           marker=dict(symbol="square", size=28, opacity=0.01, color="#000"),
+                           hovertemplate="%{y} %{x}: %{customdata:.4f} (click to open)<extra></extra>"))
+    return figure(traces, layout)
 
 
 def source_bars(values: np.ndarray, labels: list[str], title: str) -> go.Figure:
-    fig = go.Figure(go.Bar(x=[plotly_text(s) for s in labels], y=values,
-                           marker_color=[POS_COLOUR if v >= 0 else NEG_COLOUR for v in values],
-                           hovertemplate="source %{x}: %{y:.4f} logits<extra></extra>"))
-    fig.update_layout(title=title, xaxis_title="source position (token the head read from)",
-                      yaxis_title="logits toward the token", height=360)
-    return fig
+    trace = dict(type="bar", x=[plotly_text(s) for s in labels], y=values,
+                 marker=dict(color=[POS_COLOUR if v >= 0 else NEG_COLOUR for v in values]),
+                 hovertemplate="source %{x}: %{y:.4f} logits<extra></extra>")
+    return figure([trace], dict(_title(title), xaxis=_title("source position (token the head read from)"),
+                                yaxis=_title("logits toward the token"), height=360))
 
 
 def dist_compare(pieces: list[str], before: np.ndarray, after: np.ndarray, title: str) -> go.Figure:
