@@ -58,6 +58,7 @@ class Run:
     widgets: dict[str, tuple[str, object]]  # user key -> (widget id, element proto)
     charts: int
     texts: list[str]                          # markdown bodies
+    warnings: list[str]                       # warning boxes (a link the page could not follow, ...)
 
 
 class Student:
@@ -80,7 +81,7 @@ class Student:
         cs.widget_states.widgets.extend(states)
         start = time.perf_counter()
         self.ws.send_binary(msg.SerializeToString())
-        errors, busy, widgets, self.charts, self.texts = [], False, {}, 0, []
+        errors, busy, widgets, self.charts, self.texts, self.warnings = [], False, {}, 0, [], []
         while True:
             fm = ForwardMsg()
             fm.ParseFromString(self.ws.recv())
@@ -94,7 +95,7 @@ class Student:
                     continue
                 break
         self.widgets = widgets
-        return Run(time.perf_counter() - start, errors, busy, widgets, self.charts, self.texts)
+        return Run(time.perf_counter() - start, errors, busy, widgets, self.charts, self.texts, self.warnings)
 
     def _read_element(self, el, errors: list[str], widgets: dict) -> bool:
         kind = el.WhichOneof("type")
@@ -106,6 +107,8 @@ class Student:
             errors.append(f"exception: {el.exception.message[:200]}")
         elif kind == "alert" and el.alert.format == el.alert.ERROR:
             errors.append(f"error box: {el.alert.body[:200]}")
+        elif kind == "alert" and el.alert.format == el.alert.WARNING:
+            self.warnings.append(el.alert.body[:200])
         elif kind in WIDGETS:
             w = getattr(el, kind)
             key = w.id.rsplit("-", 1)[-1] if w.id.startswith("$$ID") else w.id

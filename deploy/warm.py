@@ -37,8 +37,8 @@ def warm(client, port: int, model: str | None, timeout: float, failures: list[st
     except Exception as e:  # noqa: BLE001 (a dead process or a timeout: reported, the others go on)
         failures.append(f"port {port}: {type(e).__name__}: {e}")
         return
-    if run.errors or not run.charts:
-        failures.append(f"port {port}: the page showed {run.errors or 'no chart'}")
+    if run.errors or run.warnings or not run.charts:  # a warning: e.g. the model asked for was not loaded
+        failures.append(f"port {port}: the page showed {run.errors or run.warnings or 'no chart'}")
         return
     print(f"warmed the process on port {port} in {time.perf_counter() - start:.1f} s", flush=True)
 

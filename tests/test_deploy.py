@@ -103,3 +103,20 @@ def test_sessions_work_through_nginx_and_see_only_their_own_prompt(class_url):
         shown = run.widgets["sidebar.prompt"][1].value
         assert shown == s.prompt
         s.ws.close()
+
+
+def test_warm_reports_a_process_it_could_not_warm(class_url):
+    base, _ = class_url
+    with socket.socket() as s:                       # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    bad = subprocess.run([sys.executable, "deploy/warm.py", str(closed), "--timeout", "10"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and f"could not warm port {closed}" in bad.stderr
+    # a model the page cannot load shows a warning (and falls back): not counted as warmed
+    wrong = subprocess.run([sys.executable, "deploy/warm.py", str(base + 1), "--model", "bogus:x"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert wrong.returncode == 1 and "could not be read" in wrong.stderr, wrong.stderr
+    good = subprocess.run([sys.executable, "deploy/warm.py", str(base + 1), "--model", "default"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert good.returncode == 0 and f"warmed the process on port {base + 1}" in good.stdout, good.stderr
