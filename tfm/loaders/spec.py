@@ -25,8 +25,9 @@ Kind = Literal["default", "smollm2", "random", "folder"]
 NAMED = ("default", "smollm2")   # models known by name alone
 MAX_SPEC_CHARS = 4096   # a full config is ~600 characters; a link may carry anything
 MAX_SEED = 2**63 - 1    # what torch.Generator.manual_seed takes
-FORMS = ('"default", "smollm2", "random:<preset>", "random:{\\"preset\\": ..., \\"config\\": {...}, \\"seed\\": n}" '
-         'or "path:<folder>"')
+# The spec forms as a person types them (in a link or the CLI): no quotes around them, so the JSON
+# form reads as JSON rather than as an escaped Python string.
+FORMS = 'default, smollm2, random:<preset>, random:{"preset": ..., "config": {...}, "seed": n} or path:<folder>'
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def parse_spec(text: str, bare_path: bool = False) -> ModelSpec:
             return ModelSpec("random", config=ModelConfig.preset(body), preset=body)
         if body.lstrip().startswith(("{", "[")):
             return _random_json(body)
-        raise ValueError(f"unknown preset {body[:40]!r}; choose one of {', '.join(sorted(PRESETS))}, or give JSON: {FORMS}")
+        raise ValueError(f"unknown preset {body[:40]!r}; choose one of {', '.join(sorted(PRESETS))}, or give its settings as JSON. Model forms: {FORMS}")
     if bare_path:
         return ModelSpec("folder", path=_path(text))
     raise ValueError(f"model spec {text[:40]!r} is not known; use {FORMS}")
