@@ -7,7 +7,7 @@ from tfm.analysis import attribution, patching
 from tfm.viz import why as fw
 from ui import charts, sidebar, state
 from ui import why_panels as wp
-from ui.text import message
+from ui.text import message, plain
 
 TABS = ["Attribution", "Attribution vs ablation", "Intervene", "MLP neurons", "Activation patching",
         "Contribution graph", "SAE features"]
@@ -43,6 +43,8 @@ for k, v in (DEFAULTS | (REAL_DEFAULTS if run.spec == "smollm2" else {})).items(
 for key, what in (("why.token", "token to explain"), ("why.versus", "versus token")):
     state.cap_text(key, what, state.LINK_VALUE_CHARS)  # typed or pasted: one token is never this long
 if st.session_state.get("why.tab") not in TABS:  # links may hold anything
+    if "why.tab" in st.session_state:
+        st.warning(f"There is no tab {plain(repr(st.session_state['why.tab']))}; showing {TABS[0]}.")
     st.session_state["why.tab"] = TABS[0]
 ss = st.session_state
 if ss.get("why.pos_ids") != run.ids:  # a new prompt (or model): explain its last position again

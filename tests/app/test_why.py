@@ -153,7 +153,11 @@ def test_patching_and_tab_from_a_link():
     heads = chart_by_title(at, "Patching each head")["data"][0]
     np.testing.assert_allclose(decode(heads["z"]), res.heads.numpy(), rtol=1e-5, atol=1e-6)
     at2 = AppTest.from_file(APP, default_timeout=120)
-    at2.query_params["tab"] = "nonsense"
+    at2.query_params["tab"] = "**nonsense**"
     at2.run()
     at2.switch_page("pages/why.py").run()
     assert not at2.exception and chart_by_title(at2, "Top contributions")
+    # the link's tab is named back as plain text (Markdown escaped), as the Tour names a bad step
+    assert [w.value for w in at2.warning] == ["There is no tab '\\*\\*nonsense\\*\\*'; showing Attribution."]
+    at2.run()  # the next run shows no warning: the page opened its first tab
+    assert not at2.warning
