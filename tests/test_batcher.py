@@ -78,15 +78,15 @@ def test_concurrent_rows_equal_solo_runs(variant):
     assert b.widest >= 2 and b.load() == (0, 0)  # rows really shared a step, and all left
 
 
-def test_rows_drawing_in_parallel_equal_solo_runs(monkeypatch):
-    """Six rows with the same settings (one breakdown, six draws) drawn on the thread pool, as a
-    large vocabulary's are: each on its own generator, so each gives its solo tokens."""
-    import tfm.generation.batcher as batcher_module
-    monkeypatch.setattr(batcher_module, "PARALLEL_DRAWS", 2)
-    monkeypatch.setattr(batcher_module, "PARALLEL_DRAW_VOCAB", 1)
+def test_rows_drawing_ahead_equal_solo_runs(monkeypatch):
+    """Six rows with the same settings (one breakdown, six draws) whose noise is drawn on the
+    thread pool while the forward runs, as a large vocabulary's is: each from its own generator,
+    so each gives its solo tokens."""
+    import tfm.generation.choice as choice
+    monkeypatch.setattr(choice, "AHEAD_VOCAB", 1)
     pooled = []
-    real_pool = batcher_module._draw_pool()
-    monkeypatch.setattr(batcher_module, "_draw_pool", lambda: pooled.append(1) or real_pool)
+    real_pool = choice.draw_pool()
+    monkeypatch.setattr(choice, "draw_pool", lambda: pooled.append(1) or real_pool)
     lm = make_lm("rope-gqa")
     reqs = [("Once upon a time", 9, 0.9, 0, 1.0, seed) for seed in range(6)]
     got = batched(Batcher(lm, BatchConfig(max_rows=8, per_owner=2)), reqs)

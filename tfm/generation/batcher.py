@@ -15,7 +15,8 @@ the shared `RaggedKVCache`, then run ONE forward for every active row, each at i
 with its own keys (tfm.core.cache.RaggedKVCache masks the others' padding): a joining row feeds
 its last prompt token there, and takes its first token from that step. Every row keeps its own
 settings, `torch.Generator`, stop rule and text stream, and draws with the sampling pipeline
-`tfm.generate` uses (one breakdown for rows with the same settings, then each row's own draw),
+`tfm.generate` uses (one breakdown for rows with the same settings, then each row's own draw,
+whose noise a large vocabulary's rows drew during the forward: `choice`),
 so it gives what it gives alone, within the products' summation order (~1e-6 on logits). A
 request joins or leaves between two steps; a cancelled or finished row's slot is reused at the
 next step. The model is only read; the ragged cache belongs to the batcher. A batch step is
@@ -26,15 +27,13 @@ its Step.trace is a `RowTrace`, that row's attention rows and streams, which
 from __future__ import annotations
 
 import atexit
-import functools
 import queue
 import threading
 import time
 import weakref
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 
@@ -43,10 +42,11 @@ from ..core.functional import unembed
 from ..core.trace import Recorder
 from ..core.validate import check_int
 from ..loaders.loading import LM
+from .choice import Noise, choose_all
 from .generate import (DEFAULT_NEW_TOKENS, Generation, PromptInfo, Step, _stop_reason, _TextStream,
                        n_words, prepare_prompt)
 from .prefill import prefill_keys
-from .sampling import Breakdown, SamplingSettings, draw, next_token
+from .sampling import SamplingSettings
 
 __all__ = ["BatchConfig", "Batcher", "BatchedGeneration", "RowTrace"]
 
@@ -118,13 +118,14 @@ class _Row:
         self.out: queue.SimpleQueue = queue.SimpleQueue()
         self.cancelled = threading.Event()
         self.elapsed, self.carry, self.done = 0.0, 0.0, False
+        self.noise = Noise()   # its next draw's noise, drawn during the step's forward
 
     def fed_length(self) -> int:
         """Positions its cache must hold: the prompt and every token but the last."""
         return min(self.lm.config.context_length, len(self.info.ids) + self.max_new - 1)
 
     def step(self, choice: tuple, tr, took: float) -> Step:
-        """Take the token `_choose_rows` drew for this row, as tfm.generate's loop does."""
+        """Take the token `choice.choose_rows` drew for this row, as tfm.generate's loop does."""
         t0 = time.perf_counter()
         bd, token, (prob, rank, prob0, rank0, kept) = choice
         self.tokens.append(token)
@@ -143,54 +144,6 @@ class _Row:
                     bd.logits, bd, tr, self.elapsed, took, reason)
         self.out.put(step)
         return step
-
-
-# A draw from a 49152-token vocabulary costs ~1.4 ms (torch.multinomial's exponential noise over
-# the whole row, from that row's own generator, as HF draws): one at a time a 30-row step spent
-# ~40 ms there. Each row's generator is its own, so the rows draw in parallel with identical
-# results; torch releases the GIL inside the op. A small vocabulary's draw (~0.1 ms at 4096)
-# costs less than handing it to another thread: those stay in this one.
-PARALLEL_DRAWS = 8          # rows in the step
-PARALLEL_DRAW_VOCAB = 16384  # entries per row
-
-
-_BREAKDOWN_TENSORS = tuple(f.name for f in fields(Breakdown) if f.name != "settings")
-
-
-@functools.cache
-def _draw_pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads()), thread_name_prefix="tfm-draw")
-
-
-@torch.no_grad()
-def _choose_rows(logits: torch.Tensor, rows: list[_Row]) -> list[tuple]:
-    """`generate._choose` for rows with the same settings at once: one breakdown of their (G, V)
-    logits (per-row ops on a large vocabulary were most of a wide step), then each row's own
-    draw with its own generator. Per row: (its Breakdown, token, [prob, rank, prob0, rank0, kept])."""
-    bd = next_token(logits, rows[0].settings, rows[0].words)                     # fields (G, V) / (G,)
-    cols = [(f, getattr(bd, f).unbind(0)) for f in _BREAKDOWN_TENSORS]  # one op per field, not one per row
-    parts = [Breakdown(**{f: col[g] for f, col in cols}, settings=bd.settings) for g in range(len(rows))]
-    gens = [r.gen for r in rows]
-    parallel = len(rows) >= PARALLEL_DRAWS and logits.shape[-1] >= PARALLEL_DRAW_VOCAB
-    drawn = _draw_pool().map(draw, parts, gens) if parallel else map(draw, parts, gens)
-    tokens = torch.tensor(list(drawn), device=logits.device)[:, None]                      # (G, 1)
-    above = bd.logits > bd.logits.gather(-1, tokens)                                       # (G, V)
-    numbers = torch.stack([bd.final.gather(-1, tokens)[:, 0].double(), (above & bd.kept).sum(-1).double(),
-                           bd.probs.gather(-1, tokens)[:, 0].double(), above.sum(-1).double(),
-                           bd.n_kept.double()], dim=1).tolist()                            # (G, 5)
-    return [(part, int(t), n) for part, t, n in zip(parts, tokens[:, 0].tolist(), numbers)]
-
-
-def _choose_all(logits: torch.Tensor, rows: list[_Row]) -> list[tuple]:
-    """Each row's choice from its row of (B, V) logits, grouped by sampling settings."""
-    groups: dict[SamplingSettings, list[int]] = {}
-    for b, r in enumerate(rows):
-        groups.setdefault(r.settings, []).append(b)
-    out: list = [None] * len(rows)
-    for members in groups.values():
-        for b, choice in zip(members, _choose_rows(logits[members], [rows[b] for b in members])):
-            out[b] = choice
-    return out
 
 
 class BatchedGeneration(Generation):
@@ -407,6 +360,9 @@ class Batcher:
         rows, model = self._active, self.lm.model
         device = next(model.parameters()).device
         idx = torch.tensor([[r.tokens[-1]] for r in rows], dtype=torch.long, device=device)   # (B, 1)
+        width = model.unembed.weight.shape[0]                                               # the logits' V
+        for r in rows:
+            r.noise.start(width, r.settings, r.gen)
         n_keys = (self._cache.starts + 1).tolist()                                          # per row, after this step
         rec = Recorder(keep=_row_entry, listed=False) if any(r.trace for r in rows) else None
         x = model.hidden(idx, self._cache, rec)                                              # (B, 1, D)
@@ -414,7 +370,7 @@ class Batcher:
         took = time.perf_counter() - t0
         self.steps, self.widest = self.steps + 1, max(self.widest, len(rows))
         traces = row_traces(rec.finish(), n_keys, [r.trace for r in rows]) if rec else [None] * len(rows)
-        for r, choice, tr in zip(rows, _choose_all(logits, rows), traces):
+        for r, choice, tr in zip(rows, choose_all(logits, rows), traces):
             r.step(choice, tr, took)
 
     def _drop_finished(self) -> None:
