@@ -118,6 +118,20 @@ def test_display_piece_whitespace_and_controls(tok):
     assert tok.display_pieces(tok.encode(" the")) == ["␣the"]
 
 
+def test_piece_bytes_are_each_tokens_own_bytes_cached_or_not(tok):
+    """piece_bytes remembers each id's bytes (a batched step asks for every row's): the same
+    bytes as decode_bytes, asked first, again, or as a numpy id; an unknown id still raises."""
+    import numpy as np
+    ids = list(range(tok.vocab_size))
+    want = [tok.decode_bytes([i]) for i in ids]
+    assert [tok.piece_bytes(i) for i in ids] == want
+    assert [tok.piece_bytes(np.int64(i)) for i in reversed(ids)] == want[::-1]
+    for bad in (-1, tok.vocab_size, 10**9):
+        for _ in range(2):
+            with pytest.raises(ValueError, match="not in this vocabulary"):
+                tok.piece_bytes(bad)
+
+
 def test_display_piece_partial_utf8_shows_hex(tok):
     assert tok.display_piece(0xE2) == "<E2>"
     assert tok.piece(0xE2) == "\ufffd"
