@@ -4,6 +4,7 @@ and clear errors for bad ranks files. Vocabularies are trained here on generated
 import json
 import random
 
+import numpy as np
 import pytest
 
 from tfm.train.bpe import train_bpe

@@ -82,7 +82,8 @@ def choose_rows(logits: torch.Tensor, rows: list) -> list[tuple]:
     bd = next_token(logits, rows[0].settings, rows[0].words)                     # fields (G, V) / (G,)
     cols = [(f, getattr(bd, f).unbind(0)) for f in _BREAKDOWN_TENSORS]  # one op per field, not one per row
     parts = [Breakdown(**{f: col[g] for f, col in cols}, settings=bd.settings) for g in range(len(rows))]
-    width, ahead = logits.shape[-1], [r.noise.take(logits.shape[-1]) for r in rows]
+    width = logits.shape[-1]
+    ahead = [r.noise.take(width) for r in rows]
     ids = None
     if any(q is not None for q in ahead):  # a row without noise yet draws it now, from its own generator
         ids = draw_with(bd.final, torch.stack([exp_noise(width, r.gen) if q is None else q
