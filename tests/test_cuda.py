@@ -12,6 +12,7 @@ from tfm import ModelConfig, random_model
 from tfm.analysis import attribution
 from tfm.analysis.heads import head_table
 from tfm.analysis.lens import logit_lens
+from tfm.generation import choice
 from tfm.generation.batcher import BatchConfig, Batcher
 
 from test_batcher import REQUESTS, VARIANTS, assert_same, batched, solo
@@ -82,11 +83,15 @@ def test_page_analyses_on_cuda_equal_the_cpu():
         torch.testing.assert_close(h_gpu.scores[key].cpu(), h_cpu.scores[key], atol=1e-4, rtol=1e-4, msg=key)
 
 
-def test_real_shape_batch_on_cuda_equals_solo_runs():
-    """SmolLM2-135M's shape (30 layers, GQA, 49152 words; random weights): 8 rows at once."""
+def test_real_shape_batch_on_cuda_equals_solo_runs(monkeypatch):
+    """SmolLM2-135M's shape (30 layers, GQA, 49152 words; random weights): 8 rows at once, the
+    sampled ones with their noise drawn ahead on the pool (a vocabulary that large)."""
+    pooled, real_pool = [], choice.draw_pool()
+    monkeypatch.setattr(choice, "draw_pool", lambda: pooled.append(1) or real_pool)
     lm = tfm.load("random:smollm2-135m", device="cuda")
     reqs = [(f"Student {i} wrote: once upon a time", 6, (0.0, 0.8, 1.2)[i % 3], 0, 1.0, i) for i in range(8)]
     b = Batcher(lm, BatchConfig(max_rows=8, per_owner=8))
     for req, steps in zip(reqs, batched(b, reqs)):
         assert_same(steps, solo(lm, req), tol=1e-4)
     assert b.widest == 8
+    assert pooled  # the draw-ahead path ran for CUDA rows
