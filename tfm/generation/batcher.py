@@ -85,6 +85,11 @@ class RowTrace:
         check_int("layer", layer, 0, self.n_layers() - 1)
         return self._attn[layer][:, None]
 
+    def query_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(attention rows (L, H, S), residual streams (L+1, D)) of the row's one query: what
+        `timeline.step_record` keeps, already in tensors of their own."""
+        return self._attn, self._resid
+
     def residual_streams(self, batch: int = 0) -> list[tuple[str, torch.Tensor]]:
         """(label, (1, D)) for the stream entering block 0 and leaving every block."""
         check_int("batch", batch, 0, 0, " (a row trace holds one row)")
