@@ -1,0 +1,83 @@
+"""A class's generation alone, through the app: N students open the Generation page, then all
+press Generate at the same moment (nothing else runs). Prints figures; asserts nothing.
+
+    .venv/bin/python bench/bench_class_generate.py [--students 30] [--tokens 32] [--rounds 2]
+        [--model default]
+
+bench_load.py's visit mixes generation with every other page; this isolates what one server
+process spends on a class's generations: the shared batch (bench_batcher.py times it without the
+app) plus each session's own work (streaming the text, timeline records, then the rerun that
+draws the timeline). Per round: the wall time until the last student's page finished, the p50 /
+p95 of each student's run, and the CPU-seconds of the server and of this script (its 30 clients
+share the machine: if theirs were large, the figures would be the client's).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_load import Peak, Student, free_port, pct, start_server  # noqa: E402
+from class_prompts import prompt_for  # noqa: E402
+from streamlit.proto.WidgetStates_pb2 import WidgetState  # noqa: E402
+
+
+def press_generate(students: list[Student], tokens: int) -> list[float]:
+    """Every student presses Generate at once; each one's run time (click to page finished)."""
+    start, took = threading.Barrier(len(students)), [0.0] * len(students)
+
+    def student(i: int) -> None:
+        s = students[i]
+        states = [WidgetState(id=s.widget("gen.max_new"), int_value=tokens),
+                  WidgetState(id=s.widget("gen.run"), trigger_value=True)]
+        start.wait()
+        run = s.run("generate", states)
+        if run.errors:
+            raise RuntimeError(f"student {i}: {run.errors}")
+        took[i] = run.seconds
+    threads = [threading.Thread(target=student, args=(i,)) for i in range(len(students))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return took
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--students", type=int, default=30)
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--model", default="default", help="model spec every student's link opens")
+    args = ap.parse_args()
+    server = start_server(port := free_port(), [])
+    try:
+        watch, me = Peak(psutil.Process(server.pid)), psutil.Process()
+        print(f"{os.cpu_count()} cores; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; model {args.model}")
+        Student(port, "A warm-up visit before the class arrives.", 300, args.model).visit(args.tokens)
+        students = [Student(port, prompt_for(i), 300, args.model) for i in range(args.students)]
+        for s in students:
+            s.run("generate")
+            if "gen.mode" in s.widgets:
+                raise SystemExit("this model opens the page in chat mode: pick a plain model")
+        for r in range(args.rounds):
+            server_cpu, own_cpu, t0 = watch.cpu(), sum(me.cpu_times()[:2]), time.perf_counter()
+            took = press_generate(students, args.tokens)
+            print(f"round {r + 1}: {args.students} students, {args.tokens} tokens each: all done in "
+                  f"{time.perf_counter() - t0:.2f} s; each p50 {statistics.median(took):.2f} s p95 {pct(took, .95):.2f} s; "
+                  f"server CPU {watch.cpu() - server_cpu:.2f} s, this script's {sum(me.cpu_times()[:2]) - own_cpu:.2f} s")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
