@@ -8,7 +8,7 @@ bench_load.py's visit mixes generation with every other page; this isolates what
 process spends on a class's generations: the shared batch (bench_batcher.py times it without the
 app) plus each session's own work (streaming the text, timeline records, then the rerun that
 draws the timeline). Per round: the wall time until the last student's page finished, the p50 /
-p95 of each student's run, and the CPU-seconds of the server and of this script (its 30 clients
+p95 of each student's run and of its generation alone (the page's "N tokens in X s"), and the CPU-seconds of the server and of this script (its 30 clients
 share the machine: if theirs were large, the figures would be the client's).
 """
 from __future__ import annotations
@@ -30,9 +30,10 @@ from class_prompts import prompt_for  # noqa: E402
 from streamlit.proto.WidgetStates_pb2 import WidgetState  # noqa: E402
 
 
-def press_generate(students: list[Student], tokens: int) -> list[float]:
-    """Every student presses Generate at once; each one's run time (click to page finished)."""
-    start, took = threading.Barrier(len(students)), [0.0] * len(students)
+def press_generate(students: list[Student], tokens: int) -> tuple[list[float], list[float]]:
+    """Every student presses Generate at once; each one's run time (click to page finished) and
+    generation time (the page's own "N tokens in X s": first request to last token)."""
+    start, took, made = threading.Barrier(len(students)), [0.0] * len(students), [0.0] * len(students)
 
     def student(i: int) -> None:
         s = students[i]
@@ -43,12 +44,16 @@ def press_generate(students: list[Student], tokens: int) -> list[float]:
         if run.errors:
             raise RuntimeError(f"student {i}: {run.errors}")
         took[i] = run.seconds
+        summary = [t for t in run.texts if " tokens in " in t and "tokens/s" in t]
+        if not summary:
+            raise RuntimeError(f"student {i}: no generation summary on the page")
+        made[i] = float(summary[0].split(" tokens in ")[1].split(" s")[0])
     threads = [threading.Thread(target=student, args=(i,)) for i in range(len(students))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return took
+    return took, made
 
 
 def main() -> None:
@@ -70,9 +75,10 @@ def main() -> None:
                 raise SystemExit("this model opens the page in chat mode: pick a plain model")
         for r in range(args.rounds):
             server_cpu, own_cpu, t0 = watch.cpu(), sum(me.cpu_times()[:2]), time.perf_counter()
-            took = press_generate(students, args.tokens)
+            took, made = press_generate(students, args.tokens)
             print(f"round {r + 1}: {args.students} students, {args.tokens} tokens each: all done in "
-                  f"{time.perf_counter() - t0:.2f} s; each p50 {statistics.median(took):.2f} s p95 {pct(took, .95):.2f} s; "
+                  f"{time.perf_counter() - t0:.2f} s; each page p50 {statistics.median(took):.2f} s p95 {pct(took, .95):.2f} s, "
+                  f"of which generating p50 {statistics.median(made):.2f} s p95 {pct(made, .95):.2f} s; "
                   f"server CPU {watch.cpu() - server_cpu:.2f} s, this script's {sum(me.cpu_times()[:2]) - own_cpu:.2f} s")
     finally:
         server.terminate()
