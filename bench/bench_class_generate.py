@@ -37,8 +37,10 @@ def press_generate(students: list[Student], tokens: int) -> tuple[list[float], l
 
     def student(i: int) -> None:
         s = students[i]
-        states = [WidgetState(id=s.widget("gen.max_new"), int_value=tokens),
-                  WidgetState(id=s.widget("gen.run"), trigger_value=True)]
+        # a chat model's page opens in chat mode (its own question): continue the student's prompt instead
+        plain = [WidgetState(id=s.widget("gen.mode"), string_value="Plain text")] if "gen.mode" in s.widgets else []
+        states = plain + [WidgetState(id=s.widget("gen.max_new"), int_value=tokens),
+                          WidgetState(id=s.widget("gen.run"), trigger_value=True)]
         start.wait()
         run = s.run("generate", states)
         if run.errors:
@@ -71,8 +73,6 @@ def main() -> None:
         students = [Student(port, prompt_for(i), 300, args.model) for i in range(args.students)]
         for s in students:
             s.run("generate")
-            if "gen.mode" in s.widgets:
-                raise SystemExit("this model opens the page in chat mode: pick a plain model")
         for r in range(args.rounds):
             server_cpu, own_cpu, t0 = watch.cpu(), sum(me.cpu_times()[:2]), time.perf_counter()
             took, made = press_generate(students, args.tokens)
