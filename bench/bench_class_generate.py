@@ -8,8 +8,9 @@ bench_load.py's visit mixes generation with every other page; this isolates what
 process spends on a class's generations: the shared batch (bench_batcher.py times it without the
 app) plus each session's own work (streaming the text, timeline records, then the rerun that
 draws the timeline). Per round: the wall time until the last student's page finished, the p50 /
-p95 of each student's run and of its generation alone (the page's "N tokens in X s"), and the CPU-seconds of the server and of this script (its 30 clients
-share the machine: if theirs were large, the figures would be the client's).
+p95 of each student's run and of its generation alone (the page's "N tokens in X s"), and the
+CPU-seconds of the server and of this script (its 30 clients share the machine: if theirs were
+large, the figures would be the client's).
 """
 from __future__ import annotations
 

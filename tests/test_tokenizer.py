@@ -122,7 +122,6 @@ def test_display_piece_whitespace_and_controls(tok):
 def test_piece_bytes_are_each_tokens_own_bytes_cached_or_not(tok):
     """piece_bytes remembers each id's bytes (a batched step asks for every row's): the same
     bytes as decode_bytes, asked first, again, or as a numpy id; an unknown id still raises."""
-    import numpy as np
     ids = list(range(tok.vocab_size))
     want = [tok.decode_bytes([i]) for i in ids]
     assert [tok.piece_bytes(i) for i in ids] == want
