@@ -98,11 +98,11 @@ with c1:
 with c2:
     head = _picker("Head", "attn.head", n_head, disabled=mode != "head")
 state.url_set(layer=layer, head=head)
-group = run.lm.config.group_size
-if group > 1:
-    st.caption(f"Grouped-query attention: the {n_head} query heads share {run.lm.config.n_kv_head} key/value "
-               f"heads, {group} query heads each; query head {head} compares against key/value head "
-               f"{head // group}. Each query head still has its own pattern.")
+if run.lm.config.group_size > 1:
+    st.caption(f"{'Multi' if run.lm.config.n_kv_head == 1 else 'Grouped'}-query attention: the {n_head} query heads "
+               f"share {run.lm.config.n_kv_head} key/value head{'s' if run.lm.config.n_kv_head > 1 else ''}; query "
+               f"head {head} compares against {run.lm.config.kv_sharing(head)}. Each query head still has its own "
+               "pattern.")
 o1, o2, o3 = st.columns([3, 2, 3])
 hide_first = o1.checkbox("Hide first token (renormalise)", disabled=n_tok < 2, **state.keep("attn.hide_first"),
                          help="Many heads park attention on token 0 (an attention sink); hiding it and "

@@ -16,6 +16,7 @@ from ui import state
 from streamlit.testing.v1 import AppTest
 
 from tests.app.conftest import APP, charts, decode, open_page, use_random
+from tests.app.matrix import open_cell, random
 
 PROMPT = "Lily saw a ball. Lily took the ball and gave it to"
 
@@ -52,7 +53,8 @@ def expected(lm, ids, tr, p, layer, head, seed):
             out[("positions", f"angles at position {p}")] = (p * m.inv_freq)[w8]
     assert torch.allclose(x0, (e + m.pos_emb.weight[p]) if cfg.pos_encoding == "learned" else e, atol=1e-6)
     x_in = norm_oracle(blk.ln1, tr[f"{b}.resid_pre"][0, p], cfg)
-    q, k, v = (tr[f"{b}.attn.{n}"][0, head] for n in "qkv")
+    g = head // (cfg.n_head // cfg.n_kv_head)  # Hugging Face's repeat_kv: the key/value head query head `head` reads
+    q, k, v = tr[f"{b}.attn.q"][0, head], tr[f"{b}.attn.k"][0, g], tr[f"{b}.attn.v"][0, g]
     out[("qkv", "LN1(x)")] = x_in[w8]
     for n, t in (("q", q), ("k", k), ("v", v)):
         out[("qkv", n)] = t[p][w8]
@@ -158,6 +160,15 @@ def test_every_step_equals_the_engine_on_a_rope_rmsnorm_swiglu_model():
     walk(at, 9, 1, 1)
     at.selectbox(key="tour.step").set_value("positions").run()
     assert "RoPE" in at.header[0].value
+
+
+@pytest.mark.parametrize("n_kv,head", [(3, 7), (1, 8)], ids=["grouped-query", "multi-query"])
+def test_every_step_equals_the_engine_at_a_query_head_past_the_kv_heads(n_kv, head):
+    """9 query heads over 3 (or 1) key/value heads: query head 7 reads key/value head 2 (SmolLM2's
+    shape; heads past the key/value heads used to crash the page, tests/app/test_gqa_pages.py)."""
+    at = open_cell("tour", random("smollm2-135m", d_model=72, n_head=9, n_kv_head=n_kv))
+    assert not at.exception, at.exception
+    walk(at, 9, 1, head)
 
 
 def answer(at, step, option_text):

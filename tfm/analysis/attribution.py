@@ -17,6 +17,7 @@ import torch
 
 from ..core.model import GPT
 from ..core.plain import short
+from ..core.trace_read import kv_per_query_head
 from ..core.validate import check_int
 
 
@@ -159,7 +160,7 @@ def _block_shares(block, tr, i: int, p: int, d: torch.Tensor, n_head: int, bias:
     res = (_f64(tr[f"blocks.{i}.attn.z"][0, :, p]) * wod).sum(-1)  # (H,) = z_h W_O_h^T . d
     mlp_w = _f64(block.mlp.proj.weight)                            # (D, F)
     post = _f64(tr[f"blocks.{i}.mlp.post"][0, p])                  # (F,)
-    v = _query_heads(_f64(tr[f"blocks.{i}.attn.v"][0]), n_head)    # (H, T, hd)
+    v = _f64(kv_per_query_head(tr, "v", i, n_head))                 # (H, T, hd): kv head of each
     pattern = _f64(tr[f"blocks.{i}.attn.pattern"][0, :, p])        # (H, T)
     source = pattern * torch.einsum("hsd,hd->hs", v, wod)          # (H, T): sums to res
     for b in (block.attn.proj.bias, block.mlp.proj.bias):
@@ -233,17 +234,11 @@ def flow(lm, trace, start: int, stop: int) -> torch.Tensor:
         attn = block.attn
         w_o = attn.proj.weight.detach().float().cpu()
         w_o = w_o.reshape(w_o.shape[0], attn.n_head, attn.d_head)      # (D, H, hd)
-        v = _query_heads(trace[f"blocks.{i}.attn.v"][0, :, start:stop].float(), attn.n_head)  # (H, W, hd)
+        v = kv_per_query_head(trace, "v", i, attn.n_head)[:, start:stop].float()  # (H, W, hd)
         size = torch.einsum("hsd,ehd->hse", v, w_o).norm(dim=-1)       # (H, W)
         pattern = trace[f"blocks.{i}.attn.pattern"][0, :, start:stop, start:stop].float()  # (H, W, W)
         out.append((pattern * size[:, None, :]).sum(0))                # (W, W)
     return torch.stack(out)
-
-
-def _query_heads(v: torch.Tensor, n_head: int) -> torch.Tensor:
-    """Values per key/value head (Hkv, T, hd) -> per query head (H, T, hd): with grouped-query
-    attention query head h reads key/value head h // (H / Hkv)."""
-    return v.repeat_interleave(n_head // v.shape[0], dim=0)
 
 
 def head_and_mlp_names(n_layer: int, n_head: int) -> list[str]:

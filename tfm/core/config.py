@@ -182,6 +182,27 @@ class ModelConfig(JsonConfig):
         """Query heads per key/value head."""
         return self.n_head // self.n_kv_head
 
+    # The one mapping between query heads and key/value heads (Hugging Face's repeat_kv:
+    # consecutive query heads share one); `tfm.core.functional.expand_kv` is its tensor form.
+    def kv_head(self, head: int) -> int:
+        """The key/value head that query head `head` reads: head // group_size."""
+        return check_int("head", head, 0, self.n_head - 1, f" (the model has {self.n_head} query heads)") // self.group_size
+
+    def query_heads(self, kv_head: int) -> range:
+        """The query heads that share key/value head `kv_head`."""
+        g = check_int("key/value head", kv_head, 0, self.n_kv_head - 1, f" (the model has {self.n_kv_head})")
+        return range(g * self.group_size, (g + 1) * self.group_size)
+
+    def kv_sharing(self, head: int) -> str:
+        """Which key/value head query head `head` reads and who shares it, in words ("" when every
+        query head has its own): "key/value head 2, shared by query heads 6, 7, 8"."""
+        g = self.kv_head(head)
+        if self.group_size == 1:
+            return ""
+        if self.n_kv_head == 1:
+            return f"the model's one key/value head, shared by all {self.n_head} query heads"
+        return f"key/value head {g}, shared by query heads {', '.join(map(str, self.query_heads(g)))}"
+
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ModelConfig":
         """A named preset (see `PRESETS`), optionally with fields overridden."""

@@ -18,12 +18,14 @@ def causal_mask(t: int, s: int, device: torch.device) -> torch.Tensor:
 
 
 def expand_kv(x: torch.Tensor, group: int) -> torch.Tensor:
-    """(B, Hkv, S, hd) -> (B, Hkv * group, S, hd): each KV head repeated for its query heads. The
-    copy is small next to the (T, S) products, which run ~10-20% faster per head than grouped."""
+    """(..., Hkv, S, hd) -> (..., Hkv * group, S, hd): each KV head repeated for its query heads
+    (query head h reads KV head h // group, `ModelConfig.kv_head`; heads are the third axis from
+    the end, so a trace's (B, Hkv, S, hd) and one row's (Hkv, S, hd) both work). The copy is small
+    next to the (T, S) products, which run ~10-20% faster per head than grouped."""
     if group == 1:
         return x
-    b, hkv, s, hd = x.shape
-    return x[:, :, None].expand(b, hkv, group, s, hd).reshape(b, hkv * group, s, hd)
+    *lead, hkv, s, hd = x.shape
+    return x.unsqueeze(-3).expand(*lead, hkv, group, s, hd).reshape(*lead, hkv * group, s, hd)
 
 
 def attention_scores(q: torch.Tensor, k: torch.Tensor, mask) -> torch.Tensor:

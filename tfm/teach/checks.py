@@ -75,14 +75,22 @@ def attention_params(model, layer: int) -> int:
 
 def params_check(model, layer: int) -> Check:
     """How many parameters does one attention layer have? Distractors are common miscounts."""
-    d = model.config.d_model
+    cfg = model.config
+    d, kv = cfg.d_model, cfg.n_kv_head * cfg.d_head
     right = attention_params(model, layer)
     wrong = [3 * d * d, 4 * d * d, 4 * d * d + 4 * d, d * d, 12 * d * d, 3 * d * d + 3 * d]
     options = [right] + [w for i, w in enumerate(wrong) if w != right and w not in wrong[:i]][: N_OPTIONS - 1]
     options.sort()
-    bias = model.blocks[layer].attn.qkv.bias is not None
+    biases = right - 2 * d * d - 2 * d * kv                          # qkv and output biases, where the model has them
+    if kv == d:
+        weights = f"W_Q, W_K, W_V and W_O are {d} × {d} each: 4 × {d}² = {4 * d * d:,}"
+        heads = " The number of heads does not change it: the heads split d_model between them."
+    else:  # grouped-query: k and v are n_kv_head · d_head wide
+        weights = (f"W_Q and W_O are {d} × {d}, W_K and W_V only {d} × {kv} ({cfg.n_kv_head} key/value heads × "
+                   f"d_head {cfg.d_head}): 2 × {d}² + 2 × {d} × {kv} = {right - biases:,}")
+        heads = (f" The {cfg.n_head} query heads share {cfg.n_kv_head} key/value head{'s' if cfg.n_kv_head > 1 else ''}, "
+                 "so the key and value matrices are smaller than the query's.")
     return Check(f"How many parameters does one attention layer of this model have (d_model = {d})?",
                  tuple(f"{n:,}" for n in options), options.index(right),
-                 f"W_Q, W_K, W_V and W_O are {d} × {d} each: 4 × {d}² = {4 * d * d:,}"
-                 + (f", plus 4 × {d} biases = {right:,}." if bias else " (this model has no biases).")
-                 + " The number of heads does not change it: the heads split d_model between them.")
+                 weights + (f", plus {biases:,} biases = {right:,}." if biases else " (this model has no biases).")
+                 + heads)

@@ -18,6 +18,7 @@ import torch
 from .checks import Check, attend_check, next_token_check, params_check
 from ..generation.sampling import SamplingSettings, breakdown, sample
 from ..core.trace import Trace
+from ..core.trace_read import head_qkv
 
 SHOW = 8  # entries of a long vector a slide can hold
 
@@ -125,10 +126,37 @@ def _position_step(cfg, tr: Trace, p: int) -> TourStep:
                     {"x_0 = e": vec(x0)}, "pages/positions.py")
 
 
+def _heads_sentence(cfg, h: int) -> str:
+    """How many heads the layer has and, with grouped-query attention, whose k and v head h reads."""
+    if cfg.group_size == 1:
+        return f", {cfg.n_head} heads of d_head = {cfg.d_head} each."
+    kind = "multi-query" if cfg.n_kv_head == 1 else "grouped-query"
+    return (f". The layer's {cfg.n_head} query heads (d_head = {cfg.d_head}) share {cfg.n_kv_head} key/value "
+            f"head{'s' if cfg.n_kv_head > 1 else ''} ({kind} attention): query head {h} reads the k and v "
+            f"of {cfg.kv_sharing(h)}.")
+
+
+def _qkv_formula(cfg, h: int, x: str) -> str:
+    """q, k, v of query head h; with shared key/value heads, k and v carry their own index g."""
+    if cfg.group_size == 1:
+        return rf"q = {x}\,W_Q,\quad k = {x}\,W_K,\quad v = {x}\,W_V"
+    g = cfg.kv_head(h)
+    return (rf"q^{{({h})}} = {x}\,W_Q^{{({h})}},\quad k^{{(g)}} = {x}\,W_K^{{(g)}},\quad "
+            rf"v^{{(g)}} = {x}\,W_V^{{(g)}},\quad g = \lfloor {h} / {cfg.group_size} \rfloor = {g}")
+
+
+def _kv_vec(cfg, x: torch.Tensor, h: int) -> Shown:
+    """A key or value row; with shared key/value heads its note says whose it is."""
+    shown = vec(x)
+    if cfg.group_size == 1:
+        return shown
+    return Shown(shown.values, shown.shape, shown.cols, note="; ".join(filter(None, (shown.note, cfg.kv_sharing(h)))))
+
+
 def _attention_steps(lm, tr: Trace, labels, f: Focus) -> list[TourStep]:
     cfg, p, b, h = lm.config, f.pos, f"blocks.{f.layer}", f.head
     hd, pre = cfg.d_head, cfg.norm_placement == "pre"
-    q, k, v = (tr[f"{b}.attn.{n}"][0, h] for n in "qkv")                  # (T, hd) each
+    q, k, v = head_qkv(tr, cfg, f.layer, h)                               # (T, hd) each: k, v of h's kv head
     x_in = tr[f"{b}.ln1.output" if pre else f"{b}.resid_pre"][0, p]
     where = f"block {f.layer}, head {h}"
     rope = cfg.pos_encoding == "rope"
@@ -136,17 +164,17 @@ def _attention_steps(lm, tr: Trace, labels, f: Focus) -> list[TourStep]:
     all_scores = tr[f"{b}.attn.scores"][0, h]                              # (T, T)
     scores, pattern = all_scores[p], tr[f"{b}.attn.pattern"][0, h, p]
     in_name = "LN1(x)" if pre else "x"
+    shared = f" (those of {cfg.kv_sharing(h)})" if cfg.group_size > 1 else ""
     return [
         TourStep("qkv", f"Query, key and value ({where})",
-                 rf"q = {in_name}\,W_Q,\quad k = {in_name}\,W_K,\quad v = {in_name}\,W_V"
-                 + (r"\quad(\text{then RoPE rotates } q, k)" if rope else ""),
+                 _qkv_formula(cfg, h, in_name) + (r"\quad(\text{then RoPE rotates } q, k)" if rope else ""),
                  f"Three matrices turn the {'normalised ' if pre else ''}residual vector into a query (what this token "
-                 f"looks for), a key (what it offers) and a value (what it passes on), {cfg.n_head} heads of "
-                 f"d_head = {hd} each.", {in_name: vec(x_in), "q": vec(q[p]), "k": vec(k[p]), "v": vec(v[p])},
+                 f"looks for), a key (what it offers) and a value (what it passes on)" + _heads_sentence(cfg, h),
+                 {in_name: vec(x_in), "q": vec(q[p]), "k": _kv_vec(cfg, k[p], h), "v": _kv_vec(cfg, v[p], h)},
                  "pages/attention.py", params_check(lm.model, f.layer)),
         TourStep("scores", "Scores: query · key, divided by √d_k",
                  rf"s_j = \frac{{q_{{{p}}} \cdot k_j}}{{\sqrt{{d_k}}}},\quad \sqrt{{d_k}} = \sqrt{{{hd}}} = {math.sqrt(hd):.3f}",
-                 "Each earlier key is compared with this query by a dot product. Dividing by √d_k keeps the "
+                 f"Each earlier key{shared} is compared with this query by a dot product. Dividing by √d_k keeps the "
                  "scores from growing with the head size, so the softmax does not saturate.",
                  {"q · k_j": _row(dots, p, labels, f"{p + 1}"), "s_j": _row(scores, p, labels, f"{p + 1}")},
                  "pages/attention.py"),
@@ -162,7 +190,11 @@ def _mixing_steps(lm, tr: Trace, labels, f: Focus, pattern: torch.Tensor) -> lis
     """softmax weights, their sum of values, and the heads merged through W_O."""
     cfg, p, b, h, hd = lm.config, f.pos, f"blocks.{f.layer}", f.head, lm.config.d_head
     where = f"block {f.layer}, head {h}"
-    z = tr[f"{b}.attn.z"][0, :, p]                                         # (H, hd)
+    z = tr[f"{b}.attn.z"][0, :, p]                                         # (H, hd): one row per query head
+    values = "" if cfg.group_size == 1 else (f" The values are those of {cfg.kv_sharing(h)}: the heads of a group "
+                                             "mix the same values, each with its own weights.")
+    own = ("" if cfg.group_size == 1 else
+           " Query heads that share a key/value head still have their own queries, so their weights and outputs differ.")
     return [
         TourStep("softmax", "Softmax: scores become weights that sum to 1",
                  r"a_j = \frac{e^{s_j}}{\sum_{m \le i} e^{s_m}}",
@@ -172,13 +204,13 @@ def _mixing_steps(lm, tr: Trace, labels, f: Focus, pattern: torch.Tensor) -> lis
                  Shown(pattern[: p + 1].float().clone(), (p + 1,), tuple(labels[: p + 1]))),
         TourStep("weighted", "Weighted sum of the values",
                  r"z = \sum_{j \le i} a_j\, v_j",
-                 f"The head's output is the values mixed by those weights: a vector of d_head = {hd}.",
+                 f"The head's output is the values mixed by those weights: a vector of d_head = {hd}." + values,
                  {"z": vec(z[h])}, "pages/attention.py"),
         TourStep("heads", "All heads concatenated, then W_O",
                  r"\mathrm{attn}(x) = \big[z^{(1)}; \dots; z^{(H)}\big]\, W_O"
                  + (r" + b_O" if cfg.bias else ""),
                  f"The {cfg.n_head} heads' outputs are placed side by side ({cfg.n_head} × {hd} = {cfg.d_model}) "
-                 "and one matrix mixes them back into the residual stream's size.",
+                 "and one matrix mixes them back into the residual stream's size." + own,
                  {"z per head": Shown(z[:, :SHOW].float().clone(), tuple(z.shape),
                                       tuple(str(i) for i in range(min(hd, SHOW))),
                                       rows=tuple(f"head {i}" for i in range(z.shape[0])),
