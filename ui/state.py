@@ -122,10 +122,12 @@ PROMPTS = memory.ByteLRU(_prompts_budget)   # traces and derived numbers, measur
 MODELS = memory.ByteLRU(memory.memory_budget, on_drop=_model_dropped)  # (spec, device) -> tfm.LM, by parameter bytes
 
 
-def clear_caches() -> None:
-    """Forget every cached model, trace and derived value (tests start clean with this)."""
+def clear_caches(keep_models: bool = False) -> None:
+    """Forget every cached trace and derived value, and the models unless `keep_models` (tests
+    start clean with this; models are never mutated, so a test process may keep them)."""
     PROMPTS.clear()
-    MODELS.clear()
+    if not keep_models:
+        MODELS.clear()
     with _BATCHERS_LOCK:
         for b in _BATCHERS.values():
             b.shutdown()
