@@ -14,4 +14,5 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v nginx >/dev/null 2>&1; 
 fi
 # One torch thread per test process: faster when the machine is shared, same results.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-exec .venv/bin/python -m pytest "$@"
+# One test process per core (pytest-xdist): TFM_TEST_WORKERS=0 runs them in this process (a debugger).
+exec .venv/bin/python -m pytest -n "${TFM_TEST_WORKERS:-auto}" "$@"

@@ -4,7 +4,7 @@
 
 For the bundled model and a random model of GPT-2 small's shape, at `--tokens` tokens:
 - one plain forward (the unit), direct attribution (one traced forward + projections);
-- the all-heads (+ all-MLPs) zero-ablation sweep batched (`tfm.patching.ablation_sweep`: the
+- the all-heads (+ all-MLPs) zero-ablation sweep batched (`tfm.analysis.patching.ablation_sweep`: the
   prompt repeated along the batch axis, one edit per row, chunked to a memory budget), as a
   multiple of one forward, against L x H + L (what sequential forwards would cost in forwards);
 - the same sweep as sequential single-edit forwards: batched / sequential speed-up.

@@ -115,7 +115,7 @@ def contenders(model: GPT, hf, idx: torch.Tensor) -> dict:
     # A trace computes its largest entries (per-head results, normalised inputs) when first
     # read; this row pays for all of them, as a reader that looks at everything would.
     fns["tfm full trace, all read   "] = lambda: list(model(idx, trace=True, lazy=False).trace.values())
-    # The default trace (tfm.lazy): blocks computed when read. last_only: the full logits
+    # The default trace (tfm.core.lazy): blocks computed when read. last_only: the full logits
     # are not needed to open a page (the trace computes them if read).
     fns["lazy trace (last_only)     "] = lambda: model(idx, trace=True, last_only=True)
     fns["lazy trace + one pattern   "] = lambda: model(idx, trace=True, last_only=True).trace.pattern(

@@ -9,7 +9,7 @@
 The tfm model is converted from the HF model's own state dict by tfm/convert/llama.py, so both
 run identical weights. Figures and ratios from this one run only; nothing asserts on time.
 Targets: keep=("pattern",) and generate ratios >= 1.0x (the eager trace row is shown too). On a
-CPU, tfm's float32 products go through oneDNN (tfm.kernels); the "torch's BLAS" row runs the same
+CPU, tfm's float32 products go through oneDNN (tfm.core.kernels); the "torch's BLAS" row runs the same
 code with the products HF uses, to show what that choice is worth on the machine at hand.
 """
 from __future__ import annotations
@@ -62,7 +62,7 @@ def traced_forward(hf, lm, tokens: int, runs: int) -> None:
     idx = torch.randint(0, lm.config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(0))
     model, n = lm.model, lm.config.n_layer
 
-    def blas(fn):  # tfm's own code with the products HF uses (see tfm.kernels)
+    def blas(fn):  # tfm's own code with the products HF uses (see tfm.core.kernels)
         with kernels.using_cpu_product("blas"):
             return fn()
 

@@ -49,7 +49,7 @@ def numbered_tokenizer(vocab_size: int) -> Tokenizer:
 
 def gpt2_pair(seed: int = 0):
     """HF GPT2LMHeadModel from GPT2Config() defaults with seeded random weights, and the same
-    weights in tfm (through tfm.weights.convert_gpt2_state)."""
+    weights in tfm (through tfm.loaders.weights.convert_gpt2_state)."""
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(seed)
     hf = GPT2LMHeadModel(GPT2Config()).eval()

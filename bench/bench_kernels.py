@@ -1,12 +1,12 @@
 """The linear maps' products on this machine: torch's BLAS (F.linear), oneDNN, and BLAS over
-column slices (tfm.kernels.sliced_linear, tried for vocabulary-sized matrices).
+column slices (tfm.core.kernels.sliced_linear, tried for vocabulary-sized matrices).
 
     .venv/bin/python bench/bench_kernels.py [--threads 2] [--runs 9]
 
 For each matrix of the bundled model (tfm-small), GPT-2 small and SmolLM2-135M, stored as the
 model stores it (block matrices input-major, the unembedding (out, in): see
 GPT._input_major_weights), at 1 (a decode step), 128 and 1024 rows: the median time of each
-product, BLAS's over the best other's, and which one tfm uses (tfm.kernels' size rule and
+product, BLAS's over the best other's, and which one tfm uses (tfm.core.kernels' size rule and
 "auto"'s measured choice). Values are checked equal (|diff| < 1e-4). Figures from this run only; nothing asserts on time.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Induction head, live: train a 2-layer attention-only model here and watch the circuit form.
 
-Training runs in `tfm.lessons.train` (bounded steps, one CPU thread); the finished run is
+Training runs in `tfm.teach.lessons.train` (bounded steps, one CPU thread); the finished run is
 kept per (settings) in `ui.state`'s small shared store, so a class re-opening the page does
 not train again.
 """

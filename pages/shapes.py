@@ -116,7 +116,7 @@ except ValueError as e:
 else:
     m = st.columns(3)
     m[0].metric("By the formula", _mb(kv.formula), help=f"{kv.formula:,} bytes")
-    m[1].metric("tfm.cache.KVCache(…).nbytes()", _mb(kv.nbytes), help=f"{kv.nbytes:,} bytes")
+    m[1].metric("tfm.core.cache.KVCache(…).nbytes()", _mb(kv.nbytes), help=f"{kv.nbytes:,} bytes")
     m[2].metric("Match", "✓" if kv.formula == kv.nbytes else "✗")
     st.caption(f"2 · {layers} · {heads} · {cfg.d_head} (d_head of this model) · {ctx} · {kv_batch} · "
                f"{kv.bytes_per_value} bytes = {kv.formula:,} bytes. The KVCache holds K and V tensors of "

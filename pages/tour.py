@@ -1,6 +1,6 @@
 """Tour: one forward pass, step by step, with the running model's real numbers.
 
-The steps come from `tfm.tour.tour` (computed from the cached trace of the sidebar's prompt);
+The steps come from `tfm.teach.tour.tour` (computed from the cached trace of the sidebar's prompt);
 this page picks a position, block and head, shows one step at a time, asks the step's
 question, and switches to large type for a projector (presentation mode, `?present=1`).
 """

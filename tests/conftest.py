@@ -65,7 +65,7 @@ def one_thread():
 
 @pytest.fixture
 def every_product_onednn(monkeypatch):
-    """Send every float32 CPU product through oneDNN (tfm.kernels), as real-size models' are:
+    """Send every float32 CPU product through oneDNN (tfm.core.kernels), as real-size models' are:
     test models are too small to pass its size rule, and parity must hold on both paths."""
     from tfm.core import kernels
     monkeypatch.setattr(kernels, "ONEDNN_MIN_WEIGHT", 0)

@@ -1,4 +1,4 @@
-"""tfm.attention_rows.pattern_rows equals the trace's own pattern rows, in every variant."""
+"""tfm.analysis.attention_rows.pattern_rows equals the trace's own pattern rows, in every variant."""
 from __future__ import annotations
 
 import itertools

@@ -1,4 +1,4 @@
-"""tfm.attribution: direct logit attribution adds up exactly to the logit (every pre-norm
+"""tfm.analysis.attribution: direct logit attribution adds up exactly to the logit (every pre-norm
 architecture variant), per-source and per-neuron splits add up to their component, and bad
 requests are refused with clear messages."""
 from __future__ import annotations

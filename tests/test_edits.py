@@ -1,4 +1,4 @@
-"""tfm.edits and tfm.patching: every intervention equals a manual recomputation on a deep copy
+"""tfm.core.edits and tfm.analysis.patching: every intervention equals a manual recomputation on a deep copy
 of the model, the shared model is never changed (also with 8 threads editing at once),
 batched sweeps equal sequential single-edit forwards, patching identities hold, and on the
 bundled model ablating its induction head hurts copying far more than a control head."""

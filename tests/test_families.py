@@ -97,7 +97,7 @@ def test_logits_and_every_attention_pattern_match_hf(case, gpt2_vocab_folder, tm
     hf = hf_model(case)
     lm = tfm.load(save(hf, tmp_path / case, gpt2_vocab_folder), device="cpu")
     assert lm.config.n_kv_head == hf.config.num_key_value_heads if "neox" not in case else lm.config.n_head
-    assert lm.tokenizer.vocab_size == SMALL["vocab_size"]  # the folder's tokenizer.json (tfm.hf_tokenizer)
+    assert lm.tokenizer.vocab_size == SMALL["vocab_size"]  # the folder's tokenizer.json (tfm.text.hf_tokenizer)
     assert_parity(lm, hf, ids())
     k = lm.model(ids(), trace=True).trace["blocks.0.attn.k"]
     assert k.shape[1] == lm.config.n_kv_head  # keys are stored per key/value head

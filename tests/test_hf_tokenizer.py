@@ -1,4 +1,4 @@
-"""tfm.hf_tokenizer: ids equal Hugging Face's fast tokenizer on a battery of hard texts, for
+"""tfm.text.hf_tokenizer: ids equal Hugging Face's fast tokenizer on a battery of hard texts, for
 tokenizer.json files of every family kind (GPT-2, Qwen2, Llama 3, GPT-NeoX, SmolLM byte-level
 BPE on tiktoken; Llama 2 / Mistral SentencePiece-style BPE on the `tokenizers` library).
 

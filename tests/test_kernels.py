@@ -1,4 +1,4 @@
-"""tfm.kernels: the linear maps' product choice (oneDNN or torch's BLAS) changes no result."""
+"""tfm.core.kernels: the linear maps' product choice (oneDNN or torch's BLAS) changes no result."""
 from __future__ import annotations
 
 import os

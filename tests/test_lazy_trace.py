@@ -1,4 +1,4 @@
-"""tfm.lazy: a lazy trace equals the eager trace entry for entry (bit for bit) for every
+"""tfm.core.lazy: a lazy trace equals the eager trace entry for entry (bit for bit) for every
 architecture variant, computes a block only when one of its entries is read (once, whatever the
 threads), holds what its byte budget allows, refuses changed weights, holds no autograd graph,
 and keeps its laziness through `to()`."""

@@ -1,4 +1,4 @@
-"""tfm.limits: costs from a config alone, checked against real models and traces; refusals."""
+"""tfm.loaders.limits: costs from a config alone, checked against real models and traces; refusals."""
 from __future__ import annotations
 
 import pickle

@@ -1,4 +1,4 @@
-"""tfm.model and tfm.config: every architecture variant computes the same thing on the fused
+"""tfm.model and tfm.core.config: every architecture variant computes the same thing on the fused
 and the explicit (traced) path and with a KV cache; inputs and configs are validated with
 clear messages; causality; reproducible initialisation; norms, RoPE and sinusoidal tables
 against independent formulas."""
@@ -332,7 +332,7 @@ def test_activations_are_the_documented_functions(make_model):
     with torch.no_grad():
         out = mlp(x, rec.scoped("mlp"))
         want = mlp.proj(F.silu(mlp.gate(x)) * mlp.fc(x))
-        gate = mlp.gate(x)  # the same product as the forward's (autograd would pick F.linear: tfm.kernels)
+        gate = mlp.gate(x)  # the same product as the forward's (autograd would pick F.linear: tfm.core.kernels)
     torch.testing.assert_close(out, want, atol=0, rtol=0)
     assert torch.equal(rec.finish()["mlp.pre"], gate)
 

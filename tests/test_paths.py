@@ -1,4 +1,4 @@
-"""tfm.paths.resolve_allowed: only folders inside the allowed roots; one refusal for everything else."""
+"""tfm.loaders.paths.resolve_allowed: only folders inside the allowed roots; one refusal for everything else."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,4 @@
-"""tfm.positions, tfm.norms, tfm.shapes: the permutation check, the LayerNorm worked example, depth_norms, position
+"""tfm.analysis.positions, tfm.analysis.norms, tfm.analysis.shapes: the permutation check, the LayerNorm worked example, depth_norms, position
 helpers, shape traces, parameter formulas and KV-cache sizes, each against an independent
 computation."""
 from __future__ import annotations

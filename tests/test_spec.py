@@ -1,4 +1,4 @@
-"""tfm.spec: every model spec form reads back as what was written, old link forms keep their
+"""tfm.loaders.spec: every model spec form reads back as what was written, old link forms keep their
 meaning, and bad or oversized specs are refused with a message saying what is allowed."""
 from __future__ import annotations
 

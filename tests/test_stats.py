@@ -1,4 +1,4 @@
-"""tfm.stats.entropy: the one entropy of attention rows, experiments and sampling."""
+"""tfm.core.stats.entropy: the one entropy of attention rows, experiments and sampling."""
 import math
 
 import pytest

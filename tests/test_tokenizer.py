@@ -1,4 +1,4 @@
-"""tfm.tokenizer: round trips, user-typed special text, readable pieces, HF GPT-2 folders,
+"""tfm.text.tokenizer: round trips, user-typed special text, readable pieces, HF GPT-2 folders,
 and clear errors for bad ranks files. Vocabularies are trained here on generated text."""
 
 import json

@@ -1,4 +1,4 @@
-"""tfm.validate: the one integer / number / JSON-object check of the engine."""
+"""tfm.core.validate: the one integer / number / JSON-object check of the engine."""
 import dataclasses
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""tfm.weights and tfm.loading: the tfm folder format round trip, clear errors that name the
+"""tfm.loaders.weights and tfm.loaders.loading: the tfm folder format round trip, clear errors that name the
 file and key for every way a folder can be broken, refusal to unpickle code, random models,
 device choice, and loading never touching the caller's model."""
 

@@ -41,7 +41,7 @@ CUSTOM = "custom"  # the preset shown for a link's config that matches none
 
 
 def _spec_from_url() -> None:
-    """Open a shared link: `model=` holds a spec (`tfm.spec`: "default", "smollm2", "random:...", "path:...")."""
+    """Open a shared link: `model=` holds a spec (`tfm.loaders.spec`: "default", "smollm2", "random:...", "path:...")."""
     text = st.query_params.get("model")
     if text is None or "app.model_spec" in st.session_state:
         return

@@ -49,7 +49,7 @@ def bundled_model_spec() -> str:
 
 
 def random_spec(cfg: ModelConfig, seed: int, preset: str | None = None) -> str:
-    """The spec text (`tfm.spec`) of a random model; `preset`: the one its config starts from."""
+    """The spec text (`tfm.loaders.spec`) of a random model; `preset`: the one its config starts from."""
     return format_spec(ModelSpec("random", config=cfg, seed=seed, preset=preset))
 
 
@@ -122,10 +122,12 @@ PROMPTS = memory.ByteLRU(_prompts_budget)   # traces and derived numbers, measur
 MODELS = memory.ByteLRU(memory.memory_budget, on_drop=_model_dropped)  # (spec, device) -> tfm.LM, by parameter bytes
 
 
-def clear_caches() -> None:
-    """Forget every cached model, trace and derived value (tests start clean with this)."""
+def clear_caches(keep_models: bool = False) -> None:
+    """Forget every cached trace and derived value, and the models unless `keep_models` (tests
+    start clean with this; models are never mutated, so a test process may keep them)."""
     PROMPTS.clear()
-    MODELS.clear()
+    if not keep_models:
+        MODELS.clear()
     with _BATCHERS_LOCK:
         for b in _BATCHERS.values():
             b.shutdown()
@@ -133,7 +135,7 @@ def clear_caches() -> None:
 
 
 def load_lm(spec: str, device: str) -> tfm.LM:
-    """Load by spec (`tfm.spec`: "default", "random:...", "path:/folder"), once per process (shared by
+    """Load by spec (`tfm.loaders.spec`: "default", "random:...", "path:/folder"), once per process (shared by
     every session, never mutated). Errors propagate (ValueError, FileNotFoundError) for the
     caller to show; failures are not cached. `spec` must have passed `checked_spec`."""
     def load() -> tfm.LM:
@@ -147,7 +149,7 @@ def run_traced(spec: str, device: str, ids: tuple[int, ...]) -> Trace:
     page and session. Kept while the byte budget allows; recomputed after it was dropped.
     Eager when the whole trace fits the server's `eager_trace_bytes` (and `max_trace_bytes`):
     a short prompt's pages read every block, which a lazy trace would compute a second time.
-    Lazy (`tfm.lazy`) above that."""
+    Lazy (`tfm.core.lazy`) above that."""
     def compute() -> Trace:
         lm = load_lm(spec, device)  # before taking a slot (ui.heavy: never load while holding one)
         limits = server.limits()

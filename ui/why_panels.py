@@ -1,7 +1,7 @@
 """Panels of the "Why this token?" page: interventions, neurons, patching, contribution graph.
 
 Each panel reads the engine's numbers through `state.derived` (computed once per process for
-the same model, prompt and settings) and draws them with `ui.fig_why`.
+the same model, prompt and settings) and draws them with `tfm.viz.why`.
 """
 from __future__ import annotations
 

@@ -20,6 +20,9 @@ from ui import server, state
 # ask for it (server.configure / TFM_DEFAULT_MODEL=smollm2 for a server they start).
 os.environ["TFM_DEFAULT_MODEL"] = "default"
 
+# Models a test process keeps between tests, in bytes (SmolLM2 in float32 is ~0.54 GB; one worker per core).
+KEPT_MODEL_BYTES = 2 << 30
+
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
@@ -88,8 +91,10 @@ def allow_models(*folders, **limits) -> None:
 
 @pytest.fixture(autouse=True)
 def fresh_caches():
-    """The caches are process-wide: each test starts clean, with the default server settings."""
-    state.clear_caches()
+    """The caches are process-wide: each test starts clean, with the default server settings.
+    Loaded models stay (loading SmolLM2 is seconds; a model is never mutated, and a spec names
+    the same weights in every test: path specs are tmp folders of their own)."""
+    state.clear_caches(keep_models=state.MODELS.nbytes < KEPT_MODEL_BYTES)
     st.cache_resource.clear()
     st.cache_data.clear()
     server.configure(None)

@@ -1,4 +1,4 @@
-"""Experiments page: every chart shows the numbers tfm.experiments computes."""
+"""Experiments page: every chart shows the numbers tfm.teach.experiments computes."""
 from __future__ import annotations
 
 import numpy as np

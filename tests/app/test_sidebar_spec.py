@@ -1,4 +1,4 @@
-"""The sidebar reads and writes model specs through tfm.spec: a link's random model shows the
+"""The sidebar reads and writes model specs through tfm.loaders.spec: a link's random model shows the
 preset it came from (or "custom"), its fields, and loads exactly the link's config."""
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ def norm_oracle(mod, x, cfg):
 
 @torch.no_grad()
 def expected(lm, ids, tr, p, layer, head, seed):
-    """(step, tensor name) -> the numbers the page must show, computed without tfm.tour."""
+    """(step, tensor name) -> the numbers the page must show, computed without tfm.teach.tour."""
     cfg, m, b = lm.config, lm.model, f"blocks.{layer}"
     first, w8 = slice(max(0, p - 7), p + 1), slice(0, 8)
     blk = m.blocks[layer]

@@ -108,6 +108,31 @@ def wait_idle(page, timeout: float = 60_000) -> None:
     page.wait_for_function("document.querySelectorAll('[data-stale=\"true\"]').length === 0", timeout=timeout)
 
 
+def watch_rerun(page) -> None:
+    """Start watching for the app's next script run (a flag set when its state turns to running):
+    call before a key press or click, then `wait_rerun`, instead of sleeping until it may have begun."""
+    page.evaluate("""() => { window.__tfmRan = false;
+        const app = document.querySelector('[data-testid="stApp"]');
+        new MutationObserver((_, obs) => { if (app.dataset.testScriptState === 'running') {
+            window.__tfmRan = true; obs.disconnect(); } })
+          .observe(app, {attributes: true, attributeFilter: ['data-test-script-state']}); }""")
+
+
+def wait_rerun(page, timeout: float = 60_000) -> None:
+    """Wait for the run `watch_rerun` saw begin to finish (and every element to be fresh)."""
+    page.wait_for_function("window.__tfmRan === true", timeout=timeout)
+    wait_idle(page, timeout)
+
+
+def wait_drawn(page, timeout: float = 60_000) -> None:
+    """Plotly charts and data grids paint after the script is idle: wait until every plot has its
+    drawn layers and every grid its canvas."""
+    page.wait_for_function("""() => [...document.querySelectorAll('.js-plotly-plot')]
+        .every(p => p._fullLayout && p.querySelector('.main-svg'))
+        && [...document.querySelectorAll('[data-testid="stDataFrame"] canvas')].every(c => c.width > 0)""",
+                           timeout=timeout)
+
+
 def shot(page, name: str) -> Path:
     SHOTS.mkdir(exist_ok=True)
     path = SHOTS / f"{name}.png"

@@ -7,7 +7,7 @@ from playwright.sync_api import expect
 
 from ui import sidebar, state
 
-from tests.e2e.conftest import shot, wait_idle
+from tests.e2e.conftest import shot, wait_drawn, wait_idle, wait_rerun, watch_rerun
 
 PLOT = '[data-testid="stPlotlyChart"] .js-plotly-plot'
 SLOW = 180_000  # ms: the shared 2-core test machine can be very busy; waits end as soon as the page is ready
@@ -57,7 +57,7 @@ def press(page, slider_name: str, key: str, times: int) -> None:
 def wait_table(page) -> None:
     """st.dataframe draws on a canvas a moment after the script is idle."""
     page.locator('[data-testid="stDataFrame"] canvas').first.wait_for(state="attached")
-    page.wait_for_timeout(800)
+    wait_drawn(page)
 
 
 def test_attention_page_draws_the_engine_values(page, app_url):
@@ -120,9 +120,9 @@ def test_html_prompt_is_shown_as_text(page, app_url):
     idle(page)
     box = page.get_by_role("textbox", name="Prompt")
     box.fill(bad)
+    watch_rerun(page)
     box.press("Control+Enter")
-    page.wait_for_timeout(300)
-    idle(page)
+    wait_rerun(page, SLOW)
     page.locator(f"{PLOT} .xtick text").first.wait_for()
     ticks = page.locator(f"{PLOT} .xtick text").all_text_contents()
     assert ticks and ticks[0].startswith("<"), ticks
@@ -132,7 +132,7 @@ def test_html_prompt_is_shown_as_text(page, app_url):
     expect(page.locator(".tfm-chips span").first).to_be_visible(timeout=SLOW)
     assert page.locator(".tfm-chips span").first.inner_text().startswith("<")
     assert page.locator(".tfm-chips img").count() == 0
-    page.wait_for_timeout(500)
+    wait_drawn(page)  # an injected handler would have run while the page painted
     assert dialogs == [], dialogs
     shot(page, "tokens_html_prompt")
 

@@ -12,7 +12,7 @@ from tfm.teach import experiments as ex
 from tfm.teach import toy
 from tfm.teach.toy import torch_threads
 
-from tests.e2e.conftest import shot, wait_idle
+from tests.e2e.conftest import shot, wait_drawn, wait_idle
 
 STEPS = 300
 GRID = '[data-testid="stPlotlyChart"] .js-plotly-plot'
@@ -88,7 +88,7 @@ def test_experiments_page_draws_the_experiments(page, app_url):
     last = page.locator(".gtitle", has_text="One head, step by step").first
     expect(last).to_be_visible(timeout=300_000)
     wait_idle(page, timeout=180_000)
-    page.wait_for_timeout(1500)                                        # plotly finishes after the script
+    wait_drawn(page)
     shot(page, "experiments")
     res = ex.mask_demo(t=6, n_pad=2, causal=True)
     plot = grid_plot(page, "One head, step by step")

@@ -13,7 +13,7 @@ from tfm.core.config import ModelConfig
 from tfm.core.model import rope_angles
 from ui import state
 
-from tests.e2e.conftest import shot, wait_idle
+from tests.e2e.conftest import shot, wait_drawn, wait_idle
 
 PLOT = '[data-testid="stPlotlyChart"] .js-plotly-plot'
 CFG = ModelConfig.preset("tiny", d_model=32, n_head=4, n_kv_head=2, pos_encoding="rope", rotary_pct=0.5,
@@ -25,7 +25,7 @@ def open_link(page, url: str, path: str, heading: str) -> None:
     page.goto(f"{url}/{path}?model={quote(state.random_spec(CFG, 0))}")
     expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=180_000)
     wait_idle(page, timeout=180_000)
-    page.wait_for_timeout(1500)
+    wait_drawn(page)
 
 
 def test_positions_page_draws_the_rotated_pairs(page, app_url):

@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 from tfm.analysis import norm_stats
 from ui import sidebar, state
 
-from tests.e2e.conftest import shot, wait_idle
+from tests.e2e.conftest import shot, wait_drawn, wait_idle
 
 PLOT = '[data-testid="stPlotlyChart"] .js-plotly-plot'
 
@@ -32,7 +32,7 @@ def open_page(page, app_url: str, link: str, heading: str, height: int, last_tit
     expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=120_000)
     expect(page.locator(".gtitle", has_text=last_title).first).to_be_visible(timeout=300_000)
     wait_idle(page, timeout=180_000)
-    page.wait_for_timeout(1500)  # plotly and dataframes finish drawing after the script is idle
+    wait_drawn(page)
 
 
 def drawn_z(page, title: str) -> np.ndarray:

@@ -12,7 +12,7 @@ from tfm.analysis import logit_lens
 from tfm.generation.sampling import breakdown
 from ui import sidebar, state
 
-from tests.e2e.conftest import shot
+from tests.e2e.conftest import shot, wait_rerun, watch_rerun
 from tests.e2e.conftest import wait_idle as _wait_idle
 
 PLOT = '[data-testid="stPlotlyChart"] .js-plotly-plot'
@@ -64,9 +64,10 @@ def drawn_status(page) -> dict[int, str]:
 def press(page, name: str, key: str, times: int) -> None:
     slider = page.get_by_role("slider", name=name)
     slider.focus()
+    watch_rerun(page)
     for _ in range(times):
         page.keyboard.press(key)
-    page.wait_for_timeout(300)
+    wait_rerun(page)
     wait_idle(page)
 
 
@@ -74,14 +75,20 @@ def slide_to(page, name: str, key: str, target: str, limit: int = 100) -> None:
     """Press `key` on a slider until it shows `target` (aria-valuetext): a rerun triggered by
     an early key press can redraw the thumb while later presses are still arriving."""
     slider = page.get_by_role("slider", name=name)
+    pressed = False
     for _ in range(limit):
-        if slider.get_attribute("aria-valuetext") == target:
+        shown = slider.get_attribute("aria-valuetext")
+        if shown == target:
             break
         slider.focus()
+        watch_rerun(page)
         page.keyboard.press(key)
-        page.wait_for_timeout(50)
+        pressed = True
+        page.wait_for_function("([el, old]) => el.getAttribute('aria-valuetext') !== old",
+                               arg=[slider.element_handle(), shown])
     assert slider.get_attribute("aria-valuetext") == target
-    page.wait_for_timeout(300)
+    if pressed:
+        wait_rerun(page)
     wait_idle(page)
 
 

@@ -8,7 +8,7 @@ import tfm
 from tfm.analysis import attribution
 from ui import sidebar, state
 
-from tests.e2e.conftest import shot, wait_idle
+from tests.e2e.conftest import shot, wait_drawn, wait_idle
 
 
 def test_why_page_draws_the_engines_numbers(page, app_url):
@@ -36,5 +36,5 @@ def test_why_page_draws_the_engines_numbers(page, app_url):
         assert page.locator('[data-testid="stException"]').count() == 0
         if name == "MLP neurons":
             page.locator('[data-testid="stDataFrame"] canvas').first.wait_for()
-            page.wait_for_timeout(500)  # the grid paints its canvas after mounting
+            wait_drawn(page)
         shot(page, "why_" + name.lower().replace(" ", "_"))

@@ -1,6 +1,6 @@
 """Causal experiments in batches: ablate every head, patch every head or residual stream.
 
-A sweep repeats the prompt along the batch axis and gives each row one edit (`tfm.edits`
+A sweep repeats the prompt along the batch axis and gives each row one edit (`tfm.core.edits`
 with `row=r`), so ablating all L x H heads is a few batched forwards, not L x H separate ones;
 rows start at their first edited layer from the unedited stream (`run_rows`). Batches are
 cut into chunks whose activations fit `budget_bytes` (`row_bytes`). Only the logits of the

@@ -26,7 +26,7 @@ def _check_choice(name: str, value: Any, kind: Any) -> None:
 
 
 class JsonConfig:
-    """What the frozen config dataclasses share (`ModelConfig`, `tfm.encdec.EncDecConfig`):
+    """What the frozen config dataclasses share (`ModelConfig`, `tfm.teach.encdec.EncDecConfig`):
     validated copies and plain-JSON round trips. `_kind` names the config in messages."""
 
     _kind = "a model config"

@@ -10,7 +10,7 @@ stream (activation steering); its positions are absolute, so it works across the
 forwards of a KV-cached generation (`Edits.of(..., start=cache length)` picks the window). The model calls `edits.apply(point, x)` at those points;
 an edited point gets a copy of `x` with the edits written into it, so neither the model nor
 any tensor of another call changes: the same cached model can run different edits in many
-threads at once. `row` restricts an edit to one batch row (batched sweeps, `tfm.patching`);
+threads at once. `row` restricts an edit to one batch row (batched sweeps, `tfm.analysis.patching`);
 None edits every row.
 """
 from __future__ import annotations
@@ -252,7 +252,7 @@ class Edits:
         by_layer: dict[int, dict[str, list[Edit]]] = {}
         for e in edits:
             if not isinstance(e, (AblateHead, AblateMLP, AblateNeurons, Patch, Steer)):
-                raise ValueError(f"{e!r} is not an edit; build edits with tfm.edits (AblateHead, Patch, ...)")
+                raise ValueError(f"{e!r} is not an edit; build edits with tfm.core.edits (AblateHead, Patch, ...)")
             if not 0 <= e.layer < cfg.n_layer:
                 raise ValueError(f"layer {e.layer} does not exist: the model has layers 0..{cfg.n_layer - 1}")
             if e.row is not None and not 0 <= e.row < b:

@@ -90,6 +90,6 @@ def head_results(z: torch.Tensor, w_out: torch.Tensor, n_head: int):
 
 
 def unembed(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x @ W_U^T, (B, T, V), one product (tfm.kernels.linear: for a vocabulary-sized (out, in)
+    """x @ W_U^T, (B, T, V), one product (tfm.core.kernels.linear: for a vocabulary-sized (out, in)
     matrix, oneDNN on one row as on many)."""
     return linear(x, weight)

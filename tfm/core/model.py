@@ -88,7 +88,7 @@ class Attention(nn.Module):
 
     def forward(self, x, rec: Recorder | None, angles=None, cache: KVCache | None = None, layer: int = 0,
                 edits=None, causal: bool = True):
-        """`causal=False`: no mask at all, the bare self-attention (tfm.positions' permutation check)."""
+        """`causal=False`: no mask at all, the bare self-attention (tfm.analysis.positions' permutation check)."""
         qkv = self.qkv(x)                                              # (B, T, D + 2 Hkv hd)
         if rec is not None:
             rec.shape_only("qkv", qkv)
@@ -104,7 +104,7 @@ class Attention(nn.Module):
             mask = "causal" if t_q == s else (None if t_q == 1 else causal_mask(t_q, s, x.device))
         mask = mask if causal else None
         z = attend(q, k, v, mask, rec, self.dropout if self.training else 0.0)
-        if edits is not None:  # per-call interventions (tfm.edits); the trace's "z" is the unedited one
+        if edits is not None:  # per-call interventions (tfm.core.edits); the trace's "z" is the unedited one
             z = edits.apply("attn.z", z)
         merged = z.transpose(1, 2).reshape(x.shape)                    # (B, T, D)
         if rec is not None:
@@ -157,7 +157,7 @@ class Block(nn.Module):
 
     def forward(self, x, rec: Recorder | None, angles=None, cache=None, layer: int = 0, edits=None):
         sub = (lambda name: rec.scoped(name)) if rec is not None else (lambda name: None)
-        ed = (lambda name, t: t) if edits is None else edits.apply  # `edits`: a tfm.edits.Edits scoped to this block
+        ed = (lambda name, t: t) if edits is None else edits.apply  # `edits`: a tfm.core.edits.Edits scoped to this block
         x = ed("resid_pre", x)
         if rec is not None:
             rec.add("resid_pre", x)
@@ -266,9 +266,9 @@ class GPT(nn.Module):
         (a lazy trace's: every position's, computed when read).
 
         `lazy` (default: without a KV cache, in eval mode, autograd off) keeps only the stream
-        between blocks and computes a block's entries when first read: see `tfm.lazy`; `keep`
+        between blocks and computes a block's entries when first read: see `tfm.core.lazy`; `keep`
         names block entries it stores in the forward too (`("pattern",)`: every pattern, no recomputation).
-        `edits`: interventions for this call only (a list of tfm.edits edits, see there); an
+        `edits`: interventions for this call only (a list of tfm.core.edits edits, see there); an
         edited forward's trace is eager (a lazy one would recompute blocks without the edits)."""
         if trace:
             if edits and (lazy or keep):

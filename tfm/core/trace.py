@@ -41,7 +41,7 @@ With post-norm the norms sit after each residual sum, so `resid_mid` and `resid_
 normalised streams. The shape trace also lists reshapes that are not stored (e.g. the fused
 `qkv` projection before the heads are split).
 
-Lazy traces (`tfm.lazy`, the default for a forward without a KV cache, in eval mode, autograd
+Lazy traces (`tfm.core.lazy`, the default for a forward without a KV cache, in eval mode, autograd
 off): the forward stores only embed / positions, every block's `resid_pre`, the final norm and
 the last position's logits (~47 MB for GPT-2 small at 1024 tokens, against 2.75 GB for every
 entry). A block's other entries are computed when one is first read, by the block itself on
@@ -110,7 +110,7 @@ AXES: dict[str, tuple[str, ...]] = {
 
 
 def _encdec_axes(part: str, keys: str) -> dict[str, tuple[str, ...]]:
-    """Encoder-decoder (tfm.encdec) attention entries: decoder self-attention reads its own
+    """Encoder-decoder (tfm.teach.encdec) attention entries: decoder self-attention reads its own
     positions (`key_pos`), cross-attention the source's (`src_pos`)."""
     per_head = {"q": ("pos", "d_head"), "k": (keys, "d_head"), "v": (keys, "d_head"),
                 "scores": ("query_pos", keys), "pattern": ("query_pos", keys), "z": ("query_pos", "d_head")}
@@ -184,14 +184,14 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-LAZY = object()  # placeholder value of an entry a lazy trace computes when read (tfm.lazy)
+LAZY = object()  # placeholder value of an entry a lazy trace computes when read (tfm.core.lazy)
 
 
 class Recorder:
     """Collects tensors during one forward call. Created per call; never stored on a model.
 
     With `keep`, only names it accepts are stored; the others are listed in the shape trace and
-    hold the `LAZY` placeholder, for a lazy trace to compute when read (see `tfm.lazy`). With
+    hold the `LAZY` placeholder, for a lazy trace to compute when read (see `tfm.core.lazy`). With
     `listed=False` as well, the others are not even listed: a reader of a few entries (a batched
     decode step's attention rows) pays nothing for the rest."""
 

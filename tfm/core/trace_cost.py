@@ -1,5 +1,5 @@
 """Bytes a trace holds, from a config's shapes alone (no forward): one block of a lazy trace
-once read, or a whole eager trace. `tfm.limits` refuses prompts by these before paying; the
+once read, or a whole eager trace. `tfm.loaders.limits` refuses prompts by these before paying; the
 shapes are the ones documented in `tfm.trace` (re-exported there)."""
 from __future__ import annotations
 

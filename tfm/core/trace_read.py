@@ -20,7 +20,7 @@ def sublayer_output(trace: Trace, layer: int, which: str, batch: int = 0) -> tor
 
 
 def cross_pattern(trace: Trace, layer: int, batch: int = 0) -> torch.Tensor:
-    """Encoder-decoder traces (`tfm.encdec`): decoder `layer`'s cross-attention, (H, T, S)."""
+    """Encoder-decoder traces (`tfm.teach.encdec`): decoder `layer`'s cross-attention, (H, T, S)."""
     return trace[f"dec.blocks.{layer}.cross.pattern"][batch]
 
 

@@ -2,7 +2,7 @@
 timeline draws. A Step's full trace is far too big to keep per step (GPT-2 small: ~50 MB
 each), so a record keeps the logits (V,), the attention rows of the position that predicted
 the token (L, H, S) and its residual streams (L+1, D), on the CPU, detached and copied.
-`tfm.limits.generation_bytes` bounds what a whole timeline of these records holds."""
+`tfm.loaders.limits.generation_bytes` bounds what a whole timeline of these records holds."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,7 +16,7 @@ __all__ = ["StepRecord", "step_record"]
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One generated token as the timeline shows it (fields as in `tfm.generate.Step`)."""
+    """One generated token as the timeline shows it (fields as in `tfm.generation.generate.Step`)."""
 
     index: int
     position: int

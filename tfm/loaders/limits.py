@@ -58,7 +58,7 @@ class Limits:
 
     max_model_bytes: int = 2 * GB      # float32 weights: GPT-2 medium is 1.42 GB
     max_trace_bytes: int = 8 * GB      # one traced forward, every entry read: GPT-2 medium at 1024 is 7.2 GB
-    # Prompts whose full trace fits are traced eagerly (tfm.lazy.prefer_lazy): one forward instead
+    # Prompts whose full trace fits are traced eagerly (tfm.core.lazy.prefer_lazy): one forward instead
     # of a lazy one plus every block again when a page reads them all (the Attention page does),
     # and about the bytes a lazy trace holds once read. SmolLM2 up to 52 tokens, GPT-2 small up to 80.
     eager_trace_bytes: int = 128_000_000
@@ -110,7 +110,7 @@ def count_params(cfg: ModelConfig) -> int:
 @dataclass(frozen=True)
 class TraceCost:
     """Bytes of one traced forward of `tokens` positions (batch 1, float32), from the engine's own
-    estimates (`tfm.trace`). The app's traces are lazy (`tfm.lazy`): a trace `held`s its stored
+    estimates (`tfm.trace`). The app's traces are lazy (`tfm.core.lazy`): a trace `held`s its stored
     part (embeddings, each block's input, the final norm, the last position's logits) plus the
     blocks read lately, at most max(the lazy budget, one block); `eager` is what a trace with every
     entry of every block read at once would hold (`lazy=False`)."""

@@ -119,7 +119,7 @@ def detect_format(path: Path) -> str:
 
 
 def load(source: str | Path | ModelSpec = "default", device: str | None = "auto", dtype: str = "float32") -> LM:
-    """Load a model by spec (`tfm.spec`: "default", "smollm2", "random:<preset>", "random:{json}",
+    """Load a model by spec (`tfm.loaders.spec`: "default", "smollm2", "random:<preset>", "random:{json}",
     "path:<folder or .gguf>") or a path; `dtype` ("float32", "float16" or "bfloat16") is what its
     weights are held in, whatever the files hold."""
     if dtype not in DTYPES:

@@ -362,7 +362,7 @@ def _build(cfg: EncDecConfig, data: dict, state: dict[str, torch.Tensor], source
 
 
 def load_encdec(folder: str | Path, max_weight_bytes: int | None = None) -> tuple[EncoderDecoder, dict]:
-    """Read a folder written by `save_encdec` (tfm.weights.read_folder: checked, bounded when
+    """Read a folder written by `save_encdec` (tfm.loaders.weights.read_folder: checked, bounded when
     `max_weight_bytes` is given); returns (eval-mode model, meta)."""
     data, cfg, state = read_folder(folder, ENCDEC_FOLDER, max_weight_bytes)
     return _build(cfg, data, state, str(folder))

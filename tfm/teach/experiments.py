@@ -5,7 +5,7 @@ runs in well under a few seconds on a CPU, and returns plain tensors / numbers:
 
 - `softmax_scaling`: why scores are divided by sqrt(d_k).
 - `residual_gradients`: gradients through a deep stack with and without residuals.
-- `norm_placement_depth`: pre-norm vs post-norm across depth (uses `tfm.norms.depth_norms`).
+- `norm_placement_depth`: pre-norm vs post-norm across depth (uses `tfm.analysis.norms.depth_norms`).
 - `norm_axes`, `norm_timing`: which axis LayerNorm and BatchNorm normalise; RMSNorm's cost.
 - `mask_demo`: causal and padding masks through the engine's `attend`.
 - `head_split_shapes`: the multi-head split/merge, read from a real run's shape trace.

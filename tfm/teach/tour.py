@@ -6,7 +6,7 @@ of that forward. The steps follow the architecture: RoPE rotates q and k instead
 positions, RMSNorm has no mean or bias, SwiGLU gates, post-norm normalises after each
 residual sum. Each step carries a few small tensors (the first `SHOW` entries of long
 vectors, with the full shape), a formula, a sentence or two, the page that goes deeper,
-and at some steps a question whose answer is computed from the same numbers (`tfm.checks`).
+and at some steps a question whose answer is computed from the same numbers (`tfm.teach.checks`).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ splits the text into pieces, each piece's UTF-8 bytes are merged by BPE. tiktoke
 same with "ranks": it merges the adjacent pair whose concatenation has the lowest rank. A
 token's rank is the position of the first merge that makes it, so both agree (tests compare
 every id with Hugging Face's own tokenizer). `plan_bytelevel` raises `Unexpressible` for
-whatever this cannot reproduce exactly; `tfm.hf_tokenizer` then serves the file with the
+whatever this cannot reproduce exactly; `tfm.text.hf_tokenizer` then serves the file with the
 `tokenizers` library instead.
 """
 

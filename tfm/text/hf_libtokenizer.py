@@ -40,7 +40,7 @@ def _decoder_kind(decoder) -> tuple[str, str, int]:
 
 
 class LibTokenizer(FromTokenizerFile, TokenText):
-    """Same interface the app uses of `tfm.tokenizer.Tokenizer`: encode / decode /
+    """Same interface the app uses of `tfm.text.tokenizer.Tokenizer`: encode / decode /
     decode_bytes / piece_bytes / display_piece(s) / vocab_size / eot_id / special_tokens."""
 
     backend = "tokenizers"

@@ -2,9 +2,9 @@
 TinyLlama, GPT-2): `tokenizer_from_folder(folder)`.
 
 Byte-level BPE (GPT-2, Pythia, Qwen2, Llama 3, SmolLM) is served by tiktoken
-(`tfm.hf_bytelevel`). What tiktoken cannot reproduce exactly, SentencePiece-style BPE with
+(`tfm.text.hf_bytelevel`). What tiktoken cannot reproduce exactly, SentencePiece-style BPE with
 byte fallback and the ▁ metaspace (Llama 2, TinyLlama, Mistral v0.1) above all, is served by
-the `tokenizers` library (`tfm.hf_libtokenizer`); `.backend` and `.backend_note` say which
+the `tokenizers` library (`tfm.text.hf_libtokenizer`); `.backend` and `.backend_note` say which
 and why. Only tokenizer.json / tokenizer_config.json / vocab.json / merges.txt are read, as
 JSON or text: nothing in the folder is executed.
 """

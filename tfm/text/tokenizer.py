@@ -1,4 +1,4 @@
-"""Byte-level BPE tokenizer served by tiktoken (no downloads; tokenizer.json files: tfm.hf_tokenizer).
+"""Byte-level BPE tokenizer served by tiktoken (no downloads; tokenizer.json files: tfm.text.hf_tokenizer).
 
 Two sources: a `.tiktoken` ranks file (the project's own vocabulary, see `tfm.train.bpe`) or a
 Hugging Face GPT-2 folder (`vocab.json` + `merges.txt`). Token ids are what the model sees;
@@ -29,7 +29,7 @@ _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥"}
 
 class TokenText:
     """Text and readable pieces from `decode_bytes`; shared by every tokenizer class
-    (`Tokenizer` here, the Hugging Face ones in tfm.hf_bytelevel / tfm.hf_libtokenizer).
+    (`Tokenizer` here, the Hugging Face ones in tfm.text.hf_bytelevel / tfm.text.hf_libtokenizer).
     Needs `decode_bytes(ids)`, `special_tokens` and a `_display` dict."""
 
     bos_id: int | None = None  # a token to put before a text (Llama's <s>); none for GPT-2 style

@@ -13,7 +13,7 @@ ckpt.pt (plain tensors and containers: loads with weights_only=True) and model/ 
 folder for `tfm.load`). Run the same command with --resume to continue exactly.
 
 This module is the command line (flags, JSON config, checkpoint defaults); the training loop
-itself is `tfm.trainer.Trainer`.
+itself is `tfm.train.trainer.Trainer`.
 """
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ def window(m: torch.Tensor, a: int, b: int, hide_first: bool = False) -> np.ndar
 
 def window_rows(rows: torch.Tensor, a: int, b: int, hide_first: bool = False) -> np.ndarray:
     """`window` from just the rows a..b over keys 0..b, (..., b - a + 1, b + 1): all the window
-    needs (keys after b are masked for these queries), e.g. from `tfm.attention_rows`."""
+    needs (keys after b are masked for these queries), e.g. from `tfm.analysis.attention_rows`."""
     rows = rows.float()
     off = 0
     if hide_first:

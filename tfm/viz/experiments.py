@@ -1,4 +1,4 @@
-"""Figures for the experiments page: one builder per experiment in tfm.experiments."""
+"""Figures for the experiments page: one builder per experiment in tfm.teach.experiments."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Figures for the induction-head lesson (pure: numbers from tfm.lessons -> plotly figures)."""
+"""Figures for the induction-head lesson (pure: numbers from tfm.teach.lessons -> plotly figures)."""
 from __future__ import annotations
 
 import html

@@ -1,4 +1,4 @@
-"""Figures and tables for the guided tour (pure functions: tfm.tour values -> figure/table)."""
+"""Figures and tables for the guided tour (pure functions: tfm.teach.tour values -> figure/table)."""
 from __future__ import annotations
 
 import html
