@@ -72,3 +72,15 @@ def every_product_onednn(monkeypatch):
     monkeypatch.setattr(kernels, "ONEDNN_MIN_MACS", 0)
     if kernels.ONEDNN_AVAILABLE:
         monkeypatch.setattr(kernels, "_cpu_product", "onednn")   # not "auto"'s measured choice
+
+
+# The quick local tier (`./run_tests.sh -m "not slow"`) leaves these out; CI runs everything.
+SLOW_FILES = {"test_deploy.py", "test_notebook.py", "test_packaging.py", "test_fuzz.py"}
+SLOW_WORDS = ("smollm2", "real")  # a test id naming the real model: it loads 135M parameters
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        words = item.nodeid.lower().replace("[", "-").replace("]", "-").split("-")
+        if "e2e" in item.path.parts or item.path.name in SLOW_FILES or any(w in SLOW_WORDS for w in words):
+            item.add_marker(pytest.mark.slow)
