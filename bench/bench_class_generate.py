@@ -2,7 +2,7 @@
 press Generate at the same moment (nothing else runs). Prints figures; asserts nothing.
 
     .venv/bin/python bench/bench_class_generate.py [--students 30] [--tokens 32] [--rounds 2]
-        [--model default]
+        [--model default] [--write-docs[=NAME]]
 
 bench_load.py's visit mixes generation with every other page; this isolates what one server
 process spends on a class's generations: the shared batch (bench_batcher.py times it without the
@@ -27,6 +27,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_load import Peak, Student, free_port, pct, start_server  # noqa: E402
+import write_docs  # noqa: E402
 from class_prompts import prompt_for  # noqa: E402
 from streamlit.proto.WidgetStates_pb2 import WidgetState  # noqa: E402
 
@@ -65,7 +66,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--model", default="default", help="model spec every student's link opens")
+    write_docs.add_flag(ap, "bench_class_generate")
     args = ap.parse_args()
+    write_docs.check(args)
     server = start_server(port := free_port(), [])
     try:
         watch, me = Peak(psutil.Process(server.pid)), psutil.Process()
@@ -74,13 +77,19 @@ def main() -> None:
         students = [Student(port, prompt_for(i), 300, args.model) for i in range(args.students)]
         for s in students:
             s.run("generate")
+        rows = []
         for r in range(args.rounds):
             server_cpu, own_cpu, t0 = watch.cpu(), sum(me.cpu_times()[:2]), time.perf_counter()
             took, made = press_generate(students, args.tokens)
-            print(f"round {r + 1}: {args.students} students, {args.tokens} tokens each: all done in "
-                  f"{time.perf_counter() - t0:.2f} s; each page p50 {statistics.median(took):.2f} s p95 {pct(took, .95):.2f} s, "
-                  f"of which generating p50 {statistics.median(made):.2f} s p95 {pct(made, .95):.2f} s; "
-                  f"server CPU {watch.cpu() - server_cpu:.2f} s, this script's {sum(me.cpu_times()[:2]) - own_cpu:.2f} s")
+            row = [r + 1, f"{time.perf_counter() - t0:.2f} s", f"{statistics.median(took):.2f} / {pct(took, .95):.2f} s",
+                   f"{statistics.median(made):.2f} / {pct(made, .95):.2f} s", f"{watch.cpu() - server_cpu:.2f} s",
+                   f"{sum(me.cpu_times()[:2]) - own_cpu:.2f} s"]
+            rows.append(row)
+            print(f"round {r + 1}: {args.students} students, {args.tokens} tokens each: all done in {row[1]}; each page "
+                  f"p50 / p95 {row[2]}, of which generating {row[3]}; server CPU {row[4]}, this script's {row[5]}")
+        header = ["round", "all done", "each page p50 / p95", "generating p50 / p95", "server CPU", "this script's CPU"]
+        write_docs.publish(args, [write_docs.markdown(header, rows)],
+                           f"model {args.model}, {args.students} students, {args.tokens} tokens each")
     finally:
         server.terminate()
         server.wait(timeout=10)

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import write_docs  # noqa: E402
 import tfm  # noqa: E402
 from tfm import LM, GPT, ModelConfig  # noqa: E402
 from tfm.core.cache import KVCache  # noqa: E402
@@ -29,14 +30,7 @@ PROMPT_LEN = 16
 
 
 def machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"{cpu}, {os.cpu_count()} cores, load average {load:.1f} | Python {platform.python_version()}, "
-            f"torch {torch.__version__}, threads {torch.get_num_threads()}")
+    return f"{write_docs.cpu()} | Python {platform.python_version()}, torch {torch.__version__}, threads {torch.get_num_threads()}"
 
 
 def numbered_tokenizer(vocab_size: int) -> Tokenizer:

@@ -1,7 +1,7 @@
 """The linear maps' products on this machine: torch's BLAS (F.linear), oneDNN, and BLAS over
 column slices (tfm.core.kernels.sliced_linear, tried for vocabulary-sized matrices).
 
-    .venv/bin/python bench/bench_kernels.py [--threads 2] [--runs 9]
+    .venv/bin/python bench/bench_kernels.py [--threads 2] [--runs 9] [--write-docs[=NAME]]
 
 For each matrix of the bundled model (tfm-small), GPT-2 small and SmolLM2-135M, stored as the
 model stores it (block matrices input-major, the unembedding (out, in): see
@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import write_docs  # noqa: E402
 from bench_generate import machine  # noqa: E402
 
 from tfm.core import kernels  # noqa: E402
@@ -67,13 +68,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=9)
+    write_docs.add_flag(ap, "bench_kernels")
     args = ap.parse_args()
+    write_docs.check(args)
     torch.set_num_threads(args.threads)
     if not kernels.ONEDNN_AVAILABLE:
         sys.exit("this torch build has no oneDNN linear product: tfm uses torch's BLAS everywhere")
     print(f"# Linear products, BLAS vs oneDNN\n{machine()}\n")
     print(f"{'model':13s} {'matrix':12s} {'in x out':>12s} {'rows':>5s} {'BLAS ms':>9s} {'oneDNN ms':>10s} "
           f"{'sliced ms':>10s} {'BLAS/best':>10s}  tfm uses")
+    table = []
     for model, mats in SHAPES.items():
         for name, (d_in, d_out) in mats.items():
             for rows in (1, 128, 1024):
@@ -83,6 +87,10 @@ def main() -> None:
                 shown = f"{sliced:10.3f}" if sliced is not None else f"{'-':>10s}"
                 print(f"{model:13s} {name:12s} {f'{d_in}x{d_out}':>12s} {rows:5d} {blas:9.3f} {onednn:10.3f} "
                       f"{shown} {blas / other:9.2f}x  {picked}")
+                table.append([model, name, f"{d_in}x{d_out}", rows, f"{blas:.3f}", f"{onednn:.3f}",
+                              "-" if sliced is None else f"{sliced:.3f}", f"{blas / other:.2f}x", picked])
+    header = ["model", "matrix", "in x out", "rows", "BLAS ms", "oneDNN ms", "sliced ms", "BLAS/best", "tfm uses"]
+    write_docs.publish(args, [write_docs.markdown(header, table)], f"torch {torch.__version__}, {args.threads} threads")
 
 
 if __name__ == "__main__":

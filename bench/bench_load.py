@@ -1,7 +1,7 @@
 """A class at once: N simulated students on the real server, through its HTTP/WebSocket endpoint.
 
     .venv/bin/python bench/bench_load.py --students 10 30 [--new-tokens 32] [--model SPEC]
-        [--rounds 10] [--port 8600] [--profile /tmp/prof [--gil]] [-- app flags...]
+        [--rounds 10] [--port 8600] [--profile /tmp/prof [--gil]] [--write-docs[=NAME]] [-- app flags...]
 
 Starts `streamlit run app.py` on a free port (the bundled default model), then for each N lets N
 students connect at the same moment. Each speaks Streamlit's own websocket protocol (the
@@ -44,6 +44,7 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # also when loaded from its path (tests/test_deploy.py)
 from class_prompts import prompt_for  # noqa: E402 (shared with bench_batcher)
+import write_docs  # noqa: E402
 
 STEPS = ("attention", "logit_lens", "next_token", "next_token: top-p slider", "why", "tour", "generate (open)",
          "generate: 32 tokens")
@@ -261,6 +262,16 @@ def report(n: int, times: dict, errors: list[str], busy: int, cpu_per: float, wa
         print("  error:", e)
 
 
+def summary_row(n: int, r: int, times: dict, errors: list[str], cpu_per: float, wall: float, peak: int) -> list:
+    """One class as a row of docs/benchmarks.md's table: the figures the issue's targets name."""
+    pages = {step: pct(xs, .95) for step, xs in times.items() if step != STEPS[-1]}
+    worst = max(pages, key=pages.get)
+    tokens = times[STEPS[-1]]
+    return [n, r + 1, f"{wall:.1f} s", f"{pages[worst]:.2f} s ({worst})",
+            f"{statistics.median(tokens) if tokens else float('nan'):.2f} / {pct(tokens, .95):.2f} s",
+            f"{cpu_per:.2f}", len(errors), f"{peak / 1e9:.2f} GB" if peak else "not measured"]
+
+
 def profiler(pid: int, out: str | None, gil: bool = False) -> subprocess.Popen | None:
     """py-spy sampling the server while a class runs (raw collapsed stacks), if asked for. With
     `gil`, only the thread holding the GIL: what bounds one Streamlit process (threads waiting
@@ -285,7 +296,9 @@ def main() -> None:
     ap.add_argument("--profile", metavar="PREFIX", help="py-spy raw stacks of each class into PREFIX-<n>-<round>.txt")
     ap.add_argument("--gil", action="store_true", help="with --profile: sample only the thread holding the GIL")
     ap.add_argument("app_flags", nargs="*", help="after --: flags for app.py (e.g. --batching off)")
+    write_docs.add_flag(ap, "bench_load")
     args = ap.parse_args()
+    write_docs.check(args)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     server = None if args.port else start_server(port := free_port(), args.app_flags)
     port = args.port or port
@@ -302,6 +315,7 @@ def main() -> None:
               + ", ".join(f"{step} {c * 1000:.0f} ms" for step, c in zip(STEPS, lone.cpu)) + f" = {sum(lone.cpu):.2f} s")
         sampler = threading.Thread(target=watch.sample, daemon=True)
         sampler.start()
+        rows = []
         for n in args.students:
             for r in range(args.rounds):
                 watch.peak = watch.rss()
@@ -311,10 +325,15 @@ def main() -> None:
                     prof.send_signal(2)
                     prof.wait(30)
                 report(n, times, errors, busy, cpu_per, wall, 0 if args.port else watch.peak)
+                rows.append(summary_row(n, r, times, errors, cpu_per, wall, 0 if args.port else watch.peak))
                 rss = "" if args.port else f"RSS after {watch.rss() / 1e6:,.0f} MB; "
                 print(f"round {r + 1}/{args.rounds}: {rss}{n} generations at once: p95 "
                       f"{pct(times[STEPS[-1]], .95) / alone.seconds:.1f}x one alone")
         watch.stop.set()
+        header = ["students", "round", "the class", "worst page step p95", f"{args.new_tokens} tokens p50 / p95",
+                  "CPU-s a visit", "errors", "peak RSS"]
+        write_docs.publish(args, [write_docs.markdown(header, rows)],
+                           f"model {args.model}; one student alone: {args.new_tokens} tokens in {alone.seconds:.2f} s")
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         if server:

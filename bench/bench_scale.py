@@ -3,6 +3,7 @@ against Hugging Face and TransformerLens on the same weights. Prints figures and
 measured in this run; asserts nothing on time.
 
     .venv/bin/python bench/bench_scale.py [--lengths 128 512 1024] [--prompts 30] [--budget 4GB] [--no-peers]
+        [--write-docs[=NAME]]
 
 `--model smollm2 --lengths 2048` times the real model's 2048-token first Attention page (issue #24).
 Rows (targets from issue #13):
@@ -33,6 +34,7 @@ import psutil  # noqa: E402
 import torch  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+import write_docs  # noqa: E402
 from tfm.loaders.weights import rename_gpt2_key  # noqa: E402
 from ui import memory, state  # noqa: E402
 
@@ -215,7 +217,9 @@ def main() -> None:
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--model", choices=("gpt2", "smollm2"), default="gpt2",
                     help="smollm2: the real SmolLM2-135M (e.g. --lengths 2048 --prompts 0 --no-peers)")
+    write_docs.add_flag(ap, "bench_scale")
     args = ap.parse_args()
+    write_docs.check(args)
     os.environ[memory.BUDGET_ENV] = args.budget
     torch.set_num_threads(args.threads)
     at, spec = app_on(args.model)
@@ -223,7 +227,11 @@ def main() -> None:
     print(f"{'SmolLM2-135M' if args.model == 'smollm2' else 'GPT-2-small shape, random weights'}, CPU, "
           f"{args.threads} torch thread(s), budget {args.budget}; model {lm.model.num_params() / 1e6:.0f}M parameters",
           flush=True)
-    app_rows(at, lm, args.lengths, args.repeats)
+    pages = app_rows(at, lm, args.lengths, args.repeats)
+    write_docs.publish(args, [write_docs.markdown(
+        ["tokens", "new prompt -> Attention page (once)", "plain forward", "ratio"],
+        [[r["tokens"], f"{r['page']:.2f} s", f"{r['forward']:.2f} s", f"{r['page'] / r['forward']:.2f}x"]
+         for r in pages.values()])], f"model {args.model}, {args.threads} torch thread(s)")
     longest = prompt_text(lm, max(args.lengths), tag=max(args.lengths))[1]
     widget_changes(at, args.repeats)
     every_page(at, longest)

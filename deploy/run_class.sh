@@ -6,7 +6,7 @@
 # Students open http://HOST:$TFM_PORT (default 8600). The processes listen on 127.0.0.1 ports
 # TFM_PORT+1 .. TFM_PORT+N; nginx listens on $TFM_LISTEN (default 127.0.0.1:$TFM_PORT: set it to
 # 0.0.0.0:8600 to open the class to the network). TFM_UPSTREAMS="10.0.0.2:8601 10.0.0.3:8601 ..."
-# adds processes running on other machines (README, "Running for a class"). Each local process is
+# adds processes running on other machines (docs/class.md). Each local process is
 # warmed (deploy/warm.py: model loaded, a first prompt traced) before nginx opens the class.
 # Ctrl-C stops everything.
 set -euo pipefail

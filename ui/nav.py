@@ -51,8 +51,8 @@ _building = threading.Lock()
 
 def pages(root: Path) -> dict[str, list[st.Page]]:
     """Each section's st.Page objects (sections without a page left out). They are built once per
-    process: building resolves and stats every page file, ~8% of the server's CPU with a class
-    connected (py-spy, bench/bench_load.py). Every run gets fresh copies, because st.navigation
+    process: building resolves and stats every page file, a visible share of the server's CPU with
+    a class connected (py-spy, bench/bench_load.py). Every run gets fresh copies, because st.navigation
     marks the page it picks as callable on the object itself and sessions run at once."""
     global _built
     with _building:

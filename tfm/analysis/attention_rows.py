@@ -2,7 +2,7 @@
 
 A page that shows a 64-position window of a 1024-token prompt needs 64 rows of a layer's
 pattern, not the whole (H, 1024, 1024) block that a lazy trace would recompute (with its MLP)
-when a different layer is picked: ~0.5 s for GPT-2 small on one CPU thread. Here only the
+when a different layer is picked (slow for GPT-2 small on one CPU thread). Here only the
 window's queries and the keys up to its last position are used, through the block's own
 norm, `split_qkv` (heads, RoPE), the trace's stored angles and `attention_scores`, so the rows equal the trace's pattern rows up to
 float rounding (tests/test_attention_rows.py compares them).

@@ -25,7 +25,7 @@ def residual_streams(trace: Trace, positions: slice | None = None) -> torch.Tens
 
 # Rows (layer x position) per unembedding product. The vocabulary matrix is the largest the model
 # has (113 MB for SmolLM2) and a product reads it once whatever its rows: one layer's few positions
-# at a time read it L+1 times (SmolLM2, 32 positions: 31 products of 32 rows, ~1.5 s on 2 cores).
+# at a time read it L+1 times (SmolLM2, 32 positions: 31 products of 32 rows; docs/benchmarks.md).
 LENS_ROWS = 256
 
 

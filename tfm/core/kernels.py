@@ -2,9 +2,9 @@
 
 On a CPU, torch runs float32 products through its BLAS (MKL in the official wheels) or, for the
 same op, through oneDNN (also inside torch). Which is faster depends on the CPU and the shape:
-on one 2-core AMD EPYC server oneDNN ran SmolLM2's unembedding at 128 tokens in 48 vs 77 ms; on
-another (same name, another day) in 102 vs 160 ms the other way round, while GPT-2's stayed
-faster with oneDNN (bench/bench_kernels.py prints both on the machine at hand). So by default
+on one 2-core AMD EPYC server oneDNN ran SmolLM2's unembedding at 128 tokens faster; on
+another (same name, another day) slower, while GPT-2's stayed faster with oneDNN
+(bench/bench_kernels.py prints both on the machine at hand; docs/benchmarks.md). So by default
 ("auto") a float32 CPU product without autograd, large enough for oneDNN to possibly gain, is
 timed both ways (a vocabulary-sized matrix also as BLAS over column slices) the first time its
 weight shape meets a row-count bucket, and that bucket keeps the fastest product for the life of
@@ -26,9 +26,9 @@ import torch.nn.functional as F
 
 CpuProduct = Literal["auto", "onednn", "blas"]
 
-# oneDNN keeps a compiled kernel per product shape in two caches, of 1024 entries by default at
-# ~0.3-0.5 MB each: a server that sees every prompt length up to 1024 grew by ~450 MB. Each
-# forward needs ~5 shapes, so 32 entries (under ~25 MB) hold several prompt lengths. Read when
+# oneDNN keeps a compiled kernel per product shape in two caches, of 1024 entries by default: a
+# server that sees every prompt length up to 1024 grew by hundreds of MB (docs/benchmarks.md). Each
+# forward needs ~5 shapes, so 32 entries hold several prompt lengths. Read when
 # oneDNN first runs, so set on import, before any product; a value set by the operator is kept.
 ONEDNN_CACHE_ENTRIES = 32
 for _var in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
@@ -69,10 +69,10 @@ def using_cpu_product(choice: CpuProduct):
         _cpu_product = before
 
 
-# oneDNN costs ~30-40 us more per call than BLAS: worth it for a large matrix, even on one row
-# (a decode step: GPT-2's 768x2304 0.09 vs 0.12 ms, SmolLM2's 576x1536 0.05 vs 0.06 ms), or for
-# much work (192x576 at 128 rows 0.18 vs 0.30 ms); not for small matrices on few rows (the bundled
-# model's decode steps: 192x576 at 1 row 0.03 vs 0.02 ms). bench/bench_kernels.py.
+# oneDNN costs more per call than BLAS: worth it for a large matrix, even on one row (a decode
+# step of GPT-2's 768x2304 or SmolLM2's 576x1536), or for much work (192x576 at 128 rows); not for
+# small matrices on few rows (the bundled model's decode steps). bench/bench_kernels.py; the
+# figures are in docs/benchmarks.md.
 ONEDNN_MIN_WEIGHT = 1 << 19   # in x out
 ONEDNN_MIN_MACS = 1 << 23     # rows x in x out
 
@@ -90,7 +90,7 @@ def _product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
         return "blas"
     # A weight that is neither (out, in) nor (in, out) contiguous, e.g. a slice of rows of an
-    # input-major matrix, sends oneDNN to a reference kernel ~100x slower: BLAS copes with it.
+    # input-major matrix, sends oneDNN to a far slower reference kernel: BLAS copes with it.
     if not (weight.is_contiguous() or weight.t().is_contiguous()):
         return "blas"
     if not (weight.numel() >= ONEDNN_MIN_WEIGHT or x.numel() * weight.shape[0] >= ONEDNN_MIN_MACS):
@@ -110,8 +110,7 @@ _measuring = threading.Lock()
 
 # A vocabulary-sized matrix (SmolLM2's 49152 x 576, 113 MB) streams through BLAS's blocking in
 # one product at about half the speed of its other matrices; products over slices of 1024 output
-# columns (4.5 MB of weights each) ran 20-37% faster on 32 to 1024 rows (one 2-core EPYC, 1
-# thread). So such a matrix, on 8 rows or more, gets that product as a third candidate.
+# columns (4.5 MB of weights each) ran faster on 32 to 1024 rows (docs/benchmarks.md). So such a matrix, on 8 rows or more, gets that product as a third candidate.
 SLICE = 1024
 SLICED_MIN_OUT = 8 * SLICE
 

@@ -44,7 +44,7 @@ class Norm(nn.Module):
         xd = x.detach()  # the deferred entries below must not hold the autograd graph
         if self.kind == "layernorm":
             # The fused kernel also returns the statistics it used, (B, T, 1) each: an explicit
-            # var_mean costs ~15x the whole fused norm on CPU.
+            # var_mean costs many times the whole fused norm on CPU.
             out, mean, rstd = torch.native_layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
             mean, rstd = mean.detach().to(x.dtype), rstd.detach().to(x.dtype)  # CUDA keeps them float32
             rec.add("mean", mean.squeeze(-1))
@@ -198,13 +198,13 @@ class GPT(nn.Module):
     def _input_major_weights(self) -> None:
         """Keep each block matrix's (out, in) shape but store it (in, out) in memory, as GPT-2's
         Conv1D does. A decode step multiplies one vector by every matrix, reading each once
-        from memory; on a CPU that product streams the (in, out) layout about 1.7x faster
-        (bench/bench_generate.py). Shapes, names, files and results are unchanged.
+        from memory; on a CPU that product streams the (in, out) layout faster
+        (bench/bench_generate.py, docs/benchmarks.md). Shapes, names, files and results are unchanged.
 
         The unembedding (and the embedding tied to it) stays (out, in), as Hugging Face's
-        lm_head: on several rows oneDNN reads that layout 1.5-2x faster for SmolLM2's 49152
+        lm_head: on several rows oneDNN reads that layout faster for SmolLM2's 49152
         x 576 (its (in, out) rows, 3 x 2^16 bytes apart, collide in the caches) and no slower
-        for GPT-2's; one row costs ~3 ms more (bench/bench_kernels.py)."""
+        for GPT-2's; one row costs a little more (bench/bench_kernels.py, docs/benchmarks.md)."""
         for module in self.blocks.modules():
             if isinstance(module, nn.Linear):
                 module.weight = nn.Parameter(module.weight.detach().t().contiguous().t())

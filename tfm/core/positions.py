@@ -23,7 +23,7 @@ def sinusoidal_table(length: int, d_model: int) -> torch.Tensor:
 def _on_meta() -> bool:
     """Whether modules are being built on the meta device (`with torch.device("meta")`: a loader
     fills them, or only their shapes are wanted). Nothing is computed for them then: there are no
-    values, and some meta ops (normal_, division) import torch._dynamo, ~2 s once a process."""
+    values, and some meta ops (normal_, division) import torch._dynamo, seconds once a process."""
     return torch.empty(0).is_meta
 
 

@@ -7,7 +7,7 @@
     gen.close()                # Stop: ends this row only (also when the iterator is dropped)
 
 Decoding one row is bound by reading the weights, so one step for many rows costs far less than
-a step each (SmolLM2 on 2 CPU cores: ~200 ms for 30 rows, ~80 ms for one). One thread per
+a step each (docs/benchmarks.md, bench_batcher). One thread per
 Batcher runs a loop: admit waiting requests (first come first served, at most `per_owner` rows
 per owner, at most `max_rows` in all, their padded prompts within `prefill_tokens`), prefill
 every prompt but its last token in ONE forward (`prefill.prefill_keys`), copy their keys into
@@ -104,7 +104,7 @@ def _row_entry(name: str) -> bool:
 def row_traces(trace, n_keys: list[int], wanted: list[bool]) -> list[RowTrace | None]:
     """The RowTrace of each row that `wanted` one, from one batched decode step's trace: the
     batch's patterns and streams stacked once, then one copy each per row (a copy per layer and
-    row cost ~20% of a traced 30-row step)."""
+    row was a large share of a traced 30-row step)."""
     attn = trace.stack("attn.pattern")[:, :, :, -1]                    # (L, B, H, S)
     labels, streams = trace.residual_stack()                           # (L+1, B, 1, D)
     return [RowTrace(attn[:, b, :, :n].clone(), labels, streams[:, b, -1].clone()) if w else None

@@ -4,12 +4,12 @@ settings, then each row's own draw from its own generator, as `tfm.generate` dra
 Hugging Face samples with `torch.multinomial(probs, 1, generator=g)`. For one draw torch computes
 argmax(probs / q), q ~ Exp(1) over the whole vocabulary from g (torch's own fast path for one
 sample; tests/test_choice.py checks the token and g's state after it against multinomial). On a
-49152-token vocabulary that noise is nearly all of a draw's ~1.4 ms, and a 30-row SmolLM2 step
-spent ~40 ms on it after its forward. q does not depend on the probabilities, so a large
+49152-token vocabulary that noise is nearly all of a draw's time, and a 30-row SmolLM2 step
+spent a large share of its time on it after its forward (docs/benchmarks.md). q does not depend on the probabilities, so a large
 vocabulary's rows have it drawn ahead (`Noise.start`) in threads while the step's forward runs
 (torch releases the GIL inside the op), from the row's own generator in the order a draw after
-the forward would use it: the same numbers, so the same token. A small vocabulary's draw (~0.1 ms
-at 4096) costs less than handing it to another thread: those draw after the forward.
+the forward would use it: the same numbers, so the same token. A small vocabulary's draw (4096
+ids) costs less than handing it to another thread: those draw after the forward.
 
 A row is any object with `settings` (SamplingSettings), `words` (ids that are tokens), `gen` (its
 torch.Generator) and `noise` (its Noise).

