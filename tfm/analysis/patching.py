@@ -15,7 +15,7 @@ import torch
 
 from ..core import edits as E
 from .heads import induction_probe, top_head
-from .attribution import _ids, _model, check_position, check_token
+from .attribution import _ids, _model, check_position
 
 BUDGET_BYTES = 256 * 2**20
 
@@ -38,14 +38,6 @@ class Metric:
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:          # (R, V) -> (R,)
         out = logits[:, self.token].double()
         return out - logits[:, self.versus].double() if self.versus is not None else out
-
-
-def metric_for(model, t: int, position: int, token: int, versus: int | None) -> Metric:
-    p = check_position(position, t)
-    check_token(token, model.config.vocab_size)
-    if versus is not None:
-        check_token(versus, model.config.vocab_size, "versus token")
-    return Metric(p, token, versus)
 
 
 def _first_layer(edits: Sequence[E.Edit], n_layer: int) -> int:

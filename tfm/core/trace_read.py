@@ -12,13 +12,6 @@ from .functional import expand_kv
 from .trace import Trace, name
 
 
-def sublayer_output(trace: Trace, layer: int, which: str, batch: int = 0) -> torch.Tensor:
-    """What block `layer`'s attention ("attn") or MLP ("mlp") adds to the stream: (T, D)."""
-    if which not in ("attn", "mlp"):
-        raise ValueError(f"which={which!r}: choose 'attn' or 'mlp'")
-    return trace[name(f"{which}_out", layer)][batch]
-
-
 def cross_pattern(trace: Trace, layer: int, batch: int = 0) -> torch.Tensor:
     """Encoder-decoder traces (`tfm.teach.encdec`): decoder `layer`'s cross-attention, (H, T, S)."""
     return trace[f"dec.blocks.{layer}.cross.pattern"][batch]
