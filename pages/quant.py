@@ -2,8 +2,8 @@
 the model to a coarser type does to this prompt's prediction and attention."""
 import streamlit as st
 
-from tfm.analysis.quant import DECODED, TARGETS, bits_per_weight, block_view, compare, copy_bytes, gguf_path, \
-    requantize, tensor_table
+from tfm.analysis.quant import DECODED, TARGETS, bits_per_weight, block_view, copy_bytes, gguf_path, \
+    requantized_effects, tensor_table
 from tfm.loaders.gguf_file import read_gguf
 from tfm.loaders.limits import fmt_bytes
 from tfm.viz import quant as fq
@@ -75,25 +75,31 @@ c = st.columns([2, 3])
 qtype = c[0].selectbox("Type", TARGETS, index=TARGETS.index("Q4_0"), format_func=lambda q: f"{q} ({bits_per_weight(q):g} bits)",
                        **state.keep("quant.target"))
 c[1].caption(f"Every weight matrix goes through `gguf.quants.quantize` to {qtype} and back, in a copy of the model "
-             f"({fmt_bytes(need)}; the shared model is untouched). Norm gains stay float32, as llama.cpp keeps them.")
+             f"({fmt_bytes(need)}, dropped once both models have run; the shared model is untouched). Norm gains stay "
+             "float32, as llama.cpp keeps them.")
 if need > server.limits().max_model_bytes:
     st.error(f"A copy of this model takes {fmt_bytes(need)}, over this server's model limit of "
              f"{fmt_bytes(server.limits().max_model_bytes)}: re-quantizing is off here.")
     st.stop()
-ready = state.is_cached("derived", spec, device, "quant.copy", qtype)
-if not ready and not st.button(f"Re-quantize to {qtype}", key="quant.run", type="primary"):
-    st.info("Press the button: quantizing every matrix takes a while (tens of seconds on a busy CPU). The copy is "
-            "kept for everyone while memory allows.")
-    st.stop()
-copy_lm = state.derived_status(f"Re-quantizing every matrix to {qtype}…", "quant.copy", requantize, spec, device, qtype)
 run = state.current_run(max_tokens=MAX_TOKENS)
+ready = state.is_cached("derived", spec, device, "quant.effects", qtype, run.ids)
+if not ready and not st.button(f"Re-quantize to {qtype}", key="quant.run", type="primary"):
+    st.info("Press the button: quantizing every matrix takes a while (tens of seconds on a busy CPU). What it does "
+            "to this prompt, in every layer and head, is kept for everyone while memory allows; the copy itself is "
+            "not kept, so another prompt re-quantizes again.")
+    st.stop()
+# every layer's and head's patterns in one go (a few MB at 48 tokens): the sliders need no copy
+try:
+    comparison = state.derived_status(f"Re-quantizing every matrix to {qtype} and running both models…",
+                                      "quant.effects", requantized_effects, spec, device, qtype, run.ids, alone=True)
+except ValueError as e:
+    st.error(f"Could not re-quantize this model to {qtype}: {message(e)}")
+    st.stop()
 cfg = lm.config
 c = st.columns(2)
 layer = c[0].slider("Layer", 0, cfg.n_layer - 1, **state.keep("quant.layer"))
 head = c[1].slider("Head", 0, cfg.n_head - 1, **state.keep("quant.head"))
-effect = state.derived_status("Running both models…", "quant.compare",
-                              lambda lm_, q, ids, l, h: compare(lm_, copy_lm, ids, l, h), spec, device, qtype,
-                              run.ids, layer, head)
+effect = comparison.effect(layer, head)
 tok = lm.tokenizer
 m = st.columns(3)
 m[0].metric("KL at the last position", f"{effect.kl[-1]:.4f} nats")

@@ -4,6 +4,9 @@ dequantize and to the loaded weights, re-quantized copies equal to quantize-then
 every matrix (the shared model untouched), and KL / ranks / patterns recomputed directly."""
 from __future__ import annotations
 
+import dataclasses
+import weakref
+
 import numpy as np
 import pytest
 import torch
@@ -14,6 +17,7 @@ import tfm
 from tests.gguf_files import bytelevel_vocab, write_model
 from tfm.analysis import quant
 from tfm.loaders.gguf_file import read_gguf
+from ui import memory
 
 DECODED = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
 
@@ -83,10 +87,11 @@ def lm(files):
     return tfm.load(files["Q4_1"], device="cpu")
 
 
-@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0"])
-def test_requantize_copies_and_quantizes_every_matrix(lm, qtype):
+@pytest.mark.parametrize("qtype, rows", [("Q8_0", None), ("Q4_0", None), ("Q5_1", 3)])
+def test_requantize_copies_and_quantizes_every_matrix(lm, qtype, rows):
+    """rows: a few rows at a time (as a vocabulary matrix goes) equals the whole matrix at once."""
     before = {n: p.detach().clone() for n, p in lm.model.named_parameters()}
-    q = quant.requantize(lm, qtype)
+    q = quant.requantize(lm, qtype, rows_at_once=rows)
     kind = GGMLQuantizationType[qtype]
     for n, p in lm.model.named_parameters():   # the shared model is untouched
         assert torch.equal(p, before[n])
@@ -130,6 +135,38 @@ def test_compare_recomputed_directly(lm):
     torch.testing.assert_close(torch.from_numpy(e.pattern_original), a.trace.pattern(1)[2])
     torch.testing.assert_close(torch.from_numpy(e.pattern_requantized), b.trace.pattern(1)[2])
     assert not np.array_equal(e.pattern_original, e.pattern_requantized)
+
+
+def test_requantized_effects_equal_compare_on_a_copy_and_hold_no_model(lm, monkeypatch):
+    """What a server keeps instead of a re-quantized copy (it kept the whole float copy, 540 MB on
+    SmolLM2): every layer's and head's numbers equal `compare` on a fresh copy, bit for bit, and
+    the copy made inside is gone once it returns."""
+    made, requantize = [], quant.requantize
+    monkeypatch.setattr(quant, "requantize", lambda *a, **k: made.append(weakref.ref(r := requantize(*a, **k))) or r)
+    ids = lm.tokenizer.prompt_ids("the cat sat on the mat and the dog")
+    c = quant.requantized_effects(lm, "Q5_0", ids, k=5)
+    assert len(made) == 1 and made[0]() is None          # no reference left, without a garbage collection
+    monkeypatch.undo()
+    copy = quant.requantize(lm, "Q5_0")
+    cfg = lm.config
+    assert c.patterns_original.shape == (cfg.n_layer, cfg.n_head, len(ids), len(ids)) and c.qtype == "Q5_0"
+    for layer in range(cfg.n_layer):
+        for head in range(cfg.n_head):
+            got, want = c.effect(layer, head), quant.compare(lm, copy, ids, layer, head, k=5)
+            for f in dataclasses.fields(want):
+                a, b = getattr(got, f.name), getattr(want, f.name)
+                assert np.array_equal(a, b) if isinstance(b, np.ndarray) else a == b, (layer, head, f.name)
+    assert memory.sizeof(c) < quant.copy_bytes(lm) / 4
+    with pytest.raises(ValueError, match="head"):
+        c.effect(0, cfg.n_head)
+
+
+def test_requantized_effects_refuse_patterns_over_their_bound(lm, monkeypatch):
+    monkeypatch.setattr(quant, "MAX_PATTERN_BYTES", 1000)
+    with pytest.raises(ValueError, match="fewer tokens"):
+        quant.requantized_effects(lm, "Q8_0", [1, 2, 3, 4])
+    with pytest.raises(ValueError, match="Q8_0, Q5_1"):
+        quant.requantized_effects(lm, "Q3_K", [1])
 
 
 @pytest.fixture(scope="module")

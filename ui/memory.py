@@ -8,6 +8,7 @@ A dropped value is simply recomputed when asked for again. No streamlit here: `u
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import threading
@@ -47,6 +48,22 @@ def memory_budget(environ: dict | None = None) -> int:
     if env.get(BUDGET_ENV):
         return parse_bytes(env[BUDGET_ENV])
     return int(total_ram() * DEFAULT_SHARE)
+
+
+try:
+    _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim   # glibc's, in the process's own C library
+except (OSError, AttributeError, TypeError):      # macOS, Windows, musl: none (nor glibc's arenas)
+    _MALLOC_TRIM = None
+
+
+def release_freed() -> bool:
+    """Hand the heap's free pages back to the OS (glibc's `malloc_trim(0)`); False where the C
+    library has none. Freed tensors of a few MB stay in glibc's arenas otherwise: a dropped float
+    copy of SmolLM2 (540 MB) left the server ~450 MB bigger (bench/bench_quant_memory.py)."""
+    if _MALLOC_TRIM is None:
+        return False
+    _MALLOC_TRIM(0)
+    return True
 
 
 def sizeof(value) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,23 +161,35 @@ def run_traced(spec: str, device: str, ids: tuple[int, ...]) -> Trace:
     return PROMPTS.get(("trace", spec, device, ids), compute)
 
 
-def derived(name: str, fn, spec: str, device: str, *args):
+_ALONE = threading.Lock()  # work as large as a model (`derived(..., alone=True)`): one at a time per process
+
+
+def derived(name: str, fn, spec: str, device: str, *args, alone: bool = False):
     """Cache a pure function of the loaded model across sessions: `fn(lm, *args)`.
 
     `name` identifies the function (the callable itself is not hashed); `args` must be
     hashable (tuples of ids, numbers, strings). Results are shared: treat them as read-only.
     They count against the same byte budget as traces.
+    `alone`: `fn` builds something the size of the model (a re-quantized copy) and keeps only a
+    small result: one such computation runs in the process at a time, so sessions asking at once
+    never hold two (the others wait before taking a heavy slot, as a loader does), and the freed
+    memory goes back to the OS when it ends (`memory.release_freed`).
     """
     def compute():
         lm = load_lm(spec, device)  # before taking a slot
-        with server.heavy(name, quiet=True):
-            return fn(lm, *args)
+        with _ALONE if alone else nullcontext(), server.heavy(name, quiet=True):
+            try:
+                return fn(lm, *args)
+            finally:
+                if alone:
+                    memory.release_freed()
     return PROMPTS.get(("derived", spec, device, name, *args), compute)
 
 
-def derived_status(label: str, name: str, fn, spec: str, device: str, *args):
+def derived_status(label: str, name: str, fn, spec: str, device: str, *args, alone: bool = False):
     """`derived(...)` with a status line while it computes (for work that takes seconds)."""
-    return with_status(label, is_cached("derived", spec, device, name, *args), derived, name, fn, spec, device, *args)
+    return with_status(label, is_cached("derived", spec, device, name, *args),
+                       lambda: derived(name, fn, spec, device, *args, alone=alone))
 
 
 def is_cached(kind: str, *key) -> bool:

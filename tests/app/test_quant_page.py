@@ -3,6 +3,10 @@ the block chart's numbers are the block's bytes decoded (equal to gguf.quants.de
 the re-quantized comparison equals tfm.analysis.quant.compare on a fresh re-quantized copy."""
 from __future__ import annotations
 
+import threading
+import time
+import weakref
+
 import numpy as np
 import pytest
 
@@ -12,7 +16,7 @@ from tests.gguf_files import bytelevel_vocab, write_model
 from tfm.analysis import quant
 from tfm.generation.generate import prepare_prompt
 from tfm.loaders.gguf_file import read_gguf
-from ui import state
+from ui import server, state
 
 PROMPT = "the cat sat on the mat"
 
@@ -76,3 +80,62 @@ def test_a_model_not_from_gguf_gets_the_way_to_open_one():
     assert not at.exception, at.exception
     assert any("GGUF" in i.value and "folder box" in i.value for i in at.info)
     assert not at.get("plotly_chart")
+
+
+def test_a_requantized_model_is_not_kept_in_the_shared_cache(gguf_file, monkeypatch):
+    """Each Re-quantize kept a whole float32 copy of the model in the shared cache (SmolLM2: 1.0 ->
+    4.1 GB over six types). Now the cache grows by the small comparison only, the sliders read it
+    without re-quantizing, and its numbers are compare's on a fresh copy."""
+    made = []
+    requantize = quant.requantize
+    monkeypatch.setattr(quant, "requantize", lambda *a, **k: made.append(a[1]) or requantize(*a, **k))
+    at, lm = open_quant(gguf_file)
+    cached = state.PROMPTS.nbytes + state.MODELS.nbytes
+    for qtype in ("Q5_1", "Q4_0"):
+        at.selectbox(key="quant.target").set_value(qtype).run()
+        at.button(key="quant.run").click().run()
+        assert not at.exception, at.exception
+    for layer, head in [(0, 0), (1, 3)]:
+        at.slider(key="quant.layer").set_value(layer)
+        at.slider(key="quant.head").set_value(head).run()
+        assert not at.exception, at.exception
+    assert made == ["Q5_1", "Q4_0"]                       # once per type, none for the sliders
+    grown = state.PROMPTS.nbytes + state.MODELS.nbytes - cached
+    assert 0 < grown < quant.copy_bytes(lm) / 4, (grown, state.PROMPTS.sizes())
+    ids = prepare_prompt(lm, PROMPT, room=0, max_tokens=48).ids
+    monkeypatch.undo()
+    want = quant.compare(lm, quant.requantize(lm, "Q4_0"), ids, 1, 3)
+    pats = chart_by_title(at, "Layer 1, head 3")["data"]
+    np.testing.assert_array_equal(decode(pats[1]["z"]).astype(np.float32)[-1], want.pattern_requantized[-1])
+    assert {m.label: m.value for m in at.metric}["KL at the last position"] == f"{want.kl[-1]:.4f} nats"
+
+
+def test_two_sessions_requantizing_at_once_hold_one_copy_at_a_time(gguf_file, monkeypatch):
+    """Two sessions pressing Re-quantize together each built a full copy (heavy_slots 2: two at
+    once). `derived(..., alone=True)` runs them one after the other."""
+    at, lm = open_quant(gguf_file)
+    spec = at.session_state["app.model_spec"]
+    assert server.limits().heavy_slots >= 2             # the heavy gate alone would let both run
+    live, most, lock = [0], [0], threading.Lock()
+    requantize = quant.requantize
+
+    def slow(*a, **k):
+        copy = requantize(*a, **k)
+        with lock:
+            live[0] += 1
+            most[0] = max(most[0], live[0])
+        weakref.finalize(copy.model, lambda: live.__setitem__(0, live[0] - 1))
+        time.sleep(0.3)                                 # time for the other session to start its copy
+        return copy
+    monkeypatch.setattr(quant, "requantize", slow)
+    ids = tuple(prepare_prompt(lm, PROMPT, room=0, max_tokens=48).ids)
+    results = {}
+
+    def session(qtype):
+        results[qtype] = state.derived("quant.effects", quant.requantized_effects, spec, "cpu", qtype, ids, alone=True)
+    threads = [threading.Thread(target=session, args=(q,)) for q in ("Q8_0", "Q4_0")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == ["Q4_0", "Q8_0"] and most[0] == 1 and live[0] == 0
