@@ -25,10 +25,11 @@ from tfm.loaders.loading import REGISTRY
 from tfm.loaders.ollama import is_models_folder, models as ollama_models
 from tfm.loaders.packaged import smollm2_path
 from tfm.loaders.spec import ModelSpec, format_spec, parse_spec
+from tfm.core.cancel import Cancelled
 from tfm.core.trace import Trace
 from ui import memory
 
-from ui import server
+from ui import server, stopping
 from ui.text import message, plain
 
 
@@ -158,23 +159,30 @@ def run_traced(spec: str, device: str, ids: tuple[int, ...]) -> Trace:
     return PROMPTS.get(("trace", spec, device, ids), compute)
 
 
-def derived(name: str, fn, spec: str, device: str, *args):
+def derived(name: str, fn, spec: str, device: str, *args, stoppable: bool = False):
     """Cache a pure function of the loaded model across sessions: `fn(lm, *args)`.
 
     `name` identifies the function (the callable itself is not hashed); `args` must be
     hashable (tuples of ids, numbers, strings). Results are shared: treat them as read-only.
-    They count against the same byte budget as traces.
+    They count against the same byte budget as traces. `stoppable`: call `fn(lm, *args,
+    should_stop=...)` (tfm.core.cancel), which stops once no page waits for the result any more
+    (every run that asked for it was superseded by a click, or its tab closed); the run then ends
+    as Streamlit ends a stopped run, and nothing is cached.
     """
-    def compute():
+    def compute(stop=None):
         lm = load_lm(spec, device)  # before taking a slot
-        with server.heavy(name, quiet=True):
-            return fn(lm, *args)
-    return PROMPTS.get(("derived", spec, device, name, *args), compute)
+        with server.heavy(name, quiet=True, should_stop=stop):
+            return fn(lm, *args, should_stop=stop) if stoppable else fn(lm, *args)
+    try:
+        return PROMPTS.get(("derived", spec, device, name, *args), compute, stopping.page_stop())
+    except Cancelled as e:
+        stopping.end_run(e)
 
 
-def derived_status(label: str, name: str, fn, spec: str, device: str, *args):
+def derived_status(label: str, name: str, fn, spec: str, device: str, *args, stoppable: bool = False):
     """`derived(...)` with a status line while it computes (for work that takes seconds)."""
-    return with_status(label, is_cached("derived", spec, device, name, *args), derived, name, fn, spec, device, *args)
+    return with_status(label, is_cached("derived", spec, device, name, *args), derived, name, fn, spec, device,
+                       *args, stoppable=stoppable)
 
 
 def is_cached(kind: str, *key) -> bool:
@@ -261,10 +269,13 @@ def checked_spec(spec: str) -> str:
 
 def progress_bar(label: str):
     """A `(done, total)` callback for long loops in tfm (`progress=`): a bar on the page that
-    disappears when the work is done."""
-    box = st.empty()
+    disappears when the work is done. Once this run was asked to stop it draws nothing (an st
+    call would end the shared computation that another page may still wait for)."""
+    box, stopped = st.empty(), stopping.page_stop()
 
     def update(done: int, total: int) -> None:
+        if stopped is not None and stopped():
+            return
         if done >= total:
             box.empty()
         else:
@@ -272,14 +283,14 @@ def progress_bar(label: str):
     return update
 
 
-def with_status(label: str, cached: bool, fn, *args):
+def with_status(label: str, cached: bool, fn, *args, **kwargs):
     """`fn(*args)`, with a status line on the page while it runs unless the result is cached:
     a long prompt on a big model takes seconds, and a frozen page looks broken."""
     if cached:
-        return fn(*args)
+        return fn(*args, **kwargs)
     box = st.empty()
     with box.status(label, expanded=False):
-        value = fn(*args)
+        value = fn(*args, **kwargs)
     box.empty()
     return value
 
