@@ -18,6 +18,7 @@ from tfm.viz.why import md
 from ui import state, stopping
 
 from tests.app.conftest import open_page
+from tests.test_app_cache import Waiter
 
 PROMPT = "Once upon a time there was a little dog"
 
@@ -72,12 +73,12 @@ def test_a_steering_text_goes_on_while_another_session_waits_and_stops_when_none
     vec = steering.pair_vector(lm, " happy", " sad", lm.config.n_layer // 2)
     slow, left, new = Slow(0.05), {}, 8
     monkeypatch.setattr(steering, "generate", slow)
-    monkeypatch.setattr(stopping, "page_stop", lambda: left[threading.get_ident()].is_set)
+    monkeypatch.setattr(stopping, "page_stop", lambda: left[threading.get_ident()])
 
     def texts(lm, strength, should_stop=None):
         return steering.steered_pair(lm, PROMPT, vec, strength, 1, new, 0.8, should_stop=should_stop)
 
-    def session(strength: float, flag: threading.Event, out: list) -> threading.Thread:
+    def session(strength: float, flag: Waiter, out: list) -> threading.Thread:
         def run():
             left[threading.get_ident()] = flag
             try:
@@ -91,15 +92,15 @@ def test_a_steering_text_goes_on_while_another_session_waits_and_stops_when_none
 
     for strength, both_leave in ((2.0, False), (3.0, True)):
         slow.made.clear()
-        a_left, b_left, out_a, out_b = threading.Event(), threading.Event(), [], []
-        ta = session(strength, a_left, out_a)
+        a, b, out_a, out_b = Waiter(), Waiter(), [], []
+        ta = session(strength, a, out_a)
         while len(slow.made) < 2:
             time.sleep(0.01)
-        tb = session(strength, b_left, out_b)            # a second session asks for the same texts
-        time.sleep(0.3)
-        a_left.set()                                     # the first one's student clicked again
+        tb = session(strength, b, out_b)                 # a second session asks for the same texts
+        assert b.asked.wait(10)                          # and waits for them
+        a.left.set()                                     # the first one's student clicked again
         if both_leave:
-            b_left.set()
+            b.left.set()
         ta.join(30), tb.join(30)
         key = ("derived", state.default_model_spec(), "cpu", "test.texts", strength)
         if both_leave:
