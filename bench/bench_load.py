@@ -77,7 +77,9 @@ class Student:
         # SETTLE s after the script finished (the server still sends and tidies up)
         self.meter, self.cpu = meter, []
 
-    def run(self, page: str, states: list[WidgetState] = ()) -> Run:
+    def send(self, page: str, states: list[WidgetState] = ()) -> None:
+        """Ask for a run of `page` with these widget states, as a browser does, without waiting
+        (a click while the page still runs: `run` waits for its end)."""
         msg = BackMsg()
         cs = msg.rerun_script
         cs.query_string = self.query
@@ -85,9 +87,12 @@ class Student:
         if page in self.pages:
             cs.page_script_hash = self.pages[page]
         cs.widget_states.widgets.extend(states)
+        self.ws.send_binary(msg.SerializeToString())
+
+    def run(self, page: str, states: list[WidgetState] = ()) -> Run:
         cpu0 = self.meter() if self.meter else 0.0
         start = time.perf_counter()
-        self.ws.send_binary(msg.SerializeToString())
+        self.send(page, states)
         errors, busy, widgets, self.charts, self.texts, self.warnings = [], False, {}, 0, [], []
         while True:
             fm = ForwardMsg()

@@ -162,9 +162,9 @@ with tabs[2]:
                                      None if tok is None else tok - a), key="attn.head_view")
 with tabs[3]:
     if tabs[3].open:
-        heads = state.derived("attn.head_table", lambda lm, ids: analysis.head_table(
-            lm, run.trace, ids, state.progress_bar(f"Scoring every head on {n_tok} tokens and on the repeat probe")),
-            run.spec, run.device, run.ids)
+        heads = state.derived("attn.head_table", lambda lm, ids, should_stop: analysis.head_table(
+            lm, run.trace, ids, state.progress_bar(f"Scoring every head on {n_tok} tokens and on the repeat probe"),
+            should_stop), run.spec, run.device, run.ids, stoppable=True)
         if heads.probe is None:
             st.info("The model's context is too short for the repeated-random-tokens probe.")
         else:

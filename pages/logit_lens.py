@@ -29,17 +29,17 @@ if n_pos > width:
 stop = min(n_pos, start + width)
 
 
-def window_lens(lm, ids: tuple[int, ...], start: int, stop: int):
+def window_lens(lm, ids: tuple[int, ...], start: int, stop: int, should_stop=None):
     """The lens on the window's positions, top 5 only (full distributions for every position
     and layer would be large)."""
     lens = logit_lens(lm.model, run.trace, k=5, positions=slice(start, stop), keep_probs=False,
-                      n_words=min(lm.tokenizer.vocab_size, lm.config.vocab_size))
+                      n_words=min(lm.tokenizer.vocab_size, lm.config.vocab_size), should_stop=should_stop)
     return lens.labels, lens.top_ids.cpu(), lens.top_probs.float().cpu()
 
 
 rows, top_ids, top_probs = state.derived_status(f"Decoding positions {start}–{stop - 1} after every layer…",
                                                "logit_lens.window", window_lens, run.spec, run.device, run.ids,
-                                               start, stop)
+                                               start, stop, stoppable=True)
 ids_l, probs_l = top_ids.tolist(), top_probs.tolist()  # plain lists: ~1,000 cells, no tensor indexing each
 pieces = [[tok.display_piece(cell[0]) for cell in layer] for layer in ids_l]
 nxt = list(run.ids[start + 1:stop + 1])  # the token that really follows each position

@@ -33,12 +33,13 @@ def vector_of(lm, key: tuple) -> steering.SteeringVector:
     return steering.feature_vector(fs.sae, key[2], top if top > 0 else 1.0)
 
 
-def texts(lm, key, prompt, strength, seed, new, temperature, where):
-    return steering.steered_pair(lm, prompt, vector_of(lm, key), strength, seed, new, temperature, where=where)
+def texts(lm, key, prompt, strength, seed, new, temperature, where, should_stop=None):
+    return steering.steered_pair(lm, prompt, vector_of(lm, key), strength, seed, new, temperature, where=where,
+                                 should_stop=should_stop)
 
 
-def sweep(lm, key, ids, token, strengths):
-    return steering.sweep(lm, ids, vector_of(lm, key), strengths, token).tolist()
+def sweep(lm, key, ids, token, strengths, should_stop=None):
+    return steering.sweep(lm, ids, vector_of(lm, key), strengths, token, should_stop).tolist()
 
 
 sidebar.render()
@@ -92,7 +93,7 @@ st.caption(f"Direction: {shown(vec.source, 200)}, length {float(vec.vector.norm(
 try:
     plain, steered = state.derived_status("Generating with and without steering…", "steer.texts", texts, run.spec,
                                           run.device, key, ss["sidebar.prompt"][:server.limits().max_prompt_chars], float(strength), seed, int(new),
-                                          float(temperature), where)
+                                          float(temperature), where, stoppable=True)
 except ValueError as e:
     st.error(f"Cannot generate: {message(e)}")
     st.stop()
@@ -114,7 +115,8 @@ except ValueError as e:
     st.warning(message(e))
     st.stop()
 strengths = np.linspace(-MAX_STRENGTH, MAX_STRENGTH, SWEEP_POINTS).tolist()
-probs = state.derived("steer.sweep", sweep, run.spec, run.device, key, run.ids, token, tuple(strengths))
+probs = state.derived("steer.sweep", sweep, run.spec, run.device, key, run.ids, token, tuple(strengths),
+                      stoppable=True)
 charts.show(fv.sweep_line(strengths, probs, tok.display_piece(token), float(strength),
                           f"p({plotly_text(repr(tok.display_piece(token)))}) after the prompt, steering every position "
                           f"(one batched run of {SWEEP_POINTS} strengths)"), key="steer.sweep")

@@ -7,11 +7,13 @@ from __future__ import annotations
 import dataclasses
 import platform
 import threading
+import time
 
 import psutil
 import pytest
 import torch
 
+from tfm.core import cancel
 from tfm.core.config import ModelConfig
 from tfm.core.lazy import LazyTrace, prefer_lazy
 from tfm.core.trace import estimate_trace_bytes
@@ -227,3 +229,86 @@ def test_freed_tensors_go_back_to_the_os_after_release_freed():
     assert memory.release_freed()
     assert me.memory_info().rss - base < 50e6, "the freed 400 MB stayed resident"
     assert float(pin.sum()) == 1 << 20
+
+
+class Waiter:
+    """One caller's should_stop: yes once `left` is set (its page moved on); `asked` is set the
+    first time it is asked (the caller is waiting)."""
+
+    def __init__(self) -> None:
+        self.left, self.asked = threading.Event(), threading.Event()
+
+    def __call__(self) -> bool:
+        self.asked.set()
+        return self.left.is_set()
+
+
+def counted(steps: list, began: threading.Event, go: threading.Event, n: int = 30):
+    """A computation of n steps asking its stop() before each; it starts once `go` is set."""
+    def compute(stop):
+        began.set()
+        go.wait(10)
+        for i in range(n):
+            cancel.check(stop)
+            steps.append(i)
+            time.sleep(0.01)
+        return torch.arange(n)
+    return compute
+
+
+def call(fn, *args) -> tuple[threading.Thread, list]:
+    """fn(*args) in a thread (a session): its value or its Cancelled in the returned list."""
+    out = []
+
+    def run():
+        try:
+            out.append(fn(*args))
+        except cancel.Cancelled as e:
+            out.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    return t, out
+
+
+def two_callers(lru, steps: list, go: threading.Event):
+    """A computes "k"; B asks for it while A computes and waits (its own compute must not run)."""
+    a, b, began = Waiter(), Waiter(), threading.Event()
+    ta, out_a = call(lru.get, "k", counted(steps, began, go), a)
+    assert began.wait(10)
+    tb, out_b = call(lru.get, "k", lambda stop: pytest.fail("B computed too"), b)
+    assert b.asked.wait(10)
+    return (a, ta, out_a), (b, tb, out_b)
+
+
+def test_a_shared_computation_goes_on_while_another_session_still_waits_for_it():
+    lru, steps, go = memory.ByteLRU(lambda: 10**6), [], threading.Event()
+    (a, ta, out_a), (b, tb, out_b) = two_callers(lru, steps, go)
+    a.left.set()  # the session that computes moved on (a click); B still waits
+    go.set()
+    ta.join(10), tb.join(10)
+    assert len(steps) == 30 and torch.equal(out_a[0], torch.arange(30)) and out_b[0] is out_a[0]
+    assert "k" in lru
+
+
+def test_a_computation_nobody_waits_for_stops_and_caches_nothing():
+    lru, steps, go = memory.ByteLRU(lambda: 10**6), [], threading.Event()
+    (a, ta, out_a), (b, tb, out_b) = two_callers(lru, steps, go)
+    go.set()
+    while len(steps) < 5:
+        time.sleep(0.005)
+    a.left.set(), b.left.set()
+    ta.join(10), tb.join(10)
+    assert isinstance(out_a[0], cancel.Cancelled) and isinstance(out_b[0], cancel.Cancelled)
+    assert 5 <= len(steps) < 15                     # stopped within a step or two, not at its 30th
+    assert "k" not in lru and lru.get("k", lambda: 5) == 5   # no partial entry: the next caller computes
+
+
+def test_a_session_that_stops_waiting_leaves_while_the_computation_goes_on_for_another():
+    lru, steps, go = memory.ByteLRU(lambda: 10**6), [], threading.Event()
+    (a, ta, out_a), (b, tb, out_b) = two_callers(lru, steps, go)
+    b.left.set()
+    tb.join(10)                                     # B leaves while A's computation has not even started
+    assert not tb.is_alive() and isinstance(out_b[0], cancel.Cancelled) and not steps
+    go.set()
+    ta.join(10)
+    assert len(steps) == 30 and torch.equal(lru.get("k", lambda: None), torch.arange(30))

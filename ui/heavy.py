@@ -19,6 +19,9 @@ from typing import Iterator
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+from tfm.core import cancel
+from tfm.core.cancel import ShouldStop
+
 POLL_S = 0.5
 
 
@@ -36,8 +39,9 @@ class Gate:
         return len(self.running) >= self.slots
 
     @contextmanager
-    def hold(self, what: str, quiet: bool = False) -> Iterator[None]:
-        """Run the block in a slot; `quiet` waits without drawing (inside cached functions)."""
+    def hold(self, what: str, quiet: bool = False, should_stop: ShouldStop = None) -> Iterator[None]:
+        """Run the block in a slot; `quiet` waits without drawing (inside cached functions), and
+        leaves with Cancelled once `should_stop` (tfm.core.cancel) says nobody waits any more."""
         if getattr(self._local, "depth", 0):
             self._local.depth += 1
             try:
@@ -55,7 +59,7 @@ class Gate:
                        f"before starting {what}.")
             st.stop()
         try:
-            self._acquire(what, quiet)
+            self._acquire(what, quiet, should_stop)
             self.running[threading.get_ident()] = what
             self._local.depth = 1
             try:
@@ -68,14 +72,15 @@ class Gate:
             with self._lock:
                 self.sessions.discard(session)
 
-    def _acquire(self, what: str, quiet: bool) -> None:
+    def _acquire(self, what: str, quiet: bool, should_stop: ShouldStop = None) -> None:
         if self._sem.acquire(blocking=False):
             return
         with self._lock:
             self.waiting += 1
         try:
             if quiet:
-                self._sem.acquire()
+                while not self._sem.acquire(timeout=POLL_S):
+                    cancel.check(should_stop, f"waiting for a slot for {what}")
                 return
             box, start = st.empty(), time.perf_counter()
             while not self._sem.acquire(timeout=POLL_S):  # each redraw is a point where a click interrupts

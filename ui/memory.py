@@ -19,6 +19,9 @@ from dataclasses import fields, is_dataclass
 import numpy as np
 import torch
 
+from tfm.core import cancel
+from tfm.core.cancel import ShouldStop
+
 
 BUDGET_ENV = "TFM_MEMORY_BUDGET"
 DEFAULT_SHARE = 0.5  # of the machine's RAM: the rest is for the OS, Streamlit, and work in flight
@@ -85,6 +88,19 @@ def sizeof(value) -> int:
     return int(nbytes) if isinstance(nbytes, int) else 0
 
 
+class _Flight:
+    """A key being computed: its lock (one computation per key) and the `should_stop` of each
+    caller waiting for it (None: a caller that cannot stop waiting)."""
+
+    def __init__(self) -> None:
+        self.lock, self.waiting = threading.Lock(), []
+
+    def unwanted(self) -> bool:
+        """True once every caller waiting for the key has stopped waiting."""
+        waiting = list(self.waiting)
+        return bool(waiting) and all(w is not None and w() for w in waiting)
+
+
 class ByteLRU:
     """Thread-safe least-recently-used cache bounded by the bytes its values hold.
 
@@ -92,38 +108,54 @@ class ByteLRU:
     threads ask at the same time), then re-measures every value and drops the least recently
     used ones until the total fits `budget()`. The value just returned is never dropped by its
     own call, so one value larger than the budget is served and dropped by the next access.
+    A computation that raises (Cancelled too) stores nothing; the next caller computes anew.
     """
+
+    POLL_S = 0.1  # how often a caller waiting for another's computation asks its should_stop
 
     def __init__(self, budget: Callable[[], int], measure: Callable[[object], int] = sizeof,
                  on_drop: Callable[[Hashable, object], None] | None = None) -> None:
         self._budget, self._measure, self._on_drop = budget, measure, on_drop
         self._values: OrderedDict[Hashable, object] = OrderedDict()
         self._lock = threading.Lock()
-        self._key_locks: dict[Hashable, threading.Lock] = {}
+        self._flights: dict[Hashable, _Flight] = {}
 
-    def get(self, key: Hashable, compute: Callable[[], object]):
+    def get(self, key: Hashable, compute: Callable[..., object], should_stop: ShouldStop = None):
+        """The value of `key`, computed by `compute()` if missing. With `should_stop` (this
+        caller's "have I stopped waiting?"), `compute(stop)` is called instead: `stop()` is True
+        once EVERY caller waiting for this key has stopped waiting (a second session waiting keeps
+        it going); and a caller that stops waiting for another's computation leaves with Cancelled."""
         with self._lock:
             if key in self._values:
                 self._values.move_to_end(key)
                 return self._values[key]
-            key_lock = self._key_locks.setdefault(key, threading.Lock())
-        with key_lock:  # one computation per key; others wait for it instead of repeating it
+            flight = self._flights.setdefault(key, _Flight())
+            flight.waiting.append(should_stop)
+        try:
+            return self._compute_once(key, flight, compute, should_stop)
+        finally:
+            with self._lock:
+                flight.waiting.remove(should_stop)
+                if not flight.waiting and self._flights.get(key) is flight:
+                    del self._flights[key]
+
+    def _compute_once(self, key: Hashable, flight: _Flight, compute, should_stop: ShouldStop):
+        while not flight.lock.acquire(timeout=self.POLL_S if should_stop is not None else -1):
+            cancel.check(should_stop, "waiting for a shared computation")
+        try:  # one computation per key; others wait for it instead of repeating it
             with self._lock:
                 if key in self._values:
                     self._values.move_to_end(key)
                     return self._values[key]
-            try:
-                value = compute()
-            except BaseException:
-                with self._lock:
-                    self._key_locks.pop(key, None)
-                raise
+            cancel.check(should_stop)
+            value = compute() if should_stop is None else compute(flight.unwanted)
             with self._lock:
                 self._values[key] = value
-                self._key_locks.pop(key, None)
                 dropped = self._shrink(keep=key)
-            self._dropped(dropped)
-            return value
+        finally:
+            flight.lock.release()
+        self._dropped(dropped)
+        return value
 
     def touch(self) -> None:
         """Re-measure (lazy values grow as they are read) and drop beyond the budget."""

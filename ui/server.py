@@ -115,9 +115,10 @@ def gate() -> Gate:
         return _gate
 
 
-def heavy(what: str, quiet: bool = False):
-    """`with server.heavy("generation"):` run in one of the server's heavy-work slots."""
-    return gate().hold(what, quiet)
+def heavy(what: str, quiet: bool = False, should_stop=None):
+    """`with server.heavy("generation"):` run in one of the server's heavy-work slots (a quiet
+    wait leaves with Cancelled once `should_stop` says so)."""
+    return gate().hold(what, quiet, should_stop)
 
 
 def allowed_folder(path: str) -> Path:

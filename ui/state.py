@@ -26,10 +26,11 @@ from tfm.loaders.loading import REGISTRY
 from tfm.loaders.ollama import is_models_folder, models as ollama_models
 from tfm.loaders.packaged import smollm2_path
 from tfm.loaders.spec import ModelSpec, format_spec, parse_spec
+from tfm.core.cancel import Cancelled
 from tfm.core.trace import Trace
 from ui import memory
 
-from ui import server
+from ui import server, stopping
 from ui.text import message, plain
 
 
@@ -164,32 +165,38 @@ def run_traced(spec: str, device: str, ids: tuple[int, ...]) -> Trace:
 _ALONE = threading.Lock()  # work as large as a model (`derived(..., alone=True)`): one at a time per process
 
 
-def derived(name: str, fn, spec: str, device: str, *args, alone: bool = False):
+def derived(name: str, fn, spec: str, device: str, *args, alone: bool = False, stoppable: bool = False):
     """Cache a pure function of the loaded model across sessions: `fn(lm, *args)`.
 
     `name` identifies the function (the callable itself is not hashed); `args` must be
     hashable (tuples of ids, numbers, strings). Results are shared: treat them as read-only.
     They count against the same byte budget as traces.
     `alone`: `fn` builds something the size of the model (a re-quantized copy) and keeps only a
-    small result: one such computation runs in the process at a time, so sessions asking at once
-    never hold two (the others wait before taking a heavy slot, as a loader does), and the freed
-    memory goes back to the OS when it ends (`memory.release_freed`).
+    small result: one such computation runs in the process at a time (the others wait before
+    taking a heavy slot, as a loader does), and the freed memory goes back to the OS after it.
+    `stoppable`: call `fn(lm, *args, should_stop=...)` (tfm.core.cancel), which stops once no page
+    waits for the result any more (every run that asked for it was superseded, or its tab closed);
+    the run then ends as Streamlit ends a stopped run, and nothing is cached.
     """
-    def compute():
+    def compute(stop=None):
         lm = load_lm(spec, device)  # before taking a slot
-        with _ALONE if alone else nullcontext(), server.heavy(name, quiet=True):
+        with _ALONE if alone else nullcontext(), server.heavy(name, quiet=True, should_stop=stop):
             try:
-                return fn(lm, *args)
+                return fn(lm, *args, should_stop=stop) if stoppable else fn(lm, *args)
             finally:
                 if alone:
                     memory.release_freed()
-    return PROMPTS.get(("derived", spec, device, name, *args), compute)
+    try:
+        return PROMPTS.get(("derived", spec, device, name, *args), compute, stopping.page_stop())
+    except Cancelled as e:
+        stopping.end_run(e)
 
 
-def derived_status(label: str, name: str, fn, spec: str, device: str, *args, alone: bool = False):
+def derived_status(label: str, name: str, fn, spec: str, device: str, *args, alone: bool = False,
+                   stoppable: bool = False):
     """`derived(...)` with a status line while it computes (for work that takes seconds)."""
-    return with_status(label, is_cached("derived", spec, device, name, *args),
-                       lambda: derived(name, fn, spec, device, *args, alone=alone))
+    return with_status(label, is_cached("derived", spec, device, name, *args), derived, name, fn, spec, device,
+                       *args, alone=alone, stoppable=stoppable)
 
 
 def is_cached(kind: str, *key) -> bool:
@@ -276,10 +283,13 @@ def checked_spec(spec: str) -> str:
 
 def progress_bar(label: str):
     """A `(done, total)` callback for long loops in tfm (`progress=`): a bar on the page that
-    disappears when the work is done."""
-    box = st.empty()
+    disappears when the work is done. Once this run was asked to stop it draws nothing (an st
+    call would end the shared computation that another page may still wait for)."""
+    box, stopped = st.empty(), stopping.page_stop()
 
     def update(done: int, total: int) -> None:
+        if stopped is not None and stopped():
+            return
         if done >= total:
             box.empty()
         else:
@@ -287,14 +297,14 @@ def progress_bar(label: str):
     return update
 
 
-def with_status(label: str, cached: bool, fn, *args):
+def with_status(label: str, cached: bool, fn, *args, **kwargs):
     """`fn(*args)`, with a status line on the page while it runs unless the result is cached:
     a long prompt on a big model takes seconds, and a frozen page looks broken."""
     if cached:
-        return fn(*args)
+        return fn(*args, **kwargs)
     box = st.empty()
     with box.status(label, expanded=False):
-        value = fn(*args)
+        value = fn(*args, **kwargs)
     box.empty()
     return value
 

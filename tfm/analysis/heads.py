@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core import cancel
 from ..core.model import GPT
 from ..core.stats import entropy  # noqa: F401  (tfm.analysis.entropy: attention-row entropy)
 from ..core.trace import Trace
@@ -57,15 +58,18 @@ def patterns(trace: Trace) -> torch.Tensor:
     return torch.stack([trace.pattern(i) for i in range(trace.n_layers())])
 
 
-def head_scores(trace: Trace, tokens: torch.Tensor | list[int], progress: Progress | None = None) -> dict[str, torch.Tensor]:
+def head_scores(trace: Trace, tokens: torch.Tensor | list[int], progress: Progress | None = None,
+                should_stop: cancel.ShouldStop = None) -> dict[str, torch.Tensor]:
     """Per-head (L, H) scores: previous_token, first_token, duplicate_token, induction, entropy.
-    One layer's (H, T, T) pattern is read at a time; only the (L, H) scores are kept."""
+    One layer's (H, T, T) pattern is read at a time; only the (L, H) scores are kept.
+    `should_stop` (tfm.core.cancel) is asked before each layer."""
     tok = torch.as_tensor(tokens).flatten().cpu()
     t, n = len(tok), trace.n_layers()
     dets = {"previous_token": previous_token_detection(t), "first_token": first_token_detection(t),
             "duplicate_token": duplicate_token_detection(tok), "induction": induction_detection(tok)}
     rows: dict[str, list[torch.Tensor]] = {name: [] for name in (*dets, "entropy")}
     for layer in range(n):
+        cancel.check(should_stop, "the head scores")
         pat = trace.pattern(layer).float()                         # (H, T, T)
         for name, det in dets.items():
             rows[name].append(detection_score(pat, det))
@@ -77,7 +81,7 @@ def head_scores(trace: Trace, tokens: torch.Tensor | list[int], progress: Progre
 
 @torch.no_grad()
 def induction_probe(model: GPT, seq_len: int = 40, seed: int = 0, bos: int | None = None,
-                    progress: Progress | None = None) -> dict[str, torch.Tensor]:
+                    progress: Progress | None = None, should_stop: cancel.ShouldStop = None) -> dict[str, torch.Tensor]:
     """Head scores on a random token sequence repeated twice, where only induction can predict
     the second half (the standard induction-head test). Returns head_scores plus `tokens`."""
     cfg = model.config
@@ -88,7 +92,7 @@ def induction_probe(model: GPT, seq_len: int = 40, seed: int = 0, bos: int | Non
     tokens = torch.cat([half, half]) if bos is None else torch.cat([torch.tensor([bos]), half, half])
     device = next(model.parameters()).device
     out = model(tokens[None].to(device), trace=True)
-    scores = head_scores(out.trace, tokens, progress)
+    scores = head_scores(out.trace, tokens, progress, should_stop)
     scores["tokens"] = tokens
     return scores
 
@@ -150,11 +154,13 @@ def probe_settings(lm) -> ProbeSettings | None:
     return ProbeSettings(seq_len, PROBE_SEED, bos) if seq_len >= 2 else None
 
 
-def head_table(lm, trace: Trace | None = None, ids=None, progress: Progress | None = None) -> HeadTable:
+def head_table(lm, trace: Trace | None = None, ids=None, progress: Progress | None = None,
+               should_stop: cancel.ShouldStop = None) -> HeadTable:
     """Every head's scores on the traced prompt `ids` (left out without a trace) and on the
     repeated-random-tokens probe. Cost: one layer's (H, T, T) pattern is read at a time (GPT-2
     at 1024 tokens: ~50 MB, plus the block a lazy trace recomputes), then the probe's forward
-    on 2 * PROBE_LEN + 1 tokens; `progress(done, total)` counts the layers of both."""
+    on 2 * PROBE_LEN + 1 tokens; `progress(done, total)` counts the layers of both, and
+    `should_stop` (tfm.core.cancel) is asked before each of them."""
     probe = probe_settings(lm)
     n_layer = lm.config.n_layer
     total = n_layer * ((trace is not None) + (probe is not None))
@@ -163,10 +169,10 @@ def head_table(lm, trace: Trace | None = None, ids=None, progress: Progress | No
         return None if progress is None else lambda done, _: progress(start + done, total)
     scores: dict[str, torch.Tensor] = {}
     if trace is not None:
-        got = head_scores(trace, ids, step(0))
+        got = head_scores(trace, ids, step(0), should_stop)
         scores |= {name: got[name].cpu().float() for name in PROMPT_SCORES}
     if probe is not None:
-        got = induction_probe(lm.model, probe.seq_len, probe.seed, probe.bos, step(total - n_layer))
+        got = induction_probe(lm.model, probe.seq_len, probe.seed, probe.bos, step(total - n_layer), should_stop)
         scores |= {name: got[name.removeprefix("repeat_")].cpu().float() for name in PROBE_SCORES}
     return HeadTable(scores, 0 if trace is None else len(ids), probe)
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core import cancel
 from ..core.model import GPT
 from ..core.trace import Trace
 
@@ -31,17 +32,19 @@ LENS_ROWS = 256
 
 @torch.no_grad()
 def decode_streams(model: GPT, streams: torch.Tensor, k: int = 5, keep_probs: bool = True,
-                   n_words: int | None = None) -> LogitLens:
+                   n_words: int | None = None, should_stop: cancel.ShouldStop = None) -> LogitLens:
     """Read (L+1, T, D) residual streams through the final norm (pre-norm models) and the
     unembedding, LENS_ROWS rows of every layer and position at a time. Without keep_probs one
     chunk's (LENS_ROWS, V) is alive at a time, not (L+1, T, V): GPT-2 at 1024 positions would
     otherwise need 2.7 GB. `n_words`: the tokenizer's size when the vocabulary has padded rows
-    that are no token (they get probability 0, as in sampling)."""
+    that are no token (they get probability 0, as in sampling). `should_stop` (tfm.core.cancel) is
+    asked before each chunk."""
     p = next(model.parameters())
     n_rows, t, d = streams.shape
     flat = streams.to(p.device, p.dtype).reshape(n_rows * t, d)              # (L+1) * T rows
     ids, vals, kept = [], [], []
     for x in flat.split(LENS_ROWS):                                         # (<= LENS_ROWS, D)
+        cancel.check(should_stop, "the logit lens")
         if model.ln_final is not None:
             x = model.ln_final(x)
         probs = model.unembed(x)[..., :n_words].float().softmax(-1)         # (rows, V or n_words)
@@ -55,7 +58,7 @@ def decode_streams(model: GPT, streams: torch.Tensor, k: int = 5, keep_probs: bo
 
 
 def logit_lens(model: GPT, trace: Trace, k: int = 5, positions: slice | None = None,
-               keep_probs: bool = True, n_words: int | None = None) -> LogitLens:
+               keep_probs: bool = True, n_words: int | None = None, should_stop: cancel.ShouldStop = None) -> LogitLens:
     """What each layer would predict: the residual stream after the embedding and after every
     block, decoded as if it were the last layer's. `positions` picks a window of the trace."""
-    return decode_streams(model, residual_streams(trace, positions), k, keep_probs, n_words)
+    return decode_streams(model, residual_streams(trace, positions), k, keep_probs, n_words, should_stop)

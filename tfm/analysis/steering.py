@@ -4,7 +4,10 @@ a generation as a per-call `tfm.core.edits.Steer` (the shared model is never cha
     vec = pair_vector(lm, " happy", " sad", layer=3)            # from a pair of prompts
     vec = feature_vector(sae, 42, scale=1.0)                    # or an SAE feature's decoder row
     plain, steered = steered_pair(lm, "Once upon a time", vec, strength=4.0, seed=1)
-    probs = sweep(lm, ids, vec, strengths, token)               # one batched forward
+    probs = sweep(lm, ids, vec, strengths, token)               # one batched forward (a long prompt: a few)
+
+Each long computation takes `should_stop` (tfm.core.cancel): asked between steps (generation),
+before each block of each batched forward (the sweep); yes raises `Cancelled`.
 
 A vector is added to the stream entering block `layer` (resid_pre), the point SAEs read.
 """
@@ -17,6 +20,7 @@ from typing import Literal, get_args
 
 import torch
 
+from ..core import cancel
 from ..core import edits as E
 from ..core.validate import check_int
 from ..generation.generate import generate
@@ -25,7 +29,8 @@ from .sae import SAE, stream_at
 
 How = Literal["last", "mean"]
 Where = Literal["all", "prompt", "generated"]
-MAX_SWEEP = 64           # strengths in one batched sweep
+MAX_SWEEP = 64           # strengths in one sweep
+SWEEP_TOKENS = 8192      # prompt positions in one of its batched forwards (rows x length; 21 rows: 390 tokens)
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,18 +109,25 @@ def check_strengths(strengths: Sequence[float]) -> list[float]:
 
 
 @torch.no_grad()
-def sweep(lm, ids: Sequence[int], vec: SteeringVector, strengths: Sequence[float], token: int) -> torch.Tensor:
+def sweep(lm, ids: Sequence[int], vec: SteeringVector, strengths: Sequence[float], token: int,
+          should_stop: cancel.ShouldStop = None) -> torch.Tensor:
     """(S,) probability of `token` after the last of `ids`, steering every position at each
-    strength: one batched forward with one Steer per row."""
+    strength: batched forwards with one Steer per row, as many rows in each as fit SWEEP_TOKENS
+    positions (all of them for a short prompt; the batch's memory stays bounded for a long one).
+    `should_stop` is asked before each block of each batch."""
     strengths = check_strengths(strengths)
     token = check_token(token, lm.config.vocab_size)
     ids = list(ids)
     if not 1 <= len(ids) <= lm.config.context_length:
         raise ValueError(f"the prompt must have 1..{lm.config.context_length} tokens, got {len(ids)}")
-    batch = torch.tensor([ids] * len(strengths), device=lm.device)
-    edits = [vec.edit(s, row=r) for r, s in enumerate(strengths)]
-    h = lm.model.hidden(batch, edits=edits)[:, -1]                               # (S, D)
-    return lm.model.unembed(h).float().softmax(-1)[:, token].cpu()
+    per, out = max(1, SWEEP_TOKENS // len(ids)), []
+    for first in range(0, len(strengths), per):
+        part = strengths[first:first + per]
+        batch = torch.tensor([ids] * len(part), device=lm.device)                    # (rows, T)
+        edits = [vec.edit(s, row=r) for r, s in enumerate(part)]
+        h = lm.model.hidden(batch, edits=edits, should_stop=should_stop)[:, -1]       # (rows, D)
+        out.append(lm.model.unembed(h).float().softmax(-1)[:, token].cpu())
+    return torch.cat(out)                                                             # (S,)
 
 
 def positions(where: Where, n_prompt: int) -> tuple[int, int | None]:
@@ -127,12 +139,13 @@ def positions(where: Where, n_prompt: int) -> tuple[int, int | None]:
 
 def steered_pair(lm, prompt: str, vec: SteeringVector, strength: float, seed: int = 0,
                  max_new_tokens: int = 40, temperature: float = 1.0, top_p: float = 1.0,
-                 where: Where = "all") -> tuple[str, str]:
-    """Text generated without and with the steering, same seed and settings."""
-    plain = generate(lm, prompt, max_new_tokens, temperature, top_p=top_p, seed=seed)
+                 where: Where = "all", should_stop: cancel.ShouldStop = None) -> tuple[str, str]:
+    """Text generated without and with the steering, same seed and settings; `should_stop`
+    is asked before every token of both."""
+    plain = generate(lm, prompt, max_new_tokens, temperature, top_p=top_p, seed=seed, should_stop=should_stop)
     start, stop = positions(where, len(plain.prompt.ids))
     steered = generate(lm, prompt, max_new_tokens, temperature, top_p=top_p, seed=seed,
-                       edits=[vec.edit(strength, start, stop)])
+                       edits=[vec.edit(strength, start, stop)], should_stop=should_stop)
     return _text(plain), _text(steered)
 
 

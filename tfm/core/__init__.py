@@ -4,7 +4,7 @@ config (ModelConfig, presets), validate (the one check of counts and rates), ker
 product choice), rope, positions, cache (KV cache), functional (attention and unembedding
 arithmetic), trace / trace_cost / trace_read (named intermediates and their byte costs), lazy
 (traces computed on first read), model (Norm, Attention, MLP, Block, GPT), edits (per-call
-interventions), stats.
+interventions), stats, cancel (`should_stop` and `Cancelled`: stopping a loop nobody waits for).
 
 Layer 0: imports nothing else from tfm.
 """

@@ -14,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .cache import KVCache
+from . import cancel
 from .config import ModelConfig
 from .kernels import Linear
 from . import lazy as lazy_trace
@@ -285,9 +286,10 @@ class GPT(nn.Module):
         return ModelOutput(logits, rec.finish() if rec else None)
 
     def hidden(self, idx: torch.Tensor, cache: KVCache | None = None, rec: Recorder | None = None,
-               edits=None) -> torch.Tensor:
+               edits=None, should_stop: cancel.ShouldStop = None) -> torch.Tensor:
         """The residual stream after the final norm, (B, T, D): what the unembedding reads.
-        Advances `cache` by T. `edits` as in `forward`."""
+        Advances `cache` by T. `edits` as in `forward`. `should_stop` is asked before each block
+        (`tfm.core.cancel`: a long batched forward stops within a block; `cache` is then unusable)."""
         start = cache.length if cache is not None else 0
         self._check_input(idx, start)
         if cache is not None and idx.shape[0] != cache.batch_size():
@@ -297,6 +299,7 @@ class GPT(nn.Module):
         if edits is not None:
             edits = Edits.of(edits, self.config, idx.shape, start)
         for i, block in enumerate(self.blocks):
+            cancel.check(should_stop, "the forward")
             x = block(x, rec.scoped(f"blocks.{i}") if rec else None, angles, cache, i,
                       edits.scoped(i) if edits is not None else None)
         if self.ln_final is not None:

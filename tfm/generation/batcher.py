@@ -5,6 +5,7 @@
     for step in gen:           # the same Steps, tokens and probabilities as tfm.generate
         ...
     gen.close()                # Stop: ends this row only (also when the iterator is dropped)
+    batcher.submit(..., should_stop=page_gone)   # or: the batch thread asks before each step
 
 Decoding one row is bound by reading the weights, so one step for many rows costs far less than
 a step each (docs/benchmarks.md, bench_batcher). One thread per
@@ -19,7 +20,8 @@ settings, `torch.Generator`, stop rule and text stream, and draws with the sampl
 whose noise a large vocabulary's rows drew during the forward: `choice`),
 so it gives what it gives alone, within the products' summation order (~1e-6 on logits). A
 request joins or leaves between two steps; a cancelled or finished row's slot is reused at the
-next step. The model is only read; the ragged cache belongs to the batcher. A batch step is
+next step; so is a row whose `should_stop` (tfm.core.cancel) said yes before a step, and its
+consumer reads `Cancelled`. The model is only read; the ragged cache belongs to the batcher. A batch step is
 traced when any of its rows asked for a trace (then every row takes the traced attention path;
 its Step.trace is a `RowTrace`, that row's attention rows and streams, which
 `timeline.step_record` reads).
@@ -37,6 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core import cancel
 from ..core.cache import RaggedKVCache
 from ..core.functional import unembed
 from ..core.trace import Recorder
@@ -115,15 +118,24 @@ class _Row:
     """One request: everything `tfm.generate`'s loop keeps per call, plus its outbox."""
 
     def __init__(self, lm: LM, info: PromptInfo, settings: SamplingSettings, max_new: int, seed: int,
-                 trace: bool, stop_at_eot: bool, owner: str, stop_ids: frozenset[int] = frozenset()) -> None:
+                 trace: bool, stop_at_eot: bool, owner: str, stop_ids: frozenset[int] = frozenset(),
+                 should_stop: cancel.ShouldStop = None) -> None:
         self.lm, self.info, self.settings, self.max_new, self.trace = lm, info, settings, max_new, trace
         self.stop_at_eot, self.owner, self.tokens = stop_at_eot, owner, list(info.ids)
-        self.stop_ids = stop_ids
+        self.stop_ids, self.should_stop = stop_ids, should_stop
         self.gen, self.text, self.words = torch.Generator().manual_seed(seed), _TextStream(), n_words(lm)
         self.out: queue.SimpleQueue = queue.SimpleQueue()
         self.cancelled = threading.Event()
         self.elapsed, self.carry, self.done = 0.0, 0.0, False
         self.noise = Noise()   # its next draw's noise, drawn during the step's forward
+
+    def leaves(self) -> bool:
+        """Closed, or its `should_stop` says yes (its consumer then reads Cancelled): the batch
+        thread asks before each step, under its lock."""
+        if not self.cancelled.is_set() and self.should_stop is not None and self.should_stop():
+            self.cancelled.set()
+            self.out.put(cancel.Cancelled("the generation was stopped: nobody waits for it any more"))
+        return self.cancelled.is_set()
 
     def fed_length(self) -> int:
         """Positions its cache must hold: the prompt and every token but the last."""
@@ -225,8 +237,10 @@ class Batcher:
 
     def submit(self, prompt: str | Sequence[int], max_new_tokens: int | None = None, temperature: float = 1.0,
                top_k: int = 0, top_p: float = 1.0, seed: int = 0, trace: bool = False, stop_at_eot: bool = True,
-               owner: str = "", stop_ids=()) -> BatchedGeneration:
-        """Queue a generation; arguments as `tfm.generate` (always with the KV cache). Checked now."""
+               owner: str = "", stop_ids=(), should_stop: cancel.ShouldStop = None) -> BatchedGeneration:
+        """Queue a generation; arguments as `tfm.generate` (always with the KV cache). Checked now.
+        `should_stop` is asked by the batch thread before each step (cheap, never blocking): yes
+        drops this row alone, and its consumer reads `Cancelled`."""
         settings = SamplingSettings(temperature, top_k, top_p)
         ctx = self.lm.config.context_length
         max_new = check_int("max_new_tokens", min(DEFAULT_NEW_TOKENS, ctx) if max_new_tokens is None
@@ -234,7 +248,7 @@ class Batcher:
         seed = check_int("seed", seed, 0, 2**64 - 1)
         stops = frozenset(check_int("stop token id", i, 0, self.lm.config.vocab_size - 1) for i in stop_ids)
         row = _Row(self.lm, prepare_prompt(self.lm, prompt), settings, max_new, seed, bool(trace),
-                   bool(stop_at_eot), str(owner), stops)
+                   bool(stop_at_eot), str(owner), stops, should_stop)
         with self._cond:
             if self._closed:
                 raise ValueError("this batcher was shut down (its model left the cache): ask for the model again")
@@ -316,7 +330,7 @@ class Batcher:
         for r in list(self._waiting):
             if len(joining) >= free:
                 break
-            if r.cancelled.is_set():
+            if r.leaves():
                 self._waiting.remove(r)
                 continue
             if held[r.owner] >= self.config.per_owner:
@@ -380,12 +394,12 @@ class Batcher:
 
     def _drop_finished(self) -> None:
         """Remove done or cancelled rows (caller holds the lock), moving the last row into each gap."""
-        for r in [r for r in self._waiting if r.cancelled.is_set()]:
+        for r in [r for r in self._waiting if r.leaves()]:
             self._waiting.remove(r)
         b = 0
         while b < len(self._active):
             r = self._active[b]
-            if r.done or r.cancelled.is_set():
+            if r.done or r.leaves():
                 last = len(self._active) - 1
                 if b != last:
                     self._cache.move(last, b)

@@ -45,6 +45,8 @@ Behaviour, decided once here:
   prefill and each cached step; edits with absolute positions (Steer's start/stop) find their
   positions in each forward's window, so steering can cover the prompt, the generated tokens
   or both. The model itself is never changed.
+* Stopping. `should_stop` (`tfm.core.cancel`) is asked before each step's forward; once it says
+  yes, the next `next()` raises `Cancelled` (the steps already yielded stand).
 * Thread safety. The model is only read (no hooks, no state stored on it), all per-call
   state lives in the returned iterator, so many threads may generate from one cached model.
 * Memory. A Step holds `logits` and its `breakdown` (about five vocabulary-sized tensors,
@@ -60,6 +62,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core import cancel
 from ..core.cache import KVCache
 from ..core.edits import Edits
 from ..loaders.loading import LM
@@ -261,12 +264,13 @@ def _stop_reason(token: int, n_new: int, n_total: int, lm: LM, max_new: int, sto
 
 def _steps(lm: LM, info: PromptInfo, settings: SamplingSettings, max_new: int, seed: int,
            use_cache: bool, trace: bool, stop_at_eot: bool, stop_ids: frozenset[int],
-           edits: tuple = ()) -> Iterator[Step]:
+           edits: tuple = (), should_stop: cancel.ShouldStop = None) -> Iterator[Step]:
     tokens = list(info.ids)
     forward = _Forward(lm, len(tokens), max_new, use_cache, trace, edits)
     gen, text, words = torch.Generator().manual_seed(seed), _TextStream(), n_words(lm)
     elapsed = 0.0
     for index in range(max_new):
+        cancel.check(should_stop, "the generation")
         t0 = time.perf_counter()
         logits, tr = forward(tokens)
         bd, token, (prob, rank, prob0, rank0, kept) = _choose(logits, settings, words, gen)
@@ -286,14 +290,15 @@ def _steps(lm: LM, info: PromptInfo, settings: SamplingSettings, max_new: int, s
 def generate(lm: LM, prompt: str | Sequence[int], max_new_tokens: int | None = None, temperature: float = 1.0,
              top_k: int = 0, top_p: float = 1.0, seed: int = 0, use_cache: bool = True,
              trace: bool = False, stop_at_eot: bool = True, stop_ids: Iterable[int] = (),
-             edits=()) -> Generation:
+             edits=(), should_stop: cancel.ShouldStop = None) -> Generation:
     """Generate up to `max_new_tokens` tokens after `prompt`, one `Step` per token.
 
     `max_new_tokens=None` means DEFAULT_NEW_TOKENS, or the context length if that is
     smaller. `stop_ids`: more token ids that end the text (a chat model's end of turn).
     Arguments are checked now (ValueError), and `.prompt` is ready at once; the
     model runs lazily as the returned iterator is advanced. `edits`: per-call interventions
-    applied at every step (tfm.core.edits; see the module docstring).
+    applied at every step (tfm.core.edits; see the module docstring). `should_stop`: asked
+    before each step; yes raises `tfm.core.cancel.Cancelled` from the iterator.
     """
     settings = SamplingSettings(temperature, top_k, top_p)
     if lm.model.training and lm.config.dropout > 0:  # dropout would draw from the global RNG
@@ -310,7 +315,7 @@ def generate(lm: LM, prompt: str | Sequence[int], max_new_tokens: int | None = N
     edits = tuple(edits)
     Edits.of(edits, lm.config, (1, len(info.ids)))  # bad edits raise now, before any step
     steps = _steps(lm, info, settings, max_new, seed, bool(use_cache), bool(trace), bool(stop_at_eot), stops,
-                   edits)
+                   edits, should_stop)
     return Generation(info, settings, steps)
 
 
