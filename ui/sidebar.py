@@ -214,7 +214,7 @@ def render() -> None:
     state.restore(*PERSISTENT)
     _spec_from_url()
     state.url_init("sidebar.prompt", "prompt", max_chars=None)  # cut below, with a word
-    state.url_init("sidebar.seed", "seed", int)
+    state.url_init("sidebar.seed", "seed", int, bounds=(0, SEED_MAX))
     state.url_init("sidebar.device", "device")
     st.session_state.setdefault("sidebar.model_kind", "smollm2" if state.default_model_spec() == "smollm2" else "default")
     st.session_state.setdefault("sidebar.prompt", REAL_PROMPT if st.session_state["sidebar.model_kind"] == "smollm2"
@@ -224,11 +224,10 @@ def render() -> None:
     # a longer paste without a word); it is cut here, before any work, and says so.
     state.cap_text("sidebar.prompt", "prompt", max_chars)
     st.session_state.setdefault("sidebar.seed", 0)
-    if not 0 <= st.session_state["sidebar.seed"] <= SEED_MAX:
-        st.warning(f"Ignored the link's seed={plain(st.session_state['sidebar.seed'])}: seeds go from 0 to "
-                   f"{SEED_MAX:,}.")
-        st.session_state["sidebar.seed"] = 0
     if st.session_state.get("sidebar.device") not in available_devices():
+        if "sidebar.device" in st.session_state:   # only a link can hold another
+            st.warning(f"Ignored the link's device={plain(st.session_state['sidebar.device'])}: this server has "
+                       f"{', '.join(available_devices())}.")
         st.session_state["sidebar.device"] = available_devices()[-1]
     with st.sidebar:
         _choose_model()

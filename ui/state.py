@@ -304,9 +304,12 @@ def found_model_folders() -> dict[str, str]:
 LINK_VALUE_CHARS = 200  # a link's setting other than a prompt: longer is refused unread
 
 
-def url_init(widget_key: str, param: str, cast=str, max_chars: int | None = LINK_VALUE_CHARS) -> None:
+def url_init(widget_key: str, param: str, cast=str, max_chars: int | None = LINK_VALUE_CHARS,
+             bounds: tuple[int, int] | None = None) -> None:
     """Seed a widget from the URL once per session, so shared links open the same view. A value
-    longer than `max_chars` (None: no cap, the caller bounds it) is refused before it is read."""
+    longer than `max_chars` (None: no cap, the caller bounds it) is refused before it is read;
+    one outside `bounds` (low, high), when given, is ignored with the same word as one that is
+    not a number (`clamp_int` instead moves a value into range, saying to what)."""
     done = st.session_state.setdefault("app.url_loaded", set())
     if widget_key in done:
         return
@@ -319,9 +322,14 @@ def url_init(widget_key: str, param: str, cast=str, max_chars: int | None = LINK
                    f"most {max_chars:,}.")
         return
     try:
-        st.session_state[widget_key] = cast(raw)
+        value = cast(raw)
     except (TypeError, ValueError, OverflowError):
         st.warning(f"Ignored the link's {plain(param)}={plain(raw)}: not a valid value.")
+        return
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        st.warning(f"Ignored the link's {plain(param)}={plain(raw)}: it goes from {bounds[0]:,} to {bounds[1]:,}.")
+        return
+    st.session_state[widget_key] = value
 
 
 def cap_text(key: str, what: str, limit: int) -> None:
