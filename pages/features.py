@@ -44,14 +44,13 @@ st.dataframe(ff.token_table(run.labels, tf.features, tf.acts), hide_index=True, 
              key="features.table")
 
 state.url_init("features.feature", "feature", int, bounds=(0, cfg.n_features - 1))
-chosen = ss.get("features.feature")
-if not isinstance(chosen, int) or not 0 <= chosen < cfg.n_features:
-    ss["features.feature"] = FT.opening_feature(fs, run.trace)   # the strongest not-dense one on the last token
+chosen, opening = ss.get("features.feature"), FT.opening_feature(fs, run.trace)  # the strongest not-dense one
+if not isinstance(chosen, int) or not 0 <= chosen < cfg.n_features:              # on the last token
+    ss["features.feature"] = opening
     if chosen is not None:                                        # another model's SAE had more features
-        st.info(f"Feature {plain(chosen)} is not in this SAE (0 to {cfg.n_features - 1:,}): "
-                f"showing feature {ss['features.feature']}.")
+        st.info(f"Feature {plain(chosen)} is not in this SAE (0 to {cfg.n_features - 1:,}): showing feature {opening}.")
 feature = st.number_input(f"Feature to open (0..{cfg.n_features - 1})", 0, cfg.n_features - 1, key="features.feature")
-state.url_set(feature=feature)
+state.url_set(feature=feature, defaults=dict(feature=opening))
 acts = fs.sae.encode(run.trace.residual_streams()[cfg.layer][1].float())[:, feature]
 acts[:fs.skip] = 0                                              # positions the SAE was not trained on
 acts = acts.tolist()

@@ -217,8 +217,7 @@ def render() -> None:
     state.url_init("sidebar.seed", "seed", int, bounds=(0, SEED_MAX))
     state.url_init("sidebar.device", "device")
     st.session_state.setdefault("sidebar.model_kind", "smollm2" if state.default_model_spec() == "smollm2" else "default")
-    st.session_state.setdefault("sidebar.prompt", REAL_PROMPT if st.session_state["sidebar.model_kind"] == "smollm2"
-                                else DEFAULT_PROMPT)
+    st.session_state.setdefault("sidebar.prompt", default_prompt())
     max_chars = server.limits().max_prompt_chars
     # A link or a paste can carry any length: the widget has no max_chars (the browser would drop
     # a longer paste without a word); it is cut here, before any work, and says so.
@@ -236,5 +235,12 @@ def render() -> None:
                      help="Typed text is always plain text: '<|endoftext|>' here is not the control token.")
         st.number_input("Seed (sampling)", 0, SEED_MAX, **state.keep("sidebar.seed"))
     state.remember(*PERSISTENT)
-    state.url_set(model=st.session_state["app.model_spec"], prompt=st.session_state["sidebar.prompt"],
-                  seed=st.session_state["sidebar.seed"], device=st.session_state["sidebar.device"])
+    ss = st.session_state
+    state.url_set(model=ss["app.model_spec"], prompt=ss["sidebar.prompt"], seed=ss["sidebar.seed"],
+                  device=ss["sidebar.device"], defaults=dict(model=state.default_model_spec(), prompt=default_prompt(),
+                                                             seed=0, device=available_devices()[-1]))
+
+
+def default_prompt() -> str:
+    """The prompt a session starts with (and a link without one shows): a fact for SmolLM2."""
+    return REAL_PROMPT if st.session_state.get("sidebar.model_kind") == "smollm2" else DEFAULT_PROMPT

@@ -358,10 +358,16 @@ def clamp_int(key: str, low: int, high: int, default: int, what: str) -> int:
     return clamped
 
 
-def url_set(**params) -> None:
+def url_set(defaults: dict | None = None, **params) -> None:
     """Write the current settings into the URL (only the ones that changed), in one update:
-    each assignment sends the browser a message of its own (up to 7 a run on the Tour)."""
-    changed = {name: str(value) for name, value in params.items() if st.query_params.get(name) != str(value)}
+    each assignment sends the browser a message of its own (up to 7 a run on the Tour).
+    A setting the address leaves out and whose value is its default (`defaults`: what the page
+    shows when the link lacks it) stays out: every change to the address makes the browser push
+    a history entry (Streamlit's frontend calls history.pushState for a query string the script
+    sets), so writing the defaults a link left out made Back need two presses to leave a page."""
+    defaults = {name: str(value) for name, value in (defaults or {}).items()}
+    changed = {name: str(value) for name, value in params.items() if st.query_params.get(name) != str(value)
+               and (name in st.query_params or defaults.get(name) != str(value))}
     if changed:
         st.query_params.update(changed)
 
