@@ -188,6 +188,30 @@ def test_an_ollama_manifest_or_an_sae_card_nested_deep_is_a_valueerror(tmp_path)
     refused(lambda: read_card(tmp_path / "sae"), "card.json", "nests", folder=tmp_path)
 
 
+def test_an_uploaded_toy_model_zip_with_hostile_contents_is_a_valueerror():
+    """The encoder-decoder page loads a .zip a browser uploads: its config.json nested 200,000
+    deep (was RecursionError) or a corrupt compressed member (was zlib.error) is one ValueError."""
+    import io
+    import zipfile
+    from tfm.teach import toy
+    from tfm.teach.encdec import EncDecConfig, EncoderDecoder
+    model = EncoderDecoder(EncDecConfig(src_vocab_size=16, tgt_vocab_size=16, src_context_length=8,
+                                        tgt_context_length=8, d_model=16, n_enc_layer=1, n_dec_layer=1, n_head=2, d_ff=32))
+    good = toy.to_zip(model, toy.ToySpec("reverse", 2, 5))
+    assert toy.from_zip(good)[1] == toy.ToySpec("reverse", 2, 5)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(good)) as src, zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("config.json", DEEP)
+        z.writestr("model.safetensors", src.read("model.safetensors"))
+    with pytest.raises(ValueError, match="^the uploaded zip's config.json nests its JSON deeper"):
+        toy.from_zip(buf.getvalue(), "the uploaded zip")
+    corrupt = bytearray(good)
+    start = corrupt.index(b"config.json") + len(b"config.json") + 5     # inside its compressed bytes
+    corrupt[start:start + 40] = bytes(b ^ 0x5A for b in corrupt[start:start + 40])
+    with pytest.raises(ValueError, match="^the uploaded zip could not be read: error: Error -3 while decompressing"):
+        toy.from_zip(bytes(corrupt), "the uploaded zip")
+
+
 def recursive_depth(x) -> int:
     """The oracle: levels of lists and dicts, by the definition."""
     if isinstance(x, list):
