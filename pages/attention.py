@@ -86,9 +86,11 @@ st.caption("Each row is a token (the **query**) and shows how it shares its atte
 state.restore(*KEYS)
 state.url_init("attn.layer", "layer", int)
 state.url_init("attn.head", "head", int)
-if run.spec == "smollm2" and "attn.layer" not in st.session_state:  # a real model opens on its induction head
-    top = state.derived("strongest_heads", analysis.strongest_heads, run.spec, run.device)["induction"]
-    st.session_state["attn.layer"], st.session_state["attn.head"] = top[0], top[1]
+opening = (0, 0)                               # what the page opens on, and a link without layer/head shows
+if run.spec == "smollm2":                      # a real model opens on its induction head
+    opening = tuple(state.derived("strongest_heads", analysis.strongest_heads, run.spec, run.device)["induction"][:2])
+st.session_state.setdefault("attn.layer", opening[0])
+st.session_state.setdefault("attn.head", opening[1])
 st.session_state.setdefault("attn.mode", "head")
 c1, c2, c3 = st.columns([2, 2, 4])
 with c3:
@@ -97,7 +99,7 @@ with c1:
     layer = _picker("Layer", "attn.layer", n_layer)
 with c2:
     head = _picker("Head", "attn.head", n_head, disabled=mode != "head")
-state.url_set(layer=layer, head=head)
+state.url_set(layer=layer, head=head, defaults=dict(layer=opening[0], head=opening[1]))
 if run.lm.config.group_size > 1:
     st.caption(f"{'Multi' if run.lm.config.n_kv_head == 1 else 'Grouped'}-query attention: the {n_head} query heads "
                f"share {run.lm.config.n_kv_head} key/value head{'s' if run.lm.config.n_kv_head > 1 else ''}; query "

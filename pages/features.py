@@ -9,7 +9,7 @@ from tfm.viz import features as ff
 from tfm.viz import steer as fv
 from tfm.viz.why import md
 from ui import charts, sidebar, state
-from ui.text import message
+from ui.text import message, plain
 
 PER_TOKEN = 5
 
@@ -43,11 +43,14 @@ if fs.skip:
 st.dataframe(ff.token_table(run.labels, tf.features, tf.acts), hide_index=True, height=min(400, 36 * len(run.ids) + 40),
              key="features.table")
 
-state.url_init("features.feature", "feature", int)
-if not isinstance(ss.get("features.feature"), int) or not 0 <= ss["features.feature"] < cfg.n_features:
-    ss["features.feature"] = FT.opening_feature(fs, run.trace)   # the strongest not-dense one on the last token
+state.url_init("features.feature", "feature", int, bounds=(0, cfg.n_features - 1))
+chosen, opening = ss.get("features.feature"), FT.opening_feature(fs, run.trace)  # the strongest not-dense one
+if not isinstance(chosen, int) or not 0 <= chosen < cfg.n_features:              # on the last token
+    ss["features.feature"] = opening
+    if chosen is not None:                                        # another model's SAE had more features
+        st.info(f"Feature {plain(chosen)} is not in this SAE (0 to {cfg.n_features - 1:,}): showing feature {opening}.")
 feature = st.number_input(f"Feature to open (0..{cfg.n_features - 1})", 0, cfg.n_features - 1, key="features.feature")
-state.url_set(feature=feature)
+state.url_set(feature=feature, defaults=dict(feature=opening))
 acts = fs.sae.encode(run.trace.residual_streams()[cfg.layer][1].float())[:, feature]
 acts[:fs.skip] = 0                                              # positions the SAE was not trained on
 acts = acts.tolist()

@@ -11,11 +11,6 @@ from ui.text import message, plain
 
 TABS = ["Attribution", "Attribution vs ablation", "Intervene", "MLP neurons", "Activation patching",
         "Contribution graph", "SAE features"]
-DEFAULTS = {**wp.PATCH_EXAMPLE, "why.token": "", "why.versus": ""}
-# A pretrained model knows the classic name-swap (indirect object identification) pair.
-REAL_DEFAULTS = {"why.clean": "When Mary and John went to the store, John gave a drink to",
-                 "why.corrupt": "When Mary and John went to the store, Mary gave a drink to",
-                 "why.answer": " Mary", "why.wrong": " John"}
 
 
 def pick_head(n_head: int) -> None:
@@ -38,8 +33,8 @@ URL = (("why.pos", "pos", int), ("why.token", "token", str), ("why.versus", "vs"
        ("why.wrong", "wrong", str))
 for key, param, cast in URL:  # the patching prompts are cut (with a word) by their panel
     state.url_init(key, param, cast, None if param in ("clean", "corrupt") else state.LINK_VALUE_CHARS)
-for k, v in (DEFAULTS | (REAL_DEFAULTS if run.spec == "smollm2" else {})).items():
-    st.session_state.setdefault(k, v)
+for k, v in {**wp.patch_example(run.spec), "why.token": "", "why.versus": ""}.items():  # what a link without
+    st.session_state.setdefault(k, v)                                                  # them shows
 for key, what in (("why.token", "token to explain"), ("why.versus", "versus token")):
     state.cap_text(key, what, state.LINK_VALUE_CHARS)  # typed or pasted: one token is never this long
 if st.session_state.get("why.tab") not in TABS:  # links may hold anything
@@ -57,7 +52,7 @@ c1, c2, c3 = st.columns([2, 2, 2])
 pos = c1.number_input("Position (the token after it is explained)", 0, n_tok - 1, key="why.pos")
 token_text = c2.text_input("Explain token (empty: the top prediction)", key="why.token")
 versus_text = c3.text_input("…versus token (optional: logit difference)", key="why.versus")
-state.url_set(pos=pos, token=token_text, vs=versus_text)
+state.url_set(pos=pos, token=token_text, vs=versus_text, defaults=dict(pos=n_tok - 1, token="", vs=""))
 try:
     token = attribution.token_id(tok, token_text, words) if token_text else None
     versus = attribution.token_id(tok, versus_text, words) if versus_text else None
@@ -126,5 +121,5 @@ with tabs[5]:
 with tabs[6]:
     if tabs[6].open:
         numbers.update(wp.feature_panel(run, attr, pos))
-state.url_set(tab=st.session_state["why.tab"])
+state.url_set(tab=st.session_state["why.tab"], defaults=dict(tab=TABS[0]))
 wp.export(numbers)

@@ -21,6 +21,10 @@ PATCH_MAX_TOKENS = 128  # patching runs 1 + L*H + L*T rows: bound T before payin
 PATCH_EXAMPLE = {"why.clean": "Lily gave the ball to Tom. Then Tom gave it to",
                  "why.corrupt": "Tom gave the ball to Lily. Then Lily gave it to",
                  "why.answer": " Lily", "why.wrong": " Tom"}
+# A pretrained model knows the classic name-swap (indirect object identification) pair.
+REAL_PATCH_EXAMPLE = {"why.clean": "When Mary and John went to the store, John gave a drink to",
+                      "why.corrupt": "When Mary and John went to the store, Mary gave a drink to",
+                      "why.answer": " Mary", "why.wrong": " John"}
 PATCH_MAX_CHARS = 2_000  # characters of a patching prompt, checked before tokenizing (128 tokens fit)
 GRAPH_WINDOW = 24       # positions drawn in the contribution graph
 
@@ -92,6 +96,11 @@ def neuron_panel(run, attr, pos: int, token: int) -> dict:
     return {"top_neurons": rows, "neurons_off": off, **shown}
 
 
+def patch_example(spec: str) -> dict:
+    """The patching panel's opening prompts and answers (what a link without them shows)."""
+    return REAL_PATCH_EXAMPLE if spec == "smollm2" else PATCH_EXAMPLE
+
+
 def patch_panel(run, n_layer: int) -> dict:
     lm, tok = run.lm, run.lm.tokenizer
     st.caption("Run the **clean** prompt and the **corrupted** one; then, one at a time, copy a head's output "
@@ -107,7 +116,9 @@ def patch_panel(run, n_layer: int) -> dict:
     corrupt = c2.text_input("Corrupted prompt (same number of tokens)", key="why.corrupt")
     answer = c1.text_input("Answer token (clean)", key="why.answer")
     wrong = c2.text_input("Answer token (corrupted)", key="why.wrong")
-    state.url_set(clean=clean, corrupt=corrupt, answer=answer, wrong=wrong)
+    example = patch_example(run.spec)
+    state.url_set(clean=clean, corrupt=corrupt, answer=answer, wrong=wrong,
+                  defaults={name: example[f"why.{name}"] for name in ("clean", "corrupt", "answer", "wrong")})
     try:
         a_id = attribution.token_id(tok, answer, attribution.n_words(lm))
         w_id = attribution.token_id(tok, wrong, attribution.n_words(lm))
