@@ -108,7 +108,21 @@ def test_answers_fall_in_histogram_bins():
     assert Q.bucket(est, "0.35") == "0.3–0.4" and Q.bucket(est, "1") == "0.9–1.0" and Q.bucket(est, "0") == "0.0–0.1"
     kept = Q.Sampling(1.0, 0.9, "kept")
     assert Q.bucket(kept, "1") == "1–9" and Q.bucket(kept, "250") == "100–999"
-    assert Q.bucket(Q.NextToken(), "␣Paris") == "␣Paris"
+    assert Q.bucket(Q.NextToken(), "␣Paris ") == Q.bucket(Q.NextToken(), " paris") == "paris"
+    assert Q.bucket(Q.NextToken(("␣Paris", "␣the")), "␣Paris") == "␣Paris"
+    assert Q.bucket_order(kept, ["100–999", "1–9", "10–99"]) == ["1–9", "10–99", "100–999"]
+    assert len(Q.bucket_order(est, [])) == 10 and Q.bucket_order(Q.NextToken(), ["a"]) is None
+
+
+def test_the_models_answer_falls_in_its_own_bar(lm, logits):
+    for typed in (False, True):
+        q, truth = Q.ask_next_token(lm, logits, typed)
+        best = truth.top[0]
+        assert Q.model_bucket(q, truth) == Q.bucket(q, Q.parse_answer(q, best[0]))
+    q, truth = Q.ask_estimate(lm, logits, 7)
+    assert Q.model_bucket(q, truth) == Q.bucket(q, Q.parse_answer(q, f"{truth.value:.6f}"))
+    q, truth = Q.ask_head(head_table(lm), "repeat_induction")
+    assert Q.grade(q, truth, Q.model_bucket(q, truth)).correct
 
 
 def test_questions_and_truths_round_trip_through_json_and_bad_ones_are_refused(lm, logits):

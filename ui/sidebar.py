@@ -16,6 +16,7 @@ from tfm.loaders.packaged import SMOLLM2_INSTALL, smollm2_path
 from tfm.loaders.spec import ModelSpec, format_spec, parse_spec
 
 from ui import server, state
+from ui.rooms import live
 from ui.text import message, plain
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
@@ -239,3 +240,4 @@ def render() -> None:
     state.remember(*PERSISTENT)
     state.url_set(model=st.session_state["app.model_spec"], prompt=st.session_state["sidebar.prompt"],
                   seed=st.session_state["sidebar.seed"], device=st.session_state["sidebar.device"])
+    live.banner()   # a class room: the teacher's push button, or a student following the teacher

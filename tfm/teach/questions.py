@@ -245,15 +245,40 @@ def _grade_head(truth: Truth, answer: str) -> Grade:
 
 
 def bucket(q: Question, answer: str) -> str:
-    """The histogram bar an answer counts in: numbers in bins, tokens and heads as given."""
-    if isinstance(q, (NextToken, WhichHead)):
+    """The histogram bar an answer counts in: numbers in bins, heads as given, a typed token
+    without its spaces and case (as `grade` matches it), an option as shown."""
+    if isinstance(q, WhichHead) or (isinstance(q, NextToken) and q.options):
         return answer
+    if isinstance(q, NextToken):
+        return answer.replace("␣", " ").strip().casefold() or answer
     value = float(answer)
     if isinstance(q, Sampling) and q.measure == "kept":
         low = 10 ** int(math.log10(max(value, 1)))
         return f"{low:,}–{10 * low - 1:,}" if low > 1 else "1–9"
     tenth = min(int(value * 10), 9)
     return f"{tenth / 10:.1f}–{(tenth + 1) / 10:.1f}"
+
+
+def model_bucket(q: Question, truth: Truth) -> str:
+    """The bar the model's own answer falls in."""
+    if isinstance(q, NextToken):
+        shown, raw, _ = truth.top[0]
+        return bucket(q, shown if q.options else raw)
+    if isinstance(q, WhichHead):
+        flat = torch.tensor(truth.scores)
+        layer, head = divmod(int(flat.argmax()), flat.shape[1])
+        return f"L{layer} H{head}"
+    return bucket(q, repr(truth.value))
+
+
+def bucket_order(q: Question, labels) -> list[str] | None:
+    """Bars in their own order for numbers (every tenth of a probability; counts by size);
+    None (most common first) for tokens and heads."""
+    if isinstance(q, (NextToken, WhichHead)):
+        return None
+    if isinstance(q, Sampling) and q.measure == "kept":
+        return sorted(set(labels), key=lambda b: int(b.split("–")[0].replace(",", "")))
+    return [f"{i / 10:.1f}–{(i + 1) / 10:.1f}" for i in range(10)]
 
 
 # ---- JSON: what the room store keeps ----

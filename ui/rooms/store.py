@@ -1,4 +1,4 @@
-"""The room store's one interface (`RoomStore`) and the rules every back end shares (`Rules`).
+"""The rules every back end of the room store shares (`Rules`; the interface is protocol.py's `RoomStore`).
 
 A back end (SQLite, Redis) only stores and counts: `Rules` checks every value (rules.py), the
 teacher key, expiry, bounds and rate limits, and calls the back end's few primitives (the
@@ -10,63 +10,16 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable
 
 from ui.rooms import rules
+from ui.rooms.protocol import Created, Question, Results, Room
 from ui.rooms.rules import RateLimited, RoomError
 
 
-@dataclass(frozen=True)
-class Created:
-    code: str
-    teacher_key: str     # shown once to its teacher; the store keeps only its hash
-    expires: float
-
-
-@dataclass(frozen=True)
-class Question:
-    qid: int
-    spec: dict           # what was asked (tfm.teach.questions' JSON form)
-    state: str           # "open" or "revealed"
-    truth: dict | None   # the engine's answer: None in `room()` until revealed
-    asked: float
-
-
-@dataclass(frozen=True)
-class Room:
-    code: str
-    created: float
-    expires: float
-    version: int         # grows on every push, question and reveal (students poll it)
-    moment_id: int       # grows on every push only (students follow it)
-    moment: rules.Moment | None
-    question: Question | None
-    students: int
-
-
-@dataclass(frozen=True)
-class Results:
-    """Everything a room collected, for its teacher's export: each question with the engine's
-    answer, and each answer as (qid, student id, nickname, answer, time)."""
-    questions: tuple[Question, ...]
-    answers: tuple[tuple[int, str, str, str, float], ...]
-
-
-class RoomStore(Protocol):
-    def create(self, client: str) -> Created: ...
-    def room(self, code: str) -> Room | None: ...
-    def take_up(self, code: str, key: str, client: str) -> str: ...
-    def join(self, code: str, client: str, nick: str = "") -> tuple[str, str]: ...
-    def is_student(self, code: str, sid: str) -> bool: ...
-    def push(self, code: str, key: str, moment: rules.Moment) -> int: ...
-    def ask(self, code: str, key: str, spec: dict, truth: dict) -> int: ...
-    def reveal(self, code: str, key: str, qid: int) -> dict: ...
-    def answer(self, code: str, sid: str, qid: int, text: str) -> None: ...
-    def counts(self, code: str, qid: int) -> dict[str, int]: ...
-    def my_answer(self, code: str, sid: str, qid: int) -> str | None: ...
-    def results(self, code: str, key: str) -> Results: ...
-    def close(self, code: str, key: str) -> None: ...
+def _per(seconds: int) -> str:
+    minutes = seconds // 60
+    return "a minute" if minutes == 1 else "an hour" if minutes == 60 else f"per {minutes} minutes"
 
 
 class Rules:
@@ -84,14 +37,14 @@ class Rules:
         """Count one try of `what` by `who`; past the window's allowance, RateLimited."""
         name, count, seconds = self._window(what, who)
         if not self._hit(name, count, seconds):
-            raise RateLimited(f"too many tries in a short time ({count} per {seconds // 60} minutes): wait a little")
+            raise RateLimited(f"too many tries in a short time ({count} {_per(seconds)}): wait a little")
 
     def _guarded(self, what: str, who: str, attempt: Callable[[], str]) -> str:
         """`attempt()` unless `who` already spent its failures of `what` (then RateLimited, right
         or wrong: a hit must not show once the limit is reached); a failure is counted."""
         name, count, seconds = self._window(what, who)
         if self._count(name) >= count:
-            raise RateLimited(f"too many wrong tries ({count} per {seconds // 60} minutes): wait a little")
+            raise RateLimited(f"too many wrong tries ({count} {_per(seconds)}): wait a little")
         try:
             return attempt()
         except (RoomError, PermissionError):
@@ -169,6 +122,20 @@ class Rules:
 
     def is_student(self, code: str, sid: str) -> bool:
         return isinstance(sid, str) and len(sid) <= 40 and self._live(code) is not None and self._has_student(code, sid)
+
+    def rejoin(self, code: str, sid: str, client: str) -> str:
+        """A student's own link opened again (a reload, another process): the room's code if
+        `sid` is one of its students; failures are limited like wrong codes."""
+        def attempt() -> str:
+            room = rules.parse_code(code)
+            if not self.is_student(room, sid):
+                raise RoomError("this link's student is not in that room (or the room has ended)")
+            return room
+        return self._guarded("join_fail", client, attempt)
+
+    def is_teacher(self, code: str, key: str) -> bool:
+        row = self._live(code) if isinstance(code, str) and len(code) == rules.CODE_LEN else None
+        return row is not None and rules.key_matches(key, row["teacher"])
 
     def push(self, code: str, key: str, moment: rules.Moment) -> int:
         self._teacher(code, key)
