@@ -60,7 +60,7 @@ def ask(at: AppTest, kind: str, **settings) -> None:
 
 
 def histogram(at: AppTest) -> dict[str, int]:
-    fig = next(f for f in charts(at) if "students answered" in str(f["layout"]["title"]))
+    fig = next(f for f in charts(at) if " answered" in str(f["layout"]["title"]))
     bar = fig["data"][0]
     return dict(zip(bar["y"], (int(v) for v in decode(bar["x"]))))
 

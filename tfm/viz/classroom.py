@@ -37,7 +37,7 @@ def answer_bars(counts: dict[str, int], title: str, model: str | None = None, or
         "title": {"text": title}, "height": 140 + 32 * max(len(labels), 1), "margin": {"l": 10, "r": 10, "t": 60, "b": 40},
         "xaxis": {"title": {"text": "students"}, "rangemode": "tozero",
                   **({"dtick": 1} if max(values, default=0) <= 10 else {})},   # whole students
-        "yaxis": {"autorange": "reversed", "automargin": True, "type": "category"}})
+        "yaxis": {"autorange": "reversed", "automargin": True, "type": "category", "tickfont": {"size": 16}}})
 
 
 def head_grid(n_layer: int, n_head: int, chosen: tuple[int, int] | None = None) -> go.Figure:

@@ -10,7 +10,7 @@ from tfm.viz import classroom as fc
 
 from ui import charts
 from ui.rooms import live, rules
-from ui.rooms.teacher import answers_chart
+from ui.rooms.teacher import answers_chart, show_prompt
 from ui.text import message, plain
 
 
@@ -91,18 +91,15 @@ def panel() -> None:
     if room is None:
         live.leave("The class room has ended.")
         st.rerun()
-    st.caption(f"Class {rules.shown_code(room.code)}" + (f" · you are {plain(ss['room.nick'], 30)}"
-                                                        if ss.get("room.nick") else ""))
+    if ss.get("room.nick"):
+        st.caption(f"You are {plain(ss['room.nick'], 30)}")
     q = room.question
     if q is None:
         st.info("Waiting for your teacher's first question…")
         return
     question = Q.from_json(q.spec)
     st.markdown(f"#### Question {q.qid}: {plain(question.text, 200)}")
-    prompt = dict(room.moment.params).get("prompt") if room.moment else None
-    if prompt:
-        st.caption("The prompt, ending:")
-        st.code(prompt[-300:], language=None, wrap_lines=True)
+    show_prompt(room)
     mine = live.store().my_answer(room.code, ss["room.sid"], q.qid)
     if q.state != "open":
         _reveal(room, q, question, mine)

@@ -69,7 +69,6 @@ def header(room) -> None:
     with left:
         st.markdown(f"## Join with code **{rules.shown_code(room.code)}**")
         st.code(url, language=None, wrap_lines=True)
-        st.metric("Students in the room", room.students)
     right.image(qr_png(url), caption="Scan to join", width=240)
     with st.expander("Your teacher link (private: do not project it)"):
         st.caption("Opens this room as its teacher on another screen, until the room ends.")
@@ -125,13 +124,17 @@ def live_answers() -> None:
     if live.role() != "teacher":
         return
     room = live.store().room(ss["room.code"])
-    if room is None or room.question is None:
+    if room is None:
+        return
+    st.metric("Students in the room", room.students)
+    if room.question is None:
         st.info("No question yet: ask one below.")
         return
     q = room.question
     question = Q.from_json(q.spec)
     counts = live.store().counts(room.code, q.qid)
     st.markdown(f"### Question {q.qid}: {plain(question.text, 200)}")
+    show_prompt(room)
     answers_chart(question, q, counts, room.students, "room.live")
     if q.state == "open":
         st.button("Reveal the model's answer", type="primary", key="room.reveal", icon="🎯", on_click=_reveal,
@@ -148,6 +151,14 @@ def _reveal(code: str, qid: int) -> None:
         st.session_state["room.error"] = f"Not revealed: {message(e)}"
 
 
+def show_prompt(room) -> None:
+    """The end of the prompt the question is about (the moment's), for the class to read."""
+    prompt = dict(room.moment.params).get("prompt") if room.moment else None
+    if prompt:
+        st.caption("The prompt, ending:")
+        st.code(prompt[-300:], language=None, wrap_lines=True)
+
+
 def answers_chart(question, q, counts: dict[str, int], students: int, key: str) -> None:
     """The histogram of answers (and after the reveal, the model's answer in red)."""
     binned: dict[str, int] = {}
@@ -160,7 +171,7 @@ def answers_chart(question, q, counts: dict[str, int], students: int, key: str) 
     truth = Q.truth_from_json(q.truth) if q.truth else None
     mark = Q.model_bucket(question, truth) if truth else None
     n = sum(counts.values())
-    title = f"{n} of {students} students answered" + (" · red: the model's answer" if mark else "")
+    title = f"{n} of {students} answered" + (" · red: the model's" if mark else "")
     charts.show(fc.answer_bars(binned, title, mark, Q.bucket_order(question, binned)), "class answers", key=key)
     if truth:
         st.success(f"**The model:** {plain(truth.summary, 300)}")
