@@ -169,3 +169,39 @@ def test_a_teacher_link_takes_the_room_up_on_another_screen_and_a_forged_one_doe
     forged.run()
     forged.switch_page("pages/classroom.py").run()
     assert "did not open its room" in texts(forged) and "room.key" not in forged.session_state
+
+
+def browse(at: AppTest) -> AppTest:
+    """A run as the browser sees it: a page the script switched to (following the teacher) is
+    the page the next run opens. (AppTest keeps its own page until told; a browser does not.)"""
+    at.run()
+    at.switch_page(f"pages/{at.session_state['app.page']}.py")
+    return at
+
+
+def test_students_follow_each_pushed_view_and_one_who_steps_away_comes_back_on_request():
+    teacher, code, _ = teacher_room()
+    ada = student(code)
+    teacher.switch_page("pages/next_token.py").run()
+    teacher.text_area(key="sidebar.prompt").set_value("The cat sat on the").run()
+    teacher.button(key="room.push").click().run()
+    assert not teacher.exception
+    browse(ada)
+    assert ada.session_state["app.page"] == "next_token" and ada.session_state["sidebar.prompt"] == "The cat sat on the"
+    assert ada.query_params["room"] == code and ada.query_params["me"] == ada.session_state["room.sid"]
+    teacher.switch_page("pages/tour.py").run()
+    teacher.text_area(key="sidebar.prompt").set_value("Once upon a time").run()
+    teacher.button(key="room.push").click().run()
+    browse(ada)
+    assert ada.session_state["app.page"] == "tour" and ada.session_state["sidebar.prompt"] == "Once upon a time"
+    ada.text_area(key="sidebar.prompt").set_value("My own prompt").run()   # stepping away to explore
+    browse(ada)
+    assert [b for b in ada.button if b.key == "room.back"]
+    teacher.text_area(key="sidebar.prompt").set_value("The dog ran to the").run()
+    teacher.button(key="room.push").click().run()
+    browse(ada)
+    assert ada.session_state["sidebar.prompt"] == "My own prompt"   # not pulled back while away
+    ada.button(key="room.back").click()
+    browse(ada)
+    assert ada.session_state["app.page"] == "tour" and ada.session_state["sidebar.prompt"] == "The dog ran to the"
+    assert not ada.exception and not [b for b in ada.button if b.key == "room.back"]

@@ -59,7 +59,7 @@ def role() -> str | None:
 
 
 def leave(note: str | None = None) -> None:
-    for key in ("room.code", "room.key", "room.sid", "room.seen", "room.version", "room.away"):
+    for key in ("room.code", "room.key", "room.sid", "room.seen", "room.version", "room.away", "room.followed"):
         st.session_state.pop(key, None)
     if note:
         st.session_state["room.note"] = note
@@ -106,20 +106,20 @@ def follow(room) -> None:
         st.warning(f"The teacher's page {plain(m.page)} is not one of this app's pages.")
         return
     params = dict(m.params)
+    ss["room.followed"] = (m.page, tuple((k, v) for k, v in m.params if k not in NOT_PUSHED))
     ss["app.url_loaded"] = set()   # read every link setting again, as a freshly opened link
     if "model" in params:
         ss.pop("app.model_spec", None)
     st.switch_page(f"pages/{m.page}.py", query_params={**params, "room": ss["room.code"], "me": ss["room.sid"]})
 
 
-def _away(room) -> bool:
-    """The student changed page or a setting since following the teacher's moment."""
-    m = room.moment
-    if m is None:
+def _away() -> bool:
+    """The student changed page or a setting since following the teacher's last moment."""
+    followed = st.session_state.get("room.followed")
+    if followed is None:   # not following anything yet
         return False
-    if st.session_state.get("app.page") != m.page:
-        return True
-    return any(st.query_params.get(k) != v for k, v in m.params if k not in NOT_PUSHED)
+    page, params = followed
+    return st.session_state.get("app.page") != page or any(st.query_params.get(k) != v for k, v in params)
 
 
 @st.fragment(run_every=POLL_SECONDS)
@@ -129,7 +129,7 @@ def _student_banner() -> None:
     if room is None:
         leave("The class room has ended.")
         st.rerun(scope="app")
-    away = ss.get("room.away") or _away(room)
+    away = ss.get("room.away") or _away()
     ss["room.away"] = away
     if room.moment_id != ss.get("room.seen") and room.moment is not None and not away:
         follow(room)

@@ -23,7 +23,7 @@ def join_form() -> None:
         st.text_input("Join code", key="room.join_code", placeholder="ABCD-EFGH")
         st.text_input(f"Nickname (optional, up to {rules.NICK_MAX} characters: only your teacher sees it)",
                       key="room.nick")
-        pressed = st.form_submit_button("Join the class", type="primary")
+        pressed = st.form_submit_button("Join the class", type="primary", key="room.join_go")
     if not pressed:
         return
     try:
