@@ -115,6 +115,8 @@ def ask_form(run) -> None:
             live.store().ask(ss["room.code"], ss["room.key"], Q.to_json(q), Q.truth_to_json(truth))
         except (ValueError, PermissionError) as e:
             st.error(f"Not asked: {message(e)}")
+            return
+        st.rerun()   # the answers' panel above shows the new question now
 
 
 @st.fragment(run_every=LIVE_SECONDS)
