@@ -16,6 +16,7 @@ from tfm.loaders.packaged import SMOLLM2_INSTALL, smollm2_path
 from tfm.loaders.spec import ModelSpec, format_spec, parse_spec
 
 from ui import server, state
+from ui.rooms import live
 from ui.text import message, plain
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
@@ -239,6 +240,7 @@ def render() -> None:
     state.url_set(model=ss["app.model_spec"], prompt=ss["sidebar.prompt"], seed=ss["sidebar.seed"],
                   device=ss["sidebar.device"], defaults=dict(model=state.default_model_spec(), prompt=default_prompt(),
                                                              seed=0, device=available_devices()[-1]))
+    live.banner()   # a class room: the teacher's push button, or a student following the teacher
 
 
 def default_prompt() -> str:
