@@ -5,7 +5,7 @@ import streamlit as st
 from tfm import analysis
 from tfm.analysis.attention_rows import pattern_rows
 from tfm.viz import attention as fa
-from ui import charts, sidebar, state, tables
+from ui import charts, examples, sidebar, state, tables
 
 MODES = {"head": "One head", "mean": "Mean over heads", "max": "Max over heads", "rollout": "Rollout"}
 VIEWS = ["Pattern", "All heads", "Head view", "Head table"]
@@ -78,6 +78,7 @@ def _all_heads(a: int, b: int, hide_first: bool, progress=None) -> np.ndarray:
 sidebar.render()
 st.title("Attention")
 run = state.current_run()
+examples.offer("attention", run)
 n_layer, n_head, n_tok = run.trace.n_layers(), run.lm.config.n_head, len(run.ids)
 st.caption("Each row is a token (the **query**) and shows how it shares its attention over the tokens "
            "up to and including itself (the **keys**); every row sums to 1. Grey cells are masked: a "

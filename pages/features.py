@@ -8,7 +8,7 @@ from tfm.analysis import steering
 from tfm.viz import features as ff
 from tfm.viz import steer as fv
 from tfm.viz.why import md
-from ui import charts, sidebar, state
+from ui import charts, examples, sidebar, state
 from ui.text import message, plain
 
 PER_TOKEN = 5
@@ -22,6 +22,7 @@ def token_features(lm, ids, spec):
 sidebar.render()
 st.title("Features (SAE)")
 run = state.current_run()
+examples.offer("features", run)
 tok, ss = run.lm.tokenizer, st.session_state
 try:
     fs = state.derived("sae.features", FT.bundled, run.spec, run.device, run.spec)

@@ -5,13 +5,14 @@ import torch
 
 from tfm.analysis import logit_lens
 from tfm.viz import sampling as fs
-from ui import charts, sidebar, state
+from ui import charts, examples, sidebar, state
 
 WIDTHS = (8, 16, 24, 32, 48, 64)
 
 sidebar.render()
 st.title("Logit lens")
 run = state.current_run()
+examples.offer("logit_lens", run)
 tok, n_pos = run.lm.tokenizer, len(run.ids)
 st.caption("Each row decodes the residual stream after one layer (row 'embed': before any block) with the "
            "model's own final norm and unembedding. Cell text: that layer's most likely next token; colour: "

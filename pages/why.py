@@ -5,7 +5,7 @@ import streamlit as st
 
 from tfm.analysis import attribution, patching
 from tfm.viz import why as fw
-from ui import charts, sidebar, state
+from ui import charts, examples, sidebar, state
 from ui import why_panels as wp
 from ui.text import message, plain
 
@@ -25,6 +25,7 @@ def pick_head(n_head: int) -> None:
 sidebar.render()
 st.title("Why this token?")
 run = state.current_run()
+examples.offer("why", run)
 cfg, tok, n_tok = run.lm.config, run.lm.tokenizer, len(run.ids)
 words = attribution.n_words(run.lm)  # ids that are tokens (a padded vocabulary has more rows)
 L, H = cfg.n_layer, cfg.n_head
