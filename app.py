@@ -15,5 +15,6 @@ except ValueError as e:
     st.stop()
 
 nav = st.navigation(pages(Path(__file__).resolve().parent), expanded=True)  # every page listed: no "View more"
+st.session_state["app.page"] = nav.url_path or "home"   # a class room's moment names its page (ui/rooms/live.py)
 # Each page draws the shared sidebar itself (ui.sidebar.render), so it also runs standalone.
 nav.run()

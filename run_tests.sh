@@ -4,12 +4,13 @@ set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup.sh dev
 # nginx-light: tests/test_deploy.py runs the class setup (deploy/run_class.sh) through it.
-if ! command -v chromium >/dev/null 2>&1 || ! command -v nginx >/dev/null 2>&1; then
+# redis-server: tests/test_rooms.py runs every room test against a real Redis too (CI fails without it).
+if ! command -v chromium >/dev/null 2>&1 || ! command -v nginx >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-liberation nginx-light >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-liberation nginx-light redis-server >/dev/null
   else
-    echo "chromium or nginx not found: browser and deploy tests will be skipped (REQUIRE_E2E=1 makes the browser's an error)" >&2
+    echo "chromium, nginx or redis-server not found: browser, deploy and Redis room tests will be skipped (REQUIRE_E2E=1 makes the browser's an error)" >&2
   fi
 fi
 # One torch thread per test process: faster when the machine is shared, same results.

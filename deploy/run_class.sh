@@ -8,7 +8,11 @@
 # 0.0.0.0:8600 to open the class to the network). TFM_UPSTREAMS="10.0.0.2:8601 10.0.0.3:8601 ..."
 # adds processes running on other machines (docs/class.md). Each local process is
 # warmed (deploy/warm.py: model loaded, a first prompt traced) before nginx opens the class.
-# Ctrl-C stops everything.
+# Class rooms (the Class page) live in one SQLite file all local processes share ($TFM_ROOMS_DB,
+# default ~/.local/share/tfm/rooms.sqlite3); TFM_ROOMS_REDIS=redis://HOST:PORT/0 keeps them in that
+# Redis instead (processes on several machines: give each machine the same URL), and
+# TFM_ROOMS_REDIS=start starts a redis-server for this machine's processes (a unix socket in the
+# runtime folder, nothing kept on disk). Ctrl-C stops everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:?usage: deploy/run_class.sh N [-- app.py flags]}
@@ -30,6 +34,16 @@ cleanup() {
   rm -rf "$prefix"
 }
 trap cleanup EXIT INT TERM
+if [ "${TFM_ROOMS_REDIS:-}" = start ]; then
+  command -v redis-server >/dev/null || { echo "TFM_ROOMS_REDIS=start needs redis-server (Debian: apt-get install redis-server)" >&2; exit 2; }
+  redis-server --port 0 --unixsocket "$prefix/redis.sock" --unixsocketperm 700 --dir "$prefix" --save "" \
+    --appendonly no >"$prefix/redis.log" 2>&1 &
+  pids+=("$!")
+  for _ in $(seq 1 100); do [ -S "$prefix/redis.sock" ] && break; sleep 0.05; done
+  [ -S "$prefix/redis.sock" ] || { echo "redis-server did not start:" >&2; tail -5 "$prefix/redis.log" >&2; exit 1; }
+  export TFM_ROOMS_REDIS="unix://$prefix/redis.sock"
+fi
+echo "tfm class rooms: ${TFM_ROOMS_REDIS:-SQLite ${TFM_ROOMS_DB:-~/.local/share/tfm/rooms.sqlite3}}"
 upstreams=""
 for i in $(seq 1 "$n"); do
   p=$((port + i))

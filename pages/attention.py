@@ -68,8 +68,9 @@ st.caption("Each row is a token (the **query**) and shows how it shares its atte
 links.restore(*KEYS)
 links.url_init("attn.layer", "layer", int)
 links.url_init("attn.head", "head", int)
-if "attn.layer" not in st.session_state and (opening := run.opening_head()) is not None:  # a large model's
-    st.session_state["attn.layer"], st.session_state["attn.head"] = opening  # induction head, not L0 H0
+opening = run.opening_head() or (0, 0)  # a large model's induction head, else L0 H0 (and what a bare link shows)
+st.session_state.setdefault("attn.layer", opening[0])
+st.session_state.setdefault("attn.head", opening[1])
 st.session_state.setdefault("attn.mode", "head")
 c1, c2, c3 = st.columns([2, 2, 4])
 with c3:
@@ -78,7 +79,7 @@ with c1:
     layer = _picker("Layer", "attn.layer", n_layer)
 with c2:
     head = _picker("Head", "attn.head", n_head, disabled=mode != "head")
-links.url_set(layer=layer, head=head)
+links.url_set(layer=layer, head=head, defaults=dict(layer=opening[0], head=opening[1]))
 if run.lm.config.group_size > 1:
     st.caption(f"{'Multi' if run.lm.config.n_kv_head == 1 else 'Grouped'}-query attention: the {n_head} query heads "
                f"share {run.lm.config.n_kv_head} key/value head{'s' if run.lm.config.n_kv_head > 1 else ''}; query "

@@ -10,7 +10,7 @@ from tfm.viz import features as feature_figs
 from tfm.viz import steer as steer_figs
 from ui import charts, links, sidebar
 from ui.run import current_run
-from ui.text import message
+from ui.text import message, plain
 
 PER_TOKEN = 5
 
@@ -38,11 +38,14 @@ if feature_set.skip:
 st.dataframe(feature_figs.token_table(run.labels, tf.features, tf.acts), hide_index=True,
              height=min(400, 36 * len(run.ids) + 40), key="features.table")
 
-links.url_init("features.feature", "feature", int)
-if not isinstance(ss.get("features.feature"), int) or not 0 <= ss["features.feature"] < cfg.n_features:
-    ss["features.feature"] = opening_feature(feature_set, run.trace)   # the strongest not-dense one, last token
+links.url_init("features.feature", "feature", int, bounds=(0, cfg.n_features - 1))
+chosen, opening = ss.get("features.feature"), opening_feature(feature_set, run.trace)  # the strongest not-dense
+if not isinstance(chosen, int) or not 0 <= chosen < cfg.n_features:                      # one on the last token
+    ss["features.feature"] = opening
+    if chosen is not None:                                        # another model's SAE had more features
+        st.info(f"Feature {plain(chosen)} is not in this SAE (0 to {cfg.n_features - 1:,}): showing feature {opening}.")
 feature = st.number_input(f"Feature to open (0..{cfg.n_features - 1})", 0, cfg.n_features - 1, key="features.feature")
-links.url_set(feature=feature)
+links.url_set(feature=feature, defaults=dict(feature=opening))
 acts = feature_set.sae.encode(run.trace.residual_streams()[cfg.layer][1].float())[:, feature]
 acts[:feature_set.skip] = 0                                     # positions the SAE was not trained on
 acts = acts.tolist()

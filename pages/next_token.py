@@ -59,7 +59,9 @@ k = c2.number_input("Top-k (0 = off)", 0, n_words, step=1, **links.keep("next.to
 p = c3.slider("Top-p (1 = off)", 0.0, 1.0, step=0.01, **links.keep("next.top_p"),
               help="Keep the smallest set of most likely tokens whose probability adds up to p.")
 count = c4.slider("Tokens shown", 5, 60, **links.keep("next.count"))
-links.url_set(t=t, top_k=k, top_p=p)
+d = SamplingSettings()   # what a link without t, top_k, top_p shows
+links.url_set(t=t, top_k=k, top_p=p,
+              defaults=dict(t=sampling_figs.nearest_temperature(d.temperature), top_k=d.top_k, top_p=d.top_p))
 
 try:  # the widgets cannot produce bad values, but settings from elsewhere are checked anyway
     settings = SamplingSettings(t, int(k), float(p))

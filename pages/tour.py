@@ -73,7 +73,8 @@ b2.selectbox("Step", keys, format_func=lambda k: f"{keys.index(k) + 1} / {len(ke
              **links.keep("tour.step"), label_visibility="collapsed")
 b3.button("Next ▶", key="tour.next", on_click=move, args=(1,), shortcut="Right", disabled=i == len(keys) - 1,
           use_container_width=True)
-links.url_set(step=ss["tour.step"], pos=pos, layer=layer, head=head, present=int(present))
+links.url_set(step=ss["tour.step"], pos=pos, layer=layer, head=head, present=int(present),
+              defaults=dict(step=keys[0], pos=n - 1, layer=0, head=0, present=0))   # what a bare link opens
 
 step = steps[keys.index(ss["tour.step"])]
 st.header(step.title)

@@ -36,7 +36,7 @@ URL = (("why.pos", "pos", int), ("why.token", "token", str), ("why.versus", "vs"
        ("why.wrong", "wrong", str))
 for key, param, cast in URL:  # the patching prompts are cut (with a word) by their panel
     links.url_init(key, param, cast, None if param in ("clean", "corrupt") else links.LINK_VALUE_CHARS)
-defaults = DEFAULTS.copy()
+defaults = DEFAULTS.copy()   # what a link without them shows
 if not all(k in st.session_state for k in why_panels.PAIR_KEYS):  # the patching example this model knows
     defaults |= why_panels.opening_pair(run)
 for k, v in defaults.items():
@@ -58,7 +58,7 @@ c1, c2, c3 = st.columns([2, 2, 2])
 pos = c1.number_input("Position (the token after it is explained)", 0, n_tok - 1, key="why.pos")
 token_text = c2.text_input("Explain token (empty: the top prediction)", key="why.token")
 versus_text = c3.text_input("…versus token (optional: logit difference)", key="why.versus")
-links.url_set(pos=pos, token=token_text, vs=versus_text)
+links.url_set(pos=pos, token=token_text, vs=versus_text, defaults=dict(pos=n_tok - 1, token="", vs=""))
 try:
     token = attribution.token_id(tok, token_text, words) if token_text else None
     versus = attribution.token_id(tok, versus_text, words) if versus_text else None
@@ -124,5 +124,5 @@ with tabs[5]:
 with tabs[6]:
     if tabs[6].open:
         numbers.update(why_panels.feature_panel(run, attr, pos))
-links.url_set(tab=st.session_state["why.tab"])
+links.url_set(tab=st.session_state["why.tab"], defaults=dict(tab=TABS[0]))
 why_panels.export(numbers)

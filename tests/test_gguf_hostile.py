@@ -122,6 +122,20 @@ def test_bad_metadata_values_are_named(tmp_path):
     refused(path, "eos_token_id", "not a token id")
 
 
+@pytest.mark.parametrize("vocab, key, value, kind", [
+    ("sentencepiece", "tokenizer.ggml.merges", 7, GGUFValueType.UINT32),     # was TypeError: not iterable
+    ("bytelevel", "tokenizer.ggml.pre", ["a", "b"], GGUFValueType.ARRAY),   # was TypeError: unhashable
+    ("bytelevel", "llama.vocab_size", ["a", "b"], GGUFValueType.ARRAY),     # was TypeError from int()
+    ("bytelevel", "llama.vocab_size", float("inf"), GGUFValueType.FLOAT64),  # was OverflowError
+])
+def test_metadata_of_the_wrong_kind_is_a_valueerror_naming_the_file(tmp_path, vocab, key, value, kind):
+    from tests.gguf_files import sentencepiece_vocab
+    v = bytelevel_vocab() if vocab == "bytelevel" else sentencepiece_vocab()
+    path = write_model(tmp_path / "m.gguf", vocab=v, extra_kv={key: (value, kind)})
+    msg = refused(path, "m.gguf")
+    assert str(tmp_path) not in msg
+
+
 def test_the_limit_is_checked_from_the_header_before_anything_is_dequantized(good, monkeypatch):
     def no_reads(self, name):
         raise AssertionError(f"dequantized {name} before the size check")

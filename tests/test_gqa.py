@@ -238,7 +238,7 @@ def test_head_ablation_and_patching_edit_the_query_head_not_the_shared_kv(family
         for layer, h in ((0, 7), (1, 4), (1, 8)):
             got = lm.model(idx, edits=[E.AblateHead(layer, h)]).logits[0]
             torch.testing.assert_close(got, hf_logits_with_head(hf, idx, layer, h, None), atol=1e-4, rtol=0)
-        sweep = patching.ablation_sweep(lm, PROMPT_IDS, patching.metric_for(lm.model, len(PROMPT_IDS), -1, 17, None))
+        sweep = patching.ablation_sweep(lm, PROMPT_IDS, patching.Metric(len(PROMPT_IDS) - 1, 17))
         base = float(hf(idx).logits[0, -1, 17])
         assert sweep.base == pytest.approx(base, abs=1e-4)
         for layer, h in ((0, 5), (1, 7)):

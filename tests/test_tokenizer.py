@@ -176,7 +176,9 @@ def test_missing_file(tmp_path):
     ("QQ== 12 extra", "expected 'base64token rank'"),
     ("!!notb64 300", "bad base64"),
     ("QUI= x", "bad base64"),
-    ("QUI= -3", "negative rank"),
+    ("QUI= -3", r"a rank outside 0\.\.999,999"),
+    ("QUI= 1000000", r"a rank outside 0\.\.999,999"),     # no vocabulary tfm can embed is that large
+    ("QUI= " + "9" * 30, r"a rank outside 0\.\.999,999"),   # (tiktoken overflowed on it)
 ])
 def test_malformed_line_names_file_and_line(tmp_path, bad_line, message):
     path = tmp_path / "bad.tiktoken"

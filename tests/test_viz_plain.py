@@ -113,3 +113,18 @@ def test_the_tour_bar_chart_is_valid(run):
     for step in charted:
         fig = valid(ft.bar_figure(step.chart, f"{step.title} <b>x</b>", "value"))
         assert fig.layout.xaxis.type == "category" and len(fig.data[0].x) == step.chart.values.numel()
+
+
+def test_class_room_figures_are_valid_and_escape_what_students_typed():
+    from tfm.viz import classroom as fc
+    counts = {f"answer {i}": i for i in range(1, 16)} | {"<b>x</b>": 20}
+    fig = valid(fc.answer_bars(counts, "16 of 30 students answered", model="answer 15"))
+    bar = fig.data[0]
+    assert list(bar.y[:2]) == ["&lt;b&gt;x&lt;/b&gt;", "answer 15"] and list(bar.x[:2]) == [20, 15]
+    assert bar.y[-1] == "other (4 answers)" and bar.x[-1] == 1 + 2 + 3 + 4   # beyond the 12 most common
+    assert bar.marker.color[1] == fc.MODEL and bar.marker.color[0] == fc.ANSWER and bar.marker.color[-1] == fc.OTHER
+    bins = [f"{i / 10:.1f}–{(i + 1) / 10:.1f}" for i in range(10)]
+    fig = valid(fc.answer_bars({"0.3–0.4": 2}, "t", order=bins))
+    assert list(fig.data[0].y) == bins and list(fig.data[0].x) == [0, 0, 0, 2, 0, 0, 0, 0, 0, 0]
+    grid = valid(fc.head_grid(30, 9, chosen=(4, 2)))
+    assert len(grid.data[0].x) == 270 and grid.data[0].marker.color[4 * 9 + 2] == fc.MODEL

@@ -96,26 +96,28 @@ def test_loading_never_mutates_or_aliases_the_callers_model(saved):
 def test_missing_config_json(saved):
     folder, _ = saved
     (folder / "config.json").unlink()
-    with pytest.raises(ValueError, match=re.escape(f"{folder} is not a model folder")):
+    with pytest.raises(ValueError, match=f"^{folder.name} is not a model folder"):
         tfm.load(folder, device="cpu")
-    with pytest.raises(FileNotFoundError, match=re.escape(str(folder / "config.json")) + " is missing"):
+    with pytest.raises(FileNotFoundError, match="^config.json is missing") as e:   # by its name, never a server path
         load_tfm_folder(folder)
+    assert str(folder) not in str(e.value)
 
 
 def test_config_json_that_is_not_json(saved):
     folder, _ = saved
     (folder / "config.json").write_text('{"format": "tfm", ')
-    with pytest.raises(ValueError, match=re.escape(str(folder / "config.json")) + " is not valid JSON"):
+    with pytest.raises(ValueError, match=r"^config.json is not valid JSON \(.* column 19\); re-export") as e:
         tfm.load(folder, device="cpu")
+    assert str(folder) not in str(e.value)
     (folder / "config.json").write_bytes(b"\xff\xfe\x00garbage")
-    with pytest.raises(ValueError, match="is not valid JSON"):
+    with pytest.raises(ValueError, match="^config.json is not UTF-8 text \\(byte 0xff at offset 0\\)"):
         tfm.load(folder, device="cpu")
 
 
 def test_unknown_or_bad_config_values_name_the_file_and_key(saved):
     folder, _ = saved
     rewrite_config(folder, lambda d: d["model"].update(n_embd=16))
-    with pytest.raises(ValueError, match=re.escape(str(folder / "config.json")) + r".*unknown config keys \['n_embd'\]; allowed keys are"):
+    with pytest.raises(ValueError, match=r"^config.json.*unknown config keys \['n_embd'\]; allowed keys are"):
         tfm.load(folder, device="cpu")
     rewrite_config(folder, lambda d: (d["model"].pop("n_embd"), d["model"].update(activation="gelu_fast")))
     with pytest.raises(ValueError, match="config.json.*activation='gelu_fast' is not allowed; choose one of"):
@@ -134,7 +136,7 @@ def test_unknown_or_bad_config_values_name_the_file_and_key(saved):
 def test_missing_weights_file(saved):
     folder, _ = saved
     (folder / "model.safetensors").unlink()
-    with pytest.raises(FileNotFoundError, match=re.escape(str(folder / "model.safetensors")) + " is missing"):
+    with pytest.raises(FileNotFoundError, match="^model.safetensors is missing"):
         tfm.load(folder, device="cpu")
 
 
@@ -144,8 +146,9 @@ def test_corrupt_or_truncated_weights_file(damage, saved):
     path = folder / "model.safetensors"
     data = path.read_bytes()
     path.write_bytes({"garbage": bytes(range(256)) * 8, "truncated": data[: len(data) // 2], "empty": b""}[damage])
-    with pytest.raises(ValueError, match=re.escape(str(path)) + r" is corrupt or truncated .*re-export or re-copy it"):
+    with pytest.raises(ValueError, match=r"^model.safetensors is corrupt or truncated .*re-export or re-copy it") as e:
         tfm.load(folder, device="cpu")
+    assert str(folder) not in str(e.value)
 
 
 def test_weight_with_the_wrong_shape_names_key_and_both_shapes(saved):
@@ -195,7 +198,7 @@ def test_pickled_objects_are_refused_not_executed(tmp_path, gpt2_vocab_folder):
         tfm.load(folder, device="cpu")
     assert not marker.exists()
     message = str(err.value)
-    assert message.startswith(f"{folder / 'pytorch_model.bin'} holds pickled objects, not only tensors")
+    assert message.startswith("pytorch_model.bin holds pickled objects, not only tensors")
     assert "refuses to execute pickled code" in message
     assert "weights_only` set to `False`" not in message and "\x1b" not in message  # no advice to unpickle
     # a truncated or garbage .bin is reported as such
@@ -203,8 +206,7 @@ def test_pickled_objects_are_refused_not_executed(tmp_path, gpt2_vocab_folder):
     data = (folder / "pytorch_model.bin").read_bytes()
     for bad in (data[: len(data) // 2], b"not a zip or pickle" * 10):
         (folder / "pytorch_model.bin").write_bytes(bad)
-        with pytest.raises(ValueError, match=re.escape(str(folder / "pytorch_model.bin")) +
-                           r" could not be read as plain tensors .*corrupt or truncated"):
+        with pytest.raises(ValueError, match=r"^pytorch_model.bin could not be read as plain tensors .*corrupt or truncated"):
             tfm.load(folder, device="cpu")
     # the same for a nanoGPT checkpoint
     torch.save({"model": {}, "model_args": _Touch(marker)}, tmp_path / "ckpt.pt")
@@ -218,8 +220,9 @@ def test_pickled_objects_are_refused_not_executed(tmp_path, gpt2_vocab_folder):
 
 
 def test_things_that_are_not_models(tmp_path):
-    with pytest.raises(ValueError, match=re.escape(f"{tmp_path} is not a model folder") + ".*tfm folder.*Hugging Face.*nanoGPT"):
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path.name} is not a model folder") + ".*tfm folder.*Hugging Face.*nanoGPT") as e:
         tfm.load(tmp_path, device="cpu")
+    assert str(tmp_path.parent) not in str(e.value)       # by its name, never the server's path
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(ValueError, match="is not a model folder"):
         tfm.load(tmp_path, device="cpu")
@@ -299,5 +302,5 @@ def test_one_folder_reader_bounds_sizes_before_reading_for_gpt_and_encoder_decod
     with pytest.raises(ValueError, match="is not an encoder-decoder config"):
         load_encdec(folder)
     (folder / "config.json").write_text(" " * (W.MAX_CONFIG_BYTES + 1))
-    with pytest.raises(ValueError, match="too big for a model config"):
+    with pytest.raises(ValueError, match=f"config.json holds {W.MAX_CONFIG_BYTES + 1:,} bytes; tfm reads such a file up to"):
         load_tfm_folder(folder)

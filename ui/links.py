@@ -9,9 +9,12 @@ from ui.text import plain
 LINK_VALUE_CHARS = 200  # a link's setting other than a prompt: longer is refused unread
 
 
-def url_init(widget_key: str, param: str, cast=str, max_chars: int | None = LINK_VALUE_CHARS) -> None:
+def url_init(widget_key: str, param: str, cast=str, max_chars: int | None = LINK_VALUE_CHARS,
+             bounds: tuple[int, int] | None = None) -> None:
     """Seed a widget from the URL once per session, so shared links open the same view. A value
-    longer than `max_chars` (None: no cap, the caller bounds it) is refused before it is read."""
+    longer than `max_chars` (None: no cap, the caller bounds it) is refused before it is read;
+    one outside `bounds` (low, high), when given, is ignored with the same word as one that is
+    not a number (`clamp_int` instead moves a value into range, saying to what)."""
     done = st.session_state.setdefault("app.url_loaded", set())
     if widget_key in done:
         return
@@ -24,9 +27,14 @@ def url_init(widget_key: str, param: str, cast=str, max_chars: int | None = LINK
                    f"most {max_chars:,}.")
         return
     try:
-        st.session_state[widget_key] = cast(raw)
+        value = cast(raw)
     except (TypeError, ValueError, OverflowError):
         st.warning(f"Ignored the link's {plain(param)}={plain(raw)}: not a valid value.")
+        return
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        st.warning(f"Ignored the link's {plain(param)}={plain(raw)}: it goes from {bounds[0]:,} to {bounds[1]:,}.")
+        return
+    st.session_state[widget_key] = value
 
 
 def cap_text(key: str, what: str, limit: int) -> None:
@@ -55,10 +63,16 @@ def clamp_int(key: str, low: int, high: int, default: int, what: str) -> int:
     return clamped
 
 
-def url_set(**params) -> None:
+def url_set(defaults: dict | None = None, **params) -> None:
     """Write the current settings into the URL (only the ones that changed), in one update:
-    each assignment sends the browser a message of its own (up to 7 a run on the Tour)."""
-    changed = {name: str(value) for name, value in params.items() if st.query_params.get(name) != str(value)}
+    each assignment sends the browser a message of its own (up to 7 a run on the Tour).
+    A setting the address leaves out and whose value is its default (`defaults`: what the page
+    shows when the link lacks it) stays out: every change to the address makes the browser push
+    a history entry (Streamlit's frontend calls history.pushState for a query string the script
+    sets), so writing the defaults a link left out made Back need two presses to leave a page."""
+    defaults = {name: str(value) for name, value in (defaults or {}).items()}
+    changed = {name: str(value) for name, value in params.items() if st.query_params.get(name) != str(value)
+               and (name in st.query_params or defaults.get(name) != str(value))}
     if changed:
         st.query_params.update(changed)
 

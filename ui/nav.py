@@ -14,6 +14,7 @@ SECTIONS: dict[str, list[tuple[str, str, str]]] = {
     "Start": [
         ("home.py", "Home", "what tfm is and where to start"),
         ("tour.py", "Tour", "one forward pass step by step, with the real numbers and questions for a class"),
+        ("classroom.py", "Class", "a room for a class: your screen leads, students predict on their phones, the model reveals"),
         ("induction.py", "Induction head, live", "train a 2-layer attention-only model and watch an induction head form"),
     ],
     "Look inside": [

@@ -117,14 +117,14 @@ class PromptRun(ModelRun):
 
     def sae_features(self, per_token: int) -> feature_sets.TokenFeatures:
         """The SAE's strongest `per_token` features on each token; ValueError when none ships."""
-        fs = self.sae()
-        return self._traced("features.tokens", lambda lm, tr, n: feature_sets.token_features(fs.sae, tr, n, fs.skip),
-                            per_token)
+        feature_set = self.sae()
+        return self._traced("features.tokens", lambda lm, tr, n: feature_sets.token_features(
+            feature_set.sae, tr, n, feature_set.skip), per_token)
 
     def feature_attribution(self, pos: int, token: int, versus: int | None) -> feature_sets.FeatureAttribution:
-        fs = self.sae()
+        feature_set = self.sae()
         return self._traced("why.features", lambda lm, tr, p, t, v: feature_sets.feature_attribution(
-            lm, fs.sae, tr, self.ids, p, t, v), pos, token, versus)
+            lm, feature_set.sae, tr, self.ids, p, t, v), pos, token, versus)
 
     def requantized(self, qtype: str) -> QuantComparison:
         """The model re-quantized to `qtype` against itself on this prompt, every layer and head

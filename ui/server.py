@@ -20,6 +20,7 @@ import torch
 from tfm.loaders.limits import ENV, Limits, parse_bytes
 from tfm.loaders.paths import parse_roots, resolve_allowed
 
+from ui import rooms
 from ui.heavy import Gate
 
 APP_ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +40,8 @@ class Settings:
     model_roots: tuple[Path, ...]
     default_model: str = "auto"   # one of DEFAULT_MODELS
     batching: bool = True  # generations share one batched decode step per model (tfm.generation.batcher)
+    rooms_db: Path | None = None   # class rooms' SQLite file (None: ui.rooms.default_db())
+    rooms_redis: str = ""          # class rooms in this Redis instead (a class over several machines)
 
     def __post_init__(self) -> None:
         if self.default_model not in DEFAULT_MODELS:
@@ -66,6 +69,11 @@ def parse(argv: list[str], env: dict[str, str]) -> Settings:
                             type=parse_bytes if f.name.endswith("bytes") else int, help=f"env {ENV[f.name]}")
     parser.add_argument("--batching", choices=("on", "off"), default=None,
                         help=f"generations of every session share one batched decode step (default on; env {BATCHING_ENV})")
+    parser.add_argument("--rooms-db", metavar="FILE", default=None,
+                        help=f"class rooms' SQLite file, shared by this machine's processes (env {rooms.DB_ENV}; "
+                             "default: rooms.sqlite3 in ~/.local/share/tfm)")
+    parser.add_argument("--rooms-redis", metavar="URL", default=None,
+                        help=f"keep class rooms in this Redis, for processes on several machines (env {rooms.REDIS_ENV})")
     args = parser.parse_args(argv)
     limits = Limits.from_env(env).replace(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)
                                              if getattr(args, f.name) is not None})
@@ -74,7 +82,9 @@ def parse(argv: list[str], env: dict[str, str]) -> Settings:
     batching = args.batching or env.get(BATCHING_ENV, "on").strip().lower() or "on"
     if batching not in ("on", "off"):
         raise ValueError(f"{BATCHING_ENV}={batching[:20]!r}: write on or off")
-    return Settings(limits, tuple(dict.fromkeys(r.resolve() for r in roots)), default_model, batching == "on")
+    db = args.rooms_db or env.get(rooms.DB_ENV, "").strip()
+    return Settings(limits, tuple(dict.fromkeys(r.resolve() for r in roots)), default_model, batching == "on",
+                    Path(db).expanduser() if db else None, args.rooms_redis or env.get(rooms.REDIS_ENV, "").strip())
 
 
 _lock = threading.Lock()

@@ -16,6 +16,7 @@ from tfm.loaders.packaged import SMOLLM2_INSTALL, smollm2_path
 from tfm.loaders.spec import ModelSpec, format_spec, parse_spec
 
 from ui import links, models, server
+from ui.rooms import live
 from ui.text import message, plain
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
@@ -214,21 +215,19 @@ def render() -> None:
     links.restore(*PERSISTENT)
     _spec_from_url()
     links.url_init("sidebar.prompt", "prompt", max_chars=None)  # cut below, with a word
-    links.url_init("sidebar.seed", "seed", int)
+    links.url_init("sidebar.seed", "seed", int, bounds=(0, SEED_MAX))
     links.url_init("sidebar.device", "device")
     st.session_state.setdefault("sidebar.model_kind", "smollm2" if models.default_model_spec() == "smollm2" else "default")
-    st.session_state.setdefault("sidebar.prompt", REAL_PROMPT if st.session_state["sidebar.model_kind"] == "smollm2"
-                                else DEFAULT_PROMPT)
+    st.session_state.setdefault("sidebar.prompt", default_prompt())
     max_chars = server.limits().max_prompt_chars
     # A link or a paste can carry any length: the widget has no max_chars (the browser would drop
     # a longer paste without a word); it is cut here, before any work, and says so.
     links.cap_text("sidebar.prompt", "prompt", max_chars)
     st.session_state.setdefault("sidebar.seed", 0)
-    if not 0 <= st.session_state["sidebar.seed"] <= SEED_MAX:
-        st.warning(f"Ignored the link's seed={plain(st.session_state['sidebar.seed'])}: seeds go from 0 to "
-                   f"{SEED_MAX:,}.")
-        st.session_state["sidebar.seed"] = 0
     if st.session_state.get("sidebar.device") not in available_devices():
+        if "sidebar.device" in st.session_state:   # only a link can hold another
+            st.warning(f"Ignored the link's device={plain(st.session_state['sidebar.device'])}: this server has "
+                       f"{', '.join(available_devices())}.")
         st.session_state["sidebar.device"] = available_devices()[-1]
     with st.sidebar:
         _choose_model()
@@ -237,5 +236,13 @@ def render() -> None:
                      help="Typed text is always plain text: '<|endoftext|>' here is not the control token.")
         st.number_input("Seed (sampling)", 0, SEED_MAX, **links.keep("sidebar.seed"))
     links.remember(*PERSISTENT)
-    links.url_set(model=st.session_state["app.model_spec"], prompt=st.session_state["sidebar.prompt"],
-                  seed=st.session_state["sidebar.seed"], device=st.session_state["sidebar.device"])
+    ss = st.session_state
+    links.url_set(model=ss["app.model_spec"], prompt=ss["sidebar.prompt"], seed=ss["sidebar.seed"],
+                  device=ss["sidebar.device"], defaults=dict(model=models.default_model_spec(), prompt=default_prompt(),
+                                                             seed=0, device=available_devices()[-1]))
+    live.banner()   # a class room: the teacher's push button, or a student following the teacher
+
+
+def default_prompt() -> str:
+    """The prompt a session starts with (and a link without one shows): a fact for SmolLM2."""
+    return REAL_PROMPT if st.session_state.get("sidebar.model_kind") == "smollm2" else DEFAULT_PROMPT

@@ -5,7 +5,7 @@ once per process for the same model, prompt and settings) and draws them with `t
 """
 from __future__ import annotations
 
-from dataclasses import astuple
+from dataclasses import asdict, astuple
 
 import numpy as np
 import pandas as pd
@@ -98,7 +98,8 @@ def patch_panel(run, n_layer: int) -> dict:
     corrupt = c2.text_input("Corrupted prompt (same number of tokens)", key="why.corrupt")
     answer = c1.text_input("Answer token (clean)", key="why.answer")
     wrong = c2.text_input("Answer token (corrupted)", key="why.wrong")
-    links.url_set(clean=clean, corrupt=corrupt, answer=answer, wrong=wrong)
+    links.url_set(clean=clean, corrupt=corrupt, answer=answer, wrong=wrong,
+                  defaults=asdict(run.opening_pair()))   # a PromptPair's fields are the link's names
     try:
         a_id = attribution.token_id(tok, answer, attribution.n_words(lm))
         w_id = attribution.token_id(tok, wrong, attribution.n_words(lm))
@@ -171,14 +172,14 @@ def feature_panel(run, attr, pos: int) -> dict:
     except ValueError as e:   # no SAE ships for this model
         st.info(message(e))
         return {}
-    fa = run.feature_attribution(pos, attr.token, attr.versus)
-    names, values = fa.parts()
-    st.caption(f"The stream entering block {fa.layer} is what the SAE rewrites as features. Each feature's bar is its "
+    feature_attr = run.feature_attribution(pos, attr.token, attr.versus)
+    names, values, layer = *feature_attr.parts(), feature_attr.layer
+    st.caption(f"The stream entering block {layer} is what the SAE rewrites as features. Each feature's bar is its "
                "activation × its decoder direction, read through the final norm frozen as above; what the SAE "
                "misses (error), its bias, and everything blocks after it wrote are bars too, so all bars add up to "
                f"{attr.target:.4f} (sum {float(values.sum()):.4f}). Open a feature on the Features page.")
     shown = top_parts(names, values, 16)           # the 16 largest features and always the 4 other terms
     charts.show(why_figs.contrib_bars([names[i] for i in shown], as_np(values[shown]),
-                                      f"Features at layer {fa.layer} and the rest, toward the token", top=len(shown)),
+                                      f"Features at layer {layer} and the rest, toward the token", top=len(shown)),
                 key="why.features")
     return {"features": {"names": names, "values": values.tolist()}}

@@ -5,6 +5,7 @@ import dataclasses
 
 import base64
 import os
+import tempfile
 import json
 import re
 from pathlib import Path
@@ -19,6 +20,8 @@ from ui import models, server
 # Tests keep the bundled model (fast, and its numbers are what they assert); tests of SmolLM2
 # ask for it (server.configure / TFM_DEFAULT_MODEL=smollm2 for a server they start).
 os.environ["TFM_DEFAULT_MODEL"] = "default"
+# Class rooms go to a file of this test run, never the user's data folder (ui.rooms.default_db).
+os.environ.setdefault("TFM_ROOMS_DB", os.path.join(tempfile.mkdtemp(prefix="tfm-rooms-"), "rooms.sqlite3"))
 
 # Models a test process keeps between tests, in bytes (SmolLM2 in float32 is ~0.54 GB; one worker per core).
 KEPT_MODEL_BYTES = 2 << 30

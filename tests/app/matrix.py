@@ -30,6 +30,7 @@ class Page:
 
 PAGES: dict[str, Page] = {
     "home": Page(views=(({}, 0),)),
+    "classroom": Page(views=(({}, 0),), model_free=True),   # no room: the join and open forms
     "tour": Page(views=(({}, 0),)),
     "induction": Page(views=(({}, 0),), model_free=True),
     "tokens": Page(views=(({}, 0),)),
@@ -159,6 +160,7 @@ LINK_PARAMS: list[tuple[str, str, str]] = [
     ("tour", "present", ""), ("tour", "step", ""), ("tour", "pos", ""), ("tour", "layer", ""), ("tour", "head", ""),
     *[("why", p, "") for p in ("pos", "token", "vs", "tab", "clean", "corrupt", "answer", "wrong")],
     ("generate", "prompt", ""), ("features", "feature", ""),
+    ("classroom", "room", ""), ("classroom", "me", ""), ("classroom", "teacher", ""),
 ]
 # Values a link may carry: markup, huge, non-numbers and extremes, invisible characters, special
 # tokens, paths. A new one joins by one line.

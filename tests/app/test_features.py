@@ -12,7 +12,7 @@ from tfm.analysis import steering
 from tfm.analysis.sae import stream_at
 from ui import models
 
-from tests.app.conftest import chart_by_title, decode, open_page, use_random
+from tests.app.conftest import as_shown, chart_by_title, decode, open_page, use_random
 
 PROMPT = "Lily found a big red ball in the park. She was happy"
 
@@ -107,3 +107,25 @@ def test_with_no_sparse_feature_firing_the_strongest_of_all_opens():
     assert FT.opening_feature(fs, trace, max_share=0.0) == int(acts.argmax())
     assert FT.opening_feature(fs, trace, position=2, max_share=1.0) == int(
         fs.sae.encode(stream_at(lm.model, torch.tensor([ids]), fs.layer)[0])[2].argmax())
+
+
+def _link(feature: str | None):
+    from tests.app.matrix import open_cell
+    at = open_cell("features", None, params={} if feature is None else {"feature": feature})
+    assert not at.exception, at.exception
+    return at
+
+
+def test_a_link_feature_out_of_range_is_ignored_as_text_is():
+    """Issue #40: feature=-1, 1536 (one past the SAE's 1536 features) or a 20-digit number used to
+    open the page's own choice without a word; now they get the word `abc` gets."""
+    plain = _link(None)
+    opened = plain.number_input(key="features.feature").value
+    assert not plain.warning and 0 <= opened < 1536
+    for value in ("-1", "1536", "9" * 20, "abc"):
+        at = _link(value)
+        shown = [as_shown(w.value) for w in at.warning]
+        assert any(w.startswith(f"Ignored the link's feature={value}: ") for w in shown), (value, shown)
+        assert at.number_input(key="features.feature").value == opened
+    at = _link("1535")                                   # the last feature is in range: opened, no word
+    assert not at.warning and at.number_input(key="features.feature").value == 1535

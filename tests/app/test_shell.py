@@ -130,3 +130,17 @@ def test_home_names_the_models_own_heads_and_opens_the_induction_head():
     prompt = at.text_area(key="sidebar.prompt").value
     assert prompt.count("The little dog ran") == 2
     assert any(f"Layer {il}, head {ih}" in f["layout"]["title"]["text"] for f in charts(at))
+
+
+@pytest.mark.parametrize("page", ["tokens", "attention", "next_token", "tour", "why", "features"])
+def test_opening_a_link_adds_no_settings_to_it(page):
+    """Issue #40: each setting the app wrote into the address made the browser push a history
+    entry, so a link's page needed two Backs to leave (tests/e2e/test_history_browser.py). A
+    link without a setting shows its default, so the page leaves it out; a change goes in."""
+    from tests.app.matrix import PROMPT, open_cell
+    at = open_cell(page, None)                          # the prompt is the link's only setting
+    assert not at.exception, at.exception
+    assert set(at.query_params) == {"prompt"}, dict(at.query_params)
+    at.number_input(key="sidebar.seed").set_value(7).run()
+    assert at.query_params["seed"] in ("7", ["7"]) and set(at.query_params) == {"prompt", "seed"}
+    assert at.query_params["prompt"] in (PROMPT, [PROMPT])

@@ -5,6 +5,7 @@ Without chromium these tests skip locally; with REQUIRE_E2E=1 (CI) that is an er
 from __future__ import annotations
 
 import os
+import tempfile
 import shutil
 import signal
 import socket
@@ -20,6 +21,8 @@ import pytest
 # Tests keep the bundled model (fast, and its numbers are what they assert); tests of SmolLM2
 # ask for it (server.configure / TFM_DEFAULT_MODEL=smollm2 for a server they start).
 os.environ["TFM_DEFAULT_MODEL"] = "default"
+# Class rooms go to a file of this test run, never the user's data folder (ui.rooms.default_db).
+os.environ.setdefault("TFM_ROOMS_DB", os.path.join(tempfile.mkdtemp(prefix="tfm-rooms-"), "rooms.sqlite3"))
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "screenshots"

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import torch
 
+from ..core.files import reading
 from ..core.validate import check_int
 from ..loaders.loading import ASSETS
 from .attribution import _f64, _prepare, direction
-from .sae import SAE, load_feature_data, load_sae
+from .sae import FEATURES_FILE, SAE, load_feature_data, load_sae
 from .steering import SteeringVector, feature_vector
 
 SAE_ROOT = ASSETS / "sae"
@@ -72,8 +73,11 @@ def load_features(folder: Path | str, lm) -> FeatureSet:
     sae, card = load_sae(folder, lm)
     data = load_feature_data(folder)
     f = sae.cfg.n_features
-    if data["hist_max"].shape != (f,) or data["ctx_ids"].shape[0] != f:
-        raise ValueError(f"{folder}: the feature data does not match the SAE's {f} features")
+    with reading(FEATURES_FILE):
+        shapes = {"ctx_ids": 3, "ctx_acts": 3, "hist": 2, "hist_max": 1, "freq": 1}
+        if any(data[k].dim() != n or data[k].shape[0] != f for k, n in shapes.items()) \
+                or data["ctx_acts"].shape != data["ctx_ids"].shape:
+            raise ValueError(f"{FEATURES_FILE} does not match the SAE's {f} features")
     return FeatureSet(sae, card, data)
 
 

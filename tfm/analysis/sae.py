@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from ..core.config import JsonConfig
+from ..core.files import read_json, reading
 from ..core.validate import check_int, from_json_object
+from ..loaders.weights import read_safetensors
 
 SAE_FILE, CARD_FILE, FEATURES_FILE = "sae.safetensors", "card.json", "features.safetensors"
 MAX_SAE_BYTES = 64 * 2**20     # an SAE file larger than this is refused before reading
@@ -112,13 +114,11 @@ def _bounded(path: Path, limit: int, what: str) -> Path:
 def read_card(folder: Path | str) -> dict:
     """The card of an SAE folder (JSON, size-bounded), with its config checked."""
     path = _bounded(Path(folder) / CARD_FILE, MAX_CARD_BYTES, "the card")
-    try:
-        card = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from None
+    card = read_json(path, MAX_CARD_BYTES)
     if not isinstance(card, dict) or not isinstance(card.get("config"), dict):
-        raise ValueError(f"{path} has no \"config\" object")
-    card["config"] = from_json_object(SAEConfig, card["config"], "the SAE config")
+        raise ValueError(f"{CARD_FILE} has no \"config\" object")
+    with reading(CARD_FILE):
+        card["config"] = from_json_object(SAEConfig, card["config"], "the SAE config")
     return card
 
 
@@ -139,7 +139,7 @@ def load_sae(folder: Path | str, lm=None) -> tuple[SAE, dict]:
     cfg: SAEConfig = card["config"]
     if lm is not None:
         check_fits(cfg, lm.config)
-    tensors = load_file(_bounded(folder / SAE_FILE, MAX_SAE_BYTES, "the weights"))
+    tensors = read_safetensors(_bounded(folder / SAE_FILE, MAX_SAE_BYTES, "the weights"))
     d, f = cfg.d_model, cfg.n_features
     want = {"W_enc": (d, f), "b_enc": (f,), "W_dec": (f, d), "b_dec": (d,)}
     got = {n: tuple(t.shape) for n, t in tensors.items()}
@@ -157,7 +157,7 @@ def load_sae(folder: Path | str, lm=None) -> tuple[SAE, dict]:
 def load_feature_data(folder: Path | str) -> dict[str, torch.Tensor]:
     """features.safetensors: ctx_ids (F, n, W) int32 (-1 = no token), ctx_acts (F, n, W),
     hist (F, B) counts over [0, hist_max[f]], hist_max (F,), freq (F,) firing rate."""
-    return load_file(_bounded(Path(folder) / FEATURES_FILE, MAX_SAE_BYTES, "the feature data"))
+    return read_safetensors(_bounded(Path(folder) / FEATURES_FILE, MAX_SAE_BYTES, "the feature data"))
 
 
 @torch.no_grad()

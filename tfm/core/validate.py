@@ -25,6 +25,15 @@ def _range(low: float | None, high: float | None) -> str:
     return f">= {low:,}" if low is not None else f"<= {high:,}"
 
 
+def _shown(value: Any, n: int | None = None) -> str:
+    """A refused value for a message, at most ~60 characters (a 3000-digit number from a file
+    is named by its length)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 160:
+        return f"a {len(str(abs(value)))}-digit number"
+    text = f"{n:,}" if n is not None else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def check_int(name: str, value: Any, low: int, high: int | None = None, hint: str = "") -> int:
     """`value` as an int in [low, high] (no upper bound when high is None), or a ValueError naming
     the allowed range and `hint` (appended as is, e.g. " (0 turns top-k off)"). Bools are refused:
@@ -34,9 +43,9 @@ def check_int(name: str, value: Any, low: int, high: int | None = None, hint: st
             raise TypeError
         n = operator.index(value)
     except TypeError:
-        raise ValueError(f"{name} must be an integer {_range(low, high)}, got {value!r}{hint}") from None
+        raise ValueError(f"{name} must be an integer {_range(low, high)}, got {_shown(value)}{hint}") from None
     if n < low or (high is not None and n > high):
-        raise ValueError(f"{name}={n:,} is out of range; it must be {_range(low, high)}{hint}")
+        raise ValueError(f"{name}={_shown(n, n)} is out of range; it must be {_range(low, high)}{hint}")
     return n
 
 
@@ -48,12 +57,12 @@ def check_number(name: str, value: Any, low: float | None = None, high: float | 
         if isinstance(value, (bool, str)):
             raise TypeError
         x = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a finite number, got {value!r}{hint}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{name} must be a finite number, got {_shown(value)}{hint}") from None
     if not math.isfinite(x):
-        raise ValueError(f"{name} must be a finite number, got {value!r}{hint}")
+        raise ValueError(f"{name} must be a finite number, got {_shown(value)}{hint}")
     if (low is not None and x < low) or (high is not None and x > high):
-        raise ValueError(f"{name}={value!r} is out of range; it must be {_range(low, high)}{hint}")
+        raise ValueError(f"{name}={_shown(value)} is out of range; it must be {_range(low, high)}{hint}")
     return x
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..core.config import ModelConfig
+from ..core.files import reading
 from ..core.model import GPT
 from ..core.positions import rope_inv_freq, sinusoidal_table
 from ..text.gguf_tokenizer import tokenizer_from_gguf
@@ -216,21 +217,23 @@ def read_checked(path: str | Path, dtype: str = "float32") -> tuple[GGUFFile, st
     compares `f.float_bytes()` with the server's limit from this."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
-    source = str(path)
+    source = Path(path).name
     f = read_gguf(path)
     arch = f.metadata.get("general.architecture")
-    if arch not in ARCHITECTURES:
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise ValueError(f"{source}: architecture {str(arch)[:40]!r} is not supported; tfm loads GGUF files of "
                          f"{', '.join(ARCHITECTURES)}")
-    return f, arch, make_config(source, "its header", **config_fields(f, arch, source))
+    with reading(source):
+        return f, arch, make_config(source, "its header", **config_fields(f, arch, source))
 
 
 def load_gguf(path: str | Path, dtype: str = "float32") -> tuple[GPT, Any, dict]:
     """Model, tokenizer and meta from a GGUF file (see the module doc)."""
     f, arch, cfg = read_checked(path, dtype)
-    source = str(path)
-    tokenizer = tokenizer_from_gguf(f.metadata, Path(path).stem, source)
-    state = convert(f, cfg, arch, source)
+    source = Path(path).name
+    with reading(source):
+        tokenizer = tokenizer_from_gguf(f.metadata, Path(path).stem, source)
+        state = convert(f, cfg, arch, source)
     if arch == "gpt2" and not cfg.tied_embeddings and torch.equal(state["unembed.weight"], state["tok_emb.weight"]):
         cfg = cfg.replace(tied_embeddings=True)   # llama.cpp writes GPT-2's tied head out as a copy
         del state["unembed.weight"]

@@ -26,6 +26,8 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gguf_quants
 
+from ..core.files import reading
+
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
 MAX_KEY_CHARS = 1 << 16
@@ -134,14 +136,15 @@ class _Cursor:
 def read_gguf(path: str | Path) -> GGUFFile:
     """Parse the header, metadata and tensor table of a GGUF file (no tensor data is read)."""
     path = Path(path)
-    source = str(path)
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
-        if size < 24:
-            raise ValueError(f"{source} is not a GGUF file: it has only {size} bytes")
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            cur = _Cursor(mm, source)
-            return _parse(cur, path, size)
+    source = path.name
+    with reading(source):
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            if size < 24:
+                raise ValueError(f"{source} is not a GGUF file: it has only {size} bytes")
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                cur = _Cursor(mm, source)
+                return _parse(cur, path, size)
 
 
 def _parse(cur: _Cursor, path: Path, size: int) -> GGUFFile:

@@ -18,13 +18,14 @@ from pathlib import Path
 import torch
 
 from ..core.config import ModelConfig
+from ..core.files import read_json, reading
 from ..core.lazy import LazyTrace
 from ..core.model import GPT
 from ..core.trace import estimate_block_bytes, estimate_trace_bytes
 from ..core.validate import check_int
 from .gguf import read_checked
 from .ollama import gguf_in
-from .weights import hf_gpt2_config, read_json
+from .weights import hf_gpt2_config
 
 GB = 1_000_000_000
 FLOAT_BYTES = 4  # the app computes and caches traces in float32
@@ -170,6 +171,11 @@ def check_folder(path: Path, limits: Limits) -> None:
     shape, exceed the limits: checked from file sizes and config.json before any weight is read
     or allocated. (A nanoGPT ckpt.pt keeps its shape inside the pickle-free torch file: only its
     size is checked here.) A GGUF file (or folder / Ollama manifest naming one): `check_gguf`."""
+    with reading(path.name or str(path), name_values=False):   # whatever a reader missed: one ValueError
+        _check_files(path, limits)
+
+
+def _check_files(path: Path, limits: Limits) -> None:
     gguf = gguf_in(path)
     if gguf is not None:
         check_gguf(gguf, limits)
@@ -213,9 +219,10 @@ def _folder_config(folder: Path) -> ModelConfig | None:
         return None
     data = read_json(folder / "config.json")
     if isinstance(data, dict) and data.get("format") == "tfm" and isinstance(data.get("model"), dict):
-        return ModelConfig.from_dict(data["model"])
+        with reading("config.json"):
+            return ModelConfig.from_dict(data["model"])
     if isinstance(data, dict) and data.get("model_type") == "gpt2":
-        return hf_gpt2_config(data, str(folder))
+        return hf_gpt2_config(data)
     return None
 
 

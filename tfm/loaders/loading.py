@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from ..core.config import ModelConfig
+from ..core.files import reading
 from .convert import DTYPES, is_hf_family_folder, load_hf_family_folder
 from ..core.model import GPT
 from .gguf import load_gguf
@@ -100,9 +101,9 @@ def detect_format(path: Path) -> str:
     if path.is_file():
         if path.suffix in (".pt", ".pth", ".ckpt"):
             return "nanogpt"
-        raise ValueError(f"{path} is a file; give a model folder, a .gguf file, or a nanoGPT ckpt.pt")
+        raise ValueError(f"{path.name} is a file; give a model folder, a .gguf file, or a nanoGPT ckpt.pt")
     if not path.is_dir():
-        raise FileNotFoundError(f"{path} does not exist")
+        raise FileNotFoundError(f"{path.name or path} does not exist")
     if (path / "config.json").is_file():
         data = read_json(path / "config.json")
         if isinstance(data, dict) and data.get("format") == "tfm":
@@ -113,7 +114,7 @@ def detect_format(path: Path) -> str:
             return "hf-family"
     if (path / "ckpt.pt").is_file():
         return "nanogpt"
-    raise ValueError(f"{path} is not a model folder: expected a tfm folder (config.json with \"format\": \"tfm\" "
+    raise ValueError(f"{path.name or path} is not a model folder: expected a tfm folder (config.json with \"format\": \"tfm\" "
                      "and model.safetensors), a Hugging Face folder (GPT-2, Llama, Qwen2, Mistral, GPT-NeoX), "
                      "a GGUF file or an Ollama models folder, or a nanoGPT ckpt.pt")
 
@@ -139,16 +140,21 @@ def load(source: str | Path | ModelSpec = "default", device: str | None = "auto"
     else:
         src = spec.path
         path = Path(src).expanduser()
-    kind = detect_format(path)
-    if kind == "gguf":
-        model, tok, meta = load_gguf(gguf_in(path), dtype)
-    elif kind == "tfm":
-        model, tok, meta = load_tfm_folder(path)
-    elif kind == "hf-gpt2":
-        model, tok, meta = load_hf_gpt2_folder(path)
-    elif kind == "hf-family":
-        model, tok, meta = load_hf_family_folder(path, dtype)
-    else:
-        model, tok, meta = load_nanogpt(path if path.is_file() else path / "ckpt.pt")
+    with reading(path.name or str(path), name_values=False):   # whatever a reader missed: one ValueError
+        model, tok, meta = load_files(path, dtype)
     dev = pick_device(device)
     return LM(model.to(dev, DTYPES[dtype]).eval(), tok, model.config, dev, src, meta)
+
+
+def load_files(path: Path, dtype: str = "float32") -> tuple[GPT, Tokenizer, dict]:
+    """(model, tokenizer, meta) from a model folder or file of any format `detect_format` knows."""
+    kind = detect_format(path)
+    if kind == "gguf":
+        return load_gguf(gguf_in(path), dtype)
+    if kind == "tfm":
+        return load_tfm_folder(path)
+    if kind == "hf-gpt2":
+        return load_hf_gpt2_folder(path)
+    if kind == "hf-family":
+        return load_hf_family_folder(path, dtype)
+    return load_nanogpt(path if path.is_file() else path / "ckpt.pt")

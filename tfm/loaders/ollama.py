@@ -13,9 +13,10 @@ digest must be 64 hex digits, so a manifest cannot point outside the blobs folde
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
+
+from ..core.files import read_json
 
 MODEL_LAYER = "application/vnd.ollama.image.model"
 DEFAULT_PREFIX = ("registry.ollama.ai", "library")
@@ -60,21 +61,18 @@ def blob_of(manifest: str | Path) -> Path:
     root = models_root(manifest)
     if root is None:
         raise ValueError(f"{manifest} is not inside an Ollama models folder (manifests/ beside blobs/)")
-    size = manifest.stat().st_size
-    if size > MAX_MANIFEST_BYTES:
-        raise ValueError(f"{manifest} is {size:,} bytes; an Ollama manifest is a small JSON file")
-    try:
-        data = json.loads(manifest.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise ValueError(f"{manifest} is not an Ollama manifest (not JSON)") from None
+    data = read_json(manifest, MAX_MANIFEST_BYTES)   # ValueError naming the manifest: not JSON, too big
     layers = data.get("layers") if isinstance(data, dict) else None
-    digests = [layer.get("digest") for layer in layers or [] if isinstance(layer, dict)
+    layers = layers if isinstance(layers, list) else []
+    digests = [layer.get("digest") for layer in layers if isinstance(layer, dict)
                and layer.get("mediaType") == MODEL_LAYER]
     if len(digests) != 1 or not isinstance(digests[0], str) or not DIGEST.fullmatch(digests[0]):
-        raise ValueError(f"{manifest} names no single model layer ({MODEL_LAYER}) with a sha256 digest")
+        raise ValueError(f"the Ollama manifest {manifest.name} names no single model layer ({MODEL_LAYER}) "
+                         "with a sha256 digest")
     blob = root / "blobs" / ("sha256-" + digests[0].removeprefix("sha256:"))
     if not blob.is_file():
-        raise FileNotFoundError(f"{manifest} names {blob.name}, which is not in {root / 'blobs'}; pull the model again")
+        raise FileNotFoundError(f"the Ollama manifest {manifest.name} names {blob.name}, which is not in its "
+                                "blobs folder; pull the model again")
     return blob
 
 

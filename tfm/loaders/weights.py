@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 from ..core.config import ModelConfig
+from ..core.files import read_json, reading, why
 from ..core.model import GPT
 from ..text.hf_tokenizer import tokenizer_from_spec
 from ..text.tokenizer import Tokenizer
@@ -26,22 +27,17 @@ from ..text.tokenizer import Tokenizer
 FORMAT, VERSION = "tfm", 1
 
 
-def read_json(path: Path) -> Any:
+def read_safetensors(path: Path, as_float: bool = False) -> dict[str, torch.Tensor]:
+    """Every tensor of a safetensors file (each made float32 as it is read, with `as_float`);
+    a corrupt file is one ValueError naming it."""
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not valid JSON ({e}); restore or re-export that file") from None
-
-
-def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing; the folder needs its weights file")
-    try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise ValueError(f"{path} is corrupt or truncated ({e}); re-export or re-copy it") from None
+        raise FileNotFoundError(f"{path.name} is missing; the folder needs its weights file")
+    with reading(path.name):
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                return {k: f.get_tensor(k).float() if as_float else f.get_tensor(k) for k in f.keys()}
+        except SafetensorError as e:
+            raise ValueError(f"{path.name} is corrupt or truncated ({why(e)}); re-export or re-copy it") from None
 
 
 def read_torch_file(path: Path) -> Any:
@@ -49,22 +45,22 @@ def read_torch_file(path: Path) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path} is missing") from None
+        raise FileNotFoundError(f"{path.name} is missing") from None
     except pickle.UnpicklingError as e:
         # torch's own message is long, has terminal colour codes and suggests weights_only=False:
         # keep only what the file referenced.
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
         if found:
-            raise ValueError(f"{path} holds pickled objects, not only tensors (it references {found.group(1)}); "
+            raise ValueError(f"{path.name} holds pickled objects, not only tensors (it references {found.group(1)}); "
                              "tfm refuses to execute pickled code: re-save the weights as safetensors or as a "
                              "plain state dict") from None
         detail = re.search(r"WeightsUnpickler error:\s*(.+)", str(e))
-        raise ValueError(f"{path} could not be read as plain tensors "
+        raise ValueError(f"{path.name} could not be read as plain tensors "
                          f"({detail.group(1).strip()[:200] if detail else 'not a PyTorch weights file'}); "
                          "it is corrupt or truncated: re-export or re-copy it") from None
     except Exception as e:  # RuntimeError / OSError from a truncated zip, EOFError, ...
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-        raise ValueError(f"{path} could not be read as plain tensors ({type(e).__name__}: {first}); "
+        raise ValueError(f"{path.name} could not be read as plain tensors ({type(e).__name__}: {first}); "
                          "it is corrupt or truncated: re-export or re-copy it") from None
 
 
@@ -131,10 +127,9 @@ def read_folder(folder: str | Path, fmt: FolderFormat,
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} is not a folder; give the folder holding config.json and model.safetensors")
     config, weights = folder / "config.json", folder / "model.safetensors"
-    if config.is_file() and config.stat().st_size > MAX_CONFIG_BYTES:
-        raise ValueError(f"{config} holds {config.stat().st_size:,} bytes: too big for a model config")
-    data = read_json(config)
-    cfg = checked_config(data, fmt, str(config))
+    data = read_json(config, MAX_CONFIG_BYTES)
+    with reading(config.name):
+        cfg = checked_config(data, fmt, config.name)
     if max_weight_bytes is not None and weights.is_file() and weights.stat().st_size > max_weight_bytes:
         raise ValueError(f"{weights} holds {weights.stat().st_size:,} bytes, over the limit of "
                          f"{max_weight_bytes:,}; use a smaller model")
@@ -169,23 +164,30 @@ def load_tfm_folder(folder: Path, max_weight_bytes: int | None = None) -> tuple[
     data, cfg, state = read_folder(folder, TFM_FOLDER, max_weight_bytes)
     spec = data.get("tokenizer")
     if not isinstance(spec, dict) or "file" not in spec:
-        raise ValueError(f"{folder / 'config.json'} has no \"tokenizer\" section naming the tokenizer file")
+        raise ValueError('config.json has no "tokenizer" section naming the tokenizer file')
     tokenizer = tokenizer_from_spec(folder, spec)
-    check_vocab(cfg, tokenizer, str(folder))
+    check_vocab(cfg, tokenizer, folder.name)
     model = GPT(cfg)
-    load_state_checked(model, state, str(folder / "model.safetensors"))
+    load_state_checked(model, state, "model.safetensors")
     return model, tokenizer, data.get("meta") or {}
 
 
 HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 
 
-def hf_gpt2_config(data: dict, source: str) -> ModelConfig:
-    if data.get("model_type") != "gpt2":
-        raise ValueError(f"{source}: model_type {data.get('model_type')!r} is not supported; tfm loads GPT-2 family folders")
+def hf_gpt2_config(data: dict, source: str = "config.json") -> ModelConfig:
+    """A Hugging Face GPT-2 config.json's data as a ModelConfig; ValueError naming `source`."""
+    with reading(source):
+        return _gpt2_fields(data, source)
+
+
+def _gpt2_fields(data: dict, source: str) -> ModelConfig:
+    if not isinstance(data, dict) or data.get("model_type") != "gpt2":
+        kind = data.get("model_type") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"{source}: model_type {kind!r} is not supported; tfm loads GPT-2 family folders")
     missing = [k for k in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head") if k not in data]
     if missing:
-        raise ValueError(f"{source}: config.json lacks the GPT-2 keys {missing}")
+        raise ValueError(f"{source} lacks the GPT-2 keys {missing}")
     # Variants that change the attention computation: tfm would silently compute something else.
     if not data.get("scale_attn_weights", True) or data.get("scale_attn_by_inverse_layer_idx", False):
         raise ValueError(f"{source}: scale_attn_weights=false or scale_attn_by_inverse_layer_idx=true is not "
@@ -193,7 +195,7 @@ def hf_gpt2_config(data: dict, source: str) -> ModelConfig:
     if data.get("add_cross_attention", False):
         raise ValueError(f"{source}: add_cross_attention=true is not supported (decoder-only models only)")
     act = data.get("activation_function", "gelu_new")
-    if act not in HF_ACTIVATIONS:
+    if not isinstance(act, str) or act not in HF_ACTIVATIONS:
         raise ValueError(f"{source}: activation_function {act!r} is not supported; expected one of {sorted(HF_ACTIVATIONS)}")
     d = data["n_embd"]
     return ModelConfig(
@@ -242,17 +244,17 @@ def convert_gpt2_state(state: dict[str, torch.Tensor], conv1d: bool) -> dict[str
 
 
 def load_hf_gpt2_folder(folder: Path) -> tuple[GPT, Tokenizer, dict]:
-    cfg = hf_gpt2_config(read_json(folder / "config.json"), str(folder))
+    cfg = hf_gpt2_config(read_json(folder / "config.json"))
     if (folder / "model.safetensors").is_file():
         path, state = folder / "model.safetensors", read_safetensors(folder / "model.safetensors")
     elif (folder / "pytorch_model.bin").is_file():
         path, state = folder / "pytorch_model.bin", read_torch_file(folder / "pytorch_model.bin")
     else:
-        raise FileNotFoundError(f"{folder} has no model.safetensors or pytorch_model.bin; copy the weights file in")
+        raise FileNotFoundError(f"{folder.name} has no model.safetensors or pytorch_model.bin; copy the weights file in")
     tokenizer = Tokenizer.from_hf_gpt2_folder(folder)
-    check_vocab(cfg, tokenizer, str(folder))
+    check_vocab(cfg, tokenizer, folder.name)
     model = GPT(cfg)
-    load_state_checked(model, convert_gpt2_state(state, conv1d=True), str(path))
+    load_state_checked(model, convert_gpt2_state(state, conv1d=True), path.name)
     return model, tokenizer, {"source_format": "huggingface-gpt2"}
 
 
@@ -264,23 +266,23 @@ def nanogpt_tokenizer(folder: Path) -> Tokenizer:
         if spec:
             return tokenizer_from_spec(folder, spec)
     hint = " (its meta.pkl is a pickle, which tfm never loads)" if (folder / "meta.pkl").exists() else ""
-    raise FileNotFoundError(f"{folder}: a nanoGPT checkpoint carries no tokenizer{hint}; put GPT-2's "
+    raise FileNotFoundError(f"{folder.name}: a nanoGPT checkpoint carries no tokenizer{hint}; put GPT-2's "
                             "vocab.json and merges.txt beside ckpt.pt")
 
 
 def load_nanogpt(path: Path) -> tuple[GPT, Tokenizer, dict]:
     ckpt = read_torch_file(path)
     if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
-        raise ValueError(f"{path} is not a nanoGPT checkpoint (expected keys 'model' and 'model_args')")
+        raise ValueError(f"{path.name} is not a nanoGPT checkpoint (expected keys 'model' and 'model_args')")
     a = ckpt["model_args"]
     missing = [k for k in ("vocab_size", "block_size", "n_embd", "n_layer", "n_head") if k not in a]
     if missing:
-        raise ValueError(f"{path}: model_args lacks {missing}")
+        raise ValueError(f"{path.name}: model_args lacks {missing}")
     cfg = ModelConfig(vocab_size=a["vocab_size"], context_length=a["block_size"], d_model=a["n_embd"],
                       n_layer=a["n_layer"], n_head=a["n_head"], d_ff=4 * a["n_embd"],
                       bias=bool(a.get("bias", True)), activation="gelu", tied_embeddings=True)
     tokenizer = nanogpt_tokenizer(path.parent)
-    check_vocab(cfg, tokenizer, str(path))
+    check_vocab(cfg, tokenizer, path.name)
     model = GPT(cfg)
-    load_state_checked(model, convert_gpt2_state(ckpt["model"], conv1d=False), str(path))
+    load_state_checked(model, convert_gpt2_state(ckpt["model"], conv1d=False), path.name)
     return model, tokenizer, {"source_format": "nanogpt", "iter_num": ckpt.get("iter_num")}

@@ -167,9 +167,10 @@ def _attention_steps(lm, tr: Trace, labels, f: Focus) -> list[TourStep]:
     shared = f" (those of {cfg.kv_sharing(h)})" if cfg.group_size > 1 else ""
     return [
         TourStep("qkv", f"Query, key and value ({where})",
-                 _qkv_formula(cfg, h, in_name) + (r"\quad(\text{then RoPE rotates } q, k)" if rope else ""),
+                 _qkv_formula(cfg, h, in_name),  # the RoPE note is text: a projector cuts a long formula
                  f"Three matrices turn the {'normalised ' if pre else ''}residual vector into a query (what this token "
-                 f"looks for), a key (what it offers) and a value (what it passes on)" + _heads_sentence(cfg, h),
+                 f"looks for), a key (what it offers) and a value (what it passes on)" + _heads_sentence(cfg, h)
+                 + (" Then RoPE rotates q and k by this position's angles." if rope else ""),
                  {in_name: vec(x_in), "q": vec(q[p]), "k": _kv_vec(cfg, k[p], h), "v": _kv_vec(cfg, v[p], h)},
                  "pages/attention.py", params_check(lm.model, f.layer)),
         TourStep("scores", "Scores: query · key, divided by √d_k",

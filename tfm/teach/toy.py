@@ -16,6 +16,7 @@ import time
 import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -24,6 +25,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
+from ..core.files import parse_json, reading
 from .encdec import EncDecConfig, EncoderDecoder, greedy_decode, load_encdec, model_from_parts, save_encdec
 from ..core.trace import Trace
 from ..loaders.limits import fmt_bytes
@@ -284,8 +286,10 @@ def save_folder(folder, model: EncoderDecoder, spec: ToySpec):
 
 def load_folder(folder, max_weight_bytes: int | None = None) -> tuple[EncoderDecoder, ToySpec]:
     """A folder `save_folder` wrote; weights over `max_weight_bytes` (when given) refused unread."""
-    model, meta = load_encdec(folder, max_weight_bytes)
-    return model, spec_from_meta(meta, str(folder))
+    name = Path(folder).name
+    with reading(name, name_values=False):   # whatever the folder's files hold: one ValueError
+        model, meta = load_encdec(folder, max_weight_bytes)
+        return model, spec_from_meta(meta, name)
 
 
 def to_zip(model: EncoderDecoder, spec: ToySpec) -> bytes:
@@ -309,22 +313,23 @@ def spec_from_meta(meta: dict, source: str) -> ToySpec:
 def from_zip(data: bytes, source: str = "the uploaded zip", max_bytes: int | None = None) -> tuple[EncoderDecoder, ToySpec]:
     """Read a zip made by `to_zip` (nothing is extracted to disk; only two members are read, each
     checked against `max_bytes` before it is decompressed: a small zip can expand enormously)."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            names = set(z.namelist())
-            missing = sorted({"config.json", "model.safetensors"} - names)
-            if missing:
-                raise ValueError(f"{source} lacks {missing}; it should hold config.json and model.safetensors")
-            if max_bytes is not None and any(z.getinfo(n).file_size > max_bytes
-                                             for n in ("config.json", "model.safetensors")):
-                raise ValueError(f"{source} holds a model larger than this server takes "
-                                 f"({fmt_bytes(max_bytes)} at most): save a smaller model")
-            config = json.loads(z.read("config.json").decode("utf-8"))
-            state = load_safetensors_bytes(z.read("model.safetensors"))
-    except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError, SafetensorError) as e:
-        raise ValueError(f"{source} is not a saved toy model ({type(e).__name__}: {e})") from None
-    model, meta = model_from_parts(config, state, source)
-    spec = spec_from_meta(meta, source)
+    with reading(source, name_values=False):   # an encrypted or corrupt member, a nested config.json, ...
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as z:
+                names = set(z.namelist())
+                missing = sorted({"config.json", "model.safetensors"} - names)
+                if missing:
+                    raise ValueError(f"{source} lacks {missing}; it should hold config.json and model.safetensors")
+                if max_bytes is not None and any(z.getinfo(n).file_size > max_bytes
+                                                 for n in ("config.json", "model.safetensors")):
+                    raise ValueError(f"{source} holds a model larger than this server takes "
+                                     f"({fmt_bytes(max_bytes)} at most): save a smaller model")
+                config = parse_json(z.read("config.json"), f"{source}'s config.json")
+                state = load_safetensors_bytes(z.read("model.safetensors"))
+        except (zipfile.BadZipFile, SafetensorError) as e:
+            raise ValueError(f"{source} is not a saved toy model ({type(e).__name__}: {e})") from None
+        model, meta = model_from_parts(config, state, source)
+        spec = spec_from_meta(meta, source)
     if model.config.src_context_length < spec.max_len:
         raise ValueError(f"{source}: the model's context is shorter than the task's max_len")
     return model, spec

@@ -2,7 +2,8 @@
 
 tokenizer (tiktoken-based, our `.tiktoken` files and GPT-2 vocab.json + merges.txt),
 hf_tokenizer_file / hf_bytelevel / hf_libtokenizer / hf_tokenizer (Hugging Face
-tokenizer.json, on tiktoken or on the `tokenizers` library), token_view (the Tokens page).
+tokenizer.json, on tiktoken or on the `tokenizers` library), token_files (checks of the ids
+and file names those files give), token_view (the Tokens page).
 
 Layer 1: may import tfm.core.
 """

@@ -55,7 +55,7 @@ class LibTokenizer(FromTokenizerFile, TokenText):
         try:
             self._plain, self._with_special = (tokenizers.Tokenizer.from_str(text) for _ in range(2))
         except Exception as e:  # noqa: BLE001 - the library raises a bare Exception for bad files
-            raise ValueError(f"{file.folder / 'tokenizer.json'}: the tokenizers library cannot read it: {e}") from None
+            raise ValueError(f"tokenizer.json: the tokenizers library cannot read it: {str(e)[:200]}") from None
         for t in (self._plain, self._with_special):
             t.no_truncation()  # a file may set them; HF's own tokenizer class turns them off too
             t.no_padding()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..core.files import reading
 from .hf_bytelevel import HFByteLevelTokenizer, plan_bytelevel
 from .hf_libtokenizer import LibTokenizer
 from .hf_tokenizer_file import TOKENIZER_FILE, TokenizerFile, Unexpressible, read_tokenizer_file
@@ -22,8 +23,9 @@ from .tokenizer import Tokenizer
 def tokenizer_from_spec(folder, spec: dict) -> Tokenizer | LibTokenizer:
     """A saved model's tokenizer from the dict `save()` returned (stored in its config.json):
     our tiktoken files, or a copied Hugging Face tokenizer.json."""
-    if spec.get("format") == "hf-tokenizer.json":
-        return tokenizer_from_folder(folder, spec.get("name"))
+    if isinstance(spec, dict) and spec.get("format") == "hf-tokenizer.json":
+        name = spec.get("name")
+        return tokenizer_from_folder(folder, name if isinstance(name, str) else None)
     return Tokenizer.from_spec(folder, spec)
 
 
@@ -34,7 +36,9 @@ def tokenizer_from_folder(folder, name: str | None = None) -> Tokenizer | LibTok
     name = name or folder.name or "hf"
     if not (folder / TOKENIZER_FILE).is_file() and (folder / "merges.txt").is_file():
         return Tokenizer.from_hf_gpt2_folder(folder, name)  # older GPT-2 folders
-    return serve(read_tokenizer_file(folder), name)
+    file = read_tokenizer_file(folder)
+    with reading(TOKENIZER_FILE):
+        return serve(file, name)
 
 
 def serve(file: TokenizerFile, name: str, bytelevel=HFByteLevelTokenizer, library=LibTokenizer, origin: str = ""):

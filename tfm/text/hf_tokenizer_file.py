@@ -7,10 +7,12 @@ tokenizer back ends need (added tokens, which token ends/starts a text) is parse
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..core.files import parse_json, read_bytes
+from .token_files import MAX_TOKEN_ID
 
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
@@ -117,45 +119,34 @@ def read_tokenizer_file(folder) -> TokenizerFile:
     folder = Path(folder)
     path = folder / TOKENIZER_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: a Hugging Face tokenizer folder needs tokenizer.json "
+        raise FileNotFoundError(f"{TOKENIZER_FILE} not found: a Hugging Face tokenizer folder needs tokenizer.json "
                                 "(GPT-2 folders with only vocab.json + merges.txt are read too)")
-    raw = _read_bounded(path)
-    data = _parse(path, raw)
+    raw = read_bytes(path, MAX_FILE_BYTES)
+    data = parse_json(raw, TOKENIZER_FILE)
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
-        raise ValueError(f"{path} has no \"model\" section; is it a Hugging Face tokenizer.json?")
+        raise ValueError(f"{TOKENIZER_FILE} has no \"model\" section; is it a Hugging Face tokenizer.json?")
     config = {}
     if (folder / CONFIG_FILE).is_file():
-        config = _parse(folder / CONFIG_FILE, _read_bounded(folder / CONFIG_FILE))
+        config = parse_json(read_bytes(folder / CONFIG_FILE, MAX_FILE_BYTES), CONFIG_FILE)
         if not isinstance(config, dict):
-            raise ValueError(f"{folder / CONFIG_FILE} is not a JSON object")
-    added = tuple(_added_token(path, entry) for entry in data.get("added_tokens") or [])
+            raise ValueError(f"{CONFIG_FILE} is not a JSON object")
+    added = data.get("added_tokens") or []
+    if not isinstance(added, list):
+        raise ValueError(f"{TOKENIZER_FILE}'s added_tokens is not a list")
+    added = tuple(_added_token(entry) for entry in added)
     return TokenizerFile(folder, data, config, added, hashlib.sha256(raw).hexdigest())
 
 
-def _read_bounded(path: Path) -> bytes:
-    size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise ValueError(f"{path} is {size / 2**20:.0f} MiB; tfm reads tokenizer files up to "
-                         f"{MAX_FILE_BYTES >> 20} MiB")
-    return path.read_bytes()
-
-
-def _parse(path: Path, raw: bytes):
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path} is not valid UTF-8 JSON: {e}") from None
-
-
-def _added_token(path: Path, entry) -> AddedToken:
+def _added_token(entry) -> AddedToken:
     try:
         tok = AddedToken(int(entry["id"]), str(entry["content"]), bool(entry.get("special", False)),
                          bool(entry.get("normalized", not entry.get("special", False))),
                          bool(entry.get("lstrip")), bool(entry.get("rstrip")), bool(entry.get("single_word")))
-    except (KeyError, TypeError, ValueError):
-        raise ValueError(f"{path}: bad added_tokens entry {str(entry)[:80]!r}") from None
-    if tok.id < 0 or not tok.content:
-        raise ValueError(f"{path}: added token {tok.content!r} has id {tok.id}; ids must be >= 0, text non-empty")
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+        raise ValueError(f"{TOKENIZER_FILE}: bad added_tokens entry {str(entry)[:80]!r}") from None
+    if not 0 <= tok.id < MAX_TOKEN_ID or not tok.content:
+        raise ValueError(f"{TOKENIZER_FILE}: added token {tok.content[:40]!r} has id {tok.id}; ids must be in "
+                         f"0..{MAX_TOKEN_ID - 1:,}, text non-empty")
     return tok
 
 
@@ -186,8 +177,8 @@ def save_tokenizer_files(source: TokenizerFile, folder, name: str) -> dict:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     src = source.folder / TOKENIZER_FILE
-    if hashlib.sha256(_read_bounded(src)).hexdigest() != source.digest:
-        raise ValueError(f"{src} changed since this tokenizer was read; load the folder again before saving")
+    if hashlib.sha256(read_bytes(src, MAX_FILE_BYTES)).hexdigest() != source.digest:
+        raise ValueError(f"{TOKENIZER_FILE} changed since this tokenizer was read; load the folder again before saving")
     for file in (TOKENIZER_FILE, CONFIG_FILE):
         if (source.folder / file).is_file() and (source.folder / file).resolve() != (folder / file).resolve():
             shutil.copyfile(source.folder / file, folder / file)

@@ -17,6 +17,9 @@ from pathlib import Path
 import numpy as np
 import tiktoken
 
+from ..core.files import MAX_JSON_BYTES, read_bytes, read_json, read_text, reading
+from .token_files import MAX_TOKEN_ID, checked_spec, spec_file, token_ids
+
 PATTERNS = {
     # GPT-2's pre-tokenizer regex (same as HF ByteLevel's), written tiktoken-style.
     "gpt2": r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
@@ -141,11 +144,15 @@ class Tokenizer(TokenText):
         """Rebuild from the dict `save()` returned (stored in a model's config.json); a copied
         Hugging Face tokenizer.json is `tfm.text.hf_tokenizer.tokenizer_from_spec`'s."""
         folder = Path(folder)
+        file, specials, pattern, name = checked_spec(spec, PATTERNS)
         rank_to_id = None
-        if spec.get("ids_file"):
-            rank_to_id = json.loads((folder / spec["ids_file"]).read_text())
-        return cls.from_tiktoken_file(folder / spec["file"], spec.get("special_tokens", {}),
-                                      spec.get("pattern", "gpt2"), spec.get("name"), rank_to_id)
+        if spec.get("ids_file") is not None:
+            ids_file = spec_file(spec, "ids_file")
+            rank_to_id = token_ids(read_json(folder / ids_file), ids_file)
+        if not (folder / file).is_file():
+            raise FileNotFoundError(f"config.json's tokenizer names {file[:60]!r}, which is not in the model folder")
+        with reading(file):
+            return cls.from_tiktoken_file(folder / file, specials, pattern, name, rank_to_id)
 
     @classmethod
     def from_hf_gpt2_folder(cls, folder, name: str | None = None):
@@ -156,17 +163,21 @@ class Tokenizer(TokenText):
         """
         folder = Path(folder)
         vocab = _read_json(folder / "vocab.json")
+        if not isinstance(vocab, dict):
+            raise ValueError("vocab.json is not a JSON object of token -> id")
+        token_ids(vocab.values(), "vocab.json")
         ranks = _ranks_from_merges(folder / "merges.txt")
         enc = _bytes_to_unicode()
         rank_to_id = []
         for tok in sorted(ranks, key=ranks.get):
             key = "".join(enc[b] for b in tok)
             if key not in vocab:
-                raise ValueError(f"{folder / 'vocab.json'}: no entry for token {key!r} "
+                raise ValueError(f"vocab.json: no entry for token {key[:40]!r} "
                                  "(needed by merges.txt or the byte alphabet)")
             rank_to_id.append(vocab[key])
         specials = _hf_specials(folder, vocab)
-        return cls(ranks, specials, "gpt2", name or folder.name, rank_to_id)
+        with reading("vocab.json"):
+            return cls(ranks, specials, "gpt2", name or folder.name, rank_to_id)
 
     def save(self, folder) -> dict:
         """Write `tokenizer.tiktoken` (sorted by rank) into folder; return its spec dict."""
@@ -282,31 +293,32 @@ def read_ranks_file(path: Path) -> dict[bytes, int]:
             "FILE...`.")
     ranks: dict[bytes, int] = {}
     seen: dict[int, int] = {}
-    for lineno, line in enumerate(path.read_bytes().splitlines(), 1):
+    for lineno, line in enumerate(read_bytes(path, MAX_JSON_BYTES).splitlines(), 1):
         if not line.strip():
             continue
         token, rank = _parse_rank_line(path, lineno, line)
         if rank in seen:
-            raise ValueError(f"{path}:{lineno}: duplicate rank {rank} (also on line {seen[rank]})")
+            raise ValueError(f"{path.name}:{lineno}: duplicate rank {rank} (also on line {seen[rank]})")
         if token in ranks:
-            raise ValueError(f"{path}:{lineno}: duplicate token {token!r}")
+            raise ValueError(f"{path.name}:{lineno}: duplicate token {token[:40]!r}")
         seen[rank] = lineno
         ranks[token] = rank
-    _check_ranks(ranks, str(path))
+    _check_ranks(ranks, path.name)
     return ranks
 
 
 def _parse_rank_line(path: Path, lineno: int, line: bytes) -> tuple[bytes, int]:
     parts = line.split()
     if len(parts) != 2:
-        raise ValueError(f"{path}:{lineno}: expected 'base64token rank', got {line[:60]!r}")
+        raise ValueError(f"{path.name}:{lineno}: expected 'base64token rank', got {line[:60]!r}")
     try:
         token = base64.b64decode(parts[0], validate=True)
-        rank = int(parts[1])
+        rank = int(parts[1]) if len(parts[1]) <= 20 else -1
     except (binascii.Error, ValueError):
-        raise ValueError(f"{path}:{lineno}: bad base64 token or rank in {line[:60]!r}") from None
-    if rank < 0 or not token:
-        raise ValueError(f"{path}:{lineno}: empty token or negative rank in {line[:60]!r}")
+        raise ValueError(f"{path.name}:{lineno}: bad base64 token or rank in {line[:60]!r}") from None
+    if not 0 <= rank < MAX_TOKEN_ID or not token:
+        raise ValueError(f"{path.name}:{lineno}: empty token, or a rank outside 0..{MAX_TOKEN_ID - 1:,}, "
+                         f"in {line[:60]!r}")
     return token, rank
 
 
@@ -350,18 +362,18 @@ def _ranks_from_merges(path: Path) -> dict[bytes, int]:
     dec = {c: b for b, c in _bytes_to_unicode().items()}
     ranks = {bytes([b]): b for b in range(256)}
     if not path.is_file():
-        raise FileNotFoundError(f"merges file not found: {path} (a GPT-2 folder needs "
+        raise FileNotFoundError(f"merges file not found: {path.name} (a GPT-2 folder needs "
                                 "vocab.json and merges.txt)")
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in enumerate(read_text(path, MAX_JSON_BYTES).splitlines(), 1):
         if not line or line.startswith("#version"):
             continue
         parts = line.split(" ")
         if len(parts) != 2:
-            raise ValueError(f"{path}:{lineno}: expected two tokens, got {line[:60]!r}")
+            raise ValueError(f"{path.name}:{lineno}: expected two tokens, got {line[:60]!r}")
         try:
             token = bytes(dec[c] for c in parts[0] + parts[1])
         except KeyError:
-            raise ValueError(f"{path}:{lineno}: not a byte-level merge: {line[:60]!r}") from None
+            raise ValueError(f"{path.name}:{lineno}: not a byte-level merge: {line[:60]!r}") from None
         ranks.setdefault(token, len(ranks))
     return ranks
 
@@ -371,10 +383,12 @@ def _hf_specials(folder: Path, vocab: dict[str, int]) -> dict[str, int]:
     specials = {}
     cfg = folder / "tokenizer_config.json"
     if cfg.is_file():
-        added = _read_json(cfg).get("added_tokens_decoder", {})
-        for sid, tok in added.items():
-            if tok.get("special", True):
-                specials[tok["content"]] = int(sid)
+        data = _read_json(cfg)
+        with reading(cfg.name):
+            added = data.get("added_tokens_decoder") or {}
+            for sid, tok in added.items():
+                if tok.get("special", True):
+                    specials[str(tok["content"])] = token_ids([int(sid)], cfg.name)[0]
     if EOT not in specials and EOT in vocab:
         specials[EOT] = vocab[EOT]
     return specials
@@ -383,5 +397,5 @@ def _hf_specials(folder: Path, vocab: dict[str, int]) -> dict[str, int]:
 def _read_json(path: Path):
     if not path.is_file():
         raise FileNotFoundError(
-            f"{path} not found (a GPT-2 folder needs vocab.json and merges.txt)")
-    return json.loads(path.read_text(encoding="utf-8"))
+            f"{path.name} not found (a GPT-2 folder needs vocab.json and merges.txt)")
+    return read_json(path)

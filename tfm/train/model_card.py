@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from .. import analysis
+from ..core.files import read_json
 from ..generation.generate import generate
 from ..loaders.loading import LM, load
 
@@ -40,7 +41,7 @@ def stages(run: Path, meta: dict) -> list[tuple[Path, dict]]:
     init = (meta.get("args") or {}).get("init_from")
     if not init:
         return [(run, meta)]
-    parent = json.loads((Path(init) / "config.json").read_text())["meta"]
+    parent = read_json(Path(init) / "config.json")["meta"]
     return stages(Path(init).parent, parent) + [(run, meta)]
 
 
@@ -207,7 +208,7 @@ def refresh_heads(folder: Path, corpus: str) -> None:
     """Re-measure only the head scores of an existing model folder's card (card.json and its README
     section), e.g. after the app's probe changed; the training figures stay as the run wrote them."""
     lm = load(folder, device="cpu")
-    card = json.loads((folder / "card.json").read_text())
+    card = read_json(folder / "card.json")
     valid = Path(corpus) / "tinystories_valid.txt"
     card["heads"] = {**head_table(lm, valid.read_text(encoding="utf-8")[:4000]), "copy": card["heads"]["copy"]}
     (folder / "card.json").write_text(json.dumps(card, indent=1))
@@ -346,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(args.out)
     shutil.copytree(args.run / "model", args.out)
     lm = load(args.out, device="cpu")
-    meta = json.loads((args.out / "config.json").read_text())["meta"]
+    meta = read_json(args.out / "config.json")["meta"]
     # metrics.jsonl may run ahead of the exported model: keep what the exported weights saw.
     chain = stages(args.run, meta)
     train, evals = chained_metrics(chain)

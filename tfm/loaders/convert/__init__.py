@@ -32,6 +32,6 @@ def load_hf_family_folder(folder: Path, dtype: str = "float32") -> tuple[GPT, To
         raise ValueError(f"dtype {dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
     arch = architecture_of(folder)
     if arch not in CONVERTERS:
-        raise ValueError(f"{folder}: architecture {arch!r} is not supported; tfm loads "
+        raise ValueError(f"config.json: architecture {arch[:60]!r} is not supported; tfm loads "
                          f"{', '.join(sorted(CONVERTERS))} (and GPT-2)")
     return CONVERTERS[arch](folder, dtype)

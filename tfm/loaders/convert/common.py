@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from safetensors import SafetensorError, safe_open
 
 from ...core.config import ModelConfig
+from ...core.files import read_json, reading
 from ...text.hf_tokenizer import tokenizer_from_folder
 from ...core.model import GPT
-from ..weights import check_vocab, load_state_checked, read_json
+from ..weights import check_vocab, load_state_checked, read_safetensors
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 ROPE_TYPES = {"default": "none", "linear": "linear", "llama3": "llama3"}
@@ -25,14 +25,14 @@ def architecture_of(folder: Path) -> str:
     data = read_json(folder / "config.json")
     archs = data.get("architectures") if isinstance(data, dict) else None
     if not isinstance(archs, list) or len(archs) != 1 or not isinstance(archs[0], str):
-        raise ValueError(f"{folder / 'config.json'} names no single architecture (\"architectures\": {archs!r})")
+        raise ValueError(f"config.json names no single architecture (\"architectures\": {str(archs)[:80]})")
     return archs[0]
 
 
 def need(data: dict, keys: tuple[str, ...], source: str) -> None:
     missing = [k for k in keys if k not in data]
     if missing:
-        raise ValueError(f"{source}: config.json lacks {missing}")
+        raise ValueError(f"{source} lacks {missing}")
 
 
 def rope_fields(data: dict, source: str, default_theta: float, default_pct: float = 1.0) -> dict[str, Any]:
@@ -89,16 +89,17 @@ def _shard_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if not index.is_file():
         bins = " (its pytorch_model.bin is a pickle, which tfm never loads)" if any(folder.glob("*.bin")) else ""
-        raise FileNotFoundError(f"{folder} has no model.safetensors or model.safetensors.index.json{bins}; "
+        raise FileNotFoundError(f"the folder has no model.safetensors or model.safetensors.index.json{bins}; "
                                 "download the safetensors weights")
-    weight_map = read_json(index).get("weight_map") if isinstance(read_json(index), dict) else None
+    data = read_json(index)
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
-        raise ValueError(f"{index} has no \"weight_map\"; re-download the index file")
-    names = sorted(set(weight_map.values()))
+        raise ValueError(f"{index.name} has no \"weight_map\"; re-download the index file")
+    names = list(weight_map.values())
     bad = [n for n in names if not isinstance(n, str) or Path(n).name != n or not n.endswith(".safetensors")]
     if bad:
-        raise ValueError(f"{index} names shard files outside the folder or not safetensors: {bad[:3]}")
-    return [folder / n for n in names]
+        raise ValueError(f"{index.name} names shard files outside the folder or not safetensors: {str(bad[:3])[:200]}")
+    return [folder / n for n in sorted(set(names))]
 
 
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -106,13 +107,8 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     state: dict[str, torch.Tensor] = {}
     for path in _shard_files(folder):
         if not path.is_file():
-            raise FileNotFoundError(f"{path} is missing; the index lists it as a weights shard")
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                for key in f.keys():
-                    state[key] = f.get_tensor(key).float()
-        except (SafetensorError, OSError) as e:
-            raise ValueError(f"{path} is corrupt or truncated ({e}); re-download it") from None
+            raise FileNotFoundError(f"{path.name} is missing; the index lists it as a weights shard")
+        state.update(read_safetensors(path, as_float=True))
     return state
 
 
@@ -161,15 +157,16 @@ def load_family(folder: Path, dtype: str, fields: Callable[[dict, str], tuple[di
                 ignore: Callable[[ModelConfig, str], bool]):
     """config.json -> ModelConfig, safetensors -> checked tfm state, then the tokenizer; the
     weights are checked first so a broken folder says so before tokenizer trouble."""
-    source = str(folder / "config.json")
-    data = read_json(folder / "config.json")
+    source = "config.json"
+    data = read_json(folder / source)
     if not isinstance(data, dict):
         raise ValueError(f"{source} is not a JSON object")
-    kwargs, meta = fields(data, source)
-    cfg = make_config(source, **kwargs)
-    weights = Weights(read_weights(folder), str(folder), lambda key: ignore(cfg, key))
+    with reading(source):
+        kwargs, meta = fields(data, source)
+        cfg = make_config(source, **kwargs)
+    weights = Weights(read_weights(folder), folder.name, lambda key: ignore(cfg, key))
     state = convert(weights, cfg)
     weights.finish()
     tokenizer = tokenizer_for(folder)
-    model = build(cfg, state, tokenizer, str(folder), dtype)
+    model = build(cfg, state, tokenizer, folder.name, dtype)
     return model, tokenizer, {**meta, "dtype": dtype}

@@ -1,0 +1,318 @@
+"""A class room under load (issue #43): N websocket students in one room behind
+`deploy/run_class.sh P`, the teacher's moments and a question, on SmolLM2.
+
+    .venv/bin/python bench/bench_rooms.py [--students 30] [--processes 2] [--moments 5]
+        [--store sqlite|redis] [--model smollm2] [--poll-log]
+
+Starts `deploy/run_class.sh P` on free ports (its rooms in a fresh SQLite file, or with
+`--store redis` in the redis-server the script starts, TFM_ROOMS_REDIS=start), opens a room in
+the same store as its teacher would, and lets N students join by the join link through nginx.
+Each student speaks Streamlit's websocket protocol (bench_load.py's way) and, as a browser
+does, reruns the room banner's fragment when the server asks it to (`auto_rerun`, every
+ui.rooms.live.POLL_SECONDS) and follows the page and query string the server sends.
+
+Measured: for each moment (a new prompt on another page, first opened by the teacher's own
+screen, as a teacher does before pushing it), how long until each student's screen shows the new
+prompt (the push to the end of the run that drew it: p50 / p95 / max; target p95 <= 3 s); a next-token question with four options: from the moment all N students press Send to
+the store counting all N answers (target <= 5 s, all counted); the server's CPU (the process
+tree of run_class.sh: every app process, nginx, redis) per student per moment, and per student
+per second of idle following (the polling). Prints figures; asserts nothing about time.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlencode
+
+import psutil
+import torch
+import websocket
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+from streamlit.proto.WidgetStates_pb2 import WidgetState
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+from bench_load import Peak, free_port, pct  # noqa: E402
+from class_prompts import prompt_for  # noqa: E402
+
+import tfm  # noqa: E402
+from tfm.teach import questions as Q  # noqa: E402
+from ui.rooms import Moment, open_store  # noqa: E402
+
+PAGES = ("next_token", "attention", "tour", "logit_lens", "tokens")
+DONE = (ForwardMsg.FINISHED_SUCCESSFULLY, ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY)
+
+
+class RoomStudent:
+    """One phone in the room: a websocket session that follows what the server tells it."""
+
+    def __init__(self, port: int, code: str, timeout: float) -> None:
+        self.ws = websocket.create_connection(f"ws://127.0.0.1:{port}/_stcore/stream", timeout=timeout,
+                                              origin=f"http://127.0.0.1:{port}")
+        self.query, self.page, self.page_hash, self.pages = f"room={code}", "classroom", "", {}
+        self.fragment, self.interval = "", 1.0
+        self.widgets: dict[str, str] = {}      # user key -> widget id, from the last full run
+        self.options: list[str] = []
+        self.shown: dict[str, float] = {}      # prompt -> when a run that drew it finished
+        self.errors: list[str] = []
+        self.notes: list[str] = []             # success boxes of the last run
+        self.runs = 0
+
+    def rerun(self, states: list[WidgetState] = (), fragment: str = "") -> None:
+        msg = BackMsg()
+        cs = msg.rerun_script
+        cs.query_string, cs.page_name = self.query, self.page
+        if self.page_hash:
+            cs.page_script_hash = self.page_hash
+        if fragment:
+            cs.fragment_id, cs.is_auto_rerun = fragment, True
+        cs.widget_states.widgets.extend(states)
+        self.ws.send_binary(msg.SerializeToString())
+        self._read()
+
+    def _read(self) -> None:
+        prompt, self.notes = None, []
+        while True:
+            fm = ForwardMsg()
+            fm.ParseFromString(self.ws.recv())
+            kind = fm.WhichOneof("type")
+            if kind == "navigation":
+                self.pages.update({p.page_script_hash: p.url_pathname for p in fm.navigation.app_pages})
+                self.page_hash = fm.navigation.page_script_hash
+                self.page = self.pages.get(self.page_hash, self.page)
+            elif kind == "page_info_changed":
+                self.query = fm.page_info_changed.query_string
+            elif kind == "auto_rerun":
+                self.fragment, self.interval = fm.auto_rerun.fragment_id, fm.auto_rerun.interval
+            elif kind == "delta" and fm.delta.WhichOneof("type") == "new_element":
+                prompt = self._element(fm.delta.new_element) or prompt
+            elif kind == "script_finished" and fm.script_finished in DONE:
+                break
+        self.runs += 1
+        if prompt is not None:
+            self.shown.setdefault(prompt, time.perf_counter())
+
+    def _element(self, el) -> str | None:
+        kind = el.WhichOneof("type")
+        if kind == "exception":
+            self.errors.append(f"exception: {el.exception.message[:200]}")
+        elif kind == "alert" and el.alert.format == el.alert.ERROR:
+            self.errors.append(f"error box: {el.alert.body[:200]}")
+        elif kind == "alert" and el.alert.format == el.alert.SUCCESS:
+            self.notes.append(el.alert.body)
+        if kind not in ("text_area", "text_input", "radio", "button"):
+            return None
+        w = getattr(el, kind)
+        key = w.id.rsplit("-", 1)[-1] if w.id.startswith("$$ID") else w.id
+        self.widgets[key] = w.id
+        if kind == "radio" and key.startswith("room.answer."):
+            self.options = list(w.options)
+        return w.value if kind == "text_area" and key == "sidebar.prompt" else None
+
+    def join(self, code: str, nick: str) -> None:
+        self.rerun()   # the join link: the Class page with the code filled in
+        states = [WidgetState(id=self.widgets["room.join_code"], string_value=code),
+                  WidgetState(id=self.widgets["room.nick"], string_value=nick),
+                  WidgetState(id=self.widgets["room.join_go"], trigger_value=True)]
+        self.rerun(states)
+
+    def answer(self, qid: int, pick: int) -> None:
+        self.rerun([WidgetState(id=self.widgets[f"room.answer.{qid}"], string_value=self.options[pick]),  # as shown
+                    WidgetState(id=self.widgets[f"room.send.{qid}"], trigger_value=True)])
+
+
+class Class:
+    """N students, each on a thread that follows the room until told to stop."""
+
+    def __init__(self, port: int, code: str, n: int, timeout: float) -> None:
+        self.students = [RoomStudent(port, code, timeout) for _ in range(n)]
+        self.stop, self.go = threading.Event(), threading.Event()
+        self.qid, self.sent, self.failures = 0, {}, []
+        joined = [threading.Thread(target=s.join, args=(code, f"phone {i}")) for i, s in enumerate(self.students)]
+        for t in joined:
+            t.start()
+        for t in joined:
+            t.join()
+        self.threads = [threading.Thread(target=self._follow, args=(i,), daemon=True) for i in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def _follow(self, i: int) -> None:
+        s = self.students[i]
+        try:
+            while not self.stop.is_set():
+                if self.go.wait(s.interval) and i not in self.sent and s.options:
+                    s.answer(self.qid, i % len(s.options))
+                    self.sent[i] = time.perf_counter()
+                elif s.fragment:
+                    s.rerun(fragment=s.fragment)
+        except Exception as e:  # noqa: BLE001 (a dropped socket is a failure to report, with its reason)
+            self.failures.append(f"student {i}: {type(e).__name__}: {e}")
+
+    def close(self) -> None:
+        self.stop.set()
+        self.go.set()
+        for t in self.threads:
+            t.join(timeout=30)
+        for s in self.students:
+            s.ws.close()
+
+
+def start_class(processes: int, store: str, model: str, tmp: Path) -> tuple[subprocess.Popen, int, dict]:
+    port = free_port()
+    env = dict(os.environ, TFM_PORT=str(port), TFM_ROOMS_DB=str(tmp / "rooms.sqlite3"), TFM_WARM_MODEL=model,
+               OMP_NUM_THREADS="1")
+    env.pop("TFM_ROOMS_REDIS", None)
+    if store == "redis":
+        env["TFM_ROOMS_REDIS"] = "start"
+    log = open(tmp / "run_class.log", "w")
+    proc = subprocess.Popen(["bash", "deploy/run_class.sh", str(processes), "--", "--default-model", "smollm2"],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    for _ in range(1200):
+        text = (tmp / "run_class.log").read_text()
+        if "behind nginx" in text:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2)
+                break
+            except OSError:
+                pass
+        if proc.poll() is not None:
+            raise RuntimeError(f"run_class.sh exited: {text[-2000:]}")
+        time.sleep(0.5)
+    where = re.search(r"tfm class rooms: (unix://\S+)", text)
+    return proc, port, {"redis_url": where.group(1)} if where else {"db": env["TFM_ROOMS_DB"]}
+
+
+def moments(room_store, code: str, key: str, klass: Class, count: int, model: str, watch: Peak, port: int) -> None:
+    """Each moment as a teacher makes one: their own screen opens the page (one process of the
+    class computes it there), then they push it; the students' screens are timed from the push."""
+    n = len(klass.students)
+    for m in range(count):
+        prompt, page = prompt_for(100 + m), PAGES[m % len(PAGES)]
+        params = (("model", model), ("prompt", prompt), ("seed", "0"))
+        teacher = RoomStudent(port, code, 300)
+        teacher.page, teacher.query = page, urlencode(params)
+        t0 = time.perf_counter()
+        teacher.rerun()
+        teacher.ws.close()
+        print(f"moment {m + 1}: the teacher's screen drew {page} in {time.perf_counter() - t0:.2f} s", flush=True)
+        cpu0, t0 = watch.cpu(), time.perf_counter()
+        room_store.push(code, key, Moment(page, params))
+        deadline = t0 + 60
+        while time.perf_counter() < deadline and sum(prompt in s.shown for s in klass.students) < n:
+            time.sleep(0.05)
+        took = [s.shown[prompt] - t0 for s in klass.students if prompt in s.shown]
+        time.sleep(1.0)   # the last runs' CPU settles
+        cpu = watch.cpu() - cpu0
+        print(f"moment {m + 1} ({page}): {len(took)}/{n} screens show the new prompt; "
+              f"p50 {statistics.median(took) if took else float('nan'):.2f} s, p95 {pct(took, .95):.2f} s, "
+              f"max {max(took, default=float('nan')):.2f} s; server CPU {cpu / n:.3f} CPU-s per student", flush=True)
+
+
+def question(room_store, code: str, key: str, klass: Class, model: str, watch: Peak) -> None:
+    n, prompt = len(klass.students), prompt_for(7)
+    lm = tfm.load(model)
+    with torch.inference_mode():
+        logits = lm.model(torch.tensor([lm.tokenizer.prompt_ids(prompt)])).logits[0, -1]
+    q, truth = Q.ask_next_token(lm, logits, typed=False)
+    room_store.push(code, key, Moment("classroom", (("model", model), ("prompt", prompt), ("seed", "0"))))
+    qid = room_store.ask(code, key, Q.to_json(q), Q.truth_to_json(truth))
+    deadline = time.perf_counter() + 60
+    while time.perf_counter() < deadline and not all(f"room.send.{qid}" in s.widgets for s in klass.students):
+        time.sleep(0.05)
+    ready = sum(f"room.send.{qid}" in s.widgets for s in klass.students)
+    klass.qid, cpu0, t0 = qid, watch.cpu(), time.perf_counter()
+    klass.go.set()   # every student presses Send now
+    counted = 0
+    while time.perf_counter() < t0 + 30:
+        counted = sum(room_store.counts(code, qid).values())
+        if counted >= n:
+            break
+        time.sleep(0.02)
+    took = time.perf_counter() - t0
+    klass.go.clear()
+    print(f"question: {ready}/{n} screens showed it; {counted}/{n} answers counted {took:.2f} s after they pressed "
+          f"Send (target <= 5 s); server CPU {(watch.cpu() - cpu0) / n:.3f} CPU-s per student", flush=True)
+
+
+def kill_one(room_store, code: str, klass: Class, proc: subprocess.Popen, port: int) -> None:
+    """SIGKILL one app process mid-question; each student whose process died opens their own
+    link again (room=, me=) and nginx sends them to the other: their answer must be there."""
+    qid = klass.qid
+    before = room_store.counts(code, qid)
+    apps = [p for p in psutil.Process(proc.pid).children(recursive=True) if "streamlit" in " ".join(p.cmdline())]
+    victim = apps[0]
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    klass.close()
+    back = kept = 0
+    for i, s in enumerate(klass.students):
+        again = RoomStudent(port, code, 300)
+        again.page, again.query = "classroom", s.query   # the student's own link: room= and me=
+        again.rerun()
+        back += 1
+        kept += any(f"Your answer: **{s.options[i % len(s.options)]}**" in n.replace("\\", "") for n in again.notes)
+        again.ws.close()
+    after = room_store.counts(code, qid)
+    print(f"killed one of {len(apps)} app processes mid-question: counts before {sum(before.values())}, after "
+          f"{sum(after.values())} (the same: {before == after}); {back} students reopened their link, "
+          f"{kept} saw their own answer", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--students", type=int, default=30)
+    ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--moments", type=int, default=5)
+    ap.add_argument("--store", choices=("sqlite", "redis"), default="sqlite")
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--timeout", type=float, default=300)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-rooms-"))
+    proc, port, where = start_class(args.processes, args.store, args.model, tmp)
+    try:
+        watch = Peak(psutil.Process(proc.pid))
+        room_store = open_store(**where)
+        print(f"deploy/run_class.sh {args.processes} on port {port}, rooms in {args.store}; {os.cpu_count()} cores; "
+              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+        made = room_store.create("bench teacher")
+        room_store.push(made.code, made.teacher_key,
+                        Moment("classroom", (("model", args.model), ("prompt", prompt_for(99)), ("seed", "0"))))
+        t0 = time.perf_counter()
+        klass = Class(port, made.code, args.students, args.timeout)
+        print(f"{args.students} students joined in {time.perf_counter() - t0:.1f} s; "
+              f"{room_store.room(made.code).students} in the room", flush=True)
+        cpu0 = watch.cpu()
+        time.sleep(10)
+        print(f"idle following (polling every {klass.students[0].interval:g} s): "
+              f"{(watch.cpu() - cpu0) / 10 / args.students * 1000:.1f} ms of server CPU per student per second", flush=True)
+        moments(room_store, made.code, made.teacher_key, klass, args.moments, args.model, watch, port)
+        question(room_store, made.code, made.teacher_key, klass, args.model, watch)
+        errors = klass.failures + [e for s in klass.students for e in s.errors]   # (before one process is killed)
+        kill_one(room_store, made.code, klass, proc, port)
+        print(f"errors: {len(errors)}; load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        for e in errors[:10]:
+            print("  error:", e)
+    finally:
+        logs = re.search(r"logs in (\S+)\)", (tmp / "run_class.log").read_text())
+        for log in Path(logs.group(1)).glob("app-*.log") if logs else ():
+            shutil.copy(log, tmp)   # the script's runtime folder goes with it
+        print(f"logs: {tmp}")
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()

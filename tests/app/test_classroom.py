@@ -1,0 +1,250 @@
+"""The Class page (issue #43) as its users drive it: a teacher session and student sessions
+(separate AppTests sharing this process's room store, a SQLite file of the test run). The
+question's answer and each student's result are checked against the engine; hostile cases: a
+student with a forged teacher key, guessed codes, a 1 MB nickname, markup in answers, an
+answer flood, a forged teacher link."""
+from __future__ import annotations
+
+import csv
+import io
+import re
+
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from tests.app.conftest import APP, as_shown, charts, decode, open_page
+from ui import models, server
+from ui.rooms import DB_ENV, export, live, rules
+
+
+@pytest.fixture(autouse=True)
+def own_rooms(tmp_path, monkeypatch):
+    """Each test its own room file: AppTest sessions are all one client ("test session id"), so
+    one test's spent rate limits would refuse the next test's joins."""
+    monkeypatch.setenv(DB_ENV, str(tmp_path / "rooms.sqlite3"))
+    server.configure(None)
+
+
+def teacher_room() -> tuple[AppTest, str, str]:
+    at = open_page("classroom")
+    at.button(key="room.open").click().run()
+    assert not at.exception, at.exception
+    return at, at.session_state["room.code"], at.session_state["room.key"]
+
+
+def student(code: str, nick: str = "", timeout: float = 120) -> AppTest:
+    """A student who opened the join link (`?room=CODE`) and joined."""
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    at.query_params["room"] = code
+    at.run()
+    at.switch_page("pages/classroom.py").run()
+    assert at.text_input(key="room.join_code").value == code
+    at.text_input(key="room.nick").set_value(nick)
+    at.button[[b.label for b in at.button].index("Join the class")].click().run()
+    assert not at.exception, at.exception
+    return at
+
+
+def texts(at: AppTest) -> str:
+    return "\n".join(as_shown(e.value) for kind in ("markdown", "success", "warning", "info", "error", "caption")
+                     for e in at.get(kind) if isinstance(getattr(e, "value", None), str))
+
+
+def ask(at: AppTest, kind: str, **settings) -> None:
+    at.selectbox(key="room.kind").set_value(kind).run()
+    for key, value in settings.items():
+        at.session_state[key] = value
+    at.button(key="room.ask").click().run()
+    assert not at.exception, at.exception
+
+
+def histogram(at: AppTest) -> dict[str, int]:
+    fig = next(f for f in charts(at) if " answered" in str(f["layout"]["title"]))
+    bar = fig["data"][0]
+    return dict(zip(bar["y"], (int(v) for v in decode(bar["x"]))))
+
+
+def engine_top(prompt: str) -> tuple[str, float, list[str]]:
+    lm = models.load_lm(models.bundled_model_spec(), "cpu")
+    ids = lm.tokenizer.prompt_ids(prompt)
+    with torch.no_grad():
+        logits = lm.model(torch.tensor([ids])).logits[0, -1]
+    n = min(lm.tokenizer.vocab_size, lm.config.vocab_size)
+    probs = logits[:n].double().softmax(-1)
+    order = torch.argsort(probs, descending=True)
+    return lm.tokenizer.display_piece(int(order[0])), float(probs[order[0]]), \
+        [lm.tokenizer.display_piece(int(i)) for i in order[:3]]
+
+
+def test_predict_then_reveal_counts_every_answer_and_grades_each_student_against_the_engine():
+    teacher, code, key = teacher_room()
+    ask(teacher, "next_options")
+    prompt = teacher.session_state["sidebar.prompt"]
+    top, p, top3 = engine_top(prompt)
+    ada, bob = student(code, "Ada"), student(code, "Bob")
+    for at in (ada, bob):   # joined, then followed the teacher's moment: the Class page, the same prompt
+        assert at.session_state["app.page"] == "classroom" and at.session_state["sidebar.prompt"] == prompt
+        assert set(top3) <= set(at.radio(key="room.answer.1").options)
+    wrong = next(o for o in ada.radio(key="room.answer.1").options if o != top)
+    for at, pick in ((ada, top), (bob, wrong)):
+        at.radio(key="room.answer.1").set_value(pick).run()
+        at.button(key="room.send.1").click().run()
+        assert "Your answer" in texts(at)
+    teacher.run()
+    assert histogram(teacher) == {top: 1, wrong: 1}
+    assert "Ada" not in texts(bob) and top not in texts(bob).replace(wrong, "")   # no names, no truth yet
+    teacher.button(key="room.reveal").click().run()
+    assert f"{p:.3f}" in texts(teacher)
+    ada.run(), bob.run()
+    assert "Right!" in texts(ada) and f"{p:.3f}" in texts(ada)
+    assert "Not quite" in texts(bob) and f"its top is {top!r} at {p:.3f}" in texts(bob)
+    assert "Export the results (CSV)" in [b.label for b in teacher.get("download_button")]
+    rows = list(csv.DictReader(io.StringIO(export.results_csv(live.store().results(code, key)))))
+    assert sorted((r["nickname"], r["answer"], r["correct"]) for r in rows) == [("Ada", top, "yes"), ("Bob", wrong, "no")]
+    assert all(f"{p:.3f}" in r["model's answer"] for r in rows)
+
+
+def test_the_export_cannot_run_formulas_in_a_spreadsheet():
+    teacher, code, key = teacher_room()
+    ask(teacher, "next_typed")
+    sid = live.store().join(code, "x", "=HYPERLINK(\"http://x\")")[1]
+    live.store().answer(code, sid, 1, "@SUM(1)")
+    row = next(csv.DictReader(io.StringIO(export.results_csv(live.store().results(code, key)))))
+    assert row["nickname"] == "'=HYPERLINK(\"http://x\")" and row["answer"] == "'@SUM(1)"
+
+
+def test_a_student_with_a_forged_teacher_key_gets_no_teacher_controls():
+    teacher, code, key = teacher_room()
+    ada = student(code)
+    for forged in ("guess", ada.session_state["room.sid"], key[:-2]):
+        ada.session_state["room.key"] = forged
+        ada.run()
+        assert not ada.exception and "teacher key is not the room's" in texts(ada)
+        assert not [b for b in ada.button if b.key in ("room.push", "room.ask", "room.reveal", "room.close")]
+    assert live.store().room(code).moment is None   # nothing was pushed
+
+
+def test_guessed_codes_and_a_1mb_nickname_are_refused_with_a_message():
+    teacher_room()
+    at = open_page("classroom")
+    join = [b.label for b in at.button].index("Join the class")
+    at.text_input(key="room.nick").set_value("n" * 1_048_576)
+    at.text_input(key="room.join_code").set_value(rules.new_code())
+    at.button[join].click().run()
+    assert "1,048,576 characters" in texts(at) and not at.exception
+    at.text_input(key="room.nick").set_value("")
+    for _ in range(rules.RATES["join_fail"][0] + 1):
+        at.text_input(key="room.join_code").set_value(rules.new_code())
+        at.button[join].click().run()
+    assert "too many wrong tries" in texts(at) and "room.code" not in at.session_state
+
+
+def test_markup_in_answers_shows_as_text_and_a_flood_counts_once():
+    teacher, code, _ = teacher_room()
+    ask(teacher, "next_typed")
+    eve = student(code, "<b>Eve</b>")
+    hostile = "<img src=x onerror=alert(1)> **b** [l](http://x)"
+    eve.text_input(key="room.answer.1").set_value(hostile).run()
+    for _ in range(rules.RATES["answer"][0] + 3):
+        eve.button(key="room.send.1").click().run()
+    assert "too many tries" in texts(eve) and not eve.exception
+    assert f"Your answer: **{hostile}**" in texts(eve)   # escaped: shown as typed, no image, no link
+    echoed = [m.value for m in [*eve.markdown, *eve.success] if hostile[:4] in as_shown(m.value)]
+    assert echoed and not any(re.search(r"(?<!\\)[<\[]", v) for v in echoed)
+    teacher.run()
+    labels = histogram(teacher)
+    assert labels == {"&lt;img src=x onerror=alert(1)&gt; **b** [l](http://x)": 1}
+
+
+def test_a_teacher_link_takes_the_room_up_on_another_screen_and_a_forged_one_does_not():
+    _, code, key = teacher_room()
+    other = AppTest.from_file(APP, default_timeout=120)
+    other.query_params.update({"room": code, "teacher": key})
+    other.run()
+    other.switch_page("pages/classroom.py").run()
+    assert other.session_state["room.key"] == key and "teacher" not in other.query_params
+    forged = AppTest.from_file(APP, default_timeout=120)
+    forged.query_params.update({"room": code, "teacher": "x" * 50})
+    forged.run()
+    forged.switch_page("pages/classroom.py").run()
+    assert "did not open its room" in texts(forged) and "room.key" not in forged.session_state
+
+
+def browse(at: AppTest) -> AppTest:
+    """A run as the browser sees it: a page the script switched to (following the teacher) is
+    the page the next run opens. (AppTest keeps its own page until told; a browser does not.)"""
+    at.run()
+    at.switch_page(f"pages/{at.session_state['app.page']}.py")
+    return at
+
+
+def test_students_follow_each_pushed_view_and_one_who_steps_away_comes_back_on_request():
+    teacher, code, _ = teacher_room()
+    ada = student(code)
+    teacher.switch_page("pages/next_token.py").run()
+    teacher.text_area(key="sidebar.prompt").set_value("The cat sat on the").run()
+    teacher.button(key="room.push").click().run()
+    assert not teacher.exception
+    browse(ada)
+    assert ada.session_state["app.page"] == "next_token" and ada.session_state["sidebar.prompt"] == "The cat sat on the"
+    assert ada.query_params["room"] == code and ada.query_params["me"] == ada.session_state["room.sid"]
+    teacher.switch_page("pages/tour.py").run()
+    teacher.text_area(key="sidebar.prompt").set_value("Once upon a time").run()
+    teacher.button(key="room.push").click().run()
+    browse(ada)
+    assert ada.session_state["app.page"] == "tour" and ada.session_state["sidebar.prompt"] == "Once upon a time"
+    ada.text_area(key="sidebar.prompt").set_value("My own prompt").run()   # stepping away to explore
+    browse(ada)
+    assert [b for b in ada.button if b.key == "room.back"]
+    teacher.text_area(key="sidebar.prompt").set_value("The dog ran to the").run()
+    teacher.button(key="room.push").click().run()
+    browse(ada)
+    assert ada.session_state["sidebar.prompt"] == "My own prompt"   # not pulled back while away
+    ada.button(key="room.back").click()
+    browse(ada)
+    assert ada.session_state["app.page"] == "tour" and ada.session_state["sidebar.prompt"] == "The dog ran to the"
+    assert not ada.exception and not [b for b in ada.button if b.key == "room.back"]
+
+
+def test_head_sampling_and_estimate_questions_are_graded_by_the_engine():
+    from tfm.analysis import head_table
+    from tfm.generation.sampling import SamplingSettings, next_token
+    teacher, code, _ = teacher_room()
+    ada = student(code)
+    lm = models.load_lm(models.bundled_model_spec(), "cpu")
+    ids = lm.tokenizer.prompt_ids(teacher.session_state["sidebar.prompt"])
+    with torch.no_grad():
+        out = lm.model(torch.tensor([ids]), trace=True)
+    scores = head_table(lm, out.trace, ids).scores["previous_token"]
+    best = divmod(int(scores.argmax()), scores.shape[1])
+    ask(teacher, "head", **{"room.score": "previous_token"})
+    browse(ada)
+    ada.number_input(key="room.answer.1.layer").set_value(best[0])
+    ada.number_input(key="room.answer.1.head").set_value(best[1]).run()
+    ada.button(key="room.send.1").click().run()
+    teacher.run()   # (the run that asked drew the answers before asking)
+    teacher.button(key="room.reveal").click().run()
+    browse(ada)
+    assert "Right!" in texts(ada) and f"Layer {best[0]} head {best[1]} scores {float(scores.max()):.3f}" in texts(ada)
+    n = min(lm.tokenizer.vocab_size, lm.config.vocab_size)
+    kept = int(next_token(out.logits[0, -1], SamplingSettings(1.0, 0, 0.5), n).n_kept)
+    ask(teacher, "sampling", **{"room.t": 1.0, "room.top_p": 0.5, "room.measure": "kept"})
+    browse(ada)
+    ada.text_input(key="room.answer.2").set_value(str(kept * 4 + 4)).run()
+    ada.button(key="room.send.2").click().run()
+    teacher.run()   # (the run that asked drew the answers before asking)
+    teacher.button(key="room.reveal").click().run()
+    browse(ada)
+    assert "Not quite" in texts(ada) and f"the model keeps {kept:,}" in texts(ada)
+    probs = out.logits[0, -1, :n].double().softmax(-1)
+    token = int(probs.argmax())
+    ask(teacher, "estimate", **{"room.token": token})
+    browse(ada)
+    ada.text_input(key="room.answer.3").set_value(f"{100 * float(probs[token]) + 2:.1f}%").run()
+    ada.button(key="room.send.3").click().run()
+    teacher.run()   # (the run that asked drew the answers before asking)
+    teacher.button(key="room.reveal").click().run()
+    browse(ada)
+    assert "Right!" in texts(ada) and f"the model: {float(probs[token]):.3f}" in texts(ada)
+    assert not ada.exception and not teacher.exception

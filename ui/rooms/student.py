@@ -1,0 +1,112 @@
+"""The student's side of the Class page (a phone, 390 px wide): join with the code, answer the
+open question (one answer, which a later one replaces), and after the reveal see privately how
+close the answer was, and the class's histogram (counts only)."""
+from __future__ import annotations
+
+import streamlit as st
+
+from tfm.teach import questions
+from tfm.viz import classroom as classroom_figs
+
+from ui import charts
+from ui.rooms import live, rules
+from ui.rooms.teacher import answers_chart, show_prompt
+from ui.text import message, plain
+
+
+def join_form() -> None:
+    ss = st.session_state
+    if "room.join_code" not in ss and isinstance(st.query_params.get("room"), str):
+        ss["room.join_code"] = st.query_params["room"][:20]   # the join link's code, typed in for them
+    with st.form("room.join", border=True):
+        # No max_chars: Streamlit would cut a longer value without a word; the store refuses it, saying why.
+        st.text_input("Join code", key="room.join_code", placeholder="ABCD-EFGH")
+        st.text_input(f"Nickname (optional, up to {rules.NICK_MAX} characters: only your teacher sees it)",
+                      key="room.nick")
+        pressed = st.form_submit_button("Join the class", type="primary", key="room.join_go")
+    if not pressed:
+        return
+    try:
+        code, sid = live.store().join(ss.get("room.join_code", ""), live.client(), ss.get("room.nick", ""))
+    except ValueError as e:
+        st.error(f"Not joined: {message(e)}")
+        return
+    live.leave()
+    ss.pop("room.left", None)
+    ss["room.code"], ss["room.sid"] = code, sid
+    st.query_params.update({"room": code, "me": sid})
+    st.rerun()
+
+
+def _answer_widget(question, qid: int) -> str | None:
+    """The answer as typed or picked (None: nothing yet)."""
+    key = f"room.answer.{qid}"
+    if isinstance(question, questions.NextToken) and question.options:
+        return st.radio("Your answer", question.options, key=key, index=None, format_func=plain)
+    if isinstance(question, questions.WhichHead):
+        return _head_picker(question, key)
+    hint = {"next_token": "the next token, e.g. Paris", "sampling": "a number", "estimate": "0.3 or 30%"}[question.kind]
+    return st.text_input(f"Your answer (up to {rules.ANSWER_MAX} characters)", key=key, placeholder=hint) or None
+
+
+def _pick_from_grid(key: str) -> None:
+    points = st.session_state.get(f"{key}.grid", {}).get("selection", {}).get("points", [])
+    if points:
+        st.session_state[f"{key}.layer"], st.session_state[f"{key}.head"] = int(points[0]["y"]), int(points[0]["x"])
+
+
+def _head_picker(question, key: str) -> str:
+    ss = st.session_state
+    chosen = (ss.get(f"{key}.layer", 0), ss.get(f"{key}.head", 0))
+    charts.show(classroom_figs.head_grid(question.n_layer, question.n_head, chosen), "heads", key=f"{key}.grid",
+                on_select=lambda: _pick_from_grid(key), selection_mode="points")
+    c1, c2 = st.columns(2)
+    layer = c1.number_input("Layer", 0, question.n_layer - 1, key=f"{key}.layer")
+    head = c2.number_input("Head", 0, question.n_head - 1, key=f"{key}.head")
+    return f"L{layer} H{head}"
+
+
+def _send(code: str, qid: int, question, given: str) -> None:
+    try:
+        live.store().answer(code, st.session_state["room.sid"], qid, questions.parse_answer(question, given))
+    except (ValueError, PermissionError) as e:
+        st.error(f"Not sent: {message(e)}")
+        return
+    st.session_state[f"room.sent.{qid}"] = True
+
+
+def _reveal(room, q, question, mine: str | None) -> None:
+    truth = questions.truth_from_json(q.truth)
+    if mine is None:
+        st.info(f"You did not answer. **The model:** {plain(truth.summary, 300)}")
+    else:
+        g = questions.grade(question, truth, mine)
+        (st.success if g.correct else st.warning)(("✅ Right! " if g.correct else "Not quite. ") + plain(g.text, 300))
+    answers_chart(question, q, live.store().counts(room.code, q.qid), room.students, f"room.result.{q.qid}")
+
+
+def panel() -> None:
+    ss = st.session_state
+    room = live.store().room(ss["room.code"])
+    if room is None:
+        live.leave("The class room has ended.")
+        st.rerun()
+    if ss.get("room.nick"):
+        st.caption(f"You are {plain(ss['room.nick'], 30)}")
+    q = room.question
+    if q is None:
+        st.info("Waiting for your teacher's first question…")
+        return
+    question = questions.from_json(q.spec)
+    st.markdown(f"#### Question {q.qid}: {plain(question.text, 200)}")
+    show_prompt(room)
+    mine = live.store().my_answer(room.code, ss["room.sid"], q.qid)
+    if q.state != "open":
+        _reveal(room, q, question, mine)
+        return
+    given = _answer_widget(question, q.qid)
+    if st.button("Send my answer", type="primary", key=f"room.send.{q.qid}", disabled=given is None):
+        _send(room.code, q.qid, question, given)
+        mine = live.store().my_answer(room.code, ss["room.sid"], q.qid)
+    if mine is not None:
+        st.success(f"Your answer: **{plain(mine, 80)}**. You can change it until your teacher reveals the model's.")
