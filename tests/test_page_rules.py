@@ -38,7 +38,9 @@ def cache_misuse(source: str) -> list[str]:
         elif isinstance(node, (ast.Name, ast.Attribute)) and (getattr(node, "id", None) or getattr(node, "attr", None)) in CACHES:
             found.append(f"{node.lineno}: the cache itself")
         elif isinstance(node, ast.Compare):
-            names = [c.value for c in (node.left, *node.comparators) if isinstance(c, ast.Constant)]
+            sides = [node.left, *node.comparators]
+            sides += [e for c in sides if isinstance(c, (ast.Tuple, ast.List, ast.Set)) for e in c.elts]
+            names = [c.value for c in sides if isinstance(c, ast.Constant)]
             if set(names) & MODEL_NAMES:
                 found.append(f"{node.lineno}: compares with a model's name")
     return found
@@ -70,6 +72,7 @@ def test_the_scan_sees_each_kind_of_misuse():
     assert cache_misuse('x = cache.finished(("induction", settings))')                   # a key tuple
     assert cache_misuse("n = models.PROMPTS.nbytes")
     assert cache_misuse('if run.spec == "smollm2":\n    pass') and cache_misuse('ok = "default" != spec')
+    assert cache_misuse('big = spec in ("smollm2", "gpt2")')
     assert not cache_misuse("rows = run.pattern_rows(layer, a, b)\nres = cache.finished(settings)")
 
 
