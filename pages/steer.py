@@ -4,12 +4,12 @@ import numpy as np
 import streamlit as st
 
 from tfm.analysis import attribution, steering
-from tfm.analysis import features as FT
+from tfm.core.plain import escape_markdown
 from tfm.generation.generate import n_words
-from tfm.viz import steer as fv
-from tfm.viz.why import md
+from tfm.viz import steer as steer_figs
 from tfm.viz.attention import plotly_text
-from ui import charts, server, sidebar, state
+from ui import charts, links, models, server, sidebar
+from ui.run import current_run
 from ui.text import message
 from ui.text import plain as shown
 
@@ -22,34 +22,14 @@ DEFAULTS = {"steer.source": SOURCES[0], "steer.pos": " happy and kind", "steer.n
             "steer.temperature": 0.8, "steer.token": " happy", "steer.feature": 0}
 WHERE = {"all": "prompt and generated tokens", "prompt": "prompt only", "generated": "generated tokens only"}
 
-
-def vector_of(lm, key: tuple) -> steering.SteeringVector:
-    """The steering vector a (hashable) choice names: ("pair", pos, neg, layer, how) or
-    ("feature", spec, feature): a feature's decoder row times its largest held-out activation."""
-    if key[0] == "pair":
-        return steering.pair_vector(lm, *key[1:])
-    fs = FT.bundled(lm, key[1])
-    top = float(fs.data["hist_max"][fs.check_feature(key[2])])
-    return steering.feature_vector(fs.sae, key[2], top if top > 0 else 1.0)
-
-
-def texts(lm, key, prompt, strength, seed, new, temperature, where, should_stop=None):
-    return steering.steered_pair(lm, prompt, vector_of(lm, key), strength, seed, new, temperature, where=where,
-                                 should_stop=should_stop)
-
-
-def sweep(lm, key, ids, token, strengths, should_stop=None):
-    return steering.sweep(lm, ids, vector_of(lm, key), strengths, token, should_stop).tolist()
-
-
 sidebar.render()
 st.title("Steer")
 st.caption("Add a direction to the residual stream entering one block, at every chosen position, during "
            "generation: activation steering. The model is untouched; the same seed gives the same draws.")
-run = state.current_run()
+run = current_run()
 lm, cfg, tok, ss = run.lm, run.lm.config, run.lm.tokenizer, st.session_state
-for k, v in (DEFAULTS | ({"steer.strength": 1.0} if run.spec == "smollm2" else {})).items():
-    ss.setdefault(k, v)  # SmolLM2 keeps its sense up to about 1 (at 1.5 its text comes apart)
+for k, v in (DEFAULTS | {"steer.strength": models.steer_strength(run.spec, DEFAULTS["steer.strength"])}).items():
+    ss.setdefault(k, v)
 if not isinstance(ss.get("steer.layer"), int) or not 0 <= ss["steer.layer"] < cfg.n_layer:
     ss["steer.layer"] = cfg.n_layer // 2
 
@@ -57,22 +37,23 @@ source = st.radio("Direction from", SOURCES, horizontal=True, key="steer.source"
 try:
     if source == SOURCES[0]:
         c1, c2, c3, c4 = st.columns([3, 3, 1.6, 1.4])
-        state.cap_text("steer.pos", "positive prompt", PAIR_CHARS)  # a paste is cut with a word, not dropped
-        state.cap_text("steer.neg", "negative prompt", PAIR_CHARS)
+        links.cap_text("steer.pos", "positive prompt", PAIR_CHARS)  # a paste is cut with a word, not dropped
+        links.cap_text("steer.neg", "negative prompt", PAIR_CHARS)
         pos = c1.text_input("Toward (positive prompt)", key="steer.pos")
         neg = c2.text_input("Away from (negative prompt)", key="steer.neg")
         how = c3.radio("Stream at", ["mean", "last"], key="steer.how", horizontal=True,
                        help="mean: averaged over each prompt's positions; last: at its last token.")
         layer = c4.number_input("Layer", 0, cfg.n_layer - 1, key="steer.layer")
-        key = ("pair", pos, neg, int(layer), how)
+        direction = run.pair_direction(pos, neg, int(layer), how)
     else:
-        fs = state.derived("sae.features", FT.bundled, run.spec, run.device, run.spec)
-        ss["steer.feature"] = min(max(int(ss["steer.feature"]), 0), fs.sae.cfg.n_features - 1)
-        feature = st.number_input(f"Feature (0..{fs.sae.cfg.n_features - 1}; the SAE reads layer {fs.layer})", 0,
-                                  fs.sae.cfg.n_features - 1, key="steer.feature")
-        key = ("feature", run.spec, int(feature))
+        feature_set = run.sae()
+        n_features = feature_set.sae.cfg.n_features
+        ss["steer.feature"] = min(max(int(ss["steer.feature"]), 0), n_features - 1)
+        feature = st.number_input(f"Feature (0..{n_features - 1}; the SAE reads layer {feature_set.layer})", 0,
+                                  n_features - 1, key="steer.feature")
+        direction = run.feature_direction(int(feature))
         st.caption("Strength 1 adds the feature's decoder direction as strongly as it ever fired on held-out text.")
-    vec = state.derived("steer.vector", vector_of, run.spec, run.device, key)
+    vec = direction.vector
 except ValueError as e:
     st.error(message(e))
     st.stop()
@@ -91,23 +72,22 @@ st.caption(f"Direction: {shown(vec.source, 200)}, length {float(vec.vector.norm(
            "model's first position, its attention sink, is far longer).")
 
 try:
-    plain, steered = state.derived_status("Generating with and without steering…", "steer.texts", texts, run.spec,
-                                          run.device, key, ss["sidebar.prompt"][:server.limits().max_prompt_chars], float(strength), seed, int(new),
-                                          float(temperature), where, stoppable=True)
+    plain, steered = run.steered_texts(direction, ss["sidebar.prompt"][:server.limits().max_prompt_chars],
+                                       float(strength), seed, int(new), float(temperature), where)
 except ValueError as e:
     st.error(f"Cannot generate: {message(e)}")
     st.stop()
 left, right = st.columns(2)
 for col, title, text in ((left, "Without steering", plain), (right, f"Steered (strength {strength:+.1f})", steered)):
     col.subheader(title)
-    col.markdown(md(text).replace("\n", "  \n") or "*(nothing)*")
+    col.markdown(escape_markdown(text).replace("\n", "  \n") or "*(nothing)*")
 
 up, up_s, down, down_s = steering.read_out(lm, vec.vector, 10)
-charts.show(fv.read_out_bars([tok.display_piece(i) for i in up], up_s, [tok.display_piece(i) for i in down], down_s,
+charts.show(steer_figs.read_out_bars([tok.display_piece(i) for i in up], up_s, [tok.display_piece(i) for i in down], down_s,
                              "The direction read through the unembedding: tokens it promotes (+) and suppresses (−)"),
             key="steer.readout")
 
-state.cap_text("steer.token", "token to follow", 100)
+links.cap_text("steer.token", "token to follow", 100)
 token_text = st.text_input("Token to follow as the strength sweeps", key="steer.token")
 try:
     token = attribution.token_id(tok, token_text, min(cfg.vocab_size, n_words(lm)))
@@ -115,8 +95,7 @@ except ValueError as e:
     st.warning(message(e))
     st.stop()
 strengths = np.linspace(-MAX_STRENGTH, MAX_STRENGTH, SWEEP_POINTS).tolist()
-probs = state.derived("steer.sweep", sweep, run.spec, run.device, key, run.ids, token, tuple(strengths),
-                      stoppable=True)
-charts.show(fv.sweep_line(strengths, probs, tok.display_piece(token), float(strength),
+probs = run.steering_sweep(direction, token, tuple(strengths))
+charts.show(steer_figs.sweep_line(strengths, probs, tok.display_piece(token), float(strength),
                           f"p({plotly_text(repr(tok.display_piece(token)))}) after the prompt, steering every position "
                           f"(one batched run of {SWEEP_POINTS} strengths)"), key="steer.sweep")

@@ -1,18 +1,14 @@
 """Example prompts on a page: buttons that put a prompt measured on the running model
-(`tfm.teach.examples`) into the sidebar and open the page on what was measured.
+(`tfm.teach.examples`, cached per model by `ModelRun.examples`) into the sidebar and open the
+page on what was measured.
 
-    examples.offer("attention", run)      # one line, after the page's `run = state.current_run()`
-
-Each page's examples are measured once per model (a few short forwards) and shared by every
-session through `state.derived`.
+    examples.offer("attention", run)      # one line, after the page's `run = current_run()`
 """
 from __future__ import annotations
 
 import streamlit as st
 
-from tfm.analysis import features as feature_sets
-from tfm.teach import examples as found_examples
-from ui import state
+from tfm.teach.examples import Example
 from ui.text import plain
 
 # A setting of an example (tfm.teach.examples.Example.settings) -> the page's widget it goes to.
@@ -26,9 +22,9 @@ SHOWN = {"attention": {"attn.mode": "head", "attn.view": "Pattern"}, "why": {"wh
 FORGOTTEN = {"logit_lens": ("lens.start",)}
 
 
-def _apply(page: str, example: found_examples.Example) -> None:
+def _apply(page: str, example: Example) -> None:
     """The button's callback (before the page runs): the prompt and the page's settings, with
-    the copies pages restore after a page switch (`state.keep`)."""
+    the copies pages restore after a page switch (`ui.links.keep`)."""
     ss = st.session_state
     widgets = WIDGETS[page]
     values = {"sidebar.prompt": example.prompt, **SHOWN.get(page, {}),
@@ -40,28 +36,10 @@ def _apply(page: str, example: found_examples.Example) -> None:
         ss.pop("keep." + key, None)
 
 
-def _sae(run) -> feature_sets.FeatureSet | None:
-    """The model's shipped SAE (the Features page's cache entry), None when none ships."""
-    try:
-        return state.derived("sae.features", feature_sets.bundled, run.spec, run.device, run.spec)
-    except ValueError:
-        return None
-
-
-def measured(page: str, run) -> found_examples.Offer:
-    """`page`'s examples on the run's model, measured once per model and page."""
-    fs = _sae(run) if page == "features" else None
-
-    def find(lm, page: str, has_sae: bool, should_stop=None) -> found_examples.Offer:
-        return found_examples.for_page(lm, page, fs, should_stop)
-    return state.derived_status("Measuring example prompts on this model…", "examples", find, run.spec, run.device,
-                                page, fs is not None, stoppable=True)
-
-
 def offer(page: str, run) -> None:
     """`page`'s example buttons (`Try: …`, what was measured on hover); the loaded example's line
     under them. A model where no candidate reaches the bar gets one line saying so."""
-    found = measured(page, run)
+    found = run.examples(page)
     if found.examples:
         with st.container(horizontal=True):
             for i, example in enumerate(found.examples):

@@ -198,7 +198,7 @@ def open_cell(page: str, spec: str | None, params: dict | None = None, setup: di
 
 
 def set_view(at: AppTest, settings: dict) -> AppTest:
-    """Open a tab or mode: its widget's value and the remembered copy pages restore (ui.state.keep)."""
+    """Open a tab or mode: its widget's value and the remembered copy pages restore (ui.links.keep)."""
     for key, value in settings.items():
         at.session_state[key] = value
         at.session_state["keep." + key] = value

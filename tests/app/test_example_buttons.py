@@ -12,7 +12,7 @@ import pytest
 from tfm.analysis import features as FT
 from tfm.teach import examples as X
 from tfm.viz.sampling import esc
-from ui import state
+from ui import cache, models
 
 from tests.app.conftest import as_shown, chart_by_title, decode, open_page
 from tests.app.matrix import open_cell
@@ -20,7 +20,7 @@ from tests.app.matrix import open_cell
 
 def engine_offer(spec: str, page: str) -> X.Offer:
     """The page's examples computed here, not by the app."""
-    lm = state.load_lm(spec, "cpu")
+    lm = models.load_lm(spec, "cpu")
     return X.for_page(lm, page, FT.bundled(lm, spec) if page == "features" else None)
 
 
@@ -48,7 +48,7 @@ def check_attention(at, spec: str) -> float:
     layer, head = ex.settings["layer"], ex.settings["head"]
     assert (at.session_state["attn.layer"], at.session_state["attn.head"]) == (layer, head)
     fig = chart_by_title(at, f"Layer {layer}, head {head}: query × key")
-    ids = state.load_lm(spec, "cpu").tokenizer.prompt_ids(ex.prompt)
+    ids = models.load_lm(spec, "cpu").tokenizer.prompt_ids(ex.prompt)
     drawn = later_copy_score(np.asarray(decode(fig["data"][0]["z"]), dtype=np.float64), ids)
     assert drawn == pytest.approx(ex.score, abs=1e-5)
     return drawn
@@ -56,14 +56,14 @@ def check_attention(at, spec: str) -> float:
 
 def test_attention_example_opens_on_its_induction_head():
     at = open_page("attention")
-    assert state.is_cached("derived", "default", "cpu", "examples", "attention", False)   # once per model
+    assert cache.is_cached("derived", "default", "cpu", "examples", "attention", False)   # once per model
     assert check_attention(at, "default") >= 0.5
     ex = engine_offer("default", "attention").examples[0]
     assert (at.query_params["layer"], at.query_params["head"]) == (str(ex.settings["layer"]), str(ex.settings["head"]))
 
 
 def test_logit_lens_example_shows_the_answer_surfacing_at_its_row():
-    lm = state.load_lm("default", "cpu")
+    lm = models.load_lm("default", "cpu")
     at = open_page("logit_lens")
     for i, ex in enumerate(engine_offer("default", "logit_lens").examples):
         press(at, "logit_lens", ex, i)
@@ -77,7 +77,7 @@ def test_logit_lens_example_shows_the_answer_surfacing_at_its_row():
 
 
 def test_features_example_opens_on_its_feature():
-    lm = state.load_lm("default", "cpu")
+    lm = models.load_lm("default", "cpu")
     fs = FT.bundled(lm, "default")
     at = open_page("features")
     for i, ex in enumerate(engine_offer("default", "features").examples):
