@@ -229,6 +229,9 @@ def render() -> None:
                    f"{SEED_MAX:,}.")
         st.session_state["sidebar.seed"] = 0
     if st.session_state.get("sidebar.device") not in available_devices():
+        if "sidebar.device" in st.session_state:  # a link's (or another server's) device
+            st.warning(f"Ignored the device {plain(st.session_state['sidebar.device'])}: this server has "
+                       f"{', '.join(available_devices())}.")
         st.session_state["sidebar.device"] = available_devices()[-1]
     with st.sidebar:
         _choose_model()

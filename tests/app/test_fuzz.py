@@ -36,3 +36,13 @@ def test_replay_reports_an_illegal_link_value_the_page_says_nothing_about():
     # message, and the page rightly shows none, so the judge must fail it.
     with pytest.raises(AssertionError, match="no message for an illegal link value"):
         replay([Link("tour", "bundled", {"present": "abc"}, "illegal")])
+
+
+# --- crashes and silent changes the fuzzer found (issue #40), as it found them
+
+def test_link_to_a_device_the_server_lacks_says_so():
+    """device=<anything but this server's> was replaced by the CPU without a word."""
+    at = replay([Link("tokens", "bundled", {"device": "inf"}, "illegal")])
+    assert any("Ignored the device inf" in w.value and "cpu" in w.value for w in at.warning), \
+        [w.value for w in at.warning]
+    assert at.session_state["sidebar.device"] == "cpu"
