@@ -44,8 +44,9 @@ st.dataframe(ff.token_table(run.labels, tf.features, tf.acts), hide_index=True, 
              key="features.table")
 
 state.url_init("features.feature", "feature", int)
-if not isinstance(ss.get("features.feature"), int) or not 0 <= ss["features.feature"] < cfg.n_features:
+if "features.feature" not in ss:
     ss["features.feature"] = FT.opening_feature(fs, run.trace)   # the strongest not-dense one on the last token
+state.clamp_int("features.feature", 0, cfg.n_features - 1, 0, "Feature")  # a link's may be any number
 feature = st.number_input(f"Feature to open (0..{cfg.n_features - 1})", 0, cfg.n_features - 1, key="features.feature")
 state.url_set(feature=feature)
 acts = fs.sae.encode(run.trace.residual_streams()[cfg.layer][1].float())[:, feature]

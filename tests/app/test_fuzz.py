@@ -46,3 +46,11 @@ def test_link_to_a_device_the_server_lacks_says_so():
     assert any("Ignored the device inf" in w.value and "cpu" in w.value for w in at.warning), \
         [w.value for w in at.warning]
     assert at.session_state["sidebar.device"] == "cpu"
+
+
+def test_features_link_to_a_feature_past_the_sae_says_so():
+    """feature=99999999999999999999 opened another feature without a word."""
+    at = replay([Link("features", "bundled", {"feature": "99999999999999999999"}, "illegal")])
+    n = at.number_input(key="features.feature").max
+    assert any("Feature 99999999999999999999 is not available" in i.value for i in at.info), [i.value for i in at.info]
+    assert at.number_input(key="features.feature").value == n
