@@ -65,7 +65,11 @@ try:
         layer = c4.number_input("Layer", 0, cfg.n_layer - 1, key="steer.layer")
         key = ("pair", pos, neg, int(layer), how)
     else:
-        fs = state.derived("sae.features", FT.bundled, run.spec, run.device, run.spec)
+        try:
+            fs = state.derived("sae.features", FT.bundled, run.spec, run.device, run.spec)
+        except ValueError as e:  # no SAE ships for this model: an info, as on the Features page
+            st.info(f"{message(e)}. A prompt pair steers every model.")
+            st.stop()
         ss["steer.feature"] = min(max(int(ss["steer.feature"]), 0), fs.sae.cfg.n_features - 1)
         feature = st.number_input(f"Feature (0..{fs.sae.cfg.n_features - 1}; the SAE reads layer {fs.layer})", 0,
                                   fs.sae.cfg.n_features - 1, key="steer.feature")

@@ -54,3 +54,10 @@ def test_features_link_to_a_feature_past_the_sae_says_so():
     n = at.number_input(key="features.feature").max
     assert any("Feature 99999999999999999999 is not available" in i.value for i in at.info), [i.value for i in at.info]
     assert at.number_input(key="features.feature").value == n
+
+
+def test_steer_from_an_sae_feature_on_a_model_without_an_sae_is_an_info():
+    """The 'SAE feature' source on a model that ships no SAE was an error box; the Features page says
+    the same thing as an info, and the prompt pair still works."""
+    at = replay([Link("steer", "mqa", {}, "legal"), Move("radio", "steer.source", "SAE feature")])
+    assert any("no sparse autoencoder ships" in i.value for i in at.info), [i.value for i in at.info]
