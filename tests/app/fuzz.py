@@ -193,9 +193,10 @@ class Walk:
                 f"replay(steps) with steps = {self.steps!r}")
 
 
-def cell_seed(seed: int, page: str, model: str) -> int:
-    """Each (page, model) its own walk: a change to one cell's walk leaves the others' as they were."""
-    return zlib.crc32(f"{seed}/{page}/{model}".encode())
+def cell_seed(seed: int, page: str, model: str, again: int = 0) -> int:
+    """Each (page, model) its own walk: a change to one cell's walk leaves the others' as they were;
+    `again`: the walk after `again` failed ones (the command line goes on after a failure)."""
+    return zlib.crc32(f"{seed}/{page}/{model}{f'/{again}' if again else ''}".encode())
 
 
 @contextmanager
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     for page, model in todo:
         done, seconds, k = 0, 0.0, 0
         while done < a.steps:
-            w = walk(page, model, cell_seed(a.seed + k, page, model), a.steps - done)
+            w = walk(page, model, cell_seed(a.seed, page, model, k), a.steps - done)
             done, seconds, k = done + len(w.steps), seconds + w.seconds, k + 1
             if w.failure:
                 failed += 1
