@@ -61,3 +61,13 @@ def test_steer_from_an_sae_feature_on_a_model_without_an_sae_is_an_info():
     the same thing as an info, and the prompt pair still works."""
     at = replay([Link("steer", "mqa", {}, "legal"), Move("radio", "steer.source", "SAE feature")])
     assert any("no sparse autoencoder ships" in i.value for i in at.info), [i.value for i in at.info]
+
+
+# Grouped-query attention: the Tour indexed k and v by the query head (worktree gqa fixes it).
+
+def test_tour_at_head_3_on_the_gqa_model():
+    replay([Link("tour", "smollm2-gqa", {"head": "3"}, "legal")])
+
+
+def test_tour_at_head_1_on_the_mqa_model():
+    replay([Link("tour", "mqa", {"head": "1", "step": "qkv"}, "legal")])
