@@ -26,13 +26,15 @@ from streamlit import config
 
 os.environ.setdefault("TFM_DEFAULT_MODEL", "default")  # as tests/app/conftest.py sets it
 
-from ui import server  # noqa: E402
+from tfm.analysis.attribution import n_words  # noqa: E402
+from ui import server, state  # noqa: E402
 
 from tests.app import fuzz_values as fv  # noqa: E402
-from tests.app.conftest import allow_models  # noqa: E402
+from tests.app.conftest import allow_models, as_shown  # noqa: E402
 from tests.app.controls import choose, control, keyed  # noqa: E402
 from tests.app.judge import long_messages, markup_problems, own_markup  # noqa: E402
-from tests.app.matrix import EXPECTED, HOSTILE, LINK_PARAMS, MODELS, PAGES, open_cell, set_view, spec_of  # noqa: E402
+from tests.app.matrix import (EXPECTED, HOSTILE, LINK_PARAMS, MODELS, PAGES, PROMPT, open_cell,  # noqa: E402
+                              set_view, spec_of)
 
 # Every page on these model kinds (tests/app/matrix.py MODELS); the model-free pages on the first only.
 WALK_MODELS = ("bundled", "smollm2-gqa", "mqa")
@@ -48,15 +50,17 @@ ALIASES = {"default": "bundled", "smollm2": "real", "gqa": "smollm2-gqa"}
 
 @dataclass(frozen=True)
 class Link:
-    """Open `page` on `model` (a MODELS name) from a link with these parameters (text, as in a URL)."""
+    """Open `page` on `model` (a MODELS name) from a link with these parameters (text, as in a URL);
+    `illegal`: the parameters given an illegal value (each must be named in a message)."""
     page: str
     model: str
     params: dict
     verdict: str = fv.LEGAL
+    illegal: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         params = "{" + ", ".join(f"{k!r}: {_literal(v)}" for k, v in self.params.items()) + "}"
-        return f"Link({self.page!r}, {self.model!r}, {params}, {self.verdict!r})"
+        return f"Link({self.page!r}, {self.model!r}, {params}, {self.verdict!r}, {self.illegal!r})"
 
 
 @dataclass(frozen=True)
@@ -101,10 +105,6 @@ class Session:
 
 def shape_of(at, spec: str) -> fv.Shape:
     """The legal ranges of a link on this model: read from the model the app loaded (shared cache)."""
-    from tfm.analysis.attribution import n_words
-    from ui import state
-
-    from tests.app.matrix import PROMPT
     lm = state.load_lm(state.checked_spec(spec), "cpu")
     ids = lm.tokenizer.prompt_ids(PROMPT)
     words = n_words(lm)
@@ -121,12 +121,12 @@ def page_params(page: str) -> list[str]:
 
 def draw_link(s: Session, rng: random.Random) -> Link:
     names = page_params(s.page)
-    params, verdicts = {}, set()
+    params, verdicts = {}, {}
     for name in rng.sample(names, rng.randint(1, min(3, len(names)))):
-        params[name], verdict = fv.link_value(name, s.shape, rng, rng.random() < LEGAL_SHARE)
-        verdicts.add(verdict)
-    verdict = fv.ILLEGAL if fv.ILLEGAL in verdicts else fv.FREE if fv.FREE in verdicts else fv.LEGAL
-    return Link(s.page, s.model, params, verdict)
+        params[name], verdicts[name] = fv.link_value(name, s.shape, rng, rng.random() < LEGAL_SHARE)
+    illegal = tuple(name for name, v in verdicts.items() if v == fv.ILLEGAL)
+    verdict = fv.ILLEGAL if illegal else fv.FREE if fv.FREE in verdicts.values() else fv.LEGAL
+    return Link(s.page, s.model, params, verdict, illegal)
 
 
 def draw(s: Session, rng: random.Random) -> Link | Move:
@@ -147,7 +147,7 @@ def take(s: Session, step: Link | Move) -> None:
     if isinstance(step, Link):
         s.at = open_cell(step.page, s.spec, params=step.params, setup=PAGES[step.page].setup)
         s.touched = {fv.KEYS[k] for k in step.params if k in fv.KEYS}
-        s.dirty = s.touched if step.verdict != fv.LEGAL else set()
+        s.dirty = set(s.touched) if step.verdict != fv.LEGAL else set()
     else:
         if step.kind == "tabs":
             set_view(s.at, {step.key: step.value})
@@ -169,8 +169,10 @@ def problems(s: Session, step: Link | Move) -> list[str]:
     unexpected = [e for e in errors if not any(m in e for m in expected)]
     if step.verdict == fv.LEGAL and not s.dirty and unexpected:
         out.append(f"error box after legal values: {[e[:300] for e in unexpected]}")
-    if step.verdict == fv.ILLEGAL and not (errors or at.warning or at.info):
-        out.append("no message for an illegal link value")
+    if isinstance(step, Link) and step.illegal:
+        said = [as_shown(m.value).lower() for m in [*at.error, *at.warning, *at.info]]
+        out += [f"no message names the illegal link value {name}={_literal(step.params[name])[:80]}"
+                for name in step.illegal if not any(w in m for w in fv.named(name) for m in said)]
     out += [f"markup from a value: {found} in {text!r}" for found, text in markup_problems(at, s.baseline)]
     out += [f"message of {n:,} characters: {start!r}" for n, start in long_messages(at)]
     return out

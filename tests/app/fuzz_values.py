@@ -112,6 +112,15 @@ KEYS = {"token": "why.token", "vs": "why.versus", "clean": "why.clean", "corrupt
         "answer": "why.answer", "wrong": "why.wrong"}  # text parameters kept in a field after the run
 
 
+# The words a message about a link parameter uses (its name, or the control's label), lower case.
+WORDS = {"layer": ("block",), "pos": ("position",), "t": ("temperature",), "top_k": ("top-k",),
+         "top_p": ("top-p",), "vs": ("token",)}
+
+
+def named(param: str) -> tuple[str, ...]:
+    return (param, *WORDS.get(param, ()))
+
+
 def link_value(name: str, s: Shape, rng: random.Random, want_legal: bool) -> tuple[str, str]:
     legal, illegal, verdict = PARAMS[name]
     if want_legal or illegal is None:

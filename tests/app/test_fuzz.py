@@ -34,15 +34,15 @@ def test_a_walk_is_the_same_walk_again_from_its_seed():
 def test_replay_reports_an_illegal_link_value_the_page_says_nothing_about():
     # "present" takes any text (anything but 1/true is off): a step that calls it illegal wants a
     # message, and the page rightly shows none, so the judge must fail it.
-    with pytest.raises(AssertionError, match="no message for an illegal link value"):
-        replay([Link("tour", "bundled", {"present": "abc"}, "illegal")])
+    with pytest.raises(AssertionError, match="no message names the illegal link value present"):
+        replay([Link("tour", "bundled", {"present": "abc"}, "illegal", ("present",))])
 
 
 # --- crashes and silent changes the fuzzer found (issue #40), as it found them
 
 def test_link_to_a_device_the_server_lacks_says_so():
     """device=<anything but this server's> was replaced by the CPU without a word."""
-    at = replay([Link("tokens", "bundled", {"device": "inf"}, "illegal")])
+    at = replay([Link("tokens", "bundled", {"device": "inf"}, "illegal", ("device",))])
     assert any("Ignored the device inf" in w.value and "cpu" in w.value for w in at.warning), \
         [w.value for w in at.warning]
     assert at.session_state["sidebar.device"] == "cpu"
@@ -50,7 +50,7 @@ def test_link_to_a_device_the_server_lacks_says_so():
 
 def test_features_link_to_a_feature_past_the_sae_says_so():
     """feature=99999999999999999999 opened another feature without a word."""
-    at = replay([Link("features", "bundled", {"feature": "99999999999999999999"}, "illegal")])
+    at = replay([Link("features", "bundled", {"feature": "99999999999999999999"}, "illegal", ("feature",))])
     n = at.number_input(key="features.feature").max
     assert any("Feature 99999999999999999999 is not available" in i.value for i in at.info), [i.value for i in at.info]
     assert at.number_input(key="features.feature").value == n
