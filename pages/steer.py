@@ -46,7 +46,11 @@ try:
         layer = c4.number_input("Layer", 0, cfg.n_layer - 1, key="steer.layer")
         direction = run.pair_direction(pos, neg, int(layer), how)
     else:
-        feature_set = run.sae()
+        try:
+            feature_set = run.sae()
+        except ValueError as e:  # no SAE ships for this model: an info, as on the Features page
+            st.info(f"{message(e)}. A prompt pair steers every model.")
+            st.stop()
         n_features = feature_set.sae.cfg.n_features
         ss["steer.feature"] = min(max(int(ss["steer.feature"]), 0), n_features - 1)
         feature = st.number_input(f"Feature (0..{n_features - 1}; the SAE reads layer {feature_set.layer})", 0,

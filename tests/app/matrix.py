@@ -128,6 +128,8 @@ MODELS: dict[str, object] = {
     "bundled": "default",
     "gpt2-padded": random("gpt2"),
     "smollm2-padded": random("smollm2-135m", n_kv_head=2),
+    "smollm2-gqa": random("smollm2-135m", d_model=72, n_head=9, n_kv_head=3),  # SmolLM2's 9 query / 3 k-v heads
+    "mqa": random("smollm2-135m", n_kv_head=1),                # multi-query: every head shares one k-v head
     "qwen2.5-padded": random("qwen2.5-0.5b", n_kv_head=2),
     "pythia-padded": random("pythia-160m"),
     "tiny-vocab": random("tiny"),                              # fewer rows than the tokenizer has ids
