@@ -110,7 +110,7 @@ def shape_of(at, spec: str) -> fv.Shape:
     words = n_words(lm)
     pieces = tuple(dict.fromkeys(lm.tokenizer.decode([i]) for i in ids if i < words))
     feature = [el for el in at.get("number_input") if getattr(el, "key", None) == "features.feature"]
-    n_features = int(feature[0].max) + 1 if feature else 1
+    n_features = int(feature[0].max) + 1 if feature else 0
     return fv.Shape(lm.config.n_layer, lm.config.n_head, len(ids), words, n_features, pieces)
 
 

@@ -16,10 +16,11 @@ from typing import Callable
 from streamlit.proto.NumberInput_pb2 import NumberInput
 from streamlit.proto.Slider_pb2 import Slider
 
+from ui.sidebar import SEED_MAX
+
 from tests.app.matrix import HOSTILE, WHY_TABS
 
 LEGAL, ILLEGAL, FREE = "legal", "illegal", "free"
-SEED_MAX = 2**31 - 1
 TOUR_STEPS = ("tokens", "embed", "positions", "qkv", "scores", "mask", "softmax", "weighted", "heads", "norm",
               "residual", "mlp", "blocks", "final_norm", "logits", "sampling", "drawn")
 # Short texts a student might type or paste: emoji, scripts, HTML, Markdown, special tokens.
@@ -49,13 +50,20 @@ class Shape:
     n_head: int
     n_tok: int
     n_words: int
-    n_features: int
+    n_features: int          # 0: the page shows no feature on this model (no SAE ships for it)
     pieces: tuple[str, ...]   # the prompt's tokens as text (each one token of the vocabulary)
 
 
 def text(rng: random.Random, max_chars: int = 0) -> str:
     out = " ".join(rng.choice(TEXTS) for _ in range(rng.randint(1, 3)))
     return out[:max_chars] if max_chars else out
+
+
+def _words(rng: random.Random) -> str:
+    """A link's prompt that is not blank (a blank one stops every page before it reads the others)."""
+    while not (out := text(rng)).strip():
+        pass
+    return out
 
 
 # --- link parameters: name -> (legal draw, illegal draw or None, verdict of the legal draw)
@@ -103,7 +111,7 @@ PARAMS: dict[str, tuple] = {
     "step": _choice(TOUR_STEPS), "tab": _choice((*WHY_TABS, "SAE features")),
     "present": _choice(("0", "1", "true", "false"), illegal=False),  # anything else is "off"
     "device": _choice(("cpu",)),
-    "prompt": ((lambda s, rng: text(rng)), (lambda s, rng: HOSTILE["long"]), LEGAL),  # too long: cut, with a word
+    "prompt": ((lambda s, rng: _words(rng)), (lambda s, rng: HOSTILE["long"]), LEGAL),  # too long: cut, with a word
     "token": _token(), "vs": _token(),
     "clean": _free(), "corrupt": _free(), "answer": _free(), "wrong": _free(),
 }
@@ -123,6 +131,8 @@ def named(param: str) -> tuple[str, ...]:
 
 def link_value(name: str, s: Shape, rng: random.Random, want_legal: bool) -> tuple[str, str]:
     legal, illegal, verdict = PARAMS[name]
+    if name == "feature" and not s.n_features:  # the page says it has no features and reads none
+        return (legal if want_legal else illegal)(s, rng), FREE
     if want_legal or illegal is None:
         return legal(s, rng), verdict
     return illegal(s, rng), ILLEGAL
