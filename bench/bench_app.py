@@ -29,7 +29,7 @@ from streamlit.testing.v1.local_script_runner import LocalScriptRunner  # noqa: 
 
 import torch  # noqa: E402
 
-from ui import state  # noqa: E402
+from ui import models  # noqa: E402
 
 WORDS = ("the cat sat on a mat while one small dog ran to find its ball near an old red house and "
          "every child in town came out to see what was going on that sunny day").split()
@@ -139,9 +139,9 @@ def main() -> None:
 
         from tfm.viz import attention as fig_attention
         fig_attention._figure = lambda data, layout: go.Figure({"data": data, "layout": layout})
-    spec = state.default_model_spec()
-    lm = state.load_lm(spec, "cpu")
-    print(f"model: {state.describe_spec(spec)}; torch threads: {torch.get_num_threads()}")
+    spec = models.default_model_spec()
+    lm = models.load_lm(spec, "cpu")
+    print(f"model: {models.describe_spec(spec)}; torch threads: {torch.get_num_threads()}")
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"{'tokens':>6}  {'what':<24} {'wall ms':>8} {'cpu ms':>8}  target   (median of {args.repeats}; cpu = script thread)")
     prof = cProfile.Profile() if args.profile else None

@@ -79,9 +79,9 @@ def bench_page(n_tokens: int, repeats: int) -> None:
     from bench_app import measure_script_threads, prompt_of, timed_run
     from streamlit.testing.v1 import AppTest
 
-    from ui import state
+    from ui import models
     measure_script_threads()
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
     at.run()
     at.switch_page("pages/why.py")

@@ -6,7 +6,7 @@ trace lazy (the app before `eager_trace_bytes`), in this one run.
 Cases: the bundled model at 25 tokens and GPT-2 small's shape (random:gpt2) at 1024 tokens. For
 each, with the server's `eager_trace_bytes` at 1 (every trace lazy: before) and at its default
 (now), over `--prompts` different prompts (each new, so nothing is cached), medians of:
-- engine: `ui.state.run_traced` + reading one layer's pattern, and + reading every layer's;
+- engine: `ui.cache.run_traced` + reading one layer's pattern, and + reading every layer's;
 - app (AppTest, server time): new prompt -> Attention page, and a visit's first three pages
   (Attention -> Logit lens -> Next-token sampling, as bench/bench_load.py's students), wall ms
   and the process's CPU ms (what bench_load's CPU-seconds per visit counts).
@@ -30,7 +30,7 @@ from bench_scale import app_on_gpt2, prompt_text, run_page  # noqa: E402
 
 from tfm.core.lazy import prefer_lazy  # noqa: E402
 from tfm.core.trace import estimate_trace_bytes  # noqa: E402
-from ui import server, state  # noqa: E402
+from ui import cache, models, server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VISIT = ("attention", "logit_lens", "next_token")
@@ -48,8 +48,8 @@ def clocked(fn) -> tuple[float, float]:
 
 
 def engine(spec: str, lm, ids: tuple[int, ...], layers: int) -> tuple[float, float]:
-    state.PROMPTS.clear()
-    return clocked(lambda: [state.run_traced(spec, "cpu", ids).pattern(i) for i in range(layers)])
+    models.PROMPTS.clear()
+    return clocked(lambda: [cache.run_traced(spec, "cpu", ids).pattern(i) for i in range(layers)])
 
 
 def visit(at: AppTest, text: str) -> list[tuple[float, float]]:
@@ -69,7 +69,7 @@ def med(pairs: list[tuple[float, float]]) -> str:
 
 
 def case(name: str, at: AppTest, spec: str, n: int, prompts: int, base: server.Settings) -> None:
-    lm = state.load_lm(spec, "cpu")
+    lm = models.load_lm(spec, "cpu")
     texts = [prompt_text(lm, n, tag=7 * n + k) for k in range(2 * prompts + 1)]
     size = estimate_trace_bytes(lm.config, len(texts[0][1]))
     default = base.limits.eager_trace_bytes
@@ -82,7 +82,7 @@ def case(name: str, at: AppTest, spec: str, n: int, prompts: int, base: server.S
         mine = texts[k * prompts:(k + 1) * prompts]  # prompts new to this mode
         one = [engine(spec, lm, ids, 1) for _, ids in mine]
         every = [engine(spec, lm, ids, lm.config.n_layer) for _, ids in mine]
-        state.PROMPTS.clear()
+        models.PROMPTS.clear()
         visits = [visit(at, text) for text, _ in mine]
         print(f"{mode:26s} run_traced + one pattern     {med(one)}", flush=True)
         print(f"{mode:26s} run_traced + every pattern   {med(every)}", flush=True)
@@ -103,7 +103,7 @@ def main() -> None:
     print(f"# new prompt -> trace, {args.threads} torch thread(s), {args.prompts} prompts per row")
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=900)
     at.run()
-    case("bundled model", at, state.default_model_spec(), 25, args.prompts, base)
+    case("bundled model", at, models.default_model_spec(), 25, args.prompts, base)
     if not args.no_gpt2:
         at, spec = app_on_gpt2()
         case("random:gpt2 (GPT-2 small shape)", at, spec, 1024, max(1, args.prompts // 3), base)

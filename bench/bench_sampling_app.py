@@ -23,7 +23,7 @@ import tfm  # noqa: E402
 from streamlit.runtime.scriptrunner import script_runner  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 from tfm.core.model import GPT  # noqa: E402
-from ui import sidebar, state  # noqa: E402
+from ui import models, sidebar  # noqa: E402
 
 CALLS = {"forward": 0}
 SCRIPT_S: list[float] = []  # time inside the page script itself, per run (without AppTest's own work)
@@ -97,8 +97,8 @@ def bench_explorer(repeats: int = 20) -> None:
 
 
 def bench_generation(n_tokens: int = 64, repeats: int = 5) -> None:
-    spec = state.default_model_spec()
-    lm = state.load_lm(spec, "cpu")
+    spec = models.default_model_spec()
+    lm = models.load_lm(spec, "cpu")
     prompt, kw = sidebar.DEFAULT_PROMPT, dict(temperature=0.8, top_k=0, top_p=1.0, seed=0, use_cache=True)
     at = open_page("generate")
     at.number_input(key="gen.max_new").set_value(n_tokens).run()

@@ -36,7 +36,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import write_docs  # noqa: E402
 from tfm.loaders.weights import rename_gpt2_key  # noqa: E402
-from ui import memory, state  # noqa: E402
+from ui import memory, models  # noqa: E402
 
 PAGES = ("attention", "positions", "norms", "shapes", "logit_lens", "next_token", "generate", "tokens", "home")
 CORPUS = Path("/work/shared/corpus/tinystories_train.txt")
@@ -93,7 +93,7 @@ def plain_forward(lm, ids, repeats: int) -> float:
 
 def prompt_bytes(ids) -> int:
     """Bytes of every cached value made for this prompt (its trace and derived numbers)."""
-    return sum(size for key, size in state.PROMPTS.sizes().items() if ids in key)
+    return sum(size for key, size in models.PROMPTS.sizes().items() if ids in key)
 
 
 def app_rows(at, lm, lengths, repeats) -> dict:
@@ -117,7 +117,7 @@ def every_page(at, ids) -> None:
         times[page] = run_page(at)
     print("every page once at", len(ids), "tokens (s): " + ", ".join(f"{p} {t:.2f}" for p, t in times.items()))
     print(f"cache bytes for this prompt after every page: {prompt_bytes(ids) / MB:.0f} MB (target <= 300 MB); "
-          f"whole cache {state.PROMPTS.nbytes / MB:.0f} MB, models {state.MODELS.nbytes / MB:.0f} MB", flush=True)
+          f"whole cache {models.PROMPTS.nbytes / MB:.0f} MB, models {models.MODELS.nbytes / MB:.0f} MB", flush=True)
 
 
 def widget_changes(at, repeats) -> None:
@@ -143,7 +143,7 @@ def many_prompts(at, lm, count: int) -> None:
     still = run_page(at)
     budget = memory.memory_budget()
     print(f"after {count} different 1024-token prompts ({took:.0f} s): RSS {proc.memory_info().rss / MB:.0f} MB, "
-          f"cache {state.PROMPTS.nbytes / MB:.0f} MB + models {state.MODELS.nbytes / MB:.0f} MB, budget "
+          f"cache {models.PROMPTS.nbytes / MB:.0f} MB + models {models.MODELS.nbytes / MB:.0f} MB, budget "
           f"{budget / MB:.0f} MB; still serving (layer change {still * 1000:.0f} ms)", flush=True)
 
 
@@ -223,7 +223,7 @@ def main() -> None:
     os.environ[memory.BUDGET_ENV] = args.budget
     torch.set_num_threads(args.threads)
     at, spec = app_on(args.model)
-    lm = state.load_lm(spec, "cpu")
+    lm = models.load_lm(spec, "cpu")
     print(f"{'SmolLM2-135M' if args.model == 'smollm2' else 'GPT-2-small shape, random weights'}, CPU, "
           f"{args.threads} torch thread(s), budget {args.budget}; model {lm.model.num_params() / 1e6:.0f}M parameters",
           flush=True)

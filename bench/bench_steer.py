@@ -29,7 +29,7 @@ import tfm  # noqa: E402
 from bench_app import SCRIPT_CPU, measure_script_threads, prompt_of  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 from tfm.analysis import steer_calibrate, steering  # noqa: E402
-from ui import state  # noqa: E402
+from ui import models  # noqa: E402
 
 
 def features_page(repeats: int) -> None:
@@ -37,7 +37,7 @@ def features_page(repeats: int) -> None:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
     at.run()
     at.switch_page("pages/features.py").run()
-    lm = state.load_lm("default", "cpu")
+    lm = models.load_lm("default", "cpu")
     walls, cpus = [], []
     for tag in range(repeats):
         text, n = prompt_of(256, 1000 + tag, lm)

@@ -2,14 +2,13 @@
 import numpy as np
 import streamlit as st
 
-from tfm import analysis
-from tfm.analysis.attention_rows import pattern_rows
-from tfm.viz import attention as fa
-from ui import charts, sidebar, state, tables
+from tfm.viz import attention as attention_figs
+from tfm.viz.attention import WINDOW
+from ui import charts, examples, links, sidebar, tables
+from ui.run import current_run
 
 MODES = {"head": "One head", "mean": "Mean over heads", "max": "Max over heads", "rollout": "Rollout"}
 VIEWS = ["Pattern", "All heads", "Head view", "Head table"]
-WINDOW = 64  # most positions drawn at once: beyond this labels are unreadable and charts slow
 KEYS = ("attn.layer", "attn.head", "attn.mode", "attn.hide_first", "attn.log", "attn.window", "attn.hv_heads",
         "attn.hv_token")  # kept across page switches
 
@@ -40,8 +39,8 @@ def _open_from_table(n_head: int) -> None:
 def _picker(label: str, key: str, n: int, disabled: bool = False) -> int:
     """A 0..n-1 slider (clamped first: links and other models may hold any number);
     select_slider because st.slider refuses min == max (one layer or one head)."""
-    state.clamp_int(key, 0, n - 1, 0, label)
-    return st.select_slider(label, list(range(n)), disabled=disabled, **state.keep(key))
+    links.clamp_int(key, 0, n - 1, 0, label)
+    return st.select_slider(label, list(range(n)), disabled=disabled, **links.keep(key))
 
 
 def _window(n_tok: int, lo: int) -> tuple[int, int]:
@@ -51,79 +50,60 @@ def _window(n_tok: int, lo: int) -> tuple[int, int]:
     a, b = st.session_state.get("attn.window", (0, -1))
     if not lo <= a <= b < n_tok:
         st.session_state["attn.window"] = (n_tok - WINDOW, n_tok - 1)
-    a, b = st.slider("Positions shown (query and key)", lo, n_tok - 1, **state.keep("attn.window"))
+    a, b = st.slider("Positions shown (query and key)", lo, n_tok - 1, **links.keep("attn.window"))
     if b - a + 1 > WINDOW:
         st.caption(f"At most {WINDOW} positions at once: showing {b - WINDOW + 1}–{b}.")
         a = b - WINDOW + 1
     return a, b
 
 
-def _rows(layer: int, a: int, b: int):
-    """Layer's attention rows a..b over keys 0..b, (H, w, b + 1): computed for the window only,
-    so a layer change on a long prompt does not recompute the whole block."""
-    return state.derived("attn.rows", lambda lm, ids, l, a, b: pattern_rows(lm.model, run.trace, l, a, b + 1),
-                         run.spec, run.device, run.ids, layer, a, b)
-
-
-def _all_heads(a: int, b: int, hide_first: bool, progress=None) -> np.ndarray:
-    """(L, H, w, w): the window of every head, one layer at a time."""
-    out = []
-    for layer in range(n_layer):
-        out.append(fa.window_rows(_rows(layer, a, b), a, b, hide_first))
-        if progress is not None:
-            progress(layer + 1, n_layer)
-    return np.stack(out)
-
-
 sidebar.render()
 st.title("Attention")
-run = state.current_run()
+run = current_run()
+examples.offer("attention", run)
 n_layer, n_head, n_tok = run.trace.n_layers(), run.lm.config.n_head, len(run.ids)
 st.caption("Each row is a token (the **query**) and shows how it shares its attention over the tokens "
            "up to and including itself (the **keys**); every row sums to 1. Grey cells are masked: a "
            "token cannot look ahead. Hover a cell for the exact weight.")
 
-state.restore(*KEYS)
-state.url_init("attn.layer", "layer", int)
-state.url_init("attn.head", "head", int)
-opening = (0, 0)                               # what the page opens on, and a link without layer/head shows
-if run.spec == "smollm2":                      # a real model opens on its induction head
-    opening = tuple(state.derived("strongest_heads", analysis.strongest_heads, run.spec, run.device)["induction"][:2])
+links.restore(*KEYS)
+links.url_init("attn.layer", "layer", int)
+links.url_init("attn.head", "head", int)
+opening = run.opening_head() or (0, 0)  # a large model's induction head, else L0 H0 (and what a bare link shows)
 st.session_state.setdefault("attn.layer", opening[0])
 st.session_state.setdefault("attn.head", opening[1])
 st.session_state.setdefault("attn.mode", "head")
 c1, c2, c3 = st.columns([2, 2, 4])
 with c3:
-    mode = st.radio("Show", list(MODES), format_func=MODES.get, horizontal=True, **state.keep("attn.mode"))
+    mode = st.radio("Show", list(MODES), format_func=MODES.get, horizontal=True, **links.keep("attn.mode"))
 with c1:
     layer = _picker("Layer", "attn.layer", n_layer)
 with c2:
     head = _picker("Head", "attn.head", n_head, disabled=mode != "head")
-state.url_set(layer=layer, head=head, defaults=dict(layer=opening[0], head=opening[1]))
+links.url_set(layer=layer, head=head, defaults=dict(layer=opening[0], head=opening[1]))
 if run.lm.config.group_size > 1:
     st.caption(f"{'Multi' if run.lm.config.n_kv_head == 1 else 'Grouped'}-query attention: the {n_head} query heads "
                f"share {run.lm.config.n_kv_head} key/value head{'s' if run.lm.config.n_kv_head > 1 else ''}; query "
                f"head {head} compares against {run.lm.config.kv_sharing(head)}. Each query head still has its own "
                "pattern.")
 o1, o2, o3 = st.columns([3, 2, 3])
-hide_first = o1.checkbox("Hide first token (renormalise)", disabled=n_tok < 2, **state.keep("attn.hide_first"),
+hide_first = o1.checkbox("Hide first token (renormalise)", disabled=n_tok < 2, **links.keep("attn.hide_first"),
                          help="Many heads park attention on token 0 (an attention sink); hiding it and "
                               "rescaling each row to sum to 1 shows where the rest goes.") and n_tok >= 2
-log = o2.checkbox("Log colour scale", **state.keep("attn.log"), help="Makes small weights visible.")
+log = o2.checkbox("Log colour scale", **links.keep("attn.log"), help="Makes small weights visible.")
 with o3:
     a, b = _window(n_tok, int(hide_first))
 labels = run.labels[a:b + 1]
 extra = (", first token hidden and rows renormalised" if hide_first else "") + (", log colour" if log else "")
 
 if mode == "rollout":
-    roll = state.derived("attn.rollout", lambda lm, ids: analysis.rollout(
-        run.trace, progress=state.progress_bar("Multiplying the layers' attention")), run.spec, run.device, run.ids)
-    full, title = roll[layer], f"Attention rollout through layers 0–{layer}"
-    shown = fa.window(full, a, b, hide_first)
+    full, title = run.rollout()[layer], f"Attention rollout through layers 0–{layer}"
+    shown = attention_figs.window(full, a, b, hide_first)
 else:
     full = None  # the whole (T, T) matrix is only read for the download
     title = f"Layer {layer}, head {head}" if mode == "head" else f"Layer {layer}, {MODES[mode].lower()}"
-    shown = fa.window_rows(fa.reduce_heads(_rows(layer, a, b), mode, head), a, b, hide_first)
+    shown = attention_figs.window_rows(attention_figs.reduce_heads(run.pattern_rows(layer, a, b), mode, head), a, b,
+                                       hide_first)
 
 st.session_state.setdefault("attn.view", VIEWS[0])
 tabs = st.tabs(VIEWS, key="attn.view", on_change="rerun")  # only the open tab's content is computed
@@ -134,20 +114,19 @@ with tabs[0]:
                        "residual connection is added as 0.5 × identity, rows renormalised, layers multiplied.")
         zmax = 1.0
         if a > int(hide_first):  # earlier keys exist outside the window: scale colours to what is shown
-            zmax, inside = fa.window_scale(shown)
+            zmax, inside = attention_figs.window_scale(shown)
             st.caption(f"On average {inside:.0%} of each row's attention falls on the keys shown; the rest goes "
                        f"to positions before {a}. The colour scale runs from 0 to the largest weight shown, "
                        f"{zmax:.3g} (hover for exact values).")
-        charts.show(fa.heatmap(shown, labels, f"{title}: query × key{extra}", log, zmax=zmax), key="attn.chart")
+        charts.show(attention_figs.heatmap(shown, labels, f"{title}: query × key{extra}", log, zmax=zmax),
+                    key="attn.chart")
 with tabs[1]:
     if tabs[1].open:
         st.selectbox("Open a head in the Pattern tab", [(l, h) for l in range(n_layer) for h in range(n_head)],
                      index=None, format_func=lambda p: f"L{p[0]} H{p[1]}", key="attn.open", on_change=_open_from_picker)
-        cells = state.derived("attn.all_heads", lambda lm, ids, a, b, hf: _all_heads(
-            a, b, hf, state.progress_bar(f"Reading the attention of all {n_layer} layers")),
-                              run.spec, run.device, run.ids, a, b, hide_first)
-        charts.show(fa.model_view(cells, labels, f"Every head: rows are layers, columns heads{extra}", log),
-                        key="attn.model_view")
+        charts.show(attention_figs.model_view(run.all_heads(a, b, hide_first), labels,
+                                              f"Every head: rows are layers, columns heads{extra}", log),
+                    key="attn.model_view")
 with tabs[2]:
     if tabs[2].open:
         st.session_state.setdefault("attn.hv_heads", [head])
@@ -156,23 +135,21 @@ with tabs[2]:
             st.session_state["attn.hv_token"] = None
         h1, h2 = st.columns(2)
         heads = h1.multiselect(f"Heads of layer {layer} (one colour each)", list(range(n_head)),
-                               format_func=lambda h: f"head {h}", **state.keep("attn.hv_heads"))
+                               format_func=lambda h: f"head {h}", **links.keep("attn.hv_heads"))
         tok = h2.selectbox("Only lines from token", list(range(a, b + 1)), format_func=lambda i: run.labels[i],
-                           index=None, placeholder="all tokens", **state.keep("attn.hv_token"))
-        cells = fa.window_rows(_rows(layer, a, b), a, b, hide_first)
-        charts.show(fa.head_view(cells, sorted(heads), labels, f"Layer {layer}: who looks at whom{extra}",
-                                     None if tok is None else tok - a), key="attn.head_view")
+                           index=None, placeholder="all tokens", **links.keep("attn.hv_token"))
+        cells = attention_figs.window_rows(run.pattern_rows(layer, a, b), a, b, hide_first)
+        charts.show(attention_figs.head_view(cells, sorted(heads), labels, f"Layer {layer}: who looks at whom{extra}",
+                                             None if tok is None else tok - a), key="attn.head_view")
 with tabs[3]:
     if tabs[3].open:
-        heads = state.derived("attn.head_table", lambda lm, ids, should_stop: analysis.head_table(
-            lm, run.trace, ids, state.progress_bar(f"Scoring every head on {n_tok} tokens and on the repeat probe"),
-            should_stop), run.spec, run.device, run.ids, stoppable=True)
+        heads = run.head_table()
         if heads.probe is None:
             st.info("The model's context is too short for the repeated-random-tokens probe.")
         else:
             st.caption(f"Click a column header to sort; select a row to open that head. The repeat scores come "
                        f"from {heads.probe.seq_len} random tokens followed by the same {heads.probe.seq_len} again.")
-        table = fa.head_table(heads)
+        table = attention_figs.head_table(heads)
         st.dataframe(table, key="attn.table", on_select=lambda: _open_from_table(n_head), selection_mode="single-row",
                      hide_index=True, height=min(640, 38 + 35 * len(table)), column_config=tables.head_columns(table))
         st.markdown("\n".join(f"- **{k.replace('_', ' ')}**: {v}" for k, v in heads.help().items()))
@@ -182,11 +159,13 @@ settings = {"prompt": st.session_state["sidebar.prompt"], "model": run.spec, "la
 st.download_button(
     "Download the numbers (.npz)", key="attn.download", file_name=f"attention_L{layer}_H{head}.npz",
     mime="application/octet-stream", on_click="ignore",
-    data=lambda: fa.export_npz(fa.window(full if full is not None else fa.reduce_heads(run.trace.pattern(layer), mode, head),
-                                         int(hide_first), n_tok - 1, hide_first),
-                               np.arange(int(hide_first), n_tok), _all_heads(a, b, False), np.arange(a, b + 1),
-                               run.ids, run.lm.tokenizer.display_pieces(run.ids), settings),
+    data=lambda: attention_figs.export_npz(
+        attention_figs.window(full if full is not None else attention_figs.reduce_heads(run.trace.pattern(layer), mode,
+                                                                                        head),
+                              int(hide_first), n_tok - 1, hide_first),
+        np.arange(int(hide_first), n_tok), run.all_heads(a, b, False, show_progress=False), np.arange(a, b + 1),
+        run.ids, run.lm.tokenizer.display_pieces(run.ids), settings),
     help="shown: the matrix of the current view over all positions (NaN = masked); window_patterns: every "
          "head's raw weights (layer, head, query, key) over the positions shown (window_positions); ids, "
          "pieces, and settings_json (prompt and settings).")
-state.remember(*KEYS)
+links.remember(*KEYS)

@@ -5,9 +5,10 @@ import torch
 from tfm.teach import toy
 from tfm.core import trace_read
 from tfm.loaders.limits import check_count
-from ui import charts, server, sidebar, state
+from tfm.text.token_view import position_labels
+from tfm.viz import encdec as encdec_figs
+from ui import charts, links, server, sidebar
 from ui.text import message
-from tfm.viz import encdec as fig_encdec
 
 sidebar.render()
 st.title("The 2017 Transformer: encoder-decoder, trained live")
@@ -17,13 +18,13 @@ st.markdown(
     "encoder's output. Train a small one here on a task whose right alignment you know in advance."
 )
 RESULT = "encdec.result"  # this user's trained model and its history (per session, never shared)
-state.restore("encdec.task", "encdec.steps", "encdec.layer", "encdec.head", "encdec.input")
+links.restore("encdec.task", "encdec.steps", "encdec.layer", "encdec.head", "encdec.input")
 st.session_state.setdefault("encdec.steps", 400)
 max_steps = server.limits().max_train_steps
 st.session_state["encdec.steps"] = min(int(st.session_state["encdec.steps"]), max_steps)
 c1, c2, c3 = st.columns([3, 2, 2], vertical_alignment="bottom")
-task = c1.selectbox("Task", list(toy.TASKS), format_func=lambda t: f"{t}: {toy.TASKS[t]}", **state.keep("encdec.task"))
-steps = int(c2.number_input("Training steps", 10, max(10, max_steps), step=50, **state.keep("encdec.steps"),
+task = c1.selectbox("Task", list(toy.TASKS), format_func=lambda t: f"{t}: {toy.TASKS[t]}", **links.keep("encdec.task"))
+steps = int(c2.number_input("Training steps", 10, max(10, max_steps), step=50, **links.keep("encdec.steps"),
                             help="Batches of 64 random examples; about 400 steps solve reversal."))
 train_clicked = c3.button("Train a fresh model", key="encdec.train", type="primary")
 
@@ -37,7 +38,7 @@ def train_here(spec: toy.ToySpec, steps: int) -> dict:
         losses.append(loss)
         if step % every == 0 or step == steps:
             bar.progress(step / steps, text=f"step {step}/{steps} · loss {loss:.4f}")
-            chart.plotly_chart(fig_encdec.loss_figure(losses, "Training loss (live)"), key=f"encdec.live.{step}")
+            chart.plotly_chart(encdec_figs.loss_figure(losses, "Training loss (live)"), key=f"encdec.live.{step}")
 
     result = toy.train(spec, steps, seed=0, snapshot_every=max(1, steps // 40), on_step=on_step)
     bar.empty()
@@ -87,12 +88,12 @@ st.success(f"**{spec.task}** model ({model.num_params():,} parameters: {cfg.n_en
            f"{cfg.n_dec_layer} decoder layers, d_model {cfg.d_model}, {cfg.n_head} heads) {how}: "
            f"exact-match accuracy **{res['accuracy']:.1%}** on 500 fresh examples.")
 if res["losses"]:
-    charts.show(fig_encdec.loss_figure(res["losses"]), key="encdec.loss")
+    charts.show(encdec_figs.loss_figure(res["losses"]), key="encdec.loss")
 
 st.subheader("Try it, and see where the decoder looks")
 st.session_state.setdefault("encdec.input", "".join(map(str, toy.probe_digits(spec))))
 text = st.text_input(f"Digits ({spec.min_len}-{spec.max_len} were trained; 1-{spec.max_len} fit)",
-                     **state.keep("encdec.input"))
+                     **links.keep("encdec.input"))
 try:
     batch = toy.make_batch(spec, [toy.encode_digits(text.strip())])
 except ValueError as e:
@@ -104,16 +105,16 @@ right = toy.decode_text(batch.tgt_out[0].tolist())
 st.markdown(f"Model's answer: **{answer or '(empty)'}** · correct: **{right}** · "
             f"{':green[**right**]' if answer == right else ':red[**wrong**]'}")
 
-src_labels = [f"{toy.token_label(t)} ·{i}" for i, t in enumerate(batch.src[0].tolist())]
-tgt_labels = [f"→{toy.token_label(t)} ·{i}" for i, t in enumerate(written)]
+src_labels = position_labels([toy.token_label(t) for t in batch.src[0].tolist()])
+tgt_labels = position_labels([f"→{toy.token_label(t)}" for t in written])
 for key, n in (("encdec.layer", cfg.n_dec_layer), ("encdec.head", cfg.n_head)):
     if st.session_state.get(key, 0) >= n:  # a loaded model may be smaller than the last one
         st.session_state[key] = 0
 cl, ch = st.columns(2)
-layer = cl.selectbox("Decoder layer", range(cfg.n_dec_layer), **state.keep("encdec.layer"))
-head = ch.selectbox("Head (for the close-up and the replay)", range(cfg.n_head), **state.keep("encdec.head"))
+layer = cl.selectbox("Decoder layer", range(cfg.n_dec_layer), **links.keep("encdec.layer"))
+head = ch.selectbox("Head (for the close-up and the replay)", range(cfg.n_head), **links.keep("encdec.head"))
 pats = trace_read.cross_pattern(trace, layer).numpy()           # (H, T, S)
-charts.show(fig_encdec.cross_attention_grid(
+charts.show(encdec_figs.cross_attention_grid(
     pats, src_labels, tgt_labels, f"Cross-attention, decoder layer {layer}: each output (row) over the source digits"),
     key="encdec.grid")
 st.caption("Rows are the decoder's steps (labelled with the token each step wrote); columns are source "
@@ -124,14 +125,14 @@ if snaps:
     st.subheader("Replay: how the alignment formed")
     probe = toy.probe_batch(spec)
     n_out = int((probe.tgt_out[0] != toy.PAD).sum())
-    p_src = [f"{toy.token_label(t)} ·{i}" for i, t in enumerate(probe.src[0].tolist())]
-    p_tgt = [f"→{toy.token_label(t)} ·{i}" for i, t in enumerate(probe.tgt_out[0, :n_out].tolist())]
+    p_src = position_labels([toy.token_label(t) for t in probe.src[0].tolist()])
+    p_tgt = position_labels([f"→{toy.token_label(t)}" for t in probe.tgt_out[0, :n_out].tolist()])
     steps_taken = [s.step for s in snaps]
     if st.session_state.get("encdec.snapshot") not in steps_taken:
         st.session_state["encdec.snapshot"] = steps_taken[-1]
     step = st.select_slider("Training step", steps_taken, key="encdec.snapshot")
     snap = next(s for s in snaps if s.step == step)
-    charts.show(fig_encdec.head_heatmap(
+    charts.show(encdec_figs.head_heatmap(
         snap.cross[layer, head, :n_out].numpy(), p_src, p_tgt,
         f"Step {step}: layer {layer} head {head} on the fixed example (answer then: {snap.answer or '(empty)'})"),
         key="encdec.replay")

@@ -2,15 +2,15 @@
 import pandas as pd
 import streamlit as st
 
-from tfm.teach import experiments as ex
+from tfm.teach import experiments
 from tfm.loaders.limits import check_count
 from tfm.teach.toy import torch_threads
-from tfm.viz import experiments as fx
-from ui import charts, server, sidebar, state
+from tfm.viz import experiments as experiment_figs
+from ui import charts, links, server, sidebar
 from ui.text import message
 
 sidebar.render()
-state.restore("exp.res_layers", "exp.depth", "exp.causal", "exp.n_pad", "exp.d_model", "exp.n_head")
+links.restore("exp.res_layers", "exp.depth", "exp.causal", "exp.n_pad", "exp.d_model", "exp.n_head")
 st.title("Experiments: why the Transformer is built this way")
 st.markdown("Each experiment below runs now, on tensors made from a fixed seed or a fresh random model "
             "(not the sidebar's model), and takes a few seconds at most. Changing a control reruns only its section.")
@@ -24,8 +24,8 @@ def compute(fn, *args, **kwargs):
 
 @st.fragment
 def scaling_section() -> None:
-    res = compute(ex.softmax_scaling)
-    charts.show(fx.softmax_figure(res), key="exp.softmax_chart")
+    res = compute(experiments.softmax_scaling)
+    charts.show(experiment_figs.softmax_figure(res), key="exp.softmax_chart")
     st.markdown("**Notice:** without ÷√d_k the scores' spread grows like √d_k "
                 f"(std {float(res['unscaled']['score_std'][-1]):.1f} at d_k={res['d_k'][-1]}), so softmax saturates onto one key "
                 "and the gradient reaching the scores shrinks; with scaling all three stay flat.")
@@ -34,10 +34,10 @@ def scaling_section() -> None:
 @st.fragment
 def residual_section() -> None:
     st.session_state.setdefault("exp.res_layers", 50)
-    n = check_count("layers", st.slider("Layers in the stack", 10, 100, step=10, **state.keep("exp.res_layers")),
+    n = check_count("layers", st.slider("Layers in the stack", 10, 100, step=10, **links.keep("exp.res_layers")),
                     100, 10)  # the server's bound, whatever the widget sent (ValueError: a bug, not input)
-    res = compute(ex.residual_gradients, n_layers=n)
-    charts.show(fx.per_layer_log_figure(
+    res = compute(experiments.residual_gradients, n_layers=n)
+    charts.show(experiment_figs.per_layer_log_figure(
         {"residual": res["residual"], "plain": res["plain"]},
         {"residual": "with residuals: x + f(x)", "plain": "without: f(x)"},
         f"Gradient norm per block in a {n}-block stack", "gradient norm (log scale)"), key="exp.residual_chart")
@@ -50,9 +50,9 @@ def residual_section() -> None:
 @st.fragment
 def placement_section() -> None:
     st.session_state.setdefault("exp.depth", 12)
-    n = check_count("layers", st.slider("Layers", 12, 48, step=4, **state.keep("exp.depth")), 48, 12)
-    res = compute(ex.norm_placement_depth, n_layer=n)
-    charts.show(fx.depth_figure(res), key="exp.depth_chart")
+    n = check_count("layers", st.slider("Layers", 12, 48, step=4, **links.keep("exp.depth")), 48, 12)
+    res = compute(experiments.norm_placement_depth, n_layer=n)
+    charts.show(experiment_figs.depth_figure(res), key="exp.depth_chart")
     spread = {v: float(res[v].grad_norm.max() / res[v].grad_norm.min()) for v in ("pre", "post")}
     st.markdown(f"**Notice:** post-norm pins the stream at the norm of a LayerNorm output (√d_model = "
                 f"{res['config'].d_model ** 0.5:.0f}) after every block while pre-norm lets it drift with depth; "
@@ -61,8 +61,8 @@ def placement_section() -> None:
 
 @st.fragment
 def norms_section() -> None:
-    res = compute(ex.norm_axes)
-    charts.show(fx.norm_axes_figure(res), key="exp.axes_chart")
+    res = compute(experiments.norm_axes)
+    charts.show(experiment_figs.norm_axes_figure(res), key="exp.axes_chart")
     stats = pd.DataFrame({
         "statistic": ["mean over each row (token)", "std over each row", "mean over each column (feature)",
                       "std over each column"],
@@ -74,8 +74,8 @@ def norms_section() -> None:
     st.markdown("**Notice:** LayerNorm zeroes each token's own mean (rows), so it never mixes examples and "
                 "works for any batch size; BatchNorm zeroes each feature's mean across the batch (columns).")
     st.button("Time again", key="exp.retime")
-    res_t = compute(ex.norm_timing)
-    charts.show(fx.timing_figure(res_t), key="exp.timing_chart")
+    res_t = compute(experiments.norm_timing)
+    charts.show(experiment_figs.timing_figure(res_t), key="exp.timing_chart")
     med = res_t["median_ms"]
     st.markdown("**Notice:** RMSNorm skips the mean: one reduction instead of two, and no bias. Written out, "
                 f"it took {med['RMSNorm written out']:.3f} ms vs {med['LayerNorm written out']:.3f} ms for LayerNorm; "
@@ -88,12 +88,12 @@ def norms_section() -> None:
 def mask_section() -> None:
     c1, c2 = st.columns(2)
     st.session_state.setdefault("exp.causal", True)
-    causal = c1.checkbox("Causal (decoder) mask", **state.keep("exp.causal"))
+    causal = c1.checkbox("Causal (decoder) mask", **links.keep("exp.causal"))
     st.session_state.setdefault("exp.n_pad", 2)
-    n_pad = c2.slider("Padded positions at the end", 0, 5, **state.keep("exp.n_pad"))
-    res = compute(ex.mask_demo, t=6, n_pad=n_pad, causal=causal)
+    n_pad = c2.slider("Padded positions at the end", 0, 5, **links.keep("exp.n_pad"))
+    res = compute(experiments.mask_demo, t=6, n_pad=n_pad, causal=causal)
     labels = [f"{'pad' if not real else 'tok'} {i}" for i, real in enumerate(res["keys_real"].tolist())]
-    charts.show(fx.mask_figure(res, labels), key="exp.mask_chart")
+    charts.show(experiment_figs.mask_figure(res, labels), key="exp.mask_chart")
     st.markdown("**Notice:** masked cells become −∞ before the softmax, so their weight is exactly 0 and each "
                 "row still sums to 1 over the allowed keys.")
 
@@ -103,12 +103,12 @@ def heads_section() -> None:
     c1, c2 = st.columns(2)
     st.session_state.setdefault("exp.d_model", 64)
     st.session_state.setdefault("exp.n_head", 4)
-    d_model = c1.number_input("d_model", 1, 2048, **state.keep("exp.d_model"))
-    n_head = c2.number_input("heads", 1, 64, **state.keep("exp.n_head"))
+    d_model = c1.number_input("d_model", 1, 2048, **links.keep("exp.d_model"))
+    n_head = c2.number_input("heads", 1, 64, **links.keep("exp.n_head"))
     try:
         check_count("d_model", int(d_model), 2048)
         check_count("heads", int(n_head), 64)
-        res = compute(ex.head_split_shapes, int(d_model), int(n_head))
+        res = compute(experiments.head_split_shapes, int(d_model), int(n_head))
     except ValueError as e:
         st.error(f"{message(e)}. Try n_head = 1, 2, 4 or 8 with d_model = 64.")
         return

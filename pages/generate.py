@@ -11,12 +11,12 @@ import streamlit as st
 from tfm.generation.generate import n_words, prepare_prompt
 from tfm.loaders.limits import check_generation
 from tfm.generation.sampling import SamplingSettings, usable_settings
-from tfm.viz import sampling as fs
-from ui import server, sidebar, state
-from ui import gen_views
+from tfm.viz import sampling as sampling_figs
+from ui import gen_views, links, server, sidebar
 from ui.gen_chat import chat_controls
-from ui.text import message
 from ui.gen_views import GenPage, compare, cache_speed, run_all, show_texts, step_views, usable
+from ui.model_run import active_model
+from ui.text import message
 
 KEYS = ("gen.max_new", "gen.temperature", "gen.top_k", "gen.top_p", "gen.n_samples", "gen.use_cache",
         "cmp.t_left", "cmp.t_right")
@@ -26,9 +26,10 @@ STOPS = {"eot": "end of text", "stop_token": "end of turn", "max_new_tokens": "t
 
 sidebar.render()
 st.title("Generation & timeline")
-lm, spec, device = state.active_model()
-if lm is None:
+model = active_model()
+if model is None:
     st.stop()
+lm = model.lm
 ss = st.session_state
 seed = int(ss["sidebar.seed"])
 chat = chat_controls(lm)  # None unless the model has a chat template and chat mode is on
@@ -46,24 +47,24 @@ cap = max(1, min(max_new_limit, ctx - len(info.ids)))
 why = ("this server's limit" if cap == max_new_limit else
        f"the context holds {ctx} tokens and the prompt uses {len(info.ids)}")
 
-state.restore(*KEYS)
+links.restore(*KEYS)
 for key, value in DEFAULTS.items():
     ss.setdefault(key, value)
 ss["gen.max_new"] = min(max(int(ss["gen.max_new"]), 1), cap)
 s0 = usable_settings(ss["gen.temperature"], ss["gen.top_k"], ss["gen.top_p"], n_words(lm))
 ss["gen.temperature"], ss["gen.top_k"], ss["gen.top_p"] = s0.temperature, s0.top_k, s0.top_p
 for key in ("gen.temperature", "cmp.t_left", "cmp.t_right"):
-    ss[key] = fs.nearest_temperature(ss[key])
+    ss[key] = sampling_figs.nearest_temperature(ss[key])
 
 c = st.columns([2, 4, 2, 3, 1.6, 2.4])
-max_new = c[0].number_input("New tokens", 1, cap, **state.keep("gen.max_new"), help=f"At most {cap}: {why}.")
-temperature = c[1].select_slider("Temperature", fs.TEMPERATURES, format_func=fs.temperature_label,
-                                 **state.keep("gen.temperature"), help="0 is greedy: always the most likely token.")
-top_k = c[2].number_input("Top-k (0 = off)", 0, n_words(lm), step=1, **state.keep("gen.top_k"))
-top_p = c[3].slider("Top-p (1 = off)", 0.0, 1.0, step=0.01, **state.keep("gen.top_p"))
-n_samples = c[4].number_input("Samples", 1, 4, **state.keep("gen.n_samples"),
+max_new = c[0].number_input("New tokens", 1, cap, **links.keep("gen.max_new"), help=f"At most {cap}: {why}.")
+temperature = c[1].select_slider("Temperature", sampling_figs.TEMPERATURES, format_func=sampling_figs.temperature_label,
+                                 **links.keep("gen.temperature"), help="0 is greedy: always the most likely token.")
+top_k = c[2].number_input("Top-k (0 = off)", 0, n_words(lm), step=1, **links.keep("gen.top_k"))
+top_p = c[3].slider("Top-p (1 = off)", 0.0, 1.0, step=0.01, **links.keep("gen.top_p"))
+n_samples = c[4].number_input("Samples", 1, 4, **links.keep("gen.n_samples"),
                               help="Side by side, with seeds seed, seed+1, …: how different can runs be?")
-use_cache = c[5].toggle("KV cache", **state.keep("gen.use_cache"),
+use_cache = c[5].toggle("KV cache", **links.keep("gen.use_cache"),
                         help="Reuse the keys and values of earlier positions instead of re-running the prefix.")
 st.caption(f"At most **{cap}** new tokens here ({why}). Seed {seed} (sidebar); the same seed and "
            "settings always give the same text.")
@@ -72,7 +73,7 @@ try:  # widgets cannot produce bad values; anything else is still refused polite
 except ValueError as e:
     st.error(f"These sampling settings cannot be used: {message(e)}")
     st.stop()
-g = GenPage(lm, (spec, device), prompt, info, seed, int(max_new), settings, chat.stop_ids if chat else frozenset())
+g = GenPage(lm, (model.spec, model.device), prompt, info, seed, int(max_new), settings, chat.stop_ids if chat else frozenset())
 
 
 def generation() -> dict | None:
@@ -102,8 +103,8 @@ def generation() -> dict | None:
         col.caption(f"seed {sd}: {len(recs)} tokens, stop: {STOPS.get(reason, reason) or 'interrupted'}")
     n_tok, s = sum(len(r) for r in last["samples"]), last["settings"][0]
     st.markdown(f"**{n_tok} tokens in {last['seconds']:.2f} s = {n_tok / max(last['seconds'], 1e-9):.1f} tokens/s** "
-                f"(KV cache {'on' if last['use_cache'] else 'off'}; T = {fs.temperature_label(s.temperature)}, "
-                f"top-k = {s.top_k or 'off'}, top-p = {s.top_p:g}).")
+                f"(KV cache {'on' if last['use_cache'] else 'off'}; "
+                f"T = {sampling_figs.temperature_label(s.temperature)}, top-k = {s.top_k or 'off'}, top-p = {s.top_p:g}).")
     return last
 
 

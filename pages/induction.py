@@ -1,7 +1,7 @@
 """Induction head, live: train a 2-layer attention-only model here and watch the circuit form.
 
 Training runs in `tfm.teach.lessons.train` (bounded steps, one CPU thread); the finished run is
-kept per (settings) in `ui.state`'s small shared store, so a class re-opening the page does
+kept per (settings) in `ui.cache`'s small shared store of finished runs, so a class re-opening the page does
 not train again.
 """
 import math
@@ -9,9 +9,9 @@ import math
 import streamlit as st
 
 from tfm.teach.lessons import MAX_STEPS, LessonSettings, probe_tokens, train
-from ui import charts
-from tfm.viz import lessons as fl
-from ui import sidebar, state
+from tfm.text.token_view import position_labels
+from tfm.viz import lessons as lesson_figs
+from ui import cache, charts, links, sidebar
 
 ss = st.session_state
 sidebar.render()
@@ -22,17 +22,16 @@ st.markdown("A tiny transformer with **two layers of attention and nothing else*
             "and copying what came next: an **induction head** in layer 1, fed by a **previous-token head** in "
             "layer 0. The charts show the loss on those partners and each head's induction score as it trains.")
 
-state.restore("lesson.seed", "lesson.steps")
+links.restore("lesson.seed", "lesson.steps")
 ss.setdefault("lesson.seed", 0)
 ss.setdefault("lesson.steps", LessonSettings().steps)
 ss["lesson.steps"] = min(max(int(ss["lesson.steps"]), 100), MAX_STEPS)
 c1, c2, c3 = st.columns([1, 2, 1], vertical_alignment="bottom")
-seed = c1.number_input("Seed", 0, 2**31 - 1, **state.keep("lesson.seed"))
-steps = c2.slider("Training steps", 100, MAX_STEPS, step=100, **state.keep("lesson.steps"))
+seed = c1.number_input("Seed", 0, 2**31 - 1, **links.keep("lesson.seed"))
+steps = c2.slider("Training steps", 100, MAX_STEPS, step=100, **links.keep("lesson.steps"))
 go_now = c3.button("Train", type="primary", key="lesson.train", use_container_width=True)
 settings = LessonSettings(seed=int(seed), steps=int(steps))
-key = ("induction", settings)
-res = state.finished(key)
+res = cache.finished(settings)
 
 if res is None and go_now:
     bar, live = st.progress(0.0, text="Training…"), st.empty()
@@ -45,7 +44,7 @@ if res is None and go_now:
             live.line_chart({"loss on the copied tokens": losses}, height=260, x_label="step", y_label="loss")
 
     res = train(settings, progress)
-    state.keep_finished(key, res)
+    cache.keep_finished(settings, res)
     bar.empty()
     live.empty()
 if res is None:
@@ -74,9 +73,9 @@ else:
     st.warning(f"Neither the loss nor an induction score moved much in {settings.steps} steps (best score "
                f"{best:.2f}): the model is still on its plateau. Try more steps or another seed.")
 run_settings = {"seed": settings.seed, "steps": settings.steps}
-charts.show(fl.loss_figure(res.losses, formed[0] if formed else None, plateau, settings.steps), "induction-loss",
-            run_settings)
-charts.show(fl.score_figure(res), "induction-scores", run_settings)
+charts.show(lesson_figs.loss_figure(res.losses, formed[0] if formed else None, plateau, settings.steps),
+            "induction-loss", run_settings)
+charts.show(lesson_figs.score_figure(res), "induction-scores", run_settings)
 
 st.subheader("Scrub through training: one head's attention on a repeated sequence")
 top_layer, top_head = (formed[1], formed[2]) if formed else (res.snapshots[-1].induction.shape[0] - 1, 0)
@@ -88,8 +87,8 @@ snap_steps = [s.step for s in res.snapshots]
 at_step = h3.select_slider("Snapshot at step", snap_steps, value=snap_steps[-1], key="lesson.snap")
 snap = res.snapshots[snap_steps.index(at_step)]
 tokens = probe_tokens(settings).tolist()
-labels = [f"{t} ·{i}" for i, t in enumerate(tokens)]
-charts.show(fl.pattern_figure(snap.patterns[layer, head], labels,
+labels = position_labels([str(t) for t in tokens])
+charts.show(lesson_figs.pattern_figure(snap.patterns[layer, head], labels,
                               f"Step {at_step}: layer {layer} head {head} (induction score "
                               f"{float(snap.induction[layer, head]):.2f})"),
             "induction-pattern", {**run_settings, "layer": layer, "head": head, "at": at_step})

@@ -3,43 +3,32 @@ unembedding, as if that layer were the last: what would the model predict at tha
 import streamlit as st
 import torch
 
-from tfm.analysis import logit_lens
-from tfm.viz import sampling as fs
-from ui import charts, sidebar, state
+from tfm.viz import sampling as sampling_figs
+from ui import charts, examples, links, sidebar
+from ui.run import current_run
 
 WIDTHS = (8, 16, 24, 32, 48, 64)
 
 sidebar.render()
 st.title("Logit lens")
-run = state.current_run()
+run = current_run()
+examples.offer("logit_lens", run)
 tok, n_pos = run.lm.tokenizer, len(run.ids)
 st.caption("Each row decodes the residual stream after one layer (row 'embed': before any block) with the "
            "model's own final norm and unembedding. Cell text: that layer's most likely next token; colour: "
            "its probability; **bold**: it is the token that really comes next in the prompt. Hover for the top 5.")
 
 ss = st.session_state
-state.restore("lens.width", "lens.start")
+links.restore("lens.width", "lens.start")
 ss["lens.width"] = min(WIDTHS, key=lambda w: abs(w - int(ss.get("lens.width", 32))))
-width = st.select_slider("Positions shown", WIDTHS, **state.keep("lens.width"),
+width = st.select_slider("Positions shown", WIDTHS, **links.keep("lens.width"),
                          help="A window keeps long prompts readable; slide it with 'First position'.")
 start = 0
 if n_pos > width:
     ss["lens.start"] = min(max(int(ss.get("lens.start", n_pos - width)), 0), n_pos - width)
-    start = st.slider("First position", 0, n_pos - width, **state.keep("lens.start"))
+    start = st.slider("First position", 0, n_pos - width, **links.keep("lens.start"))
 stop = min(n_pos, start + width)
-
-
-def window_lens(lm, ids: tuple[int, ...], start: int, stop: int, should_stop=None):
-    """The lens on the window's positions, top 5 only (full distributions for every position
-    and layer would be large)."""
-    lens = logit_lens(lm.model, run.trace, k=5, positions=slice(start, stop), keep_probs=False,
-                      n_words=min(lm.tokenizer.vocab_size, lm.config.vocab_size), should_stop=should_stop)
-    return lens.labels, lens.top_ids.cpu(), lens.top_probs.float().cpu()
-
-
-rows, top_ids, top_probs = state.derived_status(f"Decoding positions {start}–{stop - 1} after every layer…",
-                                               "logit_lens.window", window_lens, run.spec, run.device, run.ids,
-                                               start, stop, stoppable=True)
+rows, top_ids, top_probs = run.lens(start, stop)  # the window's positions, top 5 only
 ids_l, probs_l = top_ids.tolist(), top_probs.tolist()  # plain lists: ~1,000 cells, no tensor indexing each
 pieces = [[tok.display_piece(cell[0]) for cell in layer] for layer in ids_l]
 nxt = list(run.ids[start + 1:stop + 1])  # the token that really follows each position
@@ -47,8 +36,8 @@ nxt = list(run.ids[start + 1:stop + 1])  # the token that really follows each po
 
 def hover_text(r: int, c: int) -> str:
     """The token that really follows, then the layer's top 5 with their probabilities."""
-    actual = fs.esc(tok.display_piece(nxt[c])) if c < len(nxt) else "(end of prompt)"
-    top5 = (f"{fs.esc(tok.display_piece(i))}: {p:.4f}" for i, p in zip(ids_l[r][c], probs_l[r][c]))
+    actual = sampling_figs.esc(tok.display_piece(nxt[c])) if c < len(nxt) else "(end of prompt)"
+    top5 = (f"{sampling_figs.esc(tok.display_piece(i))}: {p:.4f}" for i, p in zip(ids_l[r][c], probs_l[r][c]))
     return f"actual next: {actual}<br>" + "<br>".join(top5)
 
 
@@ -56,6 +45,6 @@ hover = [[hover_text(r, c) for c in range(stop - start)] for r in range(len(rows
 nxt_or_none = torch.tensor(nxt + [-1] * (stop - start - len(nxt)))  # the prompt's last position has no next
 bold = (top_ids[:, :, 0] == nxt_or_none).numpy()
 title = f"Logit lens: top prediction after each layer, positions {start}–{stop - 1} of {n_pos}"
-fig = fs.lens_grid_figure(top_probs[:, :, 0].numpy(), pieces, hover, rows, run.labels[start:stop], title,
-                          "position (input token); each cell predicts the token after it", bold=bold)
+fig = sampling_figs.lens_grid_figure(top_probs[:, :, 0].numpy(), pieces, hover, rows, run.labels[start:stop], title,
+                                     "position (input token); each cell predicts the token after it", bold=bold)
 charts.show(fig, key="lens.chart", config={"displaylogo": False})

@@ -9,8 +9,9 @@ import streamlit as st
 
 from tfm.generation.generate import n_words as n_words_of
 from tfm.generation.sampling import SamplingSettings, next_token, usable_settings
-from tfm.viz import sampling as fs
-from ui import charts, sidebar, state
+from tfm.viz import sampling as sampling_figs
+from ui import charts, links, sidebar
+from ui.run import current_run
 from ui.text import message, plain
 
 KEYS = ("next.temperature", "next.top_k", "next.top_p", "next.count")
@@ -25,22 +26,22 @@ def same_number(a, b) -> bool:
 
 sidebar.render()
 st.title("Next-token sampling")
-run = state.current_run()
+run = current_run()
 tok = run.lm.tokenizer
 n_words = n_words_of(run.lm)
 
 # Widget values: remembered across pages, seeded from a shared link, made valid by tfm.sampling.
 ss = st.session_state
-state.restore(*KEYS)
-state.url_init("next.temperature", "t", float)
-state.url_init("next.top_k", "top_k", int)
-state.url_init("next.top_p", "top_p", float)
+links.restore(*KEYS)
+links.url_init("next.temperature", "t", float)
+links.url_init("next.top_k", "top_k", int)
+links.url_init("next.top_p", "top_p", float)
 raw = (ss.get("next.temperature", 1.0), ss.get("next.top_k", 0), ss.get("next.top_p", 1.0))
 try:
     s0 = usable_settings(*raw, n_words)
 except ValueError:
     s0 = SamplingSettings()
-ss["next.temperature"], ss["next.top_k"], ss["next.top_p"] = fs.nearest_temperature(s0.temperature), s0.top_k, s0.top_p
+ss["next.temperature"], ss["next.top_k"], ss["next.top_p"] = sampling_figs.nearest_temperature(s0.temperature), s0.top_k, s0.top_p
 moved = [f"{name} {plain(r)} → {v:g}" for name, r, v in zip(("temperature", "top-k", "top-p"), raw,
                                                             (ss["next.temperature"], ss["next.top_k"], ss["next.top_p"]))
          if not same_number(r, v)]
@@ -49,17 +50,18 @@ if moved:
 ss.setdefault("next.count", 20)
 
 c1, c2, c3, c4 = st.columns([4, 2, 3, 2])
-t = c1.select_slider("Temperature", fs.TEMPERATURES, format_func=fs.temperature_label,
-                     **state.keep("next.temperature"),
+t = c1.select_slider("Temperature", sampling_figs.TEMPERATURES, format_func=sampling_figs.temperature_label,
+                     **links.keep("next.temperature"),
                      help="Logits are divided by T before the softmax. T < 1 sharpens, T > 1 flattens; "
                           "T = 0 is greedy: always the most likely token.")
-k = c2.number_input("Top-k (0 = off)", 0, n_words, step=1, **state.keep("next.top_k"),
+k = c2.number_input("Top-k (0 = off)", 0, n_words, step=1, **links.keep("next.top_k"),
                     help=f"Keep only the k most likely tokens (0 keeps all {n_words:,}).")
-p = c3.slider("Top-p (1 = off)", 0.0, 1.0, step=0.01, **state.keep("next.top_p"),
+p = c3.slider("Top-p (1 = off)", 0.0, 1.0, step=0.01, **links.keep("next.top_p"),
               help="Keep the smallest set of most likely tokens whose probability adds up to p.")
-count = c4.slider("Tokens shown", 5, 60, **state.keep("next.count"))
+count = c4.slider("Tokens shown", 5, 60, **links.keep("next.count"))
 d = SamplingSettings()   # what a link without t, top_k, top_p shows
-state.url_set(t=t, top_k=k, top_p=p, defaults=dict(t=fs.nearest_temperature(d.temperature), top_k=d.top_k, top_p=d.top_p))
+links.url_set(t=t, top_k=k, top_p=p,
+              defaults=dict(t=sampling_figs.nearest_temperature(d.temperature), top_k=d.top_k, top_p=d.top_p))
 
 try:  # the widgets cannot produce bad values, but settings from elsewhere are checked anyway
     settings = SamplingSettings(t, int(k), float(p))
@@ -86,11 +88,11 @@ m[4].metric("Entropy after", f"{float(bd.entropy_after) + 0.0:.3f} nats",  # + 0
             help=f"Uncertainty of the distribution actually sampled from; e^entropy ≈ "
                  f"{math.exp(float(bd.entropy_after)):,.1f} equally likely choices.")
 
-ids = fs.shown_ids(bd.logits, count)
-context = fs.esc("".join(tok.display_pieces(run.ids[-6:])))  # the prompt's end, as the model sees it
-title = (f"Next-token probabilities: top {len(ids)} of {n_words:,} tokens (T = {fs.temperature_label(t)}, "
+ids = sampling_figs.shown_ids(bd.logits, count)
+context = sampling_figs.esc("".join(tok.display_pieces(run.ids[-6:])))  # the prompt's end, as the model sees it
+title = (f"Next-token probabilities: top {len(ids)} of {n_words:,} tokens (T = {sampling_figs.temperature_label(t)}, "
          f"top-k = {k or 'off'}, top-p = {p:g})")
-fig = fs.next_token_figure(bd, ids, tok.display_pieces(ids), title,
+fig = sampling_figs.next_token_figure(bd, ids, tok.display_pieces(ids), title,
                            xtitle=f"next token after “…{context}” (most likely first)")
 charts.show(fig, key="next.chart", config={"displaylogo": False})
 st.caption("Filled bars: probability after temperature, coloured by what happens to the token. "

@@ -3,18 +3,10 @@ import pandas as pd
 import streamlit as st
 
 from tfm.analysis import norms as tfm_norms
-from tfm.analysis import layer_summaries
-from tfm.viz import norms as fn
-from ui import charts, sidebar, state
+from tfm.viz import norms as norm_figs
+from ui import charts, links, sidebar
+from ui.run import current_run
 from ui.text import message
-
-
-def _depth(lm, placement: str, norm: str, n_layer: int, ids: tuple, seed: int) -> tfm_norms.DepthNorms:
-    # A parallel block has no post-norm form: post-norm runs it as the sequential block.
-    cfg = lm.config.replace(norm_placement=placement, norm=norm, n_layer=n_layer, dropout=0.0,
-                            parallel_block=lm.config.parallel_block and placement == "pre")
-    return tfm_norms.depth_norms(cfg, ids, seed)
-
 
 DEPTH_TOKENS = 128
 AUTO_PARAMS = 20_000_000  # larger fresh models start on a button press: each takes seconds to build and run
@@ -27,26 +19,25 @@ st.markdown(
     "stream*. Norms (LayerNorm or RMSNorm) rescale a vector to a standard size before (pre-norm, GPT-2) "
     "or after (post-norm, the 2017 paper) each addition. Everything here is read from the running model."
 )
-run = state.current_run()
+run = current_run()
 model, cfg, tr = run.lm.model, run.lm.config, run.trace
 L, T = cfg.n_layer, len(run.ids)
 blocks = [f"block {i}" for i in range(L)]
 streams = ["embed"] + [f"after block {i}" for i in range(L)]
-state.restore("norms.stat_norm", "norms.which", "norms.layer", "norms.token",
+links.restore("norms.stat_norm", "norms.which", "norms.layer", "norms.token",
               "norms.cmp_placement", "norms.cmp_norm", "norms.cmp_layers")
 
 st.header("1. What each norm receives and returns")
-which_stats = st.radio("Norm", ["ln1", "ln2"], horizontal=True, **state.keep("norms.stat_norm"),
+which_stats = st.radio("Norm", ["ln1", "ln2"], horizontal=True, **links.keep("norms.stat_norm"),
                        help="ln1 feeds attention, ln2 feeds the MLP (post-norm: they follow them).")
-stats, norms_ = state.derived("norms.summaries", lambda lm, ids: layer_summaries(
-    tr, progress=state.progress_bar(f"Reading every block's norms on {T} tokens")), run.spec, run.device, run.ids)
+stats, norms_ = run.layer_summaries()
 scale = "std" if cfg.norm == "layernorm" else "rms"
 left, right = st.columns(2)
 for col, side in ((left, "input"), (right, "output")):
     for stat in ("mean", "std" if side == "output" else scale):
         key = f"{which_stats}.{side}_{stat}"
         if key in stats:
-            charts.show(fn.layer_token_heatmap(stats[key], run.labels, blocks, f"{key}: {stat} of the {side}",
+            charts.show(norm_figs.layer_token_heatmap(stats[key], run.labels, blocks, f"{key}: {stat} of the {side}",
                                                stat), key=f"norms.{key}", where=col)
 st.caption(f"Left: the statistics of the vectors going **into** {which_stats} differ a lot between tokens and "
            f"layers. Right: coming **out** ({cfg.norm}) every token has about the same size: mean ≈ the bias's "
@@ -58,14 +49,14 @@ if cfg.parallel_block:
             "x + attn(ln1(x)) + mlp(ln2(x)). So ln2 normalises the stream *entering* the block, not the stream "
             "after attention, and the 'after attention' stream (resid_mid) is a partial sum no sublayer reads.")
 left, right = st.columns(2)
-charts.show(fn.layer_token_heatmap(norms_["resid"], run.labels, streams, "Residual-stream L2 norm per token",
+charts.show(norm_figs.layer_token_heatmap(norms_["resid"], run.labels, streams, "Residual-stream L2 norm per token",
                                    "L2 norm", height=340), key="norms.resid_heat", where=left)
 left.caption("Each row is the stream after one more block. In pre-norm models nothing rescales the stream, so "
              "it usually grows with depth; in post-norm models each block ends normalised.")
-charts.show(fn.growth_lines(norms_["resid"], streams, "Residual-stream norm across layers"),
+charts.show(norm_figs.growth_lines(norms_["resid"], streams, "Residual-stream norm across layers"),
             key="norms.growth", where=right)
 right.caption("The mean over tokens and the largest token (often the first one, which many heads use as a resting place).")
-charts.show(fn.sublayer_bars(norms_["attn_out"], norms_["mlp_out"], blocks,
+charts.show(norm_figs.sublayer_bars(norms_["attn_out"], norms_["mlp_out"], blocks,
                                  "What each sublayer adds: norm of attention vs MLP output"), key="norms.sublayers")
 st.caption("The bigger the bar, the more that sublayer changes the stream in that layer (mean over tokens).")
 
@@ -76,9 +67,9 @@ if st.session_state.get("norms.which") not in options:
 st.session_state["norms.layer"] = min(max(0, int(st.session_state.get("norms.layer", 0))), L - 1)
 st.session_state["norms.token"] = min(max(0, int(st.session_state.get("norms.token", T - 1))), T - 1)
 c1, c2, c3 = st.columns(3)
-which = c1.selectbox("Which norm", options, **state.keep("norms.which"))
-layer = c2.slider("Layer", 0, max(1, L - 1), **state.keep("norms.layer"), disabled=which == "ln_final" or L == 1)
-token = c3.selectbox("Token", list(range(T)), format_func=lambda i: run.labels[i], **state.keep("norms.token"))
+which = c1.selectbox("Which norm", options, **links.keep("norms.which"))
+layer = c2.slider("Layer", 0, max(1, L - 1), **links.keep("norms.layer"), disabled=which == "ln_final" or L == 1)
+token = c3.selectbox("Token", list(range(T)), format_func=lambda i: run.labels[i], **links.keep("norms.token"))
 ex = tfm_norms.layernorm_worked_example(model, tr, layer, token, which)
 where = "ln_final" if which == "ln_final" else f"block {layer} {which}"
 m = st.columns(5)
@@ -111,7 +102,7 @@ steps.update({"output": ex.output, torch_fn: ex.reference})
 left, right = st.columns([3, 2])
 left.dataframe(pd.DataFrame({k: v.numpy() for k, v in steps.items()}).rename_axis("dim"), height=340,
                key="norms.worked_table")
-charts.show(fn.worked_lines(ex, f"{where}, token {fn.plotly_text(run.labels[token])}"),
+charts.show(norm_figs.worked_lines(ex, f"{where}, token {norm_figs.plotly_text(run.labels[token])}"),
             key="norms.worked_lines", where=right)
 right.caption("The normalised vector has mean 0 and size 1 per dimension; the gain then stretches chosen dims.")
 all_norms = [(f"{i}.{n}", getattr(b, n)) for i, b in enumerate(model.blocks) for n in ("ln1", "ln2")]
@@ -121,9 +112,9 @@ for kind, name in (("weight", "Gain"), ("bias", "Bias")):
     if getattr(norm_mod, kind) is None:
         continue
     g1, g2 = st.columns(2)
-    charts.show(fn.param_histogram(getattr(norm_mod, kind).detach().float().cpu(), f"{name} of {where}",
+    charts.show(norm_figs.param_histogram(getattr(norm_mod, kind).detach().float().cpu(), f"{name} of {where}",
                                    f"{name.lower()} value"), key=f"norms.{kind}_hist", where=g1)
-    charts.show(fn.param_boxes([getattr(n, kind).detach().float().cpu() for _, n in all_norms],
+    charts.show(norm_figs.param_boxes([getattr(n, kind).detach().float().cpu() for _, n in all_norms],
                                [label for label, _ in all_norms], f"{name} of every norm (block.norm)",
                                f"{name.lower()} value"), key=f"norms.{kind}_boxes", where=g2)
 st.caption("A fresh model starts with every gain 1 and every bias 0; training moves them. Each box shows one "
@@ -141,9 +132,9 @@ st.session_state.setdefault("norms.cmp_placement", "both")
 st.session_state.setdefault("norms.cmp_norm", cfg.norm)
 st.session_state.setdefault("norms.cmp_layers", min(48, max(12, L)))
 c1, c2, c3 = st.columns(3)
-placement = c1.radio("Norm placement", ["both", "pre", "post"], horizontal=True, **state.keep("norms.cmp_placement"))
-norm_kind = c2.radio("Norm type", ["layernorm", "rmsnorm"], horizontal=True, **state.keep("norms.cmp_norm"))
-n_layer = c3.slider("Layers", 2, 48, **state.keep("norms.cmp_layers"))
+placement = c1.radio("Norm placement", ["both", "pre", "post"], horizontal=True, **links.keep("norms.cmp_placement"))
+norm_kind = c2.radio("Norm type", ["layernorm", "rmsnorm"], horizontal=True, **links.keep("norms.cmp_norm"))
+n_layer = c3.slider("Layers", 2, 48, **links.keep("norms.cmp_layers"))
 seed = int(st.session_state.get("sidebar.seed", 0))
 ids = run.ids[-DEPTH_TOKENS:]  # forward + backward of up to 48 layers: cost grows with layers x tokens
 if len(ids) < len(run.ids):
@@ -151,26 +142,24 @@ if len(ids) < len(run.ids):
                f"and backward pass on all {len(run.ids)} would take far longer and change little.")
 results, placements = {}, ["pre", "post"] if placement == "both" else [placement]
 size = n_layer * 12 * cfg.d_model ** 2 + cfg.vocab_size * cfg.d_model  # parameters of each fresh model
-waiting = [p for p in placements
-           if not state.is_cached("derived", run.spec, run.device, "norms.depth", p, norm_kind, n_layer, ids, seed)]
+waiting = [p for p in placements if not run.depth_norms_ready(p, norm_kind, n_layer, ids, seed)]
 if waiting and size > AUTO_PARAMS and not st.button(f"Build and run {len(waiting)} fresh model(s)", key="norms.cmp_run"):
     st.info(f"Each fresh model has about {size / 1e6:.0f}M parameters: building it and running a forward and "
             "backward pass takes several seconds, so it starts when you press the button.")
     placements = []
 try:
     for p in placements:
-        res = state.derived_status(f"Forward and backward pass of a fresh {n_layer}-layer {p}-norm model…",
-                                   "norms.depth", _depth, run.spec, run.device, p, norm_kind, n_layer, ids, seed)
+        res = run.depth_norms(p, norm_kind, n_layer, ids, seed)
         results[f"{p}-norm (loss {res.loss:.3f})"] = res
 except ValueError as e:
     st.warning(f"{message(e)}. This comparison needs at least two tokens in the prompt.")
 if results:
     left, right = st.columns(2)
-    charts.show(fn.depth_lines(results, "resid_norm", "Activation norm per block (log scale)",
+    charts.show(norm_figs.depth_lines(results, "resid_norm", "Activation norm per block (log scale)",
                                "mean L2 norm per token", log=True), key="norms.depth_resid", where=left)
     left.caption(f"Pre-norm keeps adding to the stream, so its norm climbs with depth. Post-norm ends every "
                  f"block with a norm, so the stream is reset to about √d_model = {cfg.d_model ** 0.5:.1f}.")
-    charts.show(fn.depth_lines(results, "grad_norm", "Gradient norm per block (log scale)",
+    charts.show(norm_figs.depth_lines(results, "grad_norm", "Gradient norm per block (log scale)",
                                "L2 norm of the gradient", log=True), key="norms.depth_grad", where=right)
     right.caption("How strongly the loss pulls on each block's weights. A flat line means every depth learns at "
                   "a similar rate; a steep slope means some layers get much bigger updates than others.")

@@ -3,8 +3,9 @@ import pandas as pd
 import streamlit as st
 
 from tfm.analysis import positions
-from tfm.viz import positions as fp
-from ui import charts, sidebar, state
+from tfm.viz import positions as position_figs
+from ui import charts, links, sidebar
+from ui.run import current_run
 from ui.text import message
 
 sidebar.render()
@@ -14,39 +15,39 @@ st.markdown(
     "a token is. Models add position information: learned vectors (GPT-2), fixed sine waves (the 2017 "
     "paper), or rotations of queries and keys (RoPE, Llama). This page shows the running model's own."
 )
-run = state.current_run()
+run = current_run()
 model, cfg = run.lm.model, run.lm.config
-state.restore("pos.max_pos", "pos.dims", "pos.d_model", "pos.length")
+links.restore("pos.max_pos", "pos.dims", "pos.d_model", "pos.length")
 
 st.header(f"1. This model: `{cfg.pos_encoding}` positions")
 if cfg.pos_encoding in ("learned", "sinusoidal"):
     ctx = cfg.context_length
     st.session_state.setdefault("pos.max_pos", min(ctx, 128))
     st.session_state["pos.max_pos"] = max(1, min(int(st.session_state["pos.max_pos"]), ctx))
-    n = st.slider("Positions to show", 1, ctx, **state.keep("pos.max_pos"),
+    n = st.slider("Positions to show", 1, ctx, **links.keep("pos.max_pos"),
                   help=f"The model has {ctx} positions; your prompt uses positions 0 to {len(run.ids) - 1}.") if ctx > 1 else 1
     table = positions.position_vectors(model, n)
     source = "pos_emb.weight (learned)" if cfg.pos_encoding == "learned" else "pos_table buffer (sinusoidal)"
     st.caption(f"Each position p gets a vector of {cfg.d_model} numbers that is **added** to the token's "
                f"embedding before block 0. Read from the model's `{source}`.")
     left, right = st.columns(2)
-    charts.show(fp.position_heatmap(table, f"Positional vectors: {source}"), key="pos.heat", where=left)
+    charts.show(position_figs.position_heatmap(table, f"Positional vectors: {source}"), key="pos.heat", where=left)
     left.caption("One row per position. Stripes that change slowly down a column carry coarse position; "
                  "fast-changing columns tell neighbours apart.")
-    charts.show(fp.similarity_heatmap(positions.cosine_similarity_matrix(table),
+    charts.show(position_figs.similarity_heatmap(positions.cosine_similarity_matrix(table),
                                       "Cosine similarity between positions"), key="pos.sim", where=right)
     right.caption("Bright along the diagonal band means nearby positions get similar vectors: "
                   "the model can tell 'near' from 'far'.")
     if n >= 3:
         coords, share = positions.pca_2d(table)
-        charts.show(fp.pca_scatter(coords, share, "Positions projected to 2-D (PCA)"), key="pos.pca", where=left)
+        charts.show(position_figs.pca_scatter(coords, share, "Positions projected to 2-D (PCA)"), key="pos.pca", where=left)
         left.caption("Each dot is a position, coloured from first (dark) to last (yellow). A smooth curve "
                      "means position is laid out in order in the vector space.")
     if cfg.pos_encoding == "sinusoidal":
         st.session_state.setdefault("pos.dims", sorted({0, 1, min(8, cfg.d_model - 2), cfg.d_model - 2}))
         st.session_state["pos.dims"] = [d for d in st.session_state["pos.dims"] if d < cfg.d_model]
-        dims = st.multiselect("Dimensions to draw as waves", list(range(cfg.d_model)), **state.keep("pos.dims"))
-        charts.show(fp.waves(table, dims, "Chosen dimensions over position"), key="pos.waves", where=right)
+        dims = st.multiselect("Dimensions to draw as waves", list(range(cfg.d_model)), **links.keep("pos.dims"))
+        charts.show(position_figs.waves(table, dims, "Chosen dimensions over position"), key="pos.waves", where=right)
         right.caption("Even dims are sines, odd dims cosines; the frequency falls as the dimension rises.")
 elif cfg.pos_encoding == "rope":
     angles = positions.rope_angle_table(model, min(cfg.context_length, max(len(run.ids), 64)))
@@ -54,10 +55,10 @@ elif cfg.pos_encoding == "rope":
                "of query/key dimensions by an angle proportional to the position, so q·k depends on how far "
                "apart two tokens are. Angles computed from the model's `inv_freq` with `tfm.model.rope_angles`.")
     left, right = st.columns(2)
-    charts.show(fp.rope_angle_heatmap(angles, "RoPE rotation angle per position and pair"), key="pos.rope", where=left)
+    charts.show(position_figs.rope_angle_heatmap(angles, "RoPE rotation angle per position and pair"), key="pos.rope", where=left)
     left.caption("Colour is the angle wrapped to one turn (hover for the full angle). The first pairs spin "
                  "fast (fine position), the last pairs barely move (coarse position).")
-    charts.show(fp.rope_frequency_line(model.inv_freq.float().cpu(), "Rotation speed per pair"),
+    charts.show(position_figs.rope_frequency_line(model.inv_freq.float().cpu(), "Rotation speed per pair"),
                 key="pos.rope_freq", where=right)
     rd = cfg.rotary_dim
     scaled = {"none": "", "linear": f", then divided by {cfg.rope_factor:g} (linear rope_scaling)",
@@ -86,9 +87,7 @@ st.markdown(
 )
 seed = int(st.session_state.get("sidebar.seed", 0))
 try:
-    check = state.derived_status("Running block 0 on the prompt and a shuffled copy…", "pos.permutation",
-                                 lambda lm, ids, s: positions.permutation_check(lm.model, ids, s),
-                                 run.spec, run.device, run.ids, seed)
+    check = run.permutation_check(seed)
 except ValueError as e:
     st.warning(f"{message(e)}. The check needs at least two tokens.")
     check = None
@@ -111,21 +110,21 @@ st.markdown("PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(p / 10000^(2i/
 c1, c2 = st.columns(2)
 st.session_state.setdefault("pos.d_model", 128)
 st.session_state.setdefault("pos.length", 128)
-d_model = c1.slider("d_model", 2, 512, step=2, **state.keep("pos.d_model"))
-length = c2.slider("length (positions)", 4, 512, **state.keep("pos.length"))
+d_model = c1.slider("d_model", 2, 512, step=2, **links.keep("pos.d_model"))
+length = c2.slider("length (positions)", 4, 512, **links.keep("pos.length"))
 dots = positions.sinusoidal_dots(length, d_model, [0, length // 4, length // 2])
 left, right = st.columns(2)
-charts.show(fp.position_heatmap(positions.sinusoidal_table(length, d_model),
+charts.show(position_figs.position_heatmap(positions.sinusoidal_table(length, d_model),
                                 f"Sinusoidal table, {length} positions × {d_model} dims"),
             key="pos.sin_table", where=left)
 left.caption("Left columns oscillate fast, right columns slowly: every position gets a unique pattern.")
-charts.show(fp.dot_product_lines(dots.k, dots.dots, dots.formula,
+charts.show(position_figs.dot_product_lines(dots.k, dots.dots, dots.formula,
                                  "PE(p)·PE(p+k) depends only on the offset k"), key="pos.dots", where=right)
 right.caption("The curves for different start positions p lie on top of each other and on Σᵢ cos(k·ωᵢ): "
               "how similar two positions look depends only on how far apart they are.")
 clock_len = min(length, 64)
 clock_dims, periods = positions.doubling_dims(d_model, max(1, (clock_len - 1).bit_length()))
-charts.show(fp.binary_clock(positions.binary_bits(clock_len, max(1, (clock_len - 1).bit_length())),
+charts.show(position_figs.binary_clock(positions.binary_bits(clock_len, max(1, (clock_len - 1).bit_length())),
                                 positions.sinusoidal_table(clock_len, d_model), clock_dims, periods,
                                 f"The 'binary clock' view: first {clock_len} positions"), key="pos.clock")
 st.caption("Writing a position in binary, the lowest bit flips every step, the next every 2 steps, then 4… "

@@ -5,8 +5,9 @@ import torch
 
 from tfm.analysis import shapes as tfm_shapes
 from tfm.analysis import param_counts
-from tfm.viz import shapes as fs
-from ui import charts, sidebar, state
+from tfm.viz import shapes as shape_figs
+from ui import charts, links, sidebar
+from ui.run import current_run
 from ui.text import message
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -20,9 +21,9 @@ sidebar.render()
 st.title("Shapes & parameters")
 st.markdown("Which tensors a forward pass makes, with which shapes, where the parameters live, and how much "
             "memory a KV cache needs. Every shape below is recorded by the engine while it runs.")
-run = state.current_run()
+run = current_run()
 model, cfg = run.lm.model, run.lm.config
-state.restore("shapes.batch", "shapes.length", "shapes.kv_ctx", "shapes.kv_dtype", "shapes.kv_batch",
+links.restore("shapes.batch", "shapes.length", "shapes.kv_ctx", "shapes.kv_dtype", "shapes.kv_batch",
               "shapes.kv_layers", "shapes.kv_heads")
 
 st.header("1. The shape of every tensor")
@@ -32,9 +33,9 @@ if st.session_state.get("shapes.prompt_len") != len(run.ids):  # a new prompt: f
 st.session_state["shapes.length"] = min(max(1, int(st.session_state["shapes.length"])), cfg.context_length)
 st.session_state.setdefault("shapes.batch", 1)
 c1, c2 = st.columns(2)
-batch = c1.number_input("Batch size", 1, 64, **state.keep("shapes.batch"),
+batch = c1.number_input("Batch size", 1, 64, **links.keep("shapes.batch"),
                         help="How many sequences run side by side (here: copies of your prompt).")
-length = c2.slider("Sequence length (tokens)", 1, cfg.context_length, **state.keep("shapes.length"),
+length = c2.slider("Sequence length (tokens)", 1, cfg.context_length, **links.keep("shapes.length"),
                    help="Your prompt cut to this length, or repeated from its start if it is shorter.") \
     if cfg.context_length > 1 else 1
 if (batch, length) == (1, len(run.ids)):
@@ -49,12 +50,12 @@ with flow_tab:
     st.caption("Top to bottom in execution order. Each box is one stage; each row a tensor with its axis names "
                "and sizes. Blue: block 0 in full; the other blocks repeat it. Dashed arrows: the residual "
                "connection carries the stream around a sublayer and adds its output back.")
-    st.graphviz_chart(fs.shape_flow_dot(shapes, cfg.n_layer))
+    st.graphviz_chart(shape_figs.shape_flow_dot(shapes, cfg.n_layer))
 if cfg.parallel_block:
     st.caption("This model's blocks are parallel (GPT-NeoX): ln2 reads the block's input (resid_pre), not "
                "resid_mid, and the block adds attn_out and mlp_out to it together.")
 with table_tab:
-    st.dataframe(fs.shape_table(shapes), hide_index=True, height=min(800, 38 + 35 * len(shapes)), key="shapes.table")
+    st.dataframe(shape_figs.shape_table(shapes), hide_index=True, height=min(800, 38 + 35 * len(shapes)), key="shapes.table")
     st.caption("Axes: batch, pos (token position), head, d_head, d_model, d_ff (MLP width), vocab. "
                "'reshape only' rows are views the engine lists but does not store (e.g. the fused qkv).")
 
@@ -80,7 +81,7 @@ left.caption("'Counted' adds up the sizes of the model's real parameter tensors 
              "tied matrix counts once). Attention: W_qkv is d × (d + 2·kv) and W_O is d × d, with kv = KV heads · "
              f"d_head = {cfg.n_kv_head}·{cfg.d_head}" + (" = d, so 4·d² (+ 4·d biases)." if cfg.n_kv_head == cfg.n_head
                                                          else ": grouped-query attention shares keys and values."))
-charts.show(fs.param_bars(counts, "Parameters by component"),
+charts.show(shape_figs.param_bars(counts, "Parameters by component"),
             key="shapes.param_bars", where=right)
 
 st.header("3. KV-cache memory")
@@ -100,12 +101,12 @@ for key, default in (("shapes.kv_dtype", "float32"), ("shapes.kv_batch", 1),
                      ("shapes.kv_layers", cfg.n_layer), ("shapes.kv_heads", cfg.n_kv_head)):
     st.session_state.setdefault(key, default)
 c = st.columns(5)
-ctx = c[0].number_input("Context (tokens)", 1, max(cfg.context_length, 32_768), **state.keep("shapes.kv_ctx"))
-layers = c[1].number_input("Layers", 1, 512, **state.keep("shapes.kv_layers"))
-heads = c[2].number_input("KV heads", 1, 256, **state.keep("shapes.kv_heads"),
+ctx = c[0].number_input("Context (tokens)", 1, max(cfg.context_length, 32_768), **links.keep("shapes.kv_ctx"))
+layers = c[1].number_input("Layers", 1, 512, **links.keep("shapes.kv_layers"))
+heads = c[2].number_input("KV heads", 1, 256, **links.keep("shapes.kv_heads"),
                           help="Key/value heads: the query heads when there is no grouped-query attention.")
-kv_batch = c[3].number_input("Batch", 1, 256, **state.keep("shapes.kv_batch"))
-dtype = c[4].selectbox("Precision", list(DTYPES), **state.keep("shapes.kv_dtype"))
+kv_batch = c[3].number_input("Batch", 1, 256, **links.keep("shapes.kv_batch"))
+dtype = c[4].selectbox("Precision", list(DTYPES), **links.keep("shapes.kv_dtype"))
 try:
     group = cfg.group_size  # query heads per KV head, as in this model
     what_if = cfg.replace(n_layer=int(layers), n_head=int(heads) * group, n_kv_head=int(heads),

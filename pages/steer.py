@@ -6,13 +6,13 @@ import numpy as np
 import streamlit as st
 
 from tfm.analysis import attribution, steering
-from tfm.analysis import features as FT
 from tfm.analysis import steer_calibrate as calib
+from tfm.core.plain import escape_markdown
 from tfm.generation.generate import n_words, prepare_prompt
-from tfm.viz import steer as fv
-from tfm.viz.why import md
+from tfm.viz import steer as steer_figs
 from tfm.viz.attention import plotly_text
-from ui import charts, server, sidebar, state
+from ui import charts, links, server, sidebar
+from ui.model_run import active_model
 from ui.text import message
 from ui.text import plain as shown
 
@@ -27,29 +27,6 @@ DEFAULTS = {"steer.source": SOURCES[0], "steer.pos": calib.PAIR[0], "steer.neg":
 WHERE = {"all": "prompt and generated tokens", "prompt": "prompt only", "generated": "generated tokens only"}
 
 
-def vector_of(lm, key: tuple) -> steering.SteeringVector:
-    """The steering vector a (hashable) choice names: ("pair", pos, neg, layer, how) or
-    ("feature", spec, feature): a feature's decoder row times its largest held-out activation."""
-    if key[0] == "pair":
-        return steering.pair_vector(lm, *key[1:])
-    fs = FT.bundled(lm, key[1])
-    top = float(fs.data["hist_max"][fs.check_feature(key[2])])
-    return steering.feature_vector(fs.sae, key[2], top if top > 0 else 1.0)
-
-
-def texts(lm, key, prompt, strength, seed, new, temperature, where, first, should_stop=None):
-    return steering.steered_pair(lm, prompt, vector_of(lm, key), strength, seed, new, temperature, where=where,
-                                 should_stop=should_stop, include_first=first)
-
-
-def sweep(lm, key, ids, tokens, strengths, first, should_stop=None):
-    return steering.sweep_tokens(lm, ids, vector_of(lm, key), strengths, tokens, should_stop, first).T.tolist()
-
-
-def calibration(lm, should_stop=None) -> calib.Calibration:
-    return calib.calibrate(lm, should_stop=should_stop)
-
-
 def mood_tokens(lm, text: str) -> list[int]:
     """The words to follow (comma separated), each as one token after a space; ValueError names one that is not."""
     words = [w.strip() for w in text.split(",") if w.strip()][:MAX_WORDS]
@@ -62,49 +39,53 @@ sidebar.render()
 st.title("Steer")
 st.caption("Add a direction to the residual stream entering one block, at every chosen position, during "
            "generation: activation steering. The model is untouched; the same seed gives the same draws.")
-lm, spec, device = state.active_model()
-if lm is None:
+run = active_model()
+if run is None:
     st.stop()
-cfg, tok, ss = lm.config, lm.tokenizer, st.session_state
+lm, cfg, tok, ss = run.lm, run.lm.config, run.lm.tokenizer, st.session_state
 for k, v in DEFAULTS.items():
     ss.setdefault(k, v)
 try:
-    cal = state.derived_status("Measuring where steering works on this model (once per model, seconds)…",
-                               "steer.calibration", calibration, spec, device, stoppable=True)
+    cal = run.steer_calibration()
 except ValueError as e:
     cal = None
     st.warning(f"Cannot measure where steering works on this model ({message(e)}): opening at layer "
                f"{cfg.n_layer // 2}, strength {FALLBACK_STRENGTH}.")
-if ss.get("steer.calibrated") != (spec, device):  # a new model: open where its own measurement says
-    ss.update({"steer.layer": cal.layer if cal else cfg.n_layer // 2,
-               "steer.strength": cal.strength if cal else FALLBACK_STRENGTH, "steer.calibrated": (spec, device)})
+if ss.get("steer.calibrated") != (run.spec, run.device):  # a new model: open where its own measurement says
+    ss.update({"steer.layer": cal.layer if cal else cfg.n_layer // 2, "steer.calibrated": (run.spec, run.device),
+               "steer.strength": cal.strength if cal else FALLBACK_STRENGTH})
     if ss.get("steer.prompt") in (None, "", *calib.PROMPTS):
         ss["steer.prompt"] = cal.prompt if cal else calib.PROMPTS[0]
 ss["steer.strength"] = min(max(float(ss["steer.strength"]), -MAX_STRENGTH), MAX_STRENGTH)
 
-state.cap_text("steer.prompt", "prompt to continue", server.limits().max_prompt_chars)
+links.cap_text("steer.prompt", "prompt to continue", server.limits().max_prompt_chars)
 prompt = st.text_input("Prompt to continue (this page's own; the sidebar's is not used here)", key="steer.prompt")
 source = st.radio("Direction from", SOURCES, horizontal=True, key="steer.source")
 try:
     if source == SOURCES[0]:
         c1, c2, c3, c4 = st.columns([3, 3, 1.6, 1.4])
-        state.cap_text("steer.pos", "positive prompt", PAIR_CHARS)  # a paste is cut with a word, not dropped
-        state.cap_text("steer.neg", "negative prompt", PAIR_CHARS)
+        links.cap_text("steer.pos", "positive prompt", PAIR_CHARS)  # a paste is cut with a word, not dropped
+        links.cap_text("steer.neg", "negative prompt", PAIR_CHARS)
         pos = c1.text_input("Toward (positive prompt)", key="steer.pos")
         neg = c2.text_input("Away from (negative prompt)", key="steer.neg")
         how = c3.radio("Stream at", ["mean", "last"], key="steer.how", horizontal=True,
                        help="mean: averaged over each prompt's tokens; last: at its last token. Either is read "
                             "after the model's start token or a newline, never at position 0 (the attention sink).")
         layer = c4.number_input("Layer", 0, cfg.n_layer - 1, key="steer.layer")
-        key = ("pair", pos, neg, int(layer), how)
+        direction = run.pair_direction(pos, neg, int(layer), how)
     else:
-        fs = state.derived("sae.features", FT.bundled, spec, device, spec)
-        ss["steer.feature"] = min(max(int(ss["steer.feature"]), 0), fs.sae.cfg.n_features - 1)
-        feature = st.number_input(f"Feature (0..{fs.sae.cfg.n_features - 1}; the SAE reads layer {fs.layer})", 0,
-                                  fs.sae.cfg.n_features - 1, key="steer.feature")
-        key = ("feature", spec, int(feature))
+        try:
+            feature_set = run.sae()
+        except ValueError as e:  # no SAE ships for this model: an info, as on the Features page
+            st.info(f"{message(e)}. A prompt pair steers every model.")
+            st.stop()
+        n_features = feature_set.sae.cfg.n_features
+        ss["steer.feature"] = min(max(int(ss["steer.feature"]), 0), n_features - 1)
+        feature = st.number_input(f"Feature (0..{n_features - 1}; the SAE reads layer {feature_set.layer})", 0,
+                                  n_features - 1, key="steer.feature")
+        direction = run.feature_direction(int(feature))
         st.caption("Strength 1 adds the feature's decoder direction as strongly as it ever fired on held-out text.")
-    vec = state.derived("steer.vector", vector_of, spec, device, key)
+    vec = direction.vector
 except ValueError as e:
     st.error(message(e))
     st.stop()
@@ -122,7 +103,7 @@ first = st.checkbox("Steer position 0 and special tokens too", key="steer.first"
                     help="Left alone by default: position 0 is where attention parks (the sink); adding there "
                          "changes every later token, and on many models the text comes apart.")
 seed = int(ss["sidebar.seed"])
-typical = state.derived("steer.norms", steering.stream_norms, spec, device)[vec.layer]
+typical = run.stream_norms()[vec.layer]
 st.caption(f"Direction: {shown(vec.source, 200)}; read, it was {vec.raw_length:.3f} long, "
            f"{vec.raw_length / typical:.2f}× the stream's typical length entering layer {vec.layer} ({typical:.3f}: "
            f"the median over a neutral text's tokens, position 0 left out). Steering adds {strength:+.2f} × "
@@ -138,23 +119,22 @@ if cal is not None:
                        "words −": t.away, "plain (+, −)": str(t.plain), "fluent": t.fluent} for t in cal.trials])
 
 try:
-    plain, steered = state.derived_status("Generating with and without steering…", "steer.texts", texts, spec,
-                                          device, key, prompt, float(strength), seed, int(new), float(temperature),
-                                          where, bool(first), stoppable=True)
+    plain, steered = run.steered_texts(direction, prompt, float(strength), seed, int(new), float(temperature), where,
+                                       bool(first))
 except ValueError as e:
     st.error(f"Cannot generate: {message(e)}")
     st.stop()
 left, right = st.columns(2)
 for col, title, text in ((left, "Without steering", plain), (right, f"Steered (strength {strength:+.2f})", steered)):
     col.subheader(title)
-    col.markdown(md(text).replace("\n", "  \n") or "*(nothing)*")
+    col.markdown(escape_markdown(text).replace("\n", "  \n") or "*(nothing)*")
 
 up, up_s, down, down_s = steering.read_out(lm, vec.vector, 10)
-charts.show(fv.read_out_bars([tok.display_piece(i) for i in up], up_s, [tok.display_piece(i) for i in down], down_s,
-                             "The direction read through the unembedding: tokens it promotes (+) and suppresses (−)"),
-            key="steer.readout")
+charts.show(steer_figs.read_out_bars(
+    [tok.display_piece(i) for i in up], up_s, [tok.display_piece(i) for i in down], down_s,
+    "The direction read through the unembedding: tokens it promotes (+) and suppresses (−)"), key="steer.readout")
 
-state.cap_text("steer.words", "words to follow", 200)
+links.cap_text("steer.words", "words to follow", 200)
 words_text = st.text_input(f"Words to follow as the strength sweeps (up to {MAX_WORDS}, comma separated)",
                            key="steer.words")
 try:
@@ -163,8 +143,7 @@ except ValueError as e:
     st.warning(message(e))
     st.stop()
 strengths = np.linspace(-MAX_STRENGTH, MAX_STRENGTH, SWEEP_POINTS).round(6).tolist()
-probs = state.derived("steer.sweep", sweep, spec, device, key, ids, tuple(tokens), tuple(strengths), bool(first),
-                      stoppable=True)
-charts.show(fv.mood_sweep(strengths, probs, [tok.display_piece(t) for t in tokens], float(strength),
-                          f"p(word) after {plotly_text(repr(prompt[:60]))}, steering the prompt "
-                          f"(one batched run of {SWEEP_POINTS} strengths)"), key="steer.sweep")
+probs = run.mood_sweep(direction, ids, tuple(tokens), tuple(strengths), bool(first))
+charts.show(steer_figs.mood_sweep(strengths, probs, [tok.display_piece(t) for t in tokens], float(strength),
+                                  f"p(word) after {plotly_text(repr(prompt[:60]))}, steering the prompt "
+                                  f"(one batched run of {SWEEP_POINTS} strengths)"), key="steer.sweep")

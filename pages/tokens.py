@@ -5,7 +5,8 @@ import pandas as pd
 import streamlit as st
 
 from tfm.text.token_view import token_view
-from ui import sidebar, state
+from ui import sidebar
+from ui.run import current_run
 
 # Pastel backgrounds that alternate so neighbouring tokens are told apart (readable on a projector).
 CHIP_COLOURS = ("#dbeafe", "#fde68a", "#bbf7d0", "#fecaca", "#e9d5ff", "#fed7aa")
@@ -24,7 +25,7 @@ def chips(pieces: list[str], ids: tuple[int, ...]) -> str:
 sidebar.render()
 
 st.title("Tokens")
-run = state.current_run()
+run = current_run()
 text = st.session_state["sidebar.prompt"]
 view = token_view(run.lm.tokenizer, run.ids, text, run.dropped)
 st.caption(

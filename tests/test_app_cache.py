@@ -1,6 +1,6 @@
-"""The app's byte-bounded caches (ui/memory.py, ui/state.py): budgets, LRU order, recomputation,
+"""The app's byte-bounded caches (ui/memory.py, ui/models.py, ui/cache.py): budgets, LRU order, recomputation,
 concurrent sessions, eager traces for short prompts and lazy ones above the server's
-`eager_trace_bytes`. Traces come from a small random GPT run by `ui.state.run_traced` itself and
+`eager_trace_bytes`. Traces come from a small random GPT run by `ui.cache.run_traced` itself and
 are compared with a fresh traced forward of the same ids."""
 from __future__ import annotations
 
@@ -17,18 +17,18 @@ from tfm.core import cancel
 from tfm.core.config import ModelConfig
 from tfm.core.lazy import LazyTrace, prefer_lazy
 from tfm.core.trace import estimate_trace_bytes
-from ui import memory, server, state
+from ui import cache, memory, models, server
 
 CFG = ModelConfig.preset("tiny").replace(context_length=96)
-SPEC = state.random_spec(CFG, seed=3)
+SPEC = models.random_spec(CFG, seed=3)
 
 
 @pytest.fixture(autouse=True)
 def clean():
-    state.clear_caches()
+    models.clear_caches()
     server.configure(None)
     yield
-    state.clear_caches()
+    models.clear_caches()
     server.configure(None)
 
 
@@ -45,7 +45,7 @@ def prompt(i: int, n: int = 48) -> tuple[int, ...]:
 
 def fresh(ids) -> torch.Tensor:
     """Layer 0's pattern from a new traced forward (the oracle for cached values)."""
-    lm = state.load_lm(SPEC, "cpu")
+    lm = models.load_lm(SPEC, "cpu")
     with torch.inference_mode():
         return lm.model(torch.tensor([ids]), trace=True).trace.pattern(0)
 
@@ -101,28 +101,28 @@ def test_failed_computation_is_not_cached():
 
 
 def test_traces_stay_under_the_budget_across_many_prompts(monkeypatch):
-    one = memory.sizeof(state.run_traced(SPEC, "cpu", prompt(0)))
-    models = state.MODELS.nbytes
-    monkeypatch.setenv(memory.BUDGET_ENV, str(models + 3 * one))
-    state.PROMPTS.clear()
+    one = memory.sizeof(cache.run_traced(SPEC, "cpu", prompt(0)))
+    model_bytes = models.MODELS.nbytes
+    monkeypatch.setenv(memory.BUDGET_ENV, str(model_bytes + 3 * one))
+    models.PROMPTS.clear()
     for i in range(12):
-        state.run_traced(SPEC, "cpu", prompt(i))
-        assert state.PROMPTS.nbytes <= 3 * one
-        assert state.PROMPTS.nbytes + state.MODELS.nbytes <= memory.memory_budget()
-    assert len(state.PROMPTS) == 3
-    assert [k[3] for k in state.PROMPTS.keys()] == [prompt(i) for i in (9, 10, 11)]
+        cache.run_traced(SPEC, "cpu", prompt(i))
+        assert models.PROMPTS.nbytes <= 3 * one
+        assert models.PROMPTS.nbytes + models.MODELS.nbytes <= memory.memory_budget()
+    assert len(models.PROMPTS) == 3
+    assert [k[3] for k in models.PROMPTS.keys()] == [prompt(i) for i in (9, 10, 11)]
 
 
 def test_short_prompts_are_traced_eagerly_long_ones_lazily():
     ids = prompt(0)
     size = estimate_trace_bytes(CFG, len(ids))
     assert size < server.limits().eager_trace_bytes  # the default: a short prompt is traced eagerly
-    eager = state.run_traced(SPEC, "cpu", ids)
+    eager = cache.run_traced(SPEC, "cpu", ids)
     assert not isinstance(eager, LazyTrace)
     for nbytes, limits, lazy in ((size, {}, False), (size - 1, {}, True), (10**9, {"max_trace_bytes": size - 1}, True)):
         eager_up_to(nbytes, **limits)  # just fits / just over / under the trace limit itself
-        state.PROMPTS.clear()
-        tr = state.run_traced(SPEC, "cpu", ids)
+        models.PROMPTS.clear()
+        tr = cache.run_traced(SPEC, "cpu", ids)
         assert isinstance(tr, LazyTrace) == lazy, (nbytes, limits)
         for name in eager:
             assert torch.equal(tr[name], eager[name]), name
@@ -133,25 +133,25 @@ def test_short_prompts_are_traced_eagerly_long_ones_lazily():
 def test_reading_lazy_entries_counts_against_the_budget(monkeypatch):
     eager_up_to(1)  # every trace lazy
     ids = prompt(0)
-    tr = state.run_traced(SPEC, "cpu", ids)
+    tr = cache.run_traced(SPEC, "cpu", ids)
     before = memory.sizeof(tr)
-    monkeypatch.setenv(memory.BUDGET_ENV, str(state.MODELS.nbytes + 2 * before + 1))
-    state.run_traced(SPEC, "cpu", prompt(1))
-    assert len(state.PROMPTS) == 2
+    monkeypatch.setenv(memory.BUDGET_ENV, str(models.MODELS.nbytes + 2 * before + 1))
+    cache.run_traced(SPEC, "cpu", prompt(1))
+    assert len(models.PROMPTS) == 2
     for name in tr:  # materialise every lazy entry of the first (least recently used) trace
         tr[name]
     assert memory.sizeof(tr) > before
-    state.PROMPTS.touch()
-    assert [k[3] for k in state.PROMPTS.keys()] == [prompt(1)]
+    models.PROMPTS.touch()
+    assert [k[3] for k in models.PROMPTS.keys()] == [prompt(1)]
 
 
 def test_dropped_trace_recomputes_to_identical_values(monkeypatch):
     ids = prompt(5)
-    first = state.run_traced(SPEC, "cpu", ids).pattern(1).clone()
+    first = cache.run_traced(SPEC, "cpu", ids).pattern(1).clone()
     monkeypatch.setenv(memory.BUDGET_ENV, "1")  # everything but the newest value is dropped
-    state.run_traced(SPEC, "cpu", prompt(6))
-    assert not state.is_cached("trace", SPEC, "cpu", ids)
-    again = state.run_traced(SPEC, "cpu", ids).pattern(1)
+    cache.run_traced(SPEC, "cpu", prompt(6))
+    assert not cache.is_cached("trace", SPEC, "cpu", ids)
+    again = cache.run_traced(SPEC, "cpu", ids).pattern(1)
     assert torch.equal(first, again)
 
 
@@ -160,7 +160,7 @@ def test_concurrent_sessions_get_their_own_prompt():
     results: dict[int, torch.Tensor] = {}
 
     def session(i: int) -> None:
-        results[i] = state.run_traced(SPEC, "cpu", prompts[i]).pattern(0).clone()
+        results[i] = cache.run_traced(SPEC, "cpu", prompts[i]).pattern(0).clone()
 
     threads = [threading.Thread(target=session, args=(i,)) for i in range(len(prompts)) for _ in range(2)]
     for t in threads:
@@ -189,29 +189,29 @@ def test_same_key_is_computed_once_under_concurrency():
 
 
 def test_models_are_bounded_by_parameter_bytes(monkeypatch):
-    small = state.random_spec(ModelConfig.preset("tiny"), seed=0)
-    lm = state.load_lm(small, "cpu")
+    small = models.random_spec(ModelConfig.preset("tiny"), seed=0)
+    lm = models.load_lm(small, "cpu")
     size = sum(p.numel() * p.element_size() for p in (*lm.model.parameters(), *lm.model.buffers()))
-    assert state.MODELS.nbytes == size
+    assert models.MODELS.nbytes == size
     monkeypatch.setenv(memory.BUDGET_ENV, str(size + 1))
-    state.load_lm(state.random_spec(ModelConfig.preset("tiny"), seed=1), "cpu")
-    assert (small, "cpu") not in state.MODELS and len(state.MODELS) == 1
+    models.load_lm(models.random_spec(ModelConfig.preset("tiny"), seed=1), "cpu")
+    assert (small, "cpu") not in models.MODELS and len(models.MODELS) == 1
 
 
 def test_dropping_a_model_drops_its_traces(monkeypatch):
     """A lazy trace holds its model to recompute blocks: the model's memory is only freed when
     its traces go too."""
     eager_up_to(1)  # every trace lazy
-    state.run_traced(SPEC, "cpu", prompt(0))
-    state.derived("test.n", lambda lm, ids: len(ids), SPEC, "cpu", prompt(0))
-    other = state.random_spec(CFG, seed=4)
-    state.run_traced(other, "cpu", prompt(0))
-    size = state.MODELS.sizes()[(SPEC, "cpu")]
+    cache.run_traced(SPEC, "cpu", prompt(0))
+    cache.derived("test.n", lambda lm, ids: len(ids), SPEC, "cpu", prompt(0))
+    other = models.random_spec(CFG, seed=4)
+    cache.run_traced(other, "cpu", prompt(0))
+    size = models.MODELS.sizes()[(SPEC, "cpu")]
     monkeypatch.setenv(memory.BUDGET_ENV, str(size + 1))  # room for one model
-    state.load_lm(other, "cpu")
-    state.MODELS.touch()
-    assert (SPEC, "cpu") not in state.MODELS
-    assert [k[1] for k in state.PROMPTS.keys()] == [other]
+    models.load_lm(other, "cpu")
+    models.MODELS.touch()
+    assert (SPEC, "cpu") not in models.MODELS
+    assert [k[1] for k in models.PROMPTS.keys()] == [other]
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's; other allocators have none")

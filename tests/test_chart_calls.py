@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # A chart redrawn at every training step into one placeholder: the finished chart goes through charts.show.
-ALLOWED = {("pages/encdec.py", 'chart.plotly_chart(fig_encdec.loss_figure(losses, "Training loss (live)")')}
+ALLOWED = {("pages/encdec.py", 'chart.plotly_chart(encdec_figs.loss_figure(losses, "Training loss (live)")')}
 
 
 def direct_calls() -> list[tuple[str, int, str]]:

@@ -10,10 +10,12 @@ import torch
 import tfm
 from tfm import ModelConfig, random_model
 from tfm.analysis import attribution
+from tfm.analysis import features as FT
 from tfm.analysis.heads import head_table
 from tfm.analysis.lens import logit_lens
 from tfm.generation import choice
 from tfm.generation.batcher import BatchConfig, Batcher
+from tfm.teach import examples as X
 
 from test_batcher import REQUESTS, VARIANTS, assert_same, batched, solo
 
@@ -95,3 +97,14 @@ def test_real_shape_batch_on_cuda_equals_solo_runs(monkeypatch):
         assert_same(steps, solo(lm, req), tol=1e-4)
     assert b.widest == 8
     assert pooled  # the draw-ahead path ran for CUDA rows
+
+
+def test_examples_on_cuda_equal_the_cpu():
+    """Each page's examples (tfm.teach.examples) on the bundled model and its SAE: the same
+    prompts and settings on the GPU, the measured numbers close to the CPU's."""
+    cpu, gpu = tfm.load("default", device="cpu"), tfm.load("default", device="cuda")
+    fs = FT.bundled(cpu, "default")
+    for page in X.PAGES:
+        a, b = X.for_page(cpu, page, fs), X.for_page(gpu, page, fs)
+        assert [(e.prompt, e.settings) for e in a.measured] == [(e.prompt, e.settings) for e in b.measured], page
+        assert [e.score for e in b.measured] == pytest.approx([e.score for e in a.measured], abs=1e-3), page

@@ -51,6 +51,18 @@ def test_invisible_characters_are_written_out():
     assert unescape(plain("a\u202eb")) == "a\\u202eb" and visible("漢字 ok") == "漢字 ok"
 
 
+def test_every_line_of_a_multiline_text_shows_as_typed():
+    """Generated and token text keep their newlines (the Steer page's continuations): a block
+    marker at any line's start, after any indent, is escaped as at the first."""
+    lines = ["- item", "  - nested", "1. one", "  12) twelve", "# heading", "> quote", "===", "---", "+ plus",
+             "plain line"]
+    out = escape_markdown("\n".join(lines)).split("\n")
+    assert [unescape(o) for o in out] == lines
+    for o in out:   # each line starts (after its indent) with an escape, or with no marker at all
+        assert not re.match(r"\s*([#>+=-]|\d+[.)])", o), o
+    assert out[-1] == "plain line" and escape_markdown("a - b. 1. c") == "a - b. 1. c"   # mid-line: untouched
+
+
 def test_escape_markdown_escapes_backslashes_first_class():
     assert escape_markdown("\\") == "\\\\" and unescape(escape_markdown("\\[x\\]")) == "\\[x\\]"
 

@@ -225,12 +225,17 @@ def test_a_room_ends_after_its_hours_and_its_data_is_deleted(store, clock):
     assert store.room(other.code) is None and leftovers(store, other.code) == 0
 
 
-def test_sqlite_deletes_every_ended_room_when_the_next_opens(tmp_path, clock):
+def test_sqlite_deletes_every_ended_room_while_another_is_in_use(tmp_path, clock):
     store = open_store(tmp_path / "r.sqlite3", clock=clock)
     made, _, _ = asked(store)
-    clock.now += rules.ROOM_SECONDS + 1
-    store.create("someone")   # nobody read the old room: the purge on create deletes it
-    assert leftovers(store, made.code) == 0
+    clock.now += rules.ROOM_SECONDS - 30
+    other = store.create("someone")
+    clock.now += 31                      # the first room ended; nobody asks for it
+    store.room(other.code)               # a student of another room polls
+    assert leftovers(store, made.code) > 0   # (not yet: at most one purge a minute)
+    clock.now += store.PURGE_SECONDS
+    store.room(other.code)
+    assert leftovers(store, made.code) == 0 and leftovers(store, other.code) > 0
     assert store._db().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 

@@ -8,7 +8,7 @@ import streamlit as st
 import tfm
 from tfm.text.chat import ChatMessage, ChatPrompt, chat_prompt, has_chat
 from tfm.viz.chat import chat_chips
-from ui import server, state
+from ui import links, server
 from ui.text import message
 
 MODES = ("Chat", "Plain text")
@@ -22,20 +22,20 @@ def chat_controls(lm: tfm.LM) -> ChatPrompt | None:
     if not has_chat(lm.tokenizer):
         return None
     ss = st.session_state
-    state.restore(*KEYS)
+    links.restore(*KEYS)
     for key, value in DEFAULTS.items():
         ss.setdefault(key, value)
-    mode = st.radio("Prompt", MODES, horizontal=True, **state.keep("gen.mode"),
+    mode = st.radio("Prompt", MODES, horizontal=True, **links.keep("gen.mode"),
                     help="Chat: your messages go through the model's chat template, as a chat app sends them. "
                          "Plain text: the sidebar's prompt, continued as it is.")
     if mode != "Chat":
         return None
     cap = server.limits().max_prompt_chars
     c = st.columns([2, 3])
-    state.cap_text("gen.system", "system message", cap)  # a paste is cut with a word, not dropped
-    state.cap_text("gen.user", "user message", cap)
-    system = c[0].text_area("System message (empty: none)", height=110, **state.keep("gen.system"))
-    user = c[1].text_area("User message", height=110, **state.keep("gen.user"))
+    links.cap_text("gen.system", "system message", cap)  # a paste is cut with a word, not dropped
+    links.cap_text("gen.user", "user message", cap)
+    system = c[0].text_area("System message (empty: none)", height=110, **links.keep("gen.system"))
+    user = c[1].text_area("User message", height=110, **links.keep("gen.user"))
     messages = ([ChatMessage("system", system)] if system.strip() else []) + [ChatMessage("user", user)]
     try:  # not cached: a real template renders in about a millisecond, and a byte-bounded cache would
         # keep every conversation typed (they hold no tensors, so they would never be dropped)

@@ -18,10 +18,10 @@ from tfm.generation.generate import PromptInfo
 from tfm.generation.sampling import SamplingSettings, breakdown
 from tfm.generation.timeline import StepRecord, step_record
 
-from tfm.viz import sampling as fs
-from ui import charts, server, state
-
-KEY_WINDOW = 64  # attention keys shown in the timeline heatmap
+from tfm.text.token_view import token_labels
+from tfm.viz import sampling as sampling_figs
+from tfm.viz.attention import WINDOW
+from ui import charts, links, models, server
 REDRAW_S = 0.2  # redraw a streaming column at most 5 times a second: each redraw resends the whole text,
 # and with a class generating at once those messages were a real share of the server's CPU
 
@@ -71,7 +71,7 @@ def stream(runs: list, slots: list, keep_tensors: bool, prompt_text: str):
                 records[i].append(step_record(step, keep_tensors))
             done = step is None or step.stop_reason is not None
             if done or time.perf_counter() - drawn[i] > REDRAW_S:  # each st call is also where Stop lands
-                slots[i].markdown(fs.text_html(prompt_text, records[i]), unsafe_allow_html=True)
+                slots[i].markdown(sampling_figs.text_html(prompt_text, records[i]), unsafe_allow_html=True)
                 drawn[i] = time.perf_counter()
             if done:
                 live.remove(i)
@@ -82,7 +82,7 @@ def start_runs(g: GenPage, settings_list: list, seeds: list, keep_tensors: bool,
     """One Generation per (settings, seed): rows of the model's shared batch when the server
     batches (with the KV cache), else the session's own loop."""
     if use_cache and server.settings().batching:
-        b, sid = state.batcher(g.model[0], g.model[1], g.lm), state.session_id()
+        b, sid = models.batcher(g.model[0], g.model[1], g.lm), models.session_id()
         return [b.submit(g.prompt, g.max_new, s.temperature, s.top_k, s.top_p, seed=sd, trace=keep_tensors,
                          owner=sid, stop_ids=g.stop_ids) for s, sd in zip(settings_list, seeds)]
     return [tfm.generate(g.lm, g.prompt, g.max_new, s.temperature, s.top_k, s.top_p, seed=sd, use_cache=use_cache,
@@ -123,7 +123,7 @@ def usable(g: GenPage, run: dict | None) -> bool:
 def show_texts(g: GenPage, run: dict, slots: list) -> None:
     prompt_text = g.lm.tokenizer.decode(list(run["prompt_ids"]))
     for slot, recs in zip(slots, run["samples"]):
-        slot.markdown(fs.text_html(prompt_text, recs), unsafe_allow_html=True)
+        slot.markdown(sampling_figs.text_html(prompt_text, recs), unsafe_allow_html=True)
     if not run["done"]:
         st.warning("Generation was stopped early (Stop, or a setting changed while it ran): showing the tokens made.")
 
@@ -131,39 +131,41 @@ def show_texts(g: GenPage, run: dict, slots: list) -> None:
 def step_views(g: GenPage, i: int, r: StepRecord, settings_used: SamplingSettings, seq: list[int]) -> None:
     """One step's kept set, the attention row that predicted it, and its logit lens."""
     lm, tok = g.lm, g.lm.tokenizer
-    ids = fs.shown_ids(r.logits, 15, must=r.token_id)
+    ids = sampling_figs.shown_ids(r.logits, 15, must=r.token_id)
     pieces = tok.display_pieces(ids)
     if r.rank_original >= 15:  # the drawn token sits far down the ranking: say so on its bar
         pieces[-1] = f"… {pieces[-1]} (rank {r.rank_original + 1:,})"
-    charts.show(fs.next_token_figure(breakdown(r.logits, settings=settings_used), ids, pieces,
-                    f"Step {i}: the distribution '{fs.esc(r.display)}' was drawn from", chosen=r.token_id),
-                    key="gen.step_chart")
+    drawn = sampling_figs.esc(r.display)
+    charts.show(sampling_figs.next_token_figure(breakdown(r.logits, settings=settings_used), ids, pieces,
+                                                f"Step {i}: the distribution '{drawn}' was drawn from",
+                                                chosen=r.token_id), key="gen.step_chart")
     q = r.attn.shape[-1] - 1  # the query that predicted this token: the position before it
-    fig, hidden = fs.step_attention_figure(r.attn, state.token_labels(lm, tuple(seq[:q + 1])), KEY_WINDOW,
-                                           f"Step {i}: where the last position (·{q}, "
-                                           f"'{fs.esc(tok.display_piece(seq[q]))}') looked, every layer and head")
+    fig, hidden = sampling_figs.step_attention_figure(
+        r.attn, token_labels(tok, seq[:q + 1]), WINDOW,
+        f"Step {i}: where the last position (·{q}, '{sampling_figs.esc(tok.display_piece(seq[q]))}') looked, "
+        "every layer and head")
     charts.show(fig, key="gen.attn")
     if hidden is not None:
-        st.caption(f"Showing the last {KEY_WINDOW} keys; averaged over heads, {hidden:.1%} of the attention "
-                   f"went to the {q + 1 - KEY_WINDOW} earlier positions.")
+        st.caption(f"Showing the last {WINDOW} keys; averaged over heads, {hidden:.1%} of the attention "
+                   f"went to the {q + 1 - WINDOW} earlier positions.")
     with torch.inference_mode():  # one position through the final norm and unembedding: cheap
         lens = decode_streams(lm.model, r.resid[:, None], k=5, keep_probs=False,
                               n_words=min(tok.vocab_size, lm.config.vocab_size))
     top_ids = lens.top_ids[:, 0].cpu()
-    charts.show(fs.step_lens_figure(top_ids, lens.top_probs[:, 0].float().cpu(), lens.labels,
-                                        [tok.display_pieces(row.tolist()) for row in top_ids], r.token_id,
-                                        f"Step {i}: logit lens, what each layer would predict "
-                                        f"(bold = '{fs.esc(r.display)}', the token drawn)"), key="gen.lens")
+    charts.show(sampling_figs.step_lens_figure(top_ids, lens.top_probs[:, 0].float().cpu(), lens.labels,
+                                               [tok.display_pieces(row.tolist()) for row in top_ids], r.token_id,
+                                               f"Step {i}: logit lens, what each layer would predict "
+                                               f"(bold = '{drawn}', the token drawn)"), key="gen.lens")
 
 
 def compare(g: GenPage) -> None:
     """Two temperatures on the same seed: why low T repeats itself and high T rambles."""
     st.header("Compare two temperatures (same seed, same top-k / top-p)")
     c = st.columns([3, 3, 1])
-    t_left = c[0].select_slider("Left temperature", fs.TEMPERATURES, format_func=fs.temperature_label,
-                                **state.keep("cmp.t_left"))
-    t_right = c[1].select_slider("Right temperature", fs.TEMPERATURES, format_func=fs.temperature_label,
-                                 **state.keep("cmp.t_right"))
+    t_left = c[0].select_slider("Left temperature", sampling_figs.TEMPERATURES, format_func=sampling_figs.temperature_label,
+                                **links.keep("cmp.t_left"))
+    t_right = c[1].select_slider("Right temperature", sampling_figs.TEMPERATURES, format_func=sampling_figs.temperature_label,
+                                 **links.keep("cmp.t_right"))
     clicked = c[2].button("Compare", key="cmp.run", type="primary")
     cols = st.columns(2)
     slots = [col.empty() for col in cols]
@@ -179,17 +181,18 @@ def compare(g: GenPage) -> None:
     show_texts(g, run, slots)
     series = {}
     for col, s, recs in zip(cols, run["settings"], run["samples"]):
-        name = f"T = {fs.temperature_label(s.temperature)}"
+        name = f"T = {sampling_figs.temperature_label(s.temperature)}"
         series[name] = (np.array([x.prob_original for x in recs]), np.exp([x.entropy_after for x in recs]))
-        share = fs.repeated_ngram_share([x.token_id for x in recs])
+        share = sampling_figs.repeated_ngram_share([x.token_id for x in recs])
         col.markdown(f"**{name}** · repeated 3-token sequences: **{share:.0%}** · median model p of the chosen "
                      f"tokens: **{np.median(series[name][0]):.3f}** · median tokens in play: "
                      f"**{np.median(series[name][1]):,.1f}**")
     g = st.columns(2)
-    charts.show(fs.compare_figure({k: v[0] for k, v in series.items()}, "How likely the model found each "
-                "chosen token (T = 1)", "model probability", log=True), key="cmp.prob", where=g[0])
-    charts.show(fs.compare_figure({k: v[1] for k, v in series.items()}, "Tokens really in play at each "
-                "step", "effective choices (e^entropy)", log=True), key="cmp.entropy", where=g[1])
+    charts.show(sampling_figs.compare_figure({k: v[0] for k, v in series.items()},
+                                             "How likely the model found each chosen token (T = 1)",
+                                             "model probability", log=True), key="cmp.prob", where=g[0])
+    charts.show(sampling_figs.compare_figure({k: v[1] for k, v in series.items()}, "Tokens really in play at each step",
+                                             "effective choices (e^entropy)", log=True), key="cmp.entropy", where=g[1])
     st.caption("Low T puts almost all probability on the top token (about one choice in play), so the text "
                "follows the model's favourite path and tends to fall into loops (repeated 3-token sequences). "
                "High T spreads the probability over hundreds of tokens, so it often picks tokens the model "

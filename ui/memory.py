@@ -4,7 +4,7 @@ Streamlit's `cache_resource(max_entries=...)` counts entries, but a GPT-2 trace 
 and one of 5 tokens differ by a factor of 10^4 in size: counting entries cannot keep a shared
 server alive. `ByteLRU` measures what it holds (again on every access, because lazy trace
 entries grow as pages read them) and drops the least recently used values beyond its budget.
-A dropped value is simply recomputed when asked for again. No streamlit here: `ui.state` wraps it.
+A dropped value is simply recomputed when asked for again. No streamlit here: `ui.models` holds the two caches.
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from tfm.loaders.loading import available_devices
 from tfm.loaders.packaged import SMOLLM2_INSTALL, smollm2_path
 from tfm.loaders.spec import ModelSpec, format_spec, parse_spec
 
-from ui import server, state
+from ui import links, models, server
 from ui.rooms import live
 from ui.text import message, plain
 
@@ -72,7 +72,7 @@ def _spec_from_url() -> None:
     else:   # a model known by name: "default", "smollm2"
         st.session_state["sidebar.model_kind"] = spec.kind
     st.session_state["app.model_spec"] = format_spec(spec)
-    state.remember(*PERSISTENT)
+    links.remember(*PERSISTENT)
 
 
 def _show_random(spec: ModelSpec) -> None:
@@ -96,17 +96,17 @@ def _random_config() -> ModelConfig | None:
     base = _base(preset)
     fields = {}
     for name, options in VARIANTS.items():
-        fields[name] = st.selectbox(name.replace("_", " "), options, **state.keep(f"sidebar.{name}"))
+        fields[name] = st.selectbox(name.replace("_", " "), options, **links.keep(f"sidebar.{name}"))
     cols = st.columns(2)
     for i, name in enumerate(SIZES):
         fields[name] = int(cols[i % 2].number_input(name, min_value=1, max_value=SIZE_MAX, step=1,
-                                                    **state.keep(f"sidebar.{name}")))
+                                                    **links.keep(f"sidebar.{name}")))
     cols = st.columns(2)
     for i, (name, (step, fmt, hint)) in enumerate(FLOATS.items()):
         fields[name] = float(cols[i % 2].number_input(name.replace("_", " "), min_value=0.0, step=step, format=fmt,
-                                                      help=hint, **state.keep(f"sidebar.{name}")))
+                                                      help=hint, **links.keep(f"sidebar.{name}")))
     for name, label in FLAGS.items():  # one per line: the labels are too long for two columns
-        fields[name] = st.checkbox(label, **state.keep(f"sidebar.{name}"))
+        fields[name] = st.checkbox(label, **links.keep(f"sidebar.{name}"))
     try:
         cfg = base.replace(**fields)
     except ValueError as e:
@@ -139,24 +139,24 @@ def _within_limits(cfg: ModelConfig) -> ModelConfig | None:
 
 def _apply_preset(only_missing: bool = False) -> None:
     if st.session_state["sidebar.preset"] == CUSTOM:   # nothing to apply: keep the fields as they are
-        state.remember("sidebar.preset")
+        links.remember("sidebar.preset")
         return
     st.session_state.pop("sidebar.base", None)   # the preset is the base again
     cfg = ModelConfig.preset(st.session_state["sidebar.preset"])
     for name in FIELDS:
         if not (only_missing and f"sidebar.{name}" in st.session_state):
             st.session_state[f"sidebar.{name}"] = getattr(cfg, name)
-    state.remember("sidebar.preset", *(f"sidebar.{n}" for n in FIELDS))
+    links.remember("sidebar.preset", *(f"sidebar.{n}" for n in FIELDS))
 
 
 def _use_found_folder() -> None:
     st.session_state["sidebar.folder"] = st.session_state["app.found"].get(st.session_state["sidebar.found"], "")
-    state.remember("sidebar.folder")
+    links.remember("sidebar.folder")
 
 
 def _choose_model() -> None:
-    kind = st.radio("Model", list(KINDS), format_func=KINDS.get, **state.keep("sidebar.model_kind"), horizontal=True)
-    spec = st.session_state.get("app.model_spec", state.default_model_spec())
+    kind = st.radio("Model", list(KINDS), format_func=KINDS.get, **links.keep("sidebar.model_kind"), horizontal=True)
+    spec = st.session_state.get("app.model_spec", models.default_model_spec())
     if kind == "smollm2":
         spec = "smollm2"
         if smollm2_path() is None:
@@ -165,24 +165,24 @@ def _choose_model() -> None:
         else:
             st.caption("SmolLM2-135M-Instruct: pretrained by Hugging Face (Apache-2.0); 4-bit weights expanded to float32.")
     elif kind == "default":
-        spec = state.bundled_model_spec()
+        spec = models.bundled_model_spec()
         if spec != "default":
             st.caption("No bundled model is installed yet: showing a random model of its shape.")
     elif kind == "random":
         with st.expander("Random model config", expanded=True):
             cfg = _random_config()
             st.session_state.setdefault("sidebar.random_seed", 0)
-            seed = st.number_input("init seed", 0, SEED_MAX, **state.keep("sidebar.random_seed"))
+            seed = st.number_input("init seed", 0, SEED_MAX, **links.keep("sidebar.random_seed"))
         if cfg is not None:
             preset = st.session_state["sidebar.preset"]
-            spec = state.random_spec(cfg, int(seed), None if preset == CUSTOM else preset)
+            spec = models.random_spec(cfg, int(seed), None if preset == CUSTOM else preset)
     else:
-        found = st.session_state["app.found"] = state.found_model_folders()
+        found = st.session_state["app.found"] = models.found_model_folders()
         if found:
             st.selectbox("Found models", [""] + list(found), key="sidebar.found", on_change=_use_found_folder,
-                         format_func=state.shown_folder)  # named as the app sees them, not by install path
+                         format_func=models.shown_folder)  # named as the app sees them, not by install path
         folder = st.text_input("Folder or file (tfm; Hugging Face GPT-2, Llama, Qwen2, Mistral or GPT-NeoX; a .gguf "
-                               "file or an Ollama manifest; nanoGPT ckpt.pt)", **state.keep("sidebar.folder"))
+                               "file or an Ollama manifest; nanoGPT ckpt.pt)", **links.keep("sidebar.folder"))
         if folder.strip():
             spec = "path:" + folder.strip()
     st.session_state["app.model_spec"] = spec
@@ -212,17 +212,17 @@ def leave_legacy_pages_mode() -> None:
 def render() -> None:
     """Draw the sidebar and keep the URL in step with it."""
     leave_legacy_pages_mode()
-    state.restore(*PERSISTENT)
+    links.restore(*PERSISTENT)
     _spec_from_url()
-    state.url_init("sidebar.prompt", "prompt", max_chars=None)  # cut below, with a word
-    state.url_init("sidebar.seed", "seed", int, bounds=(0, SEED_MAX))
-    state.url_init("sidebar.device", "device")
-    st.session_state.setdefault("sidebar.model_kind", "smollm2" if state.default_model_spec() == "smollm2" else "default")
+    links.url_init("sidebar.prompt", "prompt", max_chars=None)  # cut below, with a word
+    links.url_init("sidebar.seed", "seed", int, bounds=(0, SEED_MAX))
+    links.url_init("sidebar.device", "device")
+    st.session_state.setdefault("sidebar.model_kind", "smollm2" if models.default_model_spec() == "smollm2" else "default")
     st.session_state.setdefault("sidebar.prompt", default_prompt())
     max_chars = server.limits().max_prompt_chars
     # A link or a paste can carry any length: the widget has no max_chars (the browser would drop
     # a longer paste without a word); it is cut here, before any work, and says so.
-    state.cap_text("sidebar.prompt", "prompt", max_chars)
+    links.cap_text("sidebar.prompt", "prompt", max_chars)
     st.session_state.setdefault("sidebar.seed", 0)
     if st.session_state.get("sidebar.device") not in available_devices():
         if "sidebar.device" in st.session_state:   # only a link can hold another
@@ -231,14 +231,14 @@ def render() -> None:
         st.session_state["sidebar.device"] = available_devices()[-1]
     with st.sidebar:
         _choose_model()
-        st.selectbox("Device", available_devices(), **state.keep("sidebar.device"))
-        st.text_area("Prompt", **state.keep("sidebar.prompt"), height=140,
+        st.selectbox("Device", available_devices(), **links.keep("sidebar.device"))
+        st.text_area("Prompt", **links.keep("sidebar.prompt"), height=140,
                      help="Typed text is always plain text: '<|endoftext|>' here is not the control token.")
-        st.number_input("Seed (sampling)", 0, SEED_MAX, **state.keep("sidebar.seed"))
-    state.remember(*PERSISTENT)
+        st.number_input("Seed (sampling)", 0, SEED_MAX, **links.keep("sidebar.seed"))
+    links.remember(*PERSISTENT)
     ss = st.session_state
-    state.url_set(model=ss["app.model_spec"], prompt=ss["sidebar.prompt"], seed=ss["sidebar.seed"],
-                  device=ss["sidebar.device"], defaults=dict(model=state.default_model_spec(), prompt=default_prompt(),
+    links.url_set(model=ss["app.model_spec"], prompt=ss["sidebar.prompt"], seed=ss["sidebar.seed"],
+                  device=ss["sidebar.device"], defaults=dict(model=models.default_model_spec(), prompt=default_prompt(),
                                                              seed=0, device=available_devices()[-1]))
     live.banner()   # a class room: the teacher's push button, or a student following the teacher
 

@@ -1,60 +1,48 @@
 """Panels of the "Why this token?" page: interventions, neurons, patching, contribution graph.
 
-Each panel reads the engine's numbers through `state.derived` (computed once per process for
-the same model, prompt and settings) and draws them with `tfm.viz.why`.
+Each panel reads the engine's numbers from the page's typed run (`ui.run.PromptRun`: computed
+once per process for the same model, prompt and settings) and draws them with `tfm.viz.why`.
 """
 from __future__ import annotations
+
+from dataclasses import asdict, astuple
 
 import numpy as np
 import pandas as pd
 import streamlit as st
-import torch
 
 from tfm.analysis import attribution, patching
-from tfm.analysis import features as FT
-from tfm.core import edits as E
-from tfm.viz import why as fw
-from ui import charts, state
+from tfm.analysis.features import top_parts
+from tfm.core.plain import escape_markdown
+from tfm.text.token_view import token_labels
+from tfm.viz import why as why_figs
+from ui import charts, links
 from ui.text import message
 
 PATCH_MAX_TOKENS = 128  # patching runs 1 + L*H + L*T rows: bound T before paying for them
-PATCH_EXAMPLE = {"why.clean": "Lily gave the ball to Tom. Then Tom gave it to",
-                 "why.corrupt": "Tom gave the ball to Lily. Then Lily gave it to",
-                 "why.answer": " Lily", "why.wrong": " Tom"}
-# A pretrained model knows the classic name-swap (indirect object identification) pair.
-REAL_PATCH_EXAMPLE = {"why.clean": "When Mary and John went to the store, John gave a drink to",
-                      "why.corrupt": "When Mary and John went to the store, Mary gave a drink to",
-                      "why.answer": " Mary", "why.wrong": " John"}
+PAIR_KEYS = ("why.clean", "why.corrupt", "why.answer", "why.wrong")  # a tfm.analysis.patching.PromptPair's fields
 PATCH_MAX_CHARS = 2_000  # characters of a patching prompt, checked before tokenizing (128 tokens fit)
 GRAPH_WINDOW = 24       # positions drawn in the contribution graph
 
 
-def next_probs(lm, ids: tuple[int, ...], pos: int, heads: tuple, mlps: tuple, neurons: tuple, mode: str):
-    """Next-token probabilities at `pos`, (V,), with the chosen heads / MLPs / neurons ablated."""
-    edits = [E.AblateHead(l, h, mode) for l, h in heads] + [E.AblateMLP(l, mode) for l in mlps]
-    by_layer: dict[int, list[int]] = {}
-    for l, n in neurons:
-        by_layer.setdefault(l, []).append(n)
-    edits += [E.AblateNeurons(l, tuple(ns), mode) for l, ns in by_layer.items()]
-    with torch.inference_mode():
-        h = lm.model.hidden(torch.tensor([ids], device=lm.device), edits=edits)[:, pos]  # (1, D)
-        return lm.model.unembed(h)[0].float().softmax(-1).cpu()
+def opening_pair(run) -> dict:
+    """The patching panel's opening prompts (by `PAIR_KEYS`): the example this model knows."""
+    return dict(zip(PAIR_KEYS, astuple(run.opening_pair())))
 
 
 def compare(run, pos: int, token: int, heads=(), mlps=(), neurons=(), mode="zero", key="why.cmp") -> dict:
     """Before/after next-token distributions side by side; returns the numbers shown."""
-    args = (run.spec, run.device, run.ids, pos)
-    before = state.derived("why.probs", next_probs, *args, (), (), (), "zero")
-    after = state.derived("why.probs", next_probs, *args, tuple(heads), tuple(mlps), tuple(neurons), mode)
+    before = run.ablated_probs(pos)
+    after = run.ablated_probs(pos, heads, mlps, neurons, mode)
     words = attribution.n_words(run.lm)  # padded rows are no token: never listed
     ids = list(dict.fromkeys(before[:words].topk(8).indices.tolist() + after[:words].topk(8).indices.tolist()
                              + [token]))
     pieces = [run.lm.tokenizer.display_piece(i) for i in ids]
     c1, c2 = st.columns(2)
-    c1.metric(f"p({fw.md(pieces[ids.index(token)])}) before", f"{float(before[token]):.4f}")
+    c1.metric(f"p({escape_markdown(pieces[ids.index(token)])}) before", f"{float(before[token]):.4f}")
     c2.metric("after", f"{float(after[token]):.4f}", f"{float(after[token] - before[token]):+.4f}")
-    charts.show(fw.dist_compare(pieces, before[ids].numpy(), after[ids].numpy(),
-                                    f"Next-token probabilities at position {pos}, before and after"), key=key)
+    charts.show(why_figs.dist_compare(pieces, before[ids].numpy(), after[ids].numpy(),
+                                      f"Next-token probabilities at position {pos}, before and after"), key=key)
     return {"tokens": pieces, "ids": ids, "before": before[ids].tolist(), "after": after[ids].tolist()}
 
 
@@ -79,8 +67,7 @@ def ablate_panel(run, pos: int, token: int, n_layer: int, n_head: int) -> dict:
 
 def neuron_panel(run, attr, pos: int, token: int) -> dict:
     tok = run.lm.tokenizer
-    top = state.derived("why.neurons", lambda lm, *a: attribution.top_neurons(lm, attr, k=12),
-                        run.spec, run.device, run.ids, pos, token, attr.versus)
+    top = run.top_neurons(pos, token, attr.versus)
     pieces = lambda ids: " ".join(repr(tok.display_piece(i)) for i in ids[:5])  # noqa: E731
     rows = [{"neuron": f"L{n.layer} N{n.index}", "activation": n.activation, "contribution": n.value,
              "promotes": pieces(n.promotes), "suppresses": pieces(n.suppresses)} for n in top]
@@ -96,11 +83,6 @@ def neuron_panel(run, attr, pos: int, token: int) -> dict:
     return {"top_neurons": rows, "neurons_off": off, **shown}
 
 
-def patch_example(spec: str) -> dict:
-    """The patching panel's opening prompts and answers (what a link without them shows)."""
-    return REAL_PATCH_EXAMPLE if spec == "smollm2" else PATCH_EXAMPLE
-
-
 def patch_panel(run, n_layer: int) -> dict:
     lm, tok = run.lm, run.lm.tokenizer
     st.caption("Run the **clean** prompt and the **corrupted** one; then, one at a time, copy a head's output "
@@ -108,17 +90,16 @@ def patch_panel(run, n_layer: int) -> dict:
                "1 = that patch alone restores the clean answer, 0 = it changes nothing.")
     for key, what, limit in (("why.clean", "clean prompt", PATCH_MAX_CHARS),
                              ("why.corrupt", "corrupted prompt", PATCH_MAX_CHARS),
-                             ("why.answer", "answer token", state.LINK_VALUE_CHARS),
-                             ("why.wrong", "corrupted answer token", state.LINK_VALUE_CHARS)):
-        state.cap_text(key, what, limit)  # before any tokenizing
+                             ("why.answer", "answer token", links.LINK_VALUE_CHARS),
+                             ("why.wrong", "corrupted answer token", links.LINK_VALUE_CHARS)):
+        links.cap_text(key, what, limit)  # before any tokenizing
     c1, c2 = st.columns(2)
     clean = c1.text_input("Clean prompt", key="why.clean")
     corrupt = c2.text_input("Corrupted prompt (same number of tokens)", key="why.corrupt")
     answer = c1.text_input("Answer token (clean)", key="why.answer")
     wrong = c2.text_input("Answer token (corrupted)", key="why.wrong")
-    example = patch_example(run.spec)
-    state.url_set(clean=clean, corrupt=corrupt, answer=answer, wrong=wrong,
-                  defaults={name: example[f"why.{name}"] for name in ("clean", "corrupt", "answer", "wrong")})
+    links.url_set(clean=clean, corrupt=corrupt, answer=answer, wrong=wrong,
+                  defaults=asdict(run.opening_pair()))   # a PromptPair's fields are the link's names
     try:
         a_id = attribution.token_id(tok, answer, attribution.n_words(lm))
         w_id = attribution.token_id(tok, wrong, attribution.n_words(lm))
@@ -130,22 +111,22 @@ def patch_panel(run, n_layer: int) -> dict:
         if a_id == w_id:
             raise ValueError("the two answer tokens are the same: the metric is their logit difference")
         metric = patching.Metric(len(c_ids) - 1, a_id, w_id)
-        res = state.derived("why.patch", lambda m, c, x, mt: patching.patch_prompts(m, c, x, mt),
-                            run.spec, run.device, c_ids, x_ids, metric)
+        res = run.patch_prompts(c_ids, x_ids, metric)
     except ValueError as e:
-        if all(st.session_state.get(k) == v for k, v in PATCH_EXAMPLE.items()):  # untouched: no mistake made
+        if tuple(st.session_state.get(k) for k in PAIR_KEYS) in {astuple(p) for p in patching.EXAMPLES}:  # untouched
             st.info(f"The example does not fit this model's vocabulary ({message(e)}). Type a clean and a "
                     "corrupted prompt whose answers are single tokens of this model.")
         else:
             st.error(message(e))
         return {}
-    st.markdown(f"logit({fw.md(repr(answer))}) − logit({fw.md(repr(wrong))}): clean **{res.clean:.3f}**, corrupted **{res.corrupt:.3f}**.")
-    charts.show(fw.head_heatmap(res.heads.numpy(), "Patching each head's output (all positions)",
-                                    "restored"), key="why.patch_heads")
-    labels = [f"{tok.display_piece(i)} ·{p}" for p, i in enumerate(c_ids)]
-    charts.show(fw.heatmap(res.resid.numpy(), labels, [f"L{l}" for l in range(n_layer)],
-                               "Patching the residual stream entering each layer, one position at a time",
-                               "position (clean token)", "layer", "restored"), key="why.patch_resid")
+    st.markdown(f"logit({escape_markdown(repr(answer))}) − logit({escape_markdown(repr(wrong))}): clean "
+                f"**{res.clean:.3f}**, corrupted **{res.corrupt:.3f}**.")
+    charts.show(why_figs.head_heatmap(res.heads.numpy(), "Patching each head's output (all positions)",
+                                      "restored"), key="why.patch_heads")
+    labels = token_labels(tok, c_ids)
+    charts.show(why_figs.heatmap(res.resid.numpy(), labels, [f"L{l}" for l in range(n_layer)],
+                                 "Patching the residual stream entering each layer, one position at a time",
+                                 "position (clean token)", "layer", "restored"), key="why.patch_resid")
     return {"patching": {"clean": clean, "corrupt": corrupt, "answer": answer, "wrong": wrong,
                          "clean_metric": res.clean, "corrupt_metric": res.corrupt,
                          "heads": res.heads.tolist(), "resid": res.resid.tolist()}}
@@ -153,13 +134,12 @@ def patch_panel(run, n_layer: int) -> dict:
 
 def graph_panel(run, pos: int) -> None:
     start = max(0, pos + 1 - GRAPH_WINDOW)
-    flow = state.derived("why.flow", lambda lm, ids, a, b: attribution.flow(lm, run.trace, a, b),
-                         run.spec, run.device, run.ids, start, pos + 1)
+    flow = run.flow(start, pos + 1)
     thr = st.slider("Show edges of at least this fraction of the largest", 0.0, 1.0, 0.2, 0.05, key="why.threshold")
     st.caption("Edges: how much each layer's heads moved from a source position to a later one "
                "(attention weight × size of the head's value through W_O, summed over heads).")
-    charts.show(fw.flow_graph(flow.numpy(), run.labels[start:pos + 1], thr,
-                                  f"Contribution graph, positions {start}–{pos}"), key="why.graph")
+    charts.show(why_figs.flow_graph(flow.numpy(), run.labels[start:pos + 1], thr,
+                                    f"Contribution graph, positions {start}–{pos}"), key="why.graph")
 
 
 def induction_text(run) -> None:
@@ -167,7 +147,7 @@ def induction_text(run) -> None:
     n = min(40, cfg.context_length // 2)
     if cfg.n_head < 2 or n < 4:
         return
-    c = state.derived("why.induction", lambda lm, k: patching.induction_check(lm, seq_len=k), run.spec, run.device, n)
+    c = run.induction_check(n)
     st.markdown(
         f"**Does ablation find real mechanisms?** On {n} random tokens repeated once, the engine's strongest "
         f"induction head is **L{c.layer} H{c.head}** (score {c.score:.2f}). Loss on the repeated half: "
@@ -176,7 +156,7 @@ def induction_text(run) -> None:
 
 
 def export(numbers: dict) -> None:
-    st.download_button("Download the numbers (.json)", fw.export_json(numbers), file_name="why_this_token.json",
+    st.download_button("Download the numbers (.json)", why_figs.export_json(numbers), file_name="why_this_token.json",
                        mime="application/json", key="why.download", on_click="ignore")
 
 
@@ -188,19 +168,18 @@ def feature_panel(run, attr, pos: int) -> dict:
     """At the SAE's layer: each active feature's direct share of the explained logit, with the
     SAE's error, its bias, the later blocks and the final norm's bias as their own bars."""
     try:
-        fs = state.derived("sae.features", FT.bundled, run.spec, run.device, run.spec)
-    except ValueError as e:
+        run.sae()
+    except ValueError as e:   # no SAE ships for this model
         st.info(message(e))
         return {}
-    fa = state.derived("why.features", lambda lm, ids, p, t, v: FT.feature_attribution(lm, fs.sae, run.trace, ids, p, t, v),
-                       run.spec, run.device, run.ids, pos, attr.token, attr.versus)
-    names, values = fa.parts()
-    st.caption(f"The stream entering block {fa.layer} is what the SAE rewrites as features. Each feature's bar is its "
+    feature_attr = run.feature_attribution(pos, attr.token, attr.versus)
+    names, values, layer = *feature_attr.parts(), feature_attr.layer
+    st.caption(f"The stream entering block {layer} is what the SAE rewrites as features. Each feature's bar is its "
                "activation × its decoder direction, read through the final norm frozen as above; what the SAE "
                "misses (error), its bias, and everything blocks after it wrote are bars too, so all bars add up to "
                f"{attr.target:.4f} (sum {float(values.sum()):.4f}). Open a feature on the Features page.")
-    shown = FT.top_parts(names, values, 16)           # the 16 largest features and always the 4 other terms
-    charts.show(fw.contrib_bars([names[i] for i in shown], as_np(values[shown]),
-                                f"Features at layer {fa.layer} and the rest, toward the token", top=len(shown)),
+    shown = top_parts(names, values, 16)           # the 16 largest features and always the 4 other terms
+    charts.show(why_figs.contrib_bars([names[i] for i in shown], as_np(values[shown]),
+                                      f"Features at layer {layer} and the rest, toward the token", top=len(shown)),
                 key="why.features")
     return {"features": {"names": names, "values": values.tolist()}}

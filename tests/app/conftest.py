@@ -15,7 +15,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from ui import server, state
+from ui import models, server
 
 # Tests keep the bundled model (fast, and its numbers are what they assert); tests of SmolLM2
 # ask for it (server.configure / TFM_DEFAULT_MODEL=smollm2 for a server they start).
@@ -97,7 +97,7 @@ def fresh_caches():
     """The caches are process-wide: each test starts clean, with the default server settings.
     Loaded models stay (loading SmolLM2 is seconds; a model is never mutated, and a spec names
     the same weights in every test: path specs are tmp folders of their own)."""
-    state.clear_caches(keep_models=state.MODELS.nbytes < KEPT_MODEL_BYTES)
+    models.clear_caches(keep_models=models.MODELS.nbytes < KEPT_MODEL_BYTES)
     st.cache_resource.clear()
     st.cache_data.clear()
     server.configure(None)

@@ -26,6 +26,8 @@ class Page:
     model_free: bool = False      # the page ignores the sidebar's model: one cell, on the bundled model
     press: str | None = None      # a button pressed once after the views (its result checked too)
     setup: dict = field(default_factory=dict)  # session settings before the first run
+    example: int | None = None    # charts drawn after pressing its first example button (ui/examples.py),
+    # where the model has one; None: the page offers no examples
 
 
 PAGES: dict[str, Page] = {
@@ -37,24 +39,24 @@ PAGES: dict[str, Page] = {
     "attention": Page(views=(({"attn.mode": "head", "attn.view": "Pattern"}, 1),
                              ({"attn.mode": "mean", "attn.view": "All heads"}, 1),
                              ({"attn.mode": "max", "attn.view": "Head view"}, 1),
-                             ({"attn.mode": "rollout", "attn.view": "Head table"}, 0))),  # a table
+                             ({"attn.mode": "rollout", "attn.view": "Head table"}, 0)), example=1),  # a table
     "positions": Page(),
     "norms": Page(views=(({}, 4),)),
     "shapes": Page(),
-    "logit_lens": Page(),
+    "logit_lens": Page(example=1),
     # Intervene and MLP neurons draw tables until parts are picked; the patching example may not fit a
     # small vocabulary (an info says so), so the last view types answers every byte-level one has.
     "why": Page(views=(*(({"why.tab": t}, 1 if t in ("Attribution", "Attribution vs ablation", "Contribution graph")
                           else 0) for t in WHY_TABS),
                        ({"why.tab": "Activation patching", "why.clean": "a", "why.corrupt": "b",
-                         "why.answer": "c", "why.wrong": "d"}, 2))),  # one byte: one token everywhere
+                         "why.answer": "c", "why.wrong": "d"}, 2)), example=1),  # one byte: one token everywhere
     "next_token": Page(),
     "generate": Page(views=(({"gen.mode": "Plain text"}, 0), ({"gen.mode": "Chat"}, 0)), press="gen.run",
                      setup={"gen.max_new": 3}),  # chat mode shows only where the model has a chat template
     "encdec": Page(views=(({}, 0),), model_free=True),
     "experiments": Page(views=(({}, 6),), model_free=True),
     # The real model and the bundled one ship an SAE; other models get an info saying so.
-    "features": Page(views=(({}, 0),)),
+    "features": Page(views=(({}, 0),), example=3),
     # Non-GGUF models get an info; GGUF kinds draw the stored block (quantizing is a button, not pressed).
     "quant": Page(views=(({}, 0),)),
     "steer": Page(views=(({"steer.source": "Prompt pair"}, 1),), setup={"steer.new": 3}),
@@ -126,6 +128,8 @@ MODELS: dict[str, object] = {
     "bundled": "default",
     "gpt2-padded": random("gpt2"),
     "smollm2-padded": random("smollm2-135m", n_kv_head=2),
+    "smollm2-gqa": random("smollm2-135m", d_model=72, n_head=9, n_kv_head=3),  # SmolLM2's 9 query / 3 k-v heads
+    "mqa": random("smollm2-135m", n_kv_head=1),                # multi-query: every head shares one k-v head
     "qwen2.5-padded": random("qwen2.5-0.5b", n_kv_head=2),
     "pythia-padded": random("pythia-160m"),
     "tiny-vocab": random("tiny"),                              # fewer rows than the tokenizer has ids
@@ -196,7 +200,7 @@ def open_cell(page: str, spec: str | None, params: dict | None = None, setup: di
 
 
 def set_view(at: AppTest, settings: dict) -> AppTest:
-    """Open a tab or mode: its widget's value and the remembered copy pages restore (ui.state.keep)."""
+    """Open a tab or mode: its widget's value and the remembered copy pages restore (ui.links.keep)."""
     for key, value in settings.items():
         at.session_state[key] = value
         at.session_state["keep." + key] = value

@@ -11,7 +11,8 @@ import streamlit
 import torch
 
 from tfm import analysis
-from ui import state
+from tfm.text.token_view import token_labels
+from ui import models
 from tfm.viz.attention import plotly_text
 
 from tests.app.conftest import chart_by_title, charts, decode, open_page
@@ -22,7 +23,7 @@ RTOL, ATOL = 1e-5, 1e-7
 
 def engine(prompt: str):
     """The default model's own forward of the prompt, computed here, not by the page."""
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     ids = lm.tokenizer.encode(prompt)[-lm.config.context_length:]
     with torch.inference_mode():
         out = lm.model(torch.tensor([ids]), trace=True)
@@ -74,7 +75,7 @@ def test_single_head_equals_engine_and_changes_with_layer_and_head():
     fig = single(at)
     assert "Layer 0, head 0" in fig["layout"]["title"]["text"]
     assert_matrix(fig["data"][0]["z"], masked_expected(trace["blocks.0.attn.pattern"][0, 0]))
-    labels = [plotly_text(s) for s in state.token_labels(lm, tuple(ids))]
+    labels = [plotly_text(s) for s in token_labels(lm.tokenizer, ids)]
     assert list(fig["data"][0]["x"]) == labels and list(fig["data"][0]["y"]) == labels
     assert "query" in fig["data"][0]["hovertemplate"] and "key" in fig["data"][0]["hovertemplate"]
     # weight 0 is drawn light and weight 1 dark, whatever plotly.js would make of a scale name
@@ -251,7 +252,7 @@ def test_odd_prompts_are_shown_as_text(prompt):
     assert lm.tokenizer.eot_id not in ids, "typed <|endoftext|> must not become the control token"
     at = open_page("attention", prompt)
     fig = single(at)
-    labels = state.token_labels(lm, tuple(ids))
+    labels = token_labels(lm.tokenizer, ids)
     assert list(fig["data"][0]["x"]) == [plotly_text(s) for s in labels]
     assert not any("<" in s for s in fig["data"][0]["x"]), "a raw '<' would be read by plotly as a tag"
     assert_matrix(fig["data"][0]["z"], masked_expected(trace["blocks.0.attn.pattern"][0, 0]))

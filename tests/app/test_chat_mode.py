@@ -13,7 +13,7 @@ import torch
 import tfm
 from tfm.generation.generate import prepare_prompt
 from tfm.text.chat import ChatMessage, chat_prompt
-from ui import state
+from ui import models
 
 from tests.app.conftest import allow_models, open_page, as_shown
 
@@ -59,7 +59,7 @@ def open_chat(folder, errors_ok=False):
     at.text_input(key="sidebar.folder").set_value(str(folder)).run()
     assert not at.exception, at.exception
     assert errors_ok or not at.error, [e.value for e in at.error]
-    return at, state.load_lm(at.session_state["app.model_spec"], "cpu")
+    return at, models.load_lm(at.session_state["app.model_spec"], "cpu")
 
 
 def chips(at) -> list[tuple[str, int, bool]]:

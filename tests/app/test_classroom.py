@@ -14,7 +14,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from tests.app.conftest import APP, as_shown, charts, decode, open_page
-from ui import server, state
+from ui import models, server
 from ui.rooms import DB_ENV, export, live, rules
 
 
@@ -66,7 +66,7 @@ def histogram(at: AppTest) -> dict[str, int]:
 
 
 def engine_top(prompt: str) -> tuple[str, float, list[str]]:
-    lm = state.load_lm(state.bundled_model_spec(), "cpu")
+    lm = models.load_lm(models.bundled_model_spec(), "cpu")
     ids = lm.tokenizer.prompt_ids(prompt)
     with torch.no_grad():
         logits = lm.model(torch.tensor([ids])).logits[0, -1]
@@ -212,7 +212,7 @@ def test_head_sampling_and_estimate_questions_are_graded_by_the_engine():
     from tfm.generation.sampling import SamplingSettings, next_token
     teacher, code, _ = teacher_room()
     ada = student(code)
-    lm = state.load_lm(state.bundled_model_spec(), "cpu")
+    lm = models.load_lm(models.bundled_model_spec(), "cpu")
     ids = lm.tokenizer.prompt_ids(teacher.session_state["sidebar.prompt"])
     with torch.no_grad():
         out = lm.model(torch.tensor([ids]), trace=True)

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 import tfm
-from ui import server, state
+from ui import cache, models, server
 from ui.heavy import Gate
 
 from tests.app.conftest import allow_models, open_page
@@ -29,7 +29,7 @@ def test_the_same_seed_gives_the_same_text_whatever_else_runs():
     """Streamlit's AppTest swaps process-wide globals on every run (Runtime._instance, the pages
     flag), so it cannot run sessions in parallel: sessions are threads calling what pages call,
     on the shared cached model (bench/bench_load.py drives the real server)."""
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     alone = generate_ids(lm, PROMPTS[0], 7)
     jobs = [(PROMPTS[0], 7)] * 3 + [(p, i) for i, p in enumerate(PROMPTS[1:5])]
     with ThreadPoolExecutor(len(jobs)) as pool:
@@ -40,11 +40,11 @@ def test_the_same_seed_gives_the_same_text_whatever_else_runs():
 
 
 def test_sessions_at_once_each_get_their_own_prompts_trace():
-    spec = state.default_model_spec()
-    lm = state.load_lm(spec, "cpu")
+    spec = models.default_model_spec()
+    lm = models.load_lm(spec, "cpu")
     ids = [tuple(lm.tokenizer.encode(p)) for p in PROMPTS] * 2    # each prompt twice: one compute, one hit
     with ThreadPoolExecutor(8) as pool:
-        outs = list(pool.map(lambda i: state.run_traced(spec, "cpu", i), ids))
+        outs = list(pool.map(lambda i: cache.run_traced(spec, "cpu", i), ids))
     assert len({id(o) for o in outs}) == len(PROMPTS)              # computed once per prompt, then shared
     for i, out in zip(ids, outs):
         with torch.inference_mode():

@@ -12,7 +12,7 @@ from tfm.analysis import positions
 from tfm.analysis import norm_stats, param_counts, residual_norms
 from tfm.core.cache import KVCache
 from tfm.core.model import rope_angles
-from ui import state
+from ui import models
 
 from tests.app.conftest import allow_models, chart_by_title, decode, open_page, use_random
 from tests.app.test_attention import assert_matrix, masked_expected, single
@@ -26,7 +26,7 @@ FAMILY = dict(preset="tiny", d_model=32, n_head=4, n_kv_head=2, pos_encoding="ro
 def family_page(page: str, **extra):
     at = open_page(page, PROMPT)
     use_random(at, **{**FAMILY, **extra})
-    lm = state.load_lm(at.session_state["app.model_spec"], "cpu")
+    lm = models.load_lm(at.session_state["app.model_spec"], "cpu")
     cfg = lm.config
     assert (cfg.n_head, cfg.n_kv_head, cfg.rotary_dim, cfg.d_head, cfg.parallel_block) == (4, 2, 4, 8, True)
     ids = lm.tokenizer.encode(PROMPT)[-cfg.context_length:]
@@ -105,7 +105,7 @@ def test_a_hugging_face_llama_folder_opens_on_the_attention_page(tmp_path):
     at.text_input(key="sidebar.folder").set_value(str(folder)).run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
-    lm = state.load_lm(at.session_state["app.model_spec"], "cpu")
+    lm = models.load_lm(at.session_state["app.model_spec"], "cpu")
     assert lm.config.n_kv_head == 2 and lm.meta["source_format"] == "huggingface-llama"
     ids = lm.tokenizer.encode(PROMPT)
     with torch.inference_mode():

@@ -10,7 +10,7 @@ from tfm.analysis import attribution
 from tfm.analysis import features as FT
 from tfm.analysis import steering
 from tfm.analysis.sae import stream_at
-from ui import state
+from ui import models
 
 from tests.app.conftest import as_shown, chart_by_title, decode, open_page, use_random
 
@@ -24,7 +24,7 @@ def _ok(at):
 
 
 def _engine():
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     ids = lm.tokenizer.prompt_ids(PROMPT)
     return lm, ids, FT.bundled(lm, "default")
 

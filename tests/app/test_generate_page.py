@@ -14,7 +14,7 @@ import tfm
 from tfm.analysis import logit_lens
 from tfm.generation.generate import prepare_prompt
 from tfm.viz import sampling as fs
-from ui import server, sidebar, state
+from ui import models, server, sidebar
 
 from tests.app.conftest import as_shown, chart_by_title, decode, open_page
 
@@ -22,7 +22,7 @@ PROMPT = sidebar.DEFAULT_PROMPT
 
 
 def model():
-    return state.load_lm(state.default_model_spec(), "cpu")
+    return models.load_lm(models.default_model_spec(), "cpu")
 
 
 def configure(at, max_new=8, t=0.9, k=50, p=0.9, n=1):
@@ -206,7 +206,7 @@ def test_the_page_generates_through_the_shared_batcher_and_without_it_the_same_t
     at = open_page("generate")
     configure(at, max_new=10, n=2)
     batched = generate(at)
-    b = state._BATCHERS[(state.default_model_spec(), "cpu")]
+    b = models._BATCHERS[(models.default_model_spec(), "cpu")]
     assert b.steps > 0 and b.widest == 2 and b.load() == (0, 0)   # both samples were rows of one step
     solo = [engine(max_new=10, seed=s) for s in (0, 1)]
     assert batched == [[s.token_id for s in steps] for steps in solo]

@@ -70,10 +70,10 @@ def test_without_the_package_the_choice_says_how_to_install(monkeypatch):
 
 def test_ollama_models_are_offered_by_name_not_hash(tmp_path):
     from tests.test_gguf_hostile import ollama_folder
-    from ui import state
+    from ui import models
     good = write_model(tmp_path / "good.gguf", vocab=bytelevel_vocab())
     root = ollama_folder(tmp_path / "root" / "ollama", good, {"registry.ollama.ai/library/tiny/latest": "sha256:" + "a" * 64})
     allow_models(tmp_path / "root")
-    found = state.found_model_folders()
+    found = models.found_model_folders()
     assert found["tiny:latest (Ollama)"] == str(root / "manifests/registry.ollama.ai/library/tiny/latest")
     assert not any("sha256" in label for label in found)

@@ -22,7 +22,7 @@ from tfm.analysis import attribution
 from tfm.core import edits as E
 from tfm.generation.generate import prepare_prompt
 from tfm.loaders.packaged import smollm2_path
-from ui import state
+from ui import models
 
 # Pages whose link carries both a layer and a head (tests/app/matrix.py lists every link parameter).
 LINK_PAGES = sorted({p for p, k, _ in LINK_PARAMS if k == "layer"} & {p for p, k, _ in LINK_PARAMS if k == "head"})
@@ -42,7 +42,7 @@ def sharing(h: int, n_head: int, n_kv: int) -> str:
 @functools.cache
 def traced(spec: str):
     """The model, the prompt's ids as the pages take them, and an eager trace of them."""
-    lm = state.load_lm(spec, "cpu")
+    lm = models.load_lm(spec, "cpu")
     ids = prepare_prompt(lm, PROMPT, room=0).ids
     with torch.inference_mode():
         return lm, ids, lm.model(torch.tensor([ids]), trace=True, lazy=False).trace

@@ -1,7 +1,7 @@
 """A model folder whose files are hostile (issue #40), as a browser meets it: a link or the
 sidebar opening it gets one clear message naming the file, never an exception box. Before,
 a config.json of `"[" * 200000 + "]" * 200000` raised RecursionError through
-`ui.state.active_model` (which catches ValueError and the OS errors) and the page showed
+`ui.model_run.active_model` (which catches ValueError and the OS errors) and the page showed
 Streamlit's redacted exception."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from ui import state
+from ui import models
 
 from tests.app.conftest import APP, AppTest, allow_models, open_page
 from tests.test_hostile_files import DEEP, write_folders
@@ -58,7 +58,7 @@ def test_a_link_to_a_hostile_folder_says_which_file_and_why(folders, tmp_path, c
 def test_the_sidebar_opening_a_hostile_folder_keeps_the_previous_model(folders, tmp_path):
     folder, words = hostile(folders, tmp_path, "nested config.json")
     at = open_page("tokens", PROMPT)
-    default_ids = state.load_lm(state.default_model_spec(), "cpu").tokenizer.encode(PROMPT)
+    default_ids = models.load_lm(models.default_model_spec(), "cpu").tokenizer.encode(PROMPT)
     assert shown_ids(at) == default_ids
     at.radio(key="sidebar.model_kind").set_value("folder").run()
     at.text_input(key="sidebar.folder").set_value(str(folder)).run()

@@ -4,35 +4,12 @@ value in any Markdown the page renders, every message bounded, and the session s
 One session per (page, value) carries that value in all of the page's parameters at once."""
 from __future__ import annotations
 
-import re
-
 import pytest
 
+from tests.app.judge import long_messages, markup_problems, own_markup
 from tests.app.matrix import HOSTILE, LINK_PARAMS, open_cell
 
 PAGES = sorted({page for page, _, _ in LINK_PARAMS})
-MAX_MESSAGE = 1_000  # characters of any alert or caption (the values are cut to ~80 + their length)
-# Markup that would draw a link, an image or HTML once escaped characters are taken out.
-MARKUP = re.compile(r"\]\(|<img|<a\s|https?://|www\.|\w@\w|<https")  # (a zero-width space breaks the last three)
-MARKDOWN_KINDS = ("error", "warning", "info", "success", "caption", "markdown", "toast", "exception")
-
-
-def rendered(at) -> list[str]:
-    """The Markdown source of every element that renders Markdown, with the value's own text."""
-    out = []
-    for kind in MARKDOWN_KINDS:
-        out += [str(getattr(el, "value", "")) for el in at.get(kind)]
-    return out
-
-
-def unescaped(source: str) -> str:
-    """What Markdown acts on: a backslash-escaped character is plain text, so drop it."""
-    return re.sub(r"\\.", "", source)
-
-
-def own_markup(at) -> set[str]:
-    """Markup the page writes itself (its own links, if any), seen with a harmless link."""
-    return {m.group(0) for text in rendered(at) for m in MARKUP.finditer(unescaped(text))}
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +25,8 @@ def test_hostile_value_in_every_parameter_of_the_page(page, name, baseline):
     params = {param: prefix + value for p, param, prefix in LINK_PARAMS if p == page}
     at = open_cell(page, None, params=params)
     assert not at.exception, (page, name, [e.value for e in at.exception])
-    for text in rendered(at):
-        found = {m.group(0) for m in MARKUP.finditer(unescaped(text))} - baseline[page]
-        assert not found, (page, name, found, text[:300])
-    for el in [*at.error, *at.warning, *at.info, *at.caption]:
-        assert len(el.value) <= MAX_MESSAGE, (page, name, len(el.value), el.value[:200])
+    assert not markup_problems(at, baseline[page]), (page, name, markup_problems(at, baseline[page]))
+    assert not long_messages(at), (page, name, long_messages(at))
     at.run()  # the session still serves
     assert not at.exception, (page, name, [e.value for e in at.exception])
 

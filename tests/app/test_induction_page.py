@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from tfm.teach.lessons import LessonSettings, probe_tokens
-from ui import state
+from ui import cache
 
 from tests.app.conftest import chart_by_title, decode, open_page
 
@@ -15,7 +15,7 @@ def test_training_on_the_page_shows_scores_and_patterns_of_the_run():
     assert at.slider(key="lesson.steps").value == LessonSettings().steps
     at.button(key="lesson.train").click().run()                      # the default run: the head forms
     assert not at.exception, at.exception
-    res = state.finished(("induction", LessonSettings(seed=0)))
+    res = cache.finished(LessonSettings(seed=0))
     assert res is not None and len(res.losses) == LessonSettings().steps
     step, layer, head = res.formed_at()
     sentence = at.success[0].value
@@ -35,4 +35,4 @@ def test_training_on_the_page_shows_scores_and_patterns_of_the_run():
     z = decode(chart_by_title(at, f"Step {res.snapshots[0].step}: layer {layer} head {head}")["data"][0]["z"])
     np.testing.assert_allclose(z, res.snapshots[0].patterns[layer, head].numpy(), rtol=1e-6)
     at.button(key="lesson.train").click().run()                      # a finished run is reused, not retrained
-    assert state.finished(("induction", LessonSettings(seed=0))) is res
+    assert cache.finished(LessonSettings(seed=0)) is res

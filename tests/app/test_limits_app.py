@@ -11,7 +11,8 @@ import pytest
 import tfm
 from tfm.core.config import ModelConfig
 from tfm.loaders.weights import save_model
-from ui import state
+from ui import server
+from ui.models import default_model_spec, load_lm, random_spec
 
 from tests.app.conftest import APP, AppTest, allow_models, open_page, use_random
 
@@ -20,7 +21,7 @@ OUTSIDE = "is not inside a model folder this server allows"
 
 
 def default_ids(text: str = PROMPT) -> list[int]:
-    return state.load_lm(state.default_model_spec(), "cpu").tokenizer.encode(text)
+    return load_lm(default_model_spec(), "cpu").tokenizer.encode(text)
 
 
 def shown_ids(at: AppTest) -> list[int]:
@@ -77,7 +78,7 @@ def test_a_folder_outside_the_roots_gets_one_message(probe):
                                            "this server allows (assets/models, models); "
                                            "put the model in one of those folders, or start the app with its folder "
                                            "allowed (README, 'Running for a class')")
-    assert str(state.server.APP_ROOT) not in " ".join(errors(at)), "no server path the user did not type"
+    assert str(server.APP_ROOT) not in " ".join(errors(at)), "no server path the user did not type"
     assert not any(w in " ".join(errors(at)) for w in ("does not exist", "is a file", "is not a model folder"))
     assert any("previous model" in i.value for i in at.info)
     assert shown_ids(at) == default_ids()
@@ -120,7 +121,7 @@ def link(page: str, **params) -> AppTest:
 
 def test_a_link_with_a_huge_random_model_opens_the_default():
     cfg = ModelConfig.preset("gpt2", n_layer=1000, d_model=65536, n_head=64, vocab_size=1_000_000)
-    at = link("tokens", model=state.random_spec(cfg, seed=0))
+    at = link("tokens", model=random_spec(cfg, seed=0))
     assert any("The link's random model was not built" in e and "parameters" in e for e in errors(at)), errors(at)
     assert at.radio(key="sidebar.model_kind").value == "default"
     assert shown_ids(at) == default_ids()
@@ -128,7 +129,7 @@ def test_a_link_with_a_huge_random_model_opens_the_default():
 
 def test_a_link_with_sizes_beyond_the_widgets_or_a_bad_seed_opens_the_default():
     cfg = ModelConfig.preset("tiny", vocab_size=151_936, d_model=2)   # Qwen2.5's vocabulary: the widget holds it
-    at = link("tokens", model=state.random_spec(cfg, seed=0))
+    at = link("tokens", model=random_spec(cfg, seed=0))
     assert not errors(at) and at.number_input(key="sidebar.vocab_size").value == 151_936, errors(at)
     spec = "random:" + json.dumps({"config": ModelConfig.preset("tiny").to_dict(), "seed": 2**40})
     at = link("tokens", model=spec, seed=str(10**12))

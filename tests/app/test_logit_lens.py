@@ -8,13 +8,13 @@ import numpy as np
 import torch
 
 from tfm.analysis import logit_lens
-from ui import sidebar, state
+from ui import models, sidebar
 
 from tests.app.conftest import chart_by_title, decode, open_page
 
 
 def expected(prompt: str):
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     ids = lm.tokenizer.encode(prompt)[-lm.config.context_length:]
     with torch.inference_mode():
         out = lm.model(torch.tensor([ids]), trace=True)

@@ -14,7 +14,7 @@ import torch
 
 from tfm import analysis
 from tfm.core.lazy import LazyTrace
-from ui import memory, state
+from ui import cache, memory, models
 
 from tests.app.conftest import chart_by_title, charts, decode, open_page, use_random
 
@@ -31,7 +31,7 @@ def long_text(lm, n_tokens: int) -> str:
 def open_long(page: str, fields: dict, n_tokens: int):
     at = open_page()
     use_random(at, preset="gpt2", **fields)
-    lm = state.load_lm(at.session_state["app.model_spec"], "cpu")
+    lm = models.load_lm(at.session_state["app.model_spec"], "cpu")
     at.switch_page(f"pages/{page}.py")
     at.text_area(key="sidebar.prompt").set_value(long_text(lm, n_tokens)).run()
     assert not at.exception, at.exception
@@ -62,7 +62,7 @@ def small():
         mp.setenv("TFM_EAGER_TRACE_BYTES", "1")
         at, lm, ids = open_long("attention", SMALL, 250)
         assert {k: getattr(lm.config, k) for k in SMALL} == SMALL and len(ids) > 200  # the sidebar built it
-        assert isinstance(state.run_traced(at.session_state["app.model_spec"], "cpu", ids), LazyTrace)
+        assert isinstance(cache.run_traced(at.session_state["app.model_spec"], "cpu", ids), LazyTrace)
         yield at, lm, ids, eager(lm, ids)
 
 
@@ -131,7 +131,7 @@ def test_every_page_renders_and_the_cache_holds_less_than_the_eager_trace(small)
     for page in ("positions", "shapes", "next_token", "generate", "tokens", "home", "attention"):
         at.switch_page(f"pages/{page}.py").run()
         assert not at.exception, (page, at.exception)
-    held = sum(size for key, size in state.PROMPTS.sizes().items() if ids in key)
+    held = sum(size for key, size in models.PROMPTS.sizes().items() if ids in key)
     assert 0 < held < memory.sizeof(tr)
 
 
@@ -145,7 +145,7 @@ def test_gpt2_small_at_1024_tokens_attention_page():
     at.select_slider(key="attn.layer").set_value(7)
     at.select_slider(key="attn.head").set_value(5).run()
     assert not at.exception, at.exception
-    trace = state.run_traced(at.session_state["app.model_spec"], "cpu", ids)
+    trace = cache.run_traced(at.session_state["app.model_spec"], "cpu", ids)
     np.testing.assert_allclose(heatmap_z(at), masked(trace.pattern(7)[5, 960:, 960:]),
                                rtol=1e-5, atol=1e-7, equal_nan=True)
     assert time.perf_counter() - t0 < 600  # a hang, not a timing target

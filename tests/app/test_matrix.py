@@ -12,7 +12,7 @@ from tfm.loaders.spec import format_spec, parse_spec
 from ui.nav import SECTIONS
 
 from tests.app.conftest import allow_models, charts
-from tests.app.matrix import EXPECTED, MODELS, PAGES, open_cell, set_view, spec_of
+from tests.app.matrix import EXPECTED, MODELS, PAGES, PROMPT, open_cell, set_view, spec_of
 
 MODEL_PAGES = [page for page, p in PAGES.items() if not p.model_free]
 
@@ -51,6 +51,11 @@ def walk(at, page: str, kind: str) -> None:
     if p.press and not EXPECTED.get((page, kind)):
         at.button(key=p.press).click().run()
         check(at, page, kind, {"pressed": p.press}, p.views[-1][1])
+    example = f"{page}.example.0"
+    if p.example is not None and not EXPECTED.get((page, kind)) and any(b.key == example for b in at.button):
+        at.button(key=example).click().run()     # a prompt measured on this model, and the page's settings
+        check(at, page, kind, {"pressed": example}, p.example)
+        at.session_state["sidebar.prompt"] = at.session_state["keep.sidebar.prompt"] = PROMPT  # the next page's
 
 
 @pytest.mark.parametrize("kind", list(MODELS))

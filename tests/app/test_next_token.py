@@ -10,7 +10,7 @@ import torch
 
 from tfm.core.model import GPT
 from tfm.generation.sampling import breakdown
-from ui import sidebar, state
+from ui import models, sidebar
 
 from tests.app.conftest import chart_by_title, decode, open_page
 
@@ -21,7 +21,7 @@ def engine_logits(prompt: str) -> torch.Tensor:
     """Last-position logits straight from the default model (not through the app's cache), from a
     traced forward like the app's: the untraced path may use a fused attention kernel whose
     last bits differ."""
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     with torch.inference_mode():
         return lm.model(torch.tensor([lm.tokenizer.encode(prompt)]), trace=True).logits[0, -1].float()
 
@@ -119,7 +119,7 @@ def test_link_values_are_clamped_and_bad_prompts_show_as_text():
     at.switch_page("pages/next_token.py").run()
     assert not at.exception, at.exception
     assert at.select_slider(key="next.temperature").value in (0.5, 0.6)
-    vocab = state.load_lm(state.default_model_spec(), "cpu").tokenizer.vocab_size
+    vocab = models.load_lm(models.default_model_spec(), "cpu").tokenizer.vocab_size
     assert at.number_input(key="next.top_k").value == vocab
     assert at.slider(key="next.top_p").value == 1.0
     prompt = "<img src=x onerror=alert(1)> 🙂 漢字 <|endoftext|>"
@@ -127,7 +127,7 @@ def test_link_values_are_clamped_and_bad_prompts_show_as_text():
     assert not at.exception, at.exception
     chart = read_chart(at)
     title = chart["fig"]["layout"]["xaxis"]["title"]["text"]
-    tok = state.load_lm(state.default_model_spec(), "cpu").tokenizer
+    tok = models.load_lm(models.default_model_spec(), "cpu").tokenizer
     end = "".join(tok.display_pieces(tok.encode(prompt)[-6:]))
     assert "&gt;" in html.escape(end) and html.escape(end) in title  # the prompt's end, escaped
     assert "<" not in title.split("after")[1].replace("</sup>", "")

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from tfm.analysis import norms as tfm_norms
 from tfm.analysis import norm_stats, residual_norms
-from ui import state
+from ui import models
 
 from tests.app.conftest import chart_by_title, charts, decode, open_page, use_random
 
@@ -20,7 +20,7 @@ PROMPT = "The cat sat on the mat. The cat sat on the"
 
 def engine(at):
     """The page's model (the same cached object), its prompt ids and a trace computed here."""
-    lm = state.load_lm(at.session_state["app.model_spec"], "cpu")
+    lm = models.load_lm(at.session_state["app.model_spec"], "cpu")
     ids = lm.tokenizer.encode(at.session_state["sidebar.prompt"])[-lm.config.context_length:]
     with torch.no_grad():
         trace = lm.model(torch.tensor([ids]), trace=True).trace

@@ -8,13 +8,13 @@ import numpy as np
 import torch
 
 import tfm.viz as viz
-from ui import state
+from ui import models
 
 from tests.app.conftest import chart_by_title, decode, open_page
 
 
 def prompt_run(at):
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     ids = lm.tokenizer.prompt_ids(at.text_area(key="sidebar.prompt").value)
     with torch.inference_mode():
         return lm, ids, lm.model(torch.tensor([ids]), trace=True).trace

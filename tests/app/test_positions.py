@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from tfm.analysis import positions
 from tfm.core.model import rope_angles, sinusoidal_table
-from ui import state
+from ui import models
 
 from tests.app.conftest import chart_by_title, charts, decode, open_page, use_random
 
@@ -21,7 +21,7 @@ PROMPT = "The cat sat on the mat. The cat sat on the"
 
 def engine(at):
     """The page's model (the same cached object) and its prompt ids, computed here."""
-    lm = state.load_lm(at.session_state["app.model_spec"], "cpu")
+    lm = models.load_lm(at.session_state["app.model_spec"], "cpu")
     ids = lm.tokenizer.encode(at.session_state["sidebar.prompt"])[-lm.config.context_length:]
     return lm, ids
 

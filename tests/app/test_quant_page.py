@@ -16,7 +16,7 @@ from tests.gguf_files import bytelevel_vocab, write_model
 from tfm.analysis import quant
 from tfm.generation.generate import prepare_prompt
 from tfm.loaders.gguf_file import read_gguf
-from ui import server, state
+from ui import cache, models, server
 
 PROMPT = "the cat sat on the mat"
 
@@ -34,7 +34,7 @@ def open_quant(path):
     at.text_input(key="sidebar.folder").set_value(str(path)).run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
-    return at, state.load_lm(at.session_state["app.model_spec"], "cpu")
+    return at, models.load_lm(at.session_state["app.model_spec"], "cpu")
 
 
 def test_tables_block_and_requantized_comparison(gguf_file):
@@ -90,7 +90,7 @@ def test_a_requantized_model_is_not_kept_in_the_shared_cache(gguf_file, monkeypa
     requantize = quant.requantize
     monkeypatch.setattr(quant, "requantize", lambda *a, **k: made.append(a[1]) or requantize(*a, **k))
     at, lm = open_quant(gguf_file)
-    cached = state.PROMPTS.nbytes + state.MODELS.nbytes
+    cached = models.PROMPTS.nbytes + models.MODELS.nbytes
     for qtype in ("Q5_1", "Q4_0"):
         at.selectbox(key="quant.target").set_value(qtype).run()
         at.button(key="quant.run").click().run()
@@ -100,8 +100,8 @@ def test_a_requantized_model_is_not_kept_in_the_shared_cache(gguf_file, monkeypa
         at.slider(key="quant.head").set_value(head).run()
         assert not at.exception, at.exception
     assert made == ["Q5_1", "Q4_0"]                       # once per type, none for the sliders
-    grown = state.PROMPTS.nbytes + state.MODELS.nbytes - cached
-    assert 0 < grown < quant.copy_bytes(lm) / 4, (grown, state.PROMPTS.sizes())
+    grown = models.PROMPTS.nbytes + models.MODELS.nbytes - cached
+    assert 0 < grown < quant.copy_bytes(lm) / 4, (grown, models.PROMPTS.sizes())
     ids = prepare_prompt(lm, PROMPT, room=0, max_tokens=48).ids
     monkeypatch.undo()
     want = quant.compare(lm, quant.requantize(lm, "Q4_0"), ids, 1, 3)
@@ -132,7 +132,7 @@ def test_two_sessions_requantizing_at_once_hold_one_copy_at_a_time(gguf_file, mo
     results = {}
 
     def session(qtype):
-        results[qtype] = state.derived("quant.effects", quant.requantized_effects, spec, "cpu", qtype, ids, alone=True)
+        results[qtype] = cache.derived("quant.effects", quant.requantized_effects, spec, "cpu", qtype, ids, alone=True)
     threads = [threading.Thread(target=session, args=(q,)) for q in ("Q8_0", "Q4_0")]
     for t in threads:
         t.start()

@@ -10,7 +10,7 @@ import torch
 from tfm.analysis import shapes as tfm_shapes
 from tfm.analysis import param_counts
 from tfm.core.cache import KVCache
-from ui import state
+from ui import models
 from tfm.viz.shapes import dims
 
 from tests.app.conftest import chart_by_title, decode, open_page, use_random
@@ -20,7 +20,7 @@ PROMPT = "The cat sat on the mat. The cat sat on the"
 
 
 def engine(at):
-    lm = state.load_lm(at.session_state["app.model_spec"], "cpu")
+    lm = models.load_lm(at.session_state["app.model_spec"], "cpu")
     ids = lm.tokenizer.encode(at.session_state["sidebar.prompt"])[-lm.config.context_length:]
     return lm, ids
 

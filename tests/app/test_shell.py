@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tfm.core.config import ModelConfig
-from ui import state
+from ui import models
 
 from tests.app.conftest import charts, decode, open_page, allow_models, AppTest, APP
 
@@ -35,13 +35,13 @@ def test_prompt_is_kept_across_page_switches():
         at.switch_page(f"pages/{page}.py").run()
         assert not at.exception, at.exception
         assert at.text_area(key="sidebar.prompt").value == prompt
-    ids = state.load_lm(state.default_model_spec(), "cpu").tokenizer.encode(prompt)
+    ids = models.load_lm(models.default_model_spec(), "cpu").tokenizer.encode(prompt)
     assert at.dataframe[0].value["id"].tolist() == ids
 
 
 def test_link_opens_the_same_view():
     """model=, prompt=, layer=, head= in the URL: a fresh session shows that model and head."""
-    spec = state.random_spec(ModelConfig.preset("tiny"), seed=3)
+    spec = models.random_spec(ModelConfig.preset("tiny"), seed=3)
     prompt = "Links open the same view."
     at = AppTest.from_file(APP, default_timeout=120)
     for name, value in {"model": spec, "prompt": prompt, "layer": "1", "head": "1"}.items():
@@ -51,7 +51,7 @@ def test_link_opens_the_same_view():
     assert at.radio(key="sidebar.model_kind").value == "random"
     assert at.text_area(key="sidebar.prompt").value == prompt
     assert at.select_slider(key="attn.layer").value == 1 and at.select_slider(key="attn.head").value == 1
-    lm = state.load_lm(spec, "cpu")
+    lm = models.load_lm(spec, "cpu")
     ids = lm.tokenizer.encode(prompt)[-lm.config.context_length:]
     with torch.inference_mode():
         expected = lm.model(torch.tensor([ids]), trace=True).trace["blocks.1.attn.pattern"][0, 1].numpy().copy()
@@ -68,7 +68,7 @@ def test_link_with_out_of_range_layer_is_clamped():
     at.query_params["head"] = "-4"
     at.switch_page("pages/attention.py").run()
     assert not at.exception, at.exception
-    n_layer = state.load_lm(state.default_model_spec(), "cpu").config.n_layer
+    n_layer = models.load_lm(models.default_model_spec(), "cpu").config.n_layer
     assert at.select_slider(key="attn.layer").value == n_layer - 1
     assert at.select_slider(key="attn.head").value == 0
 
@@ -83,7 +83,7 @@ def test_a_folder_that_is_not_a_model_keeps_the_previous_model(tmp_path):
     assert not at.exception, at.exception
     assert any("not a model folder" in e.value for e in at.error), [e.value for e in at.error]
     assert any("previous model" in i.value for i in at.info)
-    tok = state.load_lm(state.default_model_spec(), "cpu").tokenizer
+    tok = models.load_lm(models.default_model_spec(), "cpu").tokenizer
     at.text_area(key="sidebar.prompt").set_value(prompt + " And more.").run()
     assert not at.exception, at.exception
     assert at.dataframe[0].value["id"].tolist() == tok.encode(prompt + " And more.")
@@ -99,7 +99,7 @@ def test_empty_prompt_shows_what_to_do(page):
 
 def test_too_long_prompt_is_cut_from_the_left():
     prompt = " ".join(f"{(i * 7919) % 10007}x{i % 13}" for i in range(400))
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     ids = lm.tokenizer.encode(prompt)
     assert len(ids) >= 2000
     at = open_page("tokens", prompt)
@@ -113,7 +113,7 @@ def test_too_long_prompt_is_cut_from_the_left():
 
 def test_home_names_the_models_own_heads_and_opens_the_induction_head():
     from tfm import analysis
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     with torch.inference_mode():
         scores = analysis.induction_probe(lm.model, seq_len=40, bos=lm.tokenizer.eot_id)
     (pl, ph, pv), (il, ih, iv) = (analysis.top_head(scores[k]) for k in ("previous_token", "induction"))

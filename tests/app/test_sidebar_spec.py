@@ -6,7 +6,7 @@ import json
 
 from tfm.core.config import ModelConfig
 from tfm.loaders.spec import format_spec, parse_spec, random_spec
-from ui import state
+from ui import models
 from ui.sidebar import FIELDS
 
 from tests.app.conftest import APP, AppTest, as_shown, use_random
@@ -29,7 +29,7 @@ def shown(at: AppTest, cfg: ModelConfig, preset: str) -> None:
     assert at.selectbox(key="sidebar.preset").value == preset
     for name in FIELDS:
         assert at.session_state[f"sidebar.{name}"] == getattr(cfg, name), name
-    lm = state.load_lm(at.session_state["app.model_spec"], "cpu")
+    lm = models.load_lm(at.session_state["app.model_spec"], "cpu")
     assert lm.config == cfg
     assert at.dataframe[0].value["id"].tolist() == lm.tokenizer.encode(PROMPT)
 
@@ -74,4 +74,4 @@ def test_a_bad_or_oversized_link_spec_says_why_and_opens_the_default():
         warnings = [w.value for w in at.warning if "The link's model setting could not be read" in w.value]
         assert len(warnings) == 1 and why in as_shown(warnings[0]), [w.value for w in at.warning]
         assert at.radio(key="sidebar.model_kind").value == "default"
-        assert at.session_state["app.model_spec"] == state.default_model_spec()
+        assert at.session_state["app.model_spec"] == models.default_model_spec()

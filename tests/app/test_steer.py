@@ -12,8 +12,8 @@ from tfm.analysis import features as FT
 from tfm.analysis import steer_calibrate as calib
 from tfm.analysis import steering
 from tfm.generation.generate import prepare_prompt
-from tfm.viz.why import md
-from ui import state
+from tfm.core.plain import escape_markdown
+from ui import models
 
 from tests.app.conftest import chart_by_title, decode, open_page, use_random
 
@@ -28,11 +28,11 @@ def _ok(at):
 
 def _shown(text: str) -> str:
     """A text as the page shows it, whitespace runs as one space (Streamlit trims blank lines)."""
-    return " ".join(md(text).split())
+    return " ".join(escape_markdown(text).split())
 
 
 def _lm():
-    return state.load_lm(state.default_model_spec(), "cpu")
+    return models.load_lm(models.default_model_spec(), "cpu")
 
 
 def test_the_page_opens_where_the_calibration_of_this_model_says():
@@ -137,4 +137,4 @@ def test_bad_input_one_message():
     at.radio(key="steer.source").set_value("SAE feature")
     _ok(at)
     assert any("Cannot measure where steering works" in w.value for w in at.warning)  # a 32-token context
-    assert len(at.error) == 1 and "no sparse autoencoder ships for this model" in at.error[0].value
+    assert not at.error and "no sparse autoencoder ships for this model" in at.info[0].value

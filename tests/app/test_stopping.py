@@ -15,8 +15,8 @@ from tfm.analysis import steer_calibrate as calib
 from tfm.analysis import steering
 from tfm.core.cancel import Cancelled
 from tfm.generation.generate import Generation
-from tfm.viz.why import md
-from ui import state, stopping
+from tfm.core.plain import escape_markdown
+from ui import cache, models, stopping
 
 from tests.app.conftest import open_page
 from tests.test_app_cache import Waiter
@@ -68,9 +68,9 @@ class Slow:
 
 
 def test_a_steering_text_goes_on_while_another_session_waits_and_stops_when_none_does(monkeypatch):
-    """Sessions as threads calling what the page calls (`state.derived(..., stoppable=True)`),
+    """Sessions as threads calling what the page calls (`cache.derived(..., stoppable=True)`),
     each with its own "my page moved on" flag in place of its script run's."""
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     vec = steering.pair_vector(lm, " happy", " sad", lm.config.n_layer // 2)
     slow, left, new = Slow(0.05), {}, 8
     monkeypatch.setattr(steering, "generate", slow)
@@ -83,7 +83,7 @@ def test_a_steering_text_goes_on_while_another_session_waits_and_stops_when_none
         def run():
             left[threading.get_ident()] = flag
             try:
-                out.append(state.derived("test.texts", texts, state.default_model_spec(), "cpu", strength,
+                out.append(cache.derived("test.texts", texts, models.default_model_spec(), "cpu", strength,
                                          stoppable=True))
             except Cancelled as e:
                 out.append(e)
@@ -103,10 +103,10 @@ def test_a_steering_text_goes_on_while_another_session_waits_and_stops_when_none
         if both_leave:
             b.left.set()
         ta.join(30), tb.join(30)
-        key = ("derived", state.default_model_spec(), "cpu", "test.texts", strength)
+        key = ("derived", models.default_model_spec(), "cpu", "test.texts", strength)
         if both_leave:
             assert isinstance(out_a[0], Cancelled) and isinstance(out_b[0], Cancelled)
-            assert len(slow.made) < 2 * new and key not in state.PROMPTS.keys()
+            assert len(slow.made) < 2 * new and key not in models.PROMPTS.keys()
         else:
             monkeypatch.setattr(steering, "generate", slow.real)
             assert out_a[0] == out_b[0] == texts(lm, strength) and len(slow.made) == 2 * new
@@ -124,13 +124,13 @@ def test_a_superseded_steer_run_stops_and_the_latest_strength_shows(monkeypatch)
     with pytest.raises(RuntimeError, match="timed out"):
         at.run(timeout=1.0)  # then AppTest asks the run to stop, as a click does, and waits for its end
     assert time.perf_counter() - start < 1.0 + 2.0 and len(slow.made) < 12
-    assert not [k for k in state.PROMPTS.keys() if k[3] == "steer.texts" and k[6] == 1.0]  # nothing half made
+    assert not [k for k in models.PROMPTS.keys() if k[3] == "steer.texts" and k[6] == 1.0]  # nothing half made
     monkeypatch.setattr(steering, "generate", slow.real)
     at.slider(key="steer.strength").set_value(1.2).run()
     assert not at.exception and not at.error
-    lm, ss = state.load_lm(state.default_model_spec(), "cpu"), at.session_state
+    lm, ss = models.load_lm(models.default_model_spec(), "cpu"), at.session_state
     vec = steering.pair_vector(lm, *calib.PAIR, int(ss["steer.layer"]), "mean")
     plain, steered = steering.steered_pair(lm, ss["steer.prompt"], vec, 1.2, int(ss["sidebar.seed"]), new, 0.8)
-    shown = [" ".join(m.value.split()) for m in at.markdown]
-    assert " ".join(md(plain).split()) in shown and " ".join(md(steered).split()) in shown
+    shown = [" ".join(m.value.split()) for m in at.markdown]   # Streamlit trims blank lines
+    assert " ".join(escape_markdown(plain).split()) in shown and " ".join(escape_markdown(steered).split()) in shown
     assert "Steered (strength +1.20)" in [h.value for h in at.subheader]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from ui import state
+from ui import models
 
 from tests.app.conftest import open_page
 
@@ -16,7 +16,7 @@ PROMPTS = {
 
 
 def lm():
-    return state.load_lm(state.default_model_spec(), "cpu")
+    return models.load_lm(models.default_model_spec(), "cpu")
 
 
 @pytest.mark.parametrize("name", list(PROMPTS))

@@ -11,7 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ui import state
+from tfm.text.token_view import token_labels
+from ui import models
 
 from streamlit.testing.v1 import AppTest
 
@@ -22,7 +23,7 @@ PROMPT = "Lily saw a ball. Lily took the ball and gave it to"
 
 
 def engine(at):
-    lm = state.load_lm(at.session_state["app.model_spec"], "cpu")
+    lm = models.load_lm(at.session_state["app.model_spec"], "cpu")
     ids = lm.tokenizer.encode(at.session_state["sidebar.prompt"])[-lm.config.context_length:]
     with torch.no_grad():
         tr = lm.model(torch.tensor([ids]), trace=True).trace
@@ -184,7 +185,7 @@ def test_checks_grade_the_engines_answer(step):
     at.selectbox(key="tour.pos").set_value(10)
     at.selectbox(key="tour.step").set_value(step).run()
     lm, ids, tr = engine(at)
-    labels = state.token_labels(lm, tuple(ids))
+    labels = token_labels(lm.tokenizer, ids)
     if step == "softmax":
         right = labels[int(tr["blocks.0.attn.pattern"][0, 0, 10, :11].argmax())]
     elif step == "logits":

@@ -8,13 +8,13 @@ import torch
 
 from tfm.analysis import attribution, patching
 from tfm.core import edits as E
-from ui import sidebar, state
+from ui import models, sidebar
 
 from tests.app.conftest import chart_by_title, decode, open_page, use_random
 
 
 def engine(prompt: str = sidebar.DEFAULT_PROMPT):
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     ids = lm.tokenizer.encode(prompt)
     return lm, ids, attribution.direct(lm, ids)
 
@@ -75,7 +75,7 @@ def test_ablation_sweep_and_intervention_equal_the_engine():
 
 
 def test_patching_panel_and_bad_inputs():
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     at = tab(open_page("why"), "Activation patching")
     tok = lm.tokenizer
     c, x = tok.encode(at.session_state["why.clean"]), tok.encode(at.session_state["why.corrupt"])
@@ -101,7 +101,7 @@ def test_other_tabs_on_a_random_model(tab_name):
     use_random(at, "tiny")
     at = tab(at, tab_name)
     assert not at.error
-    lm = state.load_lm(at.session_state["app.model_spec"], "cpu")
+    lm = models.load_lm(at.session_state["app.model_spec"], "cpu")
     ids = lm.tokenizer.encode("The cat sat on the mat. The cat")[-lm.config.context_length:]
     attr = attribution.direct(lm, ids)
     if tab_name == "MLP neurons":
@@ -146,7 +146,7 @@ def test_patching_and_tab_from_a_link():
     at.run()
     at.switch_page("pages/why.py").run()
     assert not at.exception
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     tok = lm.tokenizer
     c, x = tok.encode("The cat saw the dog"), tok.encode("The dog saw the cat")
     res = patching.patch_prompts(lm, c, x, patching.Metric(len(c) - 1, tok.encode(" dog")[0], tok.encode(" cat")[0]))

@@ -6,16 +6,12 @@ controls are left to the matrix's model kinds (a preset there is a whole model t
 from __future__ import annotations
 
 import pytest
-from streamlit.runtime.state.common import TESTING_KEY
 
 from ui import server
 
+from tests.app.controls import choose, control, keyed
 from tests.app.matrix import PAGES, open_cell
 
-KINDS = ("slider", "select_slider", "number_input", "selectbox", "radio", "multiselect", "text_input",
-         "text_area", "checkbox", "toggle")
-SKIP_PREFIXES = ("sidebar.",)  # except the ones below: the model config is the matrix's job
-KEEP = ("sidebar.prompt", "sidebar.seed")
 BIG = 10**12  # a number input without a maximum gets this (it must be refused or clamped, not crash)
 
 
@@ -37,28 +33,6 @@ def extremes(kind: str, el) -> list:
         cap = el.max_chars or server.limits().max_prompt_chars + 4
         return ["", "x" * cap]
     return [True, False]
-
-
-def keyed(at) -> list[tuple[str, str]]:
-    out = []
-    for kind in KINDS:
-        for el in at.get(kind):
-            key = getattr(el, "key", None)
-            if key and (not key.startswith(SKIP_PREFIXES) or key in KEEP):
-                out.append((kind, key))
-    return out
-
-
-def control(at, kind: str, key: str):
-    return getattr(at, kind)(key=key)
-
-
-def choose(el, value):
-    """Set a control; a select's options are its displayed labels (AppTest knows no other), so the
-    label is sent as the browser sends it: the page's format_func is not applied to it again."""
-    if isinstance(value, (str, list)) and hasattr(el, "options") and not hasattr(el, "max_chars"):
-        el.root.session_state[TESTING_KEY][el.id] = lambda v: v
-    return el.set_value(value)
 
 
 @pytest.mark.parametrize("page", list(PAGES))

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 from playwright.sync_api import expect
 
-from ui import sidebar, state
+from ui import models, sidebar
 
 from tests.e2e.conftest import shot, wait_drawn, wait_idle, wait_rerun, watch_rerun
 
@@ -18,7 +18,7 @@ def idle(page) -> None:
 
 
 def expected_pattern(prompt: str, layer: int, head: int) -> np.ndarray:
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     ids = lm.tokenizer.encode(prompt)[-lm.config.context_length:]
     with torch.inference_mode():
         pat = lm.model(torch.tensor([ids]), trace=True).trace[f"blocks.{layer}.attn.pattern"][0, head].numpy()
@@ -101,7 +101,7 @@ def test_attention_page_draws_the_engine_values(page, app_url):
         shot(page, name)
 
     # Select the row of head L1 H3 (rows are ordered by layer, then head): the single-head view opens.
-    n_head = state.load_lm(state.default_model_spec(), "cpu").config.n_head
+    n_head = models.load_lm(models.default_model_spec(), "cpu").config.n_head
     row = 1 * n_head + 3
     box = page.locator('[data-testid="stDataFrame"]').bounding_box()
     page.mouse.click(box["x"] + 18, box["y"] + 35 * (row + 1) + 17)
@@ -145,7 +145,7 @@ def test_long_prompt_shows_a_readable_window(page, app_url):
     page.set_default_timeout(SLOW)
     page.goto(f"{app_url}/attention?prompt={quote(prompt)}")
     expect_title(page, "Layer 0, head 0")
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     t = min(len(lm.tokenizer.encode(prompt)), lm.config.context_length)
     assert t > 64
     np.testing.assert_allclose(drawn_z(page), expected_pattern(prompt, 0, 0)[t - 64:, t - 64:],
@@ -158,7 +158,7 @@ def test_home_button_opens_the_models_induction_head_on_a_repeated_sentence(page
     """The new user's path: the home page names the strongest induction head (measured on the
     running model) and one click shows it on a repeated sentence, drawn from the engine."""
     from tfm import analysis
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     with torch.inference_mode():
         probe = analysis.induction_probe(lm.model, seq_len=40, bos=lm.tokenizer.eot_id)
     layer, head, _ = analysis.top_head(probe["induction"])

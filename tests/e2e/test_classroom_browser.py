@@ -10,7 +10,7 @@ import re
 import torch
 from playwright.sync_api import expect
 
-from ui import sidebar, state
+from ui import models, sidebar
 
 from tests.e2e.conftest import shot
 from tests.e2e.conftest import wait_idle as _wait_idle
@@ -25,7 +25,7 @@ def wait_idle(page) -> None:
 
 
 def engine_top() -> tuple[str, float]:
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     with torch.inference_mode():
         logits = lm.model(torch.tensor([lm.tokenizer.prompt_ids(sidebar.DEFAULT_PROMPT)])).logits[0, -1]
     probs = logits[:min(lm.tokenizer.vocab_size, lm.config.vocab_size)].double().softmax(-1)

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from tfm.core.config import ModelConfig
 from tfm.core.model import rope_angles
-from ui import state
+from ui import models
 
 from tests.e2e.conftest import shot, wait_drawn, wait_idle
 
@@ -22,7 +22,7 @@ CFG = ModelConfig.preset("tiny", d_model=32, n_head=4, n_kv_head=2, pos_encoding
 
 def open_link(page, url: str, path: str, heading: str) -> None:
     page.set_viewport_size({"width": 1400, "height": 2600})
-    page.goto(f"{url}/{path}?model={quote(state.random_spec(CFG, 0))}")
+    page.goto(f"{url}/{path}?model={quote(models.random_spec(CFG, 0))}")
     expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=180_000)
     wait_idle(page, timeout=180_000)
     wait_drawn(page)
@@ -32,7 +32,7 @@ def test_positions_page_draws_the_rotated_pairs(page, app_url):
     open_link(page, app_url, "positions", "Positional encodings")
     plot = page.locator(PLOT).filter(has=page.locator(".gtitle", has_text="RoPE rotation angle")).first
     z = np.array(plot.evaluate("el => Array.from(el._fullData[0].z, r => Array.from(r))"), dtype=np.float64)
-    lm = state.load_lm(state.random_spec(CFG, 0), "cpu")
+    lm = models.load_lm(models.random_spec(CFG, 0), "cpu")
     angles = rope_angles(lm.model.inv_freq, 0, CFG.context_length).numpy()
     assert z.shape == (CFG.context_length, 2)
     np.testing.assert_allclose(z, np.mod(angles, 2 * math.pi), atol=1e-5)

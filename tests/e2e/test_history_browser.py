@@ -4,7 +4,7 @@ Streamlit's frontend answers every query string the script sets with `history.pu
 (`handlePageInfoChanged`; it replaces only while the user walks the history). The app used to
 write the settings a link left out (`&model=default&prompt=...&seed=0&device=cpu&head=0`) on
 the page's first run: a second entry, and Back needed two presses. Now settings at their
-defaults stay out of the address (`ui.state.url_set(defaults=...)`); a change the user makes
+defaults stay out of the address (`ui.links.url_set(defaults=...)`); a change the user makes
 still goes into it, so the address stays a link to what is shown."""
 from __future__ import annotations
 

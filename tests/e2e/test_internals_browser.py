@@ -7,7 +7,7 @@ import torch
 from playwright.sync_api import expect
 
 from tfm.analysis import norm_stats
-from ui import sidebar, state
+from ui import models, sidebar
 
 from tests.e2e.conftest import shot, wait_drawn, wait_idle
 
@@ -15,7 +15,7 @@ PLOT = '[data-testid="stPlotlyChart"] .js-plotly-plot'
 
 
 def engine():
-    lm = state.load_lm(state.default_model_spec(), "cpu")
+    lm = models.load_lm(models.default_model_spec(), "cpu")
     ids = lm.tokenizer.encode(sidebar.DEFAULT_PROMPT)[-lm.config.context_length:]
     with torch.inference_mode():
         trace = lm.model(torch.tensor([ids]), trace=True).trace

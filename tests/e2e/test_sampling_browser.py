@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 import tfm
 from tfm.analysis import logit_lens
 from tfm.generation.sampling import breakdown
-from ui import sidebar, state
+from ui import models, sidebar
 
 from tests.e2e.conftest import shot, wait_rerun, watch_rerun
 from tests.e2e.conftest import wait_idle as _wait_idle
@@ -25,7 +25,7 @@ def wait_idle(page) -> None:
 
 
 def model():
-    return state.load_lm(state.default_model_spec(), "cpu")
+    return models.load_lm(models.default_model_spec(), "cpu")
 
 
 def prompt_logits() -> torch.Tensor:

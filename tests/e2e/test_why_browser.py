@@ -6,13 +6,13 @@ import numpy as np
 
 import tfm
 from tfm.analysis import attribution
-from ui import sidebar, state
+from ui import models, sidebar
 
 from tests.e2e.conftest import shot, wait_drawn, wait_idle
 
 
 def test_why_page_draws_the_engines_numbers(page, app_url):
-    lm = tfm.load(state.default_model_spec(), device="cpu")
+    lm = tfm.load(models.default_model_spec(), device="cpu")
     attr = attribution.direct(lm, lm.tokenizer.encode(sidebar.DEFAULT_PROMPT))
     page.set_viewport_size({"width": 1400, "height": 5000})  # tall: full-page shots show every chart
     page.goto(f"{app_url}/why")

@@ -19,6 +19,7 @@ from ..core.validate import check_int
 from ..loaders.loading import ASSETS
 from .attribution import _f64, _prepare, direction
 from .sae import FEATURES_FILE, SAE, load_feature_data, load_sae
+from .steering import SteeringVector, feature_vector
 
 SAE_ROOT = ASSETS / "sae"
 BUNDLED = ("default", "smollm2")   # model specs that ship an SAE under assets/sae/<spec>
@@ -173,3 +174,10 @@ def bundled(lm, spec: str) -> FeatureSet:
         raise ValueError(f"no sparse autoencoder ships for this model; pick one that has one ({', '.join(have) or 'none'}) "
                          "or train one with python -m tfm.train.sae train")
     return load_features(folder, lm)
+
+
+def steering_vector(fs: FeatureSet, feature: int) -> SteeringVector:
+    """Feature `feature`'s decoder row times its largest held-out activation, so that strength 1
+    writes it as strongly as it ever fired there (times 1 for a feature that never fired)."""
+    top = float(fs.data["hist_max"][fs.check_feature(feature)])
+    return feature_vector(fs.sae, feature, top if top > 0 else 1.0)

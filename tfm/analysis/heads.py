@@ -119,6 +119,9 @@ SCORES = {  # name -> what it measures: the prompt's scores, then the probe's ("
                         "predict the second half: the cleanest test, independent of your prompt.",
     "repeat_previous_token": "Previous-token score on the same repeated random tokens.",
 }
+INDUCTION_SHOWN = 0.2  # a probe induction score that is a real induction head: an untrained model's strongest
+# is a few hundredths, a trained model's induction head several tenths
+BROWSABLE_HEADS = 64   # heads a student browses from layer 0 head 0; a larger model opens where something shows
 PROMPT_SCORES = ("entropy", "previous_token", "first_token", "duplicate_token", "induction")
 PROBE_SCORES = ("repeat_induction", "repeat_previous_token")
 
@@ -204,3 +207,15 @@ def strongest_heads(lm) -> dict[str, tuple[int, int, float]]:
     {"previous_token": (layer, head, score), "induction": (...)}."""
     heads = head_table(lm)
     return {k: top_head(heads.scores[f"repeat_{k}"]) for k in ("previous_token", "induction")}
+
+
+def opening_head(lm, strongest=strongest_heads) -> tuple[int, int] | None:
+    """The head an attention view of `lm` opens on: its induction head when it has a real one
+    (probe score at least `INDUCTION_SHOWN`) and more heads than a student browses
+    (`BROWSABLE_HEADS`); None: layer 0 head 0, where browsing starts. `strongest`:
+    `strongest_heads` or a cached copy of it, called only for a model that large."""
+    cfg = lm.config
+    if cfg.n_layer * cfg.n_head <= BROWSABLE_HEADS or probe_settings(lm) is None:
+        return None
+    layer, head, score = strongest(lm)["induction"]
+    return (layer, head) if score >= INDUCTION_SHOWN else None

@@ -22,6 +22,13 @@ class DepthNorms:
     loss: float
 
 
+def depth_config(config: ModelConfig, placement: str, norm: str, n_layer: int) -> ModelConfig:
+    """A fresh model of `config`'s size with another norm placement, norm and depth, no dropout.
+    A parallel block has no post-norm form: post-norm runs it as the sequential block."""
+    return config.replace(norm_placement=placement, norm=norm, n_layer=n_layer, dropout=0.0,
+                          parallel_block=config.parallel_block and placement == "pre")
+
+
 def depth_norms(config: ModelConfig, ids: list[int] | torch.Tensor, seed: int = 0) -> DepthNorms:
     """Activation and gradient norms across depth of a *fresh random* model of `config`, with
     the LM loss on `ids`. Runs on the CPU, in eval mode (no dropout); the model is built here

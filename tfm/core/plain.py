@@ -15,17 +15,18 @@ import unicodedata
 __all__ = ["plain", "short", "visible", "escape_markdown", "LIMIT", "ZWSP"]
 
 LIMIT = 80  # characters of a value shown before it is cut
-# What can make markup inside a line (a value never starts a line of its own: newlines are written
-# out by `visible`): code, emphasis, links and images (`[`), autolinks (`<`, `https:`, `a@b`,
+# What can make markup inside a line (`plain` writes newlines out with `visible`; other text keeps
+# them, and each line is escaped as a line): code, emphasis, links and images (`[`), autolinks (`<`, `https:`, `a@b`,
 # `www.`), HTML tags and entities, headings, tables, strikethrough, LaTeX `$`, Streamlit's
 # `:color[...]` and `:emoji:` codes, and the backslash itself. An underscore inside a word is no
-# emphasis (CommonMark), so `vocab_size` stays readable; a line-start marker is escaped at the start.
+# emphasis (CommonMark), so `vocab_size` stays readable; a block marker is escaped at each line's start
+# (after any indent: token text and generated text keep their newlines).
 # GFM turns bare URLs and emails into links after parsing, in the text itself (escapes do not stop
 # it): a zero-width space inside `https://`, `www.` and before `@` does (the text reads the same).
 _AUTOLINK = re.compile(r"(?<=:)(?=//)|(?<=[wW]{3})(?=\.)|(?<=[\w.+-])(?=@)")
 ZWSP = "\u200b"
-_MARKUP = re.compile(r"[\\`*\[\]<>#|~$&:@]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|(?<=[wW]{3})\.|^[-+=]|(?<=^\d)[.)]"
-                     r"|(?<=^\d\d)[.)]")
+_MARKUP = re.compile(r"[\\`*\[\]<>#|~$&:@]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|(?<=[wW]{3})\.")
+_LINE_START = re.compile(r"^([ \t]*)(?:([-+=])|(\d{1,9})([.)]))", re.M)  # a list item, a setext underline
 
 
 def short(text: str, limit: int = LIMIT) -> str:
@@ -49,8 +50,10 @@ def _code(c: str) -> str:
 
 def escape_markdown(text: str) -> str:
     """Every character that could start markup backslash-escaped and bare URLs and emails broken
-    by a zero-width space: Markdown and HTML show as typed, and nothing becomes a link."""
-    return _MARKUP.sub(lambda m: "\\" + m.group(0), _AUTOLINK.sub(ZWSP, text))
+    by a zero-width space: Markdown and HTML show as typed, and nothing becomes a link. The one
+    Markdown escape of the project: echoed values (`plain`), token text, generated text."""
+    text = _MARKUP.sub(lambda m: "\\" + m.group(0), _AUTOLINK.sub(ZWSP, text))
+    return _LINE_START.sub(lambda m: m[1] + ("\\" + m[2] if m[2] else m[3] + "\\" + m[4]), text)
 
 
 def plain(value, limit: int = LIMIT) -> str:

@@ -24,6 +24,8 @@ MASKED_BG = "#c8c8c8"  # the plot background shows through NaN (masked) cells
 COLORSCALE = [[i / 8, c] for i, c in enumerate(
     ["rgb(247,251,255)", "rgb(222,235,247)", "rgb(198,219,239)", "rgb(158,202,225)", "rgb(107,174,214)",
      "rgb(66,146,198)", "rgb(33,113,181)", "rgb(8,81,156)", "rgb(8,48,107)"])]
+WINDOW = 64  # most positions an attention figure draws at once: beyond this labels are unreadable, charts
+# slow, and a head view's lines grow as T² (the Attention page, the timeline's keys, the notebook figures)
 LOG_FLOOR = -4.0       # log10 colour scale: weights below 1e-4 get the lightest colour
 HEAD_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
                 "#7f7f7f", "#bcbd22")

@@ -35,13 +35,14 @@ from ..generation.generate import generate, n_words
 from ..generation.sampling import SamplingSettings, next_token as _next_token
 from ..generation.timeline import StepRecord, step_record
 from ..loaders.loading import LM
+from ..text.token_view import position_labels
 from . import attention as fa
 from . import norms as fn
 from . import positions as fp
 from . import sampling as fs
 from . import why as fw
+from .attention import WINDOW
 
-WINDOW = 64          # most positions an attention figure draws, as on the Attention page
 LENS_WINDOW = 32     # most positions of the logit lens (its cells hold text)
 Attention = Union[Trace, Sequence[torch.Tensor], torch.Tensor]
 Mode = Literal["head", "mean", "max"]
@@ -104,7 +105,7 @@ def _labels(names: Sequence[str], n: int) -> list[str]:
         raise ValueError(f"tokens must be a list of {n} strings, one per position (got "
                          f"{'a string' if isinstance(names, str) else len(names)}); e.g. tfm.viz.tokens(lm, ids) "
                          "or a Hugging Face tokenizer's convert_ids_to_tokens(ids)")
-    return [f"{s} ·{i}" for i, s in enumerate(names)]
+    return position_labels(names)
 
 
 def _window(n: int, positions: tuple[int, int] | None, most: int = WINDOW, lo: int = 0) -> tuple[int, int]:

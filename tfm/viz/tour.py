@@ -6,10 +6,10 @@ import html
 import pandas as pd
 import plotly.graph_objects as go
 
+from ..core.plain import escape_markdown
 from ..teach.tour import Shown
 from .plain import figure
 
-MD_SPECIAL = set("\\`*_{}[]()#+-.!|<>~$&")
 
 # Presentation mode: large type for a projector, no sidebar. Static CSS, no user text in it.
 PRESENT_CSS = """<style>
@@ -28,12 +28,6 @@ TABLE_CSS = """<style>
 [data-testid="stTable"] {overflow-x: auto; max-width: 100%;}
 [data-testid="stTable"] td {text-align: right !important; font-variant-numeric: tabular-nums;}
 </style>"""
-
-
-def md_escape(text: str) -> str:
-    """Text with every Markdown (and LaTeX-dollar) character backslash-escaped: token pieces
-    such as `*`, `$` or `<img ...>` display as typed."""
-    return "".join("\\" + c if c in MD_SPECIAL else c for c in text)
 
 
 def unique(labels: tuple[str, ...]) -> list[str]:
@@ -61,8 +55,8 @@ def formatted(frame: pd.DataFrame) -> pd.DataFrame:
     they are token pieces of the user's prompt (a `[link](…)` must show as typed)."""
     whole = bool(((frame % 1) == 0).all().all())
     out = frame.map(lambda x: "−∞" if x == float("-inf") else (f"{x:.0f}" if whole else f"{x:.4f}"))
-    out.columns = [md_escape(str(c)) for c in out.columns]
-    out.index = [md_escape(str(i)) for i in out.index]
+    out.columns = [escape_markdown(str(c)) for c in out.columns]
+    out.index = [escape_markdown(str(i)) for i in out.index]
     return out
 
 
@@ -70,7 +64,7 @@ def describe(name: str, shown: Shown) -> str:
     """`**name**` · shape (…) · note, Markdown-escaped."""
     shape = " × ".join(str(n) for n in shown.shape)
     note = f" · {shown.note}" if shown.note else ""
-    return f"**{md_escape(name)}** · shape ({shape}){md_escape(note)}"
+    return f"**{escape_markdown(name)}** · shape ({shape}){escape_markdown(note)}"
 
 
 CHART_AXIS = {"softmax": "attention weight a_j", "blocks": "‖x‖ (L2 norm)", "sampling": "P sampled from"}

@@ -8,7 +8,6 @@ run's own CPU); tests/test_viz_plain.py validates them.
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 import plotly.graph_objects as go
@@ -18,11 +17,6 @@ from .plain import figure
 
 DIVERGING = "RdBu"
 POS_COLOUR, NEG_COLOUR, ABL_COLOUR = "#2166ac", "#b2182b", "#ff7f0e"
-
-
-def md(text: str) -> str:
-    """Token text for st.markdown / st.write: markdown and HTML characters shown as themselves."""
-    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$&])", r"\\\1", text)
 
 
 def pretty(name: str) -> str:

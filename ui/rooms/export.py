@@ -6,7 +6,7 @@ import csv
 import io
 import time
 
-from tfm.teach import questions as Q
+from tfm.teach import questions
 
 from ui.rooms.protocol import Results
 
@@ -29,12 +29,12 @@ def results_csv(results: Results) -> str:
     out = io.StringIO()
     w = csv.writer(out)
     w.writerow(COLUMNS)
-    questions = {q.qid: q for q in results.questions}
+    asked = {q.qid: q for q in results.questions}
     for qid, sid, nick, text, at in results.answers:
-        q = questions[qid]
-        question, truth = Q.from_json(q.spec), Q.truth_from_json(q.truth)
+        q = asked[qid]
+        question, truth = questions.from_json(q.spec), questions.truth_from_json(q.truth)
         try:
-            g = Q.grade(question, truth, text)
+            g = questions.grade(question, truth, text)
             correct, closeness = ("yes" if g.correct else "no"), f"{g.closeness:.3f}"
         except (ValueError, IndexError):
             correct, closeness = "?", ""

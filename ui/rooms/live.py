@@ -4,7 +4,7 @@ student's screen following the teacher's moments.
 
 A moment is a link: the teacher's page and its link settings (model, prompt, Tour step, head,
 temperature). A student follows it by opening that link, so every setting goes through the
-pages' own checks for links (`state.url_init`, clamps, caps) and is traced once per process for
+pages' own checks for links (`links.url_init`, clamps, caps) and is traced once per process for
 every student who looks at it. The student's own link keeps `room=` and `me=` (their id), so a
 student whose app process died is taken up again by whichever process serves them next.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from ui import server, state
+from ui import links, models, server
 from ui.nav import SECTIONS
 from ui.rooms import Moment, RoomStore, open_store, rules
 from ui.text import message, plain
@@ -47,7 +47,7 @@ def client() -> str:
     forwarded = st.context.headers.get("X-Forwarded-For") or ""
     if ip in (None, "127.0.0.1", "::1") and forwarded:
         return "ip:" + forwarded.split(",")[-1].strip()[:64]
-    return f"ip:{ip}" if ip else "session:" + state.session_id()
+    return f"ip:{ip}" if ip else "session:" + models.session_id()
 
 
 def role() -> str | None:
@@ -168,6 +168,6 @@ def banner() -> None:
         _teacher_banner()
     elif role() == "student":
         if st.session_state.get("room.sid") and not st.session_state.get("room.left"):
-            state.url_set(room=st.session_state["room.code"], me=st.session_state["room.sid"])
+            links.url_set(room=st.session_state["room.code"], me=st.session_state["room.sid"])
         _student_banner()
 

@@ -25,8 +25,19 @@ def _per(seconds: int) -> str:
 class Rules:
     """The checks of every RoomStore method; back ends implement the `_` primitives."""
 
+    PURGE_SECONDS = 60   # how often a store deletes every ended room (on a poll, a join or a create)
+
     def __init__(self, clock: Callable[[], float] = time.time, room_seconds: int = rules.ROOM_SECONDS) -> None:
         self.clock, self.room_seconds = clock, room_seconds
+        self._purged = float("-inf")
+
+    def _purge_due(self) -> None:
+        """Ended rooms go within a minute of their end while any room is in use, not only when
+        someone asks for them (Redis expires its keys itself; SQLite needs this)."""
+        now = self.clock()
+        if now - self._purged >= self.PURGE_SECONDS:
+            self._purged = now
+            self._purge(now)
 
     # ---- rate limits: a fixed window per (what, who) ----
     def _window(self, what: str, who: str) -> tuple[str, int, int]:
@@ -75,7 +86,7 @@ class Rules:
     # ---- the interface ----
     def create(self, client: str) -> Created:
         self.limit("create", client)
-        self._purge(self.clock())
+        self._purge_due()
         key, now = rules.new_key(), self.clock()
         for _ in range(8):   # a clash of 8-symbol codes is ~never; retried anyway
             code = rules.new_code()
@@ -85,6 +96,7 @@ class Rules:
 
     def room(self, code: str) -> Room | None:
         """The room as any of its students may see it (the engine's answer only once revealed)."""
+        self._purge_due()
         row = self._live(code)
         if row is None:
             return None

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from tfm.teach import questions as Q
-from tfm.viz import classroom as fc
+from tfm.teach import questions
+from tfm.viz import classroom as classroom_figs
 
 from ui import charts
 from ui.rooms import live, rules
@@ -41,9 +41,9 @@ def join_form() -> None:
 def _answer_widget(question, qid: int) -> str | None:
     """The answer as typed or picked (None: nothing yet)."""
     key = f"room.answer.{qid}"
-    if isinstance(question, Q.NextToken) and question.options:
+    if isinstance(question, questions.NextToken) and question.options:
         return st.radio("Your answer", question.options, key=key, index=None, format_func=plain)
-    if isinstance(question, Q.WhichHead):
+    if isinstance(question, questions.WhichHead):
         return _head_picker(question, key)
     hint = {"next_token": "the next token, e.g. Paris", "sampling": "a number", "estimate": "0.3 or 30%"}[question.kind]
     return st.text_input(f"Your answer (up to {rules.ANSWER_MAX} characters)", key=key, placeholder=hint) or None
@@ -58,7 +58,7 @@ def _pick_from_grid(key: str) -> None:
 def _head_picker(question, key: str) -> str:
     ss = st.session_state
     chosen = (ss.get(f"{key}.layer", 0), ss.get(f"{key}.head", 0))
-    charts.show(fc.head_grid(question.n_layer, question.n_head, chosen), "heads", key=f"{key}.grid",
+    charts.show(classroom_figs.head_grid(question.n_layer, question.n_head, chosen), "heads", key=f"{key}.grid",
                 on_select=lambda: _pick_from_grid(key), selection_mode="points")
     c1, c2 = st.columns(2)
     layer = c1.number_input("Layer", 0, question.n_layer - 1, key=f"{key}.layer")
@@ -68,7 +68,7 @@ def _head_picker(question, key: str) -> str:
 
 def _send(code: str, qid: int, question, given: str) -> None:
     try:
-        live.store().answer(code, st.session_state["room.sid"], qid, Q.parse_answer(question, given))
+        live.store().answer(code, st.session_state["room.sid"], qid, questions.parse_answer(question, given))
     except (ValueError, PermissionError) as e:
         st.error(f"Not sent: {message(e)}")
         return
@@ -76,11 +76,11 @@ def _send(code: str, qid: int, question, given: str) -> None:
 
 
 def _reveal(room, q, question, mine: str | None) -> None:
-    truth = Q.truth_from_json(q.truth)
+    truth = questions.truth_from_json(q.truth)
     if mine is None:
         st.info(f"You did not answer. **The model:** {plain(truth.summary, 300)}")
     else:
-        g = Q.grade(question, truth, mine)
+        g = questions.grade(question, truth, mine)
         (st.success if g.correct else st.warning)(("✅ Right! " if g.correct else "Not quite. ") + plain(g.text, 300))
     answers_chart(question, q, live.store().counts(room.code, q.qid), room.students, f"room.result.{q.qid}")
 
@@ -97,7 +97,7 @@ def panel() -> None:
     if q is None:
         st.info("Waiting for your teacher's first question…")
         return
-    question = Q.from_json(q.spec)
+    question = questions.from_json(q.spec)
     st.markdown(f"#### Question {q.qid}: {plain(question.text, 200)}")
     show_prompt(room)
     mine = live.store().my_answer(room.code, ss["room.sid"], q.qid)

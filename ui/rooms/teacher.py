@@ -8,11 +8,11 @@ import io
 import segno
 import streamlit as st
 
-from tfm.analysis import head_table
-from tfm.teach import questions as Q
-from tfm.viz import classroom as fc
+from tfm.teach import questions
+from tfm.viz import classroom as classroom_figs
 
-from ui import charts, state
+from ui import charts
+from ui.run import current_run
 from ui.rooms import export, live, rules
 from ui.text import message, plain
 
@@ -79,17 +79,16 @@ def _question(run, kind: str):
     """A question about the prompt on screen, with the model's answer, from this screen's trace."""
     logits = run.trace.logits_at(-1)
     if kind in ("next_options", "next_typed"):
-        return Q.ask_next_token(run.lm, logits, typed=kind == "next_typed")
+        return questions.ask_next_token(run.lm, logits, typed=kind == "next_typed")
     if kind == "head":
-        table = state.derived("attn.head_table", lambda lm, ids: head_table(lm, run.trace, ids), run.spec, run.device,
-                              run.ids)
+        table = run.head_table()
         score = st.session_state.get("room.score", SCORES[0])
-        return Q.ask_head(table, score)
+        return questions.ask_head(table, score)
     if kind == "sampling":
         ss = st.session_state
-        return Q.ask_sampling(run.lm, logits, ss.get("room.t", 0.5), ss.get("room.top_p", 1.0),
+        return questions.ask_sampling(run.lm, logits, ss.get("room.t", 0.5), ss.get("room.top_p", 1.0),
                               ss.get("room.measure", "top_prob"))
-    return Q.ask_estimate(run.lm, logits, st.session_state.get("room.token", int(logits.argmax())))
+    return questions.ask_estimate(run.lm, logits, st.session_state.get("room.token", int(logits.argmax())))
 
 
 def ask_form(run) -> None:
@@ -112,7 +111,7 @@ def ask_form(run) -> None:
         try:
             q, truth = _question(run, kind)
             live.push()
-            live.store().ask(ss["room.code"], ss["room.key"], Q.to_json(q), Q.truth_to_json(truth))
+            live.store().ask(ss["room.code"], ss["room.key"], questions.to_json(q), questions.truth_to_json(truth))
         except (ValueError, PermissionError) as e:
             st.error(f"Not asked: {message(e)}")
             return
@@ -133,7 +132,7 @@ def live_answers() -> None:
         st.info("No question yet: ask one below.")
         return
     q = room.question
-    question = Q.from_json(q.spec)
+    question = questions.from_json(q.spec)
     counts = live.store().counts(room.code, q.qid)
     st.markdown(f"### Question {q.qid}: {plain(question.text, 200)}")
     show_prompt(room)
@@ -166,15 +165,15 @@ def answers_chart(question, q, counts: dict[str, int], students: int, key: str) 
     binned: dict[str, int] = {}
     for text, n in counts.items():
         try:
-            label = Q.bucket(question, text)
+            label = questions.bucket(question, text)
         except ValueError:
             label = "?"
         binned[label] = binned.get(label, 0) + n
-    truth = Q.truth_from_json(q.truth) if q.truth else None
-    mark = Q.model_bucket(question, truth) if truth else None
+    truth = questions.truth_from_json(q.truth) if q.truth else None
+    mark = questions.model_bucket(question, truth) if truth else None
     n = sum(counts.values())
     title = f"{n} of {students} answered" + (" · red: the model's" if mark else "")
-    charts.show(fc.answer_bars(binned, title, mark, Q.bucket_order(question, binned)), "class answers", key=key)
+    charts.show(classroom_figs.answer_bars(binned, title, mark, questions.bucket_order(question, binned)), "class answers", key=key)
     if truth:
         st.success(f"**The model:** {plain(truth.summary, 300)}")
 
@@ -187,7 +186,7 @@ def panel() -> None:
         st.rerun()
     header(room)
     live_answers()
-    run = state.current_run()
+    run = current_run()
     ask_form(run)
     st.divider()
     c1, c2 = st.columns(2)

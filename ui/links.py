@@ -1,0 +1,97 @@
+"""Widget and link state: values that survive page switches, settings read from a shared link
+(checked and put in range, saying so) and written back into it."""
+from __future__ import annotations
+
+import streamlit as st
+
+from ui.text import plain
+
+LINK_VALUE_CHARS = 200  # a link's setting other than a prompt: longer is refused unread
+
+
+def url_init(widget_key: str, param: str, cast=str, max_chars: int | None = LINK_VALUE_CHARS,
+             bounds: tuple[int, int] | None = None) -> None:
+    """Seed a widget from the URL once per session, so shared links open the same view. A value
+    longer than `max_chars` (None: no cap, the caller bounds it) is refused before it is read;
+    one outside `bounds` (low, high), when given, is ignored with the same word as one that is
+    not a number (`clamp_int` instead moves a value into range, saying to what)."""
+    done = st.session_state.setdefault("app.url_loaded", set())
+    if widget_key in done:
+        return
+    done.add(widget_key)
+    if param not in st.query_params:
+        return
+    raw = st.query_params[param]
+    if max_chars is not None and len(raw) > max_chars:
+        st.warning(f"Ignored the link's {plain(param)}: it has {len(raw):,} characters; this setting takes at "
+                   f"most {max_chars:,}.")
+        return
+    try:
+        value = cast(raw)
+    except (TypeError, ValueError, OverflowError):
+        st.warning(f"Ignored the link's {plain(param)}={plain(raw)}: not a valid value.")
+        return
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        st.warning(f"Ignored the link's {plain(param)}={plain(raw)}: it goes from {bounds[0]:,} to {bounds[1]:,}.")
+        return
+    st.session_state[widget_key] = value
+
+
+def cap_text(key: str, what: str, limit: int) -> None:
+    """A text field's value (typed, pasted or from a link) cut to `limit` characters before any
+    work, saying so in the sidebar prompt's words."""
+    text = st.session_state.get(key)
+    if isinstance(text, str) and len(text) > limit:
+        st.warning(f"The {what} had {len(text):,} characters; this server takes at most {limit:,}: "
+                   f"kept the first {limit:,}.")
+        st.session_state[key] = text[:limit]
+
+
+def clamp_int(key: str, low: int, high: int, default: int, what: str) -> int:
+    """An integer setting (a link's, or one remembered from another model) put inside [low, high];
+    a value outside, or not a whole number, is changed with a word saying to what."""
+    value = st.session_state.get(key, default)
+    try:
+        n = int(value) if not isinstance(value, bool) else default
+    except (TypeError, ValueError, OverflowError):  # NaN, inf, text
+        n = default
+    clamped = min(max(n, low), high)
+    if clamped != value:
+        st.info(f"{what} {plain(value)} is not available here (it goes from {low:,} to {high:,}): "
+                f"showing {clamped:,}.")
+    st.session_state[key] = clamped
+    return clamped
+
+
+def url_set(defaults: dict | None = None, **params) -> None:
+    """Write the current settings into the URL (only the ones that changed), in one update:
+    each assignment sends the browser a message of its own (up to 7 a run on the Tour).
+    A setting the address leaves out and whose value is its default (`defaults`: what the page
+    shows when the link lacks it) stays out: every change to the address makes the browser push
+    a history entry (Streamlit's frontend calls history.pushState for a query string the script
+    sets), so writing the defaults a link left out made Back need two presses to leave a page."""
+    defaults = {name: str(value) for name, value in (defaults or {}).items()}
+    changed = {name: str(value) for name, value in params.items() if st.query_params.get(name) != str(value)
+               and (name in st.query_params or defaults.get(name) != str(value))}
+    if changed:
+        st.query_params.update(changed)
+
+
+def restore(*widget_keys: str) -> None:
+    """Streamlit drops a widget's value when the page changes; put back the remembered one."""
+    for key in widget_keys:
+        shadow = "keep." + key
+        if shadow in st.session_state:
+            st.session_state[key] = st.session_state[shadow]
+
+
+def remember(*widget_keys: str) -> None:
+    """Save widget values (as an on_change callback, so a user's edit wins over the old copy)."""
+    for key in widget_keys:
+        if key in st.session_state:
+            st.session_state["keep." + key] = st.session_state[key]
+
+
+def keep(key: str) -> dict:
+    """Widget kwargs for a value that survives page changes: `st.slider(..., **keep("x.y"))`."""
+    return {"key": key, "on_change": remember, "args": (key,)}

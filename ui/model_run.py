@@ -1,0 +1,166 @@
+"""The sidebar's model as one typed object. `ModelRun` owns the cache keys of everything derived
+from the model alone (its strongest heads, its SAE, its GGUF file, steering directions, ...): a
+page asks `run.strongest_heads()` and never builds a key or a closure. `ui.run.PromptRun` adds
+a prompt's trace and what is derived from it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+
+import tfm
+from tfm import analysis
+from tfm.analysis import features as feature_sets
+from tfm.analysis import heads, norms, patching, steer_calibrate, steering
+from tfm.analysis.quant import gguf_path
+from tfm.loaders.gguf_file import GGUFFile, read_gguf
+from tfm.teach import examples as page_examples
+from ui import cache, models
+from ui.progress import with_status
+from ui.text import message, plain
+
+
+@dataclass(frozen=True)
+class Direction:
+    """A steering direction and the recipe it is cached by: ("pair", positive, negative, layer,
+    how) or ("feature", spec, feature)."""
+    recipe: tuple
+    vector: steering.SteeringVector
+
+
+def _vector(lm, recipe: tuple) -> steering.SteeringVector:
+    if recipe[0] == "pair":
+        return steering.pair_vector(lm, *recipe[1:])
+    return feature_sets.steering_vector(feature_sets.bundled(lm, recipe[1]), recipe[2])
+
+
+@dataclass(frozen=True)
+class ModelRun:
+    """A loaded model (shared by every session, never mutated) and what is derived from it."""
+
+    lm: tfm.LM
+    spec: str
+    device: str
+
+    def _derived(self, name: str, fn, *args, status: str | None = None, **options):
+        """`ui.cache.derived(name, fn, spec, device, *args)`: `fn(lm, *args)` cached for this model;
+        `status`: a status line while it computes."""
+        if status is None:
+            return cache.derived(name, fn, self.spec, self.device, *args, **options)
+        return cache.derived_status(status, name, fn, self.spec, self.device, *args, **options)
+
+    def _ready(self, name: str, *args) -> bool:
+        return cache.is_cached("derived", self.spec, self.device, name, *args)
+
+    def strongest_heads(self) -> dict[str, tuple[int, int, float]]:
+        """`tfm.analysis.strongest_heads`: needs `analysis.probe_settings(lm)`."""
+        return self._derived("strongest_heads", analysis.strongest_heads)
+
+    def opening_head(self) -> tuple[int, int] | None:
+        """The head an attention view opens on (`tfm.analysis.heads.opening_head`), or None."""
+        return heads.opening_head(self.lm, lambda _lm: self.strongest_heads())
+
+    def sae(self) -> feature_sets.FeatureSet:
+        """The sparse autoencoder shipped for this model; ValueError when none ships."""
+        return self._derived("sae.features", feature_sets.bundled, self.spec)
+
+    def examples(self, page: str) -> page_examples.Offer:
+        """`page`'s example prompts measured on this model (`tfm.teach.examples`; the Features
+        page's with its SAE), once per model and page, with a status line while they are measured."""
+        try:
+            fs = self.sae() if page == "features" else None
+        except ValueError:   # no SAE ships for this model: the Features page says so
+            fs = None
+        return self._derived("examples", lambda lm, page, _has_sae, should_stop=None: page_examples.for_page(
+            lm, page, fs, should_stop), page, fs is not None, stoppable=True,
+            status="Measuring example prompts on this model…")
+
+    def gguf_file(self) -> GGUFFile | None:
+        """The GGUF file the model was loaded from, read again (header and tensor table); None
+        when it was not loaded from one."""
+        path = gguf_path(self.lm)
+        return None if path is None else self._derived("quant.file", lambda _lm, p: read_gguf(p), str(path))
+
+    def induction_check(self, seq_len: int) -> patching.InductionCheck:
+        return self._derived("why.induction", patching.induction_check, seq_len)
+
+    def opening_pair(self) -> patching.PromptPair:
+        """The patching example this model knows (`tfm.analysis.patching.opening_pair`)."""
+        return self._derived("why.opening_pair", patching.opening_pair)
+
+    def patch_prompts(self, clean: tuple[int, ...], corrupt: tuple[int, ...], metric: patching.Metric) -> patching.Patching:
+        return self._derived("why.patch", patching.patch_prompts, clean, corrupt, metric)
+
+    def depth_norms(self, placement: str, norm: str, n_layer: int, ids: tuple[int, ...], seed: int) -> norms.DepthNorms:
+        """A fresh model of this size with another placement, norm and depth, run forward and
+        backward on `ids` (`tfm.analysis.norms.depth_norms`), with a status line."""
+        return self._derived("norms.depth", _depth, placement, norm, n_layer, ids, seed,
+                             status=f"Forward and backward pass of a fresh {n_layer}-layer {placement}-norm model…")
+
+    def depth_norms_ready(self, placement: str, norm: str, n_layer: int, ids: tuple[int, ...], seed: int) -> bool:
+        return self._ready("norms.depth", placement, norm, n_layer, ids, seed)
+
+    def pair_direction(self, positive: str, negative: str, layer: int, how: str) -> Direction:
+        """`steering.pair_vector`; ValueError for an empty or too long prompt."""
+        recipe = ("pair", positive, negative, layer, how)
+        return Direction(recipe, self._derived("steer.vector", _vector, recipe))
+
+    def feature_direction(self, feature: int) -> Direction:
+        """This model's SAE feature as a direction (`tfm.analysis.features.steering_vector`)."""
+        recipe = ("feature", self.spec, feature)
+        return Direction(recipe, self._derived("steer.vector", _vector, recipe))
+
+    def steered_texts(self, direction: Direction, prompt: str, strength: float, seed: int, new: int,
+                      temperature: float, where: str, include_first: bool = False) -> tuple[str, str]:
+        """The prompt's continuation without and with the direction (`steering.steered_pair`),
+        stopped once no page waits for it."""
+        def texts(lm, _recipe, prompt, strength, seed, new, temperature, where, first, should_stop=None):
+            return steering.steered_pair(lm, prompt, direction.vector, strength, seed, new, temperature,
+                                         where=where, should_stop=should_stop, include_first=first)
+        return self._derived("steer.texts", texts, direction.recipe, prompt, strength, seed, new, temperature, where,
+                             include_first, stoppable=True, status="Generating with and without steering…")
+
+    def mood_sweep(self, direction: Direction, ids: tuple[int, ...], tokens: tuple[int, ...],
+                   strengths: tuple[float, ...], include_first: bool = False) -> list[list[float]]:
+        """p(each token) after `ids` at each strength, steering the prompt (`steering.sweep_tokens`):
+        one row per token."""
+        def sweep(lm, _recipe, ids, tokens, strengths, first, should_stop=None):
+            return steering.sweep_tokens(lm, ids, direction.vector, strengths, tokens, should_stop, first).T.tolist()
+        return self._derived("steer.sweep", sweep, direction.recipe, ids, tokens, strengths, include_first,
+                             stoppable=True)
+
+    def steer_calibration(self) -> steer_calibrate.Calibration:
+        """Where steering works on this model (`tfm.analysis.steer_calibrate.calibrate`): measured
+        once per model, with a status line; ValueError where it cannot run (a very short context)."""
+        return self._derived("steer.calibration", lambda lm, should_stop=None: steer_calibrate.calibrate(
+            lm, should_stop=should_stop), stoppable=True,
+            status="Measuring where steering works on this model (once per model, seconds)…")
+
+    def stream_norms(self) -> tuple[float, ...]:
+        """Each layer's typical stream length, the unit of steering strength (`steering.stream_norms`)."""
+        return self._derived("steer.norms", steering.stream_norms)
+
+
+def _depth(lm, placement: str, norm: str, n_layer: int, ids: tuple[int, ...], seed: int) -> norms.DepthNorms:
+    return norms.depth_norms(norms.depth_config(lm.config, placement, norm, n_layer), ids, seed)
+
+
+def active_model() -> ModelRun | None:
+    """The model the sidebar chose; on failure the previous good one, with the error shown
+    (None when there is none)."""
+    spec = st.session_state.get("app.model_spec", models.default_model_spec())
+    device = st.session_state.get("sidebar.device", "cpu")
+    try:
+        checked = models.checked_spec(spec)  # limits and allowed folders, before anything is loaded; a folder
+        # resolved, so every page and cache keys it the same way
+        lm = with_status("Loading the model…", (checked, device) in models.MODELS, models.load_lm, checked, device)
+        st.session_state["app.good_model"] = (checked, device)
+        return ModelRun(lm, checked, device)
+    except (ValueError, FileNotFoundError, OSError, KeyError) as e:
+        st.error(f"Could not load {plain(models.describe_spec(spec), 160)}: {message(e)}")
+        good = st.session_state.get("app.good_model")
+        if good and good != (spec, device):
+            st.info(f"Still showing the previous model: {plain(models.describe_spec(good[0]), 160)}.")
+            return ModelRun(models.load_lm(*good), good[0], good[1])
+        return None

@@ -1,0 +1,164 @@
+"""One typed run per page: `PromptRun` is the sidebar's model on the sidebar's prompt (its ids,
+labels and shared read-only trace) and owns the cache keys of everything derived from it:
+`run.pattern_rows(layer, a, b)`, `run.head_table()`, `run.lens(start, stop)`,
+`run.attribution(pos, token, versus)`, `run.sae_features(n)`, ... Each is computed once per
+process for the same model, prompt and arguments (`ui.cache`, bounded by bytes), with a progress
+bar or status line where it takes seconds. What needs no prompt is `ModelRun`'s (ui/model_run.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import streamlit as st
+import torch
+
+from tfm import analysis
+from tfm.analysis import attribution, patching, positions
+from tfm.analysis import features as feature_sets
+from tfm.analysis.attention_rows import pattern_rows
+from tfm.analysis.quant import QuantComparison, requantized_effects
+from tfm.core.trace import Trace
+from tfm.generation.generate import prepare_prompt
+from tfm.loaders import limits as tfm_limits
+from tfm.text.token_view import token_labels
+from tfm.viz import attention as attention_figs
+from ui import cache, server
+from ui.model_run import ModelRun, active_model
+from ui.progress import progress_bar, with_status
+from ui.text import message
+
+
+@dataclass(frozen=True)
+class PromptRun(ModelRun):
+    """The model, the prompt's tokens and the traced forward, and what is derived from them."""
+
+    ids: tuple[int, ...]
+    labels: list[str]      # display pieces, made unique per position for chart axes
+    dropped: int           # tokens cut from the left to fit the context
+    trace: Trace           # CPU float32, lazy entries computed on first read
+
+    def _traced(self, name: str, fn, *args, **options):
+        """`fn(lm, trace, *args)` cached for this model, this prompt's ids and `args`."""
+        return self._derived(name, lambda lm, _ids, *rest, **kw: fn(lm, self.trace, *rest, **kw), self.ids, *args,
+                             **options)
+
+    def pattern_rows(self, layer: int, a: int, b: int) -> torch.Tensor:
+        """Layer's attention rows a..b over keys 0..b, (H, b - a + 1, b + 1): computed for the
+        window only, so a layer change on a long prompt does not recompute the whole block."""
+        return self._traced("attn.rows", lambda lm, tr, l, a, b: pattern_rows(lm.model, tr, l, a, b + 1), layer, a, b)
+
+    def all_heads(self, a: int, b: int, hide_first: bool, show_progress: bool = True) -> np.ndarray:
+        """(L, H, w, w): the window a..b of every head (`tfm.viz.attention.window_rows`), one layer
+        at a time; `show_progress=False` where no page is drawn (a download's data)."""
+        def compute(lm, _trace, a, b, hide_first):
+            n_layer, out = self.trace.n_layers(), []
+            bar = progress_bar(f"Reading the attention of all {n_layer} layers") if show_progress else None
+            for layer in range(n_layer):
+                out.append(attention_figs.window_rows(self.pattern_rows(layer, a, b), a, b, hide_first))
+                if bar is not None:
+                    bar(layer + 1, n_layer)
+            return np.stack(out)
+        return self._traced("attn.all_heads", compute, a, b, hide_first)
+
+    def rollout(self) -> torch.Tensor:
+        """(L, T, T): attention rollout through layers 0..l (`tfm.analysis.rollout`)."""
+        return self._traced("attn.rollout", lambda lm, tr: analysis.rollout(
+            tr, progress=progress_bar("Multiplying the layers' attention")))
+
+    def head_table(self) -> analysis.HeadTable:
+        """Every head's scores on this prompt and on the repeat probe, stopped once no page waits."""
+        bar = f"Scoring every head on {len(self.ids)} tokens and on the repeat probe"
+        return self._derived("attn.head_table", lambda lm, ids, should_stop: analysis.head_table(
+            lm, self.trace, ids, progress_bar(bar), should_stop), self.ids, stoppable=True)
+
+    def lens(self, start: int, stop: int) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+        """The logit lens on positions start..stop-1, top 5 only: (row labels, top ids (L+1, w, 5),
+        their probabilities), with a status line; full distributions would be large."""
+        def window(lm, tr, start, stop, should_stop=None):
+            lens = analysis.logit_lens(lm.model, tr, k=5, positions=slice(start, stop), keep_probs=False,
+                                       n_words=min(lm.tokenizer.vocab_size, lm.config.vocab_size),
+                                       should_stop=should_stop)
+            return lens.labels, lens.top_ids.cpu(), lens.top_probs.float().cpu()
+        return self._traced("logit_lens.window", window, start, stop, stoppable=True,
+                            status=f"Decoding positions {start}–{stop - 1} after every layer…")
+
+    def layer_summaries(self) -> tuple[dict, dict]:
+        """Every block's norm statistics and the stream's norms (`tfm.analysis.layer_summaries`)."""
+        return self._traced("norms.summaries", lambda lm, tr: analysis.layer_summaries(
+            tr, progress=progress_bar(f"Reading every block's norms on {len(self.ids)} tokens")))
+
+    def permutation_check(self, seed: int) -> positions.PermutationCheck:
+        """Block 0 on the prompt and a shuffled copy; ValueError under two tokens."""
+        return self._derived("pos.permutation", lambda lm, ids, s: positions.permutation_check(lm.model, ids, s),
+                             self.ids, seed, status="Running block 0 on the prompt and a shuffled copy…")
+
+    def attribution(self, pos: int, token: int | None, versus: int | None) -> attribution.Attribution:
+        """Direct logit attribution of `token` (None: the top prediction) after `pos`."""
+        return self._traced("why.direct", lambda lm, tr, p, t, v: attribution.direct(lm, self.ids, p, t, v, tr),
+                            pos, token, versus)
+
+    def ablation_sweep(self, pos: int, token: int, versus: int | None) -> patching.Sweep:
+        return self._derived("why.sweep", patching.ablation_sweep, self.ids, patching.Metric(pos, token, versus))
+
+    def ablated_probs(self, pos: int, heads=(), mlps=(), neurons=(), mode: str = "zero") -> torch.Tensor:
+        """Next-token probabilities at `pos` with these parts ablated (`patching.ablated_probs`)."""
+        return self._derived("why.probs", patching.ablated_probs, self.ids, pos, tuple(heads), tuple(mlps),
+                             tuple(neurons), mode)
+
+    def top_neurons(self, pos: int, token: int, versus: int | None, k: int = 12) -> list[attribution.Neuron]:
+        attr = self.attribution(pos, token, versus)
+        return self._derived("why.neurons", lambda lm, *_: attribution.top_neurons(lm, attr, k=k),
+                             self.ids, pos, token, versus, k)
+
+    def flow(self, start: int, stop: int) -> torch.Tensor:
+        """What each layer's heads moved between positions start..stop-1 (`attribution.flow`)."""
+        return self._traced("why.flow", attribution.flow, start, stop)
+
+    def sae_features(self, per_token: int) -> feature_sets.TokenFeatures:
+        """The SAE's strongest `per_token` features on each token; ValueError when none ships."""
+        feature_set = self.sae()
+        return self._traced("features.tokens", lambda lm, tr, n: feature_sets.token_features(
+            feature_set.sae, tr, n, feature_set.skip), per_token)
+
+    def feature_attribution(self, pos: int, token: int, versus: int | None) -> feature_sets.FeatureAttribution:
+        feature_set = self.sae()
+        return self._traced("why.features", lambda lm, tr, p, t, v: feature_sets.feature_attribution(
+            lm, feature_set.sae, tr, self.ids, p, t, v), pos, token, versus)
+
+    def requantized(self, qtype: str) -> QuantComparison:
+        """The model re-quantized to `qtype` against itself on this prompt, every layer and head
+        (the copy dropped before it returns; one such copy in the process at a time)."""
+        return self._derived("quant.effects", requantized_effects, qtype, self.ids, alone=True,
+                             status=f"Re-quantizing every matrix to {qtype} and running both models…")
+
+    def requantized_ready(self, qtype: str) -> bool:
+        return self._ready("quant.effects", qtype, self.ids)
+
+
+def current_run(max_tokens: int | None = None) -> PromptRun:
+    """The traced prompt for the page, or a clear message and a stopped script."""
+    model = active_model()
+    if model is None:
+        st.stop()
+    lm, spec, device = model.lm, model.spec, model.device
+    text = st.session_state.get("sidebar.prompt", "")
+    if not text.strip():
+        st.info("The prompt is empty: type some text in the sidebar's **Prompt** box.")
+        st.stop()
+    info = prepare_prompt(lm, text[:server.limits().max_prompt_chars], room=0, max_tokens=max_tokens)
+    if info.notice:
+        st.warning(f"Prompt: {message(info.notice)}.")
+    ids = info.ids
+    try:
+        tfm_limits.check_trace(lm.config, server.limits(), len(ids))
+    except ValueError as e:
+        st.error(f"This prompt is too long to trace here: {message(e)}.")
+        st.stop()
+    notice = st.empty()
+    if server.gate().busy():
+        notice.info("⏳ The server is busy with other students' heavy work: this page starts when a slot frees up…")
+    trace = with_status(f"Running the model on {len(ids)} tokens…", cache.is_cached("trace", spec, device, ids),
+                        cache.run_traced, spec, device, ids)
+    notice.empty()
+    return PromptRun(lm, spec, device, ids, token_labels(lm.tokenizer, ids), info.dropped, trace)
