@@ -4,6 +4,8 @@ value in any Markdown the page renders, every message bounded, and the session s
 One session per (page, value) carries that value in all of the page's parameters at once."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.app.judge import long_messages, markup_problems, own_markup
