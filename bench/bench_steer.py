@@ -8,6 +8,8 @@
 - Steered generation per token against plain generation, same prompt, seed and settings,
   alternating the two so a busy neighbour slows both alike (best of --repeats); target <= 5%
   more. --real adds SmolLM2-135M (tfm.load("smollm2")).
+- The Steer page's calibration (`steer_calibrate.calibrate`, once per model): wall seconds and
+  what it chose; target well under a minute on SmolLM2.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import tfm  # noqa: E402
 from bench_app import SCRIPT_CPU, measure_script_threads, prompt_of  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
-from tfm.analysis import steering  # noqa: E402
+from tfm.analysis import steer_calibrate, steering  # noqa: E402
 from ui import models  # noqa: E402
 
 
@@ -59,7 +61,7 @@ def per_token(lm, prompt: str, n: int, edits) -> float:
 def generation(name: str, lm, tokens: int, repeats: int) -> None:
     prompt = "Once upon a time there was a little girl who"
     vec = steering.pair_vector(lm, " happy", " sad", lm.config.n_layer // 2)
-    edits = [vec.edit(2.0)]
+    edits = [vec.edit(0.5, start=1)]
     per_token(lm, prompt, 4, edits)                       # warm-up
     plain, steered = [], []
     for _ in range(repeats):
@@ -70,6 +72,13 @@ def generation(name: str, lm, tokens: int, repeats: int) -> None:
           f"steered/plain {s / p:.3f} (target <= 1.05; best of {repeats}, {tokens} tokens, greedy)")
 
 
+def calibration(name: str, lm) -> None:
+    t0 = time.perf_counter()
+    cal = steer_calibrate.calibrate(lm)
+    print(f"{name}: calibration {time.perf_counter() - t0:.1f} s (target < 60 s): {cal.prompt!r}, layer {cal.layer}, "
+          f"strength {cal.strength:g}, moves both moods fluently: {cal.moves}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
@@ -78,9 +87,10 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(1)
     features_page(a.repeats)
-    generation("bundled model", tfm.load("default", device="cpu"), a.tokens, a.repeats)
-    if a.real:
-        generation("SmolLM2-135M", tfm.load("smollm2", device="cpu"), a.tokens, a.repeats)
+    for name, spec in (("bundled model", "default"), ("SmolLM2-135M", "smollm2"))[:2 if a.real else 1]:
+        lm = tfm.load(spec, device="cpu")
+        generation(name, lm, a.tokens, a.repeats)
+        calibration(name, lm)
 
 
 if __name__ == "__main__":

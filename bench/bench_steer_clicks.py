@@ -96,7 +96,7 @@ def clicks(s: Student, ear: Listener, slider: str, watch: Peak, values: list[flo
     t_idle, cpu_idle = idle_since(watch, t0 + 600)
     time.sleep(0.2)  # the last messages are on their way
     ok = (ear.finished[n_done:] and ear.finished[-1] == ForwardMsg.FINISHED_SUCCESSFULLY
-          and ear.headings and f"strength {values[-1]:+.1f})" in ear.headings[-1] and not ear.errors)
+          and ear.headings and f"strength {values[-1]:+.2f})" in ear.headings[-1] and not ear.errors)
     return {"seconds": t_idle - t0, "cpu": cpu_idle - cpu0, "runs": len(ear.finished) - n_done, "ok": bool(ok),
             "shown": ear.headings[-1] if ear.headings else None}
 
@@ -120,7 +120,8 @@ def main() -> None:
         if first.errors or "steer.strength" not in s.widgets:
             raise RuntimeError(f"the Steer page did not open: {first.errors}")
         slider, ear = s.widget("steer.strength"), Listener(s)
-        fresh = iter([x / 2 for x in range(-40, 41) if x / 2 not in (1.0, 1.5)])  # the page's defaults are cached
+        # never the page's opening strength (cached; a calibrated multiple of 0.01): odd multiples of 0.005
+        fresh = iter([round(x / 20 + 0.005, 3) for x in range(-30, 30)])
         singles, series = [], []
         for r in range(args.rounds):
             singles.append(clicks(s, ear, slider, watch, [next(fresh)], 0.0))

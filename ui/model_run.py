@@ -12,7 +12,7 @@ import streamlit as st
 import tfm
 from tfm import analysis
 from tfm.analysis import features as feature_sets
-from tfm.analysis import heads, norms, patching, steering
+from tfm.analysis import heads, norms, patching, steer_calibrate, steering
 from tfm.analysis.quant import gguf_path
 from tfm.loaders.gguf_file import GGUFFile, read_gguf
 from tfm.teach import examples as page_examples
@@ -112,14 +112,34 @@ class ModelRun:
         return Direction(recipe, self._derived("steer.vector", _vector, recipe))
 
     def steered_texts(self, direction: Direction, prompt: str, strength: float, seed: int, new: int,
-                      temperature: float, where: str) -> tuple[str, str]:
+                      temperature: float, where: str, include_first: bool = False) -> tuple[str, str]:
         """The prompt's continuation without and with the direction (`steering.steered_pair`),
         stopped once no page waits for it."""
-        def texts(lm, _recipe, prompt, strength, seed, new, temperature, where, should_stop=None):
+        def texts(lm, _recipe, prompt, strength, seed, new, temperature, where, first, should_stop=None):
             return steering.steered_pair(lm, prompt, direction.vector, strength, seed, new, temperature,
-                                         where=where, should_stop=should_stop)
+                                         where=where, should_stop=should_stop, include_first=first)
         return self._derived("steer.texts", texts, direction.recipe, prompt, strength, seed, new, temperature, where,
-                             stoppable=True, status="Generating with and without steering…")
+                             include_first, stoppable=True, status="Generating with and without steering…")
+
+    def mood_sweep(self, direction: Direction, ids: tuple[int, ...], tokens: tuple[int, ...],
+                   strengths: tuple[float, ...], include_first: bool = False) -> list[list[float]]:
+        """p(each token) after `ids` at each strength, steering the prompt (`steering.sweep_tokens`):
+        one row per token."""
+        def sweep(lm, _recipe, ids, tokens, strengths, first, should_stop=None):
+            return steering.sweep_tokens(lm, ids, direction.vector, strengths, tokens, should_stop, first).T.tolist()
+        return self._derived("steer.sweep", sweep, direction.recipe, ids, tokens, strengths, include_first,
+                             stoppable=True)
+
+    def steer_calibration(self) -> steer_calibrate.Calibration:
+        """Where steering works on this model (`tfm.analysis.steer_calibrate.calibrate`): measured
+        once per model, with a status line; ValueError where it cannot run (a very short context)."""
+        return self._derived("steer.calibration", lambda lm, should_stop=None: steer_calibrate.calibrate(
+            lm, should_stop=should_stop), stoppable=True,
+            status="Measuring where steering works on this model (once per model, seconds)…")
+
+    def stream_norms(self) -> tuple[float, ...]:
+        """Each layer's typical stream length, the unit of steering strength (`steering.stream_norms`)."""
+        return self._derived("steer.norms", steering.stream_norms)
 
 
 def _depth(lm, placement: str, norm: str, n_layer: int, ids: tuple[int, ...], seed: int) -> norms.DepthNorms:

@@ -30,10 +30,6 @@ INTRODUCTIONS = {"smollm2": (
     "capital of France is\" (it answers \" Paris\"), then *Attention* for its induction and previous-token heads, "
     "and *Logit lens* to see at which layer \" Paris\" appears. The **Bundled tiny** model (sidebar) is a "
     "3.5M-parameter model trained on children's stories: one click away.")}
-# TODO(#42): the Steer page's opening strength per model, found by reading generations (SmolLM2 keeps its
-# sense up to about 1; at 1.5 its text comes apart). Neither the steering vector's length against the stream's
-# (0.57 bundled, 0.42 SmolLM2) nor anything else measured so far predicts it: it needs #42's calibration.
-STEER_STRENGTH = {"smollm2": 1.0}
 
 
 def default_model_spec() -> str:
@@ -77,11 +73,6 @@ def describe_spec(spec: str) -> str:
 def introduction(spec: str) -> str | None:
     """What the home page says about this model (Markdown written here, never user text), or None."""
     return INTRODUCTIONS.get(spec)
-
-
-def steer_strength(spec: str, default: float) -> float:
-    """The Steer page's opening strength for this model (`STEER_STRENGTH`, else `default`)."""
-    return STEER_STRENGTH.get(spec, default)
 
 
 def shown_folder(path: str) -> str:

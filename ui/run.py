@@ -14,7 +14,7 @@ import streamlit as st
 import torch
 
 from tfm import analysis
-from tfm.analysis import attribution, patching, positions, steering
+from tfm.analysis import attribution, patching, positions
 from tfm.analysis import features as feature_sets
 from tfm.analysis.attention_rows import pattern_rows
 from tfm.analysis.quant import QuantComparison, requantized_effects
@@ -24,7 +24,7 @@ from tfm.loaders import limits as tfm_limits
 from tfm.text.token_view import token_labels
 from tfm.viz import attention as attention_figs
 from ui import cache, server
-from ui.model_run import Direction, ModelRun, active_model
+from ui.model_run import ModelRun, active_model
 from ui.progress import progress_bar, with_status
 from ui.text import message
 
@@ -134,12 +134,6 @@ class PromptRun(ModelRun):
 
     def requantized_ready(self, qtype: str) -> bool:
         return self._ready("quant.effects", qtype, self.ids)
-
-    def steering_sweep(self, direction: Direction, token: int, strengths: tuple[float, ...]) -> list[float]:
-        """p(token) after the prompt at each strength, steering every position (`steering.sweep`)."""
-        def sweep(lm, _recipe, ids, token, strengths, should_stop=None):
-            return steering.sweep(lm, ids, direction.vector, strengths, token, should_stop).tolist()
-        return self._derived("steer.sweep", sweep, direction.recipe, self.ids, token, strengths, stoppable=True)
 
 
 def current_run(max_tokens: int | None = None) -> PromptRun:

@@ -11,6 +11,7 @@ import time
 import pytest
 from streamlit.runtime.scriptrunner_utils.script_requests import RerunData, ScriptRequests
 
+from tfm.analysis import steer_calibrate as calib
 from tfm.analysis import steering
 from tfm.core.cancel import Cancelled
 from tfm.generation.generate import Generation
@@ -115,21 +116,21 @@ def test_a_steering_text_goes_on_while_another_session_waits_and_stops_when_none
 def test_a_superseded_steer_run_stops_and_the_latest_strength_shows(monkeypatch):
     new = 16
     at = open_page("steer", PROMPT)
-    at.number_input(key="steer.new").set_value(new).run()  # the trace, vector and sweep are cached now
+    at.number_input(key="steer.new").set_value(new).run()  # the calibration, vector and sweep are cached now
     slow = Slow(0.25)                                      # the texts alone would take >= 8 s
     monkeypatch.setattr(steering, "generate", slow)
-    at.slider(key="steer.strength").set_value(4.0)
+    at.slider(key="steer.strength").set_value(1.0)
     start = time.perf_counter()
     with pytest.raises(RuntimeError, match="timed out"):
         at.run(timeout=1.0)  # then AppTest asks the run to stop, as a click does, and waits for its end
     assert time.perf_counter() - start < 1.0 + 2.0 and len(slow.made) < 12
-    assert not [k for k in models.PROMPTS.keys() if k[3] == "steer.texts" and k[6] == 4.0]  # nothing half made
+    assert not [k for k in models.PROMPTS.keys() if k[3] == "steer.texts" and k[6] == 1.0]  # nothing half made
     monkeypatch.setattr(steering, "generate", slow.real)
-    at.slider(key="steer.strength").set_value(5.0).run()
+    at.slider(key="steer.strength").set_value(1.2).run()
     assert not at.exception and not at.error
-    lm = models.load_lm(models.default_model_spec(), "cpu")
-    vec = steering.pair_vector(lm, " happy and kind", " sad and angry", lm.config.n_layer // 2, "mean")
-    plain, steered = steering.steered_pair(lm, PROMPT, vec, 5.0, int(at.session_state["sidebar.seed"]), new, 0.8)
-    shown = [m.value for m in at.markdown]
-    assert escape_markdown(plain).strip() in shown and escape_markdown(steered).strip() in shown
-    assert "Steered (strength +5.0)" in [h.value for h in at.subheader]
+    lm, ss = models.load_lm(models.default_model_spec(), "cpu"), at.session_state
+    vec = steering.pair_vector(lm, *calib.PAIR, int(ss["steer.layer"]), "mean")
+    plain, steered = steering.steered_pair(lm, ss["steer.prompt"], vec, 1.2, int(ss["sidebar.seed"]), new, 0.8)
+    shown = [" ".join(m.value.split()) for m in at.markdown]   # Streamlit trims blank lines
+    assert " ".join(escape_markdown(plain).split()) in shown and " ".join(escape_markdown(steered).split()) in shown
+    assert "Steered (strength +1.20)" in [h.value for h in at.subheader]

@@ -184,7 +184,8 @@ class Patch:
 @dataclass(frozen=True, eq=False)
 class Steer:
     """Add `strength` x `vector` ((D,)) to the residual stream at `layer`'s `point`, at the
-    absolute positions start..stop-1 (stop None: to the end). Strength 0 is no edit at all
+    absolute positions start..stop-1 (stop None: to the end) but those in `skip` (a prompt's
+    special tokens, `tfm.analysis.steering.steer_span`). Strength 0 is no edit at all
     (dropped, so the forward is bit-identical to an unedited one)."""
 
     layer: int
@@ -194,6 +195,7 @@ class Steer:
     stop: int | None = None
     point: StreamPoint = "resid_pre"
     row: int | None = None
+    skip: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         s = self.strength
@@ -209,6 +211,10 @@ class Steer:
             raise ValueError("the steering vector has NaN or infinite entries")
         if self.start < 0 or (self.stop is not None and self.stop <= self.start):
             raise ValueError(f"steering positions {self.start}..{self.stop}: need 0 <= start < stop")
+        skip = tuple(self.skip)
+        if any(isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in skip):
+            raise ValueError(f"positions to skip must be integers >= 0, got {list(skip)[:8]}")
+        object.__setattr__(self, "skip", tuple(sorted(set(skip))))
 
     def check(self, cfg: ModelConfig, shape: tuple[int, int]) -> None:
         if tuple(self.vector.shape) != (cfg.d_model,):
@@ -222,14 +228,24 @@ class Steer:
         hi = t if self.stop is None else min(self.stop - offset, t)
         if self.strength == 0 or lo >= hi:
             return None
+        skip = tuple(p - offset for p in self.skip if lo <= p - offset < hi)
+        if len(skip) == hi - lo:
+            return None
         local = copy.copy(self)              # not dataclasses.replace: no second validation per decode step
         object.__setattr__(local, "start", lo)
         object.__setattr__(local, "stop", hi)
+        object.__setattr__(local, "skip", skip)
         return local
 
     def write(self, x: torch.Tensor) -> None:                          # x (B, T, D)
         add = (float(self.strength) * self.vector.to(x.device, torch.float32)).to(x.dtype)
-        _rows(x, self.row)[..., self.start:self.stop, :] += add
+        target = _rows(x, self.row)
+        if not self.skip:
+            target[..., self.start:self.stop, :] += add
+            return
+        stop = target.shape[-2] if self.stop is None else self.stop
+        steered = [p for p in range(self.start, stop) if p not in self.skip]
+        target[..., steered, :] += add
 
 
 Edit = AblateHead | AblateMLP | AblateNeurons | Patch | Steer

@@ -1,5 +1,5 @@
 """Figures for the Steer page: what a steering direction does to the vocabulary, and the
-probability of one token as the strength sweeps."""
+probability of a few words as the strength sweeps."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -22,11 +22,16 @@ def read_out_bars(up: list[str], up_scores: list[float], down: list[str], down_s
     return fig
 
 
-def sweep_line(strengths: list[float], probs: list[float], piece: str, current: float, title: str) -> go.Figure:
-    """p(token) against the steering strength, the current strength marked."""
-    fig = go.Figure(go.Scatter(x=strengths, y=probs, mode="lines+markers", name=f"p({piece!r})",
-                               hovertemplate="strength %{x:.2f}: p = %{y:.4f}<extra></extra>"))
+def mood_sweep(strengths: list[float], probs: list[list[float]], pieces: list[str], current: float,
+               title: str) -> go.Figure:
+    """p(each word next) against the steering strength, one line per word (probs[k][i]: word k
+    at strengths[i]), the current strength marked; a log axis, as the words differ by decades."""
+    fig = go.Figure()
+    for piece, row in zip(pieces, probs):
+        name = plotly_text(repr(piece))
+        fig.add_trace(go.Scatter(x=strengths, y=row, mode="lines+markers", name=name,
+                                 hovertemplate=f"{name}: strength %{{x:.2f}}, p = %{{y:.2e}}<extra></extra>"))
     fig.add_vline(x=current, line_dash="dash", line_color="grey", annotation_text="current")
-    fig.update_layout(title=title, xaxis_title="steering strength", yaxis_title=plotly_text(f"p({piece!r}) next"),
-                      yaxis_rangemode="tozero", height=380)
+    fig.update_layout(title=title, xaxis_title="steering strength (× the layer's typical stream length)",
+                      yaxis_title="p(word) next", yaxis_type="log", height=400, legend_title_text="word")
     return fig
