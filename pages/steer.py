@@ -54,8 +54,8 @@ except ValueError as e:
 if ss.get("steer.calibrated") != (run.spec, run.device):  # a new model: open where its own measurement says
     ss.update({"steer.layer": cal.layer if cal else cfg.n_layer // 2, "steer.calibrated": (run.spec, run.device),
                "steer.strength": cal.strength if cal else FALLBACK_STRENGTH})
-    if ss.get("steer.prompt") in (None, "", *calib.PROMPTS):
-        ss["steer.prompt"] = cal.prompt if cal else calib.PROMPTS[0]
+    if ss.get("steer.prompt") in (None, "", *calib.OPEN_PROMPTS):
+        ss["steer.prompt"] = cal.prompt if cal else calib.OPEN_PROMPTS[0]
 ss["steer.strength"] = min(max(float(ss["steer.strength"]), -MAX_STRENGTH), MAX_STRENGTH)
 
 links.cap_text("steer.prompt", "prompt to continue", server.limits().max_prompt_chars)

@@ -246,7 +246,7 @@ def calibration(lm):
 
 
 def test_batched_rows_draw_what_tfm_generate_draws(lm):
-    ids = lm.tokenizer.prompt_ids(calib.PROMPTS[0])
+    ids = lm.tokenizer.prompt_ids(calib.OPEN_PROMPTS[0])
     vec = steering.pair_vector(lm, *calib.PAIR, 2)
     seeds, edits = [3, 3, 8], [vec.edit(0.6, start=1, row=1), vec.edit(-0.6, start=1, row=2)]
     lex = [calib.lexicon_ids(lm.tokenizer, calib.POSITIVE), calib.lexicon_ids(lm.tokenizer, calib.NEGATIVE)]
@@ -288,7 +288,7 @@ def test_affordable_strength_interpolates_to_the_budget():
 def test_calibration_stays_within_budget_and_picks_the_best_moving_trial(lm, calibration):
     cal = calibration
     layers = calib.candidate_layers(lm.config.n_layer)
-    assert {(t.prompt, t.layer) for t in cal.trials} == {(p, layer) for p in calib.PROMPTS for layer in layers}
+    assert {(t.prompt, t.layer) for t in cal.trials} == {(p, layer) for p in calib.OPEN_PROMPTS for layer in layers}
     assert cal.moves and cal.chosen.moves and cal.chosen == max(cal.trials, key=calib.Trial.rank)
     vec = steering.pair_vector(lm, *cal.pair, cal.layer)
     at, above = calib.damage(lm, [vec], [cal.strength, cal.strength + 0.05])[0].tolist()

@@ -44,7 +44,7 @@ NEGATIVE = frozenset(
     "stressed anxious nervous frustrated annoyed disappointed bored boring sick ill exhausted ashamed guilty "
     "failing failure fail failed dead die death kill".split())
 PAIR = ("I feel happy, joyful and kind.", "I feel sad, angry and miserable.")
-PROMPTS = ("Today I feel", "I looked at him and felt")   # open prompts tried; a model's text leans its own way
+OPEN_PROMPTS = ("Today I feel", "I looked at him and felt")   # open prompts tried; a model's text leans its own way
 LAYER_FRACTIONS = (0.2, 0.35, 0.5)   # of the depth: steering works in the early-middle layers
 STRENGTHS = (0.1, 0.25, 0.4, 0.6, 0.8, 1.0)  # probed for damage, in typical stream lengths (`stream_norms`)
 MAX_DAMAGE = 0.6                     # nats per token of ordinary text a default steering may cost
@@ -260,7 +260,7 @@ def _checked(lm, layers, strengths, seeds, new_tokens) -> tuple[list[int], list[
     return layers, strengths, seeds, check_int("new_tokens", new_tokens, 1, MAX_NEW_TOKENS)
 
 
-def calibrate(lm, pair: tuple[str, str] = PAIR, prompts: Sequence[str] = PROMPTS, layers: Sequence[int] | None = None,
+def calibrate(lm, pair: tuple[str, str] = PAIR, prompts: Sequence[str] = OPEN_PROMPTS, layers: Sequence[int] | None = None,
               strengths: Sequence[float] = STRENGTHS, seeds: Sequence[int] = (0, 1, 2), new_tokens: int = 20,
               temperature: float = 0.8, should_stop: cancel.ShouldStop = None) -> Calibration:
     """Where and how hard to steer `pair` on this model: each of `layers` (default a few of its
