@@ -11,7 +11,7 @@ from tests.app.conftest import allow_models, open_page
 from tests.gguf_files import bytelevel_vocab, write_model
 from tfm.loaders import packaged
 from tfm.loaders.packaged import SMOLLM2_INSTALL, smollm2_path
-from ui import server, sidebar
+from ui import models, server, sidebar
 
 
 def use_settings(**changes) -> None:
@@ -61,6 +61,7 @@ def test_found_models_list_gguf_files(tmp_path):
 def test_without_the_package_the_choice_says_how_to_install(monkeypatch):
     monkeypatch.setattr(packaged, "smollm2_path", lambda: None)
     monkeypatch.setattr(sidebar, "smollm2_path", lambda: None)
+    models.clear_caches()  # a server without the package never loaded SmolLM2 (this process may have kept it)
     at = open_page()
     at.radio(key="sidebar.model_kind").set_value("smollm2").run()
     assert not at.exception, at.exception
@@ -70,7 +71,6 @@ def test_without_the_package_the_choice_says_how_to_install(monkeypatch):
 
 def test_ollama_models_are_offered_by_name_not_hash(tmp_path):
     from tests.test_gguf_hostile import ollama_folder
-    from ui import models
     good = write_model(tmp_path / "good.gguf", vocab=bytelevel_vocab())
     root = ollama_folder(tmp_path / "root" / "ollama", good, {"registry.ollama.ai/library/tiny/latest": "sha256:" + "a" * 64})
     allow_models(tmp_path / "root")
