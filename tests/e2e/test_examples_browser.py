@@ -4,6 +4,7 @@ said. Screenshots: screenshots/examples_attention_before.png, examples_attention
 from __future__ import annotations
 
 import numpy as np
+from playwright.sync_api import expect
 
 import tfm
 from tfm.teach import examples as X
@@ -25,7 +26,9 @@ def test_attention_example_button(page, app_url):
     wait_idle(page)
     wait_drawn(page)
     button = page.get_by_role("button", name=f"Try: {ex.label}")
-    assert button.count() == 1
+    # right after goto the app can look idle before its first run has drawn anything (a CI run
+    # counted no button there): wait for the button itself
+    expect(button).to_have_count(1, timeout=60_000)
     shot(page, "examples_attention_before")
     watch_rerun(page)
     button.click()
