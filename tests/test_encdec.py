@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tfm.teach.encdec import EncDecConfig, EncoderDecoder, greedy_decode, load_encdec, save_encdec
-from tfm.core.trace import axes_for
+from tfm.core.trace_names import axes_for
 
 BASE = dict(src_vocab_size=11, tgt_vocab_size=13, src_context_length=9, tgt_context_length=7, d_model=16,
             n_enc_layer=2, n_dec_layer=3, n_head=4, d_ff=32)

@@ -8,9 +8,10 @@ import threading
 import pytest
 import torch
 
-from tfm.core import trace as trace_module
+from tfm.core import trace_names
 from tfm.core.cache import KVCache
-from tfm.core.trace import AXES, Trace, axes_for
+from tfm.core.trace import Trace
+from tfm.core.trace_names import AXES, axes_for
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest.one_thread
 
@@ -203,7 +204,7 @@ def test_every_stored_tensor_is_in_the_shape_trace_with_its_shape_and_axes(key, 
 
 
 def test_every_documented_name_has_axes_and_unknown_names_fail_clearly():
-    doc = trace_module.__doc__
+    doc = trace_names.__doc__
     for suffix in ("resid_pre", "attn.pattern", "attn.result", "mlp.post", "rope.angles", "logits"):
         assert suffix in doc and suffix in AXES
     with pytest.raises(KeyError, match="no axis names documented for trace name 'blocks.0.bogus'"):
@@ -291,7 +292,7 @@ def test_residual_identities_post_norm(make_model):
 
 
 def test_norm_statistics_are_what_the_doc_says(make_model):
-    doc = trace_module.__doc__
+    doc = trace_names.__doc__
     assert "per-token std sqrt(var + eps)" in doc and "sqrt(mean(x^2) + eps)" in doc
     eps = 1e-5
     model = make_model("tiny")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tfm.core.trace import NAMES, name
+from tfm.core.trace_names import NAMES, name
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

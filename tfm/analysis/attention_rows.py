@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from ..core.model import GPT, attention_scores, causal_mask
-from ..core.trace import Trace, name
+from ..core.trace import Trace
+from ..core.trace_names import name
 
 
 @torch.inference_mode()

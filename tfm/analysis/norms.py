@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from ..core.config import ModelConfig
 from ..core.model import GPT, Norm
 from ..core.trace import Trace
-from ..core.trace import name as trace_name
+from ..core.trace_names import name as trace_name
 from .heads import Progress
 from .shapes import ids_tensor
 

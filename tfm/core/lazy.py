@@ -40,7 +40,8 @@ import torch
 from torch import nn
 
 from .functional import attention_scores, unembed
-from .trace import LAZY, NAMES, Deferred, ModelOutput, Recorder, Trace, _move, estimate_trace_bytes, storage_bytes
+from .trace import LAZY, Deferred, ModelOutput, Recorder, Trace, _move, estimate_trace_bytes, storage_bytes
+from .trace_names import NAMES
 from .validate import check_int
 
 Getter = Callable[[str], torch.Tensor]
@@ -76,7 +77,7 @@ KEEPABLE = ("q", "k", "v", "scores", "pattern", "z", "attn_out", "resid_mid", "m
 
 
 def kept_suffixes(keep: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """`keep` (concepts of `tfm.trace.NAMES`, e.g. ("pattern",)) -> name suffixes, validated."""
+    """`keep` (concepts of `tfm.core.trace_names.NAMES`, e.g. ("pattern",)) -> name suffixes, validated."""
     if isinstance(keep, str) or not all(isinstance(c, str) for c in keep):
         raise ValueError(f"keep must be a tuple of concept names such as ('pattern',), got {keep!r}")
     unknown = [c for c in keep if c not in KEEPABLE]
