@@ -45,9 +45,9 @@ from ..core.functional import unembed
 from ..core.trace import Recorder
 from ..core.validate import check_int
 from ..loaders.loading import LM
-from .choice import Noise, choose_all
-from .generate import (DEFAULT_NEW_TOKENS, Generation, PromptInfo, Step, _stop_reason, _TextStream,
-                       n_words, prepare_prompt)
+from .batch_rows import Row, RowTrace, row_entry, row_traces
+from .choice import choose_all
+from .generate import DEFAULT_NEW_TOKENS, Generation, Step, prepare_prompt
 from .prefill import prefill_keys
 from .sampling import SamplingSettings
 
@@ -71,104 +71,12 @@ class BatchConfig:
         check_int("prefill_tokens", self.prefill_tokens, 1, hint=" (padded prompt tokens in one shared prefill)")
 
 
-class RowTrace:
-    """One row of a batched step's trace, as `timeline.step_record` reads a Step's trace: its
-    attention rows (L, H, S) over its own S keys and its residual streams (L+1, D), in tensors of
-    its own (a view into the batch's would keep every row's alive). `row_traces` makes them."""
-
-    def __init__(self, attn: torch.Tensor, labels: list[str], resid: torch.Tensor) -> None:
-        self._attn, self._labels, self._resid = attn, labels, resid
-
-    def n_layers(self) -> int:
-        return self._attn.shape[0]
-
-    def pattern(self, layer: int, batch: int = 0) -> torch.Tensor:
-        """(H, 1, S): the row's one query."""
-        check_int("batch", batch, 0, 0, " (a row trace holds one row)")
-        check_int("layer", layer, 0, self.n_layers() - 1)
-        return self._attn[layer][:, None]
-
-    def query_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(attention rows (L, H, S), residual streams (L+1, D)) of the row's one query: what
-        `timeline.step_record` keeps, already in tensors of their own."""
-        return self._attn, self._resid
-
-    def residual_streams(self, batch: int = 0) -> list[tuple[str, torch.Tensor]]:
-        """(label, (1, D)) for the stream entering block 0 and leaving every block."""
-        check_int("batch", batch, 0, 0, " (a row trace holds one row)")
-        return [(label, s[None]) for label, s in zip(self._labels, self._resid)]
-
-
-def _row_entry(name: str) -> bool:
-    """The entries a RowTrace reads (what a traced batch step records; it lists no others)."""
-    return name.endswith((".attn.pattern", ".resid_pre", ".resid_post")) or name == "ln_final.input"
-
-
-def row_traces(trace, n_keys: list[int], wanted: list[bool]) -> list[RowTrace | None]:
-    """The RowTrace of each row that `wanted` one, from one batched decode step's trace: the
-    batch's patterns and streams stacked once, then one copy each per row (a copy per layer and
-    row was a large share of a traced 30-row step)."""
-    attn = trace.stack("attn.pattern")[:, :, :, -1]                    # (L, B, H, S)
-    labels, streams = trace.residual_stack()                           # (L+1, B, 1, D)
-    return [RowTrace(attn[:, b, :, :n].clone(), labels, streams[:, b, -1].clone()) if w else None
-            for b, (n, w) in enumerate(zip(n_keys, wanted))]
-
-
-class _Row:
-    """One request: everything `tfm.generate`'s loop keeps per call, plus its outbox."""
-
-    def __init__(self, lm: LM, info: PromptInfo, settings: SamplingSettings, max_new: int, seed: int,
-                 trace: bool, stop_at_eot: bool, owner: str, stop_ids: frozenset[int] = frozenset(),
-                 should_stop: cancel.ShouldStop = None) -> None:
-        self.lm, self.info, self.settings, self.max_new, self.trace = lm, info, settings, max_new, trace
-        self.stop_at_eot, self.owner, self.tokens = stop_at_eot, owner, list(info.ids)
-        self.stop_ids, self.should_stop = stop_ids, should_stop
-        self.gen, self.text, self.words = torch.Generator().manual_seed(seed), _TextStream(), n_words(lm)
-        self.out: queue.SimpleQueue = queue.SimpleQueue()
-        self.cancelled = threading.Event()
-        self.elapsed, self.carry, self.done = 0.0, 0.0, False
-        self.noise = Noise()   # its next draw's noise, drawn during the step's forward
-
-    def leaves(self) -> bool:
-        """Closed, or its `should_stop` says yes (its consumer then reads Cancelled): the batch
-        thread asks before each step, under its lock."""
-        if not self.cancelled.is_set() and self.should_stop is not None and self.should_stop():
-            self.cancelled.set()
-            self.out.put(cancel.Cancelled("the generation was stopped: nobody waits for it any more"))
-        return self.cancelled.is_set()
-
-    def fed_length(self) -> int:
-        """Positions its cache must hold: the prompt and every token but the last."""
-        return min(self.lm.config.context_length, len(self.info.ids) + self.max_new - 1)
-
-    def step(self, choice: tuple, tr, took: float) -> Step:
-        """Take the token `choice.choose_rows` drew for this row, as tfm.generate's loop does."""
-        t0 = time.perf_counter()
-        bd, token, (prob, rank, prob0, rank0, kept) = choice
-        self.tokens.append(token)
-        index = len(self.tokens) - len(self.info.ids) - 1
-        reason = _stop_reason(token, index + 1, len(self.tokens), self.lm, self.max_new, self.stop_at_eot,
-                              self.stop_ids)
-        tok = self.lm.tokenizer
-        piece = tok.piece_bytes(token)
-        new_text, so_far = self.text.add(piece, final=reason is not None)
-        took += time.perf_counter() - t0 + self.carry
-        self.carry = 0.0
-        self.elapsed += took
-        self.done = reason is not None
-        step = Step(index, len(self.tokens) - 1, token, piece.decode("utf-8", errors="replace"),
-                    tok.display_piece(token), new_text, so_far, prob, int(rank), prob0, int(rank0), int(kept),
-                    bd.logits, bd, tr, self.elapsed, took, reason)
-        self.out.put(step)
-        return step
-
-
 class BatchedGeneration(Generation):
     """A `Generation` served by a Batcher. `poll(timeout)` waits at most `timeout` seconds for
     the next Step (None if none yet, StopIteration at the end), so a page can redraw while it
     waits; `queued` is the number of requests ahead of it while it waits for a row (0 once in)."""
 
-    def __init__(self, batcher: "Batcher", row: _Row) -> None:
+    def __init__(self, batcher: "Batcher", row: Row) -> None:
         self._batcher, self._row, self._finished = batcher, row, False
         super().__init__(row.info, row.settings, self._iterate())
 
@@ -225,9 +133,9 @@ class Batcher:
             raise ValueError("the model is in training mode; batch generation needs an eval-mode model")
         self.lm, self.config = lm, config
         self._cond = threading.Condition()
-        self._waiting: deque[_Row] = deque()
-        self._active: list[_Row] = []                # row b of the cache is _active[b]
-        self._joining: list[_Row] = []               # being prefilled, outside the lock
+        self._waiting: deque[Row] = deque()
+        self._active: list[Row] = []                # row b of the cache is _active[b]
+        self._joining: list[Row] = []               # being prefilled, outside the lock
         self._cache: RaggedKVCache | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -247,7 +155,7 @@ class Batcher:
                             else max_new_tokens, 1, ctx, f" (the context length of this model is {ctx})")
         seed = check_int("seed", seed, 0, 2**64 - 1)
         stops = frozenset(check_int("stop token id", i, 0, self.lm.config.vocab_size - 1) for i in stop_ids)
-        row = _Row(self.lm, prepare_prompt(self.lm, prompt), settings, max_new, seed, bool(trace),
+        row = Row(self.lm, prepare_prompt(self.lm, prompt), settings, max_new, seed, bool(trace),
                    bool(stop_at_eot), str(owner), stops, should_stop)
         with self._cond:
             if self._closed:
@@ -260,7 +168,7 @@ class Batcher:
             self._cond.notify()
         return BatchedGeneration(self, row)
 
-    def queued(self, row: _Row) -> int:
+    def queued(self, row: Row) -> int:
         """Requests ahead of `row` in the queue (0 when it has a row)."""
         with self._cond:
             return next((i + 1 for i, r in enumerate(self._waiting) if r is row), 0)
@@ -310,7 +218,7 @@ class Batcher:
             if rows:
                 self._guard(rows, self._decode)
 
-    def _guard(self, rows: list[_Row], fn) -> None:
+    def _guard(self, rows: list[Row], fn) -> None:
         """Run fn; an exception ends the rows it concerned (each sees it), never the thread."""
         try:
             fn()
@@ -321,7 +229,7 @@ class Batcher:
             with self._cond:
                 self._drop_finished()
 
-    def _admit(self) -> list[_Row]:
+    def _admit(self) -> list[Row]:
         """Waiting rows that join now, prefilled together: first come first served, skipping
         owners at their cap, while the padded prompts fit `prefill_tokens` (the first always
         joins)."""
@@ -343,7 +251,7 @@ class Batcher:
             joining.append(r)
         return joining
 
-    def _prefill(self, rows: list[_Row]) -> None:
+    def _prefill(self, rows: list[Row]) -> None:
         """The joining prompts, all but their last token, in one forward; each row then joins
         the batch, and the next decode step feeds its last prompt token, so its first token,
         traced or not, comes from the step every row shares (a traced prompt prefilled alone
@@ -383,7 +291,7 @@ class Batcher:
         for r in rows:
             r.noise.start(width, r.settings, r.gen)
         n_keys = (self._cache.starts + 1).tolist()                                          # per row, after this step
-        rec = Recorder(keep=_row_entry, listed=False) if any(r.trace for r in rows) else None
+        rec = Recorder(keep=row_entry, listed=False) if any(r.trace for r in rows) else None
         x = model.hidden(idx, self._cache, rec)                                              # (B, 1, D)
         logits = unembed(x, model.unembed.weight)[:, -1].float()                             # (B, V)
         took = time.perf_counter() - t0

@@ -50,7 +50,7 @@ def step_record(step: Step, keep_tensors: bool = True) -> StepRecord:
         tensors["logits"] = step.logits.detach().float().cpu().clone()                   # (V,)
     tr = step.trace
     if keep_tensors and tr is not None:
-        # a batched row's trace (batcher.RowTrace) holds just these rows, in tensors of its own:
+        # a batched row's trace (batch_rows.RowTrace) holds just these rows, in tensors of its own:
         # read per layer, each record pays one slice per layer, and a class's batch makes ~1000 records
         attn, resid = tr.query_rows() if hasattr(tr, "query_rows") else _query_rows(tr)
         tensors["attn"], tensors["resid"] = attn.float().cpu(), resid.cpu()    # (L, H, S), (L+1, D)
