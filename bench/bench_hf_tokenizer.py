@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tokenizers  # noqa: E402
 
 from tfm.text.hf_tokenizer import tokenizer_from_folder  # noqa: E402
-from tfm.text.tokenizer import _bytes_to_unicode  # noqa: E402
+from tfm.text.bpe_files import bytes_to_unicode  # noqa: E402
 
 QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -30,7 +30,7 @@ CORPUS = Path("/work/shared/corpus/tinystories_valid.txt")
 
 def synthetic_file(folder: Path, vocab_size: int) -> None:
     rng = random.Random(0)
-    tokens = [_bytes_to_unicode()[b] for b in range(256)]
+    tokens = [bytes_to_unicode()[b] for b in range(256)]
     vocab, merges = {t: i for i, t in enumerate(tokens)}, []
     while len(tokens) < vocab_size:
         a, b = tokens[int(rng.random() ** 3 * len(tokens))], rng.choice(tokens[:2000])

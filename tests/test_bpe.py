@@ -8,7 +8,8 @@ import random
 import pytest
 
 from tfm.train.bpe import hf_merges_to_ranks, iter_chunks, main, train_bpe
-from tfm.text.tokenizer import EOT, Tokenizer, _bytes_to_unicode
+from tfm.text.bpe_files import EOT, bytes_to_unicode
+from tfm.text.tokenizer import Tokenizer
 
 NOUNS = "girl boy dog cat bird tree house river ball cake friend teacher garden".split()
 VERBS = "saw found liked wanted played jumped ran helped painted shared".split()
@@ -51,7 +52,7 @@ def trained(files):
 
 
 def _hf_pieces(hf, text):
-    dec = {c: b for b, c in _bytes_to_unicode().items()}
+    dec = {c: b for b, c in bytes_to_unicode().items()}
     return [bytes(dec[c] for c in t) for t in hf.encode(text).tokens]
 
 
@@ -68,7 +69,7 @@ def test_ranks_follow_merge_order(trained):
     tok, hf = trained
     ranks = hf_merges_to_ranks(hf)
     merges = json.loads(hf.to_str())["model"]["merges"]
-    dec = {c: b for b, c in _bytes_to_unicode().items()}
+    dec = {c: b for b, c in bytes_to_unicode().items()}
     first = bytes(dec[c] for c in merges[0][0] + merges[0][1])
     assert ranks[first] == 256
     assert sorted(ranks.values()) == list(range(len(ranks)))

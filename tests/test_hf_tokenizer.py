@@ -20,7 +20,8 @@ transformers = pytest.importorskip("transformers")
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402
 
 from tfm.text.hf_tokenizer import tokenizer_from_folder, tokenizer_from_spec  # noqa: E402
-from tfm.text.tokenizer import Tokenizer, _bytes_to_unicode, write_ranks_file  # noqa: E402
+from tfm.text.bpe_files import bytes_to_unicode, write_ranks_file  # noqa: E402
+from tfm.text.tokenizer import Tokenizer  # noqa: E402
 from transformers.convert_slow_tokenizer import TikTokenConverter  # noqa: E402
 
 CORPUS = Path("/work/shared/corpus")
@@ -156,7 +157,7 @@ def derive(kind: str, base: Path, folder: Path) -> Path:
                                        "split": False}]}
     elif kind == "tiktoken-converted":  # how Llama 3's tokenizer.json was made: several merges per token
         specials = {a["content"] for a in data["added_tokens"]}
-        to_byte = {c: b for b, c in _bytes_to_unicode().items()}
+        to_byte = {c: b for b, c in bytes_to_unicode().items()}
         kept = sorted((i, t) for t, i in model["vocab"].items() if t not in specials)
         ranks = {bytes(to_byte[c] for c in t): r for r, (_, t) in enumerate(kept)}  # dense, as tiktoken's
         write_ranks_file(folder / "ranks.tiktoken", ranks)
@@ -295,7 +296,7 @@ def test_rank_merging_equals_hf_merges(pairs, kind):
     for every vocabulary token (tiktoken looks whole pieces up first) and for thousands of
     corpus substrings (pieces no pre-tokenizer would make, so merges meet in new orders)."""
     _, ours, hf, _ = pairs(kind)
-    model, enc = hf.backend_tokenizer.model, _bytes_to_unicode()
+    model, enc = hf.backend_tokenizer.model, bytes_to_unicode()
     specials = set(ours.special_tokens)
     pieces = [t for t in hf.backend_tokenizer.get_vocab(with_added_tokens=False) if t not in specials]
     rng, data = random.Random(1), pairs.text.encode("utf-8")

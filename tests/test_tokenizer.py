@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from tfm.train.bpe import train_bpe
-from tfm.text.tokenizer import EOT, Tokenizer, write_ranks_file
+from tfm.text.bpe_files import EOT, write_ranks_file
+from tfm.text.tokenizer import Tokenizer
 
 WORDS = ("the a little girl named Lily boy Tom dog cat sun played ran saw happy big red "
          "tree park ball mom said went home day friend wanted to and was with they "
@@ -275,10 +276,10 @@ def test_hf_folder_save_keeps_ids(hf_folder, tmp_path):
 def test_hf_folder_in_gpt2_layout_is_identity(corpus, tmp_path):
     # Real GPT-2 numbers its vocab like tiktoken ranks (bytes, merges, <|endoftext|>):
     # write such a folder from a `tokenizers` model and expect no id translation.
-    from tfm.text.tokenizer import _bytes_to_unicode
+    from tfm.text.bpe_files import bytes_to_unicode
 
     tok, hf = train_bpe([corpus], 400, return_hf=True)
-    enc = _bytes_to_unicode()
+    enc = bytes_to_unicode()
     vocab = {"".join(enc[b] for b in tok.piece_bytes(i)): i for i in range(tok.n_ranks)}
     (tmp_path / "vocab.json").write_text(json.dumps(vocab | {EOT: tok.eot_id}))
     merges = [" ".join(m) for m in json.loads(hf.to_str())["model"]["merges"]]

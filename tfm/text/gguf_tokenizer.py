@@ -24,11 +24,11 @@ import hashlib
 import json
 from pathlib import Path
 
+from .bpe_files import bytes_to_unicode
 from .hf_bytelevel import HFByteLevelTokenizer
 from .hf_libtokenizer import LibTokenizer
 from .hf_tokenizer import serve
 from .hf_tokenizer_file import CONFIG_FILE, HF_FORMAT, TOKENIZER_FILE, AddedToken, TokenizerFile
-from .tokenizer import PATTERNS, _bytes_to_unicode
 
 CONTROL, USER_DEFINED = 3, 4
 LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
@@ -126,8 +126,8 @@ def _bytelevel_file(metadata, tokens, types, source) -> TokenizerFile:
     if pre not in PRE_TOKENIZERS:
         raise ValueError(f"{source}: tokenizer.ggml.pre {str(pre)[:40]!r} names a pre-tokenizer tfm does not know "
                          f"(it never guesses one); known: {', '.join(sorted(PRE_TOKENIZERS))}")
-    alphabet = set(_bytes_to_unicode().values())
-    spell = _bytes_to_unicode()
+    alphabet = set(bytes_to_unicode().values())
+    spell = bytes_to_unicode()
     # A token outside the byte alphabet (llama.cpp stores some control tokens as plain text) is
     # respelled from its UTF-8 bytes, as Hugging Face's GGUF reader does.
     vocab = {(t if set(t) <= alphabet else "".join(spell[b] for b in t.encode("utf-8"))): i

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import regex
 import tiktoken
 
+from .bpe_files import bytes_to_unicode
 from .hf_tokenizer_file import AddedToken, FromTokenizerFile, TokenizerFile, Unexpressible
-from .tokenizer import PATTERNS, Tokenizer, _bytes_to_unicode
+from .tokenizer import PATTERNS, Tokenizer
 
 NORMAL_FORMS = ("NFC", "NFD", "NFKC", "NFKD")
 WHOLE = r"[\s\S]+"  # no regex: the whole piece is one BPE word
@@ -138,7 +139,7 @@ def covering(pattern: str) -> str:
 # Byte-level symbol -> its byte as a code point, for str.translate + encode("latin-1"); the
 # code points below 256 that are not symbols map to one that latin-1 refuses.
 _SYMBOL_TO_BYTE = {cp: 0xFFFF for cp in range(256)}
-_SYMBOL_TO_BYTE.update({ord(c): b for b, c in _bytes_to_unicode().items()})
+_SYMBOL_TO_BYTE.update({ord(c): b for b, c in bytes_to_unicode().items()})
 
 
 def _merges(model: dict):
@@ -156,7 +157,7 @@ def _ranks(model: dict, added: tuple[AddedToken, ...]):
     if not isinstance(vocab, dict):
         raise ValueError("tokenizer.json: model.vocab is not a {token: id} object")
     singles = {}
-    for b, c in _bytes_to_unicode().items():
+    for b, c in bytes_to_unicode().items():
         if c not in vocab:
             raise Unexpressible(f"the vocabulary lacks byte {b:#04x} ({c!r}); not every text is encodable")
         singles[bytes([b])] = vocab[c]

@@ -14,8 +14,9 @@ import re
 
 import numpy as np
 
+from .bpe_files import bytes_to_unicode
 from .hf_tokenizer_file import FromTokenizerFile, TokenizerFile
-from .tokenizer import TokenText, _bytes_to_unicode
+from .tokenizer import TokenText
 
 BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
@@ -70,7 +71,7 @@ class LibTokenizer(FromTokenizerFile, TokenText):
         table: list[bytes | None] = [None] * (max(vocab.values(), default=-1) + 1)
         added = {a.id for a in self._file.added}
         byte_fallback = bool(self._file.data["model"].get("byte_fallback"))
-        to_byte = {c: b for b, c in _bytes_to_unicode().items()}
+        to_byte = {c: b for b, c in bytes_to_unicode().items()}
         for text, i in vocab.items():
             if byte_fallback and BYTE_TOKEN.fullmatch(text):
                 table[i] = bytes([int(text[3:5], 16)])

@@ -19,7 +19,8 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-from ..text.tokenizer import EOT, PATTERNS, Tokenizer, _bytes_to_unicode
+from ..text.bpe_files import EOT, bytes_to_unicode
+from ..text.tokenizer import PATTERNS, Tokenizer
 
 CHUNK_CHARS = 1 << 16
 SAMPLE_SENTENCES = [
@@ -114,7 +115,7 @@ def train_hf(texts, n_tokens: int):
 def hf_merges_to_ranks(hf) -> dict[bytes, int]:
     """Bytes 0..255 -> ranks 0..255, then each merge's token in merge order."""
     merges = json.loads(hf.to_str())["model"]["merges"]
-    dec = {c: b for b, c in _bytes_to_unicode().items()}
+    dec = {c: b for b, c in bytes_to_unicode().items()}
     ranks = {bytes([b]): b for b in range(256)}
     for merge in merges:
         a, b = merge.split(" ") if isinstance(merge, str) else merge
