@@ -53,6 +53,16 @@ def gpt2_vocab_folder(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="session")
+def pairs(tmp_path_factory):
+    """pairs(kind) -> (kind, ours, HF's tokenizer, HF's reading special-token text as text), for
+    tokenizer.json files of every family kind, trained once per session (tests/hf_tokenizer_files.py)."""
+    pytest.importorskip("tokenizers")
+    pytest.importorskip("transformers")
+    from tests.hf_tokenizer_files import make_pairs
+    return make_pairs(tmp_path_factory)
+
+
 @pytest.fixture
 def one_thread():
     """Run a test with one intra-op thread (restored afterwards): models this small gain nothing

@@ -17,7 +17,7 @@ from gguf import GGUFValueType
 import tfm
 from tests.gguf_files import (CHAT_TEMPLATE, LLAMA3_ROPE, bytelevel_vocab, llama_cpp_rope_freqs,
                               sentencepiece_vocab, write_model)
-from tests.test_hf_tokenizer import BATTERY
+from tests.hf_tokenizer_files import BATTERY
 from tfm.loaders.packaged import smollm2_path
 
 transformers = pytest.importorskip("transformers")
