@@ -54,9 +54,10 @@ def gpt2_vocab_folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def pairs(tmp_path_factory):
-    """pairs(kind) -> (kind, ours, HF's tokenizer, HF's reading special-token text as text), for
-    tokenizer.json files of every family kind, trained once per session (tests/hf_tokenizer_files.py)."""
+def tokenizer_pairs(tmp_path_factory):
+    """tokenizer_pairs(kind) -> (kind, ours, HF's tokenizer, HF's reading special-token text as
+    text), for tokenizer.json files of every family kind, trained once per session
+    (tests/hf_tokenizer_files.py)."""
     pytest.importorskip("tokenizers")
     pytest.importorskip("transformers")
     from tests.hf_tokenizer_files import make_pairs

@@ -2,7 +2,8 @@
 (tests/test_hf_tokenizer.py, tests/test_hf_tokenizer_files.py): no vocabulary can be downloaded,
 so each tokenizer.json is trained here with the `tokenizers` library on a slice of
 /work/shared/corpus plus a battery of hard texts, with the families' exact pre-tokenizers, or
-derived from another kind's file. `make_pairs` is the session fixture `pairs` (tests/conftest.py)."""
+derived from another kind's file. `make_pairs` is the session fixture `tokenizer_pairs`
+(tests/conftest.py)."""
 from __future__ import annotations
 
 import gzip

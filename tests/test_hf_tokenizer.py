@@ -3,7 +3,7 @@ tokenizer.json files of every family kind (GPT-2, Qwen2, Llama 3, GPT-NeoX, Smol
 BPE on tiktoken; Llama 2 / Mistral SentencePiece-style BPE on the `tokenizers` library).
 
 No vocabulary can be downloaded: each file is trained here (tests/hf_tokenizer_files.py, the
-`pairs` fixture). Reading, saving and refusing files: tests/test_hf_tokenizer_files.py."""
+`tokenizer_pairs` fixture). Reading, saving and refusing files: tests/test_hf_tokenizer_files.py."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from tfm.text.tokenizer import Tokenizer  # noqa: E402
 
 
 @pytest.fixture(params=list(KINDS))
-def pair(request, pairs):
-    return pairs(request.param)
+def pair(request, tokenizer_pairs):
+    return tokenizer_pairs(request.param)
 
 
 def test_backend(pair):
@@ -42,9 +42,9 @@ def test_ids_equal_hugging_face(pair, text):
     assert ours.encode(text, allow_special=True) == hf(text, add_special_tokens=False)["input_ids"]
 
 
-def test_ids_equal_on_corpus_lines(pair, pairs):
+def test_ids_equal_on_corpus_lines(pair, tokenizer_pairs):
     _, ours, hf, hf_plain = pair
-    lines = pairs.text.splitlines(keepends=True)[::7][:400]
+    lines = tokenizer_pairs.text.splitlines(keepends=True)[::7][:400]
     assert [ours.encode(s) for s in lines] == hf_plain(lines, add_special_tokens=False)["input_ids"]
 
 
@@ -96,8 +96,8 @@ def test_special_tokens_and_roles(pair):
 
 
 @pytest.mark.parametrize("kind", SENTENCEPIECE)
-def test_byte_fallback_pieces_are_readable(pairs, kind):
-    _, ours, hf, _ = pairs(kind)
+def test_byte_fallback_pieces_are_readable(tokenizer_pairs, kind):
+    _, ours, hf, _ = tokenizer_pairs(kind)
     newline = hf.convert_tokens_to_ids("<0x0A>")
     assert ours.piece_bytes(newline) == b"\n" and ours.display_piece(newline) == "↵"
     lead = hf.convert_tokens_to_ids("<0xE2>")
@@ -107,15 +107,15 @@ def test_byte_fallback_pieces_are_readable(pairs, kind):
 
 
 @pytest.mark.parametrize("kind", [k for k, backend in KINDS.items() if backend == "tiktoken"])
-def test_rank_merging_equals_hf_merges(pairs, kind):
+def test_rank_merging_equals_hf_merges(tokenizer_pairs, kind):
     """Below the pre-tokenizer: tiktoken's rank BPE on a piece's bytes gives HF's BPE model ids,
     for every vocabulary token (tiktoken looks whole pieces up first) and for thousands of
     corpus substrings (pieces no pre-tokenizer would make, so merges meet in new orders)."""
-    _, ours, hf, _ = pairs(kind)
+    _, ours, hf, _ = tokenizer_pairs(kind)
     model, enc = hf.backend_tokenizer.model, bytes_to_unicode()
     specials = set(ours.special_tokens)
     pieces = [t for t in hf.backend_tokenizer.get_vocab(with_added_tokens=False) if t not in specials]
-    rng, data = random.Random(1), pairs.text.encode("utf-8")
+    rng, data = random.Random(1), tokenizer_pairs.text.encode("utf-8")
     for _ in range(3000):
         start = rng.randrange(len(data) - 20)
         pieces.append("".join(enc[b] for b in data[start:start + rng.randint(2, 20)]))
@@ -134,14 +134,14 @@ def test_bad_ids_raise(pair):
 
 
 @pytest.mark.parametrize("kind", ["qwen2", "llama2"])
-def test_generation_streams_with_an_hf_tokenizer(pairs, kind):
+def test_generation_streams_with_an_hf_tokenizer(tokenizer_pairs, kind):
     """tfm.generate on a random model with each back end: the streamed text is the tokens'
     bytes, multi-byte characters split across byte-fallback tokens included."""
     from tfm.core.config import ModelConfig
     from tfm.generation.generate import generate
     from tfm.loaders.loading import random_model
 
-    _, ours, _, _ = pairs(kind)
+    _, ours, _, _ = tokenizer_pairs(kind)
     cfg = ModelConfig.preset("tiny", vocab_size=ours.vocab_size, context_length=128)
     lm = random_model(cfg, ours, seed=3)
     gen = generate(lm, "Once upon a time 😀", max_new_tokens=40, temperature=2.0, seed=1, stop_at_eot=False)
@@ -167,6 +167,6 @@ def test_prompt_ids_are_what_hugging_face_feeds_the_model(pair):
     assert (ours.prompt_ids("hi")[0] == ours.bos_id) == ours.add_bos
 
 
-def test_some_kinds_start_prompts_with_a_start_token(pairs):
-    with_start = {k for k in KINDS if pairs(k)[1].add_bos}
+def test_some_kinds_start_prompts_with_a_start_token(tokenizer_pairs):
+    with_start = {k for k in KINDS if tokenizer_pairs(k)[1].add_bos}
     assert {"llama2", "llama3"} <= with_start and "gpt2" not in with_start
