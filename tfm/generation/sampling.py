@@ -270,20 +270,13 @@ def breakdown(
     kept_k, kept = _masks(scaled, s)
     log_probs = torch.log_softmax(x, dim=-1)
     probs = x.softmax(dim=-1)
-    if s.greedy:
-        probs_t = kept.to(torch.float32)  # one-hot: all mass on the argmax
-    else:
-        probs_t = probs if scaled is x else scaled.softmax(dim=-1)
-    unfiltered = not s.greedy and s.top_k == 0 and s.top_p == 1.0
-    if unfiltered:
-        log_final = log_probs if scaled is x else torch.log_softmax(scaled, dim=-1)
-    else:
-        log_final = _log_final(scaled, kept)
+    probs_t = kept.to(torch.float32) if s.greedy else probs if scaled is x else scaled.softmax(dim=-1)
+    log_final = _log_final_of(x, scaled, kept, s, log_probs)
     entropy_before = entropy(log_probs=log_probs)
     return Breakdown(
         logits=x,
         probs=probs,
-        probs_t=probs_t,
+        probs_t=probs_t,  # greedy: one-hot, all mass on the argmax
         kept_after_top_k=kept_k,
         kept=kept,
         final=log_final.exp(),  # exp(-inf) = 0 exactly where removed
@@ -291,10 +284,30 @@ def breakdown(
         mass_removed_top_p=_mass(probs_t, ~kept_k | kept, s.top_p == 1.0 and not s.greedy),
         entropy_before=entropy_before,
         entropy_after=entropy_before if log_final is log_probs else entropy(log_probs=log_final),
-        n_kept=torch.full(x.shape[:-1], x.shape[-1], dtype=torch.int64, device=x.device) if unfiltered
-        else kept.sum(dim=-1),
+        n_kept=_n_kept(x, kept, s),
         settings=s,
     )
+
+
+def _unfiltered(s: SamplingSettings) -> bool:
+    """Sampling from the whole tempered distribution: no token is removed."""
+    return not s.greedy and s.top_k == 0 and s.top_p == 1.0
+
+
+def _log_final_of(x: torch.Tensor, scaled: torch.Tensor, kept: torch.Tensor, s: SamplingSettings,
+                  log_probs: torch.Tensor) -> torch.Tensor:
+    """The final log-probabilities: with nothing filtered the tempered log-softmax (`log_probs`
+    itself at temperature 1), else the kept tokens' renormalised."""
+    if not _unfiltered(s):
+        return _log_final(scaled, kept)
+    return log_probs if scaled is x else torch.log_softmax(scaled, dim=-1)
+
+
+def _n_kept(x: torch.Tensor, kept: torch.Tensor, s: SamplingSettings) -> torch.Tensor:
+    """Tokens kept per row (the whole vocabulary, without counting, when nothing is filtered)."""
+    if _unfiltered(s):
+        return torch.full(x.shape[:-1], x.shape[-1], dtype=torch.int64, device=x.device)
+    return kept.sum(dim=-1)
 
 
 def _mass(probs: torch.Tensor, spared: torch.Tensor, none_cut: bool) -> torch.Tensor:
