@@ -84,10 +84,34 @@ def neuron_panel(run, attr, pos: int, token: int) -> dict:
 
 
 def patch_panel(run, n_layer: int) -> dict:
-    lm, tok = run.lm, run.lm.tokenizer
     st.caption("Run the **clean** prompt and the **corrupted** one; then, one at a time, copy a head's output "
                "or the residual stream at one layer and position from the clean run into the corrupted run. "
                "1 = that patch alone restores the clean answer, 0 = it changes nothing.")
+    clean, corrupt, answer, wrong = _pair_inputs(run)
+    try:
+        c_ids, res = _patched(run, clean, corrupt, answer, wrong)
+    except ValueError as e:
+        if tuple(st.session_state.get(k) for k in PAIR_KEYS) in {astuple(p) for p in patching.EXAMPLES}:  # untouched
+            st.info(f"The example does not fit this model's vocabulary ({message(e)}). Type a clean and a "
+                    "corrupted prompt whose answers are single tokens of this model.")
+        else:
+            st.error(message(e))
+        return {}
+    st.markdown(f"logit({escape_markdown(repr(answer))}) − logit({escape_markdown(repr(wrong))}): clean "
+                f"**{res.clean:.3f}**, corrupted **{res.corrupt:.3f}**.")
+    charts.show(why_figs.head_heatmap(res.heads.numpy(), "Patching each head's output (all positions)",
+                                      "restored"), key="why.patch_heads")
+    labels = token_labels(run.lm.tokenizer, c_ids)
+    charts.show(why_figs.heatmap(res.resid.numpy(), labels, [f"L{l}" for l in range(n_layer)],
+                                 "Patching the residual stream entering each layer, one position at a time",
+                                 "position (clean token)", "layer", "restored"), key="why.patch_resid")
+    return {"patching": {"clean": clean, "corrupt": corrupt, "answer": answer, "wrong": wrong,
+                         "clean_metric": res.clean, "corrupt_metric": res.corrupt,
+                         "heads": res.heads.tolist(), "resid": res.resid.tolist()}}
+
+
+def _pair_inputs(run) -> tuple[str, str, str, str]:
+    """The clean and corrupted prompts and their answer tokens, as typed (or from a link, cut first)."""
     for key, what, limit in (("why.clean", "clean prompt", PATCH_MAX_CHARS),
                              ("why.corrupt", "corrupted prompt", PATCH_MAX_CHARS),
                              ("why.answer", "answer token", links.LINK_VALUE_CHARS),
@@ -100,36 +124,23 @@ def patch_panel(run, n_layer: int) -> dict:
     wrong = c2.text_input("Answer token (corrupted)", key="why.wrong")
     links.url_set(clean=clean, corrupt=corrupt, answer=answer, wrong=wrong,
                   defaults=asdict(run.opening_pair()))   # a PromptPair's fields are the link's names
-    try:
-        a_id = attribution.token_id(tok, answer, attribution.n_words(lm))
-        w_id = attribution.token_id(tok, wrong, attribution.n_words(lm))
-        c_ids, x_ids = tuple(tok.encode(clean)), tuple(tok.encode(corrupt))
-        patching.same_length(tok, c_ids, x_ids)
-        if not c_ids or len(c_ids) > min(PATCH_MAX_TOKENS, lm.config.context_length):
-            raise ValueError(f"patching takes prompts of 1 to {min(PATCH_MAX_TOKENS, lm.config.context_length)} "
-                             f"tokens; these have {len(c_ids)}")
-        if a_id == w_id:
-            raise ValueError("the two answer tokens are the same: the metric is their logit difference")
-        metric = patching.Metric(len(c_ids) - 1, a_id, w_id)
-        res = run.patch_prompts(c_ids, x_ids, metric)
-    except ValueError as e:
-        if tuple(st.session_state.get(k) for k in PAIR_KEYS) in {astuple(p) for p in patching.EXAMPLES}:  # untouched
-            st.info(f"The example does not fit this model's vocabulary ({message(e)}). Type a clean and a "
-                    "corrupted prompt whose answers are single tokens of this model.")
-        else:
-            st.error(message(e))
-        return {}
-    st.markdown(f"logit({escape_markdown(repr(answer))}) − logit({escape_markdown(repr(wrong))}): clean "
-                f"**{res.clean:.3f}**, corrupted **{res.corrupt:.3f}**.")
-    charts.show(why_figs.head_heatmap(res.heads.numpy(), "Patching each head's output (all positions)",
-                                      "restored"), key="why.patch_heads")
-    labels = token_labels(tok, c_ids)
-    charts.show(why_figs.heatmap(res.resid.numpy(), labels, [f"L{l}" for l in range(n_layer)],
-                                 "Patching the residual stream entering each layer, one position at a time",
-                                 "position (clean token)", "layer", "restored"), key="why.patch_resid")
-    return {"patching": {"clean": clean, "corrupt": corrupt, "answer": answer, "wrong": wrong,
-                         "clean_metric": res.clean, "corrupt_metric": res.corrupt,
-                         "heads": res.heads.tolist(), "resid": res.resid.tolist()}}
+    return clean, corrupt, answer, wrong
+
+
+def _patched(run, clean: str, corrupt: str, answer: str, wrong: str):
+    """(the clean ids, the patching result); a ValueError saying what to change when the pair
+    cannot be patched (lengths differ or out of bounds, an answer not one token, both the same)."""
+    lm, tok = run.lm, run.lm.tokenizer
+    a_id = attribution.token_id(tok, answer, attribution.n_words(lm))
+    w_id = attribution.token_id(tok, wrong, attribution.n_words(lm))
+    c_ids, x_ids = tuple(tok.encode(clean)), tuple(tok.encode(corrupt))
+    patching.same_length(tok, c_ids, x_ids)
+    most = min(PATCH_MAX_TOKENS, lm.config.context_length)
+    if not c_ids or len(c_ids) > most:
+        raise ValueError(f"patching takes prompts of 1 to {most} tokens; these have {len(c_ids)}")
+    if a_id == w_id:
+        raise ValueError("the two answer tokens are the same: the metric is their logit difference")
+    return c_ids, run.patch_prompts(c_ids, x_ids, patching.Metric(len(c_ids) - 1, a_id, w_id))
 
 
 def graph_panel(run, pos: int) -> None:
