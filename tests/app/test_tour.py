@@ -36,29 +36,47 @@ def norm_oracle(mod, x, cfg):
     return F.rms_norm(x, x.shape, mod.weight, cfg.norm_eps)
 
 
+W8 = slice(0, 8)  # the first eight entries of a vector, as the tour's tables show them
+
+
 @torch.no_grad()
 def expected(lm, ids, tr, p, layer, head, seed):
     """(step, tensor name) -> the numbers the page must show, computed without tfm.teach.tour."""
-    cfg, m, b = lm.config, lm.model, f"blocks.{layer}"
-    first, w8 = slice(max(0, p - 7), p + 1), slice(0, 8)
-    blk = m.blocks[layer]
+    first = slice(max(0, p - 7), p + 1)
+    out = _input_steps(lm, ids, tr, p, first)
+    attention, resid_mid = _attention_steps(lm, ids, tr, p, layer, head, first)
+    out |= attention | _norm_and_mlp_steps(lm.config, lm.model.blocks[layer], resid_mid)
+    out |= _output_steps(lm, tr, p, seed)
+    return {key: np.asarray(v.detach().double()) if torch.is_tensor(v) else v for key, v in out.items()}
+
+
+def _input_steps(lm, ids, tr, p, first) -> dict:
+    """Token ids, the embedding and the positions: what enters block 0."""
+    cfg, m = lm.config, lm.model
     e = m.tok_emb.weight[ids[p]]
-    x0 = tr["blocks.0.resid_pre"][0, p]
-    out = {("tokens", "token ids"): np.array(ids[first], float), ("embed", f"e = W_E[{ids[p]}]"): e[w8]}
+    out = {("tokens", "token ids"): np.array(ids[first], float), ("embed", f"e = W_E[{ids[p]}]"): e[W8]}
     if cfg.pos_encoding == "learned":
-        out[("positions", f"p_{p}")] = m.pos_emb.weight[p][w8]
-        out[("positions", "x_0 = e + p")] = (e + m.pos_emb.weight[p])[w8]
+        out[("positions", f"p_{p}")] = m.pos_emb.weight[p][W8]
+        out[("positions", "x_0 = e + p")] = (e + m.pos_emb.weight[p])[W8]
     else:
-        out[("positions", "x_0 = e")] = e[w8]
+        out[("positions", "x_0 = e")] = e[W8]
         if cfg.pos_encoding == "rope":
-            out[("positions", f"angles at position {p}")] = (p * m.inv_freq)[w8]
+            out[("positions", f"angles at position {p}")] = (p * m.inv_freq)[W8]
+    x0 = tr["blocks.0.resid_pre"][0, p]
     assert torch.allclose(x0, (e + m.pos_emb.weight[p]) if cfg.pos_encoding == "learned" else e, atol=1e-6)
+    return out
+
+
+def _attention_steps(lm, ids, tr, p, layer, head, first) -> tuple[dict, torch.Tensor]:
+    """One head's queries, keys, scores, mask, softmax and output, then the sublayer's: the steps
+    and the residual stream after attention."""
+    cfg, b, blk = lm.config, f"blocks.{layer}", lm.model.blocks[layer]
     x_in = norm_oracle(blk.ln1, tr[f"{b}.resid_pre"][0, p], cfg)
     g = head // (cfg.n_head // cfg.n_kv_head)  # Hugging Face's repeat_kv: the key/value head query head `head` reads
     q, k, v = tr[f"{b}.attn.q"][0, head], tr[f"{b}.attn.k"][0, g], tr[f"{b}.attn.v"][0, g]
-    out[("qkv", "LN1(x)")] = x_in[w8]
+    out = {("qkv", "LN1(x)"): x_in[W8]}
     for n, t in (("q", q), ("k", k), ("v", v)):
-        out[("qkv", n)] = t[p][w8]
+        out[("qkv", n)] = t[p][W8]
     raw = q[p] @ k[: p + 1].T
     out[("scores", "q · k_j")] = raw[first]
     out[("scores", "s_j")] = (raw / math.sqrt(cfg.d_head))[first]
@@ -68,40 +86,52 @@ def expected(lm, ids, tr, p, layer, head, seed):
     out[("mask", "scores, rows = queries")] = full[lo:lo + 6, lo:lo + 6]
     a = full[p].softmax(-1)
     out[("softmax", "a_j")] = a[first]
-    out[("weighted", "z")] = (a @ v)[w8]
+    out[("weighted", "z")] = (a @ v)[W8]
     out[("heads", "z per head")] = tr[f"{b}.attn.z"][0, :, p, :8]
     attn_out = blk.attn.proj(tr[f"{b}.attn.z"][0, :, p].reshape(-1))
-    out[("heads", "attn_out")] = attn_out[w8]
+    out[("heads", "attn_out")] = attn_out[W8]
     resid_mid = tr[f"{b}.resid_pre"][0, p] + attn_out
-    out[("residual", "x + attn_out (resid_mid)")] = resid_mid[w8]
-    out[("norm", "input x")] = resid_mid[w8]
+    out[("residual", "x + attn_out (resid_mid)")] = resid_mid[W8]
+    return out, resid_mid
+
+
+def _norm_and_mlp_steps(cfg, blk, resid_mid) -> dict:
+    """The second norm (its statistics, gain and bias) and the MLP, from the stream after attention."""
+    out = {("norm", "input x"): resid_mid[W8]}
     if cfg.norm == "layernorm":
         out[("norm", "mean μ, variance σ²")] = torch.stack([resid_mid.mean(), resid_mid.var(unbiased=False)])
-        out[("norm", "bias β")] = blk.ln2.bias[w8]
+        out[("norm", "bias β")] = blk.ln2.bias[W8]
     else:
         out[("norm", "rms")] = resid_mid.pow(2).mean().add(cfg.norm_eps).sqrt().reshape(1)
-    out[("norm", "gain γ")] = blk.ln2.weight[w8]
+    out[("norm", "gain γ")] = blk.ln2.weight[W8]
     h2 = norm_oracle(blk.ln2, resid_mid, cfg)
-    out[("norm", "output y")] = h2[w8]
+    out[("norm", "output y")] = h2[W8]
     if cfg.activation == "swiglu":
-        out[("mlp", "gate h")], out[("mlp", "up u")] = blk.mlp.gate(h2)[w8], blk.mlp.fc(h2)[w8]
+        out[("mlp", "gate h")], out[("mlp", "up u")] = blk.mlp.gate(h2)[W8], blk.mlp.fc(h2)[W8]
         post = F.silu(blk.mlp.gate(h2)) * blk.mlp.fc(h2)
     else:
-        out[("mlp", "pre-activation h")] = blk.mlp.fc(h2)[w8]
+        out[("mlp", "pre-activation h")] = blk.mlp.fc(h2)[W8]
         post = F.gelu(blk.mlp.fc(h2), approximate="tanh")
-    out[("mlp", "after activation")] = post[w8]
-    out[("mlp", "resid_post")] = (resid_mid + blk.mlp.proj(post))[w8]
-    out[("blocks", "‖x‖")] = torch.stack([tr[f"blocks.{i}.resid_pre"][0, p].norm() for i in range(cfg.n_layer)]
-                                         + [tr[f"blocks.{cfg.n_layer - 1}.resid_post"][0, p].norm()])
-    xl = norm_oracle(m.ln_final, tr[f"blocks.{cfg.n_layer - 1}.resid_post"][0, p], cfg)
-    out[("final_norm", "LN_f(x_L)")] = xl[w8]
+    out[("mlp", "after activation")] = post[W8]
+    out[("mlp", "resid_post")] = (resid_mid + blk.mlp.proj(post))[W8]
+    return out
+
+
+def _output_steps(lm, tr, p, seed) -> dict:
+    """The stream's size through the blocks, the final norm, the logits and the drawn token."""
+    cfg, m = lm.config, lm.model
+    last = tr[f"blocks.{cfg.n_layer - 1}.resid_post"][0, p]
+    out = {("blocks", "‖x‖"): torch.stack([tr[f"blocks.{i}.resid_pre"][0, p].norm() for i in range(cfg.n_layer)]
+                                          + [last.norm()])}
+    xl = norm_oracle(m.ln_final, last, cfg)
+    out[("final_norm", "LN_f(x_L)")] = xl[W8]
     logits = (m.unembed.weight @ xl)[: lm.tokenizer.vocab_size]
     out[("logits", "ℓ (top 8)")] = logits.sort(descending=True).values[:8]
     probs = logits.softmax(-1)
     out[("sampling", "P at T = 1")] = probs.sort(descending=True).values[:8]
     drawn = int(torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(seed)))
     out[("drawn", "drawn id, P")] = torch.tensor([drawn, float(probs[drawn])])
-    return {key: np.asarray(v.detach().double()) if torch.is_tensor(v) else v for key, v in out.items()}
+    return out
 
 
 def shown_tables(at) -> dict[str, np.ndarray]:
