@@ -67,6 +67,21 @@ class Slow:
         return Generation(gen.prompt, gen.settings, steps())
 
 
+def _session(left: dict, texts, strength: float, flag: Waiter, out: list) -> threading.Thread:
+    """A thread standing for one browser session: it asks the cache for `texts` at `strength`, with
+    `flag` as its "my page moved on" signal (`left`, by thread); `out` gets the texts or Cancelled."""
+    def run():
+        left[threading.get_ident()] = flag
+        try:
+            out.append(cache.derived("test.texts", texts, models.default_model_spec(), "cpu", strength,
+                                     stoppable=True))
+        except Cancelled as e:
+            out.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
 def test_a_steering_text_goes_on_while_another_session_waits_and_stops_when_none_does(monkeypatch):
     """Sessions as threads calling what the page calls (`cache.derived(..., stoppable=True)`),
     each with its own "my page moved on" flag in place of its script run's."""
@@ -79,25 +94,13 @@ def test_a_steering_text_goes_on_while_another_session_waits_and_stops_when_none
     def texts(lm, strength, should_stop=None):
         return steering.steered_pair(lm, PROMPT, vec, strength, 1, new, 0.8, should_stop=should_stop)
 
-    def session(strength: float, flag: Waiter, out: list) -> threading.Thread:
-        def run():
-            left[threading.get_ident()] = flag
-            try:
-                out.append(cache.derived("test.texts", texts, models.default_model_spec(), "cpu", strength,
-                                         stoppable=True))
-            except Cancelled as e:
-                out.append(e)
-        t = threading.Thread(target=run)
-        t.start()
-        return t
-
     for strength, both_leave in ((2.0, False), (3.0, True)):
         slow.made.clear()
         a, b, out_a, out_b = Waiter(), Waiter(), [], []
-        ta = session(strength, a, out_a)
+        ta = _session(left, texts, strength, a, out_a)
         while len(slow.made) < 2:
             time.sleep(0.01)
-        tb = session(strength, b, out_b)                 # a second session asks for the same texts
+        tb = _session(left, texts, strength, b, out_b)   # a second session asks for the same texts
         assert b.asked.wait(10)                          # and waits for them
         a.left.set()                                     # the first one's student clicked again
         if both_leave:
