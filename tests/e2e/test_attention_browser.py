@@ -61,32 +61,51 @@ def wait_table(page) -> None:
 
 
 def test_attention_page_draws_the_engine_values(page, app_url):
+    _open_home_and_tokens(page, app_url)
+    go(page, "Attention", "Attention")
+    expect_title(page, "Layer 0, head 0")
+    _assert_draws_head(page, 0, 0)
+
+    press(page, "Layer", "ArrowRight", 2)
+    expect_title(page, "Layer 2, head 0")
+    press(page, "Head", "ArrowRight", 1)
+    expect_title(page, "Layer 2, head 1")
+    _assert_draws_head(page, 2, 1)
+    assert "layer=2" in page.url and "head=1" in page.url
+    shot(page, "attention_single_head")
+    _visit_the_other_tabs(page)
+
+    # Select the row of head L1 H3 (rows are ordered by layer, then head): the single-head view opens.
+    n_head = models.load_lm(models.default_model_spec(), "cpu").config.n_head
+    row = 1 * n_head + 3
+    box = page.locator('[data-testid="stDataFrame"]').bounding_box()
+    page.mouse.click(box["x"] + 18, box["y"] + 35 * (row + 1) + 17)
+    expect_title(page, "Layer 1, head 3")
+    _assert_draws_head(page, 1, 3)
+
+
+def _open_home_and_tokens(page, app_url) -> None:
+    """The home page, then the Tokens page's chips and table (a screenshot of each)."""
     page.set_viewport_size({"width": 1400, "height": 1700})  # Streamlit scrolls inside: a tall window shows all
     page.set_default_timeout(SLOW)
     page.goto(app_url)
     idle(page)
     shot(page, "home")
-
     go(page, "Tokens", "Tokens")
     expect(page.locator(".tfm-chips span").first).to_be_visible(timeout=SLOW)
     assert page.locator(".tfm-chips span").count() > 5
     wait_table(page)
     shot(page, "tokens")
 
-    go(page, "Attention", "Attention")
-    expect_title(page, "Layer 0, head 0")
-    np.testing.assert_allclose(drawn_z(page), expected_pattern(sidebar.DEFAULT_PROMPT, 0, 0),
+
+def _assert_draws_head(page, layer: int, head: int) -> None:
+    """The drawn heatmap is the engine's pattern of that head on the default prompt."""
+    np.testing.assert_allclose(drawn_z(page), expected_pattern(sidebar.DEFAULT_PROMPT, layer, head),
                                rtol=1e-5, atol=1e-7, equal_nan=True)
 
-    press(page, "Layer", "ArrowRight", 2)
-    expect_title(page, "Layer 2, head 0")
-    press(page, "Head", "ArrowRight", 1)
-    expect_title(page, "Layer 2, head 1")
-    np.testing.assert_allclose(drawn_z(page), expected_pattern(sidebar.DEFAULT_PROMPT, 2, 1),
-                               rtol=1e-5, atol=1e-7, equal_nan=True)
-    assert "layer=2" in page.url and "head=1" in page.url
-    shot(page, "attention_single_head")
 
+def _visit_the_other_tabs(page) -> None:
+    """Every head, the head view (one chart each) and the head table (no chart), ending on the table."""
     for tab, title, name in (("All heads", "Every head", "attention_model_view"),
                              ("Head view", "who looks at whom", "attention_head_view"),
                              ("Head table", None, "attention_head_table")):
@@ -99,15 +118,6 @@ def test_attention_page_draws_the_engine_values(page, app_url):
             idle(page)
             wait_table(page)
         shot(page, name)
-
-    # Select the row of head L1 H3 (rows are ordered by layer, then head): the single-head view opens.
-    n_head = models.load_lm(models.default_model_spec(), "cpu").config.n_head
-    row = 1 * n_head + 3
-    box = page.locator('[data-testid="stDataFrame"]').bounding_box()
-    page.mouse.click(box["x"] + 18, box["y"] + 35 * (row + 1) + 17)
-    expect_title(page, "Layer 1, head 3")
-    np.testing.assert_allclose(drawn_z(page), expected_pattern(sidebar.DEFAULT_PROMPT, 1, 3),
-                               rtol=1e-5, atol=1e-7, equal_nan=True)
 
 
 def test_html_prompt_is_shown_as_text(page, app_url):
