@@ -290,6 +290,31 @@ def profiler(pid: int, out: str | None, gil: bool = False) -> subprocess.Popen |
 
 
 def main() -> None:
+    args = arguments()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    server = None if args.port else start_server(port := free_port(), args.app_flags)
+    port = args.port or port
+    try:
+        watch = Peak(psutil.Process(server.pid)) if server else MachineCPU(psutil.Process(os.getpid()))
+        idle = "not measured (--port)" if args.port else f"{watch.rss() / 1e6:,.0f} MB"
+        print(f"server on port {port}; {os.cpu_count()} cores; load average "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; idle RSS {idle}; model {args.model}")
+        alone = one_alone(port, args, watch)
+        sampler = threading.Thread(target=watch.sample, daemon=True)
+        sampler.start()
+        rows = classes(port, args, watch, alone)
+        watch.stop.set()
+        header = ["students", "round", "the class", "worst page step p95", f"{args.new_tokens} tokens p50 / p95",
+                  "CPU-s a visit", "errors", "peak RSS"]
+        write_docs.publish(args, [write_docs.markdown(header, rows)],
+                           f"model {args.model}; one student alone: {args.new_tokens} tokens in {alone:.2f} s")
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    finally:
+        if server:
+            stop_server(server)
+
+
+def arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--students", type=int, nargs="+", default=[10, 30])
     ap.add_argument("--new-tokens", type=int, default=32)
@@ -304,49 +329,46 @@ def main() -> None:
     write_docs.add_flag(ap, "bench_load")
     args = ap.parse_args()
     write_docs.check(args)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    server = None if args.port else start_server(port := free_port(), args.app_flags)
-    port = args.port or port
+    return args
+
+
+def one_alone(port: int, args, watch) -> float:
+    """A warm-up visit (the model is loaded once, before anyone is timed), then one student alone:
+    the seconds its generation took, and the server CPU of each page step printed."""
+    warm = Student(port, "A warm-up visit before the class arrives.", args.timeout, args.model)
+    warm.visit(args.new_tokens)
+    lone = Student(port, prompt_for(0), args.timeout, args.model, meter=watch.cpu)
+    alone = lone.visit(args.new_tokens)[-1]
+    print(f"one student alone: generate {args.new_tokens} tokens took {alone.seconds:.2f} s; server CPU per step: "
+          + ", ".join(f"{step} {c * 1000:.0f} ms" for step, c in zip(STEPS, lone.cpu)) + f" = {sum(lone.cpu):.2f} s")
+    return alone.seconds
+
+
+def classes(port: int, args, watch, alone: float) -> list[list]:
+    """Every class size, `args.rounds` times each: one summary row a class (also printed)."""
+    rows = []
+    for n in args.students:
+        for r in range(args.rounds):
+            watch.peak = watch.rss()
+            prof = profiler(watch.proc.pid, args.profile and f"{args.profile}-{n}-{r}.txt", args.gil)
+            times, errors, busy, cpu_per, wall = one_class(port, n, args.new_tokens, args.timeout, watch, args.model)
+            if prof:
+                prof.send_signal(2)
+                prof.wait(30)
+            report(n, times, errors, busy, cpu_per, wall, 0 if args.port else watch.peak)
+            rows.append(summary_row(n, r, times, errors, cpu_per, wall, 0 if args.port else watch.peak))
+            rss = "" if args.port else f"RSS after {watch.rss() / 1e6:,.0f} MB; "
+            print(f"round {r + 1}/{args.rounds}: {rss}{n} generations at once: p95 "
+                  f"{pct(times[STEPS[-1]], .95) / alone:.1f}x one alone")
+    return rows
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    server.terminate()
     try:
-        watch = Peak(psutil.Process(server.pid)) if server else MachineCPU(psutil.Process(os.getpid()))
-        idle = "not measured (--port)" if args.port else f"{watch.rss() / 1e6:,.0f} MB"
-        print(f"server on port {port}; {os.cpu_count()} cores; load average "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; idle RSS {idle}; model {args.model}")
-        warm = Student(port, "A warm-up visit before the class arrives.", args.timeout, args.model)
-        warm.visit(args.new_tokens)            # the model is loaded once, before anyone is timed
-        lone = Student(port, prompt_for(0), args.timeout, args.model, meter=watch.cpu)
-        alone = lone.visit(args.new_tokens)[-1]
-        print(f"one student alone: generate {args.new_tokens} tokens took {alone.seconds:.2f} s; server CPU per step: "
-              + ", ".join(f"{step} {c * 1000:.0f} ms" for step, c in zip(STEPS, lone.cpu)) + f" = {sum(lone.cpu):.2f} s")
-        sampler = threading.Thread(target=watch.sample, daemon=True)
-        sampler.start()
-        rows = []
-        for n in args.students:
-            for r in range(args.rounds):
-                watch.peak = watch.rss()
-                prof = profiler(watch.proc.pid, args.profile and f"{args.profile}-{n}-{r}.txt", args.gil)
-                times, errors, busy, cpu_per, wall = one_class(port, n, args.new_tokens, args.timeout, watch, args.model)
-                if prof:
-                    prof.send_signal(2)
-                    prof.wait(30)
-                report(n, times, errors, busy, cpu_per, wall, 0 if args.port else watch.peak)
-                rows.append(summary_row(n, r, times, errors, cpu_per, wall, 0 if args.port else watch.peak))
-                rss = "" if args.port else f"RSS after {watch.rss() / 1e6:,.0f} MB; "
-                print(f"round {r + 1}/{args.rounds}: {rss}{n} generations at once: p95 "
-                      f"{pct(times[STEPS[-1]], .95) / alone.seconds:.1f}x one alone")
-        watch.stop.set()
-        header = ["students", "round", "the class", "worst page step p95", f"{args.new_tokens} tokens p50 / p95",
-                  "CPU-s a visit", "errors", "peak RSS"]
-        write_docs.publish(args, [write_docs.markdown(header, rows)],
-                           f"model {args.model}; one student alone: {args.new_tokens} tokens in {alone.seconds:.2f} s")
-        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    finally:
-        if server:
-            server.terminate()
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.kill()
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_load import Peak, Student, free_port, start_server  # noqa: E402
+from bench_load import Peak, Student, free_port, start_server, stop_server  # noqa: E402
 
 IDLE_WINDOW, IDLE_CPU, POLL = 0.5, 0.05, 0.05  # s, CPU-s, s
 PROMPT = "Once upon a time there was a little dog who"
@@ -119,34 +119,42 @@ def main() -> None:
         first = s.run("steer")
         if first.errors or "steer.strength" not in s.widgets:
             raise RuntimeError(f"the Steer page did not open: {first.errors}")
-        slider, ear = s.widget("steer.strength"), Listener(s)
-        # never the page's opening strength (cached; a calibrated multiple of 0.01): odd multiples of 0.005
-        fresh = iter([round(x / 20 + 0.005, 3) for x in range(-30, 30)])
-        singles, series = [], []
-        for r in range(args.rounds):
-            singles.append(clicks(s, ear, slider, watch, [next(fresh)], 0.0))
-            series.append(clicks(s, ear, slider, watch, [next(fresh) for _ in range(args.clicks)], args.within))
-            one, many = singles[-1], series[-1]
-            print(f"round {r + 1}: one computation {one['seconds']:.2f} s, {one['cpu']:.2f} CPU-s | "
-                  f"{args.clicks} clicks in {args.within:g} s: idle after {many['seconds']:.2f} s "
-                  f"({many['seconds'] / one['seconds']:.1f}x one), {many['cpu']:.2f} CPU-s "
-                  f"({many['cpu'] / one['cpu']:.1f}x), {many['runs']} page runs finished; last page right: {many['ok']} "
-                  f"({many['shown']})")
-        one_s = statistics.median(x["seconds"] for x in singles)
-        many_s = statistics.median(x["seconds"] for x in series)
-        last = args.within * (args.clicks - 1) / args.clicks  # when the last click is sent
-        print(f"median: one computation {one_s:.2f} s; {args.clicks} clicks settle in {many_s:.2f} s = "
-              f"{many_s / one_s:.1f}x (target ~2x; the floor is the last click at {last:.2f} s + one computation = "
-              f"{(last + one_s) / one_s:.1f}x); CPU {statistics.median(x['cpu'] for x in series):.2f} s "
-              f"against {statistics.median(x['cpu'] for x in singles):.2f} s; every last page right: "
-              f"{all(x['ok'] for x in series + singles)}")
+        singles, series = rounds(s, watch, args)
+        summary(args, singles, series)
         s.ws.close()
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except Exception:  # noqa: BLE001
-            server.kill()
+        stop_server(server)
+
+
+def rounds(s: Student, watch: Peak, args) -> tuple[list[dict], list[dict]]:
+    """Each round: one click alone, then `args.clicks` clicks within `args.within` seconds, each
+    at a strength never computed before; (the single clicks, the series), each round printed."""
+    slider, ear = s.widget("steer.strength"), Listener(s)
+    # never the page's opening strength (cached; a calibrated multiple of 0.01): odd multiples of 0.005
+    fresh = iter([round(x / 20 + 0.005, 3) for x in range(-30, 30)])
+    singles, series = [], []
+    for r in range(args.rounds):
+        singles.append(clicks(s, ear, slider, watch, [next(fresh)], 0.0))
+        series.append(clicks(s, ear, slider, watch, [next(fresh) for _ in range(args.clicks)], args.within))
+        one, many = singles[-1], series[-1]
+        print(f"round {r + 1}: one computation {one['seconds']:.2f} s, {one['cpu']:.2f} CPU-s | "
+              f"{args.clicks} clicks in {args.within:g} s: idle after {many['seconds']:.2f} s "
+              f"({many['seconds'] / one['seconds']:.1f}x one), {many['cpu']:.2f} CPU-s "
+              f"({many['cpu'] / one['cpu']:.1f}x), {many['runs']} page runs finished; last page right: {many['ok']} "
+              f"({many['shown']})")
+    return singles, series
+
+
+def summary(args, singles: list[dict], series: list[dict]) -> None:
+    """The medians over rounds, against the floor: the last click's time plus one computation."""
+    one_s = statistics.median(x["seconds"] for x in singles)
+    many_s = statistics.median(x["seconds"] for x in series)
+    last = args.within * (args.clicks - 1) / args.clicks  # when the last click is sent
+    print(f"median: one computation {one_s:.2f} s; {args.clicks} clicks settle in {many_s:.2f} s = "
+          f"{many_s / one_s:.1f}x (target ~2x; the floor is the last click at {last:.2f} s + one computation = "
+          f"{(last + one_s) / one_s:.1f}x); CPU {statistics.median(x['cpu'] for x in series):.2f} s "
+          f"against {statistics.median(x['cpu'] for x in singles):.2f} s; every last page right: "
+          f"{all(x['ok'] for x in series + singles)}")
 
 
 if __name__ == "__main__":
