@@ -25,40 +25,9 @@ def grid_plot(page, title: str):
 
 
 def test_train_reversal_and_read_the_alignment(page, app_url, tmp_path):
-    # Start at the root and follow the sidebar link, as a user would (direct first requests for
-    # a page are covered by test_routing_browser.py).
-    page.set_viewport_size({"width": 1400, "height": 2400})  # Streamlit scrolls inside: tall shows all
-    page.goto(app_url)
-    wait_idle(page, timeout=180_000)
-    page.get_by_test_id("stSidebarNav").get_by_role("link", name="Encoder-decoder, trained live", exact=True).click()
-    expect(page.get_by_role("button", name="Train a fresh model")).to_be_visible(timeout=120_000)
-    wait_idle(page)
-    steps = page.get_by_role("spinbutton", name="Training steps")
-    expect(steps).to_have_value("400")                                  # the page's default
-    steps.fill(str(STEPS))
-    steps.press("Enter")
-    wait_idle(page)
-    expect(steps).to_have_value(str(STEPS))
-    page.get_by_role("button", name="Train a fresh model").click()
-    page.get_by_test_id("stProgress").first.wait_for(timeout=120_000)   # the live progress bar
-    wait_idle(page, timeout=900_000)
-    success = page.get_by_test_id("stAlert").filter(has_text="exact-match accuracy").inner_text()
-    acc = float(re.search(r"accuracy ([\d.]+)%", success).group(1)) / 100
-    assert f"trained {STEPS} steps" in success and acc >= 0.95
-
-    page.get_by_test_id("stSelectbox").filter(has_text="Decoder layer").click()
-    page.get_by_role("option", name="1", exact=True).click()
-    wait_idle(page)
-    plot = grid_plot(page, "Cross-attention, decoder layer 1")
-    plot.scroll_into_view_if_needed()
-    shot(page, "encdec_trained_reversal")
-    drawn = np.array(plot.evaluate("el => el._fullData.map(d => Array.from(d.z, r => Array.from(r)))"))
-
-    with page.expect_download() as dl:
-        page.get_by_text("Save or load a trained model").click()
-        page.get_by_role("button", name=re.compile("Download this model")).click()
-    path = tmp_path / "model.zip"
-    dl.value.save_as(path)
+    acc = _train_on_the_page(page, app_url)
+    drawn = _drawn_cross_attention(page, layer=1)
+    path = _download_the_model(page, tmp_path / "model.zip")
     model, spec = toy.from_zip(path.read_bytes())
     assert spec.task == "reverse"
     assert toy.exact_match(model, spec, n=500) == pytest.approx(acc, abs=1e-9)  # acc was read from "99.4%"
@@ -78,6 +47,50 @@ def test_train_reversal_and_read_the_alignment(page, app_url, tmp_path):
     wait_idle(page, timeout=180_000)
     assert f"{acc:.1%}" in status.inner_text()
     shot(page, "encdec_loaded_from_zip")
+
+
+def _train_on_the_page(page, app_url) -> float:
+    """Open the page from the root's sidebar link, as a user would (direct first requests for a
+    page are covered by test_routing_browser.py), train STEPS steps; the accuracy it reports."""
+    page.set_viewport_size({"width": 1400, "height": 2400})  # Streamlit scrolls inside: tall shows all
+    page.goto(app_url)
+    wait_idle(page, timeout=180_000)
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name="Encoder-decoder, trained live", exact=True).click()
+    expect(page.get_by_role("button", name="Train a fresh model")).to_be_visible(timeout=120_000)
+    wait_idle(page)
+    steps = page.get_by_role("spinbutton", name="Training steps")
+    expect(steps).to_have_value("400")                                  # the page's default
+    steps.fill(str(STEPS))
+    steps.press("Enter")
+    wait_idle(page)
+    expect(steps).to_have_value(str(STEPS))
+    page.get_by_role("button", name="Train a fresh model").click()
+    page.get_by_test_id("stProgress").first.wait_for(timeout=120_000)   # the live progress bar
+    wait_idle(page, timeout=900_000)
+    success = page.get_by_test_id("stAlert").filter(has_text="exact-match accuracy").inner_text()
+    acc = float(re.search(r"accuracy ([\d.]+)%", success).group(1)) / 100
+    assert f"trained {STEPS} steps" in success and acc >= 0.95
+    return acc
+
+
+def _drawn_cross_attention(page, layer: int) -> np.ndarray:
+    """Pick a decoder layer; the cross-attention grid's numbers as drawn, (heads, T, S)."""
+    page.get_by_test_id("stSelectbox").filter(has_text="Decoder layer").click()
+    page.get_by_role("option", name=str(layer), exact=True).click()
+    wait_idle(page)
+    plot = grid_plot(page, f"Cross-attention, decoder layer {layer}")
+    plot.scroll_into_view_if_needed()
+    shot(page, "encdec_trained_reversal")
+    return np.array(plot.evaluate("el => el._fullData.map(d => Array.from(d.z, r => Array.from(r)))"))
+
+
+def _download_the_model(page, path):
+    """The page's "Download this model" zip, saved at `path`."""
+    with page.expect_download() as dl:
+        page.get_by_text("Save or load a trained model").click()
+        page.get_by_role("button", name=re.compile("Download this model")).click()
+    dl.value.save_as(path)
+    return path
 
 
 def test_experiments_page_draws_the_experiments(page, app_url):
