@@ -11,9 +11,9 @@ Each student speaks Streamlit's websocket protocol (bench_load.py's way) and, as
 does, reruns the room banner's fragment when the server asks it to (`auto_rerun`, every
 ui.rooms.live.POLL_SECONDS) and follows the page and query string the server sends.
 
-Measured: for each moment (a new prompt on another page, first opened by the teacher's own
-screen, a teacher session taken up by the teacher link, as a teacher does before pushing it;
-`--look` seconds later the teacher presses the banner's push button), how long until each
+Measured: for each moment (the teacher's own screen, a session that opened the teacher link,
+goes to another page and types a new prompt; `--look` seconds later it presses the banner's push
+button; meanwhile every other process opens that view itself: ui/rooms/warm.py), how long until each
 student's screen shows the new prompt (the press to the end of the run that drew it: p50 / p95 /
 max; target p95 <= 3 s); a next-token question with four options: from the moment all N students press Send to
 the store counting all N answers (target <= 5 s, all counted); the server's CPU (the process
@@ -202,28 +202,35 @@ def start_class(processes: int, store: str, model: str, tmp: Path) -> tuple[subp
     return proc, port, {"redis_url": where.group(1)} if where else {"db": env["TFM_ROOMS_DB"]}
 
 
-def moments(room_store, code: str, key: str, klass: Class, count: int, model: str, watch: Peak, port: int,
-            look: float) -> dict[str, list[float]]:
-    """Each moment as a teacher makes one: their own screen (one process of the class) opens the
-    page, then `look` seconds later they press the push button; the students' screens are timed
-    from the press. Returns each page's p95s."""
+def take_up(port: int, code: str, key: str, model: str) -> RoomStudent:
+    """The teacher's screen: a session that opened the private teacher link (on one process)."""
+    teacher = RoomStudent(port, code, 300)
+    teacher.query = urlencode((("room", code), ("teacher", key), ("model", model), ("prompt", prompt_for(99)),
+                               ("seed", "0")))
+    teacher.rerun()
+    return teacher
+
+
+def moments(teacher: RoomStudent, klass: Class, count: int, watch: Peak, look: float) -> dict[str, list[float]]:
+    """Each moment as a teacher makes one on their own screen: open the page, type a new prompt
+    into the sidebar (their process computes the view; the others open it themselves, ui/rooms/
+    warm.py), `look` seconds later press the push button. The students' screens are timed from
+    the press. Returns each page's p95s."""
     n, p95s = len(klass.students), {}
     for m in range(count):
         prompt, page = prompt_for(100 + m), PAGES[m % len(PAGES)]
-        params = (("model", model), ("prompt", prompt), ("seed", "0"))
-        teacher = RoomStudent(port, code, 300)
-        teacher.query = urlencode((("room", code), ("teacher", key), *params))
-        teacher.rerun()   # the teacher link on the Class page: this session is the room's teacher
-        teacher.page, teacher.page_hash, teacher.query = page, "", urlencode(params)   # (by name, as a link)
-        t0 = time.perf_counter()
+        teacher.page, teacher.page_hash = page, ""   # (by name, as a click in the page list)
         teacher.rerun()
-        print(f"moment {m + 1}: the teacher's screen drew {page} in {time.perf_counter() - t0:.2f} s", flush=True)
+        t0 = time.perf_counter()
+        teacher.rerun([WidgetState(id=teacher.widgets["sidebar.prompt"], string_value=prompt)])
+        assert prompt in teacher.shown, "the teacher's screen did not take the typed prompt"
+        print(f"moment {m + 1}: the teacher's screen drew {page} on the new prompt in {time.perf_counter() - t0:.2f} s",
+              flush=True)
         time.sleep(look)
         for s in klass.students:
             s.waited = []
         cpu0, t0 = watch.cpu(), time.perf_counter()
         teacher.rerun([WidgetState(id=teacher.widgets["room.push"], trigger_value=True)])
-        teacher.ws.close()
         deadline = t0 + 60
         while time.perf_counter() < deadline and sum(prompt in s.shown for s in klass.students) < n:
             time.sleep(0.05)
@@ -318,8 +325,9 @@ def main() -> None:
         time.sleep(10)
         print(f"idle following (polling every {klass.students[0].interval:g} s): "
               f"{(watch.cpu() - cpu0) / 10 / args.students * 1000:.1f} ms of server CPU per student per second", flush=True)
-        p95s = moments(room_store, made.code, made.teacher_key, klass, args.moments, args.model, watch, port,
-                       args.look)
+        teacher = take_up(port, made.code, made.teacher_key, args.model)
+        p95s = moments(teacher, klass, args.moments, watch, args.look)
+        teacher.ws.close()
         print("p95 by page: " + ", ".join(f"{page} {max(v):.2f} s" for page, v in p95s.items()), flush=True)
         question(room_store, made.code, made.teacher_key, klass, args.model, watch)
         errors = klass.failures + [e for s in klass.students for e in s.errors]   # (before one process is killed)

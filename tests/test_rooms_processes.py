@@ -123,6 +123,16 @@ def test_the_other_process_opens_the_teachers_view_before_the_push(klass):
     follow(ada, lambda: params["prompt"] in ada.shown)
     assert ada.page == "logit_lens" and not ada.errors, ada.errors
     assert ada.waited == [], f"b computed the pushed view for its student: {ada.waited}"
+    before = store.room(made.code)   # a student's screen sending the teacher's push button does nothing
+    ada.query = urlencode({**parse_qs_one(ada.query), "prompt": "A student's own prompt."})
+    ada.rerun([bench.WidgetState(id=teacher.widgets["room.push"], trigger_value=True)])
+    after = store.room(made.code)
+    assert (after.moment, after.moment_id, after.version, after.preview) == \
+        (before.moment, before.moment_id, before.version, before.preview)
+
+
+def parse_qs_one(query: str) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(query).items()}
 
 
 def test_killing_one_process_mid_question_loses_no_answer_and_its_students_come_back(klass):
@@ -163,5 +173,5 @@ def test_killing_one_process_mid_question_loses_no_answer_and_its_students_come_
     for pick in picks.values():
         want[pick] = want.get(pick, 0) + 1
     assert after == want and sum(after.values()) == 4
-    mine = [store.my_answer(made.code, parse_qs(s.query)["me"][0], qid) for s in phones]
+    mine = [store.my_answer(made.code, parse_qs_one(s.query)["me"], qid) for s in phones]
     assert mine == [picks[i] for i in range(4)]

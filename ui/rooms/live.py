@@ -166,7 +166,7 @@ def _reveal_here(code: str, qid: int) -> None:
     try:
         store().reveal(code, st.session_state["room.key"], qid)
     except (ValueError, PermissionError) as e:
-        st.session_state["room.note"] = f"Not revealed: {message(e)}"
+        st.error(f"Not revealed: {message(e)}")
         return
     st.switch_page("pages/classroom.py")   # the projected answers, with the model's now
 
