@@ -162,3 +162,33 @@ def test_students_answer_which_head_by_clicking_the_grid_graded_by_the_head_scor
     finally:
         for c in contexts:
             c.close()
+
+
+def test_a_teacher_projecting_the_tour_still_sees_and_uses_the_push(browser, app_url):
+    """Presentation mode hides the sidebar, where the push button lives on other pages."""
+    import os
+    from ui.rooms import open_store
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+    teacher = ctx.new_page()
+    try:
+        teacher.goto(f"{app_url}/classroom")
+        wait_idle(teacher)
+        teacher.get_by_role("button", name="Open a room").click()
+        heading = teacher.get_by_role("heading", name=re.compile("Join with code"))
+        expect(heading).to_be_visible(timeout=SLOW)
+        code = re.search(r"([2-9A-Z]{4}-[2-9A-Z]{4})", heading.inner_text()).group(1).replace("-", "")
+        teacher.get_by_test_id("stSidebarNav").get_by_role("link", name="Tour", exact=True).click()
+        wait_idle(teacher)
+        teacher.get_by_text("Presentation mode").click()
+        teacher.locator('[data-testid="stSidebar"]').wait_for(state="hidden", timeout=SLOW)
+        wait_idle(teacher)
+        push = teacher.get_by_role("button", name="Push this view to the class")
+        expect(push).to_be_visible()
+        expect(teacher.get_by_role("link", name=re.compile("Class: ask, answers"))).to_be_visible()
+        shot(teacher, "classroom_teacher_projecting_tour")
+        push.click()
+        expect(teacher.get_by_text("Pushed to the class")).to_be_visible(timeout=SLOW)
+        room = open_store(os.environ["TFM_ROOMS_DB"]).room(code)
+        assert room.moment.page == "tour" and "present" not in dict(room.moment.params)
+    finally:
+        ctx.close()

@@ -192,14 +192,14 @@ def _teacher_banner() -> None:
         return
     room = store().room(ss["room.code"])
     q = room.question if room else None
-    c1, c2, c3, c4 = st.columns([2, 3, 3, 2], vertical_alignment="center")
-    c1.caption(caption)
-    if c2.button(label, key="room.push", icon="📣", help=helped):
-        push()
-    if q is not None and q.state == "open" and c3.button("Reveal the model's answer", key="room.reveal_here",
-                                                         icon="🎯"):
-        _reveal_here(room.code, q.qid)
-    c4.page_link("pages/classroom.py", label="Class: ask, answers", icon="❓")
+    with st.container(horizontal=True, vertical_alignment="center", gap="medium"):   # (wraps on a narrow screen)
+        st.caption(caption, width="content")
+        if st.button(label, key="room.push", icon="📣", help=helped):
+            push()
+        if q is not None and q.state == "open" and st.button("Reveal the model's answer", key="room.reveal_here",
+                                                             icon="🎯"):
+            _reveal_here(room.code, q.qid)
+        st.page_link("pages/classroom.py", label="Class: ask, answers", icon="❓", width="content")
 
 
 def banner() -> None:
