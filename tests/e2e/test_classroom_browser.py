@@ -39,18 +39,23 @@ def histogram(page) -> dict[str, int]:
     return dict(zip(bars["y"], bars["x"]))
 
 
+def open_room(teacher, app_url: str) -> str:
+    """The teacher opens a room on the Class page: its code as projected (ABCD-EFGH)."""
+    teacher.goto(f"{app_url}/classroom")
+    wait_idle(teacher)
+    teacher.get_by_role("button", name="Open a room").click()
+    heading = teacher.get_by_role("heading", name=re.compile("Join with code"))
+    expect(heading).to_be_visible(timeout=SLOW)
+    return re.search(r"([2-9A-Z]{4}-[2-9A-Z]{4})", heading.inner_text()).group(1)
+
+
 def test_a_teacher_and_three_students_predict_then_reveal(browser, app_url):
     top, p = engine_top()
     contexts = [browser.new_context(viewport=v) for v in ({"width": 1400, "height": 1000}, PHONE,
                                                           {"width": 1000, "height": 900}, {"width": 1000, "height": 900})]
     teacher, *students = [c.new_page() for c in contexts]
     try:
-        teacher.goto(f"{app_url}/classroom")
-        wait_idle(teacher)
-        teacher.get_by_role("button", name="Open a room").click()
-        heading = teacher.get_by_role("heading", name=re.compile("Join with code"))
-        expect(heading).to_be_visible(timeout=SLOW)
-        code = re.search(r"([2-9A-Z]{4}-[2-9A-Z]{4})", heading.inner_text()).group(1)
+        code = open_room(teacher, app_url)
         expect(teacher.locator('[data-testid="stImage"] img').first).to_be_visible()   # the QR code
         teacher.get_by_role("button", name="Ask the class").click()
         expect(teacher.get_by_text(re.compile(r"Question 1: What token"))).to_be_visible(timeout=SLOW)
@@ -124,12 +129,7 @@ def test_students_answer_which_head_by_clicking_the_grid_graded_by_the_head_scor
     contexts = [browser.new_context(viewport=v) for v in ({"width": 1400, "height": 1000}, PHONE, PHONE)]
     teacher, *students = [c.new_page() for c in contexts]
     try:
-        teacher.goto(f"{app_url}/classroom")
-        wait_idle(teacher)
-        teacher.get_by_role("button", name="Open a room").click()
-        heading = teacher.get_by_role("heading", name=re.compile("Join with code"))
-        expect(heading).to_be_visible(timeout=SLOW)
-        code = re.search(r"([2-9A-Z]{4}-[2-9A-Z]{4})", heading.inner_text()).group(1)
+        code = open_room(teacher, app_url)
         for page in students:
             page.goto(f"{app_url}/classroom?room={code.replace('-', '')}")
             wait_idle(page)
@@ -171,12 +171,7 @@ def test_a_teacher_projecting_the_tour_still_sees_and_uses_the_push(browser, app
     ctx = browser.new_context(viewport={"width": 1280, "height": 800})
     teacher = ctx.new_page()
     try:
-        teacher.goto(f"{app_url}/classroom")
-        wait_idle(teacher)
-        teacher.get_by_role("button", name="Open a room").click()
-        heading = teacher.get_by_role("heading", name=re.compile("Join with code"))
-        expect(heading).to_be_visible(timeout=SLOW)
-        code = re.search(r"([2-9A-Z]{4}-[2-9A-Z]{4})", heading.inner_text()).group(1).replace("-", "")
+        code = open_room(teacher, app_url).replace("-", "")
         teacher.get_by_test_id("stSidebarNav").get_by_role("link", name="Tour", exact=True).click()
         wait_idle(teacher)
         teacher.get_by_text("Presentation mode").click()

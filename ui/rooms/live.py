@@ -178,6 +178,7 @@ def _teacher_banner() -> None:
     moment = current_moment()
     if ss.get("room.previewed") != moment:   # every process of the class opens it too (warm.py)
         try:
+            _warmer.shown_here(moment.to_json())   # this run computes it here (before the others learn of it)
             store().preview(ss["room.code"], ss["room.key"], moment)
             ss["room.previewed"] = moment
         except (ValueError, PermissionError):

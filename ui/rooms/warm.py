@@ -11,7 +11,8 @@ student's screen is when it follows. The page's own code computes what a student
 ask for (no second list of what each page needs), and the process's students find it cached, or
 wait on that same computation (one per key: ui.memory.ByteLRU), never a second one.
 
-One view at a time per process, the newest: one no longer previewed nor pushed is stopped.
+One view at a time per process, the newest: one no longer previewed nor pushed is stopped. The
+process the teacher's screen is on does not open it again (one process: no cost at all).
 """
 from __future__ import annotations
 
@@ -112,6 +113,17 @@ class Warmer:
                 self.thread = threading.Thread(target=self._run, name="tfm-rooms-warm", daemon=True)
                 self.thread.start()
 
+    def shown_here(self, view: str) -> None:
+        """The teacher's own screen in this process draws `view` (a moment's JSON): not opened again."""
+        with self.lock:
+            self._remember(view, 0.0)
+
+    def _remember(self, view: str, seconds: float) -> None:
+        self.opened[view] = seconds
+        self.opened.move_to_end(view)
+        while len(self.opened) > REMEMBERED:
+            self.opened.popitem(last=False)
+
     def _run(self) -> None:
         while True:
             with self.lock:
@@ -141,11 +153,11 @@ class Warmer:
         """Open each of the room's views this process has not opened yet."""
         for view in self._views(code):
             moment = Moment.from_json(view)
-            if view in self.opened or moment.page not in self.pages:
-                continue
+            with self.lock:
+                if view in self.opened or moment.page not in self.pages:
+                    continue
             start = time.perf_counter()
             if self.opener(moment, lambda: view in self._views(code)):
-                self.opened[view] = time.perf_counter() - start
-                while len(self.opened) > REMEMBERED:
-                    self.opened.popitem(last=False)
-                _LOG.info("opened %s for the class in %.2f s", moment.page, self.opened[view])
+                with self.lock:
+                    self._remember(view, time.perf_counter() - start)
+                _LOG.info("opened %s for the class in %.2f s", moment.page, time.perf_counter() - start)
