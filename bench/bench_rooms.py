@@ -2,7 +2,7 @@
 `deploy/run_class.sh P`, the teacher's moments and a question, on SmolLM2.
 
     .venv/bin/python bench/bench_rooms.py [--students 30] [--processes 2] [--moments 5]
-        [--store sqlite|redis] [--model smollm2] [--poll-log]
+        [--store sqlite|redis] [--model smollm2] [--look 0]
 
 Starts `deploy/run_class.sh P` on free ports (its rooms in a fresh SQLite file, or with
 `--store redis` in the redis-server the script starts, TFM_ROOMS_REDIS=start), opens a room in
@@ -11,9 +11,11 @@ Each student speaks Streamlit's websocket protocol (bench_load.py's way) and, as
 does, reruns the room banner's fragment when the server asks it to (`auto_rerun`, every
 ui.rooms.live.POLL_SECONDS) and follows the page and query string the server sends.
 
-Measured: for each moment (a new prompt on another page, first opened by the teacher's own
-screen, as a teacher does before pushing it), how long until each student's screen shows the new
-prompt (the push to the end of the run that drew it: p50 / p95 / max; target p95 <= 3 s); a next-token question with four options: from the moment all N students press Send to
+Measured: for each moment (the teacher's own screen, a session that opened the teacher link,
+goes to another page and types a new prompt; `--look` seconds later it presses the banner's push
+button; meanwhile every other process opens that view itself: ui/rooms/warm.py), how long until each
+student's screen shows the new prompt (the press to the end of the run that drew it: p50 / p95 /
+max; target p95 <= 3 s); a next-token question with four options: from the moment all N students press Send to
 the store counting all N answers (target <= 5 s, all counted); the server's CPU (the process
 tree of run_class.sh: every app process, nginx, redis) per student per moment, and per student
 per second of idle following (the polling). Prints figures; asserts nothing about time.
@@ -68,6 +70,7 @@ class RoomStudent:
         self.shown: dict[str, float] = {}      # prompt -> when a run that drew it finished
         self.errors: list[str] = []
         self.notes: list[str] = []             # success boxes of the last run
+        self.waited: list[str] = []            # status lines drawn (work not cached yet: computed or waited for)
         self.runs = 0
 
     def rerun(self, states: list[WidgetState] = (), fragment: str = "") -> None:
@@ -98,6 +101,10 @@ class RoomStudent:
                 self.fragment, self.interval = fm.auto_rerun.fragment_id, fm.auto_rerun.interval
             elif kind == "delta" and fm.delta.WhichOneof("type") == "new_element":
                 prompt = self._element(fm.delta.new_element) or prompt
+            elif kind == "delta" and fm.delta.WhichOneof("type") == "add_block":
+                block = fm.delta.add_block
+                if block.WhichOneof("type") == "expandable" and block.expandable.state:   # st.status, not an expander
+                    self.waited.append(block.expandable.label)
             elif kind == "script_finished" and fm.script_finished in DONE:
                 break
         self.runs += 1
@@ -195,30 +202,48 @@ def start_class(processes: int, store: str, model: str, tmp: Path) -> tuple[subp
     return proc, port, {"redis_url": where.group(1)} if where else {"db": env["TFM_ROOMS_DB"]}
 
 
-def moments(room_store, code: str, key: str, klass: Class, count: int, model: str, watch: Peak, port: int) -> None:
-    """Each moment as a teacher makes one: their own screen opens the page (one process of the
-    class computes it there), then they push it; the students' screens are timed from the push."""
-    n = len(klass.students)
+def take_up(port: int, code: str, key: str, model: str) -> RoomStudent:
+    """The teacher's screen: a session that opened the private teacher link (on one process)."""
+    teacher = RoomStudent(port, code, 300)
+    teacher.query = urlencode((("room", code), ("teacher", key), ("model", model), ("prompt", prompt_for(99)),
+                               ("seed", "0")))
+    teacher.rerun()
+    return teacher
+
+
+def moments(teacher: RoomStudent, klass: Class, count: int, watch: Peak, look: float) -> dict[str, list[float]]:
+    """Each moment as a teacher makes one on their own screen: open the page, type a new prompt
+    into the sidebar (their process computes the view; the others open it themselves, ui/rooms/
+    warm.py), `look` seconds later press the push button. The students' screens are timed from
+    the press. Returns each page's p95s."""
+    n, p95s = len(klass.students), {}
     for m in range(count):
         prompt, page = prompt_for(100 + m), PAGES[m % len(PAGES)]
-        params = (("model", model), ("prompt", prompt), ("seed", "0"))
-        teacher = RoomStudent(port, code, 300)
-        teacher.page, teacher.query = page, urlencode(params)
-        t0 = time.perf_counter()
+        teacher.page, teacher.page_hash = page, ""   # (by name, as a click in the page list)
         teacher.rerun()
-        teacher.ws.close()
-        print(f"moment {m + 1}: the teacher's screen drew {page} in {time.perf_counter() - t0:.2f} s", flush=True)
+        t0 = time.perf_counter()
+        teacher.rerun([WidgetState(id=teacher.widgets["sidebar.prompt"], string_value=prompt)])
+        assert prompt in teacher.shown, "the teacher's screen did not take the typed prompt"
+        print(f"moment {m + 1}: the teacher's screen drew {page} on the new prompt in {time.perf_counter() - t0:.2f} s",
+              flush=True)
+        time.sleep(look)
+        for s in klass.students:
+            s.waited = []
         cpu0, t0 = watch.cpu(), time.perf_counter()
-        room_store.push(code, key, Moment(page, params))
+        teacher.rerun([WidgetState(id=teacher.widgets["room.push"], trigger_value=True)])
         deadline = t0 + 60
         while time.perf_counter() < deadline and sum(prompt in s.shown for s in klass.students) < n:
             time.sleep(0.05)
         took = [s.shown[prompt] - t0 for s in klass.students if prompt in s.shown]
         time.sleep(1.0)   # the last runs' CPU settles
         cpu = watch.cpu() - cpu0
+        p95s.setdefault(page, []).append(pct(took, .95))
         print(f"moment {m + 1} ({page}): {len(took)}/{n} screens show the new prompt; "
               f"p50 {statistics.median(took) if took else float('nan'):.2f} s, p95 {pct(took, .95):.2f} s, "
-              f"max {max(took, default=float('nan')):.2f} s; server CPU {cpu / n:.3f} CPU-s per student", flush=True)
+              f"max {max(took, default=float('nan')):.2f} s; server CPU {cpu / n:.3f} CPU-s per student; "
+              f"{sum(bool(s.waited) for s in klass.students)} screens waited for work not cached yet "
+              f"{sorted({w for s in klass.students for w in s.waited})}", flush=True)
+    return p95s
 
 
 def question(room_store, code: str, key: str, klass: Class, model: str, watch: Peak) -> None:
@@ -279,6 +304,8 @@ def main() -> None:
     ap.add_argument("--store", choices=("sqlite", "redis"), default="sqlite")
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--look", type=float, default=0.0,
+                    help="seconds the teacher's screen shows a view before the push (0: pushed at once)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-rooms-"))
     proc, port, where = start_class(args.processes, args.store, args.model, tmp)
@@ -298,7 +325,10 @@ def main() -> None:
         time.sleep(10)
         print(f"idle following (polling every {klass.students[0].interval:g} s): "
               f"{(watch.cpu() - cpu0) / 10 / args.students * 1000:.1f} ms of server CPU per student per second", flush=True)
-        moments(room_store, made.code, made.teacher_key, klass, args.moments, args.model, watch, port)
+        teacher = take_up(port, made.code, made.teacher_key, args.model)
+        p95s = moments(teacher, klass, args.moments, watch, args.look)
+        teacher.ws.close()
+        print("p95 by page: " + ", ".join(f"{page} {max(v):.2f} s" for page, v in p95s.items()), flush=True)
         question(room_store, made.code, made.teacher_key, klass, args.model, watch)
         errors = klass.failures + [e for s in klass.students for e in s.errors]   # (before one process is killed)
         kill_one(room_store, made.code, klass, proc, port)
@@ -309,6 +339,9 @@ def main() -> None:
         logs = re.search(r"logs in (\S+)\)", (tmp / "run_class.log").read_text())
         for log in Path(logs.group(1)).glob("app-*.log") if logs else ():
             shutil.copy(log, tmp)   # the script's runtime folder goes with it
+            opened = re.findall(r"opened (\w+) for the class in ([\d.]+) s", log.read_text())
+            print(f"{log.name}: opened the teacher's views itself: "
+                  + ", ".join(f"{page} {s} s" for page, s in opened), flush=True)
         print(f"logs: {tmp}")
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)

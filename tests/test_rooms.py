@@ -100,6 +100,33 @@ def test_students_join_with_the_code_as_typed_and_the_teacher_pushes_moments(sto
     assert store.room(code).moment_id == 2 and store.room(code).moment.page == "next_token"
 
 
+def test_the_teachers_preview_is_kept_for_the_processes_and_moves_no_student(store):
+    made = store.create("t")
+    code, sid = store.join(made.code, "ip", "Ada")
+    view = Moment("logit_lens", (("prompt", "The capital of France is"),))
+    store.preview(code, made.teacher_key, view)
+    room = store.room(code)
+    assert room.preview == view and room.moment is None and room.version == 0 and room.moment_id == 0
+    for key in (sid, "", None, made.teacher_key[:-1] + "A"):
+        with pytest.raises(PermissionError):
+            store.preview(code, key, Moment("tour"))
+    assert store.room(code).preview == view
+    store.push(code, made.teacher_key, Moment("tour"))
+    assert store.room(code).preview == view and store.room(code).moment == Moment("tour")
+
+
+def test_a_rooms_file_made_before_previews_is_opened_and_gets_them(tmp_path):
+    import sqlite3
+    from ui.rooms import sqlite_store
+    old = sqlite_store.SCHEMA.replace(", preview TEXT);", ");")
+    assert old != sqlite_store.SCHEMA
+    sqlite3.connect(tmp_path / "old.sqlite3").executescript(old)
+    store = open_store(tmp_path / "old.sqlite3")
+    made = store.create("t")
+    store.preview(made.code, made.teacher_key, Moment("tour"))
+    assert store.room(made.code).preview == Moment("tour")
+
+
 def test_a_student_cannot_do_what_only_the_teacher_may(store):
     made, sids, qid = asked(store)
     for key in (sids[0], "", "x" * 10_000, made.teacher_key[:-1] + "A", None):

@@ -248,3 +248,41 @@ def test_head_sampling_and_estimate_questions_are_graded_by_the_engine():
     browse(ada)
     assert "Right!" in texts(ada) and f"the model: {float(probs[token]):.3f}" in texts(ada)
     assert not ada.exception and not teacher.exception
+
+
+def test_a_teacher_projecting_the_tour_pushes_and_reveals_from_the_page_itself():
+    """Presentation mode hides the sidebar (its CSS), where the push button lives: on a projected
+    Tour the teacher's push, the open question's reveal and the way to the Class page are above
+    the page instead."""
+    teacher, code, _ = teacher_room()
+    ask(teacher, "next_options")
+    top, p, _ = engine_top(teacher.session_state["sidebar.prompt"])
+    ada = student(code)
+    teacher.switch_page("pages/tour.py").run()
+    assert [b.key for b in teacher.sidebar.button if b.key == "room.push"] == ["room.push"]
+    teacher.toggle(key="tour.present").set_value(True).run()
+    assert not teacher.exception and any("stSidebar" in md.value for md in teacher.markdown)   # projecting
+    assert not [b for b in teacher.sidebar.button if b.key.startswith("room.")]
+    assert {b.key for b in teacher.main.button if b.key.startswith("room.")} == {"room.push", "room.reveal_here"}
+    teacher.selectbox(key="tour.step").set_value(teacher.selectbox(key="tour.step").options[3]).run()
+    teacher.button(key="room.push").click().run()
+    assert not teacher.exception
+    moment = dict(live.store().room(code).moment.params)
+    assert live.store().room(code).moment.page == "tour" and "present" not in moment
+    browse(ada)
+    assert ada.session_state["app.page"] == "tour" and ada.selectbox(key="tour.step").value == moment["step"]
+    assert not ada.toggle(key="tour.present").value   # a phone is not put into presentation mode
+    teacher.button(key="room.reveal_here").click()
+    browse(teacher)
+    assert live.store().room(code).question.state == "revealed"
+    assert teacher.session_state["app.page"] == "classroom" and f"{p:.3f}" in texts(teacher)
+    assert not teacher.exception and not ada.exception
+
+
+def test_a_link_that_opens_the_tour_projected_shows_the_teachers_controls_on_its_first_run():
+    teacher, code, key = teacher_room()
+    teacher.query_params["present"] = "1"
+    teacher.session_state["app.url_loaded"] = set()   # (as a freshly opened link reads it)
+    teacher.switch_page("pages/tour.py").run()
+    assert not teacher.exception and teacher.toggle(key="tour.present").value is True
+    assert [b.key for b in teacher.main.button if b.key == "room.push"] == ["room.push"]

@@ -39,18 +39,23 @@ def histogram(page) -> dict[str, int]:
     return dict(zip(bars["y"], bars["x"]))
 
 
+def open_room(teacher, app_url: str) -> str:
+    """The teacher opens a room on the Class page: its code as projected (ABCD-EFGH)."""
+    teacher.goto(f"{app_url}/classroom")
+    wait_idle(teacher)
+    teacher.get_by_role("button", name="Open a room").click()
+    heading = teacher.get_by_role("heading", name=re.compile("Join with code"))
+    expect(heading).to_be_visible(timeout=SLOW)
+    return re.search(r"([2-9A-Z]{4}-[2-9A-Z]{4})", heading.inner_text()).group(1)
+
+
 def test_a_teacher_and_three_students_predict_then_reveal(browser, app_url):
     top, p = engine_top()
     contexts = [browser.new_context(viewport=v) for v in ({"width": 1400, "height": 1000}, PHONE,
                                                           {"width": 1000, "height": 900}, {"width": 1000, "height": 900})]
     teacher, *students = [c.new_page() for c in contexts]
     try:
-        teacher.goto(f"{app_url}/classroom")
-        wait_idle(teacher)
-        teacher.get_by_role("button", name="Open a room").click()
-        heading = teacher.get_by_role("heading", name=re.compile("Join with code"))
-        expect(heading).to_be_visible(timeout=SLOW)
-        code = re.search(r"([2-9A-Z]{4}-[2-9A-Z]{4})", heading.inner_text()).group(1)
+        code = open_room(teacher, app_url)
         expect(teacher.locator('[data-testid="stImage"] img').first).to_be_visible()   # the QR code
         teacher.get_by_role("button", name="Ask the class").click()
         expect(teacher.get_by_text(re.compile(r"Question 1: What token"))).to_be_visible(timeout=SLOW)
@@ -95,3 +100,90 @@ def test_a_teacher_and_three_students_predict_then_reveal(browser, app_url):
     finally:
         for c in contexts:
             c.close()
+
+
+def engine_head_scores(score: str) -> torch.Tensor:
+    """(L, H) scores of every head on the page's default prompt, from tfm.analysis.head_table."""
+    from tfm.analysis import head_table
+    lm = models.load_lm(models.default_model_spec(), "cpu")
+    ids = lm.tokenizer.prompt_ids(sidebar.DEFAULT_PROMPT)
+    with torch.inference_mode():
+        trace = lm.model(torch.tensor([ids]), trace=True).trace
+    return head_table(lm, trace, ids).scores[score].float()
+
+
+def click_head(page, layer: int, head: int) -> None:
+    """A click on the grid's dot of (layer, head), where plotly drew it."""
+    plot = page.locator(PLOT).filter(has=page.locator(".gtitle", has_text="Every head")).first
+    plot.scroll_into_view_if_needed()
+    x, y = plot.evaluate("""(el, [layer, head]) => { const L = el._fullLayout, r = el.querySelector('.nsewdrag')
+        .getBoundingClientRect(); return [r.left + L.xaxis.l2p(head), r.top + L.yaxis.l2p(layer)]; }""", [layer, head])
+    page.mouse.click(x, y)
+
+
+def test_students_answer_which_head_by_clicking_the_grid_graded_by_the_head_scores(browser, app_url):
+    scores = engine_head_scores("previous_token")
+    best = divmod(int(scores.argmax()), scores.shape[1])
+    other = divmod(int(scores.argmin()), scores.shape[1])
+    rank = int((scores.flatten() > scores[other]).sum()) + 1
+    contexts = [browser.new_context(viewport=v) for v in ({"width": 1400, "height": 1000}, PHONE, PHONE)]
+    teacher, *students = [c.new_page() for c in contexts]
+    try:
+        code = open_room(teacher, app_url)
+        for page in students:
+            page.goto(f"{app_url}/classroom?room={code.replace('-', '')}")
+            wait_idle(page)
+            page.get_by_role("button", name="Join the class").click()
+            expect(page.get_by_text("Waiting for your teacher's first question")).to_be_visible(timeout=SLOW)
+        teacher.get_by_label("Question").click()
+        teacher.get_by_role("option", name="Which head does it?").click()
+        wait_idle(teacher)
+        teacher.get_by_label("Highest score of").click()
+        teacher.get_by_role("option", name="previous token", exact=True).click()
+        wait_idle(teacher)
+        teacher.get_by_role("button", name="Ask the class").click()
+        for page, (layer, head) in zip(students, (best, other)):
+            expect(page.locator(".gtitle", has_text="Every head")).to_be_visible(timeout=SLOW)
+            wait_idle(page)
+            click_head(page, layer, head)   # the click alone picks the head: no typing
+            expect(page.get_by_label("Layer")).to_have_value(str(layer), timeout=SLOW)
+            expect(page.get_by_label("Head", exact=True)).to_have_value(str(head), timeout=SLOW)
+            page.get_by_role("button", name="Send my answer").click()
+            expect(page.get_by_text(f"Your answer: L{layer} H{head}")).to_be_visible(timeout=SLOW)
+        shot(students[0], "classroom_phone_head_grid")
+        expect(teacher.locator(".gtitle", has_text="2 of 2 answered")).to_be_visible(timeout=SLOW)
+        assert histogram(teacher) == {f"L{best[0]} H{best[1]}": 1, f"L{other[0]} H{other[1]}": 1}
+        teacher.get_by_role("button", name="Reveal the model's answer").click()
+        right, wrong = students
+        expect(right.get_by_text(re.compile(rf"Right!.*Layer {best[0]} head {best[1]} scores "
+                                            rf"{float(scores.max()):.3f}: rank 1 of {scores.numel()}"))).to_be_visible(timeout=SLOW)
+        expect(wrong.get_by_text(re.compile(rf"Not quite\..*Layer {other[0]} head {other[1]} scores "
+                                            rf"{float(scores[other]):.3f}: rank {rank} of {scores.numel()}"))).to_be_visible(timeout=SLOW)
+    finally:
+        for c in contexts:
+            c.close()
+
+
+def test_a_teacher_projecting_the_tour_still_sees_and_uses_the_push(browser, app_url):
+    """Presentation mode hides the sidebar, where the push button lives on other pages."""
+    import os
+    from ui.rooms import open_store
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+    teacher = ctx.new_page()
+    try:
+        code = open_room(teacher, app_url).replace("-", "")
+        teacher.get_by_test_id("stSidebarNav").get_by_role("link", name="Tour", exact=True).click()
+        wait_idle(teacher)
+        teacher.get_by_text("Presentation mode").click()
+        teacher.locator('[data-testid="stSidebar"]').wait_for(state="hidden", timeout=SLOW)
+        wait_idle(teacher)
+        push = teacher.get_by_role("button", name="Push this view to the class")
+        expect(push).to_be_visible()
+        expect(teacher.get_by_role("link", name=re.compile("Class: ask, answers"))).to_be_visible()
+        shot(teacher, "classroom_teacher_projecting_tour")
+        push.click()
+        expect(teacher.get_by_text("Pushed to the class")).to_be_visible(timeout=SLOW)
+        room = open_store(os.environ["TFM_ROOMS_DB"]).room(code)
+        assert room.moment.page == "tour" and "present" not in dict(room.moment.params)
+    finally:
+        ctx.close()

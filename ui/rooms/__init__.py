@@ -5,7 +5,8 @@ Server state, not engine: `protocol.py` is the one interface (`RoomStore`), `sto
 every back end keeps (`rules.py` its bounds); `sqlite_store.py` (one WAL file shared by the app
 processes of one machine, the default) and `redis_store.py` (a class spread over machines)
 store it. No module here imports streamlit but the Class page's own: `live.py` (this process's store, the banner every page draws,
-following the teacher), `teacher.py` and `student.py` (the page's two sides), `export.py` (CSV).
+following the teacher), `warm.py` (each process opens the teacher's view before its students
+ask), `teacher.py` and `student.py` (the page's two sides), `export.py` (CSV).
 """
 from __future__ import annotations
 

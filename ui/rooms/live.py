@@ -7,6 +7,8 @@ temperature). A student follows it by opening that link, so every setting goes t
 pages' own checks for links (`links.url_init`, clamps, caps) and is traced once per process for
 every student who looks at it. The student's own link keeps `room=` and `me=` (their id), so a
 student whose app process died is taken up again by whichever process serves them next.
+Every process of the class opens the teacher's view as soon as the teacher's screen shows it
+(`ui/rooms/warm.py`), so a push finds it computed wherever its students are.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import streamlit as st
 
 from ui import links, models, server
 from ui.nav import SECTIONS
-from ui.rooms import Moment, RoomStore, open_store, rules
+from ui.rooms import Moment, RoomStore, open_store, rules, warm
 from ui.text import message, plain
 
 POLL_SECONDS = 1.0   # how often a student's screen asks the store what the teacher shows
@@ -36,6 +38,9 @@ def store() -> RoomStore:
         if where not in _stores:
             _stores[where] = open_store(s.rooms_db, s.rooms_redis)
         return _stores[where]
+
+
+_warmer = warm.Warmer(store, PAGES)   # this process's one watcher of its rooms' views
 
 
 def client() -> str:
@@ -59,7 +64,8 @@ def role() -> str | None:
 
 
 def leave(note: str | None = None) -> None:
-    for key in ("room.code", "room.key", "room.sid", "room.seen", "room.version", "room.away", "room.followed"):
+    for key in ("room.code", "room.key", "room.sid", "room.seen", "room.version", "room.away", "room.followed",
+                "room.previewed"):
         st.session_state.pop(key, None)
     if note:
         st.session_state["room.note"] = note
@@ -145,13 +151,56 @@ def _student_banner() -> None:
         follow(room)
 
 
-def _teacher_banner() -> None:
+def presenting() -> bool:
+    """The Tour is projected in presentation mode, which hides the sidebar (tfm.viz.tour.PRESENT_CSS).
+    (The banner runs before the page reads its toggle: a fresh link's `present=1` counts too.)"""
     ss = st.session_state
-    with st.sidebar:
-        st.caption(f"🏫 Your class {rules.shown_code(ss['room.code'])}")
-        if st.button("Push this view to the class", key="room.push", icon="📣",
-                     help="Every student's screen opens this page with this prompt, model and view."):
+    if ss.get("app.page") != "tour":
+        return False
+    if "tour.present" in ss:
+        return bool(ss["tour.present"])
+    return st.query_params.get("present") in ("1", "true", "True")
+
+
+def _reveal_here(code: str, qid: int) -> None:
+    try:
+        store().reveal(code, st.session_state["room.key"], qid)
+    except (ValueError, PermissionError) as e:
+        st.error(f"Not revealed: {message(e)}")
+        return
+    st.switch_page("pages/classroom.py")   # the projected answers, with the model's now
+
+
+def _teacher_banner() -> None:
+    """The teacher's push button in the sidebar; on a projected screen without one, a row above
+    the page with the push, the open question's reveal and the way to the Class page."""
+    ss = st.session_state
+    moment = current_moment()
+    if ss.get("room.previewed") != moment:   # every process of the class opens it too (warm.py)
+        try:
+            _warmer.shown_here(moment.to_json())   # this run computes it here (before the others learn of it)
+            store().preview(ss["room.code"], ss["room.key"], moment)
+            ss["room.previewed"] = moment
+        except (ValueError, PermissionError):
+            pass   # (the room ended: the banner's own check says so on the next run)
+    caption = f"🏫 Your class {rules.shown_code(ss['room.code'])}"
+    label, helped = "Push this view to the class", "Every student's screen opens this page with this prompt, model and view."
+    if not presenting():
+        with st.sidebar:
+            st.caption(caption)
+            if st.button(label, key="room.push", icon="📣", help=helped):
+                push()
+        return
+    room = store().room(ss["room.code"])
+    q = room.question if room else None
+    with st.container(horizontal=True, vertical_alignment="center", gap="medium"):   # (wraps on a narrow screen)
+        st.caption(caption, width="content")
+        if st.button(label, key="room.push", icon="📣", help=helped):
             push()
+        if q is not None and q.state == "open" and st.button("Reveal the model's answer", key="room.reveal_here",
+                                                             icon="🎯"):
+            _reveal_here(room.code, q.qid)
+        st.page_link("pages/classroom.py", label="Class: ask, answers", icon="❓", width="content")
 
 
 def banner() -> None:
@@ -160,6 +209,8 @@ def banner() -> None:
     note = st.session_state.pop("room.note", None)
     if note:
         st.info(note)
+    if role() in ("teacher", "student") and warm.serving():
+        _warmer.watch(st.session_state["room.code"])
     if role() == "teacher":
         if not store().is_teacher(st.session_state["room.code"], st.session_state["room.key"]):
             leave("This screen's teacher key is not the room's (or the room ended): open the teacher link again.")

@@ -67,6 +67,7 @@ class RedisStore(Rules):
             return None
         out = {"teacher": row["teacher"], "created": float(row["created"]), "expires": float(row["expires"]),
                "version": int(row["version"]), "moment_id": int(row["moment_id"]), "moment": row.get("moment"),
+               "preview": row.get("preview"),
                "question": int(row["question"]), "students": students}
         out["q"] = self._question(code, out["question"]) if out["question"] else None
         return out
@@ -82,6 +83,9 @@ class RedisStore(Rules):
         pipe.hincrby(self._k(code), "version", 1)
         pipe.hincrby(self._k(code), "moment_id", 1)
         return pipe.execute()[2]
+
+    def _set_preview(self, code, moment) -> None:
+        self.r.hset(self._k(code), "preview", moment)
 
     def _add_question(self, code, spec, truth, now) -> int:
         qid = self.r.hincrby(self._k(code), "question", 1)

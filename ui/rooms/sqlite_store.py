@@ -17,7 +17,7 @@ from ui.rooms.store import Rules
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rooms (code TEXT PRIMARY KEY, teacher TEXT NOT NULL, created REAL NOT NULL,
     expires REAL NOT NULL, version INTEGER NOT NULL DEFAULT 0, moment_id INTEGER NOT NULL DEFAULT 0,
-    moment TEXT, question INTEGER NOT NULL DEFAULT 0);
+    moment TEXT, question INTEGER NOT NULL DEFAULT 0, preview TEXT);
 CREATE TABLE IF NOT EXISTS questions (code TEXT NOT NULL, qid INTEGER NOT NULL, spec TEXT NOT NULL,
     state TEXT NOT NULL, truth TEXT NOT NULL, asked REAL NOT NULL, PRIMARY KEY (code, qid));
 CREATE TABLE IF NOT EXISTS students (code TEXT NOT NULL, sid TEXT NOT NULL, nick TEXT NOT NULL,
@@ -37,7 +37,10 @@ class SqliteStore(Rules):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._db().executescript(SCHEMA)   # (its own transaction: executescript commits first)
+        db = self._db()
+        db.executescript(SCHEMA)   # (its own transaction: executescript commits first)
+        if "preview" not in {r["name"] for r in db.execute("PRAGMA table_info(rooms)")}:
+            db.execute("ALTER TABLE rooms ADD COLUMN preview TEXT")   # a file made before previews
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -95,6 +98,10 @@ class SqliteStore(Rules):
     def _set_moment(self, code, moment) -> int:
         with self._write() as db:
             return self._bump(db, code, ", moment_id = moment_id + 1, moment = ?", (moment,))["moment_id"]
+
+    def _set_preview(self, code, moment) -> None:
+        with self._write() as db:
+            db.execute("UPDATE rooms SET preview = ? WHERE code = ?", (moment, code))
 
     def _add_question(self, code, spec, truth, now) -> int:
         with self._write() as db:

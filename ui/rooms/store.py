@@ -105,7 +105,8 @@ class Rules:
             row["question"], json.loads(q["spec"]), q["state"],
             json.loads(q["truth"]) if q["state"] == "revealed" else None, q["asked"])
         return Room(code, row["created"], row["expires"], row["version"], row["moment_id"],
-                    rules.Moment.from_json(row["moment"]) if row["moment"] else None, question, row["students"])
+                    rules.Moment.from_json(row["moment"]) if row["moment"] else None, question, row["students"],
+                    rules.Moment.from_json(row["preview"]) if row.get("preview") else None)
 
     def take_up(self, code: str, key: str, client: str) -> str:
         """A teacher link opened on another screen: its code if the key is the room's. Wrong keys
@@ -152,6 +153,13 @@ class Rules:
     def push(self, code: str, key: str, moment: rules.Moment) -> int:
         self._teacher(code, key)
         return self._set_moment(code, moment.to_json())
+
+    def preview(self, code: str, key: str, moment: rules.Moment) -> None:
+        """What the teacher's screen shows now, before any push: every app process of the class
+        opens it too (ui/rooms/warm.py), so the view is computed everywhere when it is pushed.
+        Students never follow it (no version change)."""
+        self._teacher(code, key)
+        self._set_preview(code, moment.to_json())
 
     def ask(self, code: str, key: str, spec: dict, truth: dict) -> int:
         row = self._teacher(code, key)
@@ -214,6 +222,7 @@ class Rules:
     def _create(self, code: str, teacher: str, now: float, expires: float) -> bool: raise NotImplementedError
     def _load(self, code: str) -> dict | None: raise NotImplementedError
     def _set_moment(self, code: str, moment: str) -> int: raise NotImplementedError
+    def _set_preview(self, code: str, moment: str) -> None: raise NotImplementedError
     def _add_question(self, code: str, spec: str, truth: str, now: float) -> int: raise NotImplementedError
     def _reveal(self, code: str, qid: int) -> None: raise NotImplementedError
     def _add_student(self, code: str, sid: str, nick: str, now: float, most: int) -> bool: raise NotImplementedError
