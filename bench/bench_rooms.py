@@ -296,7 +296,7 @@ def kill_one(room_store, code: str, klass: Class, proc: subprocess.Popen, port: 
           f"{kept} saw their own answer", flush=True)
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--students", type=int, default=30)
     ap.add_argument("--processes", type=int, default=2)
@@ -306,43 +306,55 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--look", type=float, default=0.0,
                     help="seconds the teacher's screen shows a view before the push (0: pushed at once)")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def class_session(args, room_store, proc, port) -> None:
+    """Students join, follow idle, the teacher pushes moments, asks a question; one process is killed."""
+    watch = Peak(psutil.Process(proc.pid))
+    made = room_store.create("bench teacher")
+    room_store.push(made.code, made.teacher_key,
+                    Moment("classroom", (("model", args.model), ("prompt", prompt_for(99)), ("seed", "0"))))
+    t0 = time.perf_counter()
+    klass = Class(port, made.code, args.students, args.timeout)
+    print(f"{args.students} students joined in {time.perf_counter() - t0:.1f} s; "
+          f"{room_store.room(made.code).students} in the room", flush=True)
+    cpu0 = watch.cpu()
+    time.sleep(10)
+    print(f"idle following (polling every {klass.students[0].interval:g} s): "
+          f"{(watch.cpu() - cpu0) / 10 / args.students * 1000:.1f} ms of server CPU per student per second", flush=True)
+    teacher = take_up(port, made.code, made.teacher_key, args.model)
+    p95s = moments(teacher, klass, args.moments, watch, args.look)
+    teacher.ws.close()
+    print("p95 by page: " + ", ".join(f"{page} {max(v):.2f} s" for page, v in p95s.items()), flush=True)
+    question(room_store, made.code, made.teacher_key, klass, args.model, watch)
+    errors = klass.failures + [e for s in klass.students for e in s.errors]   # (before one process is killed)
+    kill_one(room_store, made.code, klass, proc, port)
+    print(f"errors: {len(errors)}; load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for e in errors[:10]:
+        print("  error:", e)
+
+
+def report_logs(tmp: Path) -> None:
+    logs = re.search(r"logs in (\S+)\)", (tmp / "run_class.log").read_text())
+    for log in Path(logs.group(1)).glob("app-*.log") if logs else ():
+        shutil.copy(log, tmp)   # the script's runtime folder goes with it
+        opened = re.findall(r"opened (\w+) for the class in ([\d.]+) s", log.read_text())
+        print(f"{log.name}: opened the teacher's views itself: "
+              + ", ".join(f"{page} {s} s" for page, s in opened), flush=True)
+    print(f"logs: {tmp}")
+
+
+def main() -> None:
+    args = arguments()
     tmp = Path(tempfile.mkdtemp(prefix="bench-rooms-"))
     proc, port, where = start_class(args.processes, args.store, args.model, tmp)
     try:
-        watch = Peak(psutil.Process(proc.pid))
-        room_store = open_store(**where)
         print(f"deploy/run_class.sh {args.processes} on port {port}, rooms in {args.store}; {os.cpu_count()} cores; "
               f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-        made = room_store.create("bench teacher")
-        room_store.push(made.code, made.teacher_key,
-                        Moment("classroom", (("model", args.model), ("prompt", prompt_for(99)), ("seed", "0"))))
-        t0 = time.perf_counter()
-        klass = Class(port, made.code, args.students, args.timeout)
-        print(f"{args.students} students joined in {time.perf_counter() - t0:.1f} s; "
-              f"{room_store.room(made.code).students} in the room", flush=True)
-        cpu0 = watch.cpu()
-        time.sleep(10)
-        print(f"idle following (polling every {klass.students[0].interval:g} s): "
-              f"{(watch.cpu() - cpu0) / 10 / args.students * 1000:.1f} ms of server CPU per student per second", flush=True)
-        teacher = take_up(port, made.code, made.teacher_key, args.model)
-        p95s = moments(teacher, klass, args.moments, watch, args.look)
-        teacher.ws.close()
-        print("p95 by page: " + ", ".join(f"{page} {max(v):.2f} s" for page, v in p95s.items()), flush=True)
-        question(room_store, made.code, made.teacher_key, klass, args.model, watch)
-        errors = klass.failures + [e for s in klass.students for e in s.errors]   # (before one process is killed)
-        kill_one(room_store, made.code, klass, proc, port)
-        print(f"errors: {len(errors)}; load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        for e in errors[:10]:
-            print("  error:", e)
+        class_session(args, open_store(**where), proc, port)
     finally:
-        logs = re.search(r"logs in (\S+)\)", (tmp / "run_class.log").read_text())
-        for log in Path(logs.group(1)).glob("app-*.log") if logs else ():
-            shutil.copy(log, tmp)   # the script's runtime folder goes with it
-            opened = re.findall(r"opened (\w+) for the class in ([\d.]+) s", log.read_text())
-            print(f"{log.name}: opened the teacher's views itself: "
-                  + ", ".join(f"{page} {s} s" for page, s in opened), flush=True)
-        print(f"logs: {tmp}")
+        report_logs(tmp)
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
 

@@ -18,10 +18,6 @@ MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 40
 
 ALLOWED = (   # being rewritten by another helper (issue #41 item 5); remove once fixed
-    "tests/e2e/test_classroom_browser.py",
-    "tests/app/test_classroom.py",
-    "bench/bench_rooms.py",
-    "ui/rooms/*",
     "tfm/analysis/graph*.py",
     "tfm/analysis/transcoder*.py",
     "tfm/train/transcoders*.py",
@@ -85,4 +81,4 @@ def test_the_scan_sees_a_long_file_and_a_long_function():
     nested = f"class C:\n    def method(self):\n        def inner():\n{inner_body}\n"
     assert offenders("b.py", nested) == ["b.py:method:42", "b.py:inner:41"]
     assert offenders("c.py", "x = 1\n" * (MAX_FILE_LINES + 1)) == [f"c.py:<file>:{MAX_FILE_LINES + 1}"]
-    assert allowed("ui/rooms/store.py") and allowed("tfm/train/sae_eval.py") and not allowed("tfm/core/trace.py")
+    assert allowed("tfm/train/sae_eval.py") and not allowed("tfm/core/trace.py")

@@ -207,6 +207,14 @@ def test_students_follow_each_pushed_view_and_one_who_steps_away_comes_back_on_r
     assert not ada.exception and not [b for b in ada.button if b.key == "room.back"]
 
 
+def send_and_reveal(teacher, pupil, n: int) -> None:
+    """The student sends answer n, the teacher's screen draws it and reveals; the student looks."""
+    pupil.button(key=f"room.send.{n}").click().run()
+    teacher.run()   # (the run that asked drew the answers before asking)
+    teacher.button(key="room.reveal").click().run()
+    browse(pupil)
+
+
 def test_head_sampling_and_estimate_questions_are_graded_by_the_engine():
     from tfm.analysis import head_table
     from tfm.generation.sampling import SamplingSettings, next_token
@@ -222,30 +230,21 @@ def test_head_sampling_and_estimate_questions_are_graded_by_the_engine():
     browse(ada)
     ada.number_input(key="room.answer.1.layer").set_value(best[0])
     ada.number_input(key="room.answer.1.head").set_value(best[1]).run()
-    ada.button(key="room.send.1").click().run()
-    teacher.run()   # (the run that asked drew the answers before asking)
-    teacher.button(key="room.reveal").click().run()
-    browse(ada)
+    send_and_reveal(teacher, ada, 1)
     assert "Right!" in texts(ada) and f"Layer {best[0]} head {best[1]} scores {float(scores.max()):.3f}" in texts(ada)
     n = min(lm.tokenizer.vocab_size, lm.config.vocab_size)
     kept = int(next_token(out.logits[0, -1], SamplingSettings(1.0, 0, 0.5), n).n_kept)
     ask(teacher, "sampling", **{"room.t": 1.0, "room.top_p": 0.5, "room.measure": "kept"})
     browse(ada)
     ada.text_input(key="room.answer.2").set_value(str(kept * 4 + 4)).run()
-    ada.button(key="room.send.2").click().run()
-    teacher.run()   # (the run that asked drew the answers before asking)
-    teacher.button(key="room.reveal").click().run()
-    browse(ada)
+    send_and_reveal(teacher, ada, 2)
     assert "Not quite" in texts(ada) and f"the model keeps {kept:,}" in texts(ada)
     probs = out.logits[0, -1, :n].double().softmax(-1)
     token = int(probs.argmax())
     ask(teacher, "estimate", **{"room.token": token})
     browse(ada)
     ada.text_input(key="room.answer.3").set_value(f"{100 * float(probs[token]) + 2:.1f}%").run()
-    ada.button(key="room.send.3").click().run()
-    teacher.run()   # (the run that asked drew the answers before asking)
-    teacher.button(key="room.reveal").click().run()
-    browse(ada)
+    send_and_reveal(teacher, ada, 3)
     assert "Right!" in texts(ada) and f"the model: {float(probs[token]):.3f}" in texts(ada)
     assert not ada.exception and not teacher.exception
 

@@ -49,6 +49,39 @@ def open_room(teacher, app_url: str) -> str:
     return re.search(r"([2-9A-Z]{4}-[2-9A-Z]{4})", heading.inner_text()).group(1)
 
 
+def join(students, app_url: str, code: str) -> None:
+    for i, page in enumerate(students):
+        page.goto(f"{app_url}/classroom?room={code.replace('-', '')}")
+        wait_idle(page)
+        page.get_by_label(re.compile("Nickname")).fill(f"student {i}")
+        page.get_by_role("button", name="Join the class").click()
+
+
+def answer_next_token(students, top: str) -> dict[int, str]:
+    """Student 0 picks the engine's top token, the others another option; returns the picks."""
+    picks = {}
+    for i, page in enumerate(students):
+        radio = page.get_by_role("radiogroup", name="Your answer")
+        expect(radio).to_be_visible(timeout=SLOW)    # followed the teacher to the question
+        options = [o.strip() for o in radio.locator("label").all_inner_texts()]
+        assert top in options, (top, options)
+        picks[i] = top if i == 0 else next(o for o in options if o != top)
+        radio.get_by_text(picks[i], exact=True).click()
+        page.get_by_role("button", name="Send my answer").click()
+        expect(page.get_by_text("Your answer:")).to_be_visible(timeout=SLOW)
+    return picks
+
+
+def check_own_results(students, picks: dict[int, str], top: str, p: float) -> None:
+    """Each student sees their own verdict and the model's probability, never another's name."""
+    for i, page in enumerate(students):
+        verdict = "Right!" if picks[i] == top else "Not quite."
+        expect(page.get_by_text(re.compile(re.escape(verdict)))).to_be_visible(timeout=SLOW)
+        expect(page.get_by_text(re.compile(rf"{p:.3f}")).first).to_be_visible()
+        others = [f"student {j}" for j in range(len(students)) if j != i]
+        assert not any(name in page.inner_text("body") for name in others)
+
+
 def test_a_teacher_and_three_students_predict_then_reveal(browser, app_url):
     top, p = engine_top()
     contexts = [browser.new_context(viewport=v) for v in ({"width": 1400, "height": 1000}, PHONE,
@@ -60,42 +93,22 @@ def test_a_teacher_and_three_students_predict_then_reveal(browser, app_url):
         teacher.get_by_role("button", name="Ask the class").click()
         expect(teacher.get_by_text(re.compile(r"Question 1: What token"))).to_be_visible(timeout=SLOW)
 
-        for i, page in enumerate(students):
-            page.goto(f"{app_url}/classroom?room={code.replace('-', '')}")
-            wait_idle(page)
-            page.get_by_label(re.compile("Nickname")).fill(f"student {i}")
-            page.get_by_role("button", name="Join the class").click()
-        picks = {}
-        for i, page in enumerate(students):
-            radio = page.get_by_role("radiogroup", name="Your answer")
-            expect(radio).to_be_visible(timeout=SLOW)    # followed the teacher to the question
-            options = [o.strip() for o in radio.locator("label").all_inner_texts()]
-            assert top in options, (top, options)
-            picks[i] = top if i == 0 else next(o for o in options if o != top)
-            radio.get_by_text(picks[i], exact=True).click()
-            page.get_by_role("button", name="Send my answer").click()
-            expect(page.get_by_text("Your answer:")).to_be_visible(timeout=SLOW)
+        join(students, app_url, code)
+        picks = answer_next_token(students, top)
         phone = students[0]
         assert phone.evaluate("document.documentElement.scrollWidth") <= PHONE["width"] + 1   # no sideways scroll
         shot(phone, "classroom_phone_answered")
 
         expect(teacher.locator(".gtitle", has_text="3 of 3 answered")).to_be_visible(timeout=SLOW)
         counts = histogram(teacher)
-        want: dict[str, int] = {}
-        for pick in picks.values():
-            want[pick] = want.get(pick, 0) + 1
+        want = {pick: list(picks.values()).count(pick) for pick in picks.values()}
         assert {k.replace("&lt;", "<").replace("&gt;", ">"): v for k, v in counts.items()} == want
         shot(teacher, "classroom_teacher_histogram")
         teacher.get_by_role("button", name="Reveal the model's answer").click()
         expect(teacher.get_by_text(re.compile(rf"The model:.*{p:.3f}"))).to_be_visible(timeout=SLOW)
         shot(teacher, "classroom_teacher_reveal")
 
-        for i, page in enumerate(students):
-            verdict = "Right!" if picks[i] == top else "Not quite."
-            expect(page.get_by_text(re.compile(re.escape(verdict)))).to_be_visible(timeout=SLOW)
-            expect(page.get_by_text(re.compile(rf"{p:.3f}")).first).to_be_visible()
-            others = [f"student {j}" for j in range(len(students)) if j != i]
-            assert not any(name in page.inner_text("body") for name in others)   # never another's name
+        check_own_results(students, picks, top, p)
         shot(phone, "classroom_phone_reveal")
     finally:
         for c in contexts:
@@ -121,6 +134,26 @@ def click_head(page, layer: int, head: int) -> None:
     page.mouse.click(x, y)
 
 
+def ask_which_head(teacher, score: str) -> None:
+    teacher.get_by_label("Question").click()
+    teacher.get_by_role("option", name="Which head does it?").click()
+    wait_idle(teacher)
+    teacher.get_by_label("Highest score of").click()
+    teacher.get_by_role("option", name=score, exact=True).click()
+    wait_idle(teacher)
+    teacher.get_by_role("button", name="Ask the class").click()
+
+
+def answer_by_clicking(page, layer: int, head: int) -> None:
+    expect(page.locator(".gtitle", has_text="Every head")).to_be_visible(timeout=SLOW)
+    wait_idle(page)
+    click_head(page, layer, head)   # the click alone picks the head: no typing
+    expect(page.get_by_label("Layer")).to_have_value(str(layer), timeout=SLOW)
+    expect(page.get_by_label("Head", exact=True)).to_have_value(str(head), timeout=SLOW)
+    page.get_by_role("button", name="Send my answer").click()
+    expect(page.get_by_text(f"Your answer: L{layer} H{head}")).to_be_visible(timeout=SLOW)
+
+
 def test_students_answer_which_head_by_clicking_the_grid_graded_by_the_head_scores(browser, app_url):
     scores = engine_head_scores("previous_token")
     best = divmod(int(scores.argmax()), scores.shape[1])
@@ -135,21 +168,9 @@ def test_students_answer_which_head_by_clicking_the_grid_graded_by_the_head_scor
             wait_idle(page)
             page.get_by_role("button", name="Join the class").click()
             expect(page.get_by_text("Waiting for your teacher's first question")).to_be_visible(timeout=SLOW)
-        teacher.get_by_label("Question").click()
-        teacher.get_by_role("option", name="Which head does it?").click()
-        wait_idle(teacher)
-        teacher.get_by_label("Highest score of").click()
-        teacher.get_by_role("option", name="previous token", exact=True).click()
-        wait_idle(teacher)
-        teacher.get_by_role("button", name="Ask the class").click()
+        ask_which_head(teacher, "previous token")
         for page, (layer, head) in zip(students, (best, other)):
-            expect(page.locator(".gtitle", has_text="Every head")).to_be_visible(timeout=SLOW)
-            wait_idle(page)
-            click_head(page, layer, head)   # the click alone picks the head: no typing
-            expect(page.get_by_label("Layer")).to_have_value(str(layer), timeout=SLOW)
-            expect(page.get_by_label("Head", exact=True)).to_have_value(str(head), timeout=SLOW)
-            page.get_by_role("button", name="Send my answer").click()
-            expect(page.get_by_text(f"Your answer: L{layer} H{head}")).to_be_visible(timeout=SLOW)
+            answer_by_clicking(page, layer, head)
         shot(students[0], "classroom_phone_head_grid")
         expect(teacher.locator(".gtitle", has_text="2 of 2 answered")).to_be_visible(timeout=SLOW)
         assert histogram(teacher) == {f"L{best[0]} H{best[1]}": 1, f"L{other[0]} H{other[1]}": 1}
