@@ -2,7 +2,7 @@
 
     ts = load_transcoders("assets/transcoders/default", lm)
     g = attribution_graph(lm, lm.tokenizer.prompt_ids("The capital of France is"), ts)
-    p = prune(g)                                  # nodes holding 80% of the influence, edges 98%
+    p = prune_graph(g)                                # nodes holding 80% of the influence, edges 98%
     p.replacement, p.completeness                 # circuit-tracer's two scores
     intervene(lm, ids, ts, g.target, [FeatureEdit(3, 5, 120, 0.0)], graph=g)   # switch one off
 

@@ -78,7 +78,7 @@ class Pruned:
         return [(int(c[i]), int(dst[i]), float(w[i])) for i in order]
 
 
-def scores(g: Graph, inf: torch.Tensor | None = None) -> tuple[float, float]:
+def graph_scores(g: Graph, inf: torch.Tensor | None = None) -> tuple[float, float]:
     """(replacement, completeness) of the whole graph."""
     inf = node_influence(g) if inf is None else inf
     err = float(inf[g.error_start:g.token_start].sum())
@@ -92,7 +92,7 @@ def scores(g: Graph, inf: torch.Tensor | None = None) -> tuple[float, float]:
     return replacement, float((non_error * weight).sum() / weight.sum())
 
 
-def prune(g: Graph, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> Pruned:
+def prune_graph(g: Graph, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> Pruned:
     """The nodes holding `node_threshold` of the influence and the edges holding `edge_threshold`."""
     check_number("node_threshold", node_threshold, 0.0, 1.0)
     check_number("edge_threshold", edge_threshold, 0.0, 1.0)
@@ -109,7 +109,7 @@ def prune(g: Graph, node_threshold: float = 0.8, edge_threshold: float = 0.98) -
     edges = (edge_scores >= threshold(edge_scores, edge_threshold)) & (sub != 0)
     _keep_one_out(g, sub, nodes, edges)
     total_scores = float(edge_scores.sum())
-    replacement, completeness = scores(g, inf)
+    replacement, completeness = graph_scores(g, inf)
     return Pruned(g, node_threshold, edge_threshold, inf, nodes, edges,
                   float(inf[nodes].sum() / inf.sum()) if inf.sum() > 0 else 1.0,
                   float(edge_scores[edges].sum() / total_scores) if total_scores > 0 else 1.0,
