@@ -92,7 +92,9 @@ class Frozen:
         (a row's gradient is zero after its own position: causal)."""
         r, t, _ = g.shape
         dz = (g @ c.w_o).view(r, t, self.n_head, self.d_head).transpose(1, 2)  # (R, H, T', hd)
-        dv = c.pattern[:, :t, :t].transpose(-1, -2) @ dz                       # (R, H, T', hd)
+        h, hd = self.n_head, self.d_head                                       # rows folded into columns: H products
+        dv = c.pattern[:, :t, :t].transpose(-1, -2) @ dz.permute(1, 2, 0, 3).reshape(h, t, r * hd)
+        dv = dv.view(h, t, r, hd).permute(2, 0, 1, 3)                          # (R, H, T', hd)
         group = self.n_head // self.n_kv_head
         if group > 1:
             dv = dv.view(r, self.n_kv_head, group, t, self.d_head).sum(2)      # (R, Hkv, T', hd)

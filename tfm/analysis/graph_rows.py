@@ -69,7 +69,7 @@ def sources(fz: Frozen, layer, pos, feature, act, errors, embed, pos_embed) -> S
                    None if pos_embed is None else pos_embed.to(fz.dtype), tuple(slots), tuple(vectors))
 
 
-def _seed(fz: Frozen, r: torch.Tensor, p: torch.Tensor, vec: torch.Tensor, scale: torch.Tensor, wb) -> torch.Tensor:
+def _seed(fz: Frozen, p: torch.Tensor, vec: torch.Tensor, scale: torch.Tensor, wb) -> torch.Tensor:
     """The transposed norm applied to one seed vector per row (n, D), at each row's position."""
     g = vec * wb[0] / scale[p][:, None]
     return g - g.mean(-1, keepdim=True) if fz.layernorm else g
@@ -78,34 +78,37 @@ def _seed(fz: Frozen, r: torch.Tensor, p: torch.Tensor, vec: torch.Tensor, scale
 def backward(fz: Frozen, src: Sources, idx: torch.Tensor, u: torch.Tensor, target_pos: int) -> torch.Tensor:
     """Direct effects on R rows, (R, n_cols): row r is the source feature idx[r] (its seed
     W_enc[:, f] enters through its block's ln2), or the target logit at target_pos when idx[r] is
-    -1 (its seed u through the final norm)."""
+    -1 (its seed u through the final norm). Rows run highest block first: at block i only the
+    rows seeded at i or above carry a gradient, a prefix of the batch."""
     n_l, t_all, d = src.errors.shape
     is_f = idx >= 0
     safe = idx.clamp(min=0)
     layers = torch.where(is_f, src.layer[safe], n_l)
+    order = torch.argsort(-layers, stable=True)
+    idx, layers, is_f, safe = idx[order], layers[order], is_f[order], safe[order]
     pos = torch.where(is_f, src.pos[safe], target_pos)
     feats = torch.where(is_f, src.feature[safe], -1)
     r, t = layers.numel(), int(pos.max()) + 1
     out = torch.zeros(r, src.n_cols, dtype=fz.dtype)
     g = torch.zeros(r, t, d, dtype=fz.dtype)
-    top = layers == n_l
-    if top.any():
-        rows = top.nonzero().squeeze(1)
-        g[rows, pos[rows]] = _seed(fz, rows, pos[rows], u.expand(rows.numel(), d), fz.final_scale, fz.final)
+    top = int((layers == n_l).sum())
+    if top:
+        g[torch.arange(top), pos[:top]] = _seed(fz, pos[:top], u.expand(top, d), fz.final_scale, fz.final)
     err0 = src.n_features
     for i in range(min(int(layers.max()), n_l - 1), -1, -1):
-        _source_edges(src, i, g, out, err0 + i * t_all)
+        n = int((layers >= i).sum())                                          # rows carrying a gradient here
+        _source_edges(src, i, g[:n], out, err0 + i * t_all)
         c, (g1, g2) = fz.layers[i], fz.gains[i]
         if not fz.parallel:
             _inject(fz, g, layers, pos, i, feats, c, g2)   # the seed enters after attention: at resid_mid
-        g = g + fz.norm_t(fz.attention_t(g, c), c.scale1[:t], g1)
+        g[:n] += fz.norm_t(fz.attention_t(g[:n], c), c.scale1[:t], g1)
         if fz.parallel:
             _inject(fz, g, layers, pos, i, feats, c, g2)   # the MLP reads the block's input
     emb0 = err0 + n_l * t_all
     out[:, emb0:emb0 + t] = torch.einsum("rtd,td->rt", g, src.embed[:t])
     if src.pos_embed is not None:
         out[:, emb0 + t_all:emb0 + t_all + t] = torch.einsum("rtd,td->rt", g, src.pos_embed[:t])
-    return out
+    return out[torch.argsort(order)]
 
 
 def _inject(fz, g, layers, pos, i, feature_ids, c, g2) -> None:
@@ -113,17 +116,17 @@ def _inject(fz, g, layers, pos, i, feature_ids, c, g2) -> None:
     rows = (layers == i).nonzero().squeeze(1)
     if rows.numel():
         seeds = c.w_enc[:, feature_ids[rows]].T                           # (R_i, D)
-        g[rows, pos[rows]] += _seed(fz, rows, pos[rows], seeds, c.scale2, g2)
+        g[rows, pos[rows]] += _seed(fz, pos[rows], seeds, c.scale2, g2)
 
 
 def _source_edges(src: Sources, i: int, g: torch.Tensor, out: torch.Tensor, err_col: int) -> None:
     """Effects of what block i's features and error wrote, from g = the gradient at its output."""
-    t = g.shape[1]
+    n, t = g.shape[:2]
     slot, vec = src.slots[i][:t], src.vectors[i][:t]                       # (T', S), (T', S, D)
     per = torch.bmm(g.transpose(0, 1), vec.transpose(1, 2))                # (T', R, S)
     keep = slot >= 0
-    out[:, slot[keep]] = per.permute(1, 0, 2)[:, keep]
-    out[:, err_col:err_col + t] = torch.einsum("rtd,td->rt", g, src.errors[i, :t])
+    out[:n, slot[keep]] = per.permute(1, 0, 2)[:, keep]
+    out[:n, err_col:err_col + t] = torch.einsum("rtd,td->rt", g, src.errors[i, :t])
 
 
 def batch_rows(t: int, d: int, budget: int = 64 * 2**20) -> int:
