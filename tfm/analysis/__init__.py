@@ -18,15 +18,15 @@ from .heads import (PROBE_LEN, PROBE_SCORES, PROBE_SEED, PROMPT_SCORES, SCORES, 
                     induction_probe, patterns, previous_token_detection, probe_settings, rollout, strongest_heads,
                     top_head)
 from .graph import Graph, GraphSettings, Target, attribution_graph
-from .graph_edit import FeatureEdit, Intervention, edited_logits, intervene, predicted_change
+from .graph_edit import FeatureEdit, Faithfulness, Intervention, edited_logits, faithfulness, intervene, predicted_change
 from .graph_io import GraphFile, graph_file, load_graph_json
 from .graph_prune import Pruned, graph_scores, node_influence, prune_graph
 from .lens import LogitLens, decode_streams, logit_lens, residual_streams
 from .norms import layer_summaries, norm_stats, residual_norms
 from .shapes import param_counts
 
-__all__ = ["FeatureEdit", "Graph", "GraphFile", "GraphSettings", "Intervention", "Pruned", "Target",
-           "attribution_graph", "edited_logits", "graph_file", "graph_scores", "intervene", "load_graph_json",
+__all__ = ["FeatureEdit", "Faithfulness", "Graph", "GraphFile", "GraphSettings", "Intervention", "Pruned", "Target",
+           "attribution_graph", "edited_logits", "faithfulness", "graph_file", "graph_scores", "intervene", "load_graph_json",
            "node_influence", "predicted_change", "prune_graph",
            "PROBE_LEN", "PROBE_SCORES", "PROBE_SEED", "PROMPT_SCORES", "SCORES", "HeadTable", "LogitLens", "ProbeSettings", "Progress",
            "decode_streams", "detection_score", "duplicate_token_detection", "entropy", "first_token_detection",

@@ -70,21 +70,31 @@ class Target(JsonConfig):
 
 @dataclass(frozen=True)
 class GraphSettings(JsonConfig):
-    """Bounds of one graph: prompt length, feature rows computed (the most influential first when
-    a prompt has more), active features kept as sources (the rest count as error), bytes."""
+    """Bounds of one graph: prompt length; feature rows computed (the most influential first when
+    a prompt has more): at most `max_feature_nodes`, and no more than `max_macs` multiply-adds of
+    backward passes allow (a row costs ~ L/2 blocks x T/2 positions x D (D + Hkv hd): the bundled
+    model gets every row of a short prompt, SmolLM2 ~1,900 at 16 tokens); active features kept as
+    sources (the rest count as error); bytes of frozen patterns and errors."""
 
     _kind = "graph settings"
 
     max_tokens: int = 256
-    max_feature_nodes: int = 4096
+    max_feature_nodes: int = 8192
+    max_macs: int = 10**11
     max_active: int = 65536
     max_bytes: int = 2**30
 
     def __post_init__(self) -> None:
         check_int("max_tokens", self.max_tokens, 1, MAX_TOKENS)
         check_int("max_feature_nodes", self.max_feature_nodes, 0, 2**17)
+        check_int("max_macs", self.max_macs, 10**6, 10**15)
         check_int("max_active", self.max_active, 1, 2**20)
         check_int("max_bytes", self.max_bytes, 2**20, 2**36)
+
+    def rows(self, cfg, n_tokens: int) -> int:
+        """How many feature rows a graph of `n_tokens` on a model of `cfg` computes at most."""
+        per_row = max(cfg.n_layer // 2, 1) * max(n_tokens // 2, 1) * cfg.d_model * (cfg.d_model + cfg.n_kv_head * cfg.d_head)
+        return min(self.max_feature_nodes, max(64, self.max_macs // per_row))
 
 
 @dataclass(frozen=True, eq=False)
@@ -232,7 +242,7 @@ def attribution_graph(lm, ids, transcoders, target: Target = Target(), settings:
     src = graph_rows.sources(fz, layer, pos, feat, act, errors, trace["embed"][0].float().cpu(), pos_embed)
     u = _unembed_direction(model, target, dtype)
     t = x.numel()
-    idx, rows, target_row = graph_rows.compute_rows(fz, src, u, t - 1, settings.max_feature_nodes, progress,
+    idx, rows, target_row = graph_rows.compute_rows(fz, src, u, t - 1, settings.rows(model.config, t), progress,
                                                     should_stop)
     keep = torch.sort(idx).values
     rows = rows[torch.argsort(idx)]

@@ -134,3 +134,38 @@ def intervene(lm, ids, transcoders, target: Target, edits: Sequence[FeatureEdit]
         predicted = before[0] + predicted_change(graph, edits)
     del model
     return Intervention(before[0], after[0], before[1], after[1], predicted)
+
+
+def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Spearman's rank correlation of two 1-D series (ranks by sorting; ties get distinct ranks)."""
+    ra = torch.argsort(torch.argsort(a.double())).double()
+    rb = torch.argsort(torch.argsort(b.double())).double()
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    den = float(ra.norm() * rb.norm())
+    return float((ra * rb).sum()) / den if den > 0 else 0.0
+
+
+@dataclass(frozen=True, eq=False)
+class Faithfulness:
+    """Switching off each of the graph's `n` most influential features, one at a time."""
+
+    features: torch.Tensor    # (n, 3) layer, pos, feature
+    predicted: torch.Tensor   # (n,) the graph's predicted change of the target
+    measured: torch.Tensor    # (n,) the real model's change
+    spearman: float
+
+
+def faithfulness(lm, ids, transcoders, graph: Graph, influence: torch.Tensor, n: int = 10) -> Faithfulness:
+    """Predicted vs measured effects of ablating the `n` features of most `influence` (node
+    influence, `graph_prune.node_influence`), and their Spearman rank correlation."""
+    check_int("n", n, 2, 1000)
+    top = influence[:graph.n_features].topk(min(n, graph.n_features)).indices
+    vocab = n_words(lm)
+    base = target_value(edited_logits(lm, ids, transcoders, []), graph.target, vocab)[0]
+    pred, meas = [], []
+    for i in top.tolist():
+        edit = [FeatureEdit(*graph.features[i].tolist(), value=0.0)]
+        pred.append(predicted_change(graph, edit))
+        meas.append(target_value(edited_logits(lm, ids, transcoders, edit), graph.target, vocab)[0] - base)
+    p, m = torch.tensor(pred, dtype=torch.float64), torch.tensor(meas, dtype=torch.float64)
+    return Faithfulness(graph.features[top], p, m, spearman(p, m))
