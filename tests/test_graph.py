@@ -220,3 +220,30 @@ def test_prediction_equals_the_frozen_linear_model(bundled):
     _, logit = graph_frozen.forward(fz, stream0, writes, u)
     want = float(logit[-1] - logit0[-1])
     assert predicted_change(g, [FeatureEdit(l_e, p_e, f_e, 0.0)]) == pytest.approx(want, rel=1e-4, abs=1e-6)
+
+
+def test_progress_and_stopping(bundled):
+    lm, ts, ids, _ = bundled
+    seen = []
+    g = attribution_graph(lm, ids, ts, progress=lambda f, text: seen.append(f))
+    assert seen and seen[-1] == 1.0 and seen == sorted(seen) and g.n_features == g.n_active
+    seen.clear()
+    attribution_graph(lm, ids, ts, settings=GraphSettings(max_feature_nodes=100), progress=lambda f, text: seen.append(f))
+    assert seen[-1] == 1.0
+    from tfm.core.cancel import Cancelled
+    asked = []
+    with pytest.raises(Cancelled):
+        attribution_graph(lm, ids, ts, should_stop=lambda: asked.append(1) or len(asked) > 1)
+    assert len(asked) == 2
+
+
+def test_faithfulness_pairs_predictions_with_real_effects(bundled):
+    from tfm.analysis import faithfulness
+    lm, ts, ids, g = bundled
+    p = prune_graph(g)
+    f = faithfulness(lm, ids, ts, g, p.influence, n=4)
+    assert f.features.shape == (4, 3) and -1 <= f.spearman <= 1
+    for (l, pos, feat), pred, meas in zip(f.features.tolist(), f.predicted, f.measured):
+        r = intervene(lm, ids, ts, g.target, [FeatureEdit(l, pos, feat, 0.0)], graph=g)
+        assert float(meas) == pytest.approx(r.logit_after - r.logit_before, abs=1e-9)
+        assert float(pred) == pytest.approx(r.predicted_after - r.logit_before, abs=1e-9)

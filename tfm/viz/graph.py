@@ -84,11 +84,11 @@ def graph_figure(gf: GraphFile, max_edges: int = 400, target_label: str = "") ->
     n_layer = int(gf.model["n_layer"])
     scores = gf.scores
     fig.update_layout(
-        title=f"Attribution graph{' of ' + plotly_text(target_label) if target_label else ''} · "
+        title=f"Attribution graph{' of “' + plotly_text(target_label) + '”' if target_label else ''} · "
               f"replacement {scores.get('replacement', 0):.2f} · completeness {scores.get('completeness', 0):.2f}",
         xaxis=dict(tickmode="array", tickvals=list(range(len(gf.labels))),
                    ticktext=[plotly_text(s) for s in gf.labels], title="position"),
         yaxis=dict(tickmode="array", tickvals=list(range(n_layer + 2)),
                    ticktext=["emb"] + [f"L{i}" for i in range(n_layer)] + ["target"], title="layer"),
-        height=max(420, 28 * (n_layer + 2)), legend=dict(orientation="h", y=-0.15), hovermode="closest")
+        height=max(480, min(1400, 64 * (n_layer + 2))), legend=dict(orientation="h", y=-0.15), hovermode="closest")
     return fig
