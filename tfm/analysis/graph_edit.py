@@ -122,7 +122,6 @@ def intervene(lm, ids, transcoders, target: Target, edits: Sequence[FeatureEdit]
               ) -> Intervention:
     """The target before and after `edits` in the real model (and the graph's prediction, given
     the graph of these ids and this target)."""
-    model = lm.model if hasattr(lm, "model") else lm
     vocab = n_words(lm)
     target = target.resolve(edited_logits(lm, ids, transcoders, []), vocab) if target.token is None else target
     before = target_value(edited_logits(lm, ids, transcoders, []), target, vocab)
@@ -132,7 +131,6 @@ def intervene(lm, ids, transcoders, target: Target, edits: Sequence[FeatureEdit]
         if tuple(graph.ids) != tuple(int(i) for i in ids) or graph.target != target:
             raise ValueError("the graph belongs to another prompt or target: build it for these ids and this target")
         predicted = before[0] + predicted_change(graph, edits)
-    del model
     return Intervention(before[0], after[0], before[1], after[1], predicted)
 
 
