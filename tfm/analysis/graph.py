@@ -242,11 +242,9 @@ def attribution_graph(lm, ids, transcoders, target: Target = Target(), settings:
     src = graph_rows.sources(fz, layer, pos, feat, act, errors, trace["embed"][0].float().cpu(), pos_embed)
     u = _unembed_direction(model, target, dtype)
     t = x.numel()
-    idx, rows, target_row = graph_rows.compute_rows(fz, src, u, t - 1, settings.rows(model.config, t), progress,
-                                                    should_stop)
-    keep = torch.sort(idx).values
-    rows = rows[torch.argsort(idx)]
-    edges = _assemble(src, keep, torch.cat([rows, target_row[None]]), model.config.n_layer, t)
+    idx, rows = graph_rows.compute_rows(fz, src, u, t - 1, settings.rows(model.config, t), progress, should_stop)
+    keep, order = torch.sort(idx)
+    edges = _assemble(src, keep, rows, torch.cat([order, torch.tensor([idx.numel()])]), t)
     bias = _biases(fz, src, keep, u, t)
     value = float(logits[target.token] - (logits[target.versus] if target.kind == "difference" else 0))
     prob = float(logits[:n_words(lm)].softmax(-1)[target.token])
@@ -256,16 +254,16 @@ def attribution_graph(lm, ids, transcoders, target: Target = Target(), settings:
                  int(act.numel()))
 
 
-def _assemble(src, keep: torch.Tensor, rows: torch.Tensor, n_layer: int, t: int) -> torch.Tensor:
-    """The rows with the graph's columns: kept features renumbered, every other feature's column
-    added to its (layer, position)'s error column, and a last (empty) column for the target."""
+def _assemble(src, keep: torch.Tensor, rows: torch.Tensor, row_order: torch.Tensor, t: int) -> torch.Tensor:
+    """The rows (in `row_order`) with the graph's columns: kept features renumbered, every other
+    feature's column added to its (layer, position)'s error column, a last (empty) one for the target."""
     n, n_keep = src.n_features, keep.numel()
     colmap = torch.empty(src.n_cols, dtype=torch.long)
     colmap[:n] = n_keep + src.layer * t + src.pos                     # unvisited: into their error
     colmap[keep] = torch.arange(n_keep)
     colmap[n:] = torch.arange(n_keep, n_keep + src.n_cols - n)
     out = torch.zeros(rows.shape[0], n_keep + src.n_cols - n + 1, dtype=rows.dtype)
-    return out.index_add_(1, colmap, rows)
+    return out.index_add_(1, colmap, rows)[row_order]
 
 
 def _biases(fz, src, keep: torch.Tensor, u: torch.Tensor, t: int) -> torch.Tensor:

@@ -140,7 +140,7 @@ def influence(rows: torch.Tensor, row_cols: torch.Tensor, weights: torch.Tensor,
     weights (R,) the start (1 on the target). Sums weights A + weights A^2 + ... (a DAG: at most
     `depth` steps)."""
     a = rows.abs()
-    a = a / a.sum(1, keepdim=True).clamp(min=1e-10)
+    a /= a.sum(1, keepdim=True).clamp(min=1e-10)
     has_col = row_cols >= 0
     cur, total = weights.to(a.dtype), torch.zeros(a.shape[1], dtype=a.dtype)
     for _ in range(depth + 1):
@@ -155,53 +155,48 @@ def influence(rows: torch.Tensor, row_cols: torch.Tensor, weights: torch.Tensor,
 
 def compute_rows(fz: Frozen, src: Sources, u: torch.Tensor, target_pos: int, max_rows: int,
                  progress: Progress = None, should_stop: cancel.ShouldStop = None):
-    """(visited feature indices (n,), their rows (n, C), the target's row (C,)), every feature
+    """(visited feature indices (n,), their rows and last the target's (n + 1, C)): every feature
     when they fit in `max_rows`, else the most influential ones chosen batch by batch."""
     n_l, t, d = src.errors.shape
-    size = batch_rows(t, d)
-    target = backward(fz, src, torch.tensor([-1]), u, target_pos)[0]
-    n = src.n_features
+    size, n = batch_rows(t, d), src.n_features
+    cap = min(n, max_rows)
+    buf = torch.zeros(cap + 1, src.n_cols, dtype=fz.dtype)     # rows in visiting order, the target last
+    buf[cap] = backward(fz, src, torch.tensor([-1]), u, target_pos)[0]
     if n <= max_rows:  # every one: highest blocks first, so a pass starts where its rows do
-        order = sorted(range(n), key=lambda j: (-int(src.layer[j]), int(src.pos[j])))
-        chosen = [torch.tensor(order[s:s + size], dtype=torch.long) for s in range(0, n, size)]
-        return _run(fz, src, u, target_pos, chosen, target, n, progress, should_stop)
-    return _greedy(fz, src, u, target_pos, target, max_rows, size, progress, should_stop)
+        order = torch.tensor(sorted(range(n), key=lambda j: (-int(src.layer[j]), int(src.pos[j]))), dtype=torch.long)
+        for s in range(0, n, size):
+            cancel.check(should_stop, "the attribution graph")
+            e = min(s + size, n)
+            buf[s:e] = backward(fz, src, order[s:e], u, target_pos)
+            if progress is not None:
+                progress(e / n, f"{e:,} of {n:,} feature rows")
+        return order, buf
+    idx = _greedy(fz, src, u, target_pos, buf, size, progress, should_stop)
+    return idx, torch.cat([buf[:idx.numel()], buf[cap:]]) if idx.numel() < cap else buf
 
 
-def _run(fz, src, u, target_pos, batches, target, total, progress, should_stop):
-    done, parts, idx = 0, [], []
-    for b in batches:
-        cancel.check(should_stop, "the attribution graph")
-        parts.append(backward(fz, src, b, u, target_pos))
-        idx.append(b)
-        done += b.numel()
-        if progress is not None:
-            progress(done / max(total, 1), f"{done:,} of {total:,} feature rows")
-    if not parts:
-        return torch.zeros(0, dtype=torch.long), torch.zeros(0, src.n_cols, dtype=fz.dtype), target
-    return torch.cat(idx), torch.cat(parts), target
-
-
-def _greedy(fz, src, u, target_pos, target, max_rows, size, progress, should_stop):
-    n_l = src.errors.shape[0]
+def _greedy(fz, src, u, target_pos, buf, size, progress, should_stop) -> torch.Tensor:
+    """Fills buf's rows with the most influential unvisited features, batch by batch (influence
+    through the rows known so far); returns their indices in row order."""
+    n_l, cap = src.errors.shape[0], buf.shape[0] - 1
     visited = torch.zeros(src.n_features, dtype=torch.bool)
-    idx, rows = torch.zeros(0, dtype=torch.long), torch.zeros(0, src.n_cols, dtype=fz.dtype)
-    while idx.numel() < max_rows:
+    idx = torch.zeros(0, dtype=torch.long)
+    while idx.numel() < cap:
         cancel.check(should_stop, "the attribution graph")
-        all_rows = torch.cat([target[None], rows])
-        cols = torch.cat([torch.tensor([-1]), idx])
-        weights = torch.zeros(all_rows.shape[0])
-        weights[0] = 1.0
-        inf = influence(all_rows, cols, weights, n_l + 1)[:src.n_features]
+        known = torch.cat([torch.arange(idx.numel()), torch.tensor([cap])])   # the rows filled, the target
+        weights = torch.zeros(known.numel())
+        weights[-1] = 1.0
+        inf = influence(buf[known], torch.cat([idx, torch.tensor([-1])]), weights, n_l + 1)[:src.n_features]
         inf[visited] = -1.0
-        b = inf.topk(min(size, max_rows - idx.numel())).indices
+        b = inf.topk(min(size, cap - idx.numel())).indices
         b = b[inf[b] > 0]
         if not b.numel():
             break
-        b = b[torch.argsort(-src.layer[b] * (src.pos.max() + 1) + src.pos[b])]
         visited[b] = True
-        rows = torch.cat([rows, backward(fz, src, b, u, target_pos)])
+        buf[idx.numel():idx.numel() + b.numel()] = backward(fz, src, b, u, target_pos)
         idx = torch.cat([idx, b])
         if progress is not None:
-            progress(idx.numel() / max_rows, f"{idx.numel():,} of {max_rows:,} feature rows (the most influential)")
-    return idx, rows, target
+            progress(idx.numel() / cap, f"{idx.numel():,} of {cap:,} feature rows (the most influential)")
+    if progress is not None and idx.numel() < cap:
+        progress(1.0, f"{idx.numel():,} feature rows: no other feature reaches the target")
+    return idx
