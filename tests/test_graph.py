@@ -247,3 +247,25 @@ def test_faithfulness_pairs_predictions_with_real_effects(bundled):
         r = intervene(lm, ids, ts, g.target, [FeatureEdit(l, pos, feat, 0.0)], graph=g)
         assert float(meas) == pytest.approx(r.logit_after - r.logit_before, abs=1e-9)
         assert float(pred) == pytest.approx(r.predicted_after - r.logit_before, abs=1e-9)
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(parallel_block=True, n_head=4, n_kv_head=2, qkv_bias=True, pos_encoding="sinusoidal"),
+    dict(norm="rmsnorm", activation="swiglu", bias=False, pos_encoding="rope", n_head=4, n_kv_head=1),
+])
+def test_exact_on_other_block_kinds(make_model, overrides):
+    """A parallel block (the MLP reads the block's input) with grouped-query attention, qkv biases and
+    sinusoidal positions; a Llama block with one key/value head: random weights, still exact."""
+    from types import SimpleNamespace
+    model = make_model("tiny", d_model=32, d_ff=64, **overrides)
+    lm = SimpleNamespace(model=model, config=model.config, source="random")
+    ts = random_transcoders(model.config, 64, 6, seed=3)
+    ids = list(range(3, 15))
+    g = attribution_graph(lm, ids, ts)
+    assert_exact(lm, ts, ids, g)
+
+
+def test_post_norm_is_refused(make_model):
+    model = make_model("tiny", norm_placement="post")
+    with pytest.raises(ValueError, match="pre-norm"):
+        attribution_graph(model, [1, 2, 3], random_transcoders(model.config, 16, 2))
