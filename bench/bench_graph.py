@@ -9,9 +9,10 @@ do not depend on training; the scores and faithfulness do, so they are printed o
 set): seconds (median of --repeats after a warm-up; the trace is included, loading is not) and
 CPU seconds (on a shared machine the wall clock also counts the others' load), and the peak
 resident memory the graph added (ru_maxrss after minus the resident size before).
-Then, for each of the example prompts (a fact, an indirect object, an induction repeat): the
+Then, for each example prompt (a fact, an indirect object, an induction repeat, three stories): the
 replacement and completeness scores and the Spearman correlation between the graph's predicted and
-the real model's measured effect of switching off each of its 10 most influential features.
+the real model's measured effect of switching off each of its 10 most influential features
+(predicted "direct" and "total": tfm.analysis.graph_edit.predicted_change), and their means.
 Targets: 16 tokens ≤ 3 s on the bundled model, ≤ 30 s on SmolLM2 (2 cores); Spearman ≥ 0.6 on the
 bundled model with its trained transcoders.
 """
@@ -35,12 +36,15 @@ from tfm.analysis.transcoder import load_transcoders, random_transcoders  # noqa
 
 PROMPTS = {"fact": "The capital of France is",
            "indirect object": "When Mary and John went to the store, John gave a drink to",
-           "induction": "The old man said the magic word. Later the old man said the magic"}
+           "induction": "The old man said the magic word. Later the old man said the magic",
+           "story 1": "Once upon a time, there was a little dog named Max. Max liked to",
+           "story 2": "Lily wanted to play with her ball, but it was stuck in the tree. She asked her mom",
+           "story 3": "Tom and Sue went to the park. Tom found a big red ball and gave it to"}
 FILLER = "Once upon a time there was a little girl named Lily who loved to play outside in the sun"
 
 
-def transcoders_for(spec: str, lm):
-    folder = ROOT / "assets" / "transcoders" / spec
+def transcoders_for(spec: str, lm, given: str | None):
+    folder = Path(given) if given else ROOT / "assets" / "transcoders" / spec
     if (folder / "card.json").is_file():
         return load_transcoders(folder, lm), True
     return random_transcoders(lm.config, 1536 if spec == "default" else 4096, 24, seed=0), False
@@ -67,15 +71,20 @@ def bench_time(lm, ts, n_tokens: int, repeats: int, settings: GraphSettings) -> 
 
 
 def bench_scores(lm, ts, settings: GraphSettings) -> None:
+    rhos = []
     for name, text in PROMPTS.items():
         ids = lm.tokenizer.prompt_ids(text)
         g = attribution_graph(lm, ids, ts, settings=settings)
         p = prune_graph(g)
         f = faithfulness(lm, ids, ts, g, p.influence, 10)
+        total = faithfulness(lm, ids, ts, g, p.influence, 10, "total")
         print(f"  {name:16s} -> {lm.tokenizer.decode([g.target.token])!r} p={g.prob:.2f}: "
               f"replacement {p.replacement:.3f}, completeness {p.completeness:.3f}, "
               f"kept {int(p.nodes[:g.n_features].sum())} features / {int(p.edges.sum())} edges, "
-              f"Spearman (top 10 ablations) {f.spearman:+.2f}")
+              f"Spearman (top 10 ablations) direct {f.spearman:+.2f}, total {total.spearman:+.2f}")
+        rhos.append((f.spearman, total.spearman))
+    print(f"  mean Spearman: direct {statistics.mean(r[0] for r in rhos):+.2f}, "
+          f"total {statistics.mean(r[1] for r in rhos):+.2f}")
 
 
 def main() -> None:
@@ -84,12 +93,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-smollm2", action="store_true")
+    ap.add_argument("--transcoders", help="the bundled model's transcoder folder (default: assets/transcoders/default)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch threads: {torch.get_num_threads()}")
     for spec in ["default"] + ([] if args.no_smollm2 else ["smollm2"]):
         lm = tfm.load(spec)
-        ts, trained = transcoders_for(spec, lm)
+        ts, trained = transcoders_for(spec, lm, args.transcoders if spec == "default" else None)
         print(f"{spec}: transcoders {ts.identity} ({ts.cfg.n_features} features, k={ts.cfg.k}, "
               f"{'trained' if trained else 'random: scores not meaningful'})")
         settings = GraphSettings()

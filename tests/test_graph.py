@@ -189,7 +189,7 @@ def test_intervention_matches_a_recomputation_and_leaves_the_model(bundled):
     torch.testing.assert_close(edited_logits(lm, ids, ts, []), plain)
     r = intervene(lm, ids, ts, g.target, edits[:2], graph=g)
     assert r.logit_before == pytest.approx(g.logit, rel=1e-6) and r.logit_after != r.logit_before
-    assert r.predicted_after is not None and 0 <= r.prob_after <= 1
+    assert r.predicted_after is not None and r.predicted_total is not None and 0 <= r.prob_after <= 1
     with pytest.raises(ValueError, match="not a node of this graph"):
         intervene(lm, ids, ts, g.target, [FeatureEdit(l1, 0, 3, 1.0)], graph=g)
     with pytest.raises(ValueError, match="out of range"):
@@ -219,7 +219,9 @@ def test_prediction_equals_the_frozen_linear_model(bundled):
             writes[l][p] += (new - float(g.activations[j])) * fz.layers[l].w_dec[f]
     _, logit = graph_frozen.forward(fz, stream0, writes, u)
     want = float(logit[-1] - logit0[-1])
-    assert predicted_change(g, [FeatureEdit(l_e, p_e, f_e, 0.0)]) == pytest.approx(want, rel=1e-4, abs=1e-6)
+    assert predicted_change(g, [FeatureEdit(l_e, p_e, f_e, 0.0)], "total") == pytest.approx(want, rel=1e-4, abs=1e-6)
+    # the direct prediction: the feature's own edge into the target, scaled to the change (-1 x: off)
+    assert predicted_change(g, [FeatureEdit(l_e, p_e, f_e, 0.0)]) == pytest.approx(-float(g.edges[-1, i_edit]), rel=1e-6)
 
 
 def test_progress_and_stopping(bundled):
