@@ -165,13 +165,13 @@ class Faithfulness:
     spearman: float
 
 
-def faithfulness(lm, ids, transcoders, graph: Graph, influence: torch.Tensor, n: int = 10,
+def faithfulness(lm, ids, transcoders, graph: Graph, scores: torch.Tensor, n: int = 10,
                  mode: Prediction = "direct") -> Faithfulness:
     """Predicted (`mode`, as `predicted_change`) vs measured effects of ablating the `n` features
-    of most `influence` (node influence, `graph_prune.node_influence`), and their Spearman rank
-    correlation."""
+    of highest `scores` (one per node, e.g. their influence, `graph_prune.node_influence`, or
+    |edge into the target|), and their Spearman rank correlation."""
     check_int("n", n, 2, 1000)
-    top = influence[:graph.n_features].topk(min(n, graph.n_features)).indices
+    top = scores[:graph.n_features].topk(min(n, graph.n_features)).indices
     vocab = n_words(lm)
     base = target_value(edited_logits(lm, ids, transcoders, []), graph.target, vocab)[0]
     pred, meas = [], []
