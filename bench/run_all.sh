@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh dev
-for bench in bench_kernels bench_engine bench_generate bench_families bench_prompt_trace bench_app bench_sampling_app bench_hf_tokenizer bench_attribution bench_scale bench_load bench_class_generate bench_quant_memory bench_rooms; do
+for bench in bench_kernels bench_engine bench_generate bench_families bench_prompt_trace bench_app bench_sampling_app bench_hf_tokenizer bench_attribution bench_scale bench_load bench_class_generate bench_quant_memory bench_rooms bench_graph; do
   echo; echo "################ bench/$bench.py ################"
   .venv/bin/python "bench/$bench.py"
 done

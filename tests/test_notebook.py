@@ -40,7 +40,7 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
-    assert len(figures) == 14  # every figure of the notebook drew
+    assert len(figures) == 15  # every figure of the notebook drew
     printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "the drawn pattern equals trace.pattern(1)[2]" in printed
     html = tmp_path / "head_view.html"

@@ -1,0 +1,115 @@
+"""Attribution graphs (tfm.analysis.graph): time and memory of one graph, scores, faithfulness.
+Prints numbers; no asserts.
+
+    .venv/bin/python bench/bench_graph.py [--tokens 16] [--no-smollm2] [--threads 2]
+
+For the bundled model and SmolLM2, a graph of a `--tokens`-token prompt with the transcoder set in
+assets/transcoders/<model> when it exists, else a random set of the same size (exactness and cost
+do not depend on training; the scores and faithfulness do, so they are printed only for a trained
+set): seconds (median of --repeats after a warm-up; the trace is included, loading is not) and
+CPU seconds (on a shared machine the wall clock also counts the others' load), and the peak
+resident memory the graph added (ru_maxrss after minus the resident size before).
+Then, for each example prompt (a fact, an indirect object, an induction repeat, three stories): the
+replacement and completeness scores and the Spearman correlation between the graph's predicted and
+the real model's measured effect of switching off each of its 10 most influential features
+(predicted "direct" and "total": tfm.analysis.graph_edit.predicted_change), and of the 10 with the
+largest edge into the target, and their means.
+Targets: 16 tokens ≤ 3 s on the bundled model, ≤ 30 s on SmolLM2 (2 cores); Spearman ≥ 0.6 on the
+bundled model with its trained transcoders.
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+import tfm  # noqa: E402
+from tfm.analysis import GraphSettings, attribution_graph, faithfulness, prune_graph  # noqa: E402
+from tfm.analysis.transcoder import load_transcoders, random_transcoders  # noqa: E402
+
+PROMPTS = {"fact": "The capital of France is",
+           "indirect object": "When Mary and John went to the store, John gave a drink to",
+           "induction": "The old man said the magic word. Later the old man said the magic",
+           "story 1": "Once upon a time, there was a little dog named Max. Max liked to",
+           "story 2": "Lily wanted to play with her ball, but it was stuck in the tree. She asked her mom",
+           "story 3": "Tom and Sue went to the park. Tom found a big red ball and gave it to"}
+FILLER = "Once upon a time there was a little girl named Lily who loved to play outside in the sun"
+
+
+def transcoders_for(spec: str, lm, given: str | None):
+    folder = Path(given) if given else ROOT / "assets" / "transcoders" / spec
+    if (folder / "card.json").is_file():
+        return load_transcoders(folder, lm), True
+    return random_transcoders(lm.config, 1536 if spec == "default" else 4096, 24, seed=0), False
+
+
+def rss_bytes() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()
+
+
+def bench_time(lm, ts, n_tokens: int, repeats: int, settings: GraphSettings) -> None:
+    ids = (lm.tokenizer.prompt_ids(FILLER) * 4)[:n_tokens]
+    before = rss_bytes()
+    times, cpu = [], []
+    for _ in range(repeats + 1):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        g = attribution_graph(lm, ids, ts, settings=settings)
+        times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    print(f"  {n_tokens} tokens: {statistics.median(times[1:]):.2f} s (first {times[0]:.2f} s; "
+          f"CPU {statistics.median(cpu[1:]):.2f} s over {torch.get_num_threads()} threads), "
+          f"{g.n_active:,} active features, {g.n_features:,} rows, {g.n_nodes:,} nodes; "
+          f"peak RSS added {max(peak, 0) / 2**20:,.0f} MB, edges {g.edges.numel() * 4 / 2**20:,.1f} MB")
+
+
+def bench_scores(lm, ts, settings: GraphSettings) -> None:
+    rhos = []
+    for name, text in PROMPTS.items():
+        ids = lm.tokenizer.prompt_ids(text)
+        g = attribution_graph(lm, ids, ts, settings=settings)
+        p = prune_graph(g)
+        f = faithfulness(lm, ids, ts, g, p.influence, 10)
+        total = faithfulness(lm, ids, ts, g, p.influence, 10, "total")
+        by_edge = faithfulness(lm, ids, ts, g, g.edges[-1].abs(), 10)
+        print(f"  {name:16s} -> {lm.tokenizer.decode([g.target.token])!r} p={g.prob:.2f}: "
+              f"replacement {p.replacement:.3f}, completeness {p.completeness:.3f}, "
+              f"kept {int(p.nodes[:g.n_features].sum())} features / {int(p.edges.sum())} edges, "
+              f"Spearman, 10 of most influence: direct {f.spearman:+.2f}, total {total.spearman:+.2f}; "
+              f"10 of largest edge into the target: direct {by_edge.spearman:+.2f}")
+        rhos.append((f.spearman, total.spearman, by_edge.spearman))
+    print("  mean Spearman: " + ", ".join(f"{name} {statistics.mean(r[i] for r in rhos):+.2f}" for i, name in
+                                          enumerate(("influence/direct", "influence/total", "edge/direct"))))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-smollm2", action="store_true")
+    ap.add_argument("--transcoders", help="the bundled model's transcoder folder (default: assets/transcoders/default)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch threads: {torch.get_num_threads()}")
+    for spec in ["default"] + ([] if args.no_smollm2 else ["smollm2"]):
+        lm = tfm.load(spec)
+        ts, trained = transcoders_for(spec, lm, args.transcoders if spec == "default" else None)
+        print(f"{spec}: transcoders {ts.identity} ({ts.cfg.n_features} features, k={ts.cfg.k}, "
+              f"{'trained' if trained else 'random: scores not meaningful'})")
+        settings = GraphSettings()
+        bench_time(lm, ts, args.tokens, args.repeats if spec == "default" else 1, settings)
+        if trained:
+            bench_scores(lm, ts, settings)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+"""Attribution graphs (tfm.analysis.graph*): every row node's incoming edges plus its bias equal its
+pre-activation recomputed from the real model's trace (the bundled model: LayerNorm, learned
+positions; SmolLM2: RMSNorm, RoPE, 9 query heads on 3 key/value heads), pruning keeps at least the
+asked shares, the JSON file round-trips, interventions equal a recomputation with the model's own
+edits and leave the model untouched, and the graph's prediction equals the frozen linear model's."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tfm
+from tfm.analysis import (FeatureEdit, GraphSettings, Target, attribution_graph, edited_logits, graph_file,
+                          intervene, load_graph_json, predicted_change, prune_graph)
+from tfm.analysis import graph_frozen
+from tfm.analysis.transcoder import random_transcoders
+from tfm.core.edits import Patch
+from tfm.text.token_view import token_labels
+from tfm.viz.graph import graph_figure
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+PROMPT = "The cat sat on the mat. The cat sat on the"
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    lm = tfm.load("default")
+    ts = random_transcoders(lm.config, 256, 12, seed=1)
+    ids = lm.tokenizer.prompt_ids(PROMPT)
+    return lm, ts, ids, attribution_graph(lm, ids, ts)
+
+
+def real_pre(lm, ts, ids, g) -> torch.Tensor:
+    """Each row node's pre-activation from the real model: W_enc . ln2 output + b_enc (float64),
+    and the target logit (difference) from the real logits."""
+    with torch.no_grad():
+        tr = lm.model(torch.tensor([ids]), trace=True).trace
+    out = [ts.layers[l].W_enc[:, f].double() @ tr[f"blocks.{l}.ln2.output"][0, p].double() + ts.layers[l].b_enc[f].double()
+           for l, p, f in g.features.tolist()]
+    logits = tr.logits_at(-1).double()
+    out.append(logits[g.target.token] - (logits[g.target.versus] if g.target.kind == "difference" else 0))
+    return torch.stack(out)
+
+
+def assert_exact(lm, ts, ids, g):
+    want = real_pre(lm, ts, ids, g)
+    assert g.n_features > 0
+    rel = (g.pre() - want).abs() / want.abs()
+    assert float(rel.max()) < 1e-4, float(rel.max())
+    # a feature's activation is its pre-activation (TopK keeps positive ones only)
+    torch.testing.assert_close(g.activations.double(), want[:-1], rtol=1e-5, atol=1e-5)
+
+
+def test_exact_on_the_bundled_model(bundled):
+    lm, ts, ids, g = bundled
+    assert lm.config.norm == "layernorm" and lm.config.pos_encoding == "learned"
+    assert g.has_pos and g.n_features == g.n_active    # every active feature has its row
+    assert_exact(lm, ts, ids, g)
+    # position vectors are nodes of their own: some edge from them is non-zero
+    assert g.edges[:, g.token_start + g.n_pos:g.target_index].abs().sum() > 0
+
+
+def test_difference_target_and_capped_rows_stay_exact(bundled):
+    lm, ts, ids, _ = bundled
+    other = lm.tokenizer.encode(" dog")[0]
+    g = attribution_graph(lm, ids, ts, Target("difference", lm.tokenizer.encode(" mat")[0], other),
+                          GraphSettings(max_feature_nodes=40, max_active=300))
+    assert g.n_features <= 40 and g.n_active == 300
+    assert_exact(lm, ts, ids, g)   # features not visited (or not kept) are counted in their errors
+
+
+def test_exact_on_smollm2_gqa_rmsnorm_rope():
+    lm = tfm.load("smollm2")
+    cfg = lm.config
+    assert (cfg.n_head, cfg.n_kv_head, cfg.norm, cfg.pos_encoding) == (9, 3, "rmsnorm", "rope")
+    ts = random_transcoders(cfg, 512, 8, seed=2)
+    ids = lm.tokenizer.prompt_ids("The capital of France is")
+    g = attribution_graph(lm, ids, ts, settings=GraphSettings(max_feature_nodes=300))
+    assert not g.has_pos and g.n_features == 300 < g.n_active
+    assert_exact(lm, ts, ids, g)
+
+
+def test_frozen_model_reproduces_the_trace(bundled):
+    """The frozen replacement model run on the real sources gives the real MLP inputs and logit."""
+    lm, ts, ids, g = bundled
+    with torch.no_grad():
+        tr = lm.model(torch.tensor([ids]), trace=True).trace
+    fz = graph_frozen.freeze(lm.model, tr, ts, torch.float64)
+    writes = [tr[f"blocks.{i}.mlp_out"][0].double() - ts.layers[i].b_dec.double() for i in range(lm.config.n_layer)]
+    u = lm.model.unembed.weight[g.target.token].detach().double()
+    m_ins, logit = graph_frozen.forward(fz, (tr["embed"][0] + tr["pos_embed"]).double(), writes, u)
+    torch.testing.assert_close(m_ins, tr.stack("ln2.output")[:, 0].double(), rtol=1e-4, atol=1e-4)
+    assert float(logit[-1]) == pytest.approx(g.logit, rel=1e-5)
+
+
+def test_pruning_keeps_the_asked_shares(bundled):
+    g = bundled[3]
+    for node_t, edge_t in ((0.8, 0.98), (0.5, 0.9)):
+        p = prune_graph(g, node_t, edge_t)
+        assert p.node_share >= node_t and p.edge_share >= edge_t
+        assert float(p.influence[p.nodes].sum()) >= node_t * float(p.influence.sum())
+        assert p.nodes[g.target_index] and p.nodes[g.token_start:].all()
+        assert not p.edges[:, ~p.nodes].any() and not p.edges[~p.nodes[g.row_nodes()]].any()
+        assert 0 < p.replacement <= 1 and 0 < p.completeness <= 1
+    assert prune_graph(g, 0.5).nodes.sum() < prune_graph(g, 0.9).nodes.sum()
+
+
+def test_influence_is_the_series_of_the_normalised_matrix(bundled):
+    g = bundled[3]
+    a = g.adjacency().double().abs()
+    a = a / a.sum(1, keepdim=True).clamp(min=1e-10)
+    e = torch.zeros(g.n_nodes, dtype=torch.float64)
+    e[g.target_index] = 1
+    want = e @ (torch.linalg.inv(torch.eye(g.n_nodes, dtype=torch.float64) - a) - torch.eye(g.n_nodes, dtype=torch.float64))
+    torch.testing.assert_close(prune_graph(g).influence, want, rtol=1e-6, atol=1e-9)
+
+
+def test_json_round_trip_and_figure(bundled):
+    lm, ts, ids, g = bundled
+    p = prune_graph(g)
+    gf = graph_file(p, token_labels(lm.tokenizer, ids), lm.config, ts)
+    back = load_graph_json(gf.to_json())
+    assert back.to_json() == gf.to_json()
+    assert back.transcoders["identity"] == ts.identity and back.model == lm.config.to_dict()
+    assert {n.id for n in back.nodes} == set(p.nodes.nonzero().squeeze(1).tolist())
+    assert len(back.edges) == int(p.edges.sum())
+    w = {(e.source, e.target): e.weight for e in back.edges}
+    s, t, weight = p.kept_edges()[0]
+    assert w[(s, t)] == weight == float(g.adjacency()[t, s])
+    fig = graph_figure(back)
+    drawn = [tr for tr in fig.data if tr.mode == "markers"]
+    assert sum(len(tr.x) for tr in drawn) == len(back.nodes)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.update(format="other"), "not a tfm attribution graph"),
+    (lambda d: d["edges"].append([0, 10**6, 1.0]), "does not list"),
+    (lambda d: d["nodes"][0].update(kind="head"), "node kind"),
+    (lambda d: d.update(ids=[-1]), "token id"),
+    (lambda d: d["nodes"][0].update(pos=999), "positions within"),
+])
+def test_bad_files_are_refused(bundled, mutate, message):
+    lm, ts, ids, g = bundled
+    data = graph_file(prune_graph(g), token_labels(lm.tokenizer, ids), lm.config, ts).to_dict()
+    mutate(data)
+    import json
+    with pytest.raises(ValueError, match=message):
+        load_graph_json(json.dumps(data))
+
+
+def test_bad_targets_and_long_prompts(bundled):
+    lm, ts, ids, _ = bundled
+    for bad in (dict(kind="tok"), dict(kind="token"), dict(kind="difference", token=3), dict(kind="top", versus=2),
+                dict(kind="difference", token=5, versus=5), dict(kind="token", token=-1), dict(kind="token", token=True)):
+        with pytest.raises(ValueError):
+            Target(**bad)
+    with pytest.raises(ValueError, match="in the vocabulary"):
+        attribution_graph(lm, ids, ts, Target("token", lm.config.vocab_size + 5))
+    with pytest.raises(ValueError, match="between 1 and 2,000"):
+        GraphSettings(max_tokens=5000)
+    with pytest.raises(ValueError, match="shorten it"):
+        attribution_graph(lm, list(range(20)), ts, settings=GraphSettings(max_tokens=10))
+    with pytest.raises(ValueError, match="transcoders are for"):
+        attribution_graph(lm, ids, random_transcoders(lm.config.replace(n_layer=2), 64, 4))
+
+
+def _recomputed(lm, ts, ids, edits):
+    """Oracle: each edited block in turn, the model's own forward with Patch edits of the blocks
+    below, its ln2 output read, the block's mlp_out patched with (new - actual) W_dec."""
+    patches = []
+    with torch.no_grad():
+        for e in sorted(edits, key=lambda e: e.layer):
+            tr = lm.model(torch.tensor([ids]), trace=True, edits=patches).trace
+            acts = ts.layers[e.layer].encode(tr[f"blocks.{e.layer}.ln2.output"][0])
+            out = tr[f"blocks.{e.layer}.mlp_out"][0].clone()
+            out[e.pos] += (e.value - acts[e.pos, e.feature]) * ts.layers[e.layer].W_dec[e.feature]
+            patches.append(Patch(f"blocks.{e.layer}.mlp_out", out))
+        return lm.model(torch.tensor([ids]), edits=patches).logits[0, -1]
+
+
+def test_intervention_matches_a_recomputation_and_leaves_the_model(bundled):
+    lm, ts, ids, g = bundled
+    before = {k: v.clone() for k, v in lm.model.state_dict().items()}
+    (l0, p0, f0), (l1, p1, f1) = g.features[0].tolist(), g.features[-1].tolist()
+    edits = [FeatureEdit(l0, p0, f0, 0.0), FeatureEdit(l1, p1, f1, 2.5), FeatureEdit(l1, 0, 3, 1.0)]
+    got = edited_logits(lm, ids, ts, edits)
+    torch.testing.assert_close(got, _recomputed(lm, ts, ids, edits), rtol=1e-5, atol=1e-4)
+    assert all(torch.equal(v, lm.model.state_dict()[k]) for k, v in before.items())
+    plain = lm.model(torch.tensor([ids])).logits[0, -1]
+    torch.testing.assert_close(edited_logits(lm, ids, ts, []), plain)
+    r = intervene(lm, ids, ts, g.target, edits[:2], graph=g)
+    assert r.logit_before == pytest.approx(g.logit, rel=1e-6) and r.logit_after != r.logit_before
+    assert r.predicted_after is not None and r.predicted_total is not None and 0 <= r.prob_after <= 1
+    with pytest.raises(ValueError, match="not a node of this graph"):
+        intervene(lm, ids, ts, g.target, [FeatureEdit(l1, 0, 3, 1.0)], graph=g)
+    with pytest.raises(ValueError, match="out of range"):
+        edited_logits(lm, ids, ts, [FeatureEdit(0, len(ids), 0)])
+
+
+def test_prediction_equals_the_frozen_linear_model(bundled):
+    """Oracle: the frozen model run again with the edited activations, every other graph feature
+    following its pre-activation linearly (block by block), errors held: the target's change."""
+    lm, ts, ids, g = bundled
+    with torch.no_grad():
+        tr = lm.model(torch.tensor([ids]), trace=True).trace
+    fz = graph_frozen.freeze(lm.model, tr, ts, torch.float64)
+    u = lm.model.unembed.weight[g.target.token].detach().double()
+    base = [tr[f"blocks.{i}.mlp_out"][0].double() - ts.layers[i].b_dec.double() for i in range(lm.config.n_layer)]
+    stream0 = (tr["embed"][0] + tr["pos_embed"]).double()
+    m0, logit0 = graph_frozen.forward(fz, stream0, base, u)
+    i_edit = int(torch.argmax(g.edges[-1, :g.n_features].abs()))
+    l_e, p_e, f_e = g.features[i_edit].tolist()
+    writes = [w.clone() for w in base]
+    for _ in range(lm.config.n_layer + 1):          # settles block by block
+        m, _ = graph_frozen.forward(fz, stream0, writes, u)
+        writes = [w.clone() for w in base]
+        for j, (l, p, f) in enumerate(g.features.tolist()):
+            pre = m[l, p] @ fz.layers[l].w_enc[:, f] + fz.layers[l].b_enc[f]
+            new = 0.0 if j == i_edit else pre
+            writes[l][p] += (new - float(g.activations[j])) * fz.layers[l].w_dec[f]
+    _, logit = graph_frozen.forward(fz, stream0, writes, u)
+    want = float(logit[-1] - logit0[-1])
+    assert predicted_change(g, [FeatureEdit(l_e, p_e, f_e, 0.0)], "total") == pytest.approx(want, rel=1e-4, abs=1e-6)
+    # the direct prediction: the feature's own edge into the target, scaled to the change (-1 x: off)
+    assert predicted_change(g, [FeatureEdit(l_e, p_e, f_e, 0.0)]) == pytest.approx(-float(g.edges[-1, i_edit]), rel=1e-6)
+
+
+def test_progress_and_stopping(bundled):
+    lm, ts, ids, _ = bundled
+    seen = []
+    g = attribution_graph(lm, ids, ts, progress=lambda f, text: seen.append(f))
+    assert seen and seen[-1] == 1.0 and seen == sorted(seen) and g.n_features == g.n_active
+    seen.clear()
+    attribution_graph(lm, ids, ts, settings=GraphSettings(max_feature_nodes=100), progress=lambda f, text: seen.append(f))
+    assert seen[-1] == 1.0
+    from tfm.core.cancel import Cancelled
+    asked = []
+    with pytest.raises(Cancelled):
+        attribution_graph(lm, ids, ts, should_stop=lambda: asked.append(1) or len(asked) > 1)
+    assert len(asked) == 2
+
+
+def test_faithfulness_pairs_predictions_with_real_effects(bundled):
+    from tfm.analysis import faithfulness
+    lm, ts, ids, g = bundled
+    p = prune_graph(g)
+    f = faithfulness(lm, ids, ts, g, p.influence, n=4)
+    assert f.features.shape == (4, 3) and -1 <= f.spearman <= 1
+    for (l, pos, feat), pred, meas in zip(f.features.tolist(), f.predicted, f.measured):
+        r = intervene(lm, ids, ts, g.target, [FeatureEdit(l, pos, feat, 0.0)], graph=g)
+        assert float(meas) == pytest.approx(r.logit_after - r.logit_before, abs=1e-9)
+        assert float(pred) == pytest.approx(r.predicted_after - r.logit_before, abs=1e-9)
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(parallel_block=True, n_head=4, n_kv_head=2, qkv_bias=True, pos_encoding="sinusoidal"),
+    dict(norm="rmsnorm", activation="swiglu", bias=False, pos_encoding="rope", n_head=4, n_kv_head=1),
+])
+def test_exact_on_other_block_kinds(make_model, overrides):
+    """A parallel block (the MLP reads the block's input) with grouped-query attention, qkv biases and
+    sinusoidal positions; a Llama block with one key/value head: random weights, still exact."""
+    from types import SimpleNamespace
+    model = make_model("tiny", d_model=32, d_ff=64, **overrides)
+    lm = SimpleNamespace(model=model, config=model.config, source="random")
+    ts = random_transcoders(model.config, 64, 6, seed=3)
+    ids = list(range(3, 15))
+    g = attribution_graph(lm, ids, ts)
+    assert_exact(lm, ts, ids, g)
+
+
+def test_post_norm_is_refused(make_model):
+    model = make_model("tiny", norm_placement="post")
+    with pytest.raises(ValueError, match="pre-norm"):
+        attribution_graph(model, [1, 2, 3], random_transcoders(model.config, 16, 2))
