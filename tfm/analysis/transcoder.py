@@ -13,7 +13,10 @@ feature activations: the attribution graph (graph.py here) is built on that.
 
 A folder holds `card.json` (the set's config, the training command, per-layer metrics) and one
 `layer_LL.safetensors` per finished layer (W_enc (D, F), b_enc (F,), W_dec (F, D), b_dec (D,),
-fp16), so a long training run can stop and go on. Never pickle: safetensors and JSON only, sizes
+fp16), so a long training run can stop and go on. With `storage="int8"` the two matrices are kept
+as int8 with one float32 scale per feature (W_enc_q (D, F) and W_enc_scale (F,), W_dec_q (F, D)
+and W_dec_scale (F,): half the bytes, so twice the features in the same file size); the loader
+dequantizes them to float32, so every number computed afterwards is the same code either way. Never pickle: safetensors and JSON only, sizes
 bounded before reading.
 """
 from __future__ import annotations
@@ -35,6 +38,7 @@ CARD_FILE = "card.json"
 MAX_LAYER_BYTES = 16 * 2**20   # one layer's file larger than this is refused before reading
 MAX_CARD_BYTES = 2**20
 MAX_FEATURES = 2**16
+STORAGES = ("fp16", "int8")
 
 
 def layer_file(layer: int) -> str:
@@ -52,6 +56,7 @@ class TranscoderConfig(JsonConfig):
     n_features: int
     k: int
     model: str = ""            # the model spec it was trained on ("default", "smollm2"): informative
+    storage: str = "fp16"      # how the layer files hold the matrices: "fp16" or "int8" (+ per-feature scales)
 
     def __post_init__(self) -> None:
         check_int("d_model", self.d_model, 1)
@@ -60,6 +65,8 @@ class TranscoderConfig(JsonConfig):
         check_int("k", self.k, 1, self.n_features, " (at most n_features)")
         if not isinstance(self.model, str) or len(self.model) > 200:
             raise ValueError("the transcoder set's model name must be a short string")
+        if self.storage not in STORAGES:
+            raise ValueError(f"storage {str(self.storage)[:20]!r}: choose one of {list(STORAGES)}")
 
 
 class Transcoder(torch.nn.Module):
@@ -102,12 +109,48 @@ class TranscoderSet:
     identity: str
 
 
+def quantize(w: torch.Tensor, feature_axis: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 with one float32 scale per feature (max |w| / 127 along the other axis)."""
+    scale = w.detach().abs().amax(dim=1 - feature_axis).float().clamp_min(1e-12) / 127
+    shaped = scale[None, :] if feature_axis == 1 else scale[:, None]
+    return (w.detach() / shaped).round().clamp(-127, 127).to(torch.int8), scale
+
+
+def _dequantize(q: torch.Tensor, scale: torch.Tensor, feature_axis: int) -> torch.Tensor:
+    return q.float() * (scale.float()[None, :] if feature_axis == 1 else scale.float()[:, None])
+
+
+def _stored(tc: Transcoder) -> dict[str, torch.Tensor]:
+    """The tensors a layer file holds for the config's storage."""
+    half = {n: p.detach().to(torch.float16) for n, p in tc.named_parameters()}
+    if tc.cfg.storage == "fp16":
+        return half
+    (enc, enc_s), (dec, dec_s) = quantize(tc.W_enc, 1), quantize(tc.W_dec, 0)
+    return {"W_enc_q": enc, "W_enc_scale": enc_s, "W_dec_q": dec, "W_dec_scale": dec_s,
+            "b_enc": half["b_enc"], "b_dec": half["b_dec"]}
+
+
+def _expected(cfg: TranscoderConfig) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    d, f = cfg.d_model, cfg.n_features
+    if cfg.storage == "fp16":
+        return {"W_enc": ((d, f), torch.float16), "b_enc": ((f,), torch.float16),
+                "W_dec": ((f, d), torch.float16), "b_dec": ((d,), torch.float16)}
+    return {"W_enc_q": ((d, f), torch.int8), "W_enc_scale": ((f,), torch.float32),
+            "W_dec_q": ((f, d), torch.int8), "W_dec_scale": ((f,), torch.float32),
+            "b_enc": ((f,), torch.float16), "b_dec": ((d,), torch.float16)}
+
+
+def stored_copy(tc: Transcoder) -> Transcoder:
+    """The transcoder exactly as its file will load (fp16 rounding or int8 quantization applied)."""
+    return _from_tensors(tc.cfg, tc.layer, _stored(tc))
+
+
 def save_layer(tc: Transcoder, folder: Path | str) -> Path:
-    """Writes one finished layer (fp16); the card is written separately (`write_card`)."""
+    """Writes one finished layer in the config's storage; the card is written separately (`write_card`)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / layer_file(tc.layer)
-    save_file({n: p.detach().to(torch.float16).contiguous() for n, p in tc.named_parameters()}, path)
+    save_file({n: t.contiguous() for n, t in _stored(tc).items()}, path)
     return path
 
 
@@ -145,16 +188,24 @@ def check_fits(cfg: TranscoderConfig, model_cfg) -> None:
 def load_layer(folder: Path, cfg: TranscoderConfig, layer: int) -> Transcoder:
     path = _bounded(folder / layer_file(layer), MAX_LAYER_BYTES, "the weights")
     tensors = read_safetensors(path)
-    d, f = cfg.d_model, cfg.n_features
-    want = {"W_enc": (d, f), "b_enc": (f,), "W_dec": (f, d), "b_dec": (d,)}
-    got = {n: tuple(t.shape) for n, t in tensors.items()}
+    want = {n: (shape, str(dtype).removeprefix("torch.")) for n, (shape, dtype) in _expected(cfg).items()}
+    got = {n: (tuple(t.shape), str(t.dtype).removeprefix("torch.")) for n, t in tensors.items()}
     if got != want:
-        raise ValueError(f"{path.name} holds {got}, but the card's config needs {want}")
+        raise ValueError(f"{path.name} holds {got}, but the card's config ({cfg.storage} storage) needs {want}")
+    for name, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{path.name}: {name} has NaN or infinite entries")
+    return _from_tensors(cfg, layer, tensors)
+
+
+def _from_tensors(cfg: TranscoderConfig, layer: int, tensors: dict[str, torch.Tensor]) -> Transcoder:
+    if cfg.storage == "int8":
+        tensors = {"W_enc": _dequantize(tensors["W_enc_q"], tensors["W_enc_scale"], 1),
+                   "W_dec": _dequantize(tensors["W_dec_q"], tensors["W_dec_scale"], 0),
+                   "b_enc": tensors["b_enc"], "b_dec": tensors["b_dec"]}
     tc = Transcoder(cfg, layer)
     with torch.no_grad():
         for name, t in tensors.items():
-            if not bool(torch.isfinite(t).all()):
-                raise ValueError(f"{path.name}: {name} has NaN or infinite entries")
             getattr(tc, name).copy_(t.float())
     return tc.eval().requires_grad_(False)
 

@@ -28,9 +28,7 @@ from ..analysis.sae import SAE, SAEConfig, save_sae, stream_at
 from ..loaders.loading import load
 from .data import encode_text, read_text
 from .sae_eval import card_markdown, feature_data, metrics
-
-DEAD_AFTER = 100_000   # tokens without firing before a feature counts as dead for AuxK
-
+from .topk import mean_square_scale, train_topk, unit_rows
 
 def _args(argv) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tfm.train.sae", description=__doc__.split("\n\n")[0])
@@ -83,54 +81,10 @@ def init_sae(cfg: SAEConfig, x: torch.Tensor, gen: torch.Generator) -> SAE:
     """Decoder rows random unit vectors, encoder their transpose, b_dec the data mean."""
     sae = SAE(cfg)
     with torch.no_grad():
-        w = torch.randn(cfg.n_features, cfg.d_model, generator=gen)
-        sae.W_dec.copy_(w / w.norm(dim=-1, keepdim=True))
+        sae.W_dec.copy_(unit_rows(cfg.n_features, cfg.d_model, gen))
         sae.W_enc.copy_(sae.W_dec.t())
         sae.b_dec.copy_(x[:65536].float().mean(0))
     return sae
-
-
-def _aux_loss(sae: SAE, x: torch.Tensor, x_hat: torch.Tensor, pre: torch.Tensor, dead: torch.Tensor) -> torch.Tensor:
-    """AuxK: the dead features' top activations reconstruct the main error."""
-    n_dead = int(dead.sum())
-    if n_dead == 0:
-        return x.new_zeros(())
-    err = (x - x_hat).detach()
-    vals, idx = pre.masked_fill(~dead, -torch.inf).topk(min(2 * sae.cfg.k, n_dead), dim=-1)
-    rec = (vals.relu()[..., None] * sae.W_dec[idx]).sum(-2)
-    return ((rec - err) ** 2).sum(-1).mean() / (err - err.mean(0)).pow(2).sum(-1).mean().clamp_min(1e-8)
-
-
-def train_sae(sae: SAE, x: torch.Tensor, scale: float, epochs: float, batch: int, lr: float,
-              gen: torch.Generator, log=print) -> dict:
-    """Adam on shuffled rows of x / scale; decoder rows kept unit-norm. Returns the stats."""
-    opt = torch.optim.Adam(sae.parameters(), lr=lr, betas=(0.9, 0.999))
-    n, steps = x.shape[0], int(epochs * x.shape[0] / batch)
-    last_fired = torch.zeros(sae.cfg.n_features, dtype=torch.long)
-    order, t0 = torch.randperm(n, generator=gen), time.perf_counter()
-    for step in range(steps):
-        j = (step * batch) % n
-        if j + batch > n:
-            order, j = torch.randperm(n, generator=gen), 0
-        xb = x[order[j:j + batch]].float() / scale
-        pre = sae.pre(xb)
-        vals, idx = pre.topk(sae.cfg.k, dim=-1)
-        x_hat = (vals.relu()[..., None] * sae.W_dec[idx]).sum(-2) + sae.b_dec
-        mse = ((x_hat - xb) ** 2).sum(-1).mean() / (xb - xb.mean(0)).pow(2).sum(-1).mean()
-        fired = torch.zeros_like(last_fired, dtype=torch.bool).scatter_(0, idx[vals > 0], True)
-        last_fired = torch.where(fired, 0, last_fired + batch)
-        loss = mse + _aux_loss(sae, xb, x_hat, pre, last_fired > DEAD_AFTER) / 32
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        for g in opt.param_groups:  # linear decay over the last fifth
-            g["lr"] = lr * min(1.0, (steps - step) / (0.2 * steps))
-        opt.step()
-        with torch.no_grad():
-            sae.W_dec /= sae.W_dec.norm(dim=-1, keepdim=True)
-        if step % 200 == 0 or step == steps - 1:
-            log(f"step {step}/{steps} fvu {float(mse.detach()):.4f} dead(train) {float((last_fired > DEAD_AFTER).float().mean()):.3f} "
-                f"{time.perf_counter() - t0:.0f}s")
-    return {"steps": steps, "tokens_seen": steps * batch, "train_fvu_last": float(mse.detach())}
 
 
 def fold_scale(sae: SAE, scale: float) -> None:
@@ -152,9 +106,9 @@ def run_train(a: argparse.Namespace, command: str) -> dict:
     x = activations(lm, token_ids(lm, a.data, a.max_tokens), a.layer, a.ctx, skip)
     n_train = int(x.shape[0])
     t_act = time.perf_counter() - t_start
-    scale = float(x[:65536].float().pow(2).sum(-1).mean().div(cfg.d_model).sqrt())
+    scale = mean_square_scale(x)
     sae = init_sae(cfg, x / scale, gen)
-    stats = train_sae(sae, x, scale, a.epochs, a.batch, a.lr, gen)
+    stats = train_topk(sae, x, x, (scale, scale), a.epochs, a.batch, a.lr, gen)
     del x
     fold_scale(sae, scale)
     sae.eval().requires_grad_(False)
