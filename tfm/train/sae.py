@@ -193,6 +193,9 @@ def run_train(a: argparse.Namespace, command: str) -> dict:
     del x
     fold_scale(sae, scale)
     sae.eval().requires_grad_(False)
+    with torch.no_grad():           # measured as shipped: sae.safetensors is fp16
+        for p in sae.parameters():
+            p.copy_(p.half().float())
     Path(a.out).mkdir(parents=True, exist_ok=True)
     fields, measured = _evaluate(lm, sae, a, skip)
     card = {"command": command, "model": a.name or a.model, "layer": a.layer, "point": "resid_pre",
