@@ -25,6 +25,13 @@ def bundled():
     return lm, FT.bundled(lm, "default")
 
 
+@pytest.fixture(scope="module", params=["default", pytest.param("smollm2", marks=pytest.mark.slow)])
+def each_sae(request):
+    """Both shipped SAEs (SmolLM2's in the slow tier)."""
+    lm = tfm.load(request.param, device="cpu")
+    return lm, FT.bundled(lm, request.param)
+
+
 def test_shipped_labels_equal_a_fresh_computation(bundled):
     lm, fs = bundled
     assert fs.labels is not None and len(fs.labels.features) == fs.sae.cfg.n_features
@@ -34,8 +41,8 @@ def test_shipped_labels_equal_a_fresh_computation(bundled):
         assert shipped.margin == pytest.approx(fresh.margin, abs=2e-3)
 
 
-def test_says_token_is_the_argmax_of_the_decoder_read_out(bundled):
-    lm, fs = bundled
+def test_says_token_is_the_argmax_of_the_decoder_read_out(each_sae):
+    lm, fs = each_sae
     n_vocab = min(lm.tokenizer.vocab_size, lm.config.vocab_size)
     gain = lm.model.ln_final.weight.float()
     scores = (fs.sae.W_dec.float() * gain) @ lm.model.unembed.weight.float()[:n_vocab].t()     # (F, V)
@@ -44,9 +51,16 @@ def test_says_token_is_the_argmax_of_the_decoder_read_out(bundled):
             @ lm.model.unembed.weight.float()[:n_vocab].t()
     top = scores.topk(2, dim=-1)
     margin = (top.values[:, 0] - top.values[:, 1]) / scores.std(-1)
+    ids, read = steering.reading_ids(lm, steering.NEUTRAL_TEXT, "neutral", cut=True)
+    final = lm.model(torch.tensor([ids]), trace=True).trace.residual_streams()[-1][1][read].float()  # leaving the last block
+    if lm.model.ln_final.kind == "layernorm":
+        final = final - final.mean(-1, keepdim=True)
+    rms = float(final.pow(2).mean(-1).sqrt().median())
+    gain = fs.data["hist_max"].float() * (top.values[:, 0] - scores.mean(-1)) / rms      # nats at strength 1
     says = [f for f, lab in enumerate(fs.labels.features) if lab.says_id is not None]
-    assert says, "the bundled SAE has no 'says' label"
-    assert set(says) == set((margin >= fs.labels.says_margin).nonzero().flatten().tolist())
+    assert says, "the SAE has no 'says' label"
+    want = (margin >= fs.labels.says_margin) & (gain >= fs.labels.says_gain)
+    assert set(says) == set(want.nonzero().flatten().tolist())
     for f in says:
         lab = fs.labels.features[f]
         assert lab.says_id == int(top.indices[f, 0])
@@ -83,10 +97,10 @@ def test_search_finds_a_feature_by_the_token_it_says(bundled):
         fs.labels.search("x" * 81)
 
 
-def test_steering_check_recomputed_through_the_sweep(bundled):
+def test_steering_check_recomputed_through_the_sweep(each_sae):
     """Each 'says X' label's check equals p(X) at strength 1 above strength 0 after every neutral
     prompt, recomputed with steering.sweep_tokens (the Steer page's sweep); at least 80% pass."""
-    lm, fs = bundled
+    lm, fs = each_sae
     says = [f for f, lab in enumerate(fs.labels.features) if lab.says_id is not None]
     for f in says:
         x, vec = fs.labels.features[f].says_id, FT.steering_vector(fs, f)

@@ -9,7 +9,11 @@ search over them (the Features page's box).
 A feature *says X* when its decoder direction, read through the final norm's gain and the
 unembedding (`steering.read_out`, the Features page's read-out bars), puts one token clearly
 ahead: the top score's margin over the second, in standard deviations of the scores over the
-vocabulary, is at least SAYS_MARGIN. Otherwise it is labelled by where it fires: the token it
+vocabulary, is at least SAYS_MARGIN; and the feature, added as strongly as it ever fired, pushes
+that token's logit directly by at least SAYS_GAIN nats over the average token (its top score over
+the mean, times its largest held-out activation, divided by the final stream's typical RMS: what
+the final norm divides by). A mid-layer feature whose direct push is smaller is moved about by the
+later blocks as much as by itself, and steering with it fails to raise X as often as not. Otherwise it is labelled by where it fires: the token it
 fires hardest on in each of its top held-out contexts ("on ' the'" when one token is the peak in
 at least half of them, else up to three), with the contexts' domain when the SAE's feature data
 records one. A feature that never fired on held-out text is "dead".
@@ -30,11 +34,13 @@ import torch
 
 from ..core.files import read_json, reading
 from ..core.validate import check_int
-from .steering import reading_ids, steer_span
+from .sae import stream_at
+from .steering import NEUTRAL_TEXT, reading_ids, steer_span
 
 LABELS_FILE = "labels.json"
 MAX_LABELS_BYTES = 8 * 2**20
-SAYS_MARGIN = 2.0              # top read-out score over the second, in std of the scores (measured: docs/benchmarks.md)
+SAYS_MARGIN = 1.0              # top read-out score over the second, in std of the scores (measured: docs/benchmarks.md)
+SAYS_GAIN = 2.0                # nats: the least direct push on X's logit at strength 1 (measured: docs/benchmarks.md)
 CHECK_PROMPTS = ("The", "I think that", "It was a", "Here is the")
 MAX_QUERY = 80
 MAX_LABEL = 80
@@ -54,6 +60,7 @@ class FeatureLabel:
     says: str | None            # the token it says (decoded), None when no token dominates
     says_id: int | None
     margin: float               # (top - second) / std of its read-out scores
+    gain: float                 # nats: the direct push on the top token's logit at strength 1 over the average token
     tokens: tuple[str, ...]     # the tokens it fires hardest on in its top contexts, most often first
     domain: str | None          # where its top contexts come from ("stories", "mixed"), None if unrecorded
     check: bool | None          # the steering check of a "says" label; None otherwise
@@ -74,6 +81,7 @@ class FeatureLabel:
 class FeatureLabels:
     features: tuple[FeatureLabel, ...]
     says_margin: float
+    says_gain: float
     prompts: tuple[str, ...]
 
     def label(self, feature: int) -> str:
@@ -100,12 +108,12 @@ def piece(tokenizer, token: int) -> str:
 
 @torch.no_grad()
 def read_out_scores(lm, sae, chunk: int = 256):
-    """(top id, top score margin in std) per feature: W_dec[f] times the final norm's gain
-    (centred for LayerNorm) times the unembedding, over the tokenizer's vocabulary."""
+    """(top id, top score margin in std, top score over the mean) per feature: W_dec[f] times the
+    final norm's gain (centred for LayerNorm) times the unembedding, over the tokenizer's vocabulary."""
     model = lm.model
     n_vocab = min(lm.tokenizer.vocab_size, lm.config.vocab_size)
     w_u = model.unembed.weight.float()[:n_vocab]                         # (V, D)
-    ids, margins = [], []
+    ids, margins, lifts = [], [], []
     for a in range(0, sae.cfg.n_features, chunk):
         d = sae.W_dec[a:a + chunk].float().to(w_u.device)                 # (c, D)
         if model.ln_final is not None:
@@ -116,7 +124,19 @@ def read_out_scores(lm, sae, chunk: int = 256):
         top = s.topk(2, dim=-1)
         ids.append(top.indices[:, 0].cpu())
         margins.append(((top.values[:, 0] - top.values[:, 1]) / s.std(-1)).cpu())
-    return torch.cat(ids), torch.cat(margins)
+        lifts.append((top.values[:, 0] - s.mean(-1)).cpu())
+    return torch.cat(ids), torch.cat(margins), torch.cat(lifts)
+
+
+@torch.no_grad()
+def final_rms(lm) -> float:
+    """The median RMS of the stream leaving the last block on steering.NEUTRAL_TEXT (its own
+    tokens, never the sink), centred for LayerNorm: what the final norm divides a stream by."""
+    ids, read = reading_ids(lm, NEUTRAL_TEXT, "neutral", cut=True)
+    x = stream_at(lm.model, torch.tensor([ids], device=lm.device), lm.config.n_layer)[0, read].float()
+    if lm.model.ln_final is not None and lm.model.ln_final.kind == "layernorm":
+        x = x - x.mean(-1, keepdim=True)
+    return float(x.pow(2).mean(-1).sqrt().median())
 
 
 def _peak_tokens(fs, f: int) -> tuple[list[int], list[int]]:
@@ -141,18 +161,20 @@ def _where_label(tokens: list[str], counts: list[int], n: int, domain: str | Non
     return (where + (f" ({domain})" if domain else ""))[:MAX_LABEL]
 
 
-def compute_labels(lm, fs, says_margin: float = SAYS_MARGIN, domains: list[str] | None = None) -> FeatureLabels:
+def compute_labels(lm, fs, says_margin: float = SAYS_MARGIN, says_gain: float = SAYS_GAIN,
+                   domains: list[str] | None = None) -> FeatureLabels:
     """Every feature's label (no steering check yet: `steering_check` adds it). `domains` names
     the feature data's ctx_domain indices (the card's "domains")."""
     tok, names = lm.tokenizer, list(domains or fs.card.get("domains") or [])
-    top_ids, margins = read_out_scores(lm, fs.sae)
+    top_ids, margins, lifts = read_out_scores(lm, fs.sae)
+    gains = fs.data["hist_max"].float() * lifts / final_rms(lm)
     out = []
     for f in range(fs.sae.cfg.n_features):
         peaks, doms = _peak_tokens(fs, f)
         counted = Counter(peaks).most_common()
         tokens = tuple(piece(tok, t) for t, _ in counted)
-        domain, margin = _domain(doms, names), float(margins[f])
-        says_id = int(top_ids[f]) if margin >= says_margin else None
+        domain, margin, gain = _domain(doms, names), float(margins[f]), float(gains[f])
+        says_id = int(top_ids[f]) if margin >= says_margin and gain >= says_gain else None
         says = piece(tok, says_id) if says_id is not None else None
         if says is not None:
             label = f"says {says}"[:MAX_LABEL]
@@ -160,8 +182,8 @@ def compute_labels(lm, fs, says_margin: float = SAYS_MARGIN, domains: list[str] 
             label = "dead (never fired on held-out text)"
         else:
             label = _where_label(list(tokens), [c for _, c in counted], len(peaks), domain)
-        out.append(FeatureLabel(label, says, says_id, margin, tokens[:8], domain, None))
-    return FeatureLabels(tuple(out), float(says_margin), CHECK_PROMPTS)
+        out.append(FeatureLabel(label, says, says_id, margin, gain, tokens[:8], domain, None))
+    return FeatureLabels(tuple(out), float(says_margin), float(says_gain), CHECK_PROMPTS)
 
 
 @torch.no_grad()
@@ -183,14 +205,14 @@ def steering_check(lm, labels: FeatureLabels, vector, rows: int = 64) -> Feature
             for f, ok in zip(part, up.tolist()):
                 passed[f] = passed[f] and ok
     feats = tuple(FeatureLabel(**{**lab.__dict__, "check": passed.get(f)}) for f, lab in enumerate(labels.features))
-    return FeatureLabels(feats, labels.says_margin, labels.prompts)
+    return FeatureLabels(feats, labels.says_margin, labels.says_gain, labels.prompts)
 
 
 def labels_json(labels: FeatureLabels) -> dict:
     passed, checked = labels.check_share()
-    return {"says_margin": labels.says_margin, "prompts": list(labels.prompts),
+    return {"says_margin": labels.says_margin, "says_gain": labels.says_gain, "prompts": list(labels.prompts),
             "check": {"passed": passed, "checked": checked, "share": passed / checked if checked else None},
-            "features": [{**lab.__dict__, "margin": round(lab.margin, 3), "tokens": list(lab.tokens)}
+            "features": [{**lab.__dict__, "margin": round(lab.margin, 3), "gain": round(lab.gain, 3), "tokens": list(lab.tokens)}
                          for lab in labels.features]}
 
 
@@ -199,7 +221,7 @@ def save_labels(labels: FeatureLabels, folder: Path | str) -> None:
 
 
 def _label(d: dict, n_vocab: int) -> FeatureLabel:
-    want = {"label", "says", "says_id", "margin", "tokens", "domain", "check"}
+    want = {"label", "says", "says_id", "margin", "gain", "tokens", "domain", "check"}
     if not isinstance(d, dict) or set(d) != want:
         raise ValueError(f"each feature's entry needs exactly the keys {sorted(want)}")
     strings = [d["label"], *d["tokens"]] if isinstance(d["tokens"], list) else None
@@ -211,9 +233,10 @@ def _label(d: dict, n_vocab: int) -> FeatureLabel:
     if d["says_id"] is not None:
         check_int("says_id", d["says_id"], 0, n_vocab - 1)
     if (d["says"] is None) != (d["says_id"] is None) or not isinstance(d["check"], (bool, type(None))) \
-            or isinstance(d["margin"], bool) or not isinstance(d["margin"], (int, float)):
-        raise ValueError("says and says_id come together; check is true, false or null; margin a number")
-    return FeatureLabel(d["label"], d["says"], d["says_id"], float(d["margin"]), tuple(d["tokens"]), d["domain"], d["check"])
+            or any(isinstance(d[k], bool) or not isinstance(d[k], (int, float)) for k in ("margin", "gain")):
+        raise ValueError("says and says_id come together; check is true, false or null; margin and gain numbers")
+    return FeatureLabel(d["label"], d["says"], d["says_id"], float(d["margin"]), float(d["gain"]), tuple(d["tokens"]),
+                        d["domain"], d["check"])
 
 
 def read_labels(folder: Path | str, n_features: int, n_vocab: int) -> FeatureLabels | None:
@@ -228,7 +251,8 @@ def read_labels(folder: Path | str, n_features: int, n_vocab: int) -> FeatureLab
         prompts = data.get("prompts")
         if not isinstance(prompts, list) or not all(isinstance(p, str) and len(p) <= MAX_QUERY for p in prompts):
             raise ValueError("prompts: a list of short strings")
-        margin = data.get("says_margin")
-        if isinstance(margin, bool) or not isinstance(margin, (int, float)):
-            raise ValueError("says_margin: a number")
-        return FeatureLabels(tuple(_label(d, n_vocab) for d in data["features"]), float(margin), tuple(prompts))
+        rule = [data.get("says_margin"), data.get("says_gain")]
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in rule):
+            raise ValueError("says_margin and says_gain: numbers")
+        return FeatureLabels(tuple(_label(d, n_vocab) for d in data["features"]), float(rule[0]), float(rule[1]),
+                             tuple(prompts))
