@@ -8,7 +8,7 @@ from tfm.analysis.features import DENSE_SHARE, opening_feature
 from tfm.core.plain import escape_markdown
 from tfm.viz import features as feature_figs
 from tfm.viz import steer as steer_figs
-from ui import charts, examples, links, sidebar
+from ui import charts, examples, feature_search as search, links, sidebar
 from ui.run import current_run
 from ui.text import message, plain
 
@@ -29,16 +29,19 @@ st.caption(f"A TopK sparse autoencoder rewrites the residual stream entering blo
            f"{cfg.k} of {cfg.n_features} features per token. On held-out text: L0 {m['l0']:.1f}, "
            f"{100 * m['dead_share']:.1f}% dead features, variance unexplained {m['fvu']:.3f}, "
            f"CE loss recovered {100 * m['ce_recovered']:.1f}% (next-token loss {m['ce_clean']:.3f} clean, "
-           f"{m['ce_recon']:.3f} with the reconstruction spliced in, {m['ce_zero']:.3f} with the stream zeroed).")
+           f"{m['ce_recon']:.3f} with the reconstruction spliced in, {m['ce_zero']:.3f} with the stream zeroed)."
+           + search.domain_note(feature_set.card))
 
 tf = run.sae_features(PER_TOKEN)
 st.subheader("Features on each token")
 if feature_set.skip:
     st.caption(f"The first {feature_set.skip} position(s) are left out: this model writes a huge-norm 'attention "
                "sink' there, which the SAE was not trained on.")
-st.dataframe(feature_figs.token_table(run.labels, tf.features, tf.acts), hide_index=True,
+names = feature_set.label if feature_set.labels is not None else None
+st.dataframe(feature_figs.token_table(run.labels, tf.features, tf.acts, names), hide_index=True,
              height=min(400, 36 * len(run.ids) + 40), key="features.table")
 
+search.render(feature_set)
 links.url_init("features.feature", "feature", int, bounds=(0, cfg.n_features - 1))
 chosen, opening = ss.get("features.feature"), opening_feature(feature_set, run.trace)  # the strongest not-dense
 if not isinstance(chosen, int) or not 0 <= chosen < cfg.n_features:                      # one on the last token
@@ -57,15 +60,18 @@ elif freq > DENSE_SHARE:
     st.caption(f"Feature {feature} fires on {freq:.1%} of held-out tokens, a dense feature: it says little about "
                "any one token. The page opens on the strongest feature of the last token that fires on at most "
                f"{DENSE_SHARE:.0%} of them.")
-charts.show(feature_figs.along_prompt(run.labels, acts, feature), key="features.along")
+label = feature_set.label(feature)
+charts.show(feature_figs.along_prompt(run.labels, acts, feature, label), key="features.along")
 
 st.subheader(f"Feature {feature}: top-activating held-out contexts")
+if label:
+    st.markdown(f"**Label:** {plain(label)}" + search.check_note(feature_set, feature))
 contexts = feature_set.contexts(feature)
 if contexts:
     shown = [([tok.decode([i]) for i in ids], a) for ids, a in contexts]
     st.markdown(feature_figs.contexts_html(shown), unsafe_allow_html=True)
     st.caption("Orange: how strongly the feature fires on each token (hover for the number); from "
-               f"{feature_set.card['eval_file'].rsplit('/', 1)[-1]}, never seen in training.")
+               f"{plain(search.held_out(feature_set))}, never seen in training.")
 else:
     st.info("No held-out context made it fire.")
 

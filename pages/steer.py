@@ -84,7 +84,8 @@ try:
         feature = st.number_input(f"Feature (0..{n_features - 1}; the SAE reads layer {feature_set.layer})", 0,
                                   n_features - 1, key="steer.feature")
         direction = run.feature_direction(int(feature))
-        st.caption("Strength 1 adds the feature's decoder direction as strongly as it ever fired on held-out text.")
+        st.caption(f"{shown(feature_set.named(int(feature)), 120)}. Strength 1 adds the feature's decoder direction "
+                   "as strongly as it ever fired on held-out text.")
     vec = direction.vector
 except ValueError as e:
     st.error(message(e))

@@ -179,12 +179,13 @@ def feature_panel(run, attr, pos: int) -> dict:
     """At the SAE's layer: each active feature's direct share of the explained logit, with the
     SAE's error, its bias, the later blocks and the final norm's bias as their own bars."""
     try:
-        run.sae()
+        fs = run.sae()
     except ValueError as e:   # no SAE ships for this model
         st.info(message(e))
         return {}
     feature_attr = run.feature_attribution(pos, attr.token, attr.versus)
     names, values, layer = *feature_attr.parts(), feature_attr.layer
+    names[:len(feature_attr.features)] = [fs.named(int(f)) for f in feature_attr.features]   # with labels
     st.caption(f"The stream entering block {layer} is what the SAE rewrites as features. Each feature's bar is its "
                "activation × its decoder direction, read through the final norm frozen as above; what the SAE "
                "misses (error), its bias, and everything blocks after it wrote are bars too, so all bars add up to "

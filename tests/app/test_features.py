@@ -37,12 +37,17 @@ def test_features_page_numbers_equal_the_engine():
     table = at.dataframe[0].value
     top = acts.topk(5, dim=-1)
     for pos in (0, len(ids) - 1):
-        want = ", ".join(f"{f} ({v:.2f})" for f, v in zip(top.indices[pos].tolist(), top.values[pos].tolist()) if v > 0)
+        want = "; ".join(f"{f} ({v:.2f}) {fs.labels.features[f].label}"          # each id with its label
+                         for f, v in zip(top.indices[pos].tolist(), top.values[pos].tolist()) if v > 0)
         assert table["top features (activation)"][pos] == want
     feature = int(top.indices[-1, 0])
     at.number_input(key="features.feature").set_value(feature)
     _ok(at)
-    along = chart_by_title(at, f"Feature {feature} on each token")["data"][0]
+    along_fig = chart_by_title(at, f"Feature {feature} on each token")
+    assert fs.labels.features[feature].label in along_fig["layout"]["title"]["text"].replace("&#x27;", "'")
+    assert any(as_shown(m.value) == f"**Label:** {fs.labels.features[feature].label}" for m in at.markdown
+               if m.value.startswith("**Label"))
+    along = along_fig["data"][0]
     np.testing.assert_allclose(decode(along["y"]), acts[:, feature].numpy(), rtol=1e-5, atol=1e-6)
     up, up_s, down, down_s = steering.read_out(lm, fs.sae.W_dec[feature], 8)
     bars = chart_by_title(at, "decoder direction")["data"][0]
@@ -69,6 +74,8 @@ def test_why_features_tab_adds_up_to_the_logit():
     order = np.argsort(-np.abs(shown), kind="stable")[::-1]
     np.testing.assert_allclose(np.sort(decode(bars["x"])), np.sort(shown[order]), rtol=1e-5, atol=1e-7)
     assert {"SAE error", "SAE bias", "final norm bias"} <= set(bars["y"])
+    labelled = {f"feature {int(f)}: {fs.labels.features[int(f)].label}" for f in fa.features}   # ids with labels
+    assert {y for y in bars["y"] if y.startswith("feature")} <= labelled and len(set(bars["y"]) & labelled) >= 10
 
 
 def test_model_without_sae_gets_one_message():
@@ -129,3 +136,24 @@ def test_a_link_feature_out_of_range_is_ignored_as_text_is():
         assert at.number_input(key="features.feature").value == opened
     at = _link("1535")                                   # the last feature is in range: opened, no word
     assert not at.warning and at.number_input(key="features.feature").value == 1535
+
+
+def test_search_finds_a_feature_by_the_token_it_says_and_opens_it():
+    lm, _, fs = _engine()
+    says = next(f for f, lab in enumerate(fs.labels.features) if lab.says_id is not None
+                and lm.tokenizer.decode([lab.says_id]).strip().isalpha())
+    word = lm.tokenizer.decode([fs.labels.features[says].says_id]).strip()
+    at = open_page("features", PROMPT)
+    at.text_input(key="features.search").set_value(word)
+    _ok(at)
+    found = next(d.value for d in at.dataframe if "label" in d.value.columns)        # the matches' table
+    assert found["feature"].tolist() == fs.labels.search(word, 50) and says in found["feature"].tolist()
+    assert found["label"].tolist() == [fs.labels.features[f].label for f in found["feature"]]
+    assert found["feature"].tolist()[0] == says or fs.labels.features[found["feature"].tolist()[0]].says_id is not None
+    at.selectbox(key="features.match").set_value(says)
+    at.button(key="features.open").click()
+    _ok(at)
+    assert at.number_input(key="features.feature").value == says
+    at.text_input(key="features.search").set_value("zzzz-no-such-token")
+    _ok(at)
+    assert any("No feature's label or top tokens match" in i.value for i in at.info)

@@ -15,7 +15,7 @@ from tfm.generation.generate import prepare_prompt
 from tfm.core.plain import escape_markdown
 from ui import models
 
-from tests.app.conftest import chart_by_title, decode, open_page, use_random
+from tests.app.conftest import as_shown, chart_by_title, decode, open_page, use_random
 
 PAGE = Path(__file__).resolve().parents[2] / "pages" / "steer.py"
 
@@ -118,6 +118,7 @@ def test_feature_source_uses_the_shipped_sae():
     up, up_s, down, down_s = steering.read_out(lm, vec.vector, 10)
     bars = chart_by_title(at, "read through the unembedding")["data"][0]
     np.testing.assert_allclose(decode(bars["x"]), down_s[::-1] + up_s[::-1], rtol=1e-5)
+    assert any(as_shown(c.value).startswith(f"feature 5: {fs.labels.features[5].label}. ") for c in at.caption)
 
 
 def test_bad_input_one_message():

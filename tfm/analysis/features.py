@@ -18,6 +18,7 @@ from ..core.files import reading
 from ..core.validate import check_int
 from ..loaders.loading import ASSETS
 from .attribution import _f64, _prepare, direction
+from .feature_labels import FeatureLabels, read_labels
 from .sae import FEATURES_FILE, SAE, load_feature_data, load_sae
 from .steering import SteeringVector, feature_vector
 
@@ -38,6 +39,16 @@ class FeatureSet:
     sae: SAE
     card: dict
     data: dict[str, torch.Tensor]
+    labels: FeatureLabels | None = None     # labels.json (tfm.analysis.feature_labels), when it ships
+
+    def label(self, feature: int) -> str:
+        """The feature's short label, "" when this SAE ships none."""
+        return self.labels.label(self.check_feature(feature)) if self.labels is not None else ""
+
+    def named(self, feature: int) -> str:
+        """"feature 12: says ' Paris'" (just "feature 12" without labels): wherever an id is shown."""
+        label = self.label(feature)
+        return f"feature {feature}: {label}" if label else f"feature {feature}"
 
     @property
     def layer(self) -> int:
@@ -78,7 +89,8 @@ def load_features(folder: Path | str, lm) -> FeatureSet:
         if any(data[k].dim() != n or data[k].shape[0] != f for k, n in shapes.items()) \
                 or data["ctx_acts"].shape != data["ctx_ids"].shape:
             raise ValueError(f"{FEATURES_FILE} does not match the SAE's {f} features")
-    return FeatureSet(sae, card, data)
+    labels = read_labels(folder, f, min(lm.tokenizer.vocab_size, lm.config.vocab_size))
+    return FeatureSet(sae, card, data, labels)
 
 
 def _stream(trace, layer: int) -> torch.Tensor:

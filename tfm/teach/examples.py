@@ -276,7 +276,7 @@ def firing_features(lm, fs: FeatureSet | None, should_stop: cancel.ShouldStop = 
         freq = float(fs.data["freq"][feature])
         ex = Example("features", text, {"feature": feature, "position": position},
                      f"feature {feature} on {piece!r} ({share:.0%} of its top)",
-                     f"Feature {feature} fires {act:.2f} on {piece!r} (position {position}), {share:.0%} of its "
+                     f"F{fs.named(feature)[1:]} fires {act:.2f} on {piece!r} (position {position}), {share:.0%} of its "
                      f"strongest held-out activation; it fires on {freq:.1%} of held-out tokens.", share)
         found.append((ex, share >= FEATURE_MIN))
     return _offer("features", found, lambda e: -e.score,

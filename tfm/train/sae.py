@@ -27,8 +27,9 @@ import torch
 from ..analysis.sae import SAE, SAEConfig, save_sae, stream_at
 from ..loaders.loading import load
 from .data import encode_text, read_text
-from .sae_eval import card_markdown, feature_data, metrics
-from .topk import mean_square_scale, train_topk, unit_rows
+from .mix import describe, domain_ids
+from .sae_eval import add_sums, card_markdown, feature_data, finish, metric_sums, metrics
+from .topk import train_topk, unit_rows
 
 def _args(argv) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tfm.train.sae", description=__doc__.split("\n\n")[0])
@@ -38,10 +39,11 @@ def _args(argv) -> argparse.Namespace:
     t.add_argument("--layer", type=int, required=True, help="the block whose input stream (resid_pre) is read")
     t.add_argument("--features", type=int, default=1536)
     t.add_argument("--k", type=int, default=32)
-    t.add_argument("--data", nargs="+", required=True, help="training text files (.txt or .txt.gz)")
-    t.add_argument("--eval-file", required=True, help="held-out text for the card's metrics and contexts")
+    t.add_argument("--data", nargs="+", help="training text files (.txt or .txt.gz); or --mix")
+    t.add_argument("--eval-file", help="held-out text for the card's metrics and contexts; or --mix")
+    t.add_argument("--mix", help="a corpus folder: train on tfm.train.mix's domains, measure each held-out domain")
     t.add_argument("--max-tokens", type=int, default=1_000_000, help="training tokens read (activations kept)")
-    t.add_argument("--eval-tokens", type=int, default=65_536)
+    t.add_argument("--eval-tokens", type=int, default=65_536, help="held-out tokens (with --mix: shared equally)")
     t.add_argument("--ctx", type=int, default=128, help="window length the model reads")
     t.add_argument("--epochs", type=float, default=2.0, help="passes over the stored activations")
     t.add_argument("--batch", type=int, default=1024)
@@ -52,7 +54,10 @@ def _args(argv) -> argparse.Namespace:
                    help="leave out each window's first position (a huge-norm attention sink in many real models)")
     t.add_argument("--name", default="", help="what the card calls the model (default: the spec)")
     t.add_argument("--out", required=True)
-    return p.parse_args(argv)
+    a = p.parse_args(argv)
+    if bool(a.mix) == bool(a.data or a.eval_file) or not (a.mix or (a.data and a.eval_file)):
+        p.error("give either --mix CORPUS or both --data and --eval-file")
+    return a
 
 
 def token_ids(lm, files, limit: int) -> np.ndarray:
@@ -95,6 +100,35 @@ def fold_scale(sae: SAE, scale: float) -> None:
         sae.b_dec *= scale
 
 
+def _train_x(lm, a, skip: int) -> torch.Tensor:
+    """The training activations: of the files, or of each mix domain in turn (no window crosses two)."""
+    if not a.mix:
+        return activations(lm, token_ids(lm, a.data, a.max_tokens), a.layer, a.ctx, skip)
+    parts = domain_ids(lm.tokenizer, Path(a.mix), "train", math.ceil(a.max_tokens / 4))
+    return torch.cat([activations(lm, ids, a.layer, a.ctx, skip) for ids in parts.values()])
+
+
+def _evaluate(lm, sae: SAE, a, skip: int) -> tuple[dict, dict]:
+    """(card fields about the held-out text, its metrics); with --mix, per domain and overall,
+    and the feature data's contexts drawn from every domain."""
+    if not a.mix:
+        eval_ids = token_ids(lm, [a.eval_file], a.eval_tokens)
+        measured = metrics(lm, sae, eval_ids, a.ctx, skip)
+        feature_data(lm, sae, eval_ids, a.ctx, Path(a.out), skip)
+        return {"data": [str(f) for f in a.data], "eval_file": str(a.eval_file), "eval_tokens": measured.pop("tokens")}, measured
+    parts = domain_ids(lm.tokenizer, Path(a.mix), "heldout", math.ceil(a.eval_tokens / 4))
+    sums = {d: metric_sums(lm, sae, ids, a.ctx, skip) for d, ids in parts.items()}
+    per = {d: finish(s) for d, s in sums.items()}
+    measured = finish(add_sums(list(sums.values())))
+    cut = {d: ids[: len(ids) // a.ctx * a.ctx] for d, ids in parts.items()}
+    row_domain = torch.cat([torch.full((len(ids) // a.ctx,), i) for i, ids in enumerate(cut.values())])
+    feature_data(lm, sae, np.concatenate(list(cut.values())), a.ctx, Path(a.out), skip, row_domain)
+    fields = {"data": describe("train"), "eval_file": "held-out mix: " + ", ".join(parts),
+              "eval": describe("heldout"), "domains": list(parts), "eval_tokens": measured.pop("tokens"),
+              "domain_metrics": per}
+    return fields, measured
+
+
 def run_train(a: argparse.Namespace, command: str) -> dict:
     torch.set_num_threads(a.threads)
     t_start, gen = time.perf_counter(), torch.Generator().manual_seed(a.seed)
@@ -103,25 +137,27 @@ def run_train(a: argparse.Namespace, command: str) -> dict:
     if not 0 <= a.layer < lm.config.n_layer:
         raise ValueError(f"--layer {a.layer}: the model has layers 0..{lm.config.n_layer - 1}")
     skip = int(a.skip_first)
-    x = activations(lm, token_ids(lm, a.data, a.max_tokens), a.layer, a.ctx, skip)
+    x = _train_x(lm, a, skip)
     n_train = int(x.shape[0])
     t_act = time.perf_counter() - t_start
-    scale = mean_square_scale(x)
-    sae = init_sae(cfg, x / scale, gen)
+    sample = x[:: max(1, n_train // 65536)]           # spread over the data: a mix is stored domain by domain
+    scale = float(sample.float().pow(2).sum(-1).mean().div(cfg.d_model).sqrt())
+    sae = init_sae(cfg, sample / scale, gen)
     stats = train_topk(sae, x, x, (scale, scale), a.epochs, a.batch, a.lr, gen)
     del x
     fold_scale(sae, scale)
     sae.eval().requires_grad_(False)
-    eval_ids = token_ids(lm, [a.eval_file], a.eval_tokens)
-    measured = metrics(lm, sae, eval_ids, a.ctx, skip)
+    with torch.no_grad():           # measured as shipped: sae.safetensors is fp16
+        for p in sae.parameters():
+            p.copy_(p.half().float())
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    fields, measured = _evaluate(lm, sae, a, skip)
     card = {"command": command, "model": a.name or a.model, "layer": a.layer, "point": "resid_pre",
-            "skipped_first_positions": skip,
-            "data": [str(f) for f in a.data], "eval_file": str(a.eval_file), "eval_tokens": measured.pop("tokens"),
+            "skipped_first_positions": skip, **fields,
             "train_tokens": n_train, "epochs": a.epochs, "input_scale": scale, **stats,
             "activations_s": round(t_act, 1), "wall_time_s": round(time.perf_counter() - t_start, 1),
             "threads": a.threads, "metrics": measured}
     save_sae(sae, a.out, card, card_markdown(card))
-    feature_data(lm, sae, eval_ids, a.ctx, Path(a.out), skip)
     return card
 
 

@@ -27,9 +27,8 @@ def _ce(model, rows: torch.Tensor, edits=None) -> float:
 
 
 @torch.no_grad()
-def metrics(lm, sae: SAE, ids: np.ndarray, ctx: int, skip: int = 0, rows: int = 8) -> dict:
-    """L0, dead share, FVU and CE clean / with the reconstruction / with the stream zeroed,
-    leaving each window's first `skip` positions as they are (and out of the statistics)."""
+def metric_sums(lm, sae: SAE, ids: np.ndarray, ctx: int, skip: int = 0, rows: int = 8) -> dict:
+    """The running sums `finish` turns into metrics (sums of several texts add up)."""
     model, layer, name = lm.model, sae.cfg.layer, f"blocks.{sae.cfg.layer}.resid_pre"
     wins = _windows(ids, ctx)
     fired = torch.zeros(sae.cfg.n_features, dtype=torch.bool)
@@ -48,11 +47,29 @@ def metrics(lm, sae: SAE, ids: np.ndarray, ctx: int, skip: int = 0, rows: int = 
         sums["clean"] += _ce(model, b) * len(b)
         sums["recon"] += _ce(model, b, [E.Patch(name, x_hat[r], row=r) for r in range(len(b))]) * len(b)
         sums["zero"] += _ce(model, b, [E.Patch(name, zero[r], row=r) for r in range(len(b))]) * len(b)
-    n_rows, n_tok = len(wins), len(wins) * (ctx - skip)
+    return {**sums, "fired": fired, "rows": len(wins), "tokens": len(wins) * (ctx - skip)}
+
+
+def add_sums(parts: list[dict]) -> dict:
+    """Several texts' sums as one (fired: any of them)."""
+    out = {k: sum(p[k] for p in parts) for k in parts[0] if k != "fired"}
+    out["fired"] = torch.stack([p["fired"] for p in parts]).any(0)
+    return out
+
+
+def finish(sums: dict) -> dict:
+    """L0, dead share, FVU, CE clean / with the reconstruction / with the stream zeroed, CE recovered."""
+    n_rows, n_tok = sums["rows"], sums["tokens"]
     ce = {k: sums[k] / n_rows for k in ("clean", "recon", "zero")}
-    return {"tokens": n_tok, "l0": sums["l0"] / n_tok, "dead_share": float((~fired).float().mean()),
+    return {"tokens": n_tok, "l0": sums["l0"] / n_tok, "dead_share": float((~sums["fired"]).float().mean()),
             "fvu": sums["err"] / sums["var"], "ce_clean": ce["clean"], "ce_recon": ce["recon"],
             "ce_zero": ce["zero"], "ce_recovered": (ce["zero"] - ce["recon"]) / (ce["zero"] - ce["clean"])}
+
+
+def metrics(lm, sae: SAE, ids: np.ndarray, ctx: int, skip: int = 0, rows: int = 8) -> dict:
+    """L0, dead share, FVU and CE clean / with the reconstruction / with the stream zeroed,
+    leaving each window's first `skip` positions as they are (and out of the statistics)."""
+    return finish(metric_sums(lm, sae, ids, ctx, skip, rows))
 
 
 @torch.no_grad()
@@ -69,9 +86,11 @@ def _sparse_acts(lm, sae: SAE, ids: np.ndarray, ctx: int, skip: int = 0):
     return wins.flatten(), torch.cat(vals), torch.cat(idx)
 
 
-def feature_data(lm, sae: SAE, ids: np.ndarray, ctx: int, folder: Path, skip: int = 0) -> None:
+def feature_data(lm, sae: SAE, ids: np.ndarray, ctx: int, folder: Path, skip: int = 0,
+                 row_domain: torch.Tensor | None = None) -> None:
     """features.safetensors: top contexts (ids and the feature's activation along each),
-    activation histograms over [0, max], firing rates; see tfm.analysis.sae."""
+    activation histograms over [0, max], firing rates; see tfm.analysis.sae. With `row_domain`
+    (each window's domain index, windows of `ctx` never crossing domains) also ctx_domain (F, n)."""
     toks, vals, idx = _sparse_acts(lm, sae, ids, ctx, skip)
     n, f = toks.shape[0], sae.cfg.n_features
     flat_f, flat_v = idx.flatten(), vals.flatten()
@@ -96,9 +115,11 @@ def feature_data(lm, sae: SAE, ids: np.ndarray, ctx: int, folder: Path, skip: in
     hist_max = torch.zeros(f).scatter_reduce_(0, flat_f, flat_v, "amax")
     bins = (flat_v / hist_max[flat_f].clamp_min(1e-12) * BINS).long().clamp(0, BINS - 1)
     hist = torch.bincount(flat_f * BINS + bins, minlength=f * BINS).view(f, BINS)
-    save_file({"ctx_ids": ctx_ids.contiguous(), "ctx_acts": ctx_acts.half().contiguous(),
-               "hist": hist.to(torch.int32), "hist_max": hist_max.float(),
-               "freq": (counts.float() / n)}, folder / FEATURES_FILE)
+    out = {"ctx_ids": ctx_ids.contiguous(), "ctx_acts": ctx_acts.half().contiguous(),
+           "hist": hist.to(torch.int32), "hist_max": hist_max.float(), "freq": (counts.float() / n)}
+    if row_domain is not None:
+        out["ctx_domain"] = torch.where(dense_top >= 0, row_domain[dense_top.clamp_min(0) // ctx], -1).to(torch.int8)
+    save_file(out, folder / FEATURES_FILE)
 
 
 def card_markdown(card: dict) -> str:
@@ -120,4 +141,16 @@ def card_markdown(card: dict) -> str:
              f"| CE loss clean / reconstruction / stream zeroed | {m['ce_clean']:.4f} / {m['ce_recon']:.4f} / "
              f"{m['ce_zero']:.4f} |",
              f"| CE loss recovered (zero - recon) / (zero - clean) | {100 * m['ce_recovered']:.2f}% |", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + _domain_lines(card.get("domain_metrics", {})))
+
+
+def _domain_lines(per: dict) -> list[str]:
+    """One row per held-out domain (a --mix card)."""
+    if not per:
+        return []
+    lines = ["Per held-out domain:", "", "| domain | tokens | L0 | dead | FVU | CE clean / recon / zero | CE recovered |",
+             "|---|---|---|---|---|---|---|"]
+    for d, m in per.items():
+        lines.append(f"| {d} | {m['tokens']:,} | {m['l0']:.1f} | {100 * m['dead_share']:.1f}% | {m['fvu']:.4f} | "
+                     f"{m['ce_clean']:.3f} / {m['ce_recon']:.3f} / {m['ce_zero']:.3f} | {100 * m['ce_recovered']:.2f}% |")
+    return lines + [""]

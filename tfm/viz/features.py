@@ -11,20 +11,28 @@ from .attention import plotly_text
 from .why import POS_COLOUR
 
 
-def token_table(labels: list[str], features, acts) -> pd.DataFrame:
-    """One row per token: its top features as "id (activation)", strongest first."""
+def token_table(labels: list[str], features, acts, names=None) -> pd.DataFrame:
+    """One row per token: its top features as "id (activation)", strongest first, each followed
+    by its label (`names(feature)`, e.g. "says ' Paris'") when the SAE ships labels."""
     rows = []
     for pos, (fs, vs) in enumerate(zip(features.tolist(), acts.tolist())):
-        fired = [f"{f} ({v:.2f})" for f, v in zip(fs, vs) if v > 0]
-        rows.append({"position": pos, "token": labels[pos], "top features (activation)": ", ".join(fired) or "—"})
+        fired = [f"{f} ({v:.2f})" + (f" {names(f)}" if names is not None else "") for f, v in zip(fs, vs) if v > 0]
+        rows.append({"position": pos, "token": labels[pos],
+                     "top features (activation)": ("; " if names is not None else ", ").join(fired) or "—"})
     return pd.DataFrame(rows)
 
 
-def along_prompt(labels: list[str], acts: list[float], feature: int) -> go.Figure:
-    """One feature's activation on every token of the prompt."""
+def search_table(features: list[int], labels: list[str], freq: list[float]) -> pd.DataFrame:
+    """The Features page's search results: id, label, share of held-out tokens it fires on."""
+    return pd.DataFrame({"feature": features, "label": labels, "fires on": [f"{100 * q:.2f}%" for q in freq]})
+
+
+def along_prompt(labels: list[str], acts: list[float], feature: int, name: str = "") -> go.Figure:
+    """One feature's activation on every token of the prompt (`name`: its label, in the title)."""
     fig = go.Figure(go.Bar(x=[plotly_text(s) for s in labels], y=acts, marker_color=POS_COLOUR,
                            hovertemplate="%{x}: %{y:.4f}<extra></extra>"))
-    fig.update_layout(title=f"Feature {feature} on each token of the prompt", xaxis_title="token",
+    title = f"Feature {feature} on each token of the prompt" + (f"<br>{html.escape(name)}" if name else "")
+    fig.update_layout(title=title, xaxis_title="token",
                       yaxis_title="activation", height=340)
     return fig
 
