@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import base64
 import os
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import streamlit as st
+from streamlit.components.v2 import manifest_scanner
 from streamlit.testing.v1 import AppTest
 
 from ui import models, server
@@ -25,6 +27,11 @@ os.environ.setdefault("TFM_ROOMS_DB", os.path.join(tempfile.mkdtemp(prefix="tfm-
 
 # Models a test process keeps between tests, in bytes (SmolLM2 in float32 is ~0.54 GB; one worker per core).
 KEPT_MODEL_BYTES = 2 << 30
+
+# Every new AppTest scans the metadata of every installed package for Streamlit components (most of
+# a small page's first run: torch, transformers and ~200 more); the installed set is fixed for a test
+# run, so each test process scans once.
+manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
