@@ -1,6 +1,7 @@
 """AppTest helpers: run a page headless and read plotly charts back as numbers."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 
@@ -110,3 +111,28 @@ def fresh_caches():
     server.configure(None)
     yield
     server.configure(None)
+
+
+@pytest.fixture
+def experiments_once(monkeypatch):
+    """The Experiments page's computations (tfm.teach.experiments, fixed seeds) once per test and
+    arguments, each call given its own copy: a browser reruns only the section whose control moved
+    (a fragment), AppTest reruns every section, so a test moving one control recomputed the rest at
+    every step. For tests of the page's behaviour, never of the numbers (test_experiments_page.py)."""
+    from tfm.teach import experiments
+    for name in ("softmax_scaling", "residual_gradients", "norm_placement_depth", "norm_axes", "norm_timing",
+                 "mask_demo", "head_split_shapes"):
+        monkeypatch.setattr(experiments, name, _once(getattr(experiments, name)))
+
+
+def _once(fn):
+    done = {}
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        key = (args, tuple(sorted(kwargs.items())))
+        if key not in done:
+            done[key] = fn(*args, **kwargs)
+        return copy.deepcopy(done[key])
+    return wrapper
+
