@@ -16,5 +16,4 @@ fi
 # One torch thread per test process: faster when the machine is shared, same results.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # One test process per core (pytest-xdist): TFM_TEST_WORKERS=0 runs them in this process (a debugger).
-# --dist loadgroup: tests of one xdist_group (an expensive shared fixture) run in one process.
-exec .venv/bin/python -m pytest -n "${TFM_TEST_WORKERS:-auto}" --dist loadgroup "$@"
+exec .venv/bin/python -m pytest -n "${TFM_TEST_WORKERS:-auto}" "$@"

