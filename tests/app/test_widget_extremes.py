@@ -43,7 +43,7 @@ CELLS = [(page, kind) for page in PAGES for kind in ("bundled", "smollm2-gqa")
 
 
 @pytest.mark.parametrize(("page", "kind"), CELLS, ids=[f"{p}-{k}" for p, k in CELLS])
-def test_every_control_at_its_extremes(page, kind):
+def test_every_control_at_its_extremes(page, kind, experiments_once):
     at = open_cell(page, MODELS[kind], setup=PAGES[page].setup)
     assert not at.exception, [e.value for e in at.exception]
     moved, done = 0, set()
