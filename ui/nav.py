@@ -33,6 +33,8 @@ SECTIONS: dict[str, list[tuple[str, str, str]]] = {
          "which heads and MLPs wrote the prediction, and what happens when you switch them off or patch them"),
         ("features.py", "Features (SAE)",
          "what a sparse autoencoder finds on each token: features, their top examples, what they promote"),
+        ("attribution_graph.py", "Attribution graph",
+         "which transcoder features made the prediction and through what; switch them off in the real model"),
     ],
     "Generate": [
         ("next_token.py", "Next-token sampling", "temperature, top-k and top-p on the real next-token distribution"),

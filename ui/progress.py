@@ -32,3 +32,18 @@ def with_status(label: str, cached: bool, fn, *args, **kwargs):
         value = fn(*args, **kwargs)
     box.empty()
     return value
+
+
+def fraction_bar(label: str):
+    """A `(fraction, text)` callback (the attribution graph's `progress=`): a bar on the page that
+    disappears at 1; like `progress_bar`, silent once this run was asked to stop."""
+    box, stopped = st.empty(), stopping.page_stop()
+
+    def update(fraction: float, text: str = "") -> None:
+        if stopped is not None and stopped():
+            return
+        if fraction >= 1:
+            box.empty()
+        else:
+            box.progress(min(max(float(fraction), 0.0), 1.0), text=f"{label}: {text}" if text else label)
+    return update

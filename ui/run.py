@@ -136,8 +136,9 @@ class PromptRun(ModelRun):
         return self._ready("quant.effects", qtype, self.ids)
 
 
-def current_run(max_tokens: int | None = None) -> PromptRun:
-    """The traced prompt for the page, or a clear message and a stopped script."""
+def current_run(max_tokens: int | None = None, refuse_over: int | None = None) -> PromptRun:
+    """The traced prompt for the page, or a clear message and a stopped script. `refuse_over`: a
+    prompt of more tokens is refused with one message (nothing traced), not cut."""
     model = active_model()
     if model is None:
         st.stop()
@@ -147,6 +148,10 @@ def current_run(max_tokens: int | None = None) -> PromptRun:
         st.info("The prompt is empty: type some text in the sidebar's **Prompt** box.")
         st.stop()
     info = prepare_prompt(lm, text[:server.limits().max_prompt_chars], room=0, max_tokens=max_tokens)
+    if refuse_over is not None and info.original_length > refuse_over:
+        st.warning(f"The prompt has {info.original_length:,} tokens; this page takes at most {refuse_over:,}: "
+                   "shorten it in the sidebar.")
+        st.stop()
     if info.notice:
         st.warning(f"Prompt: {message(info.notice)}.")
     ids = info.ids

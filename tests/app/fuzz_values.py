@@ -28,7 +28,7 @@ TEXTS = ("hello world", "The cat sat", "🐱🐈‍⬛ cats 🎉", "数学 café
          "<img src=x onerror=alert(1)>", "**bold** _it_ `code`", "[link](https://example.com)", "# Heading",
          "$x^2$ :red[x] :smile:", "a\nb\tc", " ", "<|endoftext|>", "1e308", "-1", "www.example.com")
 # Text fields that refuse some texts with an error box (a token that is not one token, a folder).
-FREE_TEXT = ("why.token", "why.versus", "why.clean", "why.corrupt", "why.answer", "why.wrong", "steer.words",
+FREE_TEXT = ("why.token", "why.versus", "graph.token", "graph.versus", "why.clean", "why.corrupt", "why.answer", "why.wrong", "steer.words",
              "steer.pos", "steer.neg", "encdec.folder", "encdec.text")
 # Error boxes a page shows by design for a combination of values each control offers, on any model
 # (the lesson is the refusal: test_experiments_page.py's test_invalid_head_count_shows_an_error).
@@ -174,7 +174,7 @@ def control_value(kind: str, key: str, el, rng: random.Random, baseline: dict, s
         if key not in FREE_TEXT:
             return text(rng, el.max_chars or 0), LEGAL
         if rng.random() < 0.5:  # back to what the page offered, or one token of the prompt
-            tokenish = key in ("why.token", "why.versus", "steer.words")
+            tokenish = key in ("why.token", "why.versus", "graph.token", "graph.versus", "steer.words")
             return rng.choice([baseline.get(key, ""), *(s.pieces if tokenish else ())]), LEGAL
         return text(rng, el.max_chars or 0), FREE
     return rng.random() < 0.5, LEGAL

@@ -57,6 +57,8 @@ PAGES: dict[str, Page] = {
     "experiments": Page(views=(({}, 6),), model_free=True),
     # The real model and the bundled one ship an SAE; other models get an info saying so.
     "features": Page(views=(({}, 0),), example=3),
+    # Models without a shipped transcoder set get an info saying how to train one.
+    "attribution_graph": Page(views=(({}, 0),)),
     # Non-GGUF models get an info; GGUF kinds draw the stored block (quantizing is a button, not pressed).
     "quant": Page(views=(({}, 0),)),
     "steer": Page(views=(({"steer.source": "Prompt pair"}, 1),), setup={"steer.new": 3}),

@@ -1,0 +1,48 @@
+"""Attribution graph: which transcoder features made the model predict a token, and through what
+(layers up, positions across); open a feature, group features into supernodes, switch features off
+in the real model, download the graph."""
+import streamlit as st
+
+from tfm.analysis.graph import GraphSettings
+from ui import graph_panels, graph_run, sidebar
+from ui.run import current_run
+from ui.text import message
+
+SETTINGS = GraphSettings(max_tokens=64)   # graphs are for short prompts: each feature row is a backward pass
+
+sidebar.render()
+st.title("Attribution graph")
+st.caption("Each MLP is replaced by a transcoder (sparse features that read its input and write its output) plus "
+           "an error term; with attention patterns and norm scales frozen, the model is linear between feature "
+           "activations, so every edge below is one node's exact contribution to another's input.")
+run = current_run(refuse_over=SETTINGS.max_tokens)
+try:
+    target = graph_panels.pick_target(run.lm)
+except ValueError as e:
+    st.error(message(e))
+    st.stop()
+node_threshold, edge_threshold = graph_panels.thresholds()
+gr = graph_run.open_run(run, target, SETTINGS)
+if gr is None:
+    st.stop()
+try:
+    g = gr.graph()
+    pruned = gr.pruned(node_threshold, edge_threshold)
+    gf = gr.file(node_threshold, edge_threshold)
+except ValueError as e:
+    st.error(message(e))
+    st.stop()
+piece = run.lm.tokenizer.display_piece(g.target.token)
+if g.target.kind == "difference":
+    piece += " − " + run.lm.tokenizer.display_piece(g.target.versus)
+graph_panels.scores(g, pruned, piece)
+options = graph_panels.feature_options(g, gf)
+if not options:
+    st.info("No feature node holds enough influence to be kept: lower the node threshold.")
+    graph_panels.export(gf)
+    st.stop()
+supernodes = graph_panels.supernode_panel(g, run.labels, options)
+graph_panels.figure(gf, options, piece, supernodes)
+graph_panels.node_panel(gr, g, run.labels, options)
+graph_panels.intervention_panel(gr, g, run.labels, options, piece)
+graph_panels.export(gf)

@@ -1,0 +1,48 @@
+"""Attribution graph page in a real browser, on the bundled model and its shipped transcoders: the
+nodes the browser drew are the engine's pruned graph, and clicking a feature node opens it (the
+node picker and its details follow the click)."""
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import tfm
+from tfm.analysis import graph_view
+from tfm.analysis.graph import GraphSettings, attribution_graph
+from tfm.analysis.graph_prune import prune_graph
+from tfm.analysis.transcoder import load_transcoders
+from tfm.text.token_view import token_labels
+
+from tests.e2e.conftest import shot, wait_drawn, wait_idle, wait_rerun, watch_rerun
+
+PROMPT = "The cat sat on the mat. The cat"
+
+
+def test_clicking_a_feature_node_opens_it(page, app_url):
+    lm = tfm.load("default")
+    g = attribution_graph(lm, lm.tokenizer.prompt_ids(PROMPT),
+                          load_transcoders(graph_view.shipped_folder("default"), lm), settings=GraphSettings(max_tokens=64))
+    kept = set(prune_graph(g).nodes.nonzero().squeeze(1).tolist())
+    page.set_viewport_size({"width": 1400, "height": 1600})
+    page.goto(f"{app_url}/attribution_graph?prompt={quote(PROMPT)}")
+    wait_idle(page)
+    wait_drawn(page)
+    plot = page.locator('[data-testid="stPlotlyChart"] .js-plotly-plot').first
+    page.wait_for_function("el => !!el._fullData?.length", arg=plot.element_handle())
+    drawn = plot.evaluate("el => el._fullData.flatMap(d => d.customdata ? Array.from(d.customdata) : [])")
+    assert set(drawn) == kept
+    target = plot.evaluate("""el => { const t = el._fullData.find(d => d.name === 'feature');
+        const i = t.x.length - 1, xa = el._fullLayout.xaxis, ya = el._fullLayout.yaxis;
+        const r = el.querySelector('.nsewdrag').getBoundingClientRect();
+        return {id: t.customdata[i], x: r.left + xa.l2p(t.x[i]), y: r.top + ya.l2p(t.y[i])}; }""")
+    name = graph_view.node_name(g, target["id"], token_labels(lm.tokenizer, g.ids))
+    opened = page.get_by_text(f"{name} · activation")
+    assert opened.count() == 0                       # the page opened another feature first
+    watch_rerun(page)
+    page.mouse.click(target["x"], target["y"])
+    wait_rerun(page)
+    opened.wait_for(timeout=30_000)                  # its details, from the click alone
+    picker = page.locator('[data-testid="stMain"] [data-testid="stSelectbox"] input').first
+    assert name in (picker.get_attribute("aria-label") or "") + (picker.input_value() or "") + \
+        page.locator('[data-testid="stMain"] [data-testid="stSelectbox"]').first.inner_html()   # the picker follows
+    assert page.locator('[data-testid="stException"]').count() == 0
+    shot(page, "attribution_graph_click")

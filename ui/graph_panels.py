@@ -1,0 +1,184 @@
+"""Panels of the Attribution graph page: the target and thresholds, the figure (a click opens a
+node), one node's details, supernodes, interventions and the export. Numbers come from the page's
+`ui.graph_run.GraphRun`; what they mean from tfm.analysis.graph_view."""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from tfm.analysis import graph_view
+from tfm.analysis.graph import Graph, Target
+from tfm.analysis.graph_io import GraphFile
+from tfm.analysis.graph_prune import Pruned
+from tfm.viz import graph as graph_figs
+from tfm.viz import graph_groups
+from ui import charts, links
+from ui.graph_run import GraphRun, groups
+from ui.text import message, plain
+
+KINDS = {"top": "the top token", "token": "a token I type", "difference": "logit difference of two tokens"}
+N_LINKS, N_TOKENS = 8, 8
+MAX_GROUPS = 12
+
+
+def pick_target(lm) -> Target:
+    """The target widgets; ValueError when typed text is not one token (the page shows it)."""
+    for key, what in (("graph.token", "token to explain"), ("graph.versus", "versus token")):
+        links.cap_text(key, what, links.LINK_VALUE_CHARS)
+    c1, c2, c3 = st.columns([2, 2, 2])
+    kind = c1.radio("Explain", list(KINDS), format_func=KINDS.get, key="graph.target_kind")
+    token = c2.text_input("Token (e.g. ' Paris')", key="graph.token", disabled=kind == "top")
+    versus = c3.text_input("…versus token", key="graph.versus", disabled=kind != "difference")
+    if kind != "top" and not token or kind == "difference" and not versus:
+        st.info("Type the token to explain" + (" and the one to compare it with" if kind == "difference" else "")
+                + " (one token of the vocabulary: a leading space is often part of it, as in ' Paris').")
+        st.stop()
+    if kind == "difference" and token == versus:
+        st.info("Type two different tokens: a token's logit minus its own is always 0.")
+        st.stop()
+    return graph_view.target_from_text(lm, kind, token, versus)
+
+
+def thresholds() -> tuple[float, float]:
+    c1, c2 = st.columns(2)
+    node = c1.slider("Keep the nodes holding this share of the influence", 0.5, 1.0, 0.8, 0.01,
+                     key="graph.node_threshold")
+    edge = c2.slider("Keep the edges holding this share of the edge scores", 0.5, 1.0, 0.98, 0.01,
+                     key="graph.edge_threshold")
+    return float(node), float(edge)
+
+
+def scores(g: Graph, pruned: Pruned, piece: str) -> None:
+    c = st.columns(5)
+    c[0].metric(f"p({plain(piece, 30)})", f"{g.prob:.4f}", help="the real model's probability of the target token")
+    c[1].metric("Target logit" + (" difference" if g.target.kind == "difference" else ""), f"{g.logit:.3f}")
+    c[2].metric("Replacement score", f"{pruned.replacement:.3f}",
+                help="share of the influence from the prompt that reaches the target through features, not errors")
+    c[3].metric("Completeness score", f"{pruned.completeness:.3f}",
+                help="how much of each node's input the graph explains by features (errors explain nothing)")
+    c[4].metric("Features kept", f"{int(pruned.nodes[:g.n_features].sum())} / {g.n_features}",
+                help=f"{g.n_active} active in the prompt; nodes hold {pruned.node_share:.0%} of the influence, "
+                     f"edges {pruned.edge_share:.0%} of the edge scores")
+
+
+def feature_options(g: Graph, gf: GraphFile) -> list[int]:
+    """The drawn feature nodes, the one a page opens first (`graph_view.opening_node`), then the
+    rest most influential first: the node picker's and the edit list's order."""
+    nodes = [n.id for n in sorted(gf.nodes, key=lambda n: -n.influence) if n.kind == "feature"]
+    if not nodes:
+        return []
+    first = graph_view.opening_node(g, nodes)
+    return [first] + [i for i in nodes if i != first]
+
+
+def _pick(options: list[int]) -> None:
+    """A click on the figure opens that node (the node picker is the keyboard's way)."""
+    for p in st.session_state["graph.chart"].selection.get("points", []):
+        data = p.get("customdata")
+        node = data[0] if isinstance(data, list) and data else data
+        if isinstance(node, (int, float)) and int(node) in options:
+            st.session_state["graph.node"] = int(node)
+            return
+
+
+def figure(gf: GraphFile, options: list[int], piece: str, supernodes: dict[str, list[int]]) -> None:
+    fig = graph_figs.graph_figure(gf, target_label=piece)
+    graph_groups.add_supernodes(fig, gf, supernodes)
+    chosen = st.session_state.get("graph.node")
+    graph_groups.mark_node(fig, gf, chosen if chosen in options else options[0])
+    charts.show(fig, "attribution-graph", key="graph.chart", on_select=lambda: _pick(options),
+                selection_mode="points")
+
+
+def _links_table(g: Graph, found: list[tuple[int, float]], labels, key: str) -> None:
+    if not found:
+        st.caption("None: only features and the target have inputs here.")
+        return
+    st.dataframe(pd.DataFrame({"node": [graph_view.node_name(g, n, labels) for n, _ in found],
+                               "id": [n for n, _ in found], "weight": [w for _, w in found]}),
+                 hide_index=True, key=key)
+
+
+def node_panel(gr: GraphRun, g: Graph, labels, options: list[int]) -> int | None:
+    """The node picker and the chosen feature's details; returns it."""
+    if st.session_state.get("graph.node") not in options:   # another graph's node: the opening one (first)
+        st.session_state.pop("graph.node", None)
+    node = st.selectbox("Open a feature (or click one in the graph)", options, key="graph.node",
+                        format_func=lambda i: graph_view.node_name(g, i, labels)[:120])
+    info = g.node(node)
+    tok = gr.run.lm.tokenizer
+    up, up_s, down, down_s = graph_view.decoder_tokens(gr.run.lm, gr.transcoders(), info["layer"], info["feature"],
+                                                       N_TOKENS)
+    st.markdown(f"**{plain(graph_view.node_name(g, node, labels), 120)}** · activation {info['activation']:.3f}")
+    st.caption("No labels or top-activating contexts ship with this transcoder set: what the feature's decoder "
+               "row writes, read through the unembedding, stands in for a label.")
+    st.markdown("**Writes toward** " + ", ".join(f"{plain(tok.display_piece(i), 30)} ({s:+.2f})" for i, s in zip(up, up_s))
+                + "  \n**Writes against** " + ", ".join(f"{plain(tok.display_piece(i), 30)} ({s:+.2f})"
+                                                        for i, s in zip(down, down_s)))
+    c1, c2 = st.columns(2)
+    with c1:
+        st.markdown("**Strongest inputs** (edge weights into it)")
+        _links_table(g, graph_view.node_inputs(g, node, N_LINKS), labels, "graph.inputs")
+    with c2:
+        st.markdown("**Strongest outputs** (its edges into later nodes)")
+        _links_table(g, graph_view.node_outputs(g, node, N_LINKS), labels, "graph.outputs")
+    return node
+
+
+def supernode_panel(g: Graph, labels, options: list[int]) -> dict[str, list[int]]:
+    """Group nodes by hand into named supernodes (kept in this session for this graph)."""
+    found = groups(g)
+    with st.expander("Supernodes: group features into one named box"):
+        c1, c2 = st.columns([3, 2])
+        chosen = c1.multiselect("Features", options, key="graph.group_nodes",
+                                format_func=lambda i: graph_view.node_name(g, i, labels)[:120])
+        name = c2.text_input("Name", key="graph.group_name", max_chars=40)
+        if st.button("Add the group", key="graph.group_add"):
+            if not chosen or not name.strip():
+                st.warning("Pick at least one feature and give the group a name.")
+            elif len(found) >= MAX_GROUPS and name not in found:
+                st.warning(f"At most {MAX_GROUPS} groups: remove one first.")
+            else:
+                found[name.strip()] = [int(i) for i in chosen]
+        for j, (group, nodes) in enumerate(list(found.items())):
+            c1, c2 = st.columns([5, 1])
+            c1.markdown(f"**{plain(group, 40)}**: " + ", ".join(plain(graph_view.node_name(g, i, labels), 60)
+                                                            for i in nodes))
+            if c2.button("Remove", key=f"graph.group_remove.{j}"):
+                found.pop(group)
+                st.rerun()
+    return {k: v for k, v in found.items() if any(i in options for i in v)}
+
+
+def intervention_panel(gr: GraphRun, g: Graph, labels, options: list[int], piece: str) -> None:
+    st.subheader("Switch features off or clamp them, in the real model")
+    c1, c2, c3 = st.columns([4, 2, 2])
+    chosen = c1.multiselect("Features", options, key="graph.edit_nodes",
+                            format_func=lambda i: graph_view.node_name(g, i, labels)[:120])
+    mode = c2.radio("Set them", ["off", "to a value"], key="graph.edit_mode")
+    value = c3.number_input("Value", -1000.0, 1000.0, 0.0, key="graph.edit_value", disabled=mode == "off")
+    if not chosen:
+        st.caption("Pick features above: each is set for one forward pass of the real model (the shared model "
+                   "is never changed), beside what the graph predicts (its edges, if features stayed linear).")
+        return
+    try:
+        out = gr.intervention(graph_view.feature_edits(g, chosen, None if mode == "off" else value))
+    except ValueError as e:
+        st.error(message(e))
+        return
+    c = st.columns(5)
+    c[0].metric(f"p({plain(piece, 30)}) before", f"{out.prob_before:.4f}")
+    c[1].metric("after", f"{out.prob_after:.4f}", f"{out.prob_after - out.prob_before:+.4f}")
+    c[2].metric("Target logit before", f"{out.logit_before:.3f}")
+    c[3].metric("after", f"{out.logit_after:.3f}", f"{out.logit_after - out.logit_before:+.3f}")
+    c[4].metric("The graph predicted", f"{out.predicted_after:.3f}", f"{out.predicted_after - out.logit_before:+.3f}",
+                help="the logit before plus the chosen features' change times their edges into the target (the "
+                     "graph's direct prediction)")
+    st.caption(f"Through feature-to-feature edges too (if every other feature stayed linear) the graph predicts "
+               f"{out.predicted_total:.3f}; the direct prediction ranks real effects better on the bundled model "
+               "(docs/benchmarks.md).")
+
+
+def export(gf: GraphFile) -> None:
+    st.download_button("Download the graph (.json)", gf.to_json, file_name="attribution_graph.json",
+                       mime="application/json", key="graph.download", on_click="ignore")

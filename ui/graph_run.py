@@ -1,0 +1,103 @@
+"""The Attribution graph page's typed run: the sidebar's prompt (`ui.run.PromptRun`), the model's
+shipped transcoder set, a target and the graph's settings. It owns the cache keys of what the
+page draws (the graph, its pruned view and file, interventions), each keyed by the set's folder
+and its files' sizes and times, so a set trained again while the server runs is read again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import streamlit as st
+
+from tfm.analysis import graph_view
+from tfm.analysis.graph import Graph, GraphSettings, Target, attribution_graph
+from tfm.analysis.graph_edit import FeatureEdit, Intervention, intervene
+from tfm.analysis.graph_io import GraphFile, graph_file
+from tfm.analysis.graph_prune import Pruned, prune_graph
+from tfm.analysis.transcoder import TranscoderSet, load_transcoders
+from ui.progress import fraction_bar
+from ui.run import PromptRun
+from ui.text import message
+
+
+def _load(lm, folder: str, _stamp: tuple) -> TranscoderSet:
+    return load_transcoders(folder, lm)
+
+
+@dataclass(frozen=True)
+class GraphRun:
+    """One prompt's attribution graph for one target and settings, with the model's transcoders."""
+
+    run: PromptRun
+    folder: str
+    stamp: tuple[int, ...]
+    target: Target
+    settings: GraphSettings
+
+    def _derived(self, name: str, fn, *args, **options):
+        return self.run._derived(name, fn, self.folder, self.stamp, *args, **options)
+
+    def transcoders(self) -> TranscoderSet:
+        """The set, checked against the model (ValueError: a missing file, another model's width)."""
+        return self._derived("graph.transcoders", _load, status="Reading the transcoders…")
+
+    def graph(self) -> Graph:
+        """The whole graph (before pruning), with a progress bar; stopped once no page waits."""
+        ts = self.transcoders()
+
+        def compute(lm, _folder, _stamp, ids, target, settings, should_stop=None):
+            bar = fraction_bar(f"Attribution graph of {len(ids)} tokens")
+            g = attribution_graph(lm, ids, ts, target, settings, progress=bar, should_stop=should_stop)
+            bar(1.0)
+            return g
+        return self._derived("graph.graph", compute, self.run.ids, self.target, self.settings, stoppable=True)
+
+    def pruned(self, node_threshold: float, edge_threshold: float) -> Pruned:
+        g = self.graph()
+        return self._derived("graph.pruned", lambda lm, *_: prune_graph(g, node_threshold, edge_threshold),
+                             self.run.ids, self.target, self.settings, node_threshold, edge_threshold)
+
+    def file(self, node_threshold: float, edge_threshold: float) -> GraphFile:
+        """The pruned graph as its JSON export holds it (what the figure draws)."""
+        pruned, ts = self.pruned(node_threshold, edge_threshold), self.transcoders()
+        return self._derived("graph.file", lambda lm, *_: graph_file(pruned, self.run.labels, lm.config, ts),
+                             self.run.ids, self.target, self.settings, node_threshold, edge_threshold)
+
+    def intervention(self, edits: tuple[FeatureEdit, ...]) -> Intervention:
+        """The target before and after `edits` in the real model (this call only), beside the graph's
+        prediction."""
+        g, ts = self.graph(), self.transcoders()
+        return self._derived("graph.intervene", lambda lm, *_: intervene(lm, g.ids, ts, g.target, edits, graph=g),
+                             self.run.ids, self.target, self.settings, edits)
+
+
+def open_run(run: PromptRun, target: Target, settings: GraphSettings) -> GraphRun | None:
+    """The page's graph run, or None with one info saying how to train a set for this model."""
+    folder = graph_view.shipped_folder(run.spec)
+    if folder is None:
+        st.info("This model ships no transcoder set, and an attribution graph needs one (a transcoder per "
+                "block that rewrites its MLP as sparse features). Train one with "
+                f"`{graph_view.TRAIN_COMMAND}` (the bundled model and SmolLM2 ship theirs under "
+                "assets/transcoders).")
+        return None
+    try:
+        missing = graph_view.missing_layers(folder)
+    except ValueError as e:
+        st.error(f"This model's transcoder set cannot be read: {message(e)}")
+        return None
+    if missing:
+        st.info(f"This model's transcoder set is not finished: {len(missing)} of its layers are still to be trained "
+                f"(from block {missing[0]}). Finish it with `{graph_view.TRAIN_COMMAND}` (a rerun trains only the "
+                "missing layers).")
+        return None
+    return GraphRun(run, str(folder), graph_view.folder_stamp(Path(folder)), target, settings)
+
+
+def groups(g: Graph) -> dict[str, list[int]]:
+    """This graph's supernodes (name -> node ids) in session state: another prompt or target starts
+    with none (node ids are a graph's own)."""
+    ss, key = st.session_state, (g.ids, g.target, g.transcoders)
+    if ss.get("graph.groups_of") != key:
+        ss["graph.groups_of"], ss["graph.groups"] = key, {}
+    return ss["graph.groups"]
