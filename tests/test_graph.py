@@ -271,3 +271,67 @@ def test_post_norm_is_refused(make_model):
     model = make_model("tiny", norm_placement="post")
     with pytest.raises(ValueError, match="pre-norm"):
         attribution_graph(model, [1, 2, 3], random_transcoders(model.config, 16, 2))
+
+
+def _frozen_ablation(lm, ts, g, fz, stream0, errors, edit, mlp: str) -> float:
+    """The target logit of the prompt run with attention patterns and norm scales frozen at the
+    graph's, feature `edit` (layer, pos, feature) switched off (None: nothing), and each MLP either
+    "linear" (the graph's active features recomputed from their pre-activations, no TopK, errors
+    held: the linear model the graph describes) or "real" (the model's MLP, the edit's decoder row
+    subtracted as edited_logits does)."""
+    x = stream0
+    for i, c in enumerate(fz.layers):
+        g1, g2 = fz.gains[i]
+        x = x + fz.attention(fz.norm(x, c.scale1, g1), c)
+        m_in = fz.norm(x, c.scale2, g2)
+        sel = g.features[:, 0] == i
+        pos, f = g.features[sel, 1], g.features[sel, 2]
+        if mlp == "linear":
+            act = (m_in[pos] * c.w_enc[:, f].T).sum(1) + c.b_enc[f]
+            if edit is not None and edit[0] == i:
+                act = torch.where((pos == edit[1]) & (f == edit[2]), torch.zeros_like(act), act)
+            x = x + torch.zeros_like(x).index_add_(0, pos, act[:, None] * c.w_dec[f]) + c.b_dec + errors[i]
+        else:
+            out = lm.model.blocks[i].mlp(m_in.float()[None], None)[0].double()
+            if edit is not None and edit[0] == i:
+                out[edit[1]] -= float(ts.layers[i].encode(m_in.float())[edit[1], edit[2]]) * c.w_dec[edit[2]]
+            x = x + out
+    u = lm.model.unembed.weight[g.target.token].detach().double()
+    return float(fz.norm(x, fz.final_scale, fz.final)[-1] @ u)
+
+
+@torch.no_grad()
+def test_total_prediction_is_the_frozen_ablation_with_the_trained_set():
+    """With the bundled model's trained transcoders, for the 10 most influential features of three
+    prompts: 'total' equals switching the feature off in the frozen linear model (to float
+    precision), and ranks the effects of switching it off with real MLPs (patterns and norm scales
+    still frozen) at Spearman >= 0.6 on average (measured 0.90-0.95): the transcoders answer a change
+    as the MLPs do; what the graph misses of the real model is the norms' and attention's response."""
+    from tfm.analysis.graph_edit import spearman
+    from tfm.analysis.transcoder import load_transcoders
+    lm = tfm.load("default")
+    ts = load_transcoders("assets/transcoders/default", lm)
+    rhos = []
+    for text in ("The capital of France is", "When Mary and John went to the store, John gave a drink to", PROMPT):
+        ids = lm.tokenizer.prompt_ids(text)
+        g = attribution_graph(lm, ids, ts, dtype=torch.float64)
+        tr = lm.model(torch.tensor([ids]), trace=True).trace
+        fz = graph_frozen.freeze(lm.model, tr, ts, torch.float64)
+        stream0 = (tr["embed"][0] + tr["pos_embed"]).double()
+        errors = []
+        for i in range(lm.config.n_layer):
+            acts = torch.zeros(len(ids), ts.cfg.n_features, dtype=torch.float64)
+            sel = g.features[:, 0] == i
+            acts[g.features[sel, 1], g.features[sel, 2]] = g.activations[sel].double()
+            errors.append(tr[f"blocks.{i}.mlp_out"][0].double() - acts @ fz.layers[i].w_dec - fz.layers[i].b_dec)
+        base = {m: _frozen_ablation(lm, ts, g, fz, stream0, errors, None, m) for m in ("linear", "real")}
+        assert base["linear"] == pytest.approx(g.logit, rel=1e-5) and base["real"] == pytest.approx(g.logit, rel=1e-5)
+        pred, real = [], []
+        for j in prune_graph(g).influence[:g.n_features].topk(10).indices.tolist():
+            edit = tuple(g.features[j].tolist())
+            pred.append(predicted_change(g, [FeatureEdit(*edit, 0.0)], "total"))
+            want = _frozen_ablation(lm, ts, g, fz, stream0, errors, edit, "linear") - base["linear"]
+            assert pred[-1] == pytest.approx(want, rel=1e-5, abs=1e-6)
+            real.append(_frozen_ablation(lm, ts, g, fz, stream0, errors, edit, "real") - base["real"])
+        rhos.append(spearman(torch.tensor(pred), torch.tensor(real)))
+    assert sum(rhos) / len(rhos) >= 0.6, rhos
