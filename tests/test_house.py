@@ -1,14 +1,10 @@
 """A house people can keep (issue #41): every Python file of the repository (tracked, or new and
 not ignored) is at most 400 lines, and every function or method at most 40 (`end_lineno - lineno
 + 1` of its `def`: decorators not counted, a nested function counted on its own and inside its
-parent). Split by meaning: a sibling module, a test file per topic, a named helper that reads well.
-
-ALLOWED names the files another change is rewriting now; the lead removes each entry once its
-file keeps the rule (an exact path that already keeps it fails here)."""
+parent). Split by meaning: a sibling module, a test file per topic, a named helper that reads well."""
 from __future__ import annotations
 
 import ast
-import fnmatch
 import functools
 import subprocess
 from pathlib import Path
@@ -17,13 +13,6 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 40
 
-ALLOWED = (   # being rewritten by another helper (issue #41 item 5); remove once fixed
-    "tfm/analysis/graph*.py",
-    "tfm/analysis/transcoder*.py",
-    "tfm/train/transcoders*.py",
-    "tfm/train/sae*.py",
-    "tfm/analysis/feature_labels*.py",
-)
 
 
 def python_files() -> list[str]:
@@ -46,10 +35,6 @@ def offenders(path: str, source: str) -> list[str]:
     return found
 
 
-def allowed(path: str) -> bool:
-    return any(fnmatch.fnmatchcase(path, pattern) for pattern in ALLOWED)
-
-
 @functools.lru_cache(maxsize=1)   # both whole-tree tests read the same scan
 def every_offender() -> dict[str, list[str]]:
     found = {}
@@ -60,16 +45,9 @@ def every_offender() -> dict[str, list[str]]:
 
 
 def test_every_file_and_function_is_small():
-    bad = [o for path, found in every_offender().items() if not allowed(path) for o in found]
+    bad = [o for path, found in every_offender().items() for o in found]
     assert not bad, (f"files <= {MAX_FILE_LINES} lines, functions <= {MAX_FUNCTION_LINES} (path:name:lines); "
                      "split by meaning:\n" + "\n".join(bad))
-
-
-def test_the_allow_list_names_only_files_that_still_need_it():
-    found = every_offender()
-    exact = [p for p in ALLOWED if not any(c in p for c in "*?[")]
-    done = [p for p in exact if (ROOT / p).is_file() and p not in found]
-    assert not done, f"these keep the rule now: remove them from ALLOWED: {done}"
 
 
 def test_the_scan_sees_a_long_file_and_a_long_function():
@@ -81,4 +59,3 @@ def test_the_scan_sees_a_long_file_and_a_long_function():
     nested = f"class C:\n    def method(self):\n        def inner():\n{inner_body}\n"
     assert offenders("b.py", nested) == ["b.py:method:42", "b.py:inner:41"]
     assert offenders("c.py", "x = 1\n" * (MAX_FILE_LINES + 1)) == [f"c.py:<file>:{MAX_FILE_LINES + 1}"]
-    assert allowed("tfm/train/sae_eval.py") and not allowed("tfm/core/trace.py")
