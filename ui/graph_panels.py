@@ -27,8 +27,9 @@ def pick_target(lm) -> Target:
         links.cap_text(key, what, links.LINK_VALUE_CHARS)
     c1, c2, c3 = st.columns([2, 2, 2])
     kind = c1.radio("Explain", list(KINDS), format_func=KINDS.get, key="graph.target_kind")
-    token = c2.text_input("Token (e.g. ' Paris')", key="graph.token", disabled=kind == "top")
-    versus = c3.text_input("…versus token", key="graph.versus", disabled=kind != "difference")
+    # a field shows only where its kind reads it (a disabled one would hold a value no one can change)
+    token = c2.text_input("Token (e.g. ' Paris')", key="graph.token") if kind != "top" else ""
+    versus = c3.text_input("…versus token", key="graph.versus") if kind == "difference" else ""
     if kind != "top" and not token or kind == "difference" and not versus:
         st.info("Type the token to explain" + (" and the one to compare it with" if kind == "difference" else "")
                 + " (one token of the vocabulary: a leading space is often part of it, as in ' Paris').")
@@ -156,13 +157,14 @@ def intervention_panel(gr: GraphRun, g: Graph, labels, options: list[int], piece
     chosen = c1.multiselect("Features", options, key="graph.edit_nodes",
                             format_func=lambda i: graph_view.node_name(g, i, labels)[:120])
     mode = c2.radio("Set them", ["off", "to a value"], key="graph.edit_mode")
-    value = c3.number_input("Value", -1000.0, 1000.0, 0.0, key="graph.edit_value", disabled=mode == "off")
+    # shown only for "to a value" (not disabled: a disabled widget keeps a value no one can change)
+    value = None if mode == "off" else c3.number_input("Value", -1000.0, 1000.0, 0.0, key="graph.edit_value")
     if not chosen:
         st.caption("Pick features above: each is set for one forward pass of the real model (the shared model "
                    "is never changed), beside what the graph predicts (its edges, if features stayed linear).")
         return
     try:
-        out = gr.intervention(graph_view.feature_edits(g, chosen, None if mode == "off" else value))
+        out = gr.intervention(graph_view.feature_edits(g, chosen, value))
     except ValueError as e:
         st.error(message(e))
         return
