@@ -113,12 +113,17 @@ def _bounded(path: Path, limit: int, what: str) -> Path:
 
 def read_card(folder: Path | str) -> dict:
     """The card of an SAE folder (JSON, size-bounded), with its config checked."""
-    path = _bounded(Path(folder) / CARD_FILE, MAX_CARD_BYTES, "the card")
+    return card_with_config(_bounded(Path(folder) / CARD_FILE, MAX_CARD_BYTES, "the card"), SAEConfig, "the SAE config")
+
+
+def card_with_config(path: Path, config_cls, what: str) -> dict:
+    """A card file (JSON, size-bounded) whose "config" object becomes a checked `config_cls`
+    (SAE and transcoder cards alike)."""
     card = read_json(path, MAX_CARD_BYTES)
     if not isinstance(card, dict) or not isinstance(card.get("config"), dict):
-        raise ValueError(f"{CARD_FILE} has no \"config\" object")
-    with reading(CARD_FILE):
-        card["config"] = from_json_object(SAEConfig, card["config"], "the SAE config")
+        raise ValueError(f"{path.name} has no \"config\" object")
+    with reading(path.name):
+        card["config"] = from_json_object(config_cls, card["config"], what)
     return card
 
 

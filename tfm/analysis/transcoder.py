@@ -30,9 +30,9 @@ import torch
 from safetensors.torch import save_file
 
 from ..core.config import JsonConfig
-from ..core.files import read_json, reading
-from ..core.validate import check_int, from_json_object
+from ..core.validate import check_int
 from ..loaders.weights import read_safetensors
+from .sae import card_with_config
 
 CARD_FILE = "card.json"
 MAX_LAYER_BYTES = 16 * 2**20   # one layer's file larger than this is refused before reading
@@ -170,12 +170,7 @@ def _bounded(path: Path, limit: int, what: str) -> Path:
 def read_card(folder: Path | str) -> dict:
     """The card of a transcoder folder (JSON, size-bounded), with its config checked."""
     path = _bounded(Path(folder) / CARD_FILE, MAX_CARD_BYTES, "the card")
-    card = read_json(path, MAX_CARD_BYTES)
-    if not isinstance(card, dict) or not isinstance(card.get("config"), dict):
-        raise ValueError(f"{CARD_FILE} has no \"config\" object")
-    with reading(CARD_FILE):
-        card["config"] = from_json_object(TranscoderConfig, card["config"], "the transcoder config")
-    return card
+    return card_with_config(path, TranscoderConfig, "the transcoder config")
 
 
 def check_fits(cfg: TranscoderConfig, model_cfg) -> None:
