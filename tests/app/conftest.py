@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import streamlit
 import streamlit as st
 from streamlit.components.v2 import manifest_scanner
 from streamlit.testing.v1 import AppTest
@@ -136,3 +137,16 @@ def _once(fn):
         return copy.deepcopy(done[key])
     return wrapper
 
+
+
+@pytest.fixture
+def downloads(monkeypatch) -> dict:
+    """What each st.download_button was given, by its key (the page's data, before the browser)."""
+    captured, real = {}, streamlit.download_button
+
+    def spy(label, data, *args, **kwargs):
+        captured[kwargs.get("key")] = data
+        return real(label, data, *args, **kwargs)
+
+    monkeypatch.setattr(streamlit, "download_button", spy)
+    return captured

@@ -7,7 +7,6 @@ import json
 import numpy as np
 import plotly.graph_objects as go
 import pytest
-import streamlit
 import torch
 
 from tfm import analysis
@@ -217,15 +216,8 @@ def test_head_table_equals_head_scores_and_probe():
     assert any("induction" in m.value for m in at.markdown), "the scores are explained"
 
 
-def test_export_contains_the_tensors(monkeypatch):
-    captured = {}
-    real = streamlit.download_button
-
-    def spy(label, data, *args, **kwargs):
-        captured[kwargs.get("key")] = data
-        return real(label, data, *args, **kwargs)
-
-    monkeypatch.setattr(streamlit, "download_button", spy)
+def test_export_contains_the_tensors(downloads):
+    captured = downloads
     lm, ids, trace = engine(PROMPT)
     at = open_page("attention", PROMPT)
     at.select_slider(key="attn.layer").set_value(1).run()

@@ -9,7 +9,6 @@ import json
 from types import SimpleNamespace
 
 import pytest
-import streamlit
 import torch
 
 import tfm
@@ -113,15 +112,8 @@ def test_switching_features_off_shows_the_engines_intervention(root, lm):
     assert want.logit_after != want.logit_before    # the features did something
 
 
-def test_the_download_is_the_engines_graph_file(root, lm, monkeypatch):
-    captured = {}
-    real = streamlit.download_button
-
-    def spy(label, data, *args, **kwargs):
-        captured[kwargs.get("key")] = data
-        return real(label, data, *args, **kwargs)
-
-    monkeypatch.setattr(streamlit, "download_button", spy)
+def test_the_download_is_the_engines_graph_file(root, lm, downloads):
+    captured = downloads
     at = open_page("attribution_graph", PROMPT)
     at.slider(key="graph.node_threshold").set_value(0.9).run()
     assert not at.exception and not boxes(at), boxes(at)
