@@ -9,11 +9,13 @@ do not depend on training; the scores and faithfulness do, so they are printed o
 set): seconds (median of --repeats after a warm-up; the trace is included, loading is not) and
 CPU seconds (on a shared machine the wall clock also counts the others' load), and the peak
 resident memory the graph added (ru_maxrss after minus the resident size before).
-Then, for each example prompt (a fact, an indirect object, an induction repeat, three stories): the
-replacement and completeness scores and the Spearman correlation between the graph's predicted and
-the real model's measured effect of switching off each of its 10 most influential features
-(predicted "direct" and "total": tfm.analysis.graph_edit.predicted_change), and of the 10 with the
-largest edge into the target, and their means.
+Then, for each example prompt (a fact, an indirect object, an induction repeat, three stories) and
+each held-out prompt (the first 16 tokens of every 46th "Once upon" story of TinyStories'
+validation file, which no transcoder saw; --corpus): the replacement and completeness scores and
+the Spearman correlation between the graph's predicted and the real model's measured effect of
+switching off each of its 10 most influential features (predicted "direct", "total" and
+"first_order": tfm.analysis.graph_edit.predicted_change), and of the 10 with the largest edge into
+the target ("first_order"), and their means.
 Targets: 16 tokens ≤ 3 s on the bundled model, ≤ 30 s on SmolLM2 (2 cores); Spearman ≥ 0.6 on the
 bundled model with its trained transcoders.
 """
@@ -28,10 +30,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
 
 import tfm  # noqa: E402
+import write_docs  # noqa: E402
 from tfm.analysis import GraphSettings, attribution_graph, faithfulness, prune_graph  # noqa: E402
 from tfm.analysis.transcoder import load_transcoders, random_transcoders  # noqa: E402
 
@@ -41,6 +45,8 @@ PROMPTS = {"fact": "The capital of France is",
            "story 1": "Once upon a time, there was a little dog named Max. Max liked to",
            "story 2": "Lily wanted to play with her ball, but it was stuck in the tree. She asked her mom",
            "story 3": "Tom and Sue went to the park. Tom found a big red ball and gave it to"}
+MODES = ("direct", "total", "first_order")
+COLUMNS = [f"influence/{m}" for m in MODES] + ["edge/first_order"]
 FILLER = "Once upon a time there was a little girl named Lily who loved to play outside in the sun"
 
 
@@ -71,23 +77,35 @@ def bench_time(lm, ts, n_tokens: int, repeats: int, settings: GraphSettings) -> 
           f"peak RSS added {max(peak, 0) / 2**20:,.0f} MB, edges {g.edges.numel() * 4 / 2**20:,.1f} MB")
 
 
-def bench_scores(lm, ts, settings: GraphSettings) -> None:
-    rhos = []
-    for name, text in PROMPTS.items():
+def bench_scores(lm, ts, settings: GraphSettings, prompts: dict[str, str], group: str) -> list[list]:
+    """Per prompt: the printed line, and a table row (group, prompt, target, scores, Spearmans)."""
+    rows, rhos = [], []
+    for name, text in prompts.items():
         ids = lm.tokenizer.prompt_ids(text)
         g = attribution_graph(lm, ids, ts, settings=settings)
         p = prune_graph(g)
-        f = faithfulness(lm, ids, ts, g, p.influence, 10)
-        total = faithfulness(lm, ids, ts, g, p.influence, 10, "total")
-        by_edge = faithfulness(lm, ids, ts, g, g.edges[-1].abs(), 10)
-        print(f"  {name:16s} -> {lm.tokenizer.decode([g.target.token])!r} p={g.prob:.2f}: "
+        r = [faithfulness(lm, ids, ts, g, p.influence, 10, m).spearman for m in MODES]
+        r.append(faithfulness(lm, ids, ts, g, g.edges[-1].abs(), 10, "first_order").spearman)
+        target = lm.tokenizer.decode([g.target.token])
+        print(f"  {name[-40:]!r:42s} -> {target!r} p={g.prob:.2f}: "
               f"replacement {p.replacement:.3f}, completeness {p.completeness:.3f}, "
               f"kept {int(p.nodes[:g.n_features].sum())} features / {int(p.edges.sum())} edges, "
-              f"Spearman, 10 of most influence: direct {f.spearman:+.2f}, total {total.spearman:+.2f}; "
-              f"10 of largest edge into the target: direct {by_edge.spearman:+.2f}")
-        rhos.append((f.spearman, total.spearman, by_edge.spearman))
-    print("  mean Spearman: " + ", ".join(f"{name} {statistics.mean(r[i] for r in rhos):+.2f}" for i, name in
-                                          enumerate(("influence/direct", "influence/total", "edge/direct"))))
+              f"Spearman, 10 of most influence: " + ", ".join(f"{m} {v:+.2f}" for m, v in zip(MODES, r)) +
+              f"; 10 of largest edge into the target: first_order {r[-1]:+.2f}")
+        rhos.append(r)
+        rows.append([group, f"`{name[-40:]}`", f"`{target}` {g.prob:.2f}", f"{p.replacement:.3f}",
+                     f"{p.completeness:.3f}", *(f"{v:+.2f}" for v in r)])
+    for how, f in (("mean", statistics.mean), ("lowest", min)):
+        print(f"  {how} Spearman: " + ", ".join(f"{n} {f(r[i] for r in rhos):+.2f}" for i, n in enumerate(COLUMNS)))
+        rows.append([group, f"**{how}**", "", "", "", *(f"**{f(r[i] for r in rhos):+.2f}**" for i in range(len(COLUMNS)))])
+    return rows
+
+
+def held_out(lm, corpus: Path, n: int) -> dict[str, str]:
+    """The first 16 tokens of every 46th "Once upon" story of TinyStories' validation file."""
+    stories = [s for s in (corpus / "tinystories_valid.txt").read_text().split("\n\n") if s.startswith("Once upon")]
+    texts = [lm.tokenizer.decode(lm.tokenizer.prompt_ids(" ".join(s.split()))[:16]) for s in stories[::46][:n]]
+    return {t: t for t in texts}
 
 
 def main() -> None:
@@ -96,9 +114,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-smollm2", action="store_true")
+    ap.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus")
+    ap.add_argument("--held-out", type=int, default=12, help="how many held-out story prompts (0: none)")
     ap.add_argument("--transcoders", help="the bundled model's transcoder folder (default: assets/transcoders/default)")
+    write_docs.add_flag(ap, "bench_graph")
     args = ap.parse_args()
+    write_docs.check(args)
     torch.set_num_threads(args.threads)
+    tables = []
     print(f"torch threads: {torch.get_num_threads()}")
     for spec in ["default"] + ([] if args.no_smollm2 else ["smollm2"]):
         lm = tfm.load(spec)
@@ -108,7 +131,15 @@ def main() -> None:
         settings = GraphSettings()
         bench_time(lm, ts, args.tokens, args.repeats if spec == "default" else 1, settings)
         if trained:
-            bench_scores(lm, ts, settings)
+            print(" example prompts:")
+            rows = bench_scores(lm, ts, settings, PROMPTS, "example")
+            if args.held_out:
+                print(" held-out prompts:")
+                rows += bench_scores(lm, ts, settings, held_out(lm, args.corpus, args.held_out), "held out")
+            tables.append(f"{spec}, transcoders `{ts.identity}`; Spearman of predicted vs measured effects of "
+                          "switching off 10 features one at a time:\n\n" + write_docs.markdown(
+                              ["prompts", "prompt", "target, p", "replacement", "completeness", *COLUMNS], rows))
+    write_docs.publish(args, tables, f"{torch.get_num_threads()} torch thread(s)")
 
 
 if __name__ == "__main__":

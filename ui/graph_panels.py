@@ -111,6 +111,10 @@ def node_panel(gr: GraphRun, g: Graph, labels, options: list[int]) -> int | None
     up, up_s, down, down_s = graph_view.decoder_tokens(gr.run.lm, gr.transcoders(), info["layer"], info["feature"],
                                                        N_TOKENS)
     st.markdown(f"**{plain(graph_view.node_name(g, node, labels), 120)}** · activation {info['activation']:.3f}")
+    edges_say, slope_says = graph_view.off_effects(g, node)
+    st.caption(f"Switched off, the graph's edges move the target by {edges_say:+.3f}; its slope in the real model "
+               f"says {slope_says:+.3f} (first order). The difference flows through the norm scales and attention "
+               "patterns the edges hold fixed.")
     st.caption("No labels or top-activating contexts ship with this transcoder set: what the feature's decoder "
                "row writes, read through the unembedding, stands in for a label.")
     st.markdown("**Writes toward** " + ", ".join(f"{plain(tok.display_piece(i), 30)} ({s:+.2f})" for i, s in zip(up, up_s))
@@ -168,17 +172,22 @@ def intervention_panel(gr: GraphRun, g: Graph, labels, options: list[int], piece
     except ValueError as e:
         st.error(message(e))
         return
-    c = st.columns(5)
+    c = st.columns(6)
     c[0].metric(f"p({plain(piece, 30)}) before", f"{out.prob_before:.4f}")
     c[1].metric("after", f"{out.prob_after:.4f}", f"{out.prob_after - out.prob_before:+.4f}")
     c[2].metric("Target logit before", f"{out.logit_before:.3f}")
     c[3].metric("after", f"{out.logit_after:.3f}", f"{out.logit_after - out.logit_before:+.3f}")
-    c[4].metric("The graph predicted", f"{out.predicted_after:.3f}", f"{out.predicted_after - out.logit_before:+.3f}",
-                help="the logit before plus the chosen features' change times their edges into the target (the "
-                     "graph's direct prediction)")
+    c[4].metric("The graph's edges predicted", f"{out.predicted_after:.3f}",
+                f"{out.predicted_after - out.logit_before:+.3f}",
+                help="the logit before plus the chosen features' change times their edges into the target (norm "
+                     "scales and attention patterns held as in the clean run)")
+    c[5].metric("Its slopes predicted", f"{out.predicted_first_order:.3f}",
+                f"{out.predicted_first_order - out.logit_before:+.3f}",
+                help="the logit before plus the chosen features' change times their slopes: the real model's "
+                     "derivative, norm scales and attention patterns live (first order)")
     st.caption(f"Through feature-to-feature edges too (if every other feature stayed linear) the graph predicts "
-               f"{out.predicted_total:.3f}; the direct prediction ranks real effects better on the bundled model "
-               "(docs/benchmarks.md).")
+               f"{out.predicted_total:.3f}. The slopes rank the real effects of switching features off best "
+               "(docs/benchmarks.md): the edges hold the final norm's scale, which an ablation moves.")
 
 
 def export(gf: GraphFile) -> None:

@@ -26,6 +26,7 @@ from ..core import cancel
 from ..core.config import JsonConfig
 from ..core.validate import check_int
 from . import graph_frozen, graph_rows
+from .graph_slopes import real_slopes
 from .attribution import n_words
 from .graph_rows import Progress
 
@@ -115,6 +116,7 @@ class Graph:
     edges: torch.Tensor          # (n_f + 1, n_nodes): row i = feature i's inputs, last row the target's
     bias: torch.Tensor           # (n_f + 1,) the constant part of each row's pre-activation
     n_active: int                # active features in the prompt (some may be folded into errors)
+    slopes: torch.Tensor         # (n_f,) float64 d target / d activation in the real model (graph_slopes)
 
     @property
     def n_pos(self) -> int:
@@ -162,7 +164,7 @@ class Graph:
         if i < nf:
             layer, pos, f = (int(v) for v in self.features[i])
             return {"kind": "feature", "layer": layer, "pos": pos, "feature": f,
-                    "activation": float(self.activations[i])}
+                    "activation": float(self.activations[i]), "slope": float(self.slopes[i])}
         if i < self.token_start:
             layer, pos = divmod(i - nf, t)
             return {"kind": "error", "layer": layer, "pos": pos}
@@ -249,9 +251,10 @@ def attribution_graph(lm, ids, transcoders, target: Target = Target(), settings:
     value = float(logits[target.token] - (logits[target.versus] if target.kind == "difference" else 0))
     prob = float(logits[:n_words(lm)].softmax(-1)[target.token])
     feats = torch.stack([layer[keep], pos[keep], feat[keep]], 1)
+    slopes = real_slopes(model, x, transcoders, target.token, target.versus, feats)
     return Graph(lm.source if hasattr(lm, "source") else "", transcoders.identity, tuple(int(i) for i in x), target,
                  value, prob, model.config.n_layer, pos_embed is not None, feats, act[keep].clone(), edges, bias,
-                 int(act.numel()))
+                 int(act.numel()), slopes)
 
 
 def _assemble(src, keep: torch.Tensor, rows: torch.Tensor, row_order: torch.Tensor, t: int) -> torch.Tensor:

@@ -5,15 +5,15 @@ at each edited block it reads the MLP's real input (ln2's output, of this edited
 with the block's transcoder, and adds (new value - that activation) x W_dec[feature] to the MLP's
 output at the position, so later blocks see the change through real attention, norms and MLPs.
 
-`predicted_change` is the graph's answer to the same question, from its edges (each per unit of
-its source's activation): "direct" (the default) reads only the edited features' edges into the
-target, every other MLP held as the graph holds it; "total" also follows the feature-to-feature
-edges, as the frozen replacement model would if its features stayed linear (no TopK or ReLU
-switching): it equals switching the feature off in the frozen linear model (tests/test_graph.py).
-Neither ranks the real effects of the 10 most influential features at Spearman 0.6 on the bundled
-model (docs/benchmarks.md, bench_graph.py): the transcoders follow the real MLPs (+0.84 with norm
-scales and patterns frozen), but the real final norm's scale moves with an ablation, rescaling the
-whole logit, and the graph holds it frozen.
+`predicted_change` is the graph's answer to the same question, in one of three modes:
+"direct" reads only the edited features' edges into the target, every other MLP held as the
+graph holds it; "total" also follows the feature-to-feature edges, as the frozen replacement
+model would if its features stayed linear (it equals switching the feature off in the frozen
+linear model: tests/test_graph.py); "first_order" uses each node's slope (`graph_slopes`), the
+real model's derivative, so it adds what flows through the norm scales and attention patterns the
+edges hold frozen. On the bundled model only "first_order" ranks the real effects of the 10 most
+influential features above Spearman 0.6: the real final norm's scale moves with an ablation,
+rescaling the whole logit, and the edges hold it frozen (docs/benchmarks.md, bench_graph.py).
 """
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ class Intervention:
     prob_after: float
     predicted_after: float | None  # logit_before + the graph's direct prediction (None: no graph given)
     predicted_total: float | None  # logit_before + its prediction through feature-to-feature edges too
+    predicted_first_order: float | None  # logit_before + the real model's first order (the nodes' slopes)
 
 
 def _check(edits: Sequence[FeatureEdit], cfg, transcoders, t: int) -> dict[int, list[FeatureEdit]]:
@@ -107,14 +108,15 @@ def target_value(logits: torch.Tensor, target: Target, vocab: int) -> tuple[floa
     return float(value), float(logits[:vocab].softmax(-1)[target.token])
 
 
-Prediction = Literal["direct", "total"]
+Prediction = Literal["direct", "total", "first_order"]
 
 
 def predicted_change(graph: Graph, edits: Sequence[FeatureEdit], mode: Prediction = "direct") -> float:
     """The target's change the graph predicts for `edits` (each must be a feature node of it):
-    "direct" through the edges into the target only, "total" through every feature edge as well."""
+    "direct" through the edges into the target only, "total" through every feature edge as well,
+    "first_order" through the real model's slopes."""
     if mode not in get_args(Prediction):
-        raise ValueError(f"prediction mode {mode!r}: choose 'direct' or 'total'")
+        raise ValueError(f"prediction mode {mode!r}: choose 'direct', 'total' or 'first_order'")
     index = {tuple(f): i for i, f in enumerate(graph.features.tolist())}
     n = graph.n_features
     delta0 = torch.zeros(n, dtype=torch.float64)
@@ -124,6 +126,8 @@ def predicted_change(graph: Graph, edits: Sequence[FeatureEdit], mode: Predictio
             raise ValueError(f"feature {e.feature} of block {e.layer} at position {e.pos} is not a node of this graph: "
                              "the graph predicts only for its own features")
         delta0[i] = e.value - float(graph.activations[i])
+    if mode == "first_order":
+        return float(graph.slopes @ delta0)
     per_unit = graph.edges[:, :n].double() / graph.activations.double().clamp(min=1e-12)[None, :]  # (n + 1, n)
     free = delta0 == 0
     delta = delta0.clone()
@@ -140,7 +144,7 @@ def intervene(lm, ids, transcoders, target: Target, edits: Sequence[FeatureEdit]
     target = target.resolve(edited_logits(lm, ids, transcoders, []), vocab) if target.token is None else target
     before = target_value(edited_logits(lm, ids, transcoders, []), target, vocab)
     after = target_value(edited_logits(lm, ids, transcoders, edits), target, vocab)
-    predicted = (None, None)
+    predicted = (None,) * len(get_args(Prediction))
     if graph is not None:
         if tuple(graph.ids) != tuple(int(i) for i in ids) or graph.target != target:
             raise ValueError("the graph belongs to another prompt or target: build it for these ids and this target")

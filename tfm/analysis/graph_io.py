@@ -36,6 +36,7 @@ class GraphNode:
     feature: int | None = None
     activation: float | None = None
     token: int | None = None
+    slope: float | None = None   # d target / d activation in the real model (graph_slopes; features only)
 
     def __post_init__(self) -> None:
         if self.kind not in get_args(NodeKind):
@@ -49,6 +50,10 @@ class GraphNode:
         if self.feature is not None:
             check_int("feature", self.feature, 0, 2**20)
             check_number("activation", self.activation)
+        if self.slope is not None:
+            if self.kind != "feature":
+                raise ValueError("only feature nodes carry a slope")
+            check_number("slope", self.slope)
 
 
 @dataclass(frozen=True)
@@ -97,7 +102,7 @@ def graph_file(pruned: Pruned, labels, model_config: ModelConfig, transcoders) -
     for i in pruned.nodes.nonzero().squeeze(1).tolist():
         info = g.node(i)
         nodes.append(GraphNode(i, info["kind"], info["layer"], info["pos"], float(pruned.influence[i]),
-                               info.get("feature"), info.get("activation"), info.get("token")))
+                               info.get("feature"), info.get("activation"), info.get("token"), info.get("slope")))
     edges = tuple(GraphEdge(s, t, w) for s, t, w in pruned.kept_edges())
     scores = {"replacement": pruned.replacement, "completeness": pruned.completeness,
               "node_share": pruned.node_share, "edge_share": pruned.edge_share,

@@ -21,7 +21,7 @@ from ..core.plain import short
 from ..loaders.loading import ASSETS
 from .attribution import n_words, token_id
 from .graph import Graph, Target
-from .graph_edit import FeatureEdit
+from .graph_edit import FeatureEdit, predicted_change
 from .steering import read_out
 from .transcoder import CARD_FILE, layer_file, read_card
 
@@ -139,3 +139,10 @@ def feature_edits(g: Graph, nodes, value: float | None) -> tuple[FeatureEdit, ..
             raise ValueError(f"node {int(i)} is a {info['kind']} node: only features can be switched off or clamped")
         out.append(FeatureEdit(info["layer"], info["pos"], info["feature"], 0.0 if value is None else float(value)))
     return tuple(out)
+
+
+def off_effects(g: Graph, node: int) -> tuple[float, float]:
+    """The target's change if feature `node` is switched off: by the graph's edges ("total") and by
+    its slope in the real model (first order)."""
+    edit = [FeatureEdit(*(int(v) for v in g.features[node]), value=0.0)]
+    return predicted_change(g, edit, "total"), predicted_change(g, edit, "first_order")
