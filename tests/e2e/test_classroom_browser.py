@@ -147,7 +147,15 @@ def ask_which_head(teacher, score: str) -> None:
 def answer_by_clicking(page, layer: int, head: int) -> None:
     expect(page.locator(".gtitle", has_text="Every head")).to_be_visible(timeout=SLOW)
     wait_idle(page)
-    click_head(page, layer, head)   # the click alone picks the head: no typing
+    # The click alone picks the head: no typing. A click that lands while plotly is still binding
+    # its handlers (a loaded machine) is lost, as it would be for a student: they click again.
+    for _ in range(3):
+        click_head(page, layer, head)
+        try:
+            expect(page.get_by_label("Layer")).to_have_value(str(layer), timeout=20_000)
+            break
+        except AssertionError:
+            wait_idle(page)
     expect(page.get_by_label("Layer")).to_have_value(str(layer), timeout=SLOW)
     expect(page.get_by_label("Head", exact=True)).to_have_value(str(head), timeout=SLOW)
     page.get_by_role("button", name="Send my answer").click()
