@@ -177,11 +177,11 @@ def intervention_panel(gr: GraphRun, g: Graph, labels, options: list[int], piece
     c[1].metric("after", f"{out.prob_after:.4f}", f"{out.prob_after - out.prob_before:+.4f}")
     c[2].metric("Target logit before", f"{out.logit_before:.3f}")
     c[3].metric("after", f"{out.logit_after:.3f}", f"{out.logit_after - out.logit_before:+.3f}")
-    c[4].metric("The graph's edges predicted", f"{out.predicted_after:.3f}",
+    c[4].metric("Edges predicted", f"{out.predicted_after:.3f}",
                 f"{out.predicted_after - out.logit_before:+.3f}",
                 help="the logit before plus the chosen features' change times their edges into the target (norm "
                      "scales and attention patterns held as in the clean run)")
-    c[5].metric("Its slopes predicted", f"{out.predicted_first_order:.3f}",
+    c[5].metric("Slopes predicted", f"{out.predicted_first_order:.3f}",
                 f"{out.predicted_first_order - out.logit_before:+.3f}",
                 help="the logit before plus the chosen features' change times their slopes: the real model's "
                      "derivative, norm scales and attention patterns live (first order)")

@@ -112,7 +112,7 @@ def test_switching_features_off_shows_the_engines_intervention(root, lm):
     assert [v for _, v in metrics] == [f"{want.prob_before:.4f}", f"{want.prob_after:.4f}", f"{want.logit_before:.3f}",
                                        f"{want.logit_after:.3f}", f"{want.predicted_after:.3f}",
                                        f"{want.predicted_first_order:.3f}"], metrics
-    assert [label for label, _ in metrics[-2:]] == ["The graph's edges predicted", "Its slopes predicted"]
+    assert [label for label, _ in metrics[-2:]] == ["Edges predicted", "Slopes predicted"]
     assert any(f"the graph predicts {want.predicted_total:.3f}" in c.value for c in at.caption)
     assert want.logit_after != want.logit_before    # the features did something
 
