@@ -39,16 +39,16 @@ APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
 def open_page(page: str | None = None, prompt: str | None = None, timeout: float = 120) -> AppTest:
-    """Run app.py, optionally switch to `pages/<page>.py` and set the sidebar prompt."""
+    """A fresh session opening `pages/<page>.py` (the home page without one), the prompt given by
+    the address as a shared link gives it: one first run, not the home page, then the page, then
+    the prompt typed (tests/app/test_shell.py types it; tests/app/matrix.py opens links too)."""
     at = AppTest.from_file(APP, default_timeout=timeout)
+    if prompt is not None:
+        at.query_params["prompt"] = prompt
+    if page:
+        at.switch_page(f"pages/{page}.py")
     at.run()
     assert not at.exception, at.exception
-    if page:
-        at.switch_page(f"pages/{page}.py").run()
-        assert not at.exception, at.exception
-    if prompt is not None:
-        at.text_area(key="sidebar.prompt").set_value(prompt).run()
-        assert not at.exception, at.exception
     return at
 
 
