@@ -374,25 +374,3 @@ def test_total_prediction_is_the_frozen_ablation_with_the_trained_set():
             real.append(_frozen_ablation(lm, ts, g, fz, stream0, errors, edit, "real") - base["real"])
         rhos.append(spearman(torch.tensor(pred), torch.tensor(real)))
     assert sum(rhos) / len(rhos) >= 0.6, rhos
-
-
-@torch.no_grad()
-def test_first_order_ranks_real_ablations_on_held_out_prompts():
-    """With the bundled model's trained transcoders, on two story openings of TinyStories'
-    validation text (bench_graph's held-out rule), the slopes rank the real effects of switching
-    off each of the 10 most influential features at Spearman >= 0.6 on average (bench_graph measures
-    the rest); the edges alone (frozen norm scales) do not reach it on every prompt."""
-    from tfm.analysis import faithfulness
-    from tfm.analysis.transcoder import load_transcoders
-    lm = tfm.load("default")
-    ts = load_transcoders("assets/transcoders/default", lm)
-    rhos = []
-    for text in ("Once upon a time, there was a boy named Timmy. Timmy loved to play",
-                 "Once upon a time, there was a big, hot sun in the sky."):
-        ids = lm.tokenizer.prompt_ids(text)
-        g = attribution_graph(lm, ids, ts)
-        f = faithfulness(lm, ids, ts, g, prune_graph(g).influence, 10, "first_order")
-        torch.testing.assert_close(f.predicted, -(g.slopes * g.activations.double())[
-            [int(((g.features == row).all(1)).nonzero()) for row in f.features]])
-        rhos.append(f.spearman)
-    assert sum(rhos) / len(rhos) >= 0.6, rhos

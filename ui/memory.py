@@ -70,22 +70,25 @@ def release_freed() -> bool:
 
 
 def sizeof(value) -> int:
-    """Bytes of tensor/array data a cached value holds: `.nbytes` of traces and arrays, tensors'
-    storage, and the contents of dicts, lists, tuples and dataclasses (numbers count 0)."""
+    """Bytes of tensor/array data a cached value holds: tensors' storage, `.nbytes` of arrays and
+    of values that report it (traces, graph files), and the contents of dicts, lists, tuples and
+    dataclasses (numbers count 0)."""
     if isinstance(value, torch.Tensor):
         return value.numel() * value.element_size()
     if isinstance(value, np.ndarray):
         return int(value.nbytes)
     if isinstance(value, torch.nn.Module):
         return sum(sizeof(t) for t in (*value.parameters(), *value.buffers()))
+    nbytes = getattr(value, "nbytes", None)   # a value that knows its size: not walked (a graph file
+    if isinstance(nbytes, int):                # holds ~10^5 small objects; every insertion re-measures)
+        return nbytes
     if isinstance(value, dict):
         return sum(sizeof(v) for v in value.values())
     if isinstance(value, (list, tuple)):
         return sum(sizeof(v) for v in value)
     if is_dataclass(value) and not isinstance(value, type):
         return sum(sizeof(getattr(value, f.name)) for f in fields(value))
-    nbytes = getattr(value, "nbytes", None)
-    return int(nbytes) if isinstance(nbytes, int) else 0
+    return 0
 
 
 class _Flight:

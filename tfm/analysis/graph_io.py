@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from typing import Literal, get_args
 
 from ..core.config import ModelConfig
@@ -91,6 +93,20 @@ class GraphFile:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @cached_property
+    def nbytes(self) -> int:
+        """Python bytes of its nodes and edges, an upper bound (what a cache holding it pays: a graph
+        pruned at 1.0 / 1.0 keeps every edge, ~10^5 small objects). Edges all have the same form,
+        so one edge is measured and counted len(edges) times; shared small ints and dict keys are
+        counted in each object, so this over-counts (tests/test_graph.py bounds by how much)."""
+        edges = _object_bytes(self.edges[0]) * len(self.edges) if self.edges else 0
+        return sum(_object_bytes(n) for n in self.nodes) + edges + sys.getsizeof(self.nodes) + sys.getsizeof(self.edges)
+
+
+def _object_bytes(obj) -> int:
+    """One small dataclass instance: itself, its attribute dict and its values."""
+    return sys.getsizeof(obj) + sys.getsizeof(obj.__dict__) + sum(sys.getsizeof(v) for v in obj.__dict__.values())
 
 
 def graph_file(pruned: Pruned, labels, model_config: ModelConfig, transcoders) -> GraphFile:
