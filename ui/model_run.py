@@ -12,7 +12,7 @@ import streamlit as st
 import tfm
 from tfm import analysis
 from tfm.analysis import features as feature_sets
-from tfm.analysis import heads, norms, patching, steer_calibrate, steering
+from tfm.analysis import heads, norms, patching, steer_calibrate, steer_files, steering
 from tfm.analysis.quant import gguf_path
 from tfm.loaders.gguf_file import GGUFFile, read_gguf
 from tfm.teach import examples as page_examples
@@ -131,8 +131,12 @@ class ModelRun:
                              stoppable=True)
 
     def steer_calibration(self) -> steer_calibrate.Calibration:
-        """Where steering works on this model (`tfm.analysis.steer_calibrate.calibrate`): measured
-        once per model, with a status line; ValueError where it cannot run (a very short context)."""
+        """Where steering works on this model (`tfm.analysis.steer_calibrate.calibrate`): the shipped
+        file when it was measured on these weights (`steer_files`), else measured once per model,
+        with a status line; ValueError where it cannot run (a very short context)."""
+        shipped = self._derived("steer.shipped_calibration", steer_files.shipped_calibration, self.spec)
+        if shipped is not None:
+            return shipped
         return self._derived("steer.calibration", lambda lm, should_stop=None: steer_calibrate.calibrate(
             lm, should_stop=should_stop), stoppable=True,
             status="Measuring where steering works on this model (once per model, seconds)…")

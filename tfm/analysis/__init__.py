@@ -4,8 +4,9 @@ heads (head scores, the induction probe, the head table, rollout), lens (the log
 norms (norm statistics), shapes (shapes, parameter counts, KV-cache sizes), positions (the
 positional-encoding page), attention_rows (a window of a pattern), attribution (direct logit
 attribution), patching (ablation and activation patching sweeps), transcoder (per-layer TopK
-transcoders) and graph (attribution graphs on them: graph_frozen, graph_rows, graph_prune,
-graph_edit, graph_io).
+transcoders), graph (attribution graphs on them: graph_frozen, graph_rows, graph_prune,
+graph_edit, graph_io, graph_slopes, graph_view), steering (steer_calibrate: where steering works;
+steer_files: the shipped models' calibrations), sae and features.
 
 Layer 4: may import tfm.core, tfm.text, tfm.loaders and tfm.generation.
 

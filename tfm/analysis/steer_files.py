@@ -1,0 +1,99 @@
+"""Steering calibrations kept as files. `steer_calibrate.calibrate(lm)` takes seconds on SmolLM2
+and gives the same answer every time for the same weights on the CPU, so the shipped models'
+calibrations are measured once and shipped (assets/steer/<spec>.json) with a fingerprint of the
+weights they were measured on. A file is used only for a model on the CPU whose fingerprint it
+carries; any other model is measured as before. Written by
+
+    python -m tfm.analysis.steer_files default smollm2
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from dataclasses import asdict, fields
+from pathlib import Path
+
+import torch
+
+from ..core.files import read_json
+from ..core.validate import check_int, check_number
+from ..loaders.loading import ASSETS, load
+from .steer_calibrate import Calibration, Trial, calibrate, check_layer
+
+STEER_ROOT = ASSETS / "steer"
+MAX_BYTES = 64 * 1024
+VERSION = 1
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def fingerprint(lm) -> str:
+    """sha256 of the model's config and of the first 4,096 values of every parameter (float32):
+    two models share it only if they share those weights."""
+    model = lm.model if hasattr(lm, "model") else lm
+    h = hashlib.sha256(json.dumps(model.config.to_dict(), sort_keys=True).encode())
+    for name, p in model.named_parameters():
+        h.update(name.encode())
+        h.update(p.detach().reshape(-1)[:4096].to("cpu", torch.float32).numpy().tobytes())
+    return h.hexdigest()
+
+
+def to_json(cal: Calibration, lm) -> str:
+    return json.dumps({"version": VERSION, "fingerprint": fingerprint(lm), **asdict(cal)}, indent=1)
+
+
+def _trial(raw: dict) -> Trial:
+    if not isinstance(raw, dict) or set(raw) != {f.name for f in fields(Trial)}:
+        raise ValueError(f"a trial has the fields {[f.name for f in fields(Trial)]}")
+    plain = raw["plain"]
+    if not (isinstance(plain, list) and len(plain) == 2):
+        raise ValueError("a trial's plain counts are [positive, negative]")
+    if not isinstance(raw["prompt"], str) or not isinstance(raw["fluent"], bool):
+        raise ValueError("a trial's prompt is text and fluent is true or false")
+    return Trial(raw["prompt"][:500], check_int("layer", raw["layer"], 0), *(check_number(k, raw[k]) for k in (
+        "strength", "damage", "pull_toward", "pull_away")), check_int("toward", raw["toward"], 0),
+        check_int("away", raw["away"], 0), tuple(check_int("plain", c, 0) for c in plain),
+        check_number("distinct", raw["distinct"], 0, 1), raw["fluent"])
+
+
+def load_calibration(path: Path | str, lm) -> Calibration | None:
+    """The calibration in `path` when it was measured on this model's weights (None otherwise);
+    ValueError for a file that is not a calibration (size bounded before reading)."""
+    data = read_json(path, MAX_BYTES)
+    if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("trials"), list):
+        raise ValueError(f"{Path(path).name} is not a steering calibration (version {VERSION})")
+    if data.get("fingerprint") != fingerprint(lm):
+        return None
+    trials = tuple(_trial(t) for t in data["trials"][:64])
+    pair = data.get("pair")
+    if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(w, str) for w in pair)):
+        raise ValueError("a calibration's pair is two words")
+    cal = Calibration(check_layer(lm, data.get("layer")),
+                      check_number("strength", data.get("strength")), tuple(pair), str(data.get("prompt")),
+                      trials, bool(data.get("moves")))
+    cal.chosen   # the chosen trial is among the trials (StopIteration otherwise)
+    return cal
+
+
+def shipped_calibration(lm, spec: str, root: Path | None = None) -> Calibration | None:
+    """The shipped calibration of the model of `spec` (a plain name) when it fits these weights
+    on the CPU, else None."""
+    root = STEER_ROOT if root is None else root
+    model = lm.model if hasattr(lm, "model") else lm
+    if not (isinstance(spec, str) and _NAME.fullmatch(spec)) or next(model.parameters()).device.type != "cpu":
+        return None
+    path = root / f"{spec}.json"
+    return load_calibration(path, lm) if path.is_file() else None
+
+
+def main(specs: list[str]) -> None:
+    STEER_ROOT.mkdir(parents=True, exist_ok=True)
+    for spec in specs:
+        lm = load(spec, device="cpu")
+        (STEER_ROOT / f"{spec}.json").write_text(to_json(calibrate(lm), lm))
+        print(f"wrote {STEER_ROOT / f'{spec}.json'}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
