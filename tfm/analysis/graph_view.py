@@ -12,13 +12,12 @@ its row, its outputs its column over every row.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import torch
 
 from ..core.plain import short
-from ..loaders.loading import ASSETS
+from ..loaders.loading import ASSETS, is_asset_name
 from .attribution import n_words, token_id
 from .graph import Graph, Target
 from .graph_edit import FeatureEdit, predicted_change
@@ -27,7 +26,6 @@ from .transcoder import CARD_FILE, layer_file, read_card
 
 TRANSCODER_ROOT = ASSETS / "transcoders"
 TRAIN_COMMAND = "python -m tfm.train.transcoders --model MODEL --out assets/transcoders/MODEL"
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def shipped_folder(spec: str, root: Path | None = None) -> Path | None:
@@ -35,7 +33,7 @@ def shipped_folder(spec: str, root: Path | None = None) -> Path | None:
     transcoder set there (a card in it), else None. Specs that are not plain names (a path, a
     random model's JSON) never ship one."""
     root = TRANSCODER_ROOT if root is None else root
-    if not isinstance(spec, str) or not _NAME.fullmatch(spec):
+    if not is_asset_name(spec):
         return None
     folder = root / spec
     return folder if (folder / CARD_FILE).is_file() else None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import sys
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -19,13 +18,12 @@ import torch
 
 from ..core.files import read_json
 from ..core.validate import check_int, check_number
-from ..loaders.loading import ASSETS, load
+from ..loaders.loading import ASSETS, is_asset_name, load
 from .steer_calibrate import Calibration, Trial, calibrate, check_layer
 
 STEER_ROOT = ASSETS / "steer"
 MAX_BYTES = 64 * 1024
 VERSION = 1
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def fingerprint(lm) -> str:
@@ -81,7 +79,7 @@ def shipped_calibration(lm, spec: str, root: Path | None = None) -> Calibration 
     on the CPU, else None."""
     root = STEER_ROOT if root is None else root
     model = lm.model if hasattr(lm, "model") else lm
-    if not (isinstance(spec, str) and _NAME.fullmatch(spec)) or next(model.parameters()).device.type != "cpu":
+    if not is_asset_name(spec) or next(model.parameters()).device.type != "cpu":
         return None
     path = root / f"{spec}.json"
     return load_calibration(path, lm) if path.is_file() else None

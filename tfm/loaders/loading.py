@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,13 @@ from .weights import load_hf_gpt2_folder, load_nanogpt, load_tfm_folder, read_js
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 REGISTRY = {"default": ASSETS / "models" / "default"}
 DEVICES = ("auto", "cpu", "cuda", "mps")
+_ASSET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def is_asset_name(spec) -> bool:
+    """True for a spec text that may name a shipped asset under ASSETS (a plain name such as
+    "smollm2"); a path, a random model's JSON or anything with a separator never does."""
+    return isinstance(spec, str) and _ASSET_NAME.fullmatch(spec) is not None
 
 
 @dataclass(frozen=True)
