@@ -96,6 +96,25 @@ def test_growing_values_are_remeasured():
     assert lru.keys() == ["other"]
 
 
+class _Grows:
+    """A value that reports its own bytes, as a lazy trace does."""
+    def __init__(self):
+        self.nbytes = 0
+
+
+def test_live_values_are_remeasured_at_each_insertion_static_ones_once(monkeypatch):
+    lru, seen = memory.ByteLRU(lambda: 3000), []
+    real = memory.measure
+    monkeypatch.setattr(memory, "measure", lambda v: seen.append(type(v).__name__) or real(v))
+    static = lru.get("static", lambda: [torch.zeros(250), {"t": torch.zeros(10)}])
+    grows = lru.get("grows", _Grows)
+    assert lru.sizes() == {"static": 1040, "grows": 0}
+    grows.nbytes = 2500  # it materialised entries: the next insertion sees it, without touch()
+    lru.get("other", lambda: torch.zeros(100))
+    assert lru.keys() == ["grows", "other"] and static is not None
+    assert seen.count("list") == 1  # the static value was walked once, when it came in
+
+
 def test_failed_computation_is_not_cached():
     lru = memory.ByteLRU(lambda: 10**6)
     with pytest.raises(ValueError):

@@ -2,8 +2,9 @@
 
 Streamlit's `cache_resource(max_entries=...)` counts entries, but a GPT-2 trace of 1024 tokens
 and one of 5 tokens differ by a factor of 10^4 in size: counting entries cannot keep a shared
-server alive. `ByteLRU` measures what it holds (again on every access, because lazy trace
-entries grow as pages read them) and drops the least recently used values beyond its budget.
+server alive. `ByteLRU` measures what it holds (a value once; its live parts, such as lazy
+traces that grow as pages read them, again on every insertion) and drops the least recently used
+values beyond its budget.
 A dropped value is simply recomputed when asked for again. No streamlit here: `ui.models` holds the two caches.
 """
 from __future__ import annotations
@@ -73,22 +74,30 @@ def sizeof(value) -> int:
     """Bytes of tensor/array data a cached value holds: tensors' storage, `.nbytes` of arrays and
     of values that report it (traces, graph files), and the contents of dicts, lists, tuples and
     dataclasses (numbers count 0)."""
+    return measure(value)[0]
+
+
+def measure(value) -> tuple[int, bool]:
+    """(bytes as `sizeof` counts them, live): live when some part reports its own `nbytes` (a lazy
+    trace, a KV cache), which may grow as pages read it; the rest of a cached value never changes."""
     if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
+        return value.numel() * value.element_size(), False
     if isinstance(value, np.ndarray):
-        return int(value.nbytes)
+        return int(value.nbytes), False
     if isinstance(value, torch.nn.Module):
-        return sum(sizeof(t) for t in (*value.parameters(), *value.buffers()))
+        return sum(sizeof(t) for t in (*value.parameters(), *value.buffers())), False
     nbytes = getattr(value, "nbytes", None)   # a value that knows its size: not walked (a graph file
-    if isinstance(nbytes, int):                # holds ~10^5 small objects; every insertion re-measures)
-        return nbytes
+    if isinstance(nbytes, int):                # holds ~10^5 small objects)
+        return nbytes, True
     if isinstance(value, dict):
-        return sum(sizeof(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(sizeof(v) for v in value)
-    if is_dataclass(value) and not isinstance(value, type):
-        return sum(sizeof(getattr(value, f.name)) for f in fields(value))
-    return 0
+        parts = [measure(v) for v in value.values()]
+    elif isinstance(value, (list, tuple)):
+        parts = [measure(v) for v in value]
+    elif is_dataclass(value) and not isinstance(value, type):
+        parts = [measure(getattr(value, f.name)) for f in fields(value)]
+    else:
+        return 0, False
+    return sum(n for n, _ in parts), any(live for _, live in parts)
 
 
 class _Flight:
@@ -108,7 +117,7 @@ class ByteLRU:
     """Thread-safe least-recently-used cache bounded by the bytes its values hold.
 
     `get(key, compute)` returns the cached value or computes it (once per key, however many
-    threads ask at the same time), then re-measures every value and drops the least recently
+    threads ask at the same time), then re-measures every live value (see `measure`) and drops the least recently
     used ones until the total fits `budget()`. The value just returned is never dropped by its
     own call, so one value larger than the budget is served and dropped by the next access.
     A computation that raises (Cancelled too) stores nothing; the next caller computes anew.
@@ -116,10 +125,13 @@ class ByteLRU:
 
     POLL_S = 0.1  # how often a caller waiting for another's computation asks its should_stop
 
-    def __init__(self, budget: Callable[[], int], measure: Callable[[object], int] = sizeof,
+    def __init__(self, budget: Callable[[], int],
                  on_drop: Callable[[Hashable, object], None] | None = None) -> None:
-        self._budget, self._measure, self._on_drop = budget, measure, on_drop
+        self._budget, self._on_drop = budget, on_drop
         self._values: OrderedDict[Hashable, object] = OrderedDict()
+        # key -> (bytes, live) as last measured: walking a value of many small objects (a
+        # tokenizer's vocabulary, a list of examples) on every insertion cost seconds per page
+        self._sizes: dict[Hashable, tuple[int, bool]] = {}
         self._lock = threading.Lock()
         self._flights: dict[Hashable, _Flight] = {}
 
@@ -153,7 +165,7 @@ class ByteLRU:
             cancel.check(should_stop)
             value = compute() if should_stop is None else compute(flight.unwanted)
             with self._lock:
-                self._values[key] = value
+                self._values[key], self._sizes[key] = value, measure(value)
                 dropped = self._shrink(keep=key)
         finally:
             flight.lock.release()
@@ -161,28 +173,41 @@ class ByteLRU:
         return value
 
     def touch(self) -> None:
-        """Re-measure (lazy values grow as they are read) and drop beyond the budget."""
+        """Re-measure every value (one may have grown without reporting its bytes) and drop
+        beyond the budget."""
         with self._lock:
+            self._sizes = {k: measure(v) for k, v in self._values.items()}
             dropped = self._shrink(keep=None)
         self._dropped(dropped)
 
     def drop_where(self, condition: Callable[[Hashable], bool]) -> None:
         with self._lock:
-            dropped = [(k, self._values.pop(k)) for k in list(self._values) if condition(k)]
+            dropped = [(k, self._pop(k)) for k in list(self._values) if condition(k)]
         self._dropped(dropped)
 
     def _shrink(self, keep: Hashable | None) -> list[tuple[Hashable, object]]:
         """Drop oldest-first until the total fits; returns what was dropped (callbacks run
         outside the lock: they may use other caches)."""
-        sizes = {k: self._measure(v) for k, v in self._values.items()}
+        sizes = self._current_sizes()
         total, budget, dropped = sum(sizes.values()), self._budget(), []
         for k in list(self._values):  # oldest first
             if total <= budget:
                 break
             if k != keep:
                 total -= sizes[k]
-                dropped.append((k, self._values.pop(k)))
+                dropped.append((k, self._pop(k)))
         return dropped
+
+    def _pop(self, key: Hashable):
+        self._sizes.pop(key, None)
+        return self._values.pop(key)
+
+    def _current_sizes(self) -> dict[Hashable, int]:
+        """Bytes of each value, re-measuring the live ones (cheap: they report their own)."""
+        for k, (n, live) in self._sizes.items():
+            if live:
+                self._sizes[k] = measure(self._values[k])
+        return {k: self._sizes[k][0] for k in self._values}  # least recently used first
 
     def _dropped(self, dropped: list[tuple[Hashable, object]]) -> None:
         if self._on_drop is not None:
@@ -192,12 +217,12 @@ class ByteLRU:
     @property
     def nbytes(self) -> int:
         with self._lock:
-            return sum(self._measure(v) for v in self._values.values())
+            return sum(self._current_sizes().values())
 
     def sizes(self) -> dict:
         """Bytes of each cached value now, least recently used first."""
         with self._lock:
-            return {k: self._measure(v) for k, v in self._values.items()}
+            return self._current_sizes()
 
     def keys(self) -> list:
         with self._lock:
@@ -206,6 +231,7 @@ class ByteLRU:
     def clear(self) -> None:
         with self._lock:
             self._values.clear()
+            self._sizes.clear()
 
     def __contains__(self, key: Hashable) -> bool:
         with self._lock:
