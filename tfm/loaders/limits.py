@@ -101,9 +101,11 @@ def _parse_int(text: str) -> int:
 ENV = {f.name: "TFM_" + f.name.upper() for f in dataclasses.fields(Limits)}
 
 
+@functools.lru_cache(maxsize=256)
 def count_params(cfg: ModelConfig) -> int:
     """Parameters of `tfm.model.GPT(cfg)` (tied weights counted once): the model itself built on
-    the meta device, which allocates nothing, so the count is exact for every architecture."""
+    the meta device, which allocates nothing, so the count is exact for every architecture.
+    Remembered per config: the sidebar asks on every rerun, and building the modules is not free."""
     with torch.device("meta"):
         return GPT(cfg).num_params()
 
