@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import tfm
+from tfm import cli as tfm_cli
 from tfm.loaders.weights import save_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,15 +93,17 @@ def test_generate_reports_a_cut_prompt_and_context_full():
     (("generate", "random:tiny"), "--prompt"),
     (("info", "random:nope"), "unknown preset"),
 ])
-def test_errors_exit_2_with_one_line(tmp_path, args, message):
+def test_errors_exit_2_with_one_line(tmp_path, capsys, args, message):
+    """The command's own code, in this process (`python -m tfm` exits with what `main` returns:
+    the subprocess tests around this one show that)."""
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "notes.txt").write_text("not a model")
     args = [a.format(missing=tmp_path / "missing", bad=tmp_path / "bad") for a in args]
-    proc = cli(*args, check=False)
-    assert proc.returncode == 2
-    assert proc.stderr.startswith("error: ") and message in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
-    assert proc.stdout == ""
+    assert tfm_cli.main(args) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("error: ") and message in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert out == ""
 
 
 def test_corrupt_folder_is_an_error_not_a_traceback(folder, tmp_path):
