@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from ui import models, sidebar
 
-from tests.e2e.conftest import shot
+from tests.e2e.conftest import context, shot
 from tests.e2e.conftest import wait_idle as _wait_idle
 
 SLOW = 240_000
@@ -84,7 +84,7 @@ def check_own_results(students, picks: dict[int, str], top: str, p: float) -> No
 
 def test_a_teacher_and_three_students_predict_then_reveal(browser, app_url):
     top, p = engine_top()
-    contexts = [browser.new_context(viewport=v) for v in ({"width": 1400, "height": 1000}, PHONE,
+    contexts = [context(browser, viewport=v) for v in ({"width": 1400, "height": 1000}, PHONE,
                                                           {"width": 1000, "height": 900}, {"width": 1000, "height": 900})]
     teacher, *students = [c.new_page() for c in contexts]
     try:
@@ -167,7 +167,7 @@ def test_students_answer_which_head_by_clicking_the_grid_graded_by_the_head_scor
     best = divmod(int(scores.argmax()), scores.shape[1])
     other = divmod(int(scores.argmin()), scores.shape[1])
     rank = int((scores.flatten() > scores[other]).sum()) + 1
-    contexts = [browser.new_context(viewport=v) for v in ({"width": 1400, "height": 1000}, PHONE, PHONE)]
+    contexts = [context(browser, viewport=v) for v in ({"width": 1400, "height": 1000}, PHONE, PHONE)]
     teacher, *students = [c.new_page() for c in contexts]
     try:
         code = open_room(teacher, app_url)
@@ -197,7 +197,7 @@ def test_a_teacher_projecting_the_tour_still_sees_and_uses_the_push(browser, app
     """Presentation mode hides the sidebar, where the push button lives on other pages."""
     import os
     from ui.rooms import open_store
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+    ctx = context(browser, viewport={"width": 1280, "height": 800})
     teacher = ctx.new_page()
     try:
         code = open_room(teacher, app_url).replace("-", "")

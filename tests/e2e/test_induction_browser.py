@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.e2e.conftest import shot, wait_idle
+from tests.e2e.conftest import context, shot, wait_idle
 from tfm.teach.lessons import LessonSettings, train
 
 SLOW = 240_000
@@ -20,7 +20,7 @@ def drawn(page, title: str) -> list[dict]:
 
 
 def test_training_on_the_page_draws_the_plateau_the_drop_and_the_head(browser, app_url):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 2600})
+    ctx = context(browser, viewport={"width": 1400, "height": 2600})
     page = ctx.new_page()
     page.set_default_timeout(SLOW)
     page.goto(f"{app_url}/induction")

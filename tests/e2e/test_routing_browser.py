@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import shot, streamlit_server, wait_idle
+from tests.e2e.conftest import context, shot, streamlit_server, wait_idle
 
 SLOW = 180_000
 CASES = [  # (url path and query, page heading, a chart title the query must produce or None)
@@ -23,7 +23,7 @@ CASES = [  # (url path and query, page heading, a chart title the query must pro
 @pytest.mark.parametrize("path,heading,title", CASES, ids=[c[0].split("?")[0] for c in CASES])
 def test_first_request_for_a_page_gets_the_whole_app(browser, path, heading, title):
     with streamlit_server(log_name=f"server-routing-{path.split('?')[0]}") as url:
-        ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+        ctx = context(browser, viewport={"width": 1400, "height": 1000})
         page = ctx.new_page()
         page.set_default_timeout(SLOW)
         try:

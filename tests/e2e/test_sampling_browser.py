@@ -109,7 +109,7 @@ def test_next_token_sliders_redraw_the_chart(page, app_url):
     check_statuses(page, 1.0, 0, 1.0)
     slide_to(page, "Temperature", "ArrowLeft", "0.1")  # keyboard, as a user without a mouse would
     expect_title(page, "T = 0.1,")
-    slide_to(page, "Top-p (1 = off)", "ArrowLeft", "0.50")  # steps of 0.01
+    slide_to(page, "Top-p (1 = off)", "PageDown", "0.50")  # a tenth of the range per press: 5, not 50 arrows
     expect_title(page, "top-p = 0.5")
     drawn = check_statuses(page, 0.1, 0, 0.5)
     assert set(drawn.values()) == {"kept", "top_p"}

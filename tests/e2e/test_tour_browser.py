@@ -2,7 +2,7 @@
 window, and the checks on a phone-sized window. Screenshots go to screenshots/ (look at them)."""
 from __future__ import annotations
 
-from tests.e2e.conftest import shot
+from tests.e2e.conftest import context, shot
 from tests.e2e.conftest import wait_idle as _wait_idle
 
 SLOW = 240_000
@@ -17,7 +17,7 @@ def header(page) -> str:
 
 
 def test_presentation_mode_walks_with_the_arrow_keys(browser, app_url):
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+    ctx = context(browser, viewport={"width": 1280, "height": 800})
     page = ctx.new_page()
     page.set_default_timeout(SLOW)
     page.goto(f"{app_url}/tour?present=1&step=tokens")
@@ -46,7 +46,7 @@ def test_presentation_mode_walks_with_the_arrow_keys(browser, app_url):
 
 
 def test_normal_page_on_a_tall_window(browser, app_url):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 2000})
+    ctx = context(browser, viewport={"width": 1400, "height": 2000})
     page = ctx.new_page()
     page.set_default_timeout(SLOW)
     for step in ("softmax", "norm", "sampling"):
@@ -60,7 +60,7 @@ def test_normal_page_on_a_tall_window(browser, app_url):
 
 
 def test_the_check_fits_a_phone(browser, app_url):
-    ctx = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True,
+    ctx = context(browser, viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True,
                               has_touch=True)
     page = ctx.new_page()
     page.set_default_timeout(SLOW)
