@@ -20,6 +20,7 @@ Each time is the median of `--repeats` runs unless it says "once".
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -193,6 +194,9 @@ def peer_rows(lm, lengths, repeats) -> None:
 
 
 def tl_rows(folder: str, lm, lengths, repeats) -> None:
+    if importlib.util.find_spec("transformer_lens") is None:   # a peer, not a requirement of tfm
+        print("TransformerLens is not installed here (pip install transformer-lens): its rows are left out", flush=True)
+        return
     from transformer_lens.model_bridge import TransformerBridge
     bridge = TransformerBridge.boot_transformers(folder, device="cpu")
     for n in lengths:
