@@ -72,9 +72,9 @@ def smollm2_hf(tmp_path_factory):
     """transformers' SmolLM2-135M-Instruct from the packaged GGUF, de-quantized by transformers
     itself (the oracle of tests/test_gguf.py and tests/test_gqa.py). Tests only run it (hooks
     removed after), never change it. De-quantizing takes ~25 s of CPU, so it happens once per
-    test run: under pytest-xdist the first worker to need it saves transformers' copy
-    (save_pretrained) in the run's shared temporary folder, and the others load those same
-    weights with transformers (~2 s)."""
+    test run: under pytest-xdist the first worker to need it saves transformers' weights
+    (safetensors and config.json) in the run's shared temporary folder, and the others load those
+    same weights with transformers (~3 s)."""
     from tfm.loaders.packaged import smollm2_path
     from tests.test_gguf import hf_model
     path = smollm2_path()

@@ -2,8 +2,8 @@
 
 Streamlit's `cache_resource(max_entries=...)` counts entries, but a GPT-2 trace of 1024 tokens
 and one of 5 tokens differ by a factor of 10^4 in size: counting entries cannot keep a shared
-server alive. `ByteLRU` measures what it holds (a value once; its live parts, such as lazy
-traces that grow as pages read them, again on every insertion) and drops the least recently used
+server alive. `ByteLRU` measures what it holds (a value once; a value holding something that grows,
+such as a lazy trace read by pages, again on every insertion) and drops the least recently used
 values beyond its budget.
 A dropped value is simply recomputed when asked for again. No streamlit here: `ui.models` holds the two caches.
 """
@@ -117,9 +117,10 @@ class ByteLRU:
     """Thread-safe least-recently-used cache bounded by the bytes its values hold.
 
     `get(key, compute)` returns the cached value or computes it (once per key, however many
-    threads ask at the same time), then re-measures every live value (see `measure`) and drops the least recently
-    used ones until the total fits `budget()`. The value just returned is never dropped by its
-    own call, so one value larger than the budget is served and dropped by the next access.
+    threads ask at the same time), then re-measures every live value (see `measure`) and drops
+    the least recently used ones until the total fits `budget()`. The value just returned is never
+    dropped by its own call, so one value larger than the budget is served and dropped by the next
+    access.
     A computation that raises (Cancelled too) stores nothing; the next caller computes anew.
     """
 
