@@ -252,6 +252,8 @@ def test_reset_parameters_is_reproducible_and_leaves_the_global_rng_alone():
     assert abs(sa["blocks.0.mlp.proj.weight"].std().item() - 0.02 / math.sqrt(8)) < 0.001
     assert abs(sa["blocks.0.attn.proj.weight"].std().item() - 0.02 / math.sqrt(8)) < 0.001
     assert a.unembed.weight is a.tok_emb.weight  # still tied
+    d = GPT(cfg, torch.Generator().manual_seed(7))  # drawn once, in the constructor: the same weights
+    assert all(torch.equal(sa[k], v) for k, v in d.state_dict().items())
 
 
 def test_untied_model_has_its_own_unembedding_and_num_params_counts_tied_once():

@@ -35,8 +35,7 @@ def depth_norms(config: ModelConfig, ids: list[int] | torch.Tensor, seed: int = 
     and thrown away, never a shared one.
     """
     ids_t = ids_tensor(ids, config, min_len=2)
-    model = GPT(config)
-    model.reset_parameters(torch.Generator().manual_seed(seed))
+    model = GPT(config, torch.Generator().manual_seed(seed))
     model.eval()
     with torch.enable_grad():
         out = model(ids_t[None], trace=True)

@@ -182,7 +182,8 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Token (+ positional) embedding, n_layer blocks, final norm, unembedding."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, generator: torch.Generator | None = None) -> None:
+        """`generator`: draws the weights (`reset_parameters`); without one, the global RNG does."""
         super().__init__()
         self.config = cfg
         add_embeddings(self, cfg)
@@ -194,7 +195,7 @@ class GPT(nn.Module):
         if cfg.tied_embeddings:
             self.unembed.weight = self.tok_emb.weight
         self._input_major_weights()
-        self.reset_parameters()
+        self.reset_parameters(generator)
 
     def _input_major_weights(self) -> None:
         """Keep each block matrix's (out, in) shape but store it (in, out) in memory, as GPT-2's

@@ -94,8 +94,7 @@ def random_model(config: ModelConfig | str, tokenizer: Tokenizer | None = None, 
     """A randomly initialised model of any config (or preset name), reproducible by `seed`."""
     cfg = ModelConfig.preset(config) if isinstance(config, str) else config
     tok = tokenizer or default_tokenizer_for(cfg.vocab_size)
-    model = GPT(cfg)
-    model.reset_parameters(torch.Generator().manual_seed(seed))
+    model = GPT(cfg, torch.Generator().manual_seed(seed))
     dev = pick_device(device)
     name = format_spec(ModelSpec("random", config=cfg, seed=seed, preset=config if isinstance(config, str) else None))
     return LM(model.to(dev).eval(), tok, cfg, dev, name, {"seed": seed, "random": True})

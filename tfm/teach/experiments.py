@@ -74,8 +74,7 @@ def residual_gradients(n_layers: int = 50, d_model: int = 64, seed: int = 0, tex
     cfg = ModelConfig(vocab_size=257, context_length=max(64, len(ids)), d_model=d_model, n_layer=n_layers,
                       n_head=4, d_ff=4 * d_model)
     g = torch.Generator().manual_seed(seed)
-    model = GPT(cfg)
-    model.reset_parameters(g)
+    model = GPT(cfg, g)
     model.eval()
     x0 = model.embed(torch.tensor([ids]), 0, None)[0].detach()         # (1, T, D)
     readout = torch.randn(d_model, generator=g)
@@ -214,8 +213,7 @@ def head_split_shapes(d_model: int, n_head: int, text: str = "Hello", seed: int 
     ids = list(text.encode("utf-8"))
     cfg = ModelConfig(vocab_size=257, context_length=max(8, len(ids)), d_model=d_model, n_layer=1,
                       n_head=n_head, d_ff=4 * d_model)
-    model = GPT(cfg)
-    model.reset_parameters(torch.Generator().manual_seed(seed))
+    model = GPT(cfg, torch.Generator().manual_seed(seed))
     trace = model.eval()(torch.tensor([ids]), trace=True).trace
     steps = []
     for entry in trace.shapes:

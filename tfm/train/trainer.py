@@ -115,8 +115,7 @@ class Trainer:
                             args.repeat_frac, args.copy_frac)
         self.eval_text = EvalText(args.eval_file, self.tok, args.eval_bytes, ctx) if args.eval_file else None
         torch.manual_seed(args.seed)  # dropout draws from the global generator
-        self.model = GPT(self.cfg)
-        self.model.reset_parameters(torch.Generator().manual_seed(args.seed))
+        self.model = GPT(self.cfg, torch.Generator().manual_seed(args.seed))
         if args.init_from and not ckpt:
             self.init_from(Path(args.init_from))
         self.model.to(self.device).train()
