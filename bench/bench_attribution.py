@@ -7,7 +7,10 @@ For the bundled model and a random model of GPT-2 small's shape, at `--tokens` t
 - the all-heads (+ all-MLPs) zero-ablation sweep batched (`tfm.analysis.patching.ablation_sweep`: the
   prompt repeated along the batch axis, one edit per row, chunked to a memory budget), as a
   multiple of one forward, against L x H + L (what sequential forwards would cost in forwards);
-- the same sweep as sequential single-edit forwards: batched / sequential speed-up.
+- the same sweep as sequential single-edit forwards: batched / sequential speed-up;
+- residual-stream patching at every layer x position (`patching.patch_resid`: positions from the
+  patched one on, on the unedited run's keys and values) against the same patches as whole-prompt
+  rows (`patching.run_rows` with one `Patch` edit per row), the peer.
 Then the page's first render at 256 tokens on the bundled model (AppTest, server side).
 Targets: batched sweep < L x H forwards, faster than sequential; first render < 1 s.
 """
@@ -48,6 +51,23 @@ def sequential_sweep(lm, ids, metric) -> torch.Tensor:
     return torch.cat(out)
 
 
+@torch.inference_mode()
+def resid_patching(lm, ids, metric, repeats: int) -> None:
+    """patch_resid against its peer, whole-prompt rows with one Patch each: times and max |diff|."""
+    cfg, g = lm.config, torch.Generator().manual_seed(1)
+    corrupt = torch.randint(0, cfg.vocab_size, (len(ids),), generator=g).tolist()
+    tr = lm.model(torch.tensor([ids]), trace=True).trace
+    clean = [tr[f"blocks.{l}.resid_pre"][0] for l in range(cfg.n_layer)]
+    rows = [[E.Patch(f"blocks.{l}.resid_pre", clean[l], positions=(p,))] for l in range(cfg.n_layer)
+            for p in range(len(ids))]
+    fast = timed(lambda: patching.patch_resid(lm.model, clean, torch.tensor([corrupt]), metric), repeats)
+    peer = timed(lambda: patching.run_rows(lm.model, corrupt, rows, metric.position), max(1, repeats // 2))
+    diff = (patching.patch_resid(lm.model, clean, torch.tensor([corrupt]), metric).ravel()
+            - metric(patching.run_rows(lm.model, corrupt, rows, metric.position))).abs().max()
+    print(f"  residual patching, {len(rows)} rows {1000 * fast:9.1f} ms   (whole-prompt rows {1000 * peer:.1f} ms: "
+          f"{peer / fast:.2f}x faster; max |diff| {float(diff):.2e})")
+
+
 def bench_model(name: str, lm, n_tokens: int, repeats: int) -> None:
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, lm.config.vocab_size, (n_tokens,), generator=g).tolist()
@@ -72,6 +92,7 @@ def bench_model(name: str, lm, n_tokens: int, repeats: int) -> None:
           f"L x H = {cfg.n_layer * cfg.n_head}, {rows} rows)")
     print(f"  sequential single edits    {1000 * seq:9.1f} ms   ({seq / fwd:.1f} forwards)")
     print(f"  batched / sequential       {seq / batched:9.2f}x faster")
+    resid_patching(lm, ids, metric, repeats)
 
 
 def bench_page(n_tokens: int, repeats: int) -> None:

@@ -167,3 +167,25 @@ def test_rows_starting_mid_model_equal_full_forwards(make_model, overrides):
     got = patching.run_rows(model, IDS, rows, position=6, budget_bytes=1)
     for r, edits in enumerate(rows):
         assert torch.allclose(got[r], _logits(model, edits)[0, 6], atol=1e-5)
+
+
+@pytest.mark.parametrize("overrides", [dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False,
+                                            n_kv_head=2),
+                                       dict(norm_placement="post", pos_encoding="sinusoidal"),
+                                       dict(parallel_block=True)])
+@pytest.mark.parametrize("position", [9, 5])
+def test_resid_patching_on_later_positions_equals_whole_patched_forwards(make_model, overrides, position):
+    """patch_resid runs positions p.. on the corrupted run's keys and values; every (layer,
+    position) equals a whole forward of the corrupted ids with that one patch, in any chunking."""
+    model = make_model("tiny", n_layer=3, n_head=4, d_model=16, **overrides)
+    corrupt = torch.tensor([[9, 8, 7, 6, 5, 4, 3, 2, 1, 0]])
+    tr = model(IDS, trace=True).trace
+    clean = [tr[f"blocks.{l}.resid_pre"][0] for l in range(3)]
+    metric = patching.Metric(position, 5, 7)
+    want = torch.tensor([[float(metric(_logits(model, [E.Patch(f"blocks.{l}.resid_pre", clean[l], positions=(p,))],
+                                               corrupt)[:, position])) for p in range(10)] for l in range(3)],
+                        dtype=torch.float64)
+    for budget in (patching.BUDGET_BYTES, 1):  # all layers in one batch; one row per batch
+        got = patching.patch_resid(model, clean, corrupt, metric, budget)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    assert got[:, :position + 1].abs().max() > 0 and torch.all(got[:, position + 1:] == got[0, -1])

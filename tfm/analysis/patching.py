@@ -4,7 +4,9 @@ A sweep repeats the prompt along the batch axis and gives each row one edit (`tf
 with `row=r`), so ablating all L x H heads is a few batched forwards, not L x H separate ones;
 rows start at their first edited layer from the unedited stream (`run_rows`). Batches are
 cut into chunks whose activations fit `budget_bytes` (`row_bytes`). Only the logits of the
-measured position are computed (a (rows, V) product, not (rows, T, V)).
+measured position are computed (a (rows, V) product, not (rows, T, V)). Patching the residual
+stream at one position (`patch_resid`) leaves the positions before it as they were, so those
+rows run the later positions only, on the unedited run's keys and values.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core import edits as E
+from ..core.cache import KVCache
 from .heads import induction_probe, top_head
 from .attribution import _ids, _model, check_position, n_words, token_id
 
@@ -47,14 +50,38 @@ def _first_layer(edits: Sequence[E.Edit], n_layer: int) -> int:
 
 
 @torch.no_grad()
-def clean_streams(model, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+def clean_streams(model, x: torch.Tensor, cache: KVCache | None = None) -> tuple[list[torch.Tensor], torch.Tensor | None]:
     """The unedited residual stream entering every block, and after the last: (L+1) x (1, T, D),
-    with the RoPE angles (None without RoPE)."""
+    with the RoPE angles (None without RoPE). A `cache` given keeps every layer's keys and values."""
     h, angles = model.embed(x, 0, None)
     streams = [h]
     for i, block in enumerate(model.blocks):
-        streams.append(block(streams[-1], None, angles, None, i))
+        streams.append(block(streams[-1], None, angles, cache, i))
+    if cache is not None:
+        cache.advance(x.shape[1])
     return streams, angles
+
+
+class _Prefix:
+    """The unedited run's keys and values before position `p`, as a KV cache for rows that run
+    positions p.. only: a patch at p cannot change what came before it (attention is causal)."""
+
+    def __init__(self, run: KVCache, p: int) -> None:
+        self.run, self.p = run, p
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = k.shape[0]
+        pk = self.run.k[layer, :, :, :self.p].expand(rows, -1, -1, -1)   # (R, Hkv, p, hd)
+        pv = self.run.v[layer, :, :, :self.p].expand(rows, -1, -1, -1)
+        return torch.cat([pk, k], 2), torch.cat([pv, v], 2)              # (R, Hkv, p + T', hd)
+
+    def attn_mask(self, t_q: int):
+        return None  # causal from the shapes: the queries are the last t_q positions
+
+
+def _logits(model, h: torch.Tensor) -> torch.Tensor:
+    """(R, D) streams after the last block -> (R, V) float32 logits."""
+    return model.unembed(model.ln_final(h) if model.ln_final is not None else h).float()
 
 
 @torch.no_grad()
@@ -82,10 +109,45 @@ def run_rows(lm, ids, row_edits: Sequence[Sequence[E.Edit]], position: int = -1,
             h = streams[start_layer].expand(len(part), -1, -1)            # (R, T, D)
             for i in range(start_layer, cfg.n_layer):
                 h = model.blocks[i](h, None, angles, None, i, edits.scoped(i))
-            h = h[:, p]                                                    # (R, D)
-            if model.ln_final is not None:
-                h = model.ln_final(h)
-            out[part] = model.unembed(h).float().cpu()                    # (R, V)
+            out[part] = _logits(model, h[:, p]).cpu()                       # (R, V)
+    return out
+
+
+def _resid_rows(model, base, angles, run: KVCache, clean_resid, p: int, layers: range, q: int, metric: Metric):
+    """The metric with the stream entering block l at position p taken from `clean_resid[l]`, for
+    l in `layers`, one per row: positions p.. only of the corrupted run (`base`: its streams, `run`:
+    its keys and values), row l joining the batch at block l."""
+    cfg, h = model.config, None
+    prefix = _Prefix(run, p)
+    ang = angles[p:] if angles is not None else None
+    for i in range(layers.start, cfg.n_layer):
+        if i in layers:
+            row = base[i][:, p:].clone()                                   # (1, T - p, D)
+            row[:, 0] = clean_resid[i][p]
+            h = row if h is None else torch.cat([h, row])                 # (R, T - p, D): rows l <= i
+        h = model.blocks[i](h, None, ang, prefix, i)
+    return metric(_logits(model, h[:, q - p]))                             # (R,)
+
+
+@torch.no_grad()
+def patch_resid(model, clean_resid: Sequence[torch.Tensor], corrupt: torch.Tensor, metric: Metric,
+                budget_bytes: int = BUDGET_BYTES) -> torch.Tensor:
+    """The metric (L, T) with the residual stream entering block l at position p patched from the
+    clean run (`clean_resid[l]`: (T, D)) into the `corrupt` ids (1, T). Positions before p are
+    the corrupted run's, so a row runs positions p.. with that run's keys and values; a patch
+    after the measured position changes nothing there (its value is the corrupted run's)."""
+    cfg, t = model.config, corrupt.shape[1]
+    q = check_position(metric.position, t)
+    p0 = next(iter(model.parameters()))
+    run = KVCache(cfg, 1, t, p0.device, p0.dtype)
+    streams, angles = clean_streams(model, corrupt, run)
+    out = torch.empty(cfg.n_layer, t, dtype=torch.float64)
+    out[:, q + 1:] = float(metric(_logits(model, streams[-1][:, q])))
+    for p in range(q + 1):
+        chunk = max(1, budget_bytes // row_bytes(cfg, t - p))
+        for a in range(0, cfg.n_layer, chunk):
+            layers = range(a, min(a + chunk, cfg.n_layer))
+            out[layers.start:layers.stop, p] = _resid_rows(model, streams, angles, run, clean_resid, p, layers, q, metric).cpu()
     return out
 
 
@@ -153,8 +215,8 @@ def patch_prompts(lm, clean: Sequence[int], corrupt: Sequence[int], metric: Metr
     z = [tr[f"blocks.{l}.attn.z"][0] for l in range(cfg.n_layer)]      # (H, T, hd) each
     resid = [tr[f"blocks.{l}.resid_pre"][0] for l in range(cfg.n_layer)]  # (T, D) each
     rows = [[]] + [[E.Patch(f"blocks.{l}.attn.z", z[l], head=h)] for l in range(cfg.n_layer) for h in range(cfg.n_head)]
-    rows += [[E.Patch(f"blocks.{l}.resid_pre", resid[l], positions=(p,))] for l in range(cfg.n_layer) for p in range(t)]
     m = metric(run_rows(model, corrupt, rows, metric.position, budget_bytes))
+    m = torch.cat([m, patch_resid(model, resid, _ids(model, corrupt), metric, budget_bytes).ravel()])
     clean_m = float(metric(tr["logits"][0, metric.position][None]))
     corrupt_m, span = float(m[0]), clean_m - float(m[0])
     if abs(span) < 1e-6:
