@@ -12,6 +12,7 @@ import torch
 
 import tfm
 from tfm.core import edits as E
+from tfm.core.cancel import Cancelled
 from tfm.analysis import patching
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -189,3 +190,20 @@ def test_resid_patching_on_later_positions_equals_whole_patched_forwards(make_mo
         got = patching.patch_resid(model, clean, corrupt, metric, budget)
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
     assert got[:, :position + 1].abs().max() > 0 and torch.all(got[:, position + 1:] == got[0, -1])
+
+
+def test_sweeps_stop_when_nobody_waits(model):
+    """A page that left stops the minutes-long sweeps between batches (tfm.core.cancel)."""
+    asked = []
+
+    def after(n):  # says stop at its n-th question: the sweep asked, then stopped
+        return lambda: asked.append(1) or len(asked) >= n
+
+    metric = patching.Metric(9, 5, 7)
+    for run in (lambda stop: patching.patch_prompts(model, IDS[0].tolist(), [9, 8, 7, 6, 5, 4, 3, 2, 1, 3], metric,
+                                                    budget_bytes=1, should_stop=stop),
+                lambda stop: patching.ablation_sweep(model, IDS, metric, budget_bytes=1, should_stop=stop)):
+        asked.clear()
+        with pytest.raises(Cancelled):
+            run(after(3))
+        assert len(asked) == 3

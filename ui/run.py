@@ -99,7 +99,11 @@ class PromptRun(ModelRun):
                             pos, token, versus)
 
     def ablation_sweep(self, pos: int, token: int, versus: int | None) -> patching.Sweep:
-        return self._derived("why.sweep", patching.ablation_sweep, self.ids, patching.Metric(pos, token, versus))
+        """Every head and MLP zero-ablated, one per row (`patching.ablation_sweep`), with a status line."""
+        n = self.lm.config.n_layer * (self.lm.config.n_head + 1)
+        return self._derived("why.sweep", lambda lm, ids, m, should_stop: patching.ablation_sweep(
+            lm, ids, m, should_stop=should_stop), self.ids, patching.Metric(pos, token, versus), stoppable=True,
+            status=f"Ablating each of {n} heads and MLPs, one per row…")
 
     def ablated_probs(self, pos: int, heads=(), mlps=(), neurons=(), mode: str = "zero") -> torch.Tensor:
         """Next-token probabilities at `pos` with these parts ablated (`patching.ablated_probs`)."""

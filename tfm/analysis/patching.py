@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core import cancel
 from ..core import edits as E
 from ..core.cache import KVCache
 from .heads import induction_probe, top_head
@@ -86,11 +87,12 @@ def _logits(model, h: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def run_rows(lm, ids, row_edits: Sequence[Sequence[E.Edit]], position: int = -1,
-             budget_bytes: int = BUDGET_BYTES) -> torch.Tensor:
+             budget_bytes: int = BUDGET_BYTES, should_stop: cancel.ShouldStop = None) -> torch.Tensor:
     """Logits at `position` of the prompt run once per entry of `row_edits`, each row with its
     own edits: (R, V) float32 on the CPU. Nothing before a row's first edited layer can change,
     so rows are grouped by that layer and start from the unedited stream there: a sweep over
-    every layer costs about half its rows' full forwards. Batches are bounded by `budget_bytes`."""
+    every layer costs about half its rows' full forwards. Batches are bounded by `budget_bytes`;
+    `should_stop` is asked between them (tfm.core.cancel)."""
     model = _model(lm)
     x = _ids(model, ids)
     p = check_position(position, x.shape[1])
@@ -103,6 +105,7 @@ def run_rows(lm, ids, row_edits: Sequence[Sequence[E.Edit]], position: int = -1,
         groups.setdefault(_first_layer(es, cfg.n_layer), []).append(r)
     for start_layer, rows in sorted(groups.items()):
         for c in range(0, len(rows), chunk):
+            cancel.check(should_stop, "the patched rows")
             part = rows[c:c + chunk]
             flat = [E.with_row(e, j) for j, r in enumerate(part) for e in row_edits[r]]
             edits = E.Edits.of(flat, cfg, (len(part), x.shape[1]))
@@ -131,7 +134,7 @@ def _resid_rows(model, base, angles, run: KVCache, clean_resid, p: int, layers: 
 
 @torch.no_grad()
 def patch_resid(model, clean_resid: Sequence[torch.Tensor], corrupt: torch.Tensor, metric: Metric,
-                budget_bytes: int = BUDGET_BYTES) -> torch.Tensor:
+                budget_bytes: int = BUDGET_BYTES, should_stop: cancel.ShouldStop = None) -> torch.Tensor:
     """The metric (L, T) with the residual stream entering block l at position p patched from the
     clean run (`clean_resid[l]`: (T, D)) into the `corrupt` ids (1, T). Positions before p are
     the corrupted run's, so a row runs positions p.. with that run's keys and values; a patch
@@ -146,6 +149,7 @@ def patch_resid(model, clean_resid: Sequence[torch.Tensor], corrupt: torch.Tenso
     for p in range(q + 1):
         chunk = max(1, budget_bytes // row_bytes(cfg, t - p))
         for a in range(0, cfg.n_layer, chunk):
+            cancel.check(should_stop, "residual-stream patching")
             layers = range(a, min(a + chunk, cfg.n_layer))
             out[layers.start:layers.stop, p] = _resid_rows(model, streams, angles, run, clean_resid, p, layers, q, metric).cpu()
     return out
@@ -169,14 +173,15 @@ class Sweep:
         return self.mlps - self.base
 
 
-def ablation_sweep(lm, ids, metric: Metric, mode: E.Mode = "zero", budget_bytes: int = BUDGET_BYTES) -> Sweep:
+def ablation_sweep(lm, ids, metric: Metric, mode: E.Mode = "zero", budget_bytes: int = BUDGET_BYTES,
+                   should_stop: cancel.ShouldStop = None) -> Sweep:
     """Ablate every head, then every MLP, one per row: the metric after each (one batch,
     chunked). Row 0 is the unedited prompt."""
     cfg = _model(lm).config
     L, H = cfg.n_layer, cfg.n_head
     rows = [[]] + [[E.AblateHead(l, h, mode)] for l in range(L) for h in range(H)] + \
            [[E.AblateMLP(l, mode)] for l in range(L)]
-    m = metric(run_rows(lm, ids, rows, metric.position, budget_bytes))
+    m = metric(run_rows(lm, ids, rows, metric.position, budget_bytes, should_stop))
     return Sweep(metric, float(m[0]), m[1:1 + L * H].reshape(L, H), m[1 + L * H:])
 
 
@@ -202,7 +207,7 @@ def same_length(tok, clean: Sequence[int], corrupt: Sequence[int]) -> None:
 
 @torch.no_grad()
 def patch_prompts(lm, clean: Sequence[int], corrupt: Sequence[int], metric: Metric,
-                  budget_bytes: int = BUDGET_BYTES) -> Patching:
+                  budget_bytes: int = BUDGET_BYTES, should_stop: cancel.ShouldStop = None) -> Patching:
     """Patch every head's output (all positions) and every layer x position of the residual
     stream from the clean run into the corrupted one, one patch per batch row."""
     model = _model(lm)
@@ -215,8 +220,8 @@ def patch_prompts(lm, clean: Sequence[int], corrupt: Sequence[int], metric: Metr
     z = [tr[f"blocks.{l}.attn.z"][0] for l in range(cfg.n_layer)]      # (H, T, hd) each
     resid = [tr[f"blocks.{l}.resid_pre"][0] for l in range(cfg.n_layer)]  # (T, D) each
     rows = [[]] + [[E.Patch(f"blocks.{l}.attn.z", z[l], head=h)] for l in range(cfg.n_layer) for h in range(cfg.n_head)]
-    m = metric(run_rows(model, corrupt, rows, metric.position, budget_bytes))
-    m = torch.cat([m, patch_resid(model, resid, _ids(model, corrupt), metric, budget_bytes).ravel()])
+    m = metric(run_rows(model, corrupt, rows, metric.position, budget_bytes, should_stop))
+    m = torch.cat([m, patch_resid(model, resid, _ids(model, corrupt), metric, budget_bytes, should_stop).ravel()])
     clean_m = float(metric(tr["logits"][0, metric.position][None]))
     corrupt_m, span = float(m[0]), clean_m - float(m[0])
     if abs(span) < 1e-6:
