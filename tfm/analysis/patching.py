@@ -10,6 +10,7 @@ rows run the later positions only, on the unedited run's keys and values.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -90,8 +91,8 @@ def run_rows(lm, ids, row_edits: Sequence[Sequence[E.Edit]], position: int = -1,
              budget_bytes: int = BUDGET_BYTES, should_stop: cancel.ShouldStop = None) -> torch.Tensor:
     """Logits at `position` of the prompt run once per entry of `row_edits`, each row with its
     own edits: (R, V) float32 on the CPU. Nothing before a row's first edited layer can change,
-    so rows are grouped by that layer and start from the unedited stream there: a sweep over
-    every layer costs about half its rows' full forwards. Batches are bounded by `budget_bytes`;
+    so a row joins the batch at that layer from the unedited stream there: a sweep over every
+    layer costs about half its rows' full forwards. Batches are bounded by `budget_bytes`;
     `should_stop` is asked between them (tfm.core.cancel)."""
     model = _model(lm)
     x = _ids(model, ids)
@@ -100,20 +101,30 @@ def run_rows(lm, ids, row_edits: Sequence[Sequence[E.Edit]], position: int = -1,
     chunk = max(1, budget_bytes // row_bytes(cfg, x.shape[1]))
     streams, angles = clean_streams(model, x)
     out = torch.empty(len(row_edits), cfg.vocab_size)
-    groups: dict[int, list[int]] = {}
-    for r, es in enumerate(row_edits):
-        groups.setdefault(_first_layer(es, cfg.n_layer), []).append(r)
-    for start_layer, rows in sorted(groups.items()):
-        for c in range(0, len(rows), chunk):
-            cancel.check(should_stop, "the patched rows")
-            part = rows[c:c + chunk]
-            flat = [E.with_row(e, j) for j, r in enumerate(part) for e in row_edits[r]]
-            edits = E.Edits.of(flat, cfg, (len(part), x.shape[1]))
-            h = streams[start_layer].expand(len(part), -1, -1)            # (R, T, D)
-            for i in range(start_layer, cfg.n_layer):
-                h = model.blocks[i](h, None, angles, None, i, edits.scoped(i))
-            out[part] = _logits(model, h[:, p]).cpu()                       # (R, V)
+    order = sorted(range(len(row_edits)), key=lambda r: _first_layer(row_edits[r], cfg.n_layer))
+    for c in range(0, len(order), chunk):
+        cancel.check(should_stop, "the patched rows")
+        part = order[c:c + chunk]
+        h = _joined_rows(model, streams, angles, [row_edits[r] for r in part])
+        out[part] = _logits(model, h[:, p]).cpu()                           # (R, V)
     return out
+
+
+def _joined_rows(model, streams, angles, rows: Sequence[Sequence[E.Edit]]) -> torch.Tensor:
+    """The stream after the last block (R, T, D) of `rows`, sorted by first edited layer: each
+    joins the batch at that layer, so every block runs once for all the rows that reached it."""
+    cfg, t = model.config, streams[0].shape[1]
+    starts = [_first_layer(es, cfg.n_layer) for es in rows]
+    h = streams[starts[0]][:0] if starts[0] < cfg.n_layer else None          # (0, T, D): no row yet
+    for i in range(starts[0], cfg.n_layer):
+        n = bisect_right(starts, i)                                        # rows that start by block i
+        if n > h.shape[0]:
+            h = torch.cat([h, streams[i].expand(n - h.shape[0], -1, -1)])  # (n, T, D)
+        flat = [E.with_row(e, r) for r in range(n) for e in rows[r] if e.layer == i]
+        h = model.blocks[i](h, None, angles, None, i, E.Edits.of(flat, cfg, (n, t)).scoped(i) if flat else None)
+    done = 0 if h is None else h.shape[0]
+    rest = streams[-1].expand(len(rows) - done, -1, -1)                    # rows with no edit
+    return rest if h is None else torch.cat([h, rest]) if len(rows) > done else h
 
 
 def _resid_rows(model, base, angles, run: KVCache, clean_resid, p: int, layers: range, q: int, metric: Metric):
