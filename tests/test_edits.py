@@ -165,9 +165,10 @@ def test_rows_starting_mid_model_equal_full_forwards(make_model, overrides):
     tr = model(torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]]), trace=True).trace
     rows = [[], [E.AblateHead(2, 1)], [E.AblateNeurons(1, (3,)), E.AblateHead(2, 0)],
             [E.Patch("blocks.1.resid_pre", tr["blocks.1.resid_pre"][0], positions=(4,))], [E.AblateMLP(0, "mean")]]
-    got = patching.run_rows(model, IDS, rows, position=6, budget_bytes=1)
-    for r, edits in enumerate(rows):
-        assert torch.allclose(got[r], _logits(model, edits)[0, 6], atol=1e-5)
+    for budget in (1, patching.BUDGET_BYTES):  # one row per batch; every row joining one batch at its layer
+        got = patching.run_rows(model, IDS, rows, position=6, budget_bytes=budget)
+        for r, edits in enumerate(rows):
+            assert torch.allclose(got[r], _logits(model, edits)[0, 6], atol=1e-5)
 
 
 @pytest.mark.parametrize("overrides", [dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False,
