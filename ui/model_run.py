@@ -90,10 +90,11 @@ class ModelRun:
         return self._derived("why.opening_pair", patching.opening_pair)
 
     def patch_prompts(self, clean: tuple[int, ...], corrupt: tuple[int, ...], metric: patching.Metric) -> patching.Patching:
-        n = self.lm.config.n_layer * (self.lm.config.n_head + len(clean))
+        cfg = self.lm.config
         return self._derived("why.patch", lambda lm, c, x, m, should_stop: patching.patch_prompts(
             lm, c, x, m, should_stop=should_stop), clean, corrupt, metric, stoppable=True,
-            status=f"Patching {n} heads and layer × position streams from the clean run…")
+            status=f"Patching {cfg.n_layer * cfg.n_head} head outputs and {cfg.n_layer * len(clean)} layer × "
+                   "position streams from the clean run, one per row…")
 
     def depth_norms(self, placement: str, norm: str, n_layer: int, ids: tuple[int, ...], seed: int) -> norms.DepthNorms:
         """A fresh model of this size with another placement, norm and depth, run forward and

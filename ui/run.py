@@ -100,10 +100,10 @@ class PromptRun(ModelRun):
 
     def ablation_sweep(self, pos: int, token: int, versus: int | None) -> patching.Sweep:
         """Every head and MLP zero-ablated, one per row (`patching.ablation_sweep`), with a status line."""
-        n = self.lm.config.n_layer * (self.lm.config.n_head + 1)
+        cfg = self.lm.config
         return self._derived("why.sweep", lambda lm, ids, m, should_stop: patching.ablation_sweep(
             lm, ids, m, should_stop=should_stop), self.ids, patching.Metric(pos, token, versus), stoppable=True,
-            status=f"Ablating each of {n} heads and MLPs, one per row…")
+            status=f"Ablating each of {cfg.n_layer * cfg.n_head} heads and {cfg.n_layer} MLPs, one per row…")
 
     def ablated_probs(self, pos: int, heads=(), mlps=(), neurons=(), mode: str = "zero") -> torch.Tensor:
         """Next-token probabilities at `pos` with these parts ablated (`patching.ablated_probs`)."""
