@@ -52,7 +52,8 @@ def _first_layer(edits: Sequence[E.Edit], n_layer: int) -> int:
 
 
 @torch.no_grad()
-def clean_streams(model, x: torch.Tensor, cache: KVCache | None = None) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+def clean_streams(model, x: torch.Tensor,
+                  cache: KVCache | None = None) -> tuple[list[torch.Tensor], torch.Tensor | None]:
     """The unedited residual stream entering every block, and after the last: (L+1) x (1, T, D),
     with the RoPE angles (None without RoPE). A `cache` given keeps every layer's keys and values."""
     h, angles = model.embed(x, 0, None)
@@ -122,9 +123,11 @@ def _joined_rows(model, streams, angles, rows: Sequence[Sequence[E.Edit]]) -> to
             h = torch.cat([h, streams[i].expand(n - h.shape[0], -1, -1)])  # (n, T, D)
         flat = [E.with_row(e, r) for r in range(n) for e in rows[r] if e.layer == i]
         h = model.blocks[i](h, None, angles, None, i, E.Edits.of(flat, cfg, (n, t)).scoped(i) if flat else None)
-    done = 0 if h is None else h.shape[0]
-    rest = streams[-1].expand(len(rows) - done, -1, -1)                    # rows with no edit
-    return rest if h is None else torch.cat([h, rest]) if len(rows) > done else h
+    if h is None:                                                          # no row has an edit
+        return streams[-1].expand(len(rows), -1, -1)
+    if h.shape[0] < len(rows):                                             # rows with no edit come last
+        h = torch.cat([h, streams[-1].expand(len(rows) - h.shape[0], -1, -1)])
+    return h
 
 
 def _resid_rows(model, base, angles, run: KVCache, clean_resid, p: int, layers: range, q: int, metric: Metric):
@@ -162,7 +165,7 @@ def patch_resid(model, clean_resid: Sequence[torch.Tensor], corrupt: torch.Tenso
         for a in range(0, cfg.n_layer, chunk):
             cancel.check(should_stop, "residual-stream patching")
             layers = range(a, min(a + chunk, cfg.n_layer))
-            out[layers.start:layers.stop, p] = _resid_rows(model, streams, angles, run, clean_resid, p, layers, q, metric).cpu()
+            out[a:layers.stop, p] = _resid_rows(model, streams, angles, run, clean_resid, p, layers, q, metric).cpu()
     return out
 
 
