@@ -160,8 +160,9 @@ def patch_resid(model, clean_resid: Sequence[torch.Tensor], corrupt: torch.Tenso
     streams, angles = clean_streams(model, corrupt, run)
     out = torch.empty(cfg.n_layer, t, dtype=torch.float64)
     out[:, q + 1:] = float(metric(_logits(model, streams[-1][:, q])))
+    # A row at p also holds the keys before p and (T - p) x T scores: a full-length row bounds it.
+    chunk = max(1, budget_bytes // row_bytes(cfg, t))
     for p in range(q + 1):
-        chunk = max(1, budget_bytes // row_bytes(cfg, t - p))
         for a in range(0, cfg.n_layer, chunk):
             cancel.check(should_stop, "residual-stream patching")
             layers = range(a, min(a + chunk, cfg.n_layer))
