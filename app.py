@@ -3,18 +3,22 @@ from pathlib import Path
 
 import streamlit as st
 
-from ui import server
+from ui import server, st_private
 from ui.text import message
 from ui.nav import pages
+from ui.rooms import warm
 
 st.set_page_config(page_title="tfm: see inside a transformer", page_icon="🔍", layout="wide")
 try:  # the owner's flags (`python -m ui.server --help`) and TFM_* environment variables
     server.settings()
+    warm.enabled()   # TFM_ROOMS_WARM=off: class rooms without the warm-up (docs/class.md)
 except ValueError as e:
     st.error(f"The server's settings are wrong: {message(e)}")
     st.stop()
 
-nav = st.navigation(pages(Path(__file__).resolve().parent), expanded=True)  # every page listed: no "View more"
+# Every page listed (no "View more"), in the sidebar; config.toml hides the file-stem list Streamlit
+# would show until this line runs on a fresh server (ui.st_private.navigation).
+nav = st_private.navigation(pages(Path(__file__).resolve().parent), expanded=True)
 st.session_state["app.page"] = nav.url_path or "home"   # a class room's moment names its page (ui/rooms/live.py)
 # Each page draws the shared sidebar itself (ui.sidebar.render), so it also runs standalone.
 nav.run()

@@ -17,10 +17,10 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import streamlit as st
-from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from tfm.core import cancel
 from tfm.core.cancel import ShouldStop
+from ui import st_private
 
 POLL_S = 0.5
 
@@ -94,5 +94,4 @@ class Gate:
 
 
 def _session_id() -> str | None:
-    ctx = get_script_run_ctx(suppress_warning=True)
-    return ctx.session_id if ctx is not None else None
+    return st_private.session_id()

@@ -10,8 +10,6 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from streamlit.runtime.scriptrunner import get_script_run_ctx
-
 import tfm
 from tfm.core.config import ModelConfig
 from tfm.generation.batcher import BatchConfig, Batcher
@@ -20,7 +18,7 @@ from tfm.loaders.loading import REGISTRY
 from tfm.loaders.ollama import is_models_folder, models as ollama_models
 from tfm.loaders.packaged import smollm2_path
 from tfm.loaders.spec import ModelSpec, format_spec, parse_spec
-from ui import memory, server
+from ui import memory, server, st_private
 
 # What the home page says about a model known by name (a random model or a folder has no words of its own).
 INTRODUCTIONS = {"smollm2": (
@@ -163,8 +161,7 @@ def batcher(spec: str, device: str, lm: tfm.LM) -> Batcher:
 
 def session_id() -> str:
     """This browser session's id (the batcher's fairness counts rows per session)."""
-    ctx = get_script_run_ctx(suppress_warning=True)
-    return ctx.session_id if ctx is not None else ""
+    return st_private.session_id() or ""
 
 
 def clear_caches(keep_models: bool = False) -> None:

@@ -1,7 +1,6 @@
 """The sidebar every page shares: model, device, prompt, seed. Writes them into the URL."""
 from __future__ import annotations
 
-import runpy
 from pathlib import Path
 
 import streamlit as st
@@ -15,7 +14,7 @@ from tfm.loaders.loading import available_devices
 from tfm.loaders.packaged import SMOLLM2_INSTALL, smollm2_path
 from tfm.loaders.spec import ModelSpec, format_spec, parse_spec
 
-from ui import links, models, server
+from ui import links, models, server, st_private
 from ui.rooms import live
 from ui.text import message, plain
 
@@ -198,15 +197,9 @@ def leave_legacy_pages_mode() -> None:
     Streamlit decides per server whether `pages/` is a legacy (v1) pages folder; until some
     run calls st.navigation it assumes so, and a first request for /attention runs
     pages/attention.py without app.py: no wide layout, no sections. (AppTest resets that
-    flag before every run, so there it is every run.) Then run app.py inside this run: its
-    st.navigation clears the flag and runs this same page (url paths equal file stems, so the
-    page resolves), and this outer run stops before drawing anything. Same run, so a button
-    click in it is not lost, as it would be with st.rerun()."""
-    from streamlit.runtime.pages_manager import PagesManager  # no public switch exists
-
-    if PagesManager.uses_pages_directory:
-        runpy.run_path(str(APP), run_name="__main__")
-        st.stop()
+    flag before every run, so there it is every run.) Then app.py runs inside this run and
+    this outer run stops before drawing anything (ui.st_private.route_through_app)."""
+    st_private.route_through_app(APP)
 
 
 def render() -> None:

@@ -6,7 +6,7 @@ old run only ends at its next `st.*` call, which a torch loop inside a cached co
 reaches: twelve clicks along a slider kept twelve generations running to their ends. Each run's
 `ScriptRequests` (its context's `script_requests`) holds what was asked; `asked_to_stop` reads it
 as `ScriptRequests.on_scriptrunner_yield` decides whether to interrupt, without consuming the
-request (reading `_state` is what that method does without its lock too). tests/app/test_stopping.py
+request (ui.st_private.asked_to_stop: Streamlit's internals, fenced there). tests/app/test_stopping.py
 checks this against streamlit's own class, so a streamlit upgrade that renames it fails there.
 """
 from __future__ import annotations
@@ -15,29 +15,17 @@ from functools import partial
 from typing import NoReturn
 
 import streamlit as st
-from streamlit.runtime.scriptrunner import get_script_run_ctx
-from streamlit.runtime.scriptrunner_utils.script_requests import ScriptRequests, ScriptRequestType
 
 from tfm.core.cancel import Cancelled, ShouldStop
+from ui.st_private import asked_to_stop, run_requests
 
-
-def asked_to_stop(requests: ScriptRequests) -> bool:
-    """True once this run was asked to stop, or to rerun the whole page (a fragment's rerun that
-    does not interrupt the page does not count)."""
-    state = requests._state
-    if state is ScriptRequestType.STOP:
-        return True
-    if state is not ScriptRequestType.RERUN:
-        return False
-    data = requests._rerun_data
-    return not (data.fragment_id_queue and not data.is_fragment_scoped_rerun)
+__all__ = ["asked_to_stop", "end_run", "page_stop"]
 
 
 def page_stop() -> ShouldStop:
     """This script run's `should_stop` (None outside a script run: a test's or bench's thread,
     which never stops waiting)."""
-    ctx = get_script_run_ctx(suppress_warning=True)
-    requests = None if ctx is None else ctx.script_requests
+    requests = run_requests()
     return None if requests is None else partial(asked_to_stop, requests)
 
 

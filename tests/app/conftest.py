@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 import streamlit
 import streamlit as st
-from streamlit.components.v2 import manifest_scanner
 from streamlit.testing.v1 import AppTest
 
-from ui import models, server
+from ui import models, server, st_private
 
 # Tests keep the bundled model (fast, and its numbers are what they assert); tests of SmolLM2
 # ask for it (server.configure / TFM_DEFAULT_MODEL=smollm2 for a server they start).
@@ -33,7 +32,7 @@ KEPT_MODEL_BYTES = 2 << 30
 # Every new AppTest scans the metadata of every installed package for Streamlit components (most of
 # a small page's first run: torch, transformers and ~200 more); the installed set is fixed for a test
 # run, so each test process scans once.
-manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
+st_private.cache_component_scan()
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 

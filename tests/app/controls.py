@@ -2,7 +2,7 @@
 test_widget_extremes.py (every control at its extremes) and fuzz.py (random walks over them)."""
 from __future__ import annotations
 
-from streamlit.runtime.state.common import TESTING_KEY
+from ui.st_private import take_label_as_sent
 
 KINDS = ("slider", "select_slider", "number_input", "selectbox", "radio", "multiselect", "text_input",
          "text_area", "checkbox", "toggle")
@@ -29,5 +29,5 @@ def choose(el, value):
     """Set a control; a select's options are its displayed labels (AppTest knows no other), so the
     label is sent as the browser sends it: the page's format_func is not applied to it again."""
     if isinstance(value, (str, list)) and hasattr(el, "options") and not hasattr(el, "max_chars"):
-        el.root.session_state[TESTING_KEY][el.id] = lambda v: v
+        take_label_as_sent(el)
     return el.set_value(value)

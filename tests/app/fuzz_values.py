@@ -13,10 +13,9 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from streamlit.proto.NumberInput_pb2 import NumberInput
-from streamlit.proto.Slider_pb2 import Slider
 
 from ui.sidebar import SEED_MAX
+from ui.st_private import number_is_int
 
 from tests.app.matrix import HOSTILE, WHY_TABS
 
@@ -158,8 +157,7 @@ def _pair(options: list, rng: random.Random) -> list:
 def control_value(kind: str, key: str, el, rng: random.Random, baseline: dict, s: Shape):
     """(value, verdict) for one control, within what it offers."""
     if kind in ("slider", "number_input"):
-        types = Slider.DataType if kind == "slider" else NumberInput.DataType
-        is_int = el.proto.data_type == types.Value("INT")
+        is_int = number_is_int(el, kind)
         if isinstance(el.value, (tuple, list)):  # a range slider
             return sorted(_number(el, rng, is_int, CHEAP.get(key)) for _ in range(2)), LEGAL
         return _number(el, rng, is_int, CHEAP.get(key)), LEGAL

@@ -9,7 +9,6 @@ import threading
 import time
 
 import pytest
-from streamlit.runtime.scriptrunner_utils.script_requests import RerunData, ScriptRequests
 
 from tfm.analysis import steer_calibrate as calib
 from tfm.analysis import steering
@@ -17,6 +16,7 @@ from tfm.core.cancel import Cancelled
 from tfm.generation.generate import Generation
 from tfm.core.plain import escape_markdown
 from ui import cache, models, stopping
+from ui.st_private import RerunData, ScriptRequests
 
 from tests.app.conftest import open_page
 from tests.test_app_cache import Waiter

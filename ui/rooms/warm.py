@@ -13,63 +13,40 @@ wait on that same computation (one per key: ui.memory.ByteLRU), never a second o
 
 One view at a time per process, the newest: one no longer previewed nor pushed is stopped. The
 process the teacher's screen is on does not open it again (one process: no cost at all).
+
+A feature the app runs without: `TFM_ROOMS_WARM=off` (docs/class.md) turns it off, and a process
+then draws a pushed view for its first student cold, as any page's first view (the page's status
+line says it is computing; the server log says the warm-up is off). Streamlit's internals used to
+open a browserless session live in ui.st_private.
 """
 from __future__ import annotations
 
-import asyncio
+import os
 import threading
 import time
 from collections import OrderedDict
 from typing import Callable
 from urllib.parse import urlencode
 
-from streamlit.proto.BackMsg_pb2 import BackMsg
-from streamlit.proto.ClientState_pb2 import ClientState
-from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
-from streamlit.logger import get_logger
-from streamlit.runtime import Runtime
-from streamlit.runtime.session_manager import SessionClient
-
+from ui import st_private
 from ui.rooms import Moment, RoomStore
 
 WATCH_SECONDS = 0.25     # how often a process looks at the rooms its sessions are in
 FORGET_SECONDS = 600     # a room no session of this process drew for this long is not watched
 OPEN_SECONDS = 300       # the longest one view may take to open
 REMEMBERED = 64          # views this process opened, not opened again
-_LOG = get_logger(__name__)   # (the server log, at its level: info by default)
-_ENDED = (ForwardMsg.FINISHED_SUCCESSFULLY, ForwardMsg.FINISHED_WITH_COMPILE_ERROR)
+SWITCH = "TFM_ROOMS_WARM"   # "off": no process opens the teacher's view ahead (docs/class.md)
+_LOG = st_private.logger(__name__)   # (the server log, at its level: info by default)
+serving = st_private.serving
 
 
-class _Screen(SessionClient):
-    """A session's client that keeps nothing: it only notes that a whole run finished, and errors."""
-
-    def __init__(self) -> None:
-        self.finished = threading.Event()
-        self.errors: list[str] = []
-
-    def write_forward_msg(self, msg: ForwardMsg) -> None:   # (on the event loop: must not raise)
-        kind = msg.WhichOneof("type")
-        if kind == "script_finished" and msg.script_finished in _ENDED:
-            self.finished.set()
-        elif kind == "delta" and msg.delta.WhichOneof("type") == "new_element":
-            if msg.delta.new_element.WhichOneof("type") == "exception":
-                self.errors.append(msg.delta.new_element.exception.message[:200])
-
-    @property
-    def client_context(self):
-        return None
-
-
-def serving() -> bool:
-    """Inside a Streamlit server: not AppTest (whose runtime is a mock) nor a library's caller."""
-    return Runtime.exists() and type(Runtime.instance()) is Runtime
-
-
-def _on_loop(fn, *args):
-    """`fn(*args)` on the runtime's event loop (session calls are not thread-safe), its result."""
-    async def call():
-        return fn(*args)
-    return asyncio.run_coroutine_threadsafe(call(), Runtime.instance()._get_async_objs().eventloop).result(30)
+def enabled(environ=os.environ) -> bool:
+    """Is the warm-up on (the default)? `TFM_ROOMS_WARM=off` turns it off: each process then
+    computes a pushed view when its first student asks for it (a cold first view), nothing more."""
+    value = environ.get(SWITCH, "on").strip().lower()
+    if value not in ("on", "off"):
+        raise ValueError(f"{SWITCH} is {value[:20]!r}: set it to 'on' (the default) or 'off'.")
+    return value == "on"
 
 
 def open_view(moment: Moment, wanted: Callable[[], bool] = lambda: True, timeout: float = OPEN_SECONDS) -> bool:
@@ -78,13 +55,10 @@ def open_view(moment: Moment, wanted: Callable[[], bool] = lambda: True, timeout
     once outside a Streamlit server (AppTest, a library user)."""
     if not serving():
         return False
-    rt, screen = Runtime.instance(), _Screen()
-    sid = _on_loop(rt.connect_session, screen, {})
+    screen = st_private.Screen()
+    sid = st_private.open_screen(screen)   # no websocket can take this session over
     try:
-        rt.mark_session_nonresumable(sid)   # no websocket can take this session over
-        msg = BackMsg()
-        msg.rerun_script.CopyFrom(ClientState(query_string=urlencode(moment.params), page_name=moment.page))
-        _on_loop(rt.handle_backmsg, sid, msg)
+        st_private.run_page(sid, moment.page, urlencode(moment.params))
         deadline = time.monotonic() + timeout
         while not screen.finished.wait(WATCH_SECONDS):
             if time.monotonic() > deadline or not wanted():
@@ -93,20 +67,30 @@ def open_view(moment: Moment, wanted: Callable[[], bool] = lambda: True, timeout
             _LOG.warning("opening %s for the class showed: %s", moment.page, screen.errors[0])
         return True
     finally:
-        _on_loop(rt.close_session, sid)   # stops a run still going; its unwanted computations stop
+        st_private.close_screen(sid)   # stops a run still going; its unwanted computations stop
 
 
 class Warmer:
     """The one watcher of this process: a thread that runs while any room is watched."""
 
-    def __init__(self, store: Callable[[], RoomStore], pages: set[str], opener=open_view) -> None:
-        self.store, self.pages, self.opener = store, pages, opener
+    def __init__(self, store: Callable[[], RoomStore], pages: set[str], opener=open_view,
+                 on: Callable[[], bool] = enabled) -> None:
+        self.store, self.pages, self.opener, self.on = store, pages, opener, on
         self.lock = threading.Lock()
         self.codes: dict[str, float] = {}                      # room code -> when last drawn here
         self.opened: OrderedDict[str, float] = OrderedDict()   # moment JSON -> seconds it took
         self.thread: threading.Thread | None = None
+        self.said_off = False
 
     def watch(self, code: str) -> None:
+        """Watch this room's views (a session of this process is in it); with the warm-up off,
+        only say once in the server log that this process's first view of a push is cold."""
+        if not self.on():
+            if not self.said_off:
+                self.said_off = True
+                _LOG.info("room warm-up is off (%s=off): this process computes a pushed view when its "
+                          "first student asks for it", SWITCH)
+            return
         with self.lock:
             self.codes[code] = time.monotonic()
             if self.thread is None or not self.thread.is_alive():
