@@ -9,7 +9,6 @@ runs on the CPU with random weights (no downloads). Each timed figure is the bes
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import statistics
 import sys

@@ -36,7 +36,7 @@ def test_first_order_ranks_real_ablations_on_held_out_prompts():
     assert sum(rhos) / len(rhos) >= 0.6, rhos
 
 
-def test_a_graph_file_reports_its_bytes_and_the_cache_counts_them(bundled):
+def test_a_graph_file_reports_its_bytes_and_the_cache_counts_them(bundled):  # noqa: F811 (the fixture)
     """Its nodes and edges are ~10^5 small Python objects: nbytes bounds what tracemalloc sees them
     allocate, by at most 1.5x (shared small ints and dict keys make it an over-count), and the
     app's caches read it instead of walking them."""

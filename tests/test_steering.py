@@ -313,7 +313,7 @@ def test_calibrated_defaults_move_the_mood_of_generated_text(lm, calibration):
                 ids = lm.tokenizer.encode(text)
                 assert calib.longest_run(ids) < max(4, len(ids) // 2) and calib.distinct_ratio(text) > 0.4, text
                 words[key] = [a + b for a, b in zip(words[key], (pos, neg, len(calib.words(text))))]
-    (p_pos, p_neg, p_n), (t_pos, t_neg, t_n), (a_pos, a_neg, a_n) = words["plain"], words["toward"], words["away"]
+    (p_pos, p_neg, _), (t_pos, t_neg, _), (a_pos, a_neg, _) = words["plain"], words["toward"], words["away"]
     assert t_pos >= 2 * p_pos + 4 and t_pos > 3 * t_neg, words
     assert a_neg >= 2 * p_neg + 4 and a_neg > 3 * a_pos, words
 
