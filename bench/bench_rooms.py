@@ -54,15 +54,18 @@ from tfm.teach import questions as Q  # noqa: E402
 from ui.rooms import Moment, open_store  # noqa: E402
 
 PAGES = ("next_token", "attention", "tour", "logit_lens", "tokens")
+COOKIE = re.compile(r'document\.cookie = "(\w+)=([^;"]*);[^"]*?(max-age=0)?"')
 DONE = (ForwardMsg.FINISHED_SUCCESSFULLY, ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY)
 
 
 class RoomStudent:
     """One phone in the room: a websocket session that follows what the server tells it."""
 
-    def __init__(self, port: int, code: str, timeout: float) -> None:
+    def __init__(self, port: int, code: str, timeout: float, cookies: dict[str, str] | None = None) -> None:
+        self.cookies = dict(cookies or {})     # as a browser keeps them: the room's scripts set them
         self.ws = websocket.create_connection(f"ws://127.0.0.1:{port}/_stcore/stream", timeout=timeout,
-                                              origin=f"http://127.0.0.1:{port}")
+                                              origin=f"http://127.0.0.1:{port}",
+                                              cookie="; ".join(f"{k}={v}" for k, v in self.cookies.items()) or None)
         self.query, self.page, self.page_hash, self.pages = f"room={code}", "classroom", "", {}
         self.fragment, self.interval = "", 1.0
         self.widgets: dict[str, str] = {}      # user key -> widget id, from the last full run
@@ -119,6 +122,9 @@ class RoomStudent:
             self.errors.append(f"error box: {el.alert.body[:200]}")
         elif kind == "alert" and el.alert.format == el.alert.SUCCESS:
             self.notes.append(el.alert.body)
+        if kind == "html":   # ui/rooms/identity.py's script: who this browser is, in its cookies
+            for name, value, gone in COOKIE.findall(el.html.body):
+                self.cookies.pop(name, None) if gone else self.cookies.__setitem__(name, value)
         if kind not in ("text_area", "text_input", "radio", "button"):
             return None
         w = getattr(el, kind)
@@ -274,7 +280,8 @@ def question(room_store, code: str, key: str, klass: Class, model: str, watch: P
 
 def kill_one(room_store, code: str, klass: Class, proc: subprocess.Popen, port: int) -> None:
     """SIGKILL one app process mid-question; each student whose process died opens their own
-    link again (room=, me=) and nginx sends them to the other: their answer must be there."""
+    link again (room=; who they are: their browser's cookie) and nginx sends them to the other:
+    their answer must be there."""
     qid = klass.qid
     before = room_store.counts(code, qid)
     apps = [p for p in psutil.Process(proc.pid).children(recursive=True) if "streamlit" in " ".join(p.cmdline())]
@@ -284,8 +291,8 @@ def kill_one(room_store, code: str, klass: Class, proc: subprocess.Popen, port: 
     klass.close()
     back = kept = 0
     for i, s in enumerate(klass.students):
-        again = RoomStudent(port, code, 300)
-        again.page, again.query = "classroom", s.query   # the student's own link: room= and me=
+        again = RoomStudent(port, code, 300, s.cookies)
+        again.page, again.query = "classroom", s.query   # the student's own address (room=) and cookie
         again.rerun()
         back += 1
         kept += any(f"Your answer: **{s.options[i % len(s.options)]}**" in n.replace("\\", "") for n in again.notes)

@@ -20,7 +20,6 @@ elif role == "student":
     if st.button("Leave the room", key="room.leave"):
         live.leave()
         st.session_state["room.left"] = True
-        st.query_params.pop("me", None)
         st.rerun()
 else:
     st.title("Class")

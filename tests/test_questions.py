@@ -90,17 +90,68 @@ def test_sampling_truths_follow_temperature_and_top_p(lm, logits, temperature, t
     assert Q.grade(q, truth, Q.parse_answer(q, f"{100 * top_prob:.2f}%")).correct
 
 
-def test_an_estimate_is_graded_by_its_distance_from_the_models_probability(lm, logits):
+def odds(p: float) -> float:
+    return p / (1 - p)
+
+
+def with_odds(p: float, factor: float) -> float:
+    """The probability whose odds are `factor` times p's."""
+    o = odds(p) * factor
+    return o / (1 + o)
+
+
+def test_an_estimate_is_graded_on_log_odds_against_the_models_probability(lm, logits):
     probs = reference_probs(lm, logits)
-    token = int(torch.argsort(probs, descending=True)[2])
-    q, truth = Q.ask_estimate(lm, logits, token)
-    assert truth.value == pytest.approx(float(probs[token]), abs=1e-6)
-    near, far = Q.parse_answer(q, f"{truth.value + 0.04:.3f}"), Q.parse_answer(q, f"{min(1, truth.value + 0.5):.3f}")
-    assert Q.grade(q, truth, near).correct and not Q.grade(q, truth, far).correct
-    assert Q.grade(q, truth, far).closeness == pytest.approx(1 - abs(float(far) - truth.value))
+    order = torch.argsort(probs, descending=True)
+    for rank in (0, 2, 9):
+        token = int(order[rank])
+        p = float(probs[token])
+        q, truth = Q.ask_estimate(lm, logits, token)
+        assert truth.value == pytest.approx(p, abs=1e-6)
+        for factor, right in ((1.4, True), (1 / 1.4, True), (1.7, False), (1 / 1.7, False)):
+            answer = Q.parse_answer(q, f"{with_odds(p, factor):.6f}")
+            g = Q.grade(q, truth, answer)
+            shown = odds(p) / odds(float(answer))
+            assert g.correct is right and f"the model: {p:.3g}" in g.text, (rank, factor, g)
+            assert f"odds {max(shown, 1 / shown):,.1f}× too {'high' if factor > 1 else 'low'}" in g.text
+        assert not Q.grade(q, truth, "0").correct and f"off by {p:.3g}" in Q.grade(q, truth, "0").text
+    # The issue's case: p(' Rome') = 0.038 answered 0 was right under a flat ±0.05; not any more.
+    est = Q.Estimate(1, "␣Rome")
+    truth = Q.Truth("", value=0.038)
+    assert not Q.grade(est, truth, "0").correct and Q.grade(est, truth, "0.03").correct
+    assert not Q.grade(est, truth, "0.1").correct
     for bad in ("1.5", "-0.1", "nan", "inf", "lots", "200%"):
         with pytest.raises(ValueError):
             Q.parse_answer(q, bad)
+
+
+def test_every_kind_is_graded_on_its_own_scale_against_the_engine(lm, logits):
+    """One right and one wrong answer per question kind, each from the engine's own numbers."""
+    probs = reference_probs(lm, logits)
+    order = torch.argsort(probs, descending=True)
+    tok = lm.tokenizer
+    for typed in (False, True):
+        q, truth = Q.ask_next_token(lm, logits, typed)
+        top, second = tok.display_piece(int(order[0])), tok.display_piece(int(order[1]))
+        assert Q.grade(q, truth, Q.parse_answer(q, top)).correct
+        g = Q.grade(q, truth, Q.parse_answer(q, second))
+        assert not g.correct and g.closeness == pytest.approx(float(probs[order[1]] / probs[order[0]]), abs=1e-5)
+    table = head_table(lm)
+    scores = table.scores["repeat_induction"]
+    q, truth = Q.ask_head(table, "repeat_induction")
+    best, worst = divmod(int(scores.argmax()), scores.shape[1]), divmod(int(scores.argmin()), scores.shape[1])
+    assert Q.grade(q, truth, f"L{best[0]} H{best[1]}").correct and not Q.grade(q, truth, f"L{worst[0]} H{worst[1]}").correct
+    final = torch.softmax(logits[:probs.numel()].double() / 0.5, -1).max().item()
+    q, truth = Q.ask_sampling(lm, logits, 0.5, 1.0, "top_prob")
+    assert Q.grade(q, truth, f"{with_odds(final, 1.3):.6f}").correct
+    assert not Q.grade(q, truth, f"{with_odds(final, 2.0):.6f}").correct
+    q, truth = Q.ask_sampling(lm, logits, 1.0, 0.9, "kept")
+    kept = int(truth.value)
+    assert Q.grade(q, truth, str(kept)).correct and "exactly" in Q.grade(q, truth, str(kept)).text
+    assert not Q.grade(q, truth, str(kept * 3)).correct and "3.0× too many" in Q.grade(q, truth, str(kept * 3)).text
+    q, truth = Q.ask_estimate(lm, logits, int(order[1]))
+    assert Q.grade(q, truth, f"{float(probs[order[1]]):.6f}").correct
+    assert not Q.grade(q, truth, f"{with_odds(float(probs[order[1]]), 3):.6f}").correct
 
 
 def test_answers_fall_in_histogram_bins():

@@ -69,6 +69,16 @@ def stored_teacher(store, code: str) -> str:
     return store._db().execute("SELECT teacher FROM rooms WHERE code = ?", (code,)).fetchone()[0]
 
 
+def wrong_key(key: str) -> str:
+    """A key that differs from `key` by construction (its last symbol changed to another)."""
+    return key[:-1] + ("B" if key[-1] == "A" else "A")
+
+
+def test_a_wrong_key_differs_from_the_real_one_whatever_it_ends_with():
+    for key in ("abcA", "abcB", "abcz", "A"):
+        assert wrong_key(key) != key and len(wrong_key(key)) == len(key)
+
+
 def asked(store, n_students: int = 3):
     """A room with students and an open question: (created, [sid...], qid)."""
     made = store.create("teacher-ip")
@@ -107,7 +117,7 @@ def test_the_teachers_preview_is_kept_for_the_processes_and_moves_no_student(sto
     store.preview(code, made.teacher_key, view)
     room = store.room(code)
     assert room.preview == view and room.moment is None and room.version == 0 and room.moment_id == 0
-    for key in (sid, "", None, made.teacher_key[:-1] + "A"):
+    for key in (sid, "", None, wrong_key(made.teacher_key)):
         with pytest.raises(PermissionError):
             store.preview(code, key, Moment("tour"))
     assert store.room(code).preview == view
@@ -129,7 +139,7 @@ def test_a_rooms_file_made_before_previews_is_opened_and_gets_them(tmp_path):
 
 def test_a_student_cannot_do_what_only_the_teacher_may(store):
     made, sids, qid = asked(store)
-    for key in (sids[0], "", "x" * 10_000, made.teacher_key[:-1] + "A", None):
+    for key in (sids[0], "", "x" * 10_000, wrong_key(made.teacher_key), None):
         with pytest.raises(PermissionError):
             store.push(made.code, key, Moment("tour"))
         with pytest.raises(PermissionError):
@@ -175,29 +185,57 @@ def test_a_new_question_closes_the_last(store):
     assert store.counts(made.code, q2) == {"0.4": 1} and store.counts(made.code, q1) == {}
 
 
-def test_guessed_and_forged_codes_are_refused_and_limited_per_client(store):
+def test_guessed_and_forged_codes_are_refused_and_limited_per_screen(store):
     made = store.create("t")
-    for bad in ("", "AAAA", "<script>", "x" * 1_000_000, "ABCD-EFG0", None):
+    _, sid = store.join(made.code, "screen:early", "Ada")
+    for bad in ("", "AAAA", "<script>", "x" * 1_000_000, "ABCDE-FGHJ0", None):
         with pytest.raises(RoomError):
-            store.join(bad, "attacker")
+            store.join(bad, "screen:attacker")
     count = rules.RATES["join_fail"][0]
     for _ in range(count - 6):
         with pytest.raises(RoomError) as e:
-            store.join(rules.new_code(), "attacker")
+            store.join(rules.new_code(), "screen:attacker")
         assert not isinstance(e.value, RateLimited)
-    with pytest.raises(RateLimited):   # past the limit even the right code is refused: no hit shows
-        store.join(made.code, "attacker")
-    assert store.join(made.code, "someone-else")[0] == made.code
+    with pytest.raises(RateLimited):   # past the limit even the right code is refused on that screen: no hit shows
+        store.join(made.code, "screen:attacker")
+    for i in range(61):                 # 61 more wrong tries, from screens sharing one school address
+        with pytest.raises(RoomError):
+            store.join(rules.new_code(), f"screen:class{i // count}")
+    assert store.join(made.code, "screen:latecomer")[0] == made.code   # a correct code still gets in
+    assert store.rejoin(rules.shown_code(made.code), sid) == made.code  # and a student's own rejoin
+    with pytest.raises(RoomError):
+        store.rejoin(made.code, "not-a-student")
+    assert set(rules.new_code()) <= set(rules.CODE_ALPHABET) and len(rules.new_code()) == 10
 
 
-def test_a_wrong_teacher_key_is_limited_like_a_wrong_code(store):
+def test_a_wrong_teacher_key_is_limited_per_screen_and_never_refuses_the_real_one_elsewhere(store):
     made = store.create("t")
-    assert store.take_up(made.code, made.teacher_key, "screen") == made.code
+    assert store.take_up(made.code, made.teacher_key, "screen:a") == made.code
     for _ in range(rules.RATES["teacher_fail"][0]):
         with pytest.raises(PermissionError):
-            store.take_up(made.code, "guess", "guesser")
+            store.take_up(made.code, wrong_key(made.teacher_key), "screen:guesser")
     with pytest.raises(RateLimited):
-        store.take_up(made.code, made.teacher_key, "guesser")
+        store.take_up(made.code, made.teacher_key, "screen:guesser")
+    assert store.take_up(made.code, made.teacher_key, "screen:teacher-reloaded") == made.code
+
+
+def test_the_teacher_sees_how_many_students_show_a_push_and_a_question_keeps_its_moment(store):
+    made, sids, _ = asked(store)
+    first = Moment("next_token", (("model", "default"), ("prompt", "The capital of France is"), ("seed", "0")))
+    mid = store.push(made.code, made.teacher_key, first)
+    assert store.shown(made.code, mid) == 0
+    store.showing(made.code, sids[0], mid)
+    store.showing(made.code, sids[1], mid)
+    store.showing(made.code, "not-a-student", mid)
+    assert store.shown(made.code, mid) == 2
+    store.showing(made.code, sids[0], mid + 1)   # (a later moment's report)
+    assert store.shown(made.code, mid) == 1
+    qid = store.ask(made.code, made.teacher_key, {"kind": "estimate", "token": 1, "shown": "a"}, {"value": 0.5}, first)
+    q = store.room(made.code).question
+    assert q.qid == qid and q.moment == first and q.spec == {"kind": "estimate", "token": 1, "shown": "a"}
+    assert store.results(made.code, made.teacher_key).questions[-1].moment == first
+    with pytest.raises(ValueError, match="'on'"):
+        store.ask(made.code, made.teacher_key, {"on": 1}, {}, first)
 
 
 def test_ten_thousand_answers_from_one_client_count_once_and_are_rate_limited(store):

@@ -4,8 +4,9 @@ the bundled model), driven by Streamlit's websocket protocol as phones drive it
 
 - the process that did not draw the teacher's screen opens the teacher's view itself before the
   push (ui/rooms/warm.py), so its students' screens compute nothing when they follow;
-- SIGKILLing one process mid-question loses no answer, and each of its students, opening their
-  own link again, is taken up by the other process, sees their answer and can still change it.
+- SIGKILLing one process mid-question loses no answer, and each of its students, opening their own
+  address again (their browser keeps who they are: a cookie), is taken up by the other process,
+  sees their answer and can still change it.
 
 Whether a screen computed something is what the page itself shows: a status line ("Running the
 model on N tokens…", "Decoding positions…") is drawn only for work that is not cached yet
@@ -135,17 +136,21 @@ def parse_qs_one(query: str) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(query).items()}
 
 
+def last_logits(prompt: str) -> torch.Tensor:
+    lm = models.load_lm(MODEL, "cpu")
+    with torch.inference_mode():
+        return lm.model(torch.tensor([lm.tokenizer.prompt_ids(prompt)])).logits[0, -1]
+
+
 def test_killing_one_process_mid_question_loses_no_answer_and_its_students_come_back(klass):
     bench = load_bench()
     port, (a, b), store, _, proc = klass
     made = store.create("teacher")
     prompt = "The capital of France is"
-    lm = models.load_lm(MODEL, "cpu")
-    with torch.inference_mode():
-        logits = lm.model(torch.tensor([lm.tokenizer.prompt_ids(prompt)])).logits[0, -1]
-    q, truth = Q.ask_next_token(lm, logits, typed=False)
-    store.push(made.code, made.teacher_key, Moment("classroom", (("model", MODEL), ("prompt", prompt))))
-    qid = store.ask(made.code, made.teacher_key, Q.to_json(q), Q.truth_to_json(truth))
+    q, truth = Q.ask_next_token(models.load_lm(MODEL, "cpu"), last_logits(prompt), typed=False)
+    moment = Moment("classroom", (("model", MODEL), ("prompt", prompt)))
+    store.push(made.code, made.teacher_key, moment)
+    qid = store.ask(made.code, made.teacher_key, Q.to_json(q), Q.truth_to_json(truth), moment)
     phones = [joined(bench, p, made.code, f"s{i}") for i, p in enumerate((a, a, b, b))]
     picks = {}
     for i, s in enumerate(phones):
@@ -160,8 +165,8 @@ def test_killing_one_process_mid_question_loses_no_answer_and_its_students_come_
     victim.send_signal(signal.SIGKILL)   # mid-question: the question is still open
     victim.wait(10)
     for i, s in enumerate(phones[:2]):
-        back = bench.RoomStudent(port, made.code, 240)   # through nginx: only b is left
-        back.page, back.query = "classroom", s.query     # the phone's own link: room= and me=
+        back = bench.RoomStudent(port, made.code, 240, s.cookies)   # through nginx: only b is left
+        back.page, back.query = "classroom", s.query     # the phone's own address (room=) and its cookie
         back.rerun()
         assert not back.errors and any(f"Your answer: **{picks[i]}**" in n.replace("\\", "") for n in back.notes), \
             back.notes
@@ -173,5 +178,6 @@ def test_killing_one_process_mid_question_loses_no_answer_and_its_students_come_
     for pick in picks.values():
         want[pick] = want.get(pick, 0) + 1
     assert after == want and sum(after.values()) == 4
-    mine = [store.my_answer(made.code, parse_qs_one(s.query)["me"], qid) for s in phones]
-    assert mine == [picks[i] for i in range(4)]
+    assert all("me=" not in s.query for s in phones)   # who a phone is never shows in its address
+    assert [store.my_answer(made.code, s.cookies["tfm_student"].split(".")[1], qid) for s in phones] == \
+        [picks[i] for i in range(4)]

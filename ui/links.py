@@ -69,12 +69,21 @@ def url_set(defaults: dict | None = None, **params) -> None:
     A setting the address leaves out and whose value is its default (`defaults`: what the page
     shows when the link lacks it) stays out: every change to the address makes the browser push
     a history entry (Streamlit's frontend calls history.pushState for a query string the script
-    sets), so writing the defaults a link left out made Back need two presses to leave a page."""
+    sets), so writing the defaults a link left out made Back need two presses to leave a page.
+    Every value, default or not, is noted per page (`shown_settings`): a class room's push
+    carries them all (ui/rooms/live.py), so a student sees the teacher's view, not their own."""
     defaults = {name: str(value) for name, value in (defaults or {}).items()}
+    shown = st.session_state.setdefault("links.shown", {})   # every setting this screen shows, defaults too
+    shown.setdefault(st.session_state.get("app.page"), {}).update({name: str(v) for name, v in params.items()})
     changed = {name: str(value) for name, value in params.items() if st.query_params.get(name) != str(value)
                and (name in st.query_params or defaults.get(name) != str(value))}
     if changed:
         st.query_params.update(changed)
+
+
+def shown_settings(page: str | None) -> dict[str, str]:
+    """Every link setting `page` showed on this screen's last runs (defaults included)."""
+    return dict(st.session_state.get("links.shown", {}).get(page, {}))
 
 
 def restore(*widget_keys: str) -> None:

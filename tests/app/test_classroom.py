@@ -117,8 +117,9 @@ def test_the_export_cannot_run_formulas_in_a_spreadsheet():
 def test_a_student_with_a_forged_teacher_key_gets_no_teacher_controls():
     teacher, code, key = teacher_room()
     ada = student(code)
-    for forged in ("guess", ada.session_state["room.sid"], key[:-2]):
-        ada.session_state["room.key"] = forged
+    sid = ada.session_state["room.sid"]
+    for forged in ("guess", sid, key[:-2]):
+        ada.session_state["room.code"], ada.session_state["room.key"] = code, forged   # (a refusal leaves the room)
         ada.run()
         assert not ada.exception and "teacher key is not the room's" in texts(ada)
         assert not [b for b in ada.button if b.key in ("room.push", "room.ask", "room.reveal", "room.close")]
@@ -188,7 +189,8 @@ def test_students_follow_each_pushed_view_and_one_who_steps_away_comes_back_on_r
     assert not teacher.exception
     browse(ada)
     assert ada.session_state["app.page"] == "next_token" and ada.session_state["sidebar.prompt"] == "The cat sat on the"
-    assert ada.query_params["room"] == code and ada.query_params["me"] == ada.session_state["room.sid"]
+    assert ada.query_params["room"] == code and "me" not in ada.query_params   # who this is: a cookie, never the address
+    assert ada.session_state["room.cookies"]["tfm_student"] == f"{code}.{ada.session_state['room.sid']}"
     teacher.switch_page("pages/tour.py").run()
     teacher.text_area(key="sidebar.prompt").set_value("Once upon a time").run()
     teacher.button(key="room.push").click().run()

@@ -29,7 +29,8 @@ from ..generation.sampling import SamplingSettings, next_token
 
 TOP = 50            # the model's top tokens a next-token truth keeps (answers are graded among them)
 N_OPTIONS = 4       # options of a multiple-choice next-token question
-CLOSE = 0.05        # a probability within this of the model's is counted right
+ODDS_RATIO = 1.5    # a probability whose odds are within this factor of the model's is counted right
+ODDS_FLOOR = 1e-4   # answers of 0 or 1 are graded as this far from them (their odds are 0 or infinite)
 KEPT_RATIO = 1.5    # a kept-token count within this factor of the model's is counted right
 
 
@@ -216,11 +217,27 @@ def grade(q: Question, truth: Truth, answer: str) -> Grade:
     value = float(answer)
     if isinstance(q, Sampling) and q.measure == "kept":
         ratio = max(value, 1) / max(truth.value, 1)
+        how = "exactly" if ratio == 1 else f"{max(ratio, 1 / ratio):,.1f}× too {'many' if ratio > 1 else 'few'}"
         return Grade(1 / KEPT_RATIO <= ratio <= KEPT_RATIO, min(ratio, 1 / ratio),
-                     f"You said {value:,.0f}; the model keeps {truth.value:,.0f}.")
-    err = abs(value - truth.value)
-    return Grade(err <= CLOSE, max(0.0, 1 - err), f"You said {value:.3g}; the model: {truth.value:.3f} "
-                                                   f"(off by {err:.3f}).")
+                     f"You said {value:,.0f}; the model keeps {truth.value:,.0f} ({how}).")
+    return _grade_probability(value, truth.value)
+
+
+def log_odds(p: float) -> float:
+    """ln(p / (1 - p)), with p kept ODDS_FLOOR away from 0 and 1."""
+    p = min(max(p, ODDS_FLOOR), 1 - ODDS_FLOOR)
+    return math.log(p / (1 - p))
+
+
+def _grade_probability(value: float, true: float) -> Grade:
+    """A probability graded on log-odds: right when its odds are within ODDS_RATIO of the
+    model's, so 0 is far from 0.038 (a flat band would call it right) and 0.5 vs 0.55 is close."""
+    gap = abs(log_odds(value) - log_odds(true))
+    factor = math.exp(gap)
+    how = (f"odds {factor:,.1f}× too {'low' if value < true else 'high'}" if factor >= 1.05 else "odds within 5%")
+    return Grade(gap <= math.log(ODDS_RATIO), 1 / (1 + gap),
+                 f"You said {value:.3g}; the model: {true:.3g} (off by {abs(value - true):.3g}; {how}; right is "
+                 f"within {ODDS_RATIO:g}× of its odds).")
 
 
 def _grade_token(truth: Truth, answer: str) -> Grade:

@@ -11,6 +11,7 @@ from .plain import figure
 MAX_BARS = 12   # the most common answers; the rest count as "other"
 ANSWER, OTHER = "#4c78a8", "#b0b0b0"
 MODEL = "#e45756"
+PICKED = "#222222"   # the head a student picked (red is kept for the model's answer)
 
 
 def top_answers(counts: dict[str, int], most: int = MAX_BARS) -> list[tuple[str, int]]:
@@ -34,22 +35,26 @@ def answer_bars(counts: dict[str, int], title: str, model: str | None = None, or
            "text": [str(v) for v in values], "textposition": "auto",
            "hovertemplate": "%{y}: %{x} answers<extra></extra>"}
     return figure([bar], {
-        "title": {"text": title}, "height": 140 + 32 * max(len(labels), 1), "margin": {"l": 10, "r": 10, "t": 60, "b": 40},
+        "title": {"text": title, "x": 0, "xanchor": "left"}, "height": 140 + 32 * max(len(labels), 1), "margin": {"l": 10, "r": 10, "t": 60, "b": 40},
         "xaxis": {"title": {"text": "students"}, "rangemode": "tozero",
                   **({"dtick": 1} if max(values, default=0) <= 10 else {})},   # whole students
         "yaxis": {"autorange": "reversed", "automargin": True, "type": "category", "tickfont": {"size": 16}}})
 
 
 def head_grid(n_layer: int, n_head: int, chosen: tuple[int, int] | None = None) -> go.Figure:
-    """Every head as a dot (head across, layer down); clicking one selects it."""
+    """Every head as a dot (head across, layer down); clicking one selects it. Nothing is picked
+    until the student clicks (`chosen` None): the picked head is drawn dark and larger."""
     xs = [h for _ in range(n_layer) for h in range(n_head)]
     ys = [layer for layer in range(n_layer) for _ in range(n_head)]
-    colors = [MODEL if chosen == (y, x) else ANSWER for x, y in zip(xs, ys)]
+    picked = [chosen == (y, x) for x, y in zip(xs, ys)]
+    small = 14 if n_head <= 16 else 8
     dots = {"type": "scatter", "mode": "markers", "x": xs, "y": ys,
-            "marker": {"size": 14 if n_head <= 16 else 8, "color": colors, "symbol": "square"},
+            "marker": {"size": [small + 6 if p else small for p in picked],
+                       "color": [PICKED if p else ANSWER for p in picked], "symbol": "square"},
             "hovertemplate": "layer %{y}, head %{x}<extra></extra>"}
     return figure([dots], {
-        "title": {"text": "Every head: click the one you pick"}, "height": 120 + 18 * n_layer,
+        "title": {"text": "Every head: click the one you pick", "x": 0, "xanchor": "left"},
+        "height": 110 + (18 if n_layer <= 16 else 14) * n_layer,
         "margin": {"l": 10, "r": 10, "t": 50, "b": 40}, "clickmode": "event+select", "dragmode": False,
         "xaxis": {"title": {"text": "head"}, "dtick": 1, "range": [-0.6, n_head - 0.4]},
         "yaxis": {"title": {"text": "layer"}, "autorange": "reversed", "dtick": 1 if n_layer <= 16 else 2}})

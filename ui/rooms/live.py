@@ -1,154 +1,89 @@
-"""A class room inside the app: this process's store, who the browser is, and the banner every
-page draws (from `ui.sidebar.render`): the teacher's "Push this view to the class", and a
+"""A class room inside the app: the banner every page draws (from `ui.sidebar.render`): the teacher's "Push this view to the class", and a
 student's screen following the teacher's moments.
 
-A moment is a link: the teacher's page and its link settings (model, prompt, Tour step, head,
-temperature). A student follows it by opening that link, so every setting goes through the
-pages' own checks for links (`links.url_init`, clamps, caps) and is traced once per process for
-every student who looks at it. The student's own link keeps `room=` and `me=` (their id), so a
-student whose app process died is taken up again by whichever process serves them next.
+A moment is a link: the teacher's page and every link setting it shows, defaults included
+(model, prompt, seed, Tour step, head, temperature: `links.shown_settings`), so a student's own
+prompt or model never stays on screen under "following the teacher". A student follows it by
+opening that link, so every setting goes through the pages' own checks for links
+(`links.url_init`, clamps, caps) and is traced once per process for every student who looks at
+it. Who a browser is (a student's id, a teacher's key) lives in its session cookies
+(`identity.py`), never in the address: a reload, or another process after theirs died, takes the
+room up again; a copied address signs nobody in.
 Every process of the class opens the teacher's view as soon as the teacher's screen shows it
 (`ui/rooms/warm.py`), so a push finds it computed wherever its students are.
 """
 from __future__ import annotations
 
-import threading
-from pathlib import Path
+import time
 
 import streamlit as st
 
-from ui import links, models, server
-from ui.nav import SECTIONS
-from ui.rooms import Moment, RoomStore, open_store, rules, warm
-from ui.text import message, plain
+from ui import links
+from ui.rooms import Moment, follow, identity, rules, warm
+from ui.rooms.session import NOT_PUSHED, PAGES, POLL_SECONDS, leave, role, store  # noqa: F401 (the page's names)
+from ui.text import message
 
-POLL_SECONDS = 1.0   # how often a student's screen asks the store what the teacher shows
-NOT_PUSHED = ("present", "device", "room", "me", "teacher")   # a screen's own, or a person's
-PAGES = {Path(f).stem for entries in SECTIONS.values() for f, _, _ in entries}
-
-_stores: dict[tuple[str, str], RoomStore] = {}
-_lock = threading.Lock()
-
-
-def store() -> RoomStore:
-    """This process's store (SQLite file or Redis, from the server's settings), opened once."""
-    s = server.settings()
-    where = (str(s.rooms_db or ""), s.rooms_redis)
-    with _lock:
-        if where not in _stores:
-            _stores[where] = open_store(s.rooms_db, s.rooms_redis)
-        return _stores[where]
-
+PUSH_SHOWN_SECONDS = 120   # how long the teacher's screen counts the students who show a push
 
 _warmer = warm.Warmer(store, PAGES)   # this process's one watcher of its rooms' views
 
 
-def client() -> str:
-    """Who is asking, for rate limits: the address nginx saw (deploy/nginx.conf appends it to
-    X-Forwarded-For; only nginx reaches a class's processes), else the connection's address,
-    else (a local browser) this session."""
-    ip = st.context.ip_address
-    ip = ip if isinstance(ip, str) else None   # (AppTest gives a mock)
-    forwarded = st.context.headers.get("X-Forwarded-For") or ""
-    if ip in (None, "127.0.0.1", "::1") and forwarded:
-        return "ip:" + forwarded.split(",")[-1].strip()[:64]
-    return f"ip:{ip}" if ip else "session:" + models.session_id()
-
-
-def role() -> str | None:
-    """"teacher", "student" or None: what this session is in its room."""
-    ss = st.session_state
-    if not ss.get("room.code"):
-        return None
-    return "teacher" if ss.get("room.key") else "student" if ss.get("room.sid") else None
-
-
-def leave(note: str | None = None) -> None:
-    for key in ("room.code", "room.key", "room.sid", "room.seen", "room.version", "room.away", "room.followed",
-                "room.previewed"):
-        st.session_state.pop(key, None)
-    if note:
-        st.session_state["room.note"] = note
-
-
 def current_moment() -> Moment:
-    """What this screen shows, as a moment: its page and link settings (not its own)."""
-    params = {k: st.query_params[k] for k in st.query_params if k not in NOT_PUSHED}
-    return Moment(st.session_state.get("app.page", "home"), tuple(sorted(params.items())))
+    """What this screen shows, as a moment: its page and every link setting it shows, defaults
+    included (not its own: NOT_PUSHED)."""
+    page = st.session_state.get("app.page", "home")
+    params = {**{k: st.query_params[k] for k in st.query_params}, **links.shown_settings(page)}
+    return Moment(page, tuple(sorted((k, v) for k, v in params.items() if k not in NOT_PUSHED)))
 
 
-def push(moment: Moment | None = None) -> None:
+def push(moment: Moment | None = None) -> Moment | None:
+    """Send this screen's view (or `moment`) to every student: the pushed moment, or None."""
     ss = st.session_state
+    moment = moment or current_moment()
     try:
-        store().push(ss["room.code"], ss["room.key"], moment or current_moment())
-        st.toast("Pushed to the class")
+        mid = store().push(ss["room.code"], ss["room.key"], moment)
     except (ValueError, PermissionError) as e:
         st.error(f"Not pushed: {message(e)}")
-
-
-def _taken_up() -> None:
-    """A student's own link (`room=`, `me=`) opened in a session that is not in its room yet:
-    after a reload, or on another process after theirs stopped."""
-    ss, qp = st.session_state, st.query_params
-    if role() or "me" not in qp or "room" not in qp or ss.get("room.left"):
-        return
-    sid, code = qp["me"], qp["room"]
-    try:
-        code = store().rejoin(code, sid, client())
-    except ValueError as e:
-        st.warning(f"This link's class room was not opened: {message(e)}")
-        ss["room.left"] = True
-        return
-    room = store().room(code)
-    ss["room.code"], ss["room.sid"] = code, sid
-    ss["room.seen"], ss["room.version"] = room.moment_id, room.version
-
-
-def follow(room) -> None:
-    """Open the room's moment, with this student's room and id kept in the link."""
-    ss, m = st.session_state, room.moment
-    ss["room.seen"], ss["room.version"], ss["room.away"] = room.moment_id, room.version, False
-    if m.page not in PAGES:
-        st.warning(f"The teacher's page {plain(m.page)} is not one of this app's pages.")
-        return
-    params = dict(m.params)
-    ss["room.followed"] = (m.page, tuple((k, v) for k, v in m.params if k not in NOT_PUSHED))
-    ss["app.url_loaded"] = set()   # read every link setting again, as a freshly opened link
-    if "model" in params:
-        ss.pop("app.model_spec", None)
-    st.switch_page(f"pages/{m.page}.py", query_params={**params, "room": ss["room.code"], "me": ss["room.sid"]})
-
-
-def _away() -> bool:
-    """The student changed page or a setting since following the teacher's last moment."""
-    followed = st.session_state.get("room.followed")
-    if followed is None:   # not following anything yet
-        return False
-    page, params = followed
-    return st.session_state.get("app.page") != page or any(st.query_params.get(k) != v for k, v in params)
+        return None
+    ss["room.pushed"] = (mid, time.time())
+    return moment
 
 
 @st.fragment(run_every=POLL_SECONDS)
-def _student_banner() -> None:
+def push_status() -> None:
+    """The last push's steps on the teacher's screen: sent, then how many students show it."""
     ss = st.session_state
-    room = store().room(ss["room.code"]) if role() == "student" else None
-    if room is None:
-        leave("The class room has ended.")
-        st.rerun(scope="app")
-    away = ss.get("room.away") or _away()
-    ss["room.away"] = away
-    if room.moment_id != ss.get("room.seen") and room.moment is not None and not away:
-        follow(room)
-    if room.version != ss.get("room.version"):
-        ss["room.version"] = room.version
-        if ss.get("app.page") == "classroom":   # a new question or a reveal: draw the page again
-            st.rerun(scope="app")
-    code = rules.shown_code(room.code)
-    if not away:
-        st.caption(f"🏫 Class {code}: following the teacher.")
-    elif st.button(f"🏫 Back to the class {code}" + (" (the teacher moved on)" if room.moment_id != ss.get("room.seen")
-                                                    else ""), key="room.back", type="primary"):
-        follow(room)
+    pushed = ss.get("room.pushed")
+    if role() != "teacher" or not pushed or time.time() - pushed[1] > PUSH_SHOWN_SECONDS:
+        return
+    room = store().room(ss["room.code"])
+    if room is None or room.moment_id != pushed[0]:
+        return
+    n = store().shown(room.code, pushed[0])
+    st.caption(f"📣 Sent (view {pushed[0]}) · {n} of {room.students} students show it"
+               + (" ✅" if room.students and n >= room.students else "…"))
+
+
+def _taken_up() -> None:
+    """This browser's own room, from its cookies, in a session that is not in it yet: after a
+    reload, or on another process after theirs stopped. The teacher's first."""
+    ss = st.session_state
+    if role() or ss.get("room.left"):
+        return
+    teacher, student = identity.saved(identity.TEACHER), identity.saved(identity.STUDENT)
+    try:
+        if teacher is not None:
+            ss["room.code"], ss["room.key"] = store().take_up(teacher[0], teacher[1], identity.screen()), teacher[1]
+            return
+        if student is not None:
+            code = store().rejoin(*student)
+            room = store().room(code)
+            ss["room.code"], ss["room.sid"] = code, student[1]
+            ss["room.seen"], ss["room.version"] = room.moment_id, room.version
+    except (ValueError, PermissionError) as e:
+        st.warning(f"This browser's class room was not opened again: {message(e)}")
+        ss["room.left"] = True
+        identity.forget()
 
 
 def presenting() -> bool:
@@ -190,6 +125,7 @@ def _teacher_banner() -> None:
             st.caption(caption)
             if st.button(label, key="room.push", icon="📣", help=helped):
                 push()
+            push_status()
         return
     room = store().room(ss["room.code"])
     q = room.question if room else None
@@ -197,6 +133,7 @@ def _teacher_banner() -> None:
         st.caption(caption, width="content")
         if st.button(label, key="room.push", icon="📣", help=helped):
             push()
+        push_status()
         if q is not None and q.state == "open" and st.button("Reveal the model's answer", key="room.reveal_here",
                                                              icon="🎯"):
             _reveal_here(room.code, q.qid)
@@ -205,20 +142,24 @@ def _teacher_banner() -> None:
 
 def banner() -> None:
     """The room's line on every page (ui.sidebar.render calls it last)."""
+    ss = st.session_state
     _taken_up()
-    note = st.session_state.pop("room.note", None)
+    note = ss.pop("room.note", None)
     if note:
         st.info(note)
     if role() in ("teacher", "student") and warm.serving():
-        _warmer.watch(st.session_state["room.code"])
+        _warmer.watch(ss["room.code"])
     if role() == "teacher":
-        if not store().is_teacher(st.session_state["room.code"], st.session_state["room.key"]):
+        if not store().is_teacher(ss["room.code"], ss["room.key"]):
             leave("This screen's teacher key is not the room's (or the room ended): open the teacher link again.")
-            st.info(st.session_state.pop("room.note"))
-            return
-        _teacher_banner()
+            st.info(ss.pop("room.note"))
+        else:
+            identity.remember_teacher(ss["room.code"], ss["room.key"])
+            _teacher_banner()
     elif role() == "student":
-        if st.session_state.get("room.sid") and not st.session_state.get("room.left"):
-            links.url_set(room=st.session_state["room.code"], me=st.session_state["room.sid"])
-        _student_banner()
-
+        identity.remember_student(ss["room.code"], ss["room.sid"])
+        links.url_set(room=ss["room.code"])
+        ss["room.full_run"] = True
+        follow.student_banner()
+        ss["room.full_run"] = False
+    identity.draw()

@@ -1,7 +1,8 @@
 """Rooms in Redis, for a class whose app processes run on several machines (`TFM_ROOMS_REDIS`).
 
 Keys (prefix `tfm:room:{code}`): the room's hash; `:q:{qid}` each question's hash; `:students`
-(sid -> nickname) and `:a:{qid}` (sid -> answer JSON) hashes. Every key of a room expires with
+(sid -> nickname), `:shown` (sid -> the moment its screen drew) and `:a:{qid}` (sid -> answer
+JSON) hashes. Every key of a room expires with
 the room (EXPIREAT), so Redis deletes its data when it ends without anyone asking. Counters
 (versions, question ids, rate windows) are Redis's atomic HINCRBY / INCR.
 """
@@ -119,6 +120,16 @@ class RedisStore(Rules):
     def _students(self, code):
         return self.r.hgetall(self._k(code, "students"))
 
+    def _set_shown(self, code, sid, moment_id) -> None:
+        key = self._k(code, "shown")
+        pipe = self.r.pipeline()
+        pipe.hset(key, sid, moment_id)
+        self._expire(pipe, code, key)
+        pipe.execute()
+
+    def _shown(self, code):
+        return {sid: int(m) for sid, m in self.r.hgetall(self._k(code, "shown")).items()}
+
     def _put_answer(self, code, qid, sid, text, now) -> None:
         key = self._k(code, "a", qid)
         pipe = self.r.pipeline()
@@ -135,7 +146,7 @@ class RedisStore(Rules):
 
     def _delete(self, code) -> None:
         n = int(self.r.hget(self._k(code), "question") or 0)
-        keys = [self._k(code), self._k(code, "students"),
+        keys = [self._k(code), self._k(code, "students"), self._k(code, "shown"),
                 *(self._k(code, part, qid) for qid in range(1, n + 1) for part in ("q", "a"))]
         self.r.delete(*keys)
 

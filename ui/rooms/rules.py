@@ -14,27 +14,33 @@ import secrets
 import unicodedata
 from dataclasses import dataclass
 
-# Join codes: 8 symbols of 31 (no 0/O, 1/I/L), 31^8 ≈ 8.5e11 codes. With failed joins limited to
-# RATES["join_fail"] (60 per 10 minutes per client) and at most a few hundred live rooms, one
-# client needs ~10^4 years on average to hit any room; a room's code is drawn with `secrets`.
+# Join codes: 10 symbols of 31 (no 0/O, 1/I/L), 31^10 ≈ 8.2e14 codes, drawn with `secrets`.
+# Wrong tries are limited per screen (a browser session), never per address: a class behind one
+# school address (or nginx) shares an address, and one student's wrong tries must not lock out
+# the others. A guesser therefore needs a new screen (a websocket and a page run) every
+# RATES["join_fail"] tries; even at 1,000 tries a second (far above what one server answers:
+# every try is a page run) against 1,000 live rooms, hitting any room takes 8.2e14 / 1,000 / 1,000
+# s ≈ 26 years on average. A student's own id (96 random bits) and the teacher key (192) are
+# not guessable at all, so a rejoin or the real key is never limited by anyone's tries.
 CODE_ALPHABET = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"
-CODE_LEN = 8
+CODE_LEN = 10
 KEY_BYTES = 24              # the teacher key: 192 random bits, stored only as its SHA-256
-STUDENT_BYTES = 12          # a student's id (in the student's own link, `me=`)
+STUDENT_BYTES = 12          # a student's id (in the student's browser session cookie, never the address)
 NICK_MAX = 24               # characters of a nickname
 ANSWER_MAX = 64             # characters of an answer
 MOMENT_MAX = 24_000         # bytes of a moment's JSON (a prompt of up to 20,000 characters and a view)
-SPEC_MAX = 16_000           # bytes of a question's JSON
+SPEC_MAX = 40_000           # bytes of a question's JSON (with the moment it is about)
 TRUTH_MAX = 64_000          # bytes of the engine's answer (top tokens, every head's score)
 STUDENTS_MAX = 200          # students in one room
 QUESTIONS_MAX = 500         # questions in one room's life
 ROOM_SECONDS = 4 * 3600     # a room's life; its data is deleted then
-# (count, seconds): at most `count` in any fixed window of `seconds`, per client (or student).
+# (count, seconds): at most `count` in any fixed window of `seconds`, per address ("create"),
+# per screen (a browser session: "join", "join_fail", "teacher_fail") or per student ("answer").
 RATES = {
-    "create": (20, 3600),       # rooms a client opens
-    "join": (400, 3600),        # joins from one client (a class behind one school address joins too)
-    "join_fail": (60, 600),     # wrong or malformed codes from one client
-    "teacher_fail": (10, 600),  # wrong teacher keys from one client
+    "create": (20, 3600),       # rooms one address opens
+    "join": (20, 3600),         # joins from one screen (filling a room with fake students takes a screen each)
+    "join_fail": (10, 600),     # wrong or malformed codes from one screen
+    "teacher_fail": (10, 600),  # wrong teacher keys from one screen
     "answer": (30, 60),         # answers from one student (a later answer replaces the earlier)
 }
 
@@ -70,17 +76,18 @@ def key_matches(key: str | None, stored_hash: str | None) -> bool:
 
 
 def shown_code(code: str) -> str:
-    """ABCD-EFGH: easier to read off a projector."""
-    return f"{code[:4]}-{code[4:]}"
+    """ABCDE-FGHJK: easier to read off a projector."""
+    half = len(code) // 2
+    return f"{code[:half]}-{code[half:]}"
 
 
 def parse_code(text) -> str:
     """A typed or linked join code (any case, spaces and dashes ignored), or ValueError."""
     if not isinstance(text, str) or len(text) > 40:
-        raise RoomError(f"a join code is {CODE_LEN} letters and digits, like ABCD-EFGH")
+        raise RoomError(f"a join code is {CODE_LEN} letters and digits, like ABCDE-FGHJK")
     code = re.sub(r"[\s-]", "", text).upper()
     if len(code) != CODE_LEN or any(c not in CODE_ALPHABET for c in code):
-        raise RoomError(f"a join code is {CODE_LEN} letters and digits, like ABCD-EFGH (no 0, O, 1, I or L)")
+        raise RoomError(f"a join code is {CODE_LEN} letters and digits, like ABCDE-FGHJK (no 0, O, 1, I or L)")
     return code
 
 

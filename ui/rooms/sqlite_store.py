@@ -24,11 +24,13 @@ CREATE TABLE IF NOT EXISTS students (code TEXT NOT NULL, sid TEXT NOT NULL, nick
     joined REAL NOT NULL, PRIMARY KEY (code, sid));
 CREATE TABLE IF NOT EXISTS answers (code TEXT NOT NULL, qid INTEGER NOT NULL, sid TEXT NOT NULL,
     text TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY (code, qid, sid));
+CREATE TABLE IF NOT EXISTS shown (code TEXT NOT NULL, sid TEXT NOT NULL, moment_id INTEGER NOT NULL,
+    PRIMARY KEY (code, sid));
 CREATE TABLE IF NOT EXISTS rate (name TEXT PRIMARY KEY, n INTEGER NOT NULL, until REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS rooms_expires ON rooms (expires);
 CREATE INDEX IF NOT EXISTS rate_until ON rate (until);
 """
-TABLES = ("answers", "students", "questions", "rooms")
+TABLES = ("answers", "shown", "students", "questions", "rooms")
 
 
 class SqliteStore(Rules):
@@ -126,6 +128,14 @@ class SqliteStore(Rules):
 
     def _students(self, code):
         return dict(self._db().execute("SELECT sid, nick FROM students WHERE code = ?", (code,)).fetchall())
+
+    def _set_shown(self, code, sid, moment_id) -> None:
+        with self._write() as db:
+            db.execute("INSERT INTO shown VALUES (?, ?, ?) ON CONFLICT(code, sid) DO UPDATE SET moment_id = "
+                       "excluded.moment_id", (code, sid, moment_id))
+
+    def _shown(self, code):
+        return dict(self._db().execute("SELECT sid, moment_id FROM shown WHERE code = ?", (code,)).fetchall())
 
     def _put_answer(self, code, qid, sid, text, now) -> None:
         with self._write() as db:

@@ -50,16 +50,18 @@ class Rules:
         if not self._hit(name, count, seconds):
             raise RateLimited(f"too many tries in a short time ({count} {_per(seconds)}): wait a little")
 
-    def _guarded(self, what: str, who: str, attempt: Callable[[], str]) -> str:
-        """`attempt()` unless `who` already spent its failures of `what` (then RateLimited, right
-        or wrong: a hit must not show once the limit is reached); a failure is counted."""
-        name, count, seconds = self._window(what, who)
+    def _guarded(self, what: str, screen: str, attempt: Callable[[], str]) -> str:
+        """`attempt()` unless this screen (a browser session) already spent its failures of
+        `what` (then RateLimited, right or wrong: a hit must not show once the limit is reached);
+        a failure is counted against that screen only, so nobody else's wrong tries ever refuse
+        a correct code (rules.py: why guessing stays infeasible)."""
+        name, count, seconds = self._window(what, screen)
         if self._count(name) >= count:
-            raise RateLimited(f"too many wrong tries ({count} {_per(seconds)}): wait a little")
+            raise RateLimited(f"this screen made too many wrong tries ({count} {_per(seconds)}): wait a little")
         try:
             return attempt()
         except (RoomError, PermissionError):
-            self.limit(what, who)
+            self.limit(what, screen)
             raise
 
     def _live(self, code: str) -> dict | None:
@@ -101,33 +103,31 @@ class Rules:
         if row is None:
             return None
         q = row["q"]
-        question = None if q is None else Question(
-            row["question"], json.loads(q["spec"]), q["state"],
-            json.loads(q["truth"]) if q["state"] == "revealed" else None, q["asked"])
+        question = None if q is None else Question.stored(q, q["state"] == "revealed")
         return Room(code, row["created"], row["expires"], row["version"], row["moment_id"],
                     rules.Moment.from_json(row["moment"]) if row["moment"] else None, question, row["students"],
                     rules.Moment.from_json(row["preview"]) if row.get("preview") else None)
 
-    def take_up(self, code: str, key: str, client: str) -> str:
-        """A teacher link opened on another screen: its code if the key is the room's. Wrong keys
-        are limited per client like wrong codes."""
+    def take_up(self, code: str, key: str, screen: str) -> str:
+        """A teacher link opened on another screen (or the teacher's own screen reloaded): its
+        code if the key is the room's. Wrong keys are limited per screen like wrong codes."""
         def attempt() -> str:
             room = rules.parse_code(code)
             self._teacher(room, key)
             return room
-        return self._guarded("teacher_fail", client, attempt)
+        return self._guarded("teacher_fail", screen, attempt)
 
-    def join(self, code: str, client: str, nick: str = "") -> tuple[str, str]:
+    def join(self, code: str, screen: str, nick: str = "") -> tuple[str, str]:
         """(code, student id) for a student joining with a typed or linked code. Wrong codes are
-        limited per client (RATES["join_fail"]), so codes cannot be enumerated."""
+        limited per screen (RATES["join_fail"]), so codes cannot be enumerated."""
         nick = rules.nickname(nick)
 
         def attempt() -> str:
             room = rules.parse_code(code)
             self._needed(room)
             return room
-        room = self._guarded("join_fail", client, attempt)
-        self.limit("join", client)
+        room = self._guarded("join_fail", screen, attempt)
+        self.limit("join", screen)
         sid = rules.new_student()
         if not self._add_student(room, sid, nick, self.clock(), rules.STUDENTS_MAX):
             raise RoomError(f"this room is full ({rules.STUDENTS_MAX} students)")
@@ -136,15 +136,23 @@ class Rules:
     def is_student(self, code: str, sid: str) -> bool:
         return isinstance(sid, str) and len(sid) <= 40 and self._live(code) is not None and self._has_student(code, sid)
 
-    def rejoin(self, code: str, sid: str, client: str) -> str:
-        """A student's own link opened again (a reload, another process): the room's code if
-        `sid` is one of its students; failures are limited like wrong codes."""
-        def attempt() -> str:
-            room = rules.parse_code(code)
-            if not self.is_student(room, sid):
-                raise RoomError("this link's student is not in that room (or the room has ended)")
-            return room
-        return self._guarded("join_fail", client, attempt)
+    def rejoin(self, code: str, sid: str) -> str:
+        """A student's browser back (a reload, another process after theirs stopped): the room's
+        code if `sid` is one of its students. Never limited: a student id is 96 random bits
+        (guessing one is hopeless), and a class reloading together must all get back in."""
+        room = rules.parse_code(code)
+        if not self.is_student(room, sid):
+            raise RoomError("this browser's student is not in that room (or the room has ended)")
+        return room
+
+    def showing(self, code: str, sid: str, moment_id: int) -> None:
+        """A student's screen drew the room's moment `moment_id` (the teacher sees how many do)."""
+        if isinstance(sid, str) and len(sid) <= 40 and self._has_student(code, sid):
+            self._set_shown(code, sid, int(moment_id))
+
+    def shown(self, code: str, moment_id: int) -> int:
+        """How many students' screens drew moment `moment_id`."""
+        return sum(1 for m in self._shown(code).values() if m == moment_id) if self._live(code) else 0
 
     def is_teacher(self, code: str, key: str) -> bool:
         row = self._live(code) if isinstance(code, str) and len(code) == rules.CODE_LEN else None
@@ -161,11 +169,16 @@ class Rules:
         self._teacher(code, key)
         self._set_preview(code, moment.to_json())
 
-    def ask(self, code: str, key: str, spec: dict, truth: dict) -> int:
+    def ask(self, code: str, key: str, spec: dict, truth: dict, moment: rules.Moment | None = None) -> int:
+        """A new question (the last one closes); `moment`: what it is about (its page, model,
+        prompt), kept with it so both screens show, and it is graded on, that one prompt."""
         row = self._teacher(code, key)
         if row["question"] >= rules.QUESTIONS_MAX:
             raise RoomError(f"a room asks at most {rules.QUESTIONS_MAX} questions: open a new room")
-        return self._add_question(code, rules.bounded_json(spec, "question", rules.SPEC_MAX),
+        if "on" in spec:
+            raise ValueError("a question's fields cannot be named 'on'")
+        kept = {**spec, "on": moment.to_json()} if moment is not None else spec
+        return self._add_question(code, rules.bounded_json(kept, "question", rules.SPEC_MAX),
                                   rules.bounded_json(truth, "model's answer", rules.TRUTH_MAX), self.clock())
 
     def reveal(self, code: str, key: str, qid: int) -> dict:
@@ -205,8 +218,7 @@ class Rules:
     def results(self, code: str, key: str) -> Results:
         self._teacher(code, key)
         names = self._students(code)
-        questions = tuple(Question(q["qid"], json.loads(q["spec"]), q["state"], json.loads(q["truth"]), q["asked"])
-                          for q in self._questions(code))
+        questions = tuple(Question.stored(q, True) for q in self._questions(code))
         answers = tuple((q.qid, sid, names.get(sid, ""), text, at)
                         for q in questions for sid, (text, at) in sorted(self._answers(code, q.qid).items(),
                                                                           key=lambda kv: kv[1][1]))
@@ -228,6 +240,8 @@ class Rules:
     def _add_student(self, code: str, sid: str, nick: str, now: float, most: int) -> bool: raise NotImplementedError
     def _has_student(self, code: str, sid: str) -> bool: raise NotImplementedError
     def _students(self, code: str) -> dict[str, str]: raise NotImplementedError
+    def _set_shown(self, code: str, sid: str, moment_id: int) -> None: raise NotImplementedError
+    def _shown(self, code: str) -> dict[str, int]: raise NotImplementedError
     def _put_answer(self, code: str, qid: int, sid: str, text: str, now: float) -> None: raise NotImplementedError
     def _answers(self, code: str, qid: int) -> dict[str, tuple[str, float]]: raise NotImplementedError
     def _questions(self, code: str) -> list[dict]: raise NotImplementedError

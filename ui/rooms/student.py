@@ -9,8 +9,8 @@ from tfm.teach import questions
 from tfm.viz import classroom as classroom_figs
 
 from ui import charts
-from ui.rooms import live, rules
-from ui.rooms.teacher import answers_chart, show_prompt
+from ui.rooms import identity, live, rules
+from ui.rooms.teacher import NO_TOOLBAR, answers_chart, show_prompt
 from ui.text import message, plain
 
 
@@ -20,21 +20,21 @@ def join_form() -> None:
         ss["room.join_code"] = st.query_params["room"][:20]   # the join link's code, typed in for them
     with st.form("room.join", border=True):
         # No max_chars: Streamlit would cut a longer value without a word; the store refuses it, saying why.
-        st.text_input("Join code", key="room.join_code", placeholder="ABCD-EFGH")
+        st.text_input("Join code", key="room.join_code", placeholder="ABCDE-FGHJK")
         st.text_input(f"Nickname (optional, up to {rules.NICK_MAX} characters: only your teacher sees it)",
                       key="room.nick")
         pressed = st.form_submit_button("Join the class", type="primary", key="room.join_go")
     if not pressed:
         return
     try:
-        code, sid = live.store().join(ss.get("room.join_code", ""), live.client(), ss.get("room.nick", ""))
+        code, sid = live.store().join(ss.get("room.join_code", ""), identity.screen(), ss.get("room.nick", ""))
     except ValueError as e:
         st.error(f"Not joined: {message(e)}")
         return
     live.leave()
     ss.pop("room.left", None)
     ss["room.code"], ss["room.sid"] = code, sid
-    st.query_params.update({"room": code, "me": sid})
+    st.query_params["room"] = code   # (who this is stays in the browser's cookie: identity.py)
     st.rerun()
 
 
@@ -42,6 +42,7 @@ def _answer_widget(question, qid: int) -> str | None:
     """The answer as typed or picked (None: nothing yet)."""
     key = f"room.answer.{qid}"
     if isinstance(question, questions.NextToken) and question.options:
+        st.html(BIG_RADIOS)
         return st.radio("Your answer", question.options, key=key, index=None, format_func=plain)
     if isinstance(question, questions.WhichHead):
         return _head_picker(question, key)
@@ -55,15 +56,23 @@ def _pick_from_grid(key: str) -> None:
         st.session_state[f"{key}.layer"], st.session_state[f"{key}.head"] = int(points[0]["y"]), int(points[0]["x"])
 
 
-def _head_picker(question, key: str) -> str:
+def _head_picker(question, key: str) -> str | None:
+    """The grid (nothing picked at first: red means the model's answer elsewhere), then the
+    picked layer and head side by side, right above Send (a phone scrolls once)."""
     ss = st.session_state
-    chosen = (ss.get(f"{key}.layer", 0), ss.get(f"{key}.head", 0))
+    chosen = (ss.get(f"{key}.layer"), ss.get(f"{key}.head"))
+    chosen = None if None in chosen else chosen
     charts.show(classroom_figs.head_grid(question.n_layer, question.n_head, chosen), "heads", key=f"{key}.grid",
-                on_select=lambda: _pick_from_grid(key), selection_mode="points")
-    c1, c2 = st.columns(2)
-    layer = c1.number_input("Layer", 0, question.n_layer - 1, key=f"{key}.layer")
-    head = c2.number_input("Head", 0, question.n_head - 1, key=f"{key}.head")
-    return f"L{layer} H{head}"
+                on_select=lambda: _pick_from_grid(key), selection_mode="points", config=NO_TOOLBAR)
+    with st.container(horizontal=True):
+        layer = st.number_input("Layer", 0, question.n_layer - 1, value=None, key=f"{key}.layer", placeholder="pick")
+        head = st.number_input("Head", 0, question.n_head - 1, value=None, key=f"{key}.head", placeholder="pick")
+    return None if layer is None or head is None else f"L{layer} H{head}"
+
+
+# Radio options a thumb can hit on a phone (Streamlit draws them ~22 px tall).
+BIG_RADIOS = """<style>[data-testid="stRadio"] label[data-baseweb="radio"] { min-height: 44px; align-items: center;
+  font-size: 1.1rem; }</style>"""
 
 
 def _send(code: str, qid: int, question, given: str) -> None:
@@ -99,7 +108,7 @@ def panel() -> None:
         return
     question = questions.from_json(q.spec)
     st.markdown(f"#### Question {q.qid}: {plain(question.text, 200)}")
-    show_prompt(room)
+    show_prompt(q)
     mine = live.store().my_answer(room.code, ss["room.sid"], q.qid)
     if q.state != "open":
         _reveal(room, q, question, mine)

@@ -13,7 +13,7 @@ from tfm.viz import classroom as classroom_figs
 
 from ui import charts
 from ui.run import current_run
-from ui.rooms import export, live, rules
+from ui.rooms import export, identity, live, rules
 from ui.text import message, plain
 
 KINDS = {"next_options": "Next token: pick one of four", "next_typed": "Next token: type it",
@@ -39,7 +39,7 @@ def qr_png(url: str) -> bytes:
 
 def open_room() -> None:
     try:
-        made = live.store().create(live.client())
+        made = live.store().create(identity.client())
     except ValueError as e:
         st.error(f"No room was opened: {message(e)}")
         return
@@ -55,7 +55,7 @@ def take_up() -> None:
     key, code = qp.get("teacher"), qp.get("room", "")
     del qp["teacher"]
     try:
-        code = live.store().take_up(code, key, live.client())
+        code = live.store().take_up(code, key, identity.screen())
     except (ValueError, PermissionError) as e:
         st.error(f"This teacher link did not open its room: {message(e)}")
         return
@@ -109,9 +109,12 @@ def ask_form(run) -> None:
     if st.button("Ask the class", type="primary", key="room.ask", icon="❓"):
         ss = st.session_state
         try:
-            q, truth = _question(run, kind)
-            live.push()
-            live.store().ask(ss["room.code"], ss["room.key"], questions.to_json(q), questions.truth_to_json(truth))
+            q, truth = _question(run, kind)   # on this screen's prompt, which the push carries
+            moment = live.push()
+            if moment is None:
+                return
+            live.store().ask(ss["room.code"], ss["room.key"], questions.to_json(q), questions.truth_to_json(truth),
+                             moment)
         except (ValueError, PermissionError) as e:
             st.error(f"Not asked: {message(e)}")
             return
@@ -135,7 +138,7 @@ def live_answers() -> None:
     question = questions.from_json(q.spec)
     counts = live.store().counts(room.code, q.qid)
     st.markdown(f"### Question {q.qid}: {plain(question.text, 200)}")
-    show_prompt(room)
+    show_prompt(q)
     answers_chart(question, q, counts, room.students, "room.live")
     if q.state == "open":
         st.button("Reveal the model's answer", type="primary", key="room.reveal", icon="🎯", on_click=_reveal,
@@ -152,28 +155,43 @@ def _reveal(code: str, qid: int) -> None:
         st.session_state["room.error"] = f"Not revealed: {message(e)}"
 
 
-def show_prompt(room) -> None:
-    """The end of the prompt the question is about (the moment's), for the class to read."""
-    prompt = dict(room.moment.params).get("prompt") if room.moment else None
-    if prompt:
-        st.caption("The prompt, ending:")
-        st.code(prompt[-300:], language=None, wrap_lines=True)
+def show_prompt(q) -> None:
+    """The prompt (and model) the question is about and is graded on, the same on every screen."""
+    params = dict(q.moment.params) if q.moment else {}
+    if params.get("prompt"):
+        st.caption(f"About this prompt (model {plain(params.get('model', ''), 60)}), ending:")
+        st.code(params["prompt"][-300:], language=None, wrap_lines=True)
+
+
+NO_TOOLBAR = {"displayModeBar": False}   # (on a phone plotly's toolbar covered the histogram's title)
 
 
 def answers_chart(question, q, counts: dict[str, int], students: int, key: str) -> None:
-    """The histogram of answers (and after the reveal, the model's answer in red)."""
+    """The histogram of answers (and after the reveal, the model's answer in red). Typed tokens
+    count together whatever their case and spaces (questions.bucket), and each bar shows the
+    spelling most students typed, not a lowercased one."""
     binned: dict[str, int] = {}
+    spelled: dict[str, dict[str, int]] = {}
     for text, n in counts.items():
         try:
             label = questions.bucket(question, text)
         except ValueError:
             label = "?"
         binned[label] = binned.get(label, 0) + n
+        forms = spelled.setdefault(label, {})
+        forms[text.strip() or text] = forms.get(text.strip() or text, 0) + n
     truth = questions.truth_from_json(q.truth) if q.truth else None
     mark = questions.model_bucket(question, truth) if truth else None
+    order = questions.bucket_order(question, binned)
+    if order is None and isinstance(question, questions.NextToken) and not question.options:
+        shown = {label: max(sorted(forms), key=forms.get) for label, forms in spelled.items()}
+        if truth and mark not in shown:
+            shown[mark] = truth.top[0][1].strip() or mark
+        binned = {shown[label]: n for label, n in binned.items()}
+        mark = shown.get(mark, mark)
     n = sum(counts.values())
     title = f"{n} of {students} answered" + (" · red: the model's" if mark else "")
-    charts.show(classroom_figs.answer_bars(binned, title, mark, questions.bucket_order(question, binned)), "class answers", key=key)
+    charts.show(classroom_figs.answer_bars(binned, title, mark, order), "class answers", key=key, config=NO_TOOLBAR)
     if truth:
         st.success(f"**The model:** {plain(truth.summary, 300)}")
 
@@ -190,13 +208,21 @@ def panel() -> None:
     ask_form(run)
     st.divider()
     c1, c2 = st.columns(2)
-    try:
-        results = live.store().results(room.code, ss["room.key"])
-        c1.download_button("Export the results (CSV)", export.results_csv(results), file_name=f"class-{room.code}.csv",
-                           mime="text/csv", key="room.export", on_click="ignore")
-    except (ValueError, PermissionError) as e:
-        c1.error(f"No export: {message(e)}")
-    if c2.button("Close the room (deletes its answers)", key="room.close"):
-        live.store().close(room.code, ss["room.key"])
-        live.leave("The room is closed and its data deleted.")
-        st.rerun()
+    c1.download_button("Export the results (CSV)", _export(room.code, ss["room.key"]), file_name=f"class-{room.code}.csv",
+                       mime="text/csv", key="room.export", on_click="ignore")
+    with c2.popover("Close the room…", icon="🗑️"):
+        st.warning("Closing ends the room for every student and deletes all its answers. Export them first.")
+        if st.button("Yes: close it and delete its answers", key="room.close", type="primary"):
+            live.store().close(room.code, ss["room.key"])
+            live.leave("The room is closed and its data deleted.")
+            st.rerun()
+
+
+def _export(code: str, key: str):
+    """The CSV as the store holds it at the moment of the click (built then, not when the page ran)."""
+    def csv_now() -> str:
+        try:
+            return export.results_csv(live.store().results(code, key))
+        except (ValueError, PermissionError) as e:
+            return f"No export: {message(e)}\n"
+    return csv_now
