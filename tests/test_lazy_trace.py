@@ -66,7 +66,10 @@ FAMILY = [dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=Fa
           dict(pos_encoding="rope", rotary_pct=0.5, parallel_block=True, activation="gelu", tied_embeddings=False),
           dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, qkv_bias=True, n_kv_head=1,
                rope_scaling="llama3", rope_factor=8.0, rope_low_freq_factor=1.0, rope_high_freq_factor=4.0,
-               rope_original_context=16)]
+               rope_original_context=16),
+          dict(pos_encoding="rope", norm="rmsnorm", activation="geglu", bias=False, n_kv_head=1, head_dim=6, qk_norm=True,
+               post_norms=True, scale_embeddings=True, attn_scalar=5.0, sliding_window=3, local_layers=(0,),
+               rope_local_base=100.0)]
 
 
 @pytest.mark.parametrize("i", range(len(CORE)), ids=lambda i: "-".join(CORE[i]) + f"-{FLAGS[i % 4]}")
@@ -74,7 +77,7 @@ def test_every_entry_equals_the_eager_trace_bit_for_bit(i, make_model):
     check_equal_to_eager(make_model("tiny", **variant(i)))
 
 
-@pytest.mark.parametrize("extra", FAMILY, ids=["gqa", "partial-rotary-parallel", "qkv-bias-llama3"])
+@pytest.mark.parametrize("extra", FAMILY, ids=["gqa", "partial-rotary-parallel", "qkv-bias-llama3", "gemma3"])
 def test_family_pieces_equal_the_eager_trace_bit_for_bit(extra, make_model):
     check_equal_to_eager(make_model("tiny", **extra))
 
@@ -305,7 +308,7 @@ def test_trace_byte_estimate_equals_the_shape_trace(i):
     assert estimate_trace_bytes(cfg, 9, batch=2) == sum(4 * torch.Size(e.shape).numel() for e in shapes if e.stored)
 
 
-@pytest.mark.parametrize("extra", FAMILY, ids=["gqa", "partial-rotary-parallel", "qkv-bias-llama3"])
+@pytest.mark.parametrize("extra", FAMILY, ids=["gqa", "partial-rotary-parallel", "qkv-bias-llama3", "gemma3"])
 def test_byte_estimates_count_key_value_heads(extra, make_model):
     from tfm.analysis.shapes import shape_trace
     from tfm.core.trace import estimate_trace_bytes
@@ -318,7 +321,7 @@ def test_byte_estimates_count_key_value_heads(extra, make_model):
     assert tr.nbytes - stored == estimate_block_bytes(cfg, 7, batch=2)
 
 
-@pytest.mark.parametrize("extra", [{}, *FAMILY], ids=["gpt2-like", "gqa", "partial-rotary-parallel", "qkv-bias-llama3"])
+@pytest.mark.parametrize("extra", [{}, *FAMILY], ids=["gpt2-like", "gqa", "partial-rotary-parallel", "qkv-bias-llama3", "gemma3"])
 def test_keep_patterns_stores_every_pattern_in_the_forward(extra, count_blocks, make_model):
     model = make_model("tiny", n_layer=3, **extra)
     with torch.no_grad():
@@ -363,7 +366,7 @@ def test_keep_accepts_block_entries_only_and_needs_a_lazy_trace(make_model):
         model(ids(), keep=("pattern",))
 
 
-@pytest.mark.parametrize("extra", FAMILY, ids=["gqa", "partial-rotary-parallel", "qkv-bias-llama3"])
+@pytest.mark.parametrize("extra", FAMILY, ids=["gqa", "partial-rotary-parallel", "qkv-bias-llama3", "gemma3"])
 def test_block_parameter_walk_equals_nn_module_parameters(extra, make_model):
     model = make_model("tiny", **extra)
     for block in model.blocks:

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from typing import Any, Literal, Self, get_args
 
 from .validate import check_int, check_number, from_json_object
+from .window import check_fields as _check_layer_fields
 
 PosEncoding = Literal["learned", "sinusoidal", "rope", "none"]
 NormType = Literal["layernorm", "rmsnorm"]
 NormPlacement = Literal["pre", "post"]
-Activation = Literal["gelu", "gelu_tanh", "relu", "swiglu"]
+Activation = Literal["gelu", "gelu_tanh", "relu", "swiglu", "geglu"]
 RopeScaling = Literal["none", "linear", "llama3", "factors"]
 
 
@@ -66,6 +67,12 @@ class ModelConfig(JsonConfig):
     `parallel_block`: attention and MLP both read the block's input (GPT-NeoX):
     x + attn(ln1(x)) + mlp(ln2(x)). `qkv_bias`: biases on the query/key/value
     projection even when `bias` is false (Qwen2).
+    Gemma 3 / Qwen3 / Phi-3 fields (`tfm.core.window` validates them): `head_dim` when heads are
+    not d_model / n_head wide; `qk_norm`: an RMSNorm over each head's query and key before RoPE;
+    `post_norms`: a norm after each sublayer too (Gemma's four norms a block); "geglu" is the
+    tanh-GELU gated unit; `scale_embeddings`: embeddings times sqrt(d_model) in their dtype;
+    `attn_scalar`: scores divided by its square root instead of sqrt(head size); `local_layers`
+    read only the `sliding_window` most recent keys, with RoPE base `rope_local_base` (None: rope_base).
     """
 
     vocab_size: int
@@ -93,6 +100,14 @@ class ModelConfig(JsonConfig):
     rope_freq_factors: tuple[float, ...] = ()  # one per rotated pair, only with rope_scaling="factors"
     parallel_block: bool = False
     qkv_bias: bool = False
+    head_dim: int | None = None  # None = d_model // n_head
+    qk_norm: bool = False
+    post_norms: bool = False
+    scale_embeddings: bool = False
+    attn_scalar: float | None = None
+    sliding_window: int | None = None
+    local_layers: tuple[int, ...] = ()
+    rope_local_base: float | None = None
 
     def __post_init__(self) -> None:
         check_int("vocab_size", self.vocab_size, 2, 1_000_000)
@@ -101,11 +116,7 @@ class ModelConfig(JsonConfig):
         check_int("n_layer", self.n_layer, 1, 1_000)
         check_int("n_head", self.n_head, 1, 1_024)
         check_int("d_ff", self.d_ff, 1, 1_000_000)
-        if self.d_model % self.n_head:
-            raise ValueError(
-                f"d_model={self.d_model} is not divisible by n_head={self.n_head}; "
-                "pick n_head among the divisors of d_model"
-            )
+        _check_layer_fields(self)
         self._check_kv_heads()
         self._check_rope()
         if self.pos_encoding == "sinusoidal" and self.d_model % 2:
@@ -170,7 +181,12 @@ class ModelConfig(JsonConfig):
 
     @property
     def d_head(self) -> int:
-        return self.d_model // self.n_head
+        return self.head_dim if self.head_dim is not None else self.d_model // self.n_head
+
+    @property
+    def d_attn(self) -> int:
+        """Width of the concatenated query heads, n_head * d_head (d_model unless head_dim says otherwise)."""
+        return self.n_head * self.d_head
 
     @property
     def rotary_dim(self) -> int:

@@ -28,23 +28,28 @@ def expand_kv(x: torch.Tensor, group: int) -> torch.Tensor:
     return x.unsqueeze(-3).expand(*lead, hkv, group, s, hd).reshape(*lead, hkv * group, s, hd)
 
 
-def attention_scores(q: torch.Tensor, k: torch.Tensor, mask) -> torch.Tensor:
-    """q k^T / sqrt(hd), -inf where `mask` (as in `attend`) forbids. (B, H, T, S); k may have
-    fewer heads than q (grouped-query attention): query head h reads key head h // (H / Hkv)."""
+def _scaled(scores: torch.Tensor, hd: int, scale: float | None) -> torch.Tensor:
+    """In place: scores / sqrt(hd), or times `scale` (a config's attn_scalar ** -0.5, as transformers)."""
+    return scores.div_(math.sqrt(hd)) if scale is None else scores.mul_(scale)
+
+
+def attention_scores(q: torch.Tensor, k: torch.Tensor, mask, scale: float | None = None) -> torch.Tensor:
+    """q k^T / sqrt(hd) (or times `scale`), -inf where `mask` (as in `attend`) forbids. (B, H, T, S); k may
+    have fewer heads than q (grouped-query attention): query head h reads key head h // (H / Hkv)."""
     t, hd = q.shape[-2:]
     (b, h), group = q.shape[:2], q.shape[1] // k.shape[1]
     if group > 1 and t == 1:  # a decode step: each key head meets its query heads as rows, no copy of every key
         scores = (q.reshape(b, k.shape[1], group, hd) @ k.transpose(-2, -1)).view(b, h, 1, -1)  # (B, H, 1, S)
-        scores.div_(math.sqrt(hd))
+        _scaled(scores, hd, scale)
     else:
         k = expand_kv(k, group)                                       # (B, H, S, hd)
-        scores = (q @ k.transpose(-2, -1)).div_(math.sqrt(hd))        # (B, H, T, S), a new tensor: in place
+        scores = _scaled(q @ k.transpose(-2, -1), hd, scale)          # (B, H, T, S), a new tensor: in place
     if isinstance(mask, str):  # "causal", T = S: adding 0 / -inf is far faster on CPU than masked_fill with a bool mask
         return scores.add_(torch.full((t, t), float("-inf"), dtype=scores.dtype, device=q.device).triu(1))
     return scores if mask is None else scores.masked_fill_(~mask, float("-inf"))
 
 
-def attend(q, k, v, mask, rec: Recorder | None, dropout_p: float = 0.0) -> torch.Tensor:
+def attend(q, k, v, mask, rec: Recorder | None, dropout_p: float = 0.0, scale: float | None = None) -> torch.Tensor:
     """softmax(q k^T / sqrt(hd) + mask) v, always by the fused kernel: a trace observes the
     forward and never changes its numbers (a traced forward's stream and logits are the plain
     forward's, bit for bit). A recorder that stores the scores or the pattern gets them computed
@@ -54,8 +59,10 @@ def attend(q, k, v, mask, rec: Recorder | None, dropout_p: float = 0.0) -> torch
     `mask` is a bool tensor broadcastable to (B, H, T, S), True = may attend, or the string
     "causal" for the plain square causal case, or None for no mask. k and v may have fewer
     heads than q (grouped-query attention): query head h reads key/value head h // (H / Hkv).
+    `scale` replaces 1/sqrt(hd) (Gemma's query_pre_attn_scalar).
     """
     gqa = {"enable_gqa": True} if q.shape[1] != k.shape[1] else {}
+    gqa = gqa | ({"scale": scale} if scale is not None else {})
     if isinstance(mask, str):
         z = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, **gqa)
     else:
@@ -64,7 +71,7 @@ def attend(q, k, v, mask, rec: Recorder | None, dropout_p: float = 0.0) -> torch
         return z                                                       # (B, H, T, hd)
     shape = (*q.shape[:-1], k.shape[-2])                               # (B, H, T, S)
     if rec.stores("scores") or rec.stores("pattern"):
-        scores = attention_scores(q, k, mask)                         # (B, H, T, S)
+        scores = attention_scores(q, k, mask, scale)                  # (B, H, T, S)
         rec.add("scores", scores)
         rec.add("pattern", scores.softmax(dim=-1))                    # undropped: rows sum to 1
     else:

@@ -43,6 +43,7 @@ from .functional import attention_scores, unembed
 from .trace import LAZY, Deferred, ModelOutput, Recorder, Trace, _move, estimate_trace_bytes, storage_bytes
 from .trace_names import NAMES
 from .validate import check_int
+from .window import attention_mask
 
 Getter = Callable[[str], torch.Tensor]
 
@@ -134,19 +135,23 @@ _DERIVED = (".attn.scores", ".attn.pattern")  # a recomputed block derives these
 def block_recipe(model: nn.Module, i: int) -> Callable[[Getter], dict]:
     """Block i's entries, recomputed by the block itself from the stored `resid_pre`."""
     block, key, rope = model.blocks[i], f"blocks.{i}", model.config.pos_encoding == "rope"
+    local = block.attn.window is not None and getattr(model, "local_inv_freq", None) is not None
+    angles, scale, window = "rope.local_angles" if local else "rope.angles", block.attn.scale, block.attn.window
     check = _versions(_parameters(block))
 
     def compute(get: Getter) -> dict:
         check()
         rec = Recorder(keep=lambda name: not name.endswith(_DERIVED))
         with torch.no_grad():
-            block(get(f"{key}.resid_pre"), rec.scoped(key), get("rope.angles") if rope else None)
+            block(get(f"{key}.resid_pre"), rec.scoped(key), get(angles) if rope else None)
         values = rec._tensors
         q, k = values[f"{key}.attn.q"], values[f"{key}.attn.k"]
         # (T, T) per head and not read by every reader (the Norms page wants none): derived from
         # q and k by the same code as the forward's, when read
-        values[f"{key}.attn.scores"] = Deferred(lambda: attention_scores(q, k, "causal"))
-        values[f"{key}.attn.pattern"] = Deferred(lambda: attention_scores(q, k, "causal").softmax(dim=-1))
+        t = q.shape[-2]
+        mask = lambda: attention_mask("causal", t, t, window, q.device)  # noqa: E731 (the layer's window, if any)
+        values[f"{key}.attn.scores"] = Deferred(lambda: attention_scores(q, k, mask(), scale))
+        values[f"{key}.attn.pattern"] = Deferred(lambda: attention_scores(q, k, mask(), scale).softmax(dim=-1))
         return values
     return compute
 
@@ -299,7 +304,7 @@ class LazyTrace(Trace):
         moved = {k: _move(v, device, dtype) if isinstance(v, torch.Tensor) else v for k, v in self._tensors.items()}
         if all(moved[k] is v for k, v in self._tensors.items() if isinstance(v, torch.Tensor)):
             return self
-        inputs = [k for k in self._tensors if k.endswith(".resid_pre") or k in ("rope.angles", self._lazy.final)]
+        inputs = [k for k in self._tensors if k.endswith(".resid_pre") or k in ("rope.angles", "rope.local_angles", self._lazy.final)]
         keep = {k: self._inputs.get(k, self._tensors[k]).to(device) for k in inputs
                 if not _lossless(self._lazy.specs[k][1], dtype)}
         lazy = Lazy(self._lazy.recipes, self._lazy.specs, self._lazy.final,

@@ -20,8 +20,9 @@ from .kernels import Linear
 from . import lazy as lazy_trace
 from .edits import Edits
 from .functional import attend, attention_scores, causal_mask, expand_kv, head_results, unembed  # noqa: F401 (re-exported)
-from .positions import add_embeddings, position_inputs, sinusoidal_table  # noqa: F401 (re-exported: encdec, tests)
+from .positions import add_embeddings, local_angles, position_inputs, sinusoidal_table  # noqa: F401 (re-exported: encdec, tests)
 from .rope import apply_rope, rope_angles  # noqa: F401 (rope_angles re-exported)
+from .window import attention_mask, layer_window
 from .trace import ModelOutput, Recorder, Trace  # noqa: F401 (ModelOutput re-exported)
 
 
@@ -29,12 +30,13 @@ class Norm(nn.Module):
     """LayerNorm or RMSNorm. Traced calls record the per-token statistics and the normalised
     input (computed when first read) besides the output."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, dim: int | None = None) -> None:
+        """`dim`: the width normalised (default d_model; a QK-norm's is the head size)."""
         super().__init__()
-        self.kind, self.eps = cfg.norm, cfg.norm_eps
-        self.weight = nn.Parameter(torch.ones(cfg.d_model))
+        self.kind, self.eps, dim = cfg.norm, cfg.norm_eps, dim or cfg.d_model
+        self.weight = nn.Parameter(torch.ones(dim))
         has_bias = cfg.bias and cfg.norm == "layernorm"
-        self.bias = nn.Parameter(torch.zeros(cfg.d_model)) if has_bias else None
+        self.bias = nn.Parameter(torch.zeros(dim)) if has_bias else None
 
     def forward(self, x: torch.Tensor, rec: Recorder | None = None) -> torch.Tensor:
         if rec is None:
@@ -66,14 +68,17 @@ class Norm(nn.Module):
 
 class Attention(nn.Module):
     """Causal self-attention with a fused qkv projection (as GPT-2 stores it): n_head query heads
-    and n_kv_head key/value heads (fewer for grouped-query attention), rows [q | k | v]."""
+    and n_kv_head key/value heads (fewer for grouped-query attention), rows [q | k | v]. A local
+    layer (`window`) reads only its window of keys (`tfm.core.window`); `qk_norm` normalises each
+    head's query and key before RoPE (Gemma 3, Qwen3)."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, window: int | None = None) -> None:
         super().__init__()
-        self.n_head, self.d_head, self.dropout = cfg.n_head, cfg.d_head, cfg.dropout
-        self.kv_dim = cfg.n_kv_head * cfg.d_head
-        self.qkv = Linear(cfg.d_model, cfg.d_model + 2 * self.kv_dim, bias=cfg.bias or cfg.qkv_bias)
-        self.proj = Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.n_head, self.d_head, self.dropout, self.window = cfg.n_head, cfg.d_head, cfg.dropout, window
+        self.kv_dim, self.scale = cfg.n_kv_head * cfg.d_head, cfg.attn_scalar and cfg.attn_scalar ** -0.5
+        self.qkv = Linear(cfg.d_model, cfg.d_attn + 2 * self.kv_dim, bias=cfg.bias or cfg.qkv_bias)
+        self.proj = Linear(cfg.d_attn, cfg.d_model, bias=cfg.bias)
+        self.q_norm, self.k_norm = (Norm(cfg, cfg.d_head), Norm(cfg, cfg.d_head)) if cfg.qk_norm else (None, None)
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, t, width = x.shape
@@ -82,6 +87,10 @@ class Attention(nn.Module):
     def split_qkv(self, qkv: torch.Tensor, angles: torch.Tensor | None):
         """The fused projection's output -> q (B, H, T, hd), k and v (B, Hkv, T, hd), RoPE applied."""
         h, qk_width = self.n_head, self.n_head * self.d_head + self.kv_dim
+        if self.q_norm is not None:  # QK-norm: each head's q and k normalised before RoPE
+            q, k, v = qkv.split([h * self.d_head, self.kv_dim, self.kv_dim], dim=-1)
+            q, k = self.q_norm(self.split_heads(q)), self.k_norm(self.split_heads(k))
+            return *((apply_rope(q, angles), apply_rope(k, angles)) if angles is not None else (q, k)), self.split_heads(v)
         if angles is not None:  # q and k rotated together: one pass of RoPE's elementwise ops
             qk = apply_rope(self.split_heads(qkv[..., :qk_width]), angles)   # (B, H + Hkv, T, hd)
             return qk[:, :h], qk[:, h:], self.split_heads(qkv[..., qk_width:])
@@ -90,7 +99,7 @@ class Attention(nn.Module):
     def forward(self, x, rec: Recorder | None, angles=None, cache: KVCache | None = None, layer: int = 0,
                 edits=None, causal: bool = True):
         """`causal=False`: no mask at all, the bare self-attention (tfm.analysis.positions' permutation check)."""
-        qkv = self.qkv(x)                                              # (B, T, D + 2 Hkv hd)
+        qkv = self.qkv(x)                                              # (B, T, H hd + 2 Hkv hd)
         if rec is not None:
             rec.shape_only("qkv", qkv)
         q, k, v = self.split_qkv(qkv, angles)                         # (B, H, T, hd), k, v (B, Hkv, T, hd)
@@ -103,11 +112,12 @@ class Attention(nn.Module):
         mask = cache.attn_mask(t_q) if cache is not None else None  # a ragged batch's rows mask their own keys
         if mask is None:
             mask = "causal" if t_q == s else (None if t_q == 1 else causal_mask(t_q, s, x.device))
-        mask = mask if causal else None
-        z = attend(q, k, v, mask, rec, self.dropout if self.training else 0.0)
+        mask = attention_mask(mask, t_q, s, self.window, x.device, cache.starts if isinstance(mask, torch.Tensor)
+                              and mask.dim() == 4 else None) if causal else None
+        z = attend(q, k, v, mask, rec, self.dropout if self.training else 0.0, self.scale)
         if edits is not None:  # per-call interventions (tfm.core.edits); the trace's "z" is the unedited one
             z = edits.apply("attn.z", z)
-        merged = z.transpose(1, 2).reshape(x.shape)                    # (B, T, D)
+        merged = z.transpose(1, 2).reshape(*x.shape[:-1], -1)          # (B, T, H hd)
         if rec is not None:
             rec.shape_only("z_merged", merged)
             b, h, t, _ = z.shape
@@ -122,13 +132,13 @@ class MLP(nn.Module):
         super().__init__()
         self.activation = cfg.activation
         self.fc = Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
-        self.gate = Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias) if cfg.activation == "swiglu" else None
+        self.gate = Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias) if cfg.activation in ("swiglu", "geglu") else None
         self.proj = Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
 
     def forward(self, x: torch.Tensor, rec: Recorder | None, edits=None) -> torch.Tensor:
         if self.gate is not None:
             pre, up = self.gate(x), self.fc(x)                         # (B, T, F) each
-            post = F.silu(pre) * up
+            post = (F.silu(pre) if self.activation == "swiglu" else F.gelu(pre, approximate="tanh")) * up
         else:
             pre, up = self.fc(x), None                                 # (B, T, F)
             post = {"gelu": F.gelu, "relu": F.relu}.get(self.activation, lambda h: F.gelu(h, approximate="tanh"))(pre)
@@ -148,12 +158,15 @@ class Block(nn.Module):
     pre-norm:  x = x + attn(ln1(x));  x = x + mlp(ln2(x))
     post-norm: x = ln1(x + attn(x));  x = ln2(x + mlp(x))
     parallel:  x = x + attn(ln1(x)) + mlp(ln2(x))   (GPT-NeoX; resid_mid is then x + attn only)
+    post_norms: x = x + ln1_post(attn(ln1(x)));  x = x + ln2_post(mlp(ln2(x)))   (Gemma)
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int = 0) -> None:
         super().__init__()
         self.pre, self.parallel = cfg.norm_placement == "pre", cfg.parallel_block
-        self.ln1, self.attn, self.ln2, self.mlp = Norm(cfg), Attention(cfg), Norm(cfg), MLP(cfg)
+        self.ln1, self.attn = Norm(cfg), Attention(cfg, layer_window(cfg, layer))
+        self.ln2, self.mlp = Norm(cfg), MLP(cfg)
+        self.ln1_post, self.ln2_post = (Norm(cfg), Norm(cfg)) if cfg.post_norms else (None, None)
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x, rec: Recorder | None, angles=None, cache=None, layer: int = 0, edits=None):
@@ -163,14 +176,16 @@ class Block(nn.Module):
         if rec is not None:
             rec.add("resid_pre", x)
         a_in = self.ln1(x, sub("ln1")) if self.pre else x
-        a = ed("attn_out", self.drop(self.attn(a_in, sub("attn"), angles, cache, layer, edits)))
+        a = self.attn(a_in, sub("attn"), angles, cache, layer, edits)
+        a = ed("attn_out", self.drop(a if self.ln1_post is None else self.ln1_post(a, sub("ln1_post"))))
         if rec is not None:  # recorded before a post-norm's ln1 runs: the trace is in execution order
             rec.add("attn_out", a)
         mid = x + a if self.pre else self.ln1(x + a, sub("ln1"))
         if rec is not None:
             rec.add("resid_mid", mid)
         m_in = x if self.parallel else mid  # the parallel block's MLP reads the block input too
-        m = ed("mlp_out", self.drop(self.mlp(self.ln2(m_in, sub("ln2")) if self.pre else m_in, sub("mlp"), edits)))
+        m = self.mlp(self.ln2(m_in, sub("ln2")) if self.pre else m_in, sub("mlp"), edits)
+        m = ed("mlp_out", self.drop(m if self.ln2_post is None else self.ln2_post(m, sub("ln2_post"))))
         if rec is not None:
             rec.add("mlp_out", m)
         x = ed("resid_post", mid + m if self.pre else self.ln2(mid + m, sub("ln2")))
@@ -188,7 +203,7 @@ class GPT(nn.Module):
         self.config = cfg
         add_embeddings(self, cfg)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
         # Post-norm blocks already end normalised; the 2017 design has no final norm.
         self.ln_final = Norm(cfg) if cfg.norm_placement == "pre" else None
         self.unembed = Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -250,6 +265,8 @@ class GPT(nn.Module):
     def embed(self, idx: torch.Tensor, start: int, rec: Recorder | None):
         """Token embedding plus additive positions; returns (x, rope angles or None)."""
         x = self.tok_emb(idx)                                          # (B, T, D)
+        if self.config.scale_embeddings:  # Gemma: times sqrt(d_model), rounded to the embedding's dtype first
+            x = x * torch.tensor(self.config.d_model ** 0.5).to(x.dtype)
         pos, angles = self.positions(start, idx.shape[1])
         if rec is not None:
             rec.add("embed", x)
@@ -295,13 +312,16 @@ class GPT(nn.Module):
         self._check_input(idx, start)
         if cache is not None and idx.shape[0] != cache.batch_size():
             raise ValueError(f"the KV cache was made for batch {cache.batch_size()}, the tokens have batch {idx.shape[0]}")
-        x, angles = self.embed(idx, cache.starts if cache is not None else 0, rec)  # per row for a RaggedKVCache
+        starts = cache.starts if cache is not None else 0
+        x, angles = self.embed(idx, starts, rec)                        # per row for a RaggedKVCache
+        local = local_angles(self, starts, idx.shape[1], rec)          # local layers' own RoPE base, or None
         x = self.drop(x)
         if edits is not None:
             edits = Edits.of(edits, self.config, idx.shape, start)
         for i, block in enumerate(self.blocks):
             cancel.check(should_stop, "the forward")
-            x = block(x, rec.scoped(f"blocks.{i}") if rec else None, angles, cache, i,
+            x = block(x, rec.scoped(f"blocks.{i}") if rec else None,
+                      local if local is not None and block.attn.window is not None else angles, cache, i,
                       edits.scoped(i) if edits is not None else None)
         if self.ln_final is not None:
             x = self.ln_final(x, rec.scoped("ln_final") if rec else None)

@@ -7,8 +7,8 @@ import torch
 import torch.nn as nn
 
 from .config import ModelConfig
+from .rope import base_inv_freq, rope_angles
 from .rope import inv_freq as rope_inv_freq
-from .rope import rope_angles
 
 
 def sinusoidal_table(length: int, d_model: int) -> torch.Tensor:
@@ -44,6 +44,30 @@ def add_embeddings(module: nn.Module, cfg: ModelConfig) -> None:
     if cfg.pos_encoding == "rope":
         freq = torch.empty(cfg.rotary_dim // 2) if meta else rope_inv_freq(cfg)
         module.register_buffer("inv_freq", freq, persistent=False)  # (rotary_dim/2,)
+    if cfg.pos_encoding == "rope" and cfg.rope_local_base is not None:
+        module.register_buffer("local_inv_freq", torch.empty(cfg.rotary_dim // 2) if meta else local_inv_freq(cfg),
+                               persistent=False)
+
+
+def local_inv_freq(cfg: ModelConfig) -> torch.Tensor:
+    """Local (sliding-window) layers' RoPE inverse frequencies, base `rope_local_base`, unscaled
+    (Gemma 3's "sliding_attention" RoPE parameters: the default type). (rotary_dim/2,)"""
+    return base_inv_freq(cfg.rope_local_base, cfg.rotary_dim)
+
+
+def local_angles(module: nn.Module, start, length: int, rec=None):
+    """RoPE angles of local layers when their base differs ((T, rd/2), per row with a (B,) start
+    as `position_inputs`), recorded as "rope.local_angles"; None when every layer shares one RoPE."""
+    freq = getattr(module, "local_inv_freq", None)
+    if freq is None:
+        return None
+    if isinstance(start, torch.Tensor):
+        pos = start[:, None] + torch.arange(length, device=start.device)          # (B, T)
+        return (pos.to(freq.dtype)[..., None] * freq)[:, None]                     # (B, 1, T, rd/2)
+    angles = rope_angles(freq, start, length)                                      # (T, rd/2)
+    if rec is not None:
+        rec.add("rope.local_angles", angles)
+    return angles
 
 
 def position_inputs(module: nn.Module, start: int, length: int):

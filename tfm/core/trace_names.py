@@ -9,6 +9,7 @@ F d_ff, V vocab; `{i}` is the block index, `{n}` is `ln1`, `ln2` or, at the end,
     embed                    (B, T, D)    token embeddings
     pos_embed                (T, D)       learned or sinusoidal positional vectors added to embed
     rope.angles              (T, rd/2)    RoPE rotation angle per position and dimension pair
+    rope.local_angles        (T, rd/2)    the same for local layers, when their RoPE base differs
     blocks.{i}.resid_pre     (B, T, D)    residual stream entering block i
     blocks.{i}.{n}.input     (B, T, D)    what the norm receives
     blocks.{i}.{n}.mean      (B, T)       per-token mean of the input (LayerNorm only)
@@ -22,7 +23,8 @@ F d_ff, V vocab; `{i}` is the block index, `{n}` is `ln1`, `ln2` or, at the end,
     blocks.{i}.attn.pattern  (B, H, T, S) softmax of scores; rows sum to 1
     blocks.{i}.attn.z        (B, H, T, hd) pattern @ v, per head
     blocks.{i}.attn.result   (B, H, T, D) each head's output through its slice of W_O
-    blocks.{i}.attn_out      (B, T, D)    attention sublayer output (sum of heads + bias)
+    blocks.{i}.attn_out      (B, T, D)    attention sublayer output (sum of heads + bias; after ln1_post
+                                          when the config has post_norms, as mlp_out after ln2_post)
     blocks.{i}.resid_mid     (B, T, D)    residual stream between attention and MLP (with a
                                           parallel block: resid_pre + attn_out, which the MLP does not read)
     blocks.{i}.mlp.pre       (B, T, F)    hidden pre-activation (the gate's, for SwiGLU)
@@ -41,6 +43,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "embed": ("batch", "pos", "d_model"),
     "pos_embed": ("pos", "d_model"),
     "rope.angles": ("pos", "rotary_dim/2"),
+    "rope.local_angles": ("pos", "rotary_dim/2"),
     "resid_pre": ("batch", "pos", "d_model"),
     "input": ("batch", "pos", "d_model"),
     "mean": ("batch", "pos"),
@@ -55,7 +58,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "attn.scores": ("batch", "head", "query_pos", "key_pos"),
     "attn.pattern": ("batch", "head", "query_pos", "key_pos"),
     "attn.z": ("batch", "head", "query_pos", "d_head"),
-    "attn.z_merged": ("batch", "pos", "d_model"),
+    "attn.z_merged": ("batch", "pos", "head*d_head"),
     "attn.result": ("batch", "head", "pos", "d_model"),
     "attn_out": ("batch", "pos", "d_model"),
     "resid_mid": ("batch", "pos", "d_model"),
@@ -104,8 +107,8 @@ def name(concept: str, layer: int | None = None, norm: str | None = None) -> str
         raise ValueError(f"unknown trace concept {concept!r}; known: {sorted(NAMES)}")
     template = NAMES[concept]
     if "{norm}" in template:
-        if norm not in ("ln1", "ln2", "ln_final"):
-            raise ValueError(f"norm={norm!r}: choose ln1, ln2 or ln_final")
+        if norm not in ("ln1", "ln2", "ln_final", "ln1_post", "ln2_post"):
+            raise ValueError(f"norm={norm!r}: choose ln1, ln2 or ln_final (or ln1_post, ln2_post: norms after each sublayer)")
         template = template.replace("{norm}", "ln_final" if norm == "ln_final" else "blocks.{layer}." + norm)
     if "{layer}" in template:
         if not isinstance(layer, int):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ...core.model import GPT
 from ...text.tokenizer import Tokenizer
-from . import gpt_neox, llama, mistral, qwen2
+from . import gemma3, gpt_neox, llama, mistral, phi3, qwen2, qwen3
 from .common import DTYPES, architecture_of
 
 CONVERTERS = {
@@ -18,6 +18,7 @@ CONVERTERS = {
     "MistralForCausalLM": mistral.load,
     "Qwen2ForCausalLM": qwen2.load,
     "GPTNeoXForCausalLM": gpt_neox.load,
+    "Gemma3ForCausalLM": gemma3.load, "Qwen3ForCausalLM": qwen3.load, "Phi3ForCausalLM": phi3.load,
 }
 
 

@@ -40,7 +40,7 @@ def fields(data: dict, source: str, family: str = "llama") -> tuple[dict, dict]:
 
 def convert(w: Weights, cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """HF tensors -> tfm names: q, k, v projections stacked into the fused qkv (rows [q | k | v])."""
-    d, f, kv = cfg.d_model, cfg.d_ff, cfg.n_kv_head * cfg.d_head
+    d, f, kv, qd = cfg.d_model, cfg.d_ff, cfg.n_kv_head * cfg.d_head, cfg.d_attn
     out = {"tok_emb.weight": w.take("model.embed_tokens.weight", cfg.vocab_size, d),
            "ln_final.weight": w.take("model.norm.weight", d)}
     if not cfg.tied_embeddings:
@@ -48,12 +48,12 @@ def convert(w: Weights, cfg: ModelConfig) -> dict[str, torch.Tensor]:
     for i in range(cfg.n_layer):
         hf, ours = f"model.layers.{i}.", f"blocks.{i}."
         a = hf + "self_attn."
-        out[ours + "attn.qkv.weight"] = torch.cat([w.take(a + "q_proj.weight", d, d), w.take(a + "k_proj.weight", kv, d),
+        out[ours + "attn.qkv.weight"] = torch.cat([w.take(a + "q_proj.weight", qd, d), w.take(a + "k_proj.weight", kv, d),
                                                    w.take(a + "v_proj.weight", kv, d)])  # (D + 2 kv, D)
         if cfg.qkv_bias:
-            out[ours + "attn.qkv.bias"] = torch.cat([w.take(a + "q_proj.bias", d), w.take(a + "k_proj.bias", kv),
+            out[ours + "attn.qkv.bias"] = torch.cat([w.take(a + "q_proj.bias", qd), w.take(a + "k_proj.bias", kv),
                                                      w.take(a + "v_proj.bias", kv)])
-        out[ours + "attn.proj.weight"] = w.take(a + "o_proj.weight", d, d)
+        out[ours + "attn.proj.weight"] = w.take(a + "o_proj.weight", d, qd)
         out[ours + "mlp.gate.weight"] = w.take(hf + "mlp.gate_proj.weight", f, d)
         out[ours + "mlp.fc.weight"] = w.take(hf + "mlp.up_proj.weight", f, d)
         out[ours + "mlp.proj.weight"] = w.take(hf + "mlp.down_proj.weight", d, f)
