@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ...core.model import GPT
 from ...text.tokenizer import Tokenizer
-from . import gpt_neox, llama, mistral, qwen2
+from . import bert, gpt_neox, llama, mistral, qwen2
 from .common import DTYPES, architecture_of
 
 CONVERTERS = {
@@ -18,6 +18,7 @@ CONVERTERS = {
     "MistralForCausalLM": mistral.load,
     "Qwen2ForCausalLM": qwen2.load,
     "GPTNeoXForCausalLM": gpt_neox.load,
+    "BertModel": bert.load_model, "BertForMaskedLM": bert.load_masked_lm,
 }
 
 
