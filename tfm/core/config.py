@@ -18,6 +18,7 @@ NormType = Literal["layernorm", "rmsnorm"]
 NormPlacement = Literal["pre", "post"]
 Activation = Literal["gelu", "gelu_tanh", "relu", "swiglu", "geglu"]
 RopeScaling = Literal["none", "linear", "llama3", "factors"]
+LMHead = Literal["next", "masked", "none"]
 
 
 def _check_choice(name: str, value: Any, kind: Any) -> None:
@@ -48,7 +49,7 @@ class JsonConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig(JsonConfig):
-    """Shape and architecture of a decoder-only transformer.
+    """Shape and architecture of a transformer: a decoder (causal) or a BERT-style encoder.
 
     `activation`: "gelu" is the exact (erf) GELU of nanoGPT / PyTorch, "gelu_tanh" the tanh
     approximation GPT-2 was trained with, "swiglu" the gated unit of PaLM / Llama (its
@@ -73,6 +74,12 @@ class ModelConfig(JsonConfig):
     tanh-GELU gated unit; `scale_embeddings`: embeddings times sqrt(d_model) in their dtype;
     `attn_scalar`: scores divided by its square root instead of sqrt(head size); `local_layers`
     read only the `sliding_window` most recent keys, with RoPE base `rope_local_base` (None: rope_base).
+    Encoders (BERT; `tfm.core.encoder`): `causal=False` lets every token see every token (a
+    padding mask hides pad keys); `embed_norm` adds a LayerNorm over the summed embeddings;
+    `type_vocab_size` token-type (segment) embeddings, with segment 1 after the first
+    `sep_token_id` in the ids ([CLS] A [SEP] B [SEP]); `lm_head`: "next" predicts the next
+    token, "masked" fills [MASK] (BERT's transform, then the tied embedding plus a bias),
+    "none" has no language-model head (the tied embedding's logits mean nothing).
     """
 
     vocab_size: int
@@ -108,6 +115,11 @@ class ModelConfig(JsonConfig):
     sliding_window: int | None = None
     local_layers: tuple[int, ...] = ()
     rope_local_base: float | None = None
+    causal: bool = True
+    embed_norm: bool = False
+    type_vocab_size: int = 0
+    sep_token_id: int | None = None
+    lm_head: LMHead = "next"
 
     def __post_init__(self) -> None:
         check_int("vocab_size", self.vocab_size, 2, 1_000_000)
@@ -125,9 +137,10 @@ class ModelConfig(JsonConfig):
         _check_choice("norm", self.norm, NormType)
         _check_choice("norm_placement", self.norm_placement, NormPlacement)
         _check_choice("activation", self.activation, Activation)
-        for flag in ("bias", "tied_embeddings", "parallel_block", "qkv_bias"):
+        for flag in ("bias", "tied_embeddings", "parallel_block", "qkv_bias", "causal", "embed_norm"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
+        self._check_encoder()
         for name in ("norm_eps", "dropout", "rope_base"):
             check_number(name, getattr(self, name))
         if not (0 < self.norm_eps < 1):
@@ -138,6 +151,22 @@ class ModelConfig(JsonConfig):
             raise ValueError(f"rope_base={self.rope_base} must be greater than 1 (10000 is usual)")
         if self.parallel_block and self.norm_placement != "pre":
             raise ValueError("parallel_block=true needs norm_placement='pre' (GPT-NeoX normalises each branch's input)")
+
+    def _check_encoder(self) -> None:
+        _check_choice("lm_head", self.lm_head, LMHead)
+        check_int("type_vocab_size", self.type_vocab_size, 0, 64, " (BERT has 2 segments; 0 = none)")
+        if self.sep_token_id is not None:
+            check_int("sep_token_id", self.sep_token_id, 0, self.vocab_size - 1, " (an id of the vocabulary)")
+        if (self.lm_head == "next") != (self.causal is True):
+            raise ValueError(f"lm_head={self.lm_head!r} with causal={self.causal!r}: next-token prediction needs causal "
+                             "attention, and a bidirectional encoder has lm_head 'masked' or 'none'")
+        if self.lm_head == "none" and not self.tied_embeddings:
+            raise ValueError("lm_head='none' keeps only the tied embedding as its unembedding: set tied_embeddings=true")
+
+    @property
+    def segments(self) -> bool:
+        """Whether segment ids come from the token ids (type embeddings and a [SEP] id)."""
+        return self.type_vocab_size > 0 and self.sep_token_id is not None
 
     def _check_kv_heads(self) -> None:
         if self.n_kv_head is None:
@@ -254,6 +283,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "pythia-160m": dict(
         vocab_size=50304, context_length=2048, d_model=768, n_layer=12, n_head=12, d_ff=3072,
         pos_encoding="rope", rotary_pct=0.25, parallel_block=True, activation="gelu", tied_embeddings=False,
+    ),
+    # BERT-style encoder shaped like all-MiniLM-L6-v2: bidirectional, post-LN, exact GELU, segments.
+    "minilm-l6": dict(
+        vocab_size=30522, context_length=512, d_model=384, n_layer=6, n_head=12, d_ff=1536, norm_placement="post",
+        activation="gelu", norm_eps=1e-12, causal=False, embed_norm=True, type_vocab_size=2, sep_token_id=102,
+        lm_head="none",
     ),
     # The shape of the bundled default model.
     "tfm-small": dict(vocab_size=4096, context_length=256, d_model=192, n_layer=6, n_head=6, d_ff=768),

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .functional import attention_scores, unembed
+from .encoder import head_logits, head_parameters
+from .functional import attention_scores
 from .trace import LAZY, Deferred, ModelOutput, Recorder, Trace, _move, estimate_trace_bytes, storage_bytes
 from .trace_names import NAMES
 from .validate import check_int
@@ -87,7 +88,8 @@ def kept_suffixes(keep: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return tuple(NAMES[c].removeprefix("blocks.{layer}") for c in keep)  # ".attn.pattern", ...
 
 
-def traced_forward(model: nn.Module, idx: torch.Tensor, last_only: bool, keep: tuple[str, ...] = ()) -> ModelOutput:
+def traced_forward(model: nn.Module, idx: torch.Tensor, last_only: bool, keep: tuple[str, ...] = (),
+                   token_types=None) -> ModelOutput:
     """The explicit traced forward, storing only each block's `resid_pre`, the entries named by
     `keep` (every block's: `keep=("pattern",)` gives every attention pattern without a
     recomputation) and what the module doc lists."""
@@ -95,14 +97,13 @@ def traced_forward(model: nn.Module, idx: torch.Tensor, last_only: bool, keep: t
     final = f"blocks.{n - 1}.resid_post" if post else "ln_final.output"
     suffixes = (".resid_pre", *suffixes)
     rec = Recorder(keep=lambda name: not name.startswith("blocks.") or name.endswith(suffixes) or name == final)
-    x = model.hidden(idx, None, rec)                                   # (B, T, D)
-    w_u = model.unembed.weight
+    x = model.hidden(idx, None, rec, token_types=token_types)          # (B, T, D)
     recipes = {f"blocks.{i}": block_recipe(model, i) for i in range(n)}
     if last_only:  # as an eager trace: the entry is what the caller asked for
-        logits = unembed(x[:, -1:], w_u)                               # (B, 1, V)
+        logits = head_logits(model, x[:, -1:])                         # (B, 1, V)
         rec.add("logits", logits)
     else:  # the caller's copy is not kept: (B, T, V) is the largest entry (206 MB for GPT-2 at 1024)
-        logits = unembed(x, w_u)                                       # (B, T, V)
+        logits = head_logits(model, x)                                 # (B, T, V)
         rec.add_lazy("logits", tuple(logits.shape), logits.dtype)
         recipes["logits"] = logits_recipe(model, final)
     specs = {k: (v.device, v.dtype) for k, v in rec._tensors.items() if isinstance(v, torch.Tensor)}
@@ -137,6 +138,7 @@ def block_recipe(model: nn.Module, i: int) -> Callable[[Getter], dict]:
     block, key, rope = model.blocks[i], f"blocks.{i}", model.config.pos_encoding == "rope"
     local = block.attn.window is not None and getattr(model, "local_inv_freq", None) is not None
     angles, scale, window = "rope.local_angles" if local else "rope.angles", block.attn.scale, block.attn.window
+    causal = model.config.causal  # an encoder's lazy trace is never of a padded batch: no mask at all
     check = _versions(_parameters(block))
 
     def compute(get: Getter) -> dict:
@@ -149,7 +151,7 @@ def block_recipe(model: nn.Module, i: int) -> Callable[[Getter], dict]:
         # (T, T) per head and not read by every reader (the Norms page wants none): derived from
         # q and k by the same code as the forward's, when read
         t = q.shape[-2]
-        mask = lambda: attention_mask("causal", t, t, window, q.device)  # noqa: E731 (the layer's window, if any)
+        mask = lambda: attention_mask("causal", t, t, window, q.device) if causal else None  # noqa: E731
         values[f"{key}.attn.scores"] = Deferred(lambda: attention_scores(q, k, mask(), scale))
         values[f"{key}.attn.pattern"] = Deferred(lambda: attention_scores(q, k, mask(), scale).softmax(dim=-1))
         return values
@@ -157,13 +159,12 @@ def block_recipe(model: nn.Module, i: int) -> Callable[[Getter], dict]:
 
 
 def _unembedding(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    w_u = model.unembed.weight
-    check = _versions([w_u])
+    check = _versions(head_parameters(model))
 
     def logits(x: torch.Tensor) -> torch.Tensor:
         check()
         with torch.no_grad():
-            return unembed(x, w_u)                                     # (B, T, V)
+            return head_logits(model, x)                               # (B, T, V)
     return logits
 
 

@@ -1,4 +1,5 @@
-"""A decoder-only transformer, written bottom-up: Norm, Attention, MLP, Block, GPT.
+"""A transformer, written bottom-up: Norm, Attention, MLP, Block, GPT. Causal (a decoder) or,
+with `ModelConfig.causal=False`, a BERT-style encoder (its extra parts: `tfm.core.encoder`).
 
 Every variant of `ModelConfig` (positional encoding, norm type and placement, activation,
 bias, tied embeddings) is one code path with small switches. `forward(idx, trace=True)`
@@ -19,6 +20,7 @@ from .config import ModelConfig
 from .kernels import Linear
 from . import lazy as lazy_trace
 from .edits import Edits
+from . import encoder
 from .functional import attend, attention_scores, causal_mask, expand_kv, head_results, unembed  # noqa: F401 (re-exported)
 from .positions import add_embeddings, local_angles, position_inputs, sinusoidal_table  # noqa: F401 (re-exported: encdec, tests)
 from .rope import apply_rope, rope_angles  # noqa: F401 (rope_angles re-exported)
@@ -67,14 +69,15 @@ class Norm(nn.Module):
 
 
 class Attention(nn.Module):
-    """Causal self-attention with a fused qkv projection (as GPT-2 stores it): n_head query heads
-    and n_kv_head key/value heads (fewer for grouped-query attention), rows [q | k | v]. A local
-    layer (`window`) reads only its window of keys (`tfm.core.window`); `qk_norm` normalises each
-    head's query and key before RoPE (Gemma 3, Qwen3)."""
+    """Self-attention (causal unless `cfg.causal` is false: an encoder) with a fused qkv projection
+    (as GPT-2 stores it): n_head query heads and n_kv_head key/value heads (fewer for grouped-query
+    attention), rows [q | k | v]. A local layer (`window`) reads only its window of keys
+    (`tfm.core.window`); `qk_norm` normalises each head's query and key before RoPE (Gemma 3, Qwen3)."""
 
     def __init__(self, cfg: ModelConfig, window: int | None = None) -> None:
         super().__init__()
         self.n_head, self.d_head, self.dropout, self.window = cfg.n_head, cfg.d_head, cfg.dropout, window
+        self.causal = cfg.causal
         self.kv_dim, self.scale = cfg.n_kv_head * cfg.d_head, cfg.attn_scalar and cfg.attn_scalar ** -0.5
         self.qkv = Linear(cfg.d_model, cfg.d_attn + 2 * self.kv_dim, bias=cfg.bias or cfg.qkv_bias)
         self.proj = Linear(cfg.d_attn, cfg.d_model, bias=cfg.bias)
@@ -97,8 +100,9 @@ class Attention(nn.Module):
         return tuple(self.split_heads(part) for part in qkv.split([h * self.d_head, self.kv_dim, self.kv_dim], dim=-1))
 
     def forward(self, x, rec: Recorder | None, angles=None, cache: KVCache | None = None, layer: int = 0,
-                edits=None, causal: bool = True):
-        """`causal=False`: no mask at all, the bare self-attention (tfm.analysis.positions' permutation check)."""
+                edits=None, causal: bool = True, key_mask=None):
+        """`causal=False`: no mask at all, the bare self-attention (tfm.analysis.positions' permutation check).
+        An encoder (`cfg.causal` false) masks only `key_mask`'s padding, (B, 1, 1, S) bool."""
         qkv = self.qkv(x)                                              # (B, T, H hd + 2 Hkv hd)
         if rec is not None:
             rec.shape_only("qkv", qkv)
@@ -112,8 +116,11 @@ class Attention(nn.Module):
         mask = cache.attn_mask(t_q) if cache is not None else None  # a ragged batch's rows mask their own keys
         if mask is None:
             mask = "causal" if t_q == s else (None if t_q == 1 else causal_mask(t_q, s, x.device))
-        mask = attention_mask(mask, t_q, s, self.window, x.device, cache.starts if isinstance(mask, torch.Tensor)
-                              and mask.dim() == 4 else None) if causal else None
+        if causal and self.causal:
+            mask = attention_mask(mask, t_q, s, self.window, x.device, cache.starts if isinstance(mask, torch.Tensor)
+                                  and mask.dim() == 4 else None)
+        else:
+            mask = key_mask if causal else None
         z = attend(q, k, v, mask, rec, self.dropout if self.training else 0.0, self.scale)
         if edits is not None:  # per-call interventions (tfm.core.edits); the trace's "z" is the unedited one
             z = edits.apply("attn.z", z)
@@ -169,14 +176,14 @@ class Block(nn.Module):
         self.ln1_post, self.ln2_post = (Norm(cfg), Norm(cfg)) if cfg.post_norms else (None, None)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, rec: Recorder | None, angles=None, cache=None, layer: int = 0, edits=None):
+    def forward(self, x, rec: Recorder | None, angles=None, cache=None, layer: int = 0, edits=None, key_mask=None):
         sub = (lambda name: rec.scoped(name)) if rec is not None else (lambda name: None)
         ed = (lambda name, t: t) if edits is None else edits.apply  # `edits`: a tfm.core.edits.Edits scoped to this block
         x = ed("resid_pre", x)
         if rec is not None:
             rec.add("resid_pre", x)
         a_in = self.ln1(x, sub("ln1")) if self.pre else x
-        a = self.attn(a_in, sub("attn"), angles, cache, layer, edits)
+        a = self.attn(a_in, sub("attn"), angles, cache, layer, edits, key_mask=key_mask)
         a = ed("attn_out", self.drop(a if self.ln1_post is None else self.ln1_post(a, sub("ln1_post"))))
         if rec is not None:  # recorded before a post-norm's ln1 runs: the trace is in execution order
             rec.add("attn_out", a)
@@ -202,6 +209,7 @@ class GPT(nn.Module):
         super().__init__()
         self.config = cfg
         add_embeddings(self, cfg)
+        encoder.add_encoder_parts(self, cfg, Norm)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
         # Post-norm blocks already end normalised; the 2017 design has no final norm.
@@ -262,8 +270,9 @@ class GPT(nn.Module):
         (B,) tensor of starts, one row each: (B, T, D) and (B, 1, T, rotary_dim/2)."""
         return position_inputs(self, start, length)
 
-    def embed(self, idx: torch.Tensor, start: int, rec: Recorder | None):
-        """Token embedding plus additive positions; returns (x, rope angles or None)."""
+    def embed(self, idx: torch.Tensor, start: int, rec: Recorder | None, token_types=None):
+        """Token embedding plus additive positions (and an encoder's segments and embedding norm);
+        returns (x, rope angles or None)."""
         x = self.tok_emb(idx)                                          # (B, T, D)
         if self.config.scale_embeddings:  # Gemma: times sqrt(d_model), rounded to the embedding's dtype first
             x = x * torch.tensor(self.config.d_model ** 0.5).to(x.dtype)
@@ -275,10 +284,13 @@ class GPT(nn.Module):
                 rec.add("pos_embed", pos)
             if angles is not None:
                 rec.add("rope.angles", angles)
-        return (x + pos if pos is not None else x), angles
+        x = x + pos if pos is not None else x
+        types = encoder.check_token_types(self.config, idx, token_types)
+        return (encoder.embed_extras(self, x, types, rec) if types is not None or self.ln_embed is not None else x), angles
 
     def forward(self, idx: torch.Tensor, trace: bool = False, cache: KVCache | None = None,
-                last_only: bool = False, lazy: bool | None = None, edits=None, keep: tuple[str, ...] = ()) -> ModelOutput:
+                last_only: bool = False, lazy: bool | None = None, edits=None, keep: tuple[str, ...] = (),
+                attention_mask=None, token_types=None) -> ModelOutput:
         """Logits (B, T, V), or (B, 1, V) for the last position only with `last_only` (what
         generation needs: a prefill skips T-1 vocabulary-sized products). The trace always
         covers every position up to the final norm; its "logits" entry matches `logits`
@@ -288,23 +300,27 @@ class GPT(nn.Module):
         between blocks and computes a block's entries when first read: see `tfm.core.lazy`; `keep`
         names block entries it stores in the forward too (`("pattern",)`: every pattern, no recomputation).
         `edits`: interventions for this call only (a list of tfm.core.edits edits, see there); an
-        edited forward's trace is eager (a lazy one would recompute blocks without the edits)."""
+        edited forward's trace is eager (a lazy one would recompute blocks without the edits).
+        An encoder's batch: `attention_mask` (B, T), 1 = token, 0 = padding; `token_types` (B, T)
+        segments (default: from the ids, `tfm.core.encoder`); a masked batch is traced eagerly."""
         if trace:
+            if attention_mask is not None and (lazy or keep):
+                raise ValueError("a padded batch is traced eagerly: leave lazy and keep unset with attention_mask")
             if edits and (lazy or keep):
                 raise ValueError("an edited forward is traced eagerly: leave lazy and keep unset with edits")
-            if not edits and lazy_trace.use_lazy(self, lazy, cache, keep):
-                return lazy_trace.traced_forward(self, idx, last_only, keep)
+            if not edits and attention_mask is None and lazy_trace.use_lazy(self, lazy, cache, keep):
+                return lazy_trace.traced_forward(self, idx, last_only, keep, token_types)
         elif lazy or keep:
             raise ValueError("lazy and keep describe a trace: pass trace=True as well")
         rec = Recorder() if trace else None
-        x = self.hidden(idx, cache, rec, edits)
-        logits = unembed(x[:, -1:] if last_only else x, self.unembed.weight)  # (B, T or 1, V)
+        x = self.hidden(idx, cache, rec, edits, attention_mask=attention_mask, token_types=token_types)
+        logits = encoder.head_logits(self, x[:, -1:] if last_only else x)  # (B, T or 1, V)
         if rec is not None:
             rec.add("logits", logits)
         return ModelOutput(logits, rec.finish() if rec else None)
 
     def hidden(self, idx: torch.Tensor, cache: KVCache | None = None, rec: Recorder | None = None,
-               edits=None, should_stop: cancel.ShouldStop = None) -> torch.Tensor:
+               edits=None, should_stop: cancel.ShouldStop = None, attention_mask=None, token_types=None) -> torch.Tensor:
         """The residual stream after the final norm, (B, T, D): what the unembedding reads.
         Advances `cache` by T. `edits` as in `forward`. `should_stop` is asked before each block
         (`tfm.core.cancel`: a long batched forward stops within a block; `cache` is then unusable)."""
@@ -313,8 +329,9 @@ class GPT(nn.Module):
         if cache is not None and idx.shape[0] != cache.batch_size():
             raise ValueError(f"the KV cache was made for batch {cache.batch_size()}, the tokens have batch {idx.shape[0]}")
         starts = cache.starts if cache is not None else 0
-        x, angles = self.embed(idx, starts, rec)                        # per row for a RaggedKVCache
+        x, angles = self.embed(idx, starts, rec, token_types)           # per row for a RaggedKVCache
         local = local_angles(self, starts, idx.shape[1], rec)          # local layers' own RoPE base, or None
+        mask = encoder.key_mask(self.config, attention_mask, idx, cache)
         x = self.drop(x)
         if edits is not None:
             edits = Edits.of(edits, self.config, idx.shape, start)
@@ -322,7 +339,7 @@ class GPT(nn.Module):
             cancel.check(should_stop, "the forward")
             x = block(x, rec.scoped(f"blocks.{i}") if rec else None,
                       local if local is not None and block.attn.window is not None else angles, cache, i,
-                      edits.scoped(i) if edits is not None else None)
+                      edits.scoped(i) if edits is not None else None, mask)
         if self.ln_final is not None:
             x = self.ln_final(x, rec.scoped("ln_final") if rec else None)
         if cache is not None:

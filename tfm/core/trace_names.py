@@ -8,6 +8,8 @@ F d_ff, V vocab; `{i}` is the block index, `{n}` is `ln1`, `ln2` or, at the end,
 
     embed                    (B, T, D)    token embeddings
     pos_embed                (T, D)       learned or sinusoidal positional vectors added to embed
+    type_embed               (B, T, D)    an encoder's token-type (segment) vectors added to embed
+    ln_embed.*               as below     an encoder's LayerNorm over the summed embeddings
     rope.angles              (T, rd/2)    RoPE rotation angle per position and dimension pair
     rope.local_angles        (T, rd/2)    the same for local layers, when their RoPE base differs
     blocks.{i}.resid_pre     (B, T, D)    residual stream entering block i
@@ -42,6 +44,7 @@ import functools
 AXES: dict[str, tuple[str, ...]] = {
     "embed": ("batch", "pos", "d_model"),
     "pos_embed": ("pos", "d_model"),
+    "type_embed": ("batch", "pos", "d_model"),
     "rope.angles": ("pos", "rotary_dim/2"),
     "rope.local_angles": ("pos", "rotary_dim/2"),
     "resid_pre": ("batch", "pos", "d_model"),

@@ -15,6 +15,7 @@ from ..core.model import GPT
 from .gguf import load_gguf
 from .ollama import gguf_in
 from .packaged import require_smollm2
+from .packaged_minilm import require_minilm
 from .spec import ModelSpec, format_spec, parse_spec
 from ..text.tokenizer import Tokenizer
 from .weights import load_hf_gpt2_folder, load_nanogpt, load_tfm_folder, read_json
@@ -101,7 +102,7 @@ def random_model(config: ModelConfig | str, tokenizer: Tokenizer | None = None, 
 
 
 def detect_format(path: Path) -> str:
-    """'tfm', 'hf-gpt2', 'hf-family' (Llama, Qwen2, Mistral, GPT-NeoX), 'gguf' (a .gguf file, a
+    """'tfm', 'hf-gpt2', 'hf-family' (Llama, Qwen2, Mistral, GPT-NeoX, BERT), 'gguf' (a .gguf file, a
     folder holding one, an Ollama manifest or models folder) or 'nanogpt', from what the path holds."""
     if path.exists() and gguf_in(path) is not None:
         return "gguf"
@@ -122,7 +123,7 @@ def detect_format(path: Path) -> str:
     if (path / "ckpt.pt").is_file():
         return "nanogpt"
     raise ValueError(f"{path.name or path} is not a model folder: expected a tfm folder (config.json with \"format\": \"tfm\" "
-                     "and model.safetensors), a Hugging Face folder (GPT-2, Llama, Qwen2, Mistral, GPT-NeoX), "
+                     "and model.safetensors), a Hugging Face folder (GPT-2, Llama, Qwen2, Mistral, GPT-NeoX, BERT), "
                      "a GGUF file or an Ollama models folder, or a nanoGPT ckpt.pt")
 
 
@@ -144,6 +145,8 @@ def load(source: str | Path | ModelSpec = "default", device: str | None = "auto"
                                     "with python -m tfm.train (README.md, 'The bundled model')")
     elif spec.kind == "smollm2":
         path, src = require_smollm2(), "smollm2"
+    elif spec.kind == "minilm":
+        path, src = require_minilm(), "minilm"
     else:
         src = spec.path
         path = Path(src).expanduser()

@@ -45,13 +45,14 @@ class LibTokenizer(FromTokenizerFile, TokenText):
     decode_bytes / piece_bytes / display_piece(s) / vocab_size / eot_id / special_tokens."""
 
     backend = "tokenizers"
+    _read_decoder = staticmethod(_decoder_kind)  # tfm.text.wordpiece reads its own decoder
 
     def __init__(self, file: TokenizerFile, name: str, note: str):
         import tokenizers  # the app's dependency for exactly this case
 
         self.name, self.backend_note = name, note
         self._use_file(file)
-        self._kind, self._space, self._strip = _decoder_kind(file.data.get("decoder"))
+        self._kind, self._space, self._strip = self._read_decoder(file.data.get("decoder"))
         text = json.dumps(file.data)
         try:
             self._plain, self._with_special = (tokenizers.Tokenizer.from_str(text) for _ in range(2))

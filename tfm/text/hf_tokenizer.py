@@ -18,6 +18,7 @@ from .hf_bytelevel import HFByteLevelTokenizer, plan_bytelevel
 from .hf_libtokenizer import LibTokenizer
 from .hf_tokenizer_file import TOKENIZER_FILE, TokenizerFile, Unexpressible, read_tokenizer_file
 from .tokenizer import Tokenizer
+from .wordpiece import WordPieceTokenizer, is_wordpiece
 
 
 def tokenizer_from_spec(folder, spec: dict) -> Tokenizer | LibTokenizer:
@@ -43,7 +44,10 @@ def tokenizer_from_folder(folder, name: str | None = None) -> Tokenizer | LibTok
 
 def serve(file: TokenizerFile, name: str, bytelevel=HFByteLevelTokenizer, library=LibTokenizer, origin: str = ""):
     """A tokenizer.json's tokenizer on tiktoken when it reproduces the vocabulary exactly, else on
-    the tokenizers library; `.backend_note` says which and why (`origin` says where it came from)."""
+    the tokenizers library; `.backend_note` says which and why (`origin` says where it came from).
+    WordPiece (BERT) files are the library's too (`tfm.text.wordpiece`)."""
+    if is_wordpiece(file):
+        return WordPieceTokenizer(file, name, f"WordPiece {origin}served by the tokenizers library")
     try:
         plan = plan_bytelevel(file)
     except Unexpressible as e:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ...core.model import GPT
 from ...text.tokenizer import Tokenizer
-from . import gemma3, gpt_neox, llama, mistral, phi3, qwen2, qwen3
+from . import bert, gemma3, gpt_neox, llama, mistral, phi3, qwen2, qwen3
 from .common import DTYPES, architecture_of
 
 CONVERTERS = {
@@ -19,6 +19,7 @@ CONVERTERS = {
     "Qwen2ForCausalLM": qwen2.load,
     "GPTNeoXForCausalLM": gpt_neox.load,
     "Gemma3ForCausalLM": gemma3.load, "Qwen3ForCausalLM": qwen3.load, "Phi3ForCausalLM": phi3.load,
+    "BertModel": bert.load_model, "BertForMaskedLM": bert.load_masked_lm,
 }
 
 
