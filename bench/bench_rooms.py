@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from bench_load import Peak, free_port, pct  # noqa: E402
 from class_prompts import prompt_for  # noqa: E402
+import write_docs  # noqa: E402
 
 import tfm  # noqa: E402
 from tfm.teach import questions as Q  # noqa: E402
@@ -258,8 +259,9 @@ def question(room_store, code: str, key: str, klass: Class, model: str, watch: P
     with torch.inference_mode():
         logits = lm.model(torch.tensor([lm.tokenizer.prompt_ids(prompt)])).logits[0, -1]
     q, truth = Q.ask_next_token(lm, logits, typed=False)
-    room_store.push(code, key, Moment("classroom", (("model", model), ("prompt", prompt), ("seed", "0"))))
-    qid = room_store.ask(code, key, Q.to_json(q), Q.truth_to_json(truth))
+    moment = Moment("classroom", (("model", model), ("prompt", prompt), ("seed", "0")))
+    room_store.push(code, key, moment)
+    qid = room_store.ask(code, key, Q.to_json(q), Q.truth_to_json(truth), moment)
     deadline = time.perf_counter() + 60
     while time.perf_counter() < deadline and not all(f"room.send.{qid}" in s.widgets for s in klass.students):
         time.sleep(0.05)
@@ -276,9 +278,10 @@ def question(room_store, code: str, key: str, klass: Class, model: str, watch: P
     klass.go.clear()
     print(f"question: {ready}/{n} screens showed it; {counted}/{n} answers counted {took:.2f} s after they pressed "
           f"Send (target <= 5 s); server CPU {(watch.cpu() - cpu0) / n:.3f} CPU-s per student", flush=True)
+    return counted, took
 
 
-def kill_one(room_store, code: str, klass: Class, proc: subprocess.Popen, port: int) -> None:
+def kill_one(room_store, code: str, klass: Class, proc: subprocess.Popen, port: int) -> str:
     """SIGKILL one app process mid-question; each student whose process died opens their own
     link again (room=; who they are: their browser's cookie) and nginx sends them to the other:
     their answer must be there."""
@@ -301,6 +304,7 @@ def kill_one(room_store, code: str, klass: Class, proc: subprocess.Popen, port: 
     print(f"killed one of {len(apps)} app processes mid-question: counts before {sum(before.values())}, after "
           f"{sum(after.values())} (the same: {before == after}); {back} students reopened their link, "
           f"{kept} saw their own answer", flush=True)
+    return f"{sum(after.values())}/{sum(before.values())} kept, {kept}/{back} saw their own"
 
 
 def arguments() -> argparse.Namespace:
@@ -313,10 +317,15 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--look", type=float, default=0.0,
                     help="seconds the teacher's screen shows a view before the push (0: pushed at once)")
-    return ap.parse_args()
+    write_docs.add_flag(ap, "bench_rooms")   # (the block bench_rooms.STORE: one row per store)
+    args = ap.parse_args()
+    if args.write_docs == "bench_rooms":
+        args.write_docs += f".{args.store}"
+    write_docs.check(args)
+    return args
 
 
-def class_session(args, room_store, proc, port) -> None:
+def class_session(args, room_store, proc, port) -> list:
     """Students join, follow idle, the teacher pushes moments, asks a question; one process is killed."""
     watch = Peak(psutil.Process(proc.pid))
     made = room_store.create("bench teacher")
@@ -334,12 +343,15 @@ def class_session(args, room_store, proc, port) -> None:
     p95s = moments(teacher, klass, args.moments, watch, args.look)
     teacher.ws.close()
     print("p95 by page: " + ", ".join(f"{page} {max(v):.2f} s" for page, v in p95s.items()), flush=True)
-    question(room_store, made.code, made.teacher_key, klass, args.model, watch)
+    counted, took = question(room_store, made.code, made.teacher_key, klass, args.model, watch)
     errors = klass.failures + [e for s in klass.students for e in s.errors]   # (before one process is killed)
-    kill_one(room_store, made.code, klass, proc, port)
+    killed = kill_one(room_store, made.code, klass, proc, port)
     print(f"errors: {len(errors)}; load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for e in errors[:10]:
         print("  error:", e)
+    return [args.store, *(f"{max(p95s[page]):.2f} s" if page in p95s else "" for page in PAGES),
+            f"{max(max(v) for v in p95s.values()):.2f} s", f"{counted}/{args.students} in {took:.2f} s", killed,
+            len(errors)]
 
 
 def report_logs(tmp: Path) -> None:
@@ -359,7 +371,11 @@ def main() -> None:
     try:
         print(f"deploy/run_class.sh {args.processes} on port {port}, rooms in {args.store}; {os.cpu_count()} cores; "
               f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-        class_session(args, open_store(**where), proc, port)
+        row = class_session(args, open_store(**where), proc, port)
+        header = ["store", *(f"{page} p95" for page in PAGES), "push-to-shown p95 (target <= 3 s)",
+                  "answers counted (target <= 5 s)", "one process killed", "errors"]
+        write_docs.publish(args, [write_docs.markdown(header, [row])], f"{args.students} students, "
+                           f"deploy/run_class.sh {args.processes}, {args.model}")
     finally:
         report_logs(tmp)
         os.killpg(proc.pid, signal.SIGTERM)

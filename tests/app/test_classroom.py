@@ -158,6 +158,17 @@ def test_markup_in_answers_shows_as_text_and_a_flood_counts_once():
     assert labels == {"&lt;img src=x onerror=alert(1)&gt; **b** [l](http://x)": 1}
 
 
+def test_typed_tokens_count_together_and_show_as_most_students_typed_them():
+    teacher, code, _ = teacher_room()
+    ask(teacher, "next_typed")
+    for nick, typed in (("a", " Paris"), ("b", "Paris"), ("c", "paris"), ("d", "Lyon")):
+        at = student(code, nick)
+        at.text_input(key="room.answer.1").set_value(typed).run()
+        at.button(key="room.send.1").click().run()
+    teacher.run()
+    assert histogram(teacher) == {"Paris": 3, "Lyon": 1}   # not lowercased "paris"
+
+
 def test_a_teacher_link_takes_the_room_up_on_another_screen_and_a_forged_one_does_not():
     _, code, key = teacher_room()
     other = AppTest.from_file(APP, default_timeout=120)

@@ -4,9 +4,11 @@ questions, and see the model's real answer revealed.
 Server state, not engine: `protocol.py` is the one interface (`RoomStore`), `store.py` the rules
 every back end keeps (`rules.py` its bounds); `sqlite_store.py` (one WAL file shared by the app
 processes of one machine, the default) and `redis_store.py` (a class spread over machines)
-store it. No module here imports streamlit but the Class page's own: `live.py` (this process's store, the banner every page draws,
-following the teacher), `warm.py` (each process opens the teacher's view before its students
-ask), `teacher.py` and `student.py` (the page's two sides), `export.py` (CSV).
+store it. No module here imports streamlit but the Class page's own: `session.py` (this process's
+store, the session's role), `identity.py` (who a browser is: its session cookies; whom limits
+count), `live.py` (the banner every page draws: the teacher's push and its steps), `follow.py`
+(a student's screen following the teacher), `warm.py` (each process opens the teacher's view
+before its students ask), `teacher.py` and `student.py` (the page's two sides), `export.py` (CSV).
 """
 from __future__ import annotations
 
