@@ -63,6 +63,8 @@ links.url_set(pos=pos, token=token_text, vs=versus_text, defaults=dict(pos=n_tok
 try:
     token = attribution.token_id(tok, token_text, words) if token_text else None
     versus = attribution.token_id(tok, versus_text, words) if versus_text else None
+    if why_panels.same_tokens(run, pos, token, versus):
+        st.stop()
     attr = run.attribution(pos, token, versus)
 except ValueError as e:
     st.error(message(e))

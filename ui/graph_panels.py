@@ -9,7 +9,7 @@ import streamlit as st
 from tfm.analysis import graph_view
 from tfm.analysis.graph import Graph, Target
 from tfm.analysis.graph_io import GraphFile
-from tfm.analysis.graph_prune import Pruned
+from tfm.analysis.graph_prune import MAX_EDGES, Pruned
 from tfm.viz import graph as graph_figs
 from tfm.viz import graph_groups
 from ui import charts, links
@@ -50,16 +50,24 @@ def thresholds() -> tuple[float, float]:
 
 
 def scores(g: Graph, pruned: Pruned, piece: str) -> None:
-    c = st.columns(5)
+    c = st.columns(6)
     c[0].metric(f"p({plain(piece, 30)})", f"{g.prob:.4f}", help="the real model's probability of the target token")
     c[1].metric("Target logit" + (" difference" if g.target.kind == "difference" else ""), f"{g.logit:.3f}")
     c[2].metric("Replacement score", f"{pruned.replacement:.3f}",
                 help="share of the influence from the prompt that reaches the target through features, not errors")
     c[3].metric("Completeness score", f"{pruned.completeness:.3f}",
                 help="how much of each node's input the graph explains by features (errors explain nothing)")
-    c[4].metric("Features kept", f"{int(pruned.nodes[:g.n_features].sum())} / {g.n_features}",
-                help=f"{g.n_active} active in the prompt; nodes hold {pruned.node_share:.0%} of the influence, "
-                     f"edges {pruned.edge_share:.0%} of the edge scores")
+    c[4].metric("Features kept", f"{int(pruned.nodes[:g.n_features].sum()):,} / {g.n_features:,}",
+                help=f"features with rows in the graph (the most influential of those active) kept at this "
+                     f"threshold; nodes hold {pruned.node_share:.0%} of the influence, edges "
+                     f"{pruned.edge_share:.0%} of the edge scores")
+    c[5].metric("Active features", f"{g.n_active:,}", help="transcoder features active anywhere in the prompt; "
+                "those without a row in the graph count in its error nodes")
+    if pruned.capped:
+        st.info(f"This view keeps the strongest {pruned.n_edges:,} of the {pruned.n_candidates:,} edges between "
+                f"kept nodes (they hold {pruned.edge_share:.0%} of the edge scores): a view keeps at most "
+                f"{MAX_EDGES:,}, and the figure draws the strongest {graph_figs.DRAWN_EDGES}. Lower the edge "
+                "threshold for a view that holds its share.")
 
 
 def feature_options(g: Graph, gf: GraphFile) -> list[int]:
@@ -111,10 +119,12 @@ def node_panel(gr: GraphRun, g: Graph, labels, options: list[int]) -> int | None
     up, up_s, down, down_s = graph_view.decoder_tokens(gr.run.lm, gr.transcoders(), info["layer"], info["feature"],
                                                        N_TOKENS)
     st.markdown(f"**{plain(graph_view.node_name(g, node, labels), 120)}** · activation {info['activation']:.3f}")
-    edges_say, slope_says = graph_view.off_effects(g, node)
-    st.caption(f"Switched off, the graph's edges move the target by {edges_say:+.3f}; its slope in the real model "
-               f"says {slope_says:+.3f} (first order). The difference flows through the norm scales and attention "
-               "patterns the edges hold fixed.")
+    says = graph_view.off_effects(g, node)
+    st.caption("Switched off, the target's predicted change: " + " · ".join(
+        f"{graph_view.PREDICTIONS[m][0]} {says[m]:+.3f}" for m in graph_view.PREDICTIONS)
+        + " (the panel below measures the real change). Direct edges sum its own edges into the target, all "
+          "edges follow feature-to-feature edges too; both hold norm scales and attention patterns fixed, "
+          "slopes let them move.")
     st.caption("No labels or top-activating contexts ship with this transcoder set: what the feature's decoder "
                "row writes, read through the unembedding, stands in for a label.")
     st.markdown("**Writes toward** " + ", ".join(f"{plain(tok.display_piece(i), 30)} ({s:+.2f})" for i, s in zip(up, up_s))
@@ -157,9 +167,16 @@ def supernode_panel(g: Graph, labels, options: list[int]) -> dict[str, list[int]
 
 def intervention_panel(gr: GraphRun, g: Graph, labels, options: list[int], piece: str) -> None:
     st.subheader("Switch features off or clamp them, in the real model")
+    ss, this = st.session_state, (g.ids, g.target, g.transcoders)
+    if ss.get("graph.edit_of") != this:          # another graph: its node ids mean other features
+        ss["graph.edit_of"] = this
+        ss.pop("graph.edit_nodes", None)
+    hidden = [i for i in ss.get("graph.edit_nodes", []) if i not in options]   # not drawn at this threshold
     c1, c2, c3 = st.columns([4, 2, 2])
-    chosen = c1.multiselect("Features", options, key="graph.edit_nodes",
+    chosen = c1.multiselect("Features", options + hidden, key="graph.edit_nodes",
                             format_func=lambda i: graph_view.node_name(g, i, labels)[:120])
+    if hidden:
+        c1.caption(f"{len(hidden)} chosen feature(s) are not drawn at this node threshold: they stay chosen.")
     mode = c2.radio("Set them", ["off", "to a value"], key="graph.edit_mode")
     # shown only for "to a value" (not disabled: a disabled widget keeps a value no one can change)
     value = None if mode == "off" else c3.number_input("Value", -1000.0, 1000.0, 0.0, key="graph.edit_value")
@@ -177,17 +194,16 @@ def intervention_panel(gr: GraphRun, g: Graph, labels, options: list[int], piece
     c[1].metric("after", f"{out.prob_after:.4f}", f"{out.prob_after - out.prob_before:+.4f}")
     c[2].metric("Target logit before", f"{out.logit_before:.3f}")
     c[3].metric("after", f"{out.logit_after:.3f}", f"{out.logit_after - out.logit_before:+.3f}")
-    c[4].metric("Edges predicted", f"{out.predicted_after:.3f}",
-                f"{out.predicted_after - out.logit_before:+.3f}",
-                help="the logit before plus the chosen features' change times their edges into the target (norm "
-                     "scales and attention patterns held as in the clean run)")
-    c[5].metric("Slopes predicted", f"{out.predicted_first_order:.3f}",
-                f"{out.predicted_first_order - out.logit_before:+.3f}",
-                help="the logit before plus the chosen features' change times their slopes: the real model's "
-                     "derivative, norm scales and attention patterns live (first order)")
-    st.caption(f"Through feature-to-feature edges too (if every other feature stayed linear) the graph predicts "
-               f"{out.predicted_total:.3f}. The slopes rank the real effects of switching features off best "
-               "(docs/benchmarks.md): the edges hold the final norm's scale, which an ablation moves.")
+    for col, (mode, value) in zip(c[4:], ((m, getattr(out, f)) for m, f in (
+            ("direct", "predicted_after"), ("first_order", "predicted_first_order")))):
+        name, sums = graph_view.PREDICTIONS[mode]
+        col.metric(f"Predicted by {name}", f"{value:.3f}", f"{value - out.logit_before:+.3f}",
+                   help=f"the logit before plus the chosen features' change times {sums}")
+    name, sums = graph_view.PREDICTIONS["total"]
+    st.caption(f"Predicted by {name} ({sums}): {out.predicted_total:.3f} "
+               f"({out.predicted_total - out.logit_before:+.3f}). The slopes rank the real effects of switching "
+               "features off best (docs/benchmarks.md): the edges hold the final norm's scale, which an ablation "
+               "moves.")
 
 
 def export(gf: GraphFile) -> None:

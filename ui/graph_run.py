@@ -54,15 +54,23 @@ class GraphRun:
         return self._derived("graph.graph", compute, self.run.ids, self.target, self.settings, stoppable=True)
 
     def pruned(self, node_threshold: float, edge_threshold: float) -> Pruned:
+        """The view at these thresholds (at most `graph_prune.MAX_EDGES` edges), with a progress bar;
+        stopped once no page waits."""
         g = self.graph()
-        return self._derived("graph.pruned", lambda lm, *_: prune_graph(g, node_threshold, edge_threshold),
-                             self.run.ids, self.target, self.settings, node_threshold, edge_threshold)
+
+        def compute(lm, *_, should_stop=None):
+            bar = fraction_bar(f"Pruning {g.n_nodes:,} nodes")
+            return prune_graph(g, node_threshold, edge_threshold, progress=bar, should_stop=should_stop)
+        return self._derived("graph.pruned", compute, self.run.ids, self.target, self.settings, node_threshold,
+                             edge_threshold, stoppable=True)
 
     def file(self, node_threshold: float, edge_threshold: float) -> GraphFile:
-        """The pruned graph as its JSON export holds it (what the figure draws)."""
+        """The pruned graph as its JSON export holds it (what the figure draws), with a status line;
+        stopped once no page waits."""
         pruned, ts = self.pruned(node_threshold, edge_threshold), self.transcoders()
-        return self._derived("graph.file", lambda lm, *_: graph_file(pruned, self.run.labels, lm.config, ts),
-                             self.run.ids, self.target, self.settings, node_threshold, edge_threshold)
+        return self._derived("graph.file", lambda lm, *_, should_stop=None: graph_file(
+            pruned, self.run.labels, lm.config, ts, should_stop), self.run.ids, self.target, self.settings,
+            node_threshold, edge_threshold, stoppable=True, status=f"Listing {pruned.n_edges:,} edges…")
 
     def intervention(self, edits: tuple[FeatureEdit, ...]) -> Intervention:
         """The target before and after `edits` in the real model (this call only), beside the graph's

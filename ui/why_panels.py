@@ -30,6 +30,20 @@ def opening_pair(run) -> dict:
     return dict(zip(PAIR_KEYS, astuple(run.opening_pair())))
 
 
+def same_tokens(run, pos: int, token: int | None, versus: int | None) -> bool:
+    """True, with the info the Attribution graph page gives for the same case, when the explained
+    token (the top prediction at `pos` where the box is empty) is the versus token."""
+    if versus is None:
+        return False
+    top = token if token is not None else int(run.trace.logits_at(pos)[:attribution.n_words(run.lm)].argmax())
+    if top != versus:
+        return False
+    st.info("Type two different tokens: a token's logit minus its own is always 0"
+            + (" (with the first box empty the top prediction is explained, and the versus token is it)."
+               if token is None else "."))
+    return True
+
+
 def compare(run, pos: int, token: int, heads=(), mlps=(), neurons=(), mode="zero", key="why.cmp") -> dict:
     """Before/after next-token distributions side by side; returns the numbers shown."""
     before = run.ablated_probs(pos)

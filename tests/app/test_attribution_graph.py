@@ -87,8 +87,9 @@ def test_the_page_draws_the_engines_graph_and_a_node_shows_its_edges(root, lm):
     node = features[min(2, len(features) - 1)]
     at.selectbox(key="graph.node").set_value(node).run()
     edit = [FeatureEdit(*g.features[node].tolist(), value=0.0)]
-    said = (f"the graph's edges move the target by {predicted_change(g, edit, 'total'):+.3f}; its slope in the real "
-            f"model says {predicted_change(g, edit, 'first_order'):+.3f}")
+    said = (f"predicted change: direct edges {predicted_change(g, edit, 'direct'):+.3f} · "
+            f"all edges {predicted_change(g, edit, 'total'):+.3f} · "
+            f"slopes {predicted_change(g, edit, 'first_order'):+.3f}")
     assert any(said in c.value for c in at.caption), [c.value for c in at.caption]
     ins, outs = (t.value for t in at.dataframe)      # inputs, then outputs
     row = g.edges[int((g.row_nodes() == node).nonzero()[0, 0])]
@@ -112,8 +113,9 @@ def test_switching_features_off_shows_the_engines_intervention(root, lm):
     assert [v for _, v in metrics] == [f"{want.prob_before:.4f}", f"{want.prob_after:.4f}", f"{want.logit_before:.3f}",
                                        f"{want.logit_after:.3f}", f"{want.predicted_after:.3f}",
                                        f"{want.predicted_first_order:.3f}"], metrics
-    assert [label for label, _ in metrics[-2:]] == ["Edges predicted", "Slopes predicted"]
-    assert any(f"the graph predicts {want.predicted_total:.3f}" in c.value for c in at.caption)
+    assert [label for label, _ in metrics[-2:]] == ["Predicted by direct edges", "Predicted by slopes"]
+    assert any(f"Predicted by all edges (" in c.value and f"): {want.predicted_total:.3f}" in c.value
+               for c in at.caption)
     assert want.logit_after != want.logit_before    # the features did something
 
 
@@ -198,3 +200,24 @@ def test_a_model_without_a_set_gets_one_info(tmp_path, monkeypatch):
     at = open_page("attribution_graph", PROMPT)
     assert not at.exception and not boxes(at), boxes(at)
     assert len(at.info) == 1 and "python -m tfm.train.transcoders" in at.info[0].value
+
+
+def test_active_features_beside_kept_and_lowering_the_threshold_keeps_chosen_features(root, lm):
+    """'Features kept' counts the graph's feature rows; how many are active in the prompt is shown
+    beside it. A feature chosen for an intervention stays chosen (and its result shown) when a lower
+    node threshold stops drawing it."""
+    ts, g, pruned = engine(lm)
+    at = open_page("attribution_graph", PROMPT)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Active features"] == f"{g.n_active:,}"
+    assert metrics["Features kept"] == f"{int(pruned.nodes[:g.n_features].sum()):,} / {g.n_features:,}"
+    low = prune_graph(g, 0.5, 0.98)
+    hidden = [i for i in pruned.nodes[:g.n_features].nonzero().squeeze(1).tolist() if not low.nodes[i]]
+    assert hidden
+    at.multiselect(key="graph.edit_nodes").set_value([hidden[0]]).run()
+    at.slider(key="graph.node_threshold").set_value(0.5).run()
+    assert not at.exception and not boxes(at), boxes(at)
+    assert at.multiselect(key="graph.edit_nodes").value == [hidden[0]]
+    assert any("not drawn at this node threshold" in c.value for c in at.caption)
+    want = intervene(lm, g.ids, ts, g.target, [FeatureEdit(*g.features[hidden[0]].tolist(), value=0.0)], graph=g)
+    assert [m.value for m in at.metric][-3] == f"{want.logit_after:.3f}"

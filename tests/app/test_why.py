@@ -161,3 +161,14 @@ def test_patching_and_tab_from_a_link():
     assert [w.value for w in at2.warning] == ["There is no tab '\\*\\*nonsense\\*\\*'; showing Attribution."]
     at2.run()  # the next run shows no warning: the page opened its first tab
     assert not at2.warning
+
+
+def test_an_empty_token_versus_the_top_token_is_an_info_as_on_the_graph_page():
+    """Empty 'explain' means the top prediction; typing that same token as the versus token asks
+    for logit(t) - logit(t): the page says so in an info (as the Attribution graph page does for
+    two equal tokens), not a red error."""
+    lm, ids, attr = engine()
+    at = open_page("why")
+    at.text_input(key="why.versus").set_value(lm.tokenizer.decode([attr.token])).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any("a token's logit minus its own is always 0" in i.value for i in at.info), [i.value for i in at.info]

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from ..core.files import read_json, reading
+from ..core.files import folder_file, read_json, reading
 from ..core.validate import check_int
 from .sae import stream_at
 from .steering import NEUTRAL_TEXT, reading_ids, steer_span
@@ -242,8 +242,9 @@ def _label(d: dict, n_vocab: int) -> FeatureLabel:
 def read_labels(folder: Path | str, n_features: int, n_vocab: int) -> FeatureLabels | None:
     """labels.json of an SAE folder (bounded, every entry checked), None when it has none."""
     path = Path(folder) / LABELS_FILE
-    if not path.is_file():
+    if not path.is_symlink() and not path.exists():
         return None
+    folder_file(folder, LABELS_FILE, "the labels")    # a link out of the folder, a device: refused
     with reading(LABELS_FILE):
         data = read_json(path, MAX_LABELS_BYTES)
         if not isinstance(data, dict) or not isinstance(data.get("features"), list) or len(data["features"]) != n_features:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from ..core.files import reading
-from ..core.validate import check_int
+from ..core.validate import check_int, check_number
 from ..loaders.loading import ASSETS
 from .attribution import _f64, _prepare, direction
 from .feature_labels import FeatureLabels, read_labels
@@ -80,17 +80,66 @@ class FeatureSet:
         return [width * (i + 0.5) for i in range(len(counts))], counts
 
 
-def load_features(folder: Path | str, lm) -> FeatureSet:
-    sae, card = load_sae(folder, lm)
-    data = load_feature_data(folder)
-    f = sae.cfg.n_features
+METRICS = ("l0", "dead_share", "fvu", "ce_recovered", "ce_clean", "ce_recon", "ce_zero")   # what a page shows
+
+
+def _numbers(what: str, data, keys) -> None:
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} must be an object of numbers")
+    for k in keys:
+        check_number(f"{what} {k}", data.get(k))
+
+
+def check_card(card: dict) -> dict:
+    """The fields of an SAE card a page reads, checked after decoding: "metrics" (each of METRICS a
+    number), "eval_file" (text), "domain_metrics" (optional: name -> an object of l0, fvu,
+    ce_recovered), "skipped_first_positions" (optional: a count)."""
+    with reading("card.json"):
+        _numbers("metrics", card.get("metrics"), METRICS)
+        if not isinstance(card.get("eval_file"), str) or len(card["eval_file"]) > 500:
+            raise ValueError("eval_file must be the held-out text file's name")
+        domains = card.get("domain_metrics", {})
+        if not isinstance(domains, dict) or len(domains) > 64:
+            raise ValueError("domain_metrics must be an object: one entry per held-out domain")
+        for name, m in domains.items():
+            _numbers(f"domain_metrics[{name[:20]!r}]", m, ("l0", "fvu", "ce_recovered"))
+        check_int("skipped_first_positions", card.get("skipped_first_positions", 0), 0, 4096)
+    return card
+
+
+def check_data(data: dict[str, torch.Tensor], n_features: int, n_vocab: int) -> dict[str, torch.Tensor]:
+    """features.safetensors checked after decoding: shapes, token ids (integers, -1 or in the
+    vocabulary), activations, histogram counts and tops finite and not negative, rates in [0, 1]."""
     with reading(FEATURES_FILE):
         shapes = {"ctx_ids": 3, "ctx_acts": 3, "hist": 2, "hist_max": 1, "freq": 1}
-        if any(data[k].dim() != n or data[k].shape[0] != f for k, n in shapes.items()) \
+        extra = set(data) - set(shapes) - {"ctx_domain"}      # (F, n) each context's domain, with --mix
+        if extra or not set(shapes) <= set(data) or any(data[k].dim() != n or data[k].shape[0] != n_features
+                                                        for k, n in shapes.items()) \
                 or data["ctx_acts"].shape != data["ctx_ids"].shape:
-            raise ValueError(f"{FEATURES_FILE} does not match the SAE's {f} features")
-    labels = read_labels(folder, f, min(lm.tokenizer.vocab_size, lm.config.vocab_size))
-    return FeatureSet(sae, card, data, labels)
+            raise ValueError(f"{FEATURES_FILE} does not match the SAE's {n_features} features")
+        dom = data.get("ctx_domain")
+        if dom is not None and (dom.shape != data["ctx_ids"].shape[:2] or dom.is_floating_point()
+                                or bool((dom < -1).any())):
+            raise ValueError("ctx_domain must hold one domain index (or -1) per context")
+        ids = data["ctx_ids"]
+        if ids.is_floating_point() or ids.dtype == torch.bool or bool(((ids < -1) | (ids >= n_vocab)).any()):
+            raise ValueError(f"ctx_ids must be integer token ids of the model (or -1 for none), below {n_vocab}")
+        if data["hist"].shape[1] < 1:
+            raise ValueError("hist must have at least one bin per feature")
+        for k in ("ctx_acts", "hist", "hist_max", "freq"):
+            if not bool((data[k].double() >= 0).all()) or not bool(torch.isfinite(data[k].double()).all()):
+                raise ValueError(f"{k} must hold finite numbers, none negative")
+        if bool((data["freq"].double() > 1).any()):
+            raise ValueError("freq must be firing rates, between 0 and 1")
+    return data
+
+
+def load_features(folder: Path | str, lm) -> FeatureSet:
+    sae, card = load_sae(folder, lm)
+    f, vocab = sae.cfg.n_features, min(lm.tokenizer.vocab_size, lm.config.vocab_size)
+    data = check_data(load_feature_data(folder), f, vocab)
+    labels = read_labels(folder, f, vocab)
+    return FeatureSet(sae, check_card(card), data, labels)
 
 
 def _stream(trace, layer: int) -> torch.Tensor:

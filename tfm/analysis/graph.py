@@ -240,6 +240,9 @@ def attribution_graph(lm, ids, transcoders, target: Target = Target(), settings:
     target = target.resolve(logits, n_words(lm))
     fz = graph_frozen.freeze(model, trace, transcoders, dtype)
     layer, pos, feat, act, errors = _active(trace, transcoders, model.config.n_layer, settings.max_active)
+    if not act.numel():
+        raise ValueError("no feature of this transcoder set fires on this prompt, so the graph would have no "
+                         "feature nodes: check the set was trained for this model, or try another prompt")
     pos_embed = trace["pos_embed"].float().cpu() if "pos_embed" in trace else None
     src = graph_rows.sources(fz, layer, pos, feat, act, errors, trace["embed"][0].float().cpu(), pos_embed)
     u = _unembed_direction(model, target, dtype)

@@ -59,11 +59,24 @@ class Intervention:
     predicted_first_order: float | None  # logit_before + the real model's first order (the nodes' slopes)
 
 
-def _check(edits: Sequence[FeatureEdit], cfg, transcoders, t: int) -> dict[int, list[FeatureEdit]]:
-    by_layer: dict[int, list[FeatureEdit]] = {}
+def check_once(edits: Sequence[FeatureEdit]) -> None:
+    """Each feature at each position is set at most once (a set is what the graph predicts for):
+    ValueError naming the first repeated one."""
+    seen = set()
     for e in edits:
         if not isinstance(e, FeatureEdit):
-            raise ValueError(f"{e!r} is not a FeatureEdit(layer, pos, feature, value)")
+            raise ValueError(f"{str(e)[:80]} is not a FeatureEdit(layer, pos, feature, value)")
+        key = (e.layer, e.pos, e.feature)
+        if key in seen:
+            raise ValueError(f"feature {e.feature} of block {e.layer} at position {e.pos} is edited more than once: "
+                             "give each feature one value")
+        seen.add(key)
+
+
+def _check(edits: Sequence[FeatureEdit], cfg, transcoders, t: int) -> dict[int, list[FeatureEdit]]:
+    check_once(edits)
+    by_layer: dict[int, list[FeatureEdit]] = {}
+    for e in edits:
         check_int("layer", e.layer, 0, cfg.n_layer - 1)
         check_int("pos", e.pos, 0, t - 1, " (a position of the prompt)")
         check_int("feature", e.feature, 0, transcoders.cfg.n_features - 1)
@@ -116,7 +129,8 @@ def predicted_change(graph: Graph, edits: Sequence[FeatureEdit], mode: Predictio
     "direct" through the edges into the target only, "total" through every feature edge as well,
     "first_order" through the real model's slopes."""
     if mode not in get_args(Prediction):
-        raise ValueError(f"prediction mode {mode!r}: choose 'direct', 'total' or 'first_order'")
+        raise ValueError(f"prediction mode {str(mode)[:20]!r}: choose 'direct', 'total' or 'first_order'")
+    check_once(edits)
     index = {tuple(f): i for i, f in enumerate(graph.features.tolist())}
     n = graph.n_features
     delta0 = torch.zeros(n, dtype=torch.float64)

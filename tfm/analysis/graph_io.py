@@ -16,14 +16,17 @@ from dataclasses import asdict, dataclass
 from functools import cached_property
 from typing import Literal, get_args
 
+from ..core import cancel
 from ..core.config import ModelConfig
 from ..core.files import parse_json
+from ..core.plain import short
 from ..core.validate import check_int, check_number, from_json_object
 from .graph import Target
-from .graph_prune import Pruned
+from .graph_prune import MAX_EDGES as VIEW_EDGES, Pruned
 
 FORMAT, VERSION = "tfm-attribution-graph", 1
-MAX_NODES, MAX_EDGES = 50_000, 500_000
+MAX_NODES, MAX_EDGES = 50_000, 500_000   # a view keeps at most VIEW_EDGES + one edge per node: it reads back
+assert VIEW_EDGES + MAX_NODES <= MAX_EDGES
 MAX_TEXT = 4 * 2**20 + 200 * MAX_EDGES  # characters of a file read back
 NodeKind = Literal["feature", "error", "token", "position", "target"]
 
@@ -42,7 +45,7 @@ class GraphNode:
 
     def __post_init__(self) -> None:
         if self.kind not in get_args(NodeKind):
-            raise ValueError(f"node kind {self.kind!r}: one of {', '.join(get_args(NodeKind))}")
+            raise ValueError(f"node kind {short(str(self.kind), 40)!r}: one of {', '.join(get_args(NodeKind))}")
         check_int("node id", self.id, 0, 2**31)
         check_int("node layer", self.layer, -1, 1000)
         check_int("node pos", self.pos, 0, 2**20)
@@ -109,17 +112,30 @@ def _object_bytes(obj) -> int:
     return sys.getsizeof(obj) + sys.getsizeof(obj.__dict__) + sum(sys.getsizeof(v) for v in obj.__dict__.values())
 
 
-def graph_file(pruned: Pruned, labels, model_config: ModelConfig, transcoders) -> GraphFile:
-    """The kept nodes and edges of `pruned` with everything a reader needs to know what they are."""
+def graph_file(pruned: Pruned, labels, model_config: ModelConfig, transcoders,
+               should_stop: cancel.ShouldStop = None) -> GraphFile:
+    """The kept nodes and edges of `pruned` with everything a reader needs to know what they are
+    (`should_stop` is asked every few thousand objects: raises tfm.core.cancel.Cancelled)."""
     g = pruned.graph
     if len(labels) != g.n_pos:
         raise ValueError(f"{len(labels)} labels for a graph of {g.n_pos} tokens")
+    kept = pruned.nodes.nonzero().squeeze(1).tolist()
+    if len(kept) > MAX_NODES:
+        raise ValueError(f"the view keeps {len(kept):,} nodes; a graph file holds at most {MAX_NODES:,}: "
+                         "raise the thresholds less")
     nodes = []
-    for i in pruned.nodes.nonzero().squeeze(1).tolist():
+    for j, i in enumerate(kept):
+        if j % 4096 == 0:
+            cancel.check(should_stop, "writing the graph file")
         info = g.node(i)
         nodes.append(GraphNode(i, info["kind"], info["layer"], info["pos"], float(pruned.influence[i]),
                                info.get("feature"), info.get("activation"), info.get("token"), info.get("slope")))
-    edges = tuple(GraphEdge(s, t, w) for s, t, w in pruned.kept_edges())
+    edges = []
+    for j, (s, t, w) in enumerate(pruned.kept_edges()):
+        if j % 16384 == 0:
+            cancel.check(should_stop, "writing the graph file")
+        edges.append(GraphEdge(s, t, w))
+    edges = tuple(edges)
     scores = {"replacement": pruned.replacement, "completeness": pruned.completeness,
               "node_share": pruned.node_share, "edge_share": pruned.edge_share,
               "node_threshold": pruned.node_threshold, "edge_threshold": pruned.edge_threshold}
@@ -139,7 +155,8 @@ def load_graph_json(text: str | bytes, name: str = "the graph file") -> GraphFil
     if len(text) > MAX_TEXT:
         raise ValueError(f"{name} is {len(text):,} characters, over the {MAX_TEXT:,} a graph file may have")
     data = parse_json(text, name)
-    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
+    if not isinstance(data, dict) or data.get("format") != FORMAT or type(data.get("version")) is not int \
+            or data["version"] != VERSION:
         raise ValueError(f"{name} is not a tfm attribution graph (format {FORMAT!r}, version {VERSION})")
     model = ModelConfig.from_dict(_need(data, "model", dict))
     ids = tuple(check_int("token id", i, 0, model.vocab_size - 1) for i in _need(data, "ids", list))
@@ -169,7 +186,14 @@ def load_graph_json(text: str | bytes, name: str = "the graph file") -> GraphFil
         raise ValueError(f"{name}: transcoders needs an identity (text) and a config (object)")
     spec = _need(data, "spec", str)
     logit, prob = (check_number(k, data.get(k)) for k in ("logit", "prob"))
-    return GraphFile(spec[:500], model.to_dict(), tc, ids, tuple(labels),
-                     Target.from_dict(_need(data, "target", dict)), logit, prob,
+    return GraphFile(spec[:500], model.to_dict(), tc, ids, tuple(labels), _target(data, model), logit, prob,
                      {k: float(scores[k]) for k in scores if isinstance(scores[k], (int, float))
                       and math.isfinite(scores[k])}, nodes, tuple(edges))
+
+
+def _target(data: dict, model: ModelConfig) -> Target:
+    target = Target.from_dict(_need(data, "target", dict))
+    for t in (target.token, target.versus):
+        if t is not None:
+            check_int("target token", t, 0, model.vocab_size - 1, " (an id in the model's vocabulary)")
+    return target

@@ -139,8 +139,16 @@ def feature_edits(g: Graph, nodes, value: float | None) -> tuple[FeatureEdit, ..
     return tuple(out)
 
 
-def off_effects(g: Graph, node: int) -> tuple[float, float]:
-    """The target's change if feature `node` is switched off: by the graph's edges ("total") and by
-    its slope in the real model (first order)."""
+# Each prediction named by what it sums, the same wherever it is shown (graph_edit.predicted_change)
+PREDICTIONS = {"direct": ("direct edges", "the chosen features' own edges into the target"),
+               "total": ("all edges", "their edges into the target and, through feature-to-feature edges, every "
+                                      "later feature's (as if those stayed linear)"),
+               "first_order": ("slopes", "their slopes: the real model's derivative, norm scales and attention "
+                                         "patterns live (first order)")}
+
+
+def off_effects(g: Graph, node: int) -> dict[str, float]:
+    """The target's change the graph predicts if feature `node` is switched off, by each of
+    `PREDICTIONS` (mode -> change)."""
     edit = [FeatureEdit(*(int(v) for v in g.features[node]), value=0.0)]
-    return predicted_change(g, edit, "total"), predicted_change(g, edit, "first_order")
+    return {mode: predicted_change(g, edit, mode) for mode in PREDICTIONS}

@@ -25,7 +25,7 @@ import torch
 from safetensors.torch import save_file
 
 from ..core.config import JsonConfig
-from ..core.files import read_json, reading
+from ..core.files import folder_file, read_json, reading
 from ..core.validate import check_int, from_json_object
 from ..loaders.weights import read_safetensors
 
@@ -103,9 +103,11 @@ def save_sae(sae: SAE, folder: Path | str, card: dict, readme: str) -> None:
 
 
 def _bounded(path: Path, limit: int, what: str) -> Path:
-    if not path.is_file():
-        raise ValueError(f"{what} {path.name} is missing in {path.parent}: an SAE folder holds "
-                         f"{SAE_FILE} and {CARD_FILE} (python -m tfm.train.sae train writes them)")
+    try:
+        folder_file(path.parent, path.name, what)
+    except FileNotFoundError:
+        raise ValueError(f"{what} {path.name} is missing in {path.parent.name}: an SAE folder holds "
+                         f"{SAE_FILE} and {CARD_FILE} (python -m tfm.train.sae train writes them)") from None
     if path.stat().st_size > limit:
         raise ValueError(f"{what} {path.name} is {path.stat().st_size} bytes, over the {limit} allowed")
     return path

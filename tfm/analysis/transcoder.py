@@ -30,6 +30,7 @@ import torch
 from safetensors.torch import save_file
 
 from ..core.config import JsonConfig
+from ..core.files import folder_file
 from ..core.validate import check_int
 from ..loaders.weights import read_safetensors
 from .sae import card_with_config
@@ -39,6 +40,7 @@ MAX_LAYER_BYTES = 16 * 2**20   # one layer's file larger than this is refused be
 MAX_CARD_BYTES = 2**20
 MAX_FEATURES = 2**16
 STORAGES = ("fp16", "int8")
+MAX_VALUE = 65504.0           # the largest float16: a weight of an int8 set, dequantized, stays within it
 
 
 def layer_file(layer: int) -> str:
@@ -159,9 +161,12 @@ def write_card(folder: Path | str, cfg: TranscoderConfig, card: dict) -> None:
 
 
 def _bounded(path: Path, limit: int, what: str) -> Path:
-    if not path.is_file():
+    try:
+        folder_file(path.parent, path.name, what)
+    except FileNotFoundError:
         raise ValueError(f"{what} {path.name} is missing in {path.parent.name}: a transcoder folder holds "
-                         f"{CARD_FILE} and one layer_LL.safetensors per layer (the transcoder trainer writes them)")
+                         f"{CARD_FILE} and one layer_LL.safetensors per layer (the transcoder trainer writes them)"
+                         ) from None
     if path.stat().st_size > limit:
         raise ValueError(f"{what} {path.name} is {path.stat().st_size} bytes, over the {limit} allowed")
     return path
@@ -202,6 +207,9 @@ def _from_tensors(cfg: TranscoderConfig, layer: int, tensors: dict[str, torch.Te
     with torch.no_grad():
         for name, t in tensors.items():
             getattr(tc, name).copy_(t.float())
+            if not bool((getattr(tc, name).abs() <= MAX_VALUE).all()):   # NaN fails too
+                raise ValueError(f"{layer_file(layer)}: {name} holds values beyond ±{MAX_VALUE:g} (or NaN) once "
+                                 "read: retrain or re-save the set")
     return tc.eval().requires_grad_(False)
 
 

@@ -27,6 +27,24 @@ MAX_JSON_DEPTH = 32         # published configs and tokenizer.json nest at most 
 FIX = "re-export or re-copy that file"
 
 
+def folder_file(folder: Path | str, name: str, what: str) -> Path:
+    """`folder`/`name` when it is a regular file of that folder (a link is followed only to a file
+    inside the folder); ValueError naming it for a link out of the folder or in a loop, a directory
+    or a device (/dev/zero never ends); FileNotFoundError when it is not there at all."""
+    folder, path = Path(folder), Path(folder) / name
+    if not path.is_symlink() and not path.exists():
+        raise FileNotFoundError(f"{what} {name} is missing")
+    try:
+        real, home = path.resolve(strict=True), folder.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise ValueError(f"{what} {name} is a link that leads nowhere (a loop or a missing file)") from None
+    if real.parent != home:
+        raise ValueError(f"{what} {name} is a link out of its folder: a folder's files must be its own")
+    if not real.is_file():
+        raise ValueError(f"{what} {name} is not a regular file (a folder or a device): {FIX}")
+    return path
+
+
 def read_bytes(path: Path | str, max_bytes: int) -> bytes:
     """A file's bytes, refused (ValueError) over `max_bytes` before anything is read."""
     path = Path(path)

@@ -75,7 +75,8 @@ def from_json_object(cls: type[D], data: Any, what: str) -> D:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ValueError(f"unknown config keys {unknown}; allowed keys are {sorted(fields)}")
+        shown = [k if len(k) <= 60 else k[:57] + "..." for k in unknown[:8]]   # a key may be megabytes long
+        raise ValueError(f"unknown config keys {shown}; allowed keys are {sorted(fields)}")
     missing = sorted(n for n, f in fields.items() if n not in data
                      and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
     if missing:

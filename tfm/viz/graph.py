@@ -8,6 +8,7 @@ edges are drawn, the strongest; edges go in a few traces by width (a plotly line
 """
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 
 import numpy as np
@@ -19,6 +20,7 @@ from .why import NEG_COLOUR, POS_COLOUR
 
 KIND_COLOUR = {"feature": "#ff7f0e", "error": "#7f7f7f", "token": "#2ca02c", "position": "#98df8a", "target": "#9467bd"}
 WIDTHS = (0.5, 1.2, 2.2, 3.5, 5.0)
+DRAWN_EDGES = 400    # the most edges a figure draws (the strongest): a browser draws more slowly than we list
 
 
 def node_xy(gf: GraphFile) -> dict[int, tuple[float, float]]:
@@ -51,13 +53,13 @@ def _hover(n: GraphNode, labels: tuple[str, ...]) -> str:
 
 
 def _edge_traces(gf: GraphFile, xy: dict, max_edges: int) -> list[go.Scatter]:
-    edges = sorted(gf.edges, key=lambda e: -abs(e.weight))[:max_edges]
+    edges = heapq.nsmallest(max_edges, gf.edges, key=lambda e: -abs(e.weight))   # stable, as sorted()[:n]
     if not edges:
         return []
     top = max(abs(e.weight) for e in edges)
     groups = defaultdict(lambda: ([], []))
-    for e in edges:
-        bucket = min(len(WIDTHS) - 1, int(len(WIDTHS) * abs(e.weight) / top))
+    for e in edges:   # the share first: 5 x 1e308 overflows; every weight 0 draws the thinnest lines
+        bucket = min(len(WIDTHS) - 1, int(len(WIDTHS) * (abs(e.weight) / top if top > 0 else 0.0)))
         xs, ys = groups[(e.weight >= 0, bucket)]
         (x0, y0), (x1, y1) = xy[e.source], xy[e.target]
         xs += [x0, x1, None]
@@ -67,16 +69,16 @@ def _edge_traces(gf: GraphFile, xy: dict, max_edges: int) -> list[go.Scatter]:
             for (pos, b), (xs, ys) in sorted(groups.items())]
 
 
-def graph_figure(gf: GraphFile, max_edges: int = 400, target_label: str = "") -> go.Figure:
+def graph_figure(gf: GraphFile, max_edges: int = DRAWN_EDGES, target_label: str = "") -> go.Figure:
     """The pruned graph of `gf`; `target_label` names the explained token in the title."""
     xy = node_xy(gf)
     fig = go.Figure(_edge_traces(gf, xy, max_edges))
-    top = max((n.influence for n in gf.nodes if n.kind != "target"), default=1.0) or 1.0
+    top = max(max((n.influence for n in gf.nodes if n.kind != "target"), default=1.0), 0.0) or 1.0
     for kind, colour in KIND_COLOUR.items():
         nodes = [n for n in gf.nodes if n.kind == kind]
         if not nodes:
             continue
-        size = [22.0 if kind == "target" else 6 + 22 * np.sqrt(max(n.influence, 0.0) / top) for n in nodes]
+        size = [22.0 if kind == "target" else 6 + 22 * np.sqrt(min(max(n.influence, 0.0) / top, 1.0)) for n in nodes]
         fig.add_trace(go.Scatter(x=[xy[n.id][0] for n in nodes], y=[xy[n.id][1] for n in nodes], mode="markers",
                                  name=kind, marker=dict(size=size, color=colour, line=dict(width=0.5, color="#333")),
                                  text=[_hover(n, gf.labels) for n in nodes], hovertemplate="%{text}<extra></extra>",
