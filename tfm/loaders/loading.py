@@ -14,7 +14,7 @@ from .convert import DTYPES, is_hf_family_folder, load_hf_family_folder
 from ..core.model import GPT
 from .gguf import load_gguf
 from .ollama import gguf_in
-from .packaged import require_smollm2
+from .packaged import require_gemma3, require_smollm2
 from .spec import ModelSpec, format_spec, parse_spec
 from ..text.tokenizer import Tokenizer
 from .weights import load_hf_gpt2_folder, load_nanogpt, load_tfm_folder, read_json
@@ -144,6 +144,8 @@ def load(source: str | Path | ModelSpec = "default", device: str | None = "auto"
                                     "with python -m tfm.train (README.md, 'The bundled model')")
     elif spec.kind == "smollm2":
         path, src = require_smollm2(), "smollm2"
+    elif spec.kind == "gemma3":
+        path, src = require_gemma3(), "gemma3"
     else:
         src = spec.path
         path = Path(src).expanduser()

