@@ -2,7 +2,7 @@
 # Set up (first time) and run the whole test suite, browser tests included.
 set -euo pipefail
 cd "$(dirname "$0")"
-scripts/setup.sh dev
+scripts/setup.sh dev ${TFM_GEMMA:+--gemma}   # TFM_GEMMA=1: Gemma 3 270M too (CI: its real-file tests)
 # nginx-light: tests/test_deploy.py runs the class setup (deploy/run_class.sh) through it.
 # redis-server: tests/test_rooms.py runs every room test against a real Redis too (CI fails without it).
 if ! command -v chromium >/dev/null 2>&1 || ! command -v nginx >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1; then

@@ -67,7 +67,7 @@ def test_load_reads_every_form_the_same_way():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("nonsense", "is not known; use default, smollm2, minilm, random:<preset>, random:{\"preset\""),
+    ("nonsense", "is not known; use default, smollm2, minilm, gemma3, random:<preset>, random:{\"preset\""),
     ("random:huge", "unknown preset 'huge'"),
     ("random:{", "not valid JSON"),
     ('random:{"config":' + "[" * 3000, "not valid JSON"),

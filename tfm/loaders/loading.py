@@ -14,7 +14,7 @@ from .convert import DTYPES, is_hf_family_folder, load_hf_family_folder
 from ..core.model import GPT
 from .gguf import load_gguf
 from .ollama import gguf_in
-from .packaged import require_smollm2
+from .packaged import require_gemma3, require_smollm2
 from .packaged_minilm import require_minilm
 from .spec import ModelSpec, format_spec, parse_spec
 from ..text.tokenizer import Tokenizer
@@ -147,6 +147,8 @@ def load(source: str | Path | ModelSpec = "default", device: str | None = "auto"
         path, src = require_smollm2(), "smollm2"
     elif spec.kind == "minilm":
         path, src = require_minilm(), "minilm"
+    elif spec.kind == "gemma3":
+        path, src = require_gemma3(), "gemma3"
     else:
         src = spec.path
         path = Path(src).expanduser()

