@@ -125,3 +125,30 @@ def test_a_class_on_two_processes_runs_with_the_warm_up_off(tmp_path, monkeypatc
     log_b = (SHOTS / "server-warm-off-b.log").read_text()
     assert "room warm-up is off (TFM_ROOMS_WARM=off)" in log_b
     assert "for the class" not in log_b   # b never opened a view itself
+
+
+@pytest.mark.parametrize("switch", ["off", "on"])
+def test_the_teachers_screen_says_when_the_warm_up_is_off(tmp_path, monkeypatch, switch):
+    from tests.app.conftest import open_page
+
+    monkeypatch.setenv("TFM_ROOMS_DB", str(tmp_path / "rooms.sqlite3"))
+    monkeypatch.setenv(warm.SWITCH, switch)
+    at = open_page("classroom")
+    assert not any(c.value.startswith("Class warm-up is off") for c in at.sidebar.caption)   # in no room yet
+    at.button(key="room.open").click().run()
+    at.run()
+    assert not at.exception, at.exception
+    said = [c.value for c in at.sidebar.caption if c.value.startswith("Class warm-up is off")]
+    assert len(said) == (switch == "off") and all("(TFM_ROOMS_WARM=off)" in t for t in said), said
+
+
+def test_a_wrong_switch_is_a_wrong_server_setting(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.app.conftest import APP
+
+    monkeypatch.setenv(warm.SWITCH, "maybe")
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    assert not at.exception, at.exception
+    assert [e.value.replace("\\", "") for e in at.error] == [   # (Markdown escapes removed)
+        "The server's settings are wrong: TFM_ROOMS_WARM is 'maybe': set it to 'on' (the default) or 'off'."]

@@ -16,8 +16,8 @@ process the teacher's screen is on does not open it again (one process: no cost 
 
 A feature the app runs without: `TFM_ROOMS_WARM=off` (docs/class.md) turns it off, and a process
 then draws a pushed view for its first student cold, as any page's first view (the page's status
-line says it is computing; the server log says the warm-up is off). Streamlit's internals used to
-open a browserless session live in ui.st_private.
+line says it is computing; the teacher's sidebar, app.py, and the server log say the warm-up is
+off). Streamlit's internals used to open a browserless session live in ui.st_private.
 """
 from __future__ import annotations
 
