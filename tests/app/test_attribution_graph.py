@@ -114,7 +114,7 @@ def test_switching_features_off_shows_the_engines_intervention(root, lm):
                                        f"{want.logit_after:.3f}", f"{want.predicted_after:.3f}",
                                        f"{want.predicted_first_order:.3f}"], metrics
     assert [label for label, _ in metrics[-2:]] == ["Predicted by direct edges", "Predicted by slopes"]
-    assert any(f"Predicted by all edges (" in c.value and f"): {want.predicted_total:.3f}" in c.value
+    assert any("Predicted by all edges (" in c.value and f"): {want.predicted_total:.3f}" in c.value
                for c in at.caption)
     assert want.logit_after != want.logit_before    # the features did something
 
