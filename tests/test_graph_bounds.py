@@ -173,3 +173,11 @@ def test_pruning_tells_its_progress_and_stops_between_blocks(small, monkeypatch)
     with pytest.raises(Cancelled):
         prune_graph(g, 1.0, 1.0, should_stop=lambda: asked.append(1) or len(asked) > 3)
     assert len(asked) == 4
+
+
+def test_node_names_at_once_are_each_nodes_name(small):
+    lm, _, ids, g = small
+    labels = token_labels(lm.tokenizer, ids)
+    from tfm.analysis import graph_view
+    assert graph_view.node_names(g, range(g.n_nodes), labels) == {i: graph_view.node_name(g, i, labels)
+                                                                 for i in range(g.n_nodes)}

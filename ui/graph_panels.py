@@ -80,6 +80,15 @@ def feature_options(g: Graph, gf: GraphFile) -> list[int]:
     return [first] + [i for i in nodes if i != first]
 
 
+def _name(g: Graph, labels, i: int) -> str:
+    """Node i's name in a picker: this session keeps one graph's names (three pickers list the
+    same thousands of features at 1.0 / 1.0)."""
+    ss, key = st.session_state, (g.ids, g.target, g.transcoders, tuple(labels))
+    if ss.get("graph.names_of") != key:
+        ss["graph.names_of"], ss["graph.names"] = key, graph_view.node_names(g, range(g.n_features), labels)
+    return ss["graph.names"].get(i) or graph_view.node_name(g, i, labels)[:120]
+
+
 def _pick(options: list[int]) -> None:
     """A click on the figure opens that node (the node picker is the keyboard's way)."""
     for p in st.session_state["graph.chart"].selection.get("points", []):
@@ -113,13 +122,13 @@ def node_panel(gr: GraphRun, g: Graph, labels, options: list[int]) -> int | None
     if st.session_state.get("graph.node") not in options:   # another graph's node: the opening one (first)
         st.session_state.pop("graph.node", None)
     node = st.selectbox("Open a feature (or click one in the graph)", options, key="graph.node",
-                        format_func=lambda i: graph_view.node_name(g, i, labels)[:120])
+                        format_func=lambda i: _name(g, labels, i))
     info = g.node(node)
     tok = gr.run.lm.tokenizer
     up, up_s, down, down_s = graph_view.decoder_tokens(gr.run.lm, gr.transcoders(), info["layer"], info["feature"],
                                                        N_TOKENS)
     st.markdown(f"**{plain(graph_view.node_name(g, node, labels), 120)}** · activation {info['activation']:.3f}")
-    says = graph_view.off_effects(g, node)
+    says = gr.off_effects(node)
     st.caption("Switched off, the target's predicted change: " + " · ".join(
         f"{graph_view.PREDICTIONS[m][0]} {says[m]:+.3f}" for m in graph_view.PREDICTIONS)
         + " (the panel below measures the real change). Direct edges sum its own edges into the target, all "
@@ -146,7 +155,7 @@ def supernode_panel(g: Graph, labels, options: list[int]) -> dict[str, list[int]
     with st.expander("Supernodes: group features into one named box"):
         c1, c2 = st.columns([3, 2])
         chosen = c1.multiselect("Features", options, key="graph.group_nodes",
-                                format_func=lambda i: graph_view.node_name(g, i, labels)[:120])
+                                format_func=lambda i: _name(g, labels, i))
         name = c2.text_input("Name", key="graph.group_name", max_chars=40)
         if st.button("Add the group", key="graph.group_add"):
             if not chosen or not name.strip():
@@ -174,7 +183,7 @@ def intervention_panel(gr: GraphRun, g: Graph, labels, options: list[int], piece
     hidden = [i for i in ss.get("graph.edit_nodes", []) if i not in options]   # not drawn at this threshold
     c1, c2, c3 = st.columns([4, 2, 2])
     chosen = c1.multiselect("Features", options + hidden, key="graph.edit_nodes",
-                            format_func=lambda i: graph_view.node_name(g, i, labels)[:120])
+                            format_func=lambda i: _name(g, labels, i))
     if hidden:
         c1.caption(f"{len(hidden)} chosen feature(s) are not drawn at this node threshold: they stay chosen.")
     mode = c2.radio("Set them", ["off", "to a value"], key="graph.edit_mode")

@@ -72,6 +72,12 @@ class GraphRun:
             pruned, self.run.labels, lm.config, ts, should_stop), self.run.ids, self.target, self.settings,
             node_threshold, edge_threshold, stoppable=True, status=f"Listing {pruned.n_edges:,} edges…")
 
+    def off_effects(self, node: int) -> dict[str, float]:
+        """`graph_view.off_effects`: the graph's predictions for switching feature `node` off."""
+        g = self.graph()
+        return self._derived("graph.off", lambda lm, *_: graph_view.off_effects(g, node), self.run.ids, self.target,
+                             self.settings, node)
+
     def intervention(self, edits: tuple[FeatureEdit, ...]) -> Intervention:
         """The target before and after `edits` in the real model (this call only), beside the graph's
         prediction."""

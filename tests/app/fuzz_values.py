@@ -36,6 +36,9 @@ BY_DESIGN = {"experiments": "is not divisible by n_head"}
 TABS = {"why": "why.tab", "attention": "attn.view"}
 # Controls whose legal range is cut for time only (a bigger value is a longer run, not another path).
 CHEAP = {"steer.new": 8, "gen.max_new": 8, "gen.n_samples": 2, "shapes.kv_ctx": 4096}
+# Controls drawn at an end of their range half the time (issue #51: both graph thresholds at 1.0 kept
+# every edge of the graph, ~10^7 of them, as Python objects).
+EXTREMES = ("graph.node_threshold", "graph.edge_threshold")
 # Values that surely hold more than one token (a "token" link value that must be refused).
 MANY_TOKENS = tuple(HOSTILE[k] for k in ("md-link", "md-image", "html", "heading", "autolink", "long"))
 NOT_NUMBERS = tuple(HOSTILE[k] for k in ("md-link", "html", "nan", "inf", "-inf", "null", "rtl-zero-width",
@@ -160,6 +163,8 @@ def control_value(kind: str, key: str, el, rng: random.Random, baseline: dict, s
         is_int = number_is_int(el, kind)
         if isinstance(el.value, (tuple, list)):  # a range slider
             return sorted(_number(el, rng, is_int, CHEAP.get(key)) for _ in range(2)), LEGAL
+        if key in EXTREMES and rng.random() < 0.5:
+            return rng.choice([el.min, el.max]), LEGAL
         return _number(el, rng, is_int, CHEAP.get(key)), LEGAL
     if kind in ("select_slider", "selectbox", "radio"):
         options = list(el.options)

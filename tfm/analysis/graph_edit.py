@@ -142,12 +142,19 @@ def predicted_change(graph: Graph, edits: Sequence[FeatureEdit], mode: Predictio
         delta0[i] = e.value - float(graph.activations[i])
     if mode == "first_order":
         return float(graph.slopes @ delta0)
-    per_unit = graph.edges[:, :n].double() / graph.activations.double().clamp(min=1e-12)[None, :]  # (n + 1, n)
+    per_unit = 1 / graph.activations.double().clamp(min=1e-12)   # an edge is its source's activation x a weight
     free = delta0 == 0
     delta = delta0.clone()
     for _ in range(graph.n_layer if mode == "total" else 0):   # layer by layer down the DAG
-        delta = delta0 + free * (per_unit[:n] @ delta)
-    return float(per_unit[n] @ delta)
+        delta = delta0 + free * _rows_times(graph.edges[:n, :n], delta * per_unit)
+    return float(graph.edges[n, :n].double() @ (delta * per_unit))
+
+
+def _rows_times(m: torch.Tensor, v: torch.Tensor, block: int = 2**21) -> torch.Tensor:
+    """m (R, C) @ v (C,) in float64, a block of rows at a time (never a float64 copy of all of m:
+    a 64-token graph's feature block is ~0.5 GB in float64)."""
+    step = max(1, block // max(m.shape[1], 1))
+    return torch.cat([m[s:s + step].double() @ v for s in range(0, m.shape[0], step)])
 
 
 def intervene(lm, ids, transcoders, target: Target, edits: Sequence[FeatureEdit], graph: Graph | None = None

@@ -36,14 +36,17 @@ def shipped_folder(spec: str, root: Path | None = None) -> Path | None:
     if not is_asset_name(spec):
         return None
     folder = root / spec
-    return folder if (folder / CARD_FILE).is_file() else None
+    card = folder / CARD_FILE
+    return folder if card.is_symlink() or card.exists() else None   # a broken card: the loader says how
 
 
 def missing_layers(folder: Path) -> list[int]:
     """The layers whose file a set's card promises but the folder lacks (a set still training);
-    ValueError for an unreadable card."""
+    ValueError for an unreadable card. A file that is there but broken (a link loop, a folder) is
+    not missing: the loader says what is wrong with it."""
     n_layer = read_card(folder)["config"].n_layer
-    return [i for i in range(n_layer) if not (Path(folder) / layer_file(i)).is_file()]
+    paths = [Path(folder) / layer_file(i) for i in range(n_layer)]
+    return [i for i, p in enumerate(paths) if not (p.is_symlink() or p.exists())]
 
 
 def folder_stamp(folder: Path) -> tuple[int, ...]:
@@ -84,6 +87,18 @@ def node_name(g: Graph, i: int, labels) -> str:
     if info["kind"] == "target":
         return "target"
     return f"{info['kind']} {at}"
+
+
+def node_names(g: Graph, nodes, labels) -> dict[int, str]:
+    """{node: `node_name`} for many nodes at once (a page's pickers list thousands at 1.0 / 1.0)."""
+    feats, out = g.features.tolist(), {}
+    for i in nodes:
+        if i < g.n_features:
+            layer, pos, f = feats[i]
+            out[i] = f"L{layer} #{f} at “{labels[pos]}”"
+        else:
+            out[i] = node_name(g, i, labels)
+    return out
 
 
 def opening_node(g: Graph, nodes) -> int:
