@@ -213,6 +213,13 @@ def test_param_formulas_equal_the_real_counts(variant):
     assert {k: v for k, (_, v) in shapes.param_formulas(cfg).items()} == counts
 
 
+@pytest.mark.parametrize("extra", [dict(head_dim=12, qk_norm=True), dict(n_kv_head=2, head_dim=6, qkv_bias=True),
+                                   dict(n_kv_head=1, head_dim=16, qk_norm=True, post_norms=True, activation="geglu")])
+def test_param_formulas_equal_the_real_counts_with_gemma_and_qwen3_fields(extra):
+    cfg = small(pos_encoding="rope", norm="rmsnorm", bias=False, **extra)
+    assert {k: v for k, (_, v) in shapes.param_formulas(cfg).items()} == param_counts(GPT(cfg))
+
+
 def test_gpt2_parameter_formula_total_is_124m():
     total = sum(v for _, v in shapes.param_formulas(ModelConfig.preset("gpt2")).values())
     assert total == 124_439_808  # GPT-2 small, tied embeddings

@@ -19,6 +19,7 @@ from .checks import Check, attend_check, next_token_check, params_check
 from ..generation.sampling import SamplingSettings, breakdown, sample
 from ..core.trace import Trace
 from ..core.trace_read import head_qkv
+from ..core.window import layer_note, layer_window
 
 SHOW = 8  # entries of a long vector a slide can hold
 
@@ -179,12 +180,25 @@ def _attention_steps(lm, tr: Trace, labels, f: Focus) -> list[TourStep]:
                  "scores from growing with the head size, so the softmax does not saturate.",
                  {"q · k_j": _row(dots, p, labels, f"{p + 1}"), "s_j": _row(scores, p, labels, f"{p + 1}")},
                  "pages/attention.py"),
-        TourStep("mask", "Causal mask: no looking ahead",
-                 r"s_j = -\infty \quad\text{for } j > i",
-                 "Keys after each query (above the diagonal) are set to −∞, so they get zero weight: a token only sees the past. "
-                 "That is what lets the model be trained on every position of a text at once.",
-                 {"scores, rows = queries": _mask_matrix(all_scores, p, labels)}, "pages/attention.py"),
+        _mask_step(cfg, f.layer, _mask_matrix(all_scores, p, labels)),
     ] + _mixing_steps(lm, tr, labels, f, pattern)
+
+
+def _mask_step(cfg, layer: int, shown: Shown) -> TourStep:
+    """The causal mask; on a local layer also the sliding window (why a key that came before is masked)."""
+    text = ("Keys after each query (above the diagonal) are set to −∞, so they get zero weight: a token only sees the "
+            "past. That is what lets the model be trained on every position of a text at once.")
+    w = layer_window(cfg, layer)
+    if w is None:
+        return TourStep("mask", "Causal mask: no looking ahead", r"s_j = -\infty \quad\text{for } j > i",
+                        text + (" " + layer_note(cfg, layer) if cfg.local_layers else ""),
+                        {"scores, rows = queries": shown}, "pages/attention.py")
+    return TourStep("mask", "Causal and sliding-window mask (a local layer)",
+                    rf"s_j = -\infty \quad\text{{for }} j > i \text{{ or }} j \le i - {w}",
+                    text + f" This is a local layer: a key more than {w - 1} positions back is masked too, however "
+                    f"relevant, because the layer reads only a window of the last {w} keys (cheaper, and its KV cache "
+                    "keeps only the window). " + layer_note(cfg, layer), {"scores, rows = queries": shown},
+                    "pages/attention.py")
 
 
 def _mixing_steps(lm, tr: Trace, labels, f: Focus, pattern: torch.Tensor) -> list[TourStep]:
@@ -283,11 +297,12 @@ def _block_steps(lm, tr: Trace, f: Focus) -> list[TourStep]:
 
 def _mlp_step(lm, tr: Trace, f: Focus) -> TourStep:
     cfg, p, b = lm.config, f.pos, f"blocks.{f.layer}"
-    shown = {"pre-activation h" if cfg.activation != "swiglu" else "gate h": vec(tr[f"{b}.mlp.pre"][0, p])}
-    if cfg.activation == "swiglu":
+    gated = {"swiglu": ("SiLU", "SiLU", "SwiGLU"), "geglu": (r"GELU_{\tanh}", "tanh GELU", "GeGLU")}.get(cfg.activation)
+    shown = {"pre-activation h" if gated is None else "gate h": vec(tr[f"{b}.mlp.pre"][0, p])}
+    if gated is not None:
         shown["up u"] = vec(tr[f"{b}.mlp.up"][0, p])
-        formula = r"\mathrm{mlp}(x) = \big(\mathrm{SiLU}(x W_{gate}) \odot x W_{up}\big)\, W_{down}"
-        act = "the SiLU of a gate times an up-projection (SwiGLU)"
+        formula = rf"\mathrm{{mlp}}(x) = \big(\mathrm{{{gated[0]}}}(x W_{{gate}}) \odot x W_{{up}}\big)\, W_{{down}}"
+        act = f"the {gated[1]} of a gate times an up-projection ({gated[2]})"
     else:
         fn = {"gelu": r"\mathrm{GELU}", "gelu_tanh": r"\mathrm{GELU}_{\tanh}", "relu": r"\mathrm{ReLU}"}[cfg.activation]
         formula = rf"\mathrm{{mlp}}(x) = {fn}(x W_1" + (r" + b_1" if cfg.bias else "") + r")\, W_2" + (r" + b_2" if cfg.bias else "")
