@@ -337,7 +337,7 @@ def _output_steps(lm, tr: Trace, ids, labels, f: Focus, settings: SamplingSettin
         steps.append(TourStep("final_norm", "Final norm: already done", r"x_L = \mathrm{LN_2}(\dots)",
                               "In a post-norm model the last block already ends with a norm, so there is no separate one.",
                               {"x_L": vec(tr[f"blocks.{cfg.n_layer - 1}.resid_post"][0, p])}, "pages/norms.py"))
-    logits = tr["logits"][0, p, :n_words].float()
+    logits = tr.logits_at(p)[:n_words].float()   # one row: never the (T, V) logits (1 GB for Gemma 3 at 1,024 tokens)
     top = torch.topk(logits, SHOW).indices
     pieces = [repr(x) for x in tok.display_pieces(top.tolist())]
     steps.append(TourStep("logits", "Logits: a score for every token of the vocabulary",
@@ -384,6 +384,6 @@ def tour(lm, trace: Trace, ids, labels: list[str], focus: Focus, settings: Sampl
     if not (0 <= focus.layer < cfg.n_layer and 0 <= focus.head < cfg.n_head):
         raise ValueError(f"block {focus.layer}, head {focus.head} does not exist: the model has "
                          f"{cfg.n_layer} blocks of {cfg.n_head} heads")
-    n_words = n_words or min(lm.tokenizer.vocab_size, trace["logits"].shape[-1])
+    n_words = n_words or min(lm.tokenizer.vocab_size, cfg.vocab_size)
     return (_embed_steps(lm, trace, ids, labels, focus) + _attention_steps(lm, trace, labels, focus)
             + _block_steps(lm, trace, focus) + _output_steps(lm, trace, ids, labels, focus, settings, seed, n_words))
