@@ -101,6 +101,17 @@ def kv_cache_bytes(cfg: ModelConfig, context: int, dtype: torch.dtype, batch: in
     return KVCacheSize(formula, cache.nbytes(), per, tuple(cache.k.shape))
 
 
+def kv_window_bytes(cfg: ModelConfig, context: int, dtype: torch.dtype, batch: int = 1) -> int:
+    """KV-cache bytes when local layers keep only their window (as transformers' and llama.cpp's
+    caches for Gemma do): 2 · KV heads · d_head · (global layers · context + local layers ·
+    min(window, context)) · batch · bytes. tfm's KVCache keeps every position of every layer and
+    masks instead (`kv_cache_bytes`)."""
+    per = torch.empty((), dtype=dtype).element_size()
+    n_local = len(cfg.local_layers)
+    kept = (cfg.n_layer - n_local) * context + n_local * min(cfg.sliding_window or context, context)
+    return 2 * cfg.n_kv_head * cfg.d_head * kept * batch * per
+
+
 def param_counts(model: GPT) -> dict[str, int]:
     """Parameters by component; the values add up to `model.num_params()` (tied weights once)."""
     counts = {"embeddings": 0, "attention": 0, "mlp": 0, "norms": 0, "unembedding": 0}
