@@ -2,6 +2,7 @@
 import numpy as np
 import streamlit as st
 
+from tfm.core.window import layer_note, layer_window
 from tfm.viz import attention as attention_figs
 from tfm.viz.attention import WINDOW
 from ui import charts, examples, links, sidebar, tables
@@ -86,6 +87,8 @@ if run.lm.config.group_size > 1:
                f"share {run.lm.config.n_kv_head} key/value head{'s' if run.lm.config.n_kv_head > 1 else ''}; query "
                f"head {head} compares against {run.lm.config.kv_sharing(head)}. Each query head still has its own "
                "pattern.")
+if note := layer_note(run.lm.config, layer):   # local (sliding-window) or global
+    st.caption(note)
 o1, o2, o3 = st.columns([3, 2, 3])
 hide_first = o1.checkbox("Hide first token (renormalise)", disabled=n_tok < 2, **links.keep("attn.hide_first"),
                          help="Many heads park attention on token 0 (an attention sink); hiding it and "
@@ -103,7 +106,7 @@ else:
     full = None  # the whole (T, T) matrix is only read for the download
     title = f"Layer {layer}, head {head}" if mode == "head" else f"Layer {layer}, {MODES[mode].lower()}"
     shown = attention_figs.window_rows(attention_figs.reduce_heads(run.pattern_rows(layer, a, b), mode, head), a, b,
-                                       hide_first)
+                                       hide_first, layer_window(run.lm.config, layer))
 
 st.session_state.setdefault("attn.view", VIEWS[0])
 tabs = st.tabs(VIEWS, key="attn.view", on_change="rerun")  # only the open tab's content is computed

@@ -44,6 +44,10 @@ st.caption(f"Left: the statistics of the vectors going **into** {which_stats} di
            "mean, std ≈ the gains' size. Hover for exact values.")
 
 st.header("2. The residual stream grows")
+if cfg.post_norms:
+    st.info("This model has **four norms a block** (Gemma): ln1 before attention and ln1_post on its output, ln2 "
+            "before the MLP and ln2_post on its output: x + ln1_post(attn(ln1(x))), then the same for the MLP. "
+            "What each sublayer adds is normalised before it joins the stream; pick any of the four in part 3.")
 if cfg.parallel_block:
     st.info("This model's blocks are **parallel** (GPT-NeoX): attention and MLP both read the block's input, "
             "x + attn(ln1(x)) + mlp(ln2(x)). So ln2 normalises the stream *entering* the block, not the stream "
@@ -61,7 +65,7 @@ charts.show(norm_figs.sublayer_bars(norms_["attn_out"], norms_["mlp_out"], block
 st.caption("The bigger the bar, the more that sublayer changes the stream in that layer (mean over tokens).")
 
 st.header("3. One norm, step by step")
-options = ["ln1", "ln2"] + (["ln_final"] if model.ln_final is not None else [])
+options = [*tfm_norms.block_norms(model)] + (["ln_final"] if model.ln_final is not None else [])
 if st.session_state.get("norms.which") not in options:
     st.session_state["norms.which"] = "ln1"
 st.session_state["norms.layer"] = min(max(0, int(st.session_state.get("norms.layer", 0))), L - 1)
@@ -105,7 +109,7 @@ left.dataframe(pd.DataFrame({k: v.numpy() for k, v in steps.items()}).rename_axi
 charts.show(norm_figs.worked_lines(ex, f"{where}, token {norm_figs.plotly_text(run.labels[token])}"),
             key="norms.worked_lines", where=right)
 right.caption("The normalised vector has mean 0 and size 1 per dimension; the gain then stretches chosen dims.")
-all_norms = [(f"{i}.{n}", getattr(b, n)) for i, b in enumerate(model.blocks) for n in ("ln1", "ln2")]
+all_norms = [(f"{i}.{n}", getattr(b, n)) for i, b in enumerate(model.blocks) for n in tfm_norms.block_norms(model)]
 all_norms += [("final", model.ln_final)] if model.ln_final is not None else []
 norm_mod = model.ln_final if which == "ln_final" else getattr(model.blocks[layer], which)
 for kind, name in (("weight", "Gain"), ("bias", "Bias")):

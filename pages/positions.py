@@ -58,8 +58,8 @@ elif cfg.pos_encoding == "rope":
     charts.show(position_figs.rope_angle_heatmap(angles, "RoPE rotation angle per position and pair"), key="pos.rope", where=left)
     left.caption("Colour is the angle wrapped to one turn (hover for the full angle). The first pairs spin "
                  "fast (fine position), the last pairs barely move (coarse position).")
-    charts.show(position_figs.rope_frequency_line(model.inv_freq.float().cpu(), "Rotation speed per pair"),
-                key="pos.rope_freq", where=right)
+    charts.show(position_figs.rope_frequency_line(model.inv_freq.float().cpu(), "Rotation speed per pair",
+                                                  positions.local_rope_freq(model)), key="pos.rope_freq", where=right)
     rd = cfg.rotary_dim
     scaled = {"none": "", "linear": f", then divided by {cfg.rope_factor:g} (linear rope_scaling)",
               "llama3": f", then Llama 3.1's rescaling: wavelengths longer than {cfg.rope_original_context}/"
@@ -69,6 +69,11 @@ elif cfg.pos_encoding == "rope":
                          f"{min(cfg.rope_freq_factors, default=1):g} to {max(cfg.rope_freq_factors, default=1):g})"}
     right.caption(f"θᵢ = {cfg.rope_base:g}^(−2i/{rd}){scaled[cfg.rope_scaling]}: each pair turns this many "
                   "radians per position.")
+    if cfg.rope_local_base is not None:
+        right.caption(f"Two RoPE bases: the {len(cfg.local_layers)} local layers (each reads only the last "
+                      f"{cfg.sliding_window} keys) turn with base {cfg.rope_local_base:g}, the "
+                      f"{cfg.n_layer - len(cfg.local_layers)} global ones with {cfg.rope_base:g}: slow pairs keep "
+                      "far positions apart where the whole prompt is read.")
     if rd < cfg.d_head:
         st.info(f"Partial rotary (rotary_pct = {cfg.rotary_pct:g}, as in GPT-NeoX/Pythia): RoPE rotates only the "
                 f"first {rd} of each head's {cfg.d_head} dimensions ({rd // 2} pairs, drawn above); the other "

@@ -2,7 +2,7 @@
 the model to a coarser type does to this prompt's prediction and attention."""
 import streamlit as st
 
-from tfm.analysis.quant import DECODED, TARGETS, bits_per_weight, block_view, copy_bytes, tensor_table
+from tfm.analysis.quant import DECODED, TARGETS, bits_per_weight, block_size, block_view, copy_bytes, tensor_table
 from tfm.loaders.limits import fmt_bytes
 from tfm.viz import quant as quant_figs
 from ui import charts, links, server, sidebar
@@ -55,13 +55,19 @@ else:
     name = c[0].selectbox("Tensor", names, **links.keep("quant.tensor"))
     t = f.tensors[name]
     row = c[1].number_input("Row", 0, t.n_elements // t.shape[-1] - 1, **links.keep("quant.row"))
-    block = c[2].number_input("Block", 0, t.shape[-1] // 32 - 1, **links.keep("quant.block"),
-                              help=f"Each row of {t.shape[-1]} weights is cut into blocks of 32.")
+    size = block_size(f, name)
+    links.clamp_int("quant.block", 0, t.shape[-1] // size - 1, 0, "Block")   # another tensor's block may be past this one's
+    block = c[2].number_input("Block", 0, t.shape[-1] // size - 1, **links.keep("quant.block"),
+                              help=f"Each row of {t.shape[-1]} weights is cut into blocks of {size}.")
     bv = block_view(f, name, int(row), int(block))
-    st.markdown(f"Stored in **{len(bv.raw)} bytes** ({8 * len(bv.raw) / 32:g} bits per weight): the scale "
+    if bv.sub_scale is not None:
+        st.caption(f"A K-quant super-block: {size} weights in sub-blocks, each with its own small integer scale sc_j"
+                   + (" and minimum m_j" if bv.sub_min is not None else "") + " multiplying the block's float16 d"
+                   + (" (and dmin)" if bv.sub_min is not None else "") + ": two levels of scales for fewer bits.")
+    st.markdown(f"Stored in **{len(bv.raw)} bytes** ({8 * len(bv.raw) / size:g} bits per weight): the scale "
                 f"**d = {bv.scale:.6g}** (float16)" + (f", the minimum **m = {bv.minimum:.6g}** (float16)"
                                                        if bv.minimum is not None else "")
-                + f", and 32 integers q of {DECODED[bv.qtype][2]} bits. Each weight is **{bv.formula}**.")
+                + f", and {size} integers q of {DECODED[bv.qtype][2]} bits. Each weight is **{bv.formula}**.")
     charts.show(quant_figs.block_figure(bv), "quant-block", {"tensor": name, "row": row, "block": block}, key="quant.block_chart")
     same = (bv.values == bv.dequantized).all()
     st.caption(("✓ equal, bit for bit," if same else "✗ NOT equal") + " to what the gguf package's own "

@@ -85,6 +85,10 @@ charts.show(shape_figs.param_bars(counts, "Parameters by component"),
             key="shapes.param_bars", where=right)
 
 st.header("3. KV-cache memory")
+emb = counts["embeddings"] / model.num_params()
+if emb > 0.5:
+    st.caption(f"The embedding holds {emb:.0%} of this model's parameters: a {cfg.vocab_size:,}-token vocabulary "
+               f"× d = {cfg.d_model} is {counts['embeddings']:,} numbers, more than all its blocks together.")
 st.markdown("When generating, each layer keeps the keys and values of every earlier token so it does not "
             "recompute them: 2 (K and V) · layers · KV heads · d_head · context · batch · bytes per number.")
 if cfg.n_kv_head != cfg.n_head:
@@ -110,7 +114,9 @@ dtype = c[4].selectbox("Precision", list(DTYPES), **links.keep("shapes.kv_dtype"
 try:
     group = cfg.group_size  # query heads per KV head, as in this model
     what_if = cfg.replace(n_layer=int(layers), n_head=int(heads) * group, n_kv_head=int(heads),
-                          d_model=int(heads) * group * cfg.d_head, context_length=max(cfg.context_length, int(ctx)))
+                          d_model=int(heads) * group * cfg.d_head, context_length=max(cfg.context_length, int(ctx)),
+                          **({} if int(layers) == cfg.n_layer else dict(local_layers=(), sliding_window=None,
+                                                                        rope_local_base=None)))  # other depths: no windows
     kv = tfm_shapes.kv_cache_bytes(what_if, int(ctx), DTYPES[dtype], int(kv_batch))
 except ValueError as e:
     st.warning(f"That combination is not a valid model: {message(e)}")
@@ -119,6 +125,13 @@ else:
     m[0].metric("By the formula", _mb(kv.formula), help=f"{kv.formula:,} bytes")
     m[1].metric("tfm.core.cache.KVCache(…).nbytes()", _mb(kv.nbytes), help=f"{kv.nbytes:,} bytes")
     m[2].metric("Match", "✓" if kv.formula == kv.nbytes else "✗")
+    if cfg.local_layers and int(layers) == cfg.n_layer:
+        win = tfm_shapes.kv_window_bytes(what_if, int(ctx), DTYPES[dtype], int(kv_batch))
+        st.caption(f"With sliding windows: {len(cfg.local_layers)} local layers need only their last "
+                   f"{cfg.sliding_window} keys, so a cache that keeps just the window holds 2 · {heads} · {cfg.d_head} · "
+                   f"({cfg.n_layer - len(cfg.local_layers)} · {ctx} + {len(cfg.local_layers)} · "
+                   f"{min(cfg.sliding_window, int(ctx))}) · {kv_batch} · {kv.bytes_per_value} = {_mb(win)} "
+                   f"({win / kv.formula:.0%} of the above; tfm's KVCache keeps every position and masks instead).")
     st.caption(f"2 · {layers} · {heads} · {cfg.d_head} (d_head of this model) · {ctx} · {kv_batch} · "
                f"{kv.bytes_per_value} bytes = {kv.formula:,} bytes. The KVCache holds K and V tensors of "
                f"shape {' × '.join(map(str, kv.shape))} (layers × batch × KV heads × context × d_head), "

@@ -109,3 +109,19 @@ def test_tokenizer_ids_equal_transformers(lm):
         assert lm.tokenizer.prompt_ids(text) == theirs(text, split_special_tokens=True)["input_ids"], text
         assert lm.tokenizer.encode(text, allow_special=True) == theirs.encode(text, add_special_tokens=False), text
     assert lm.tokenizer.bos_id == 2 and lm.tokenizer.eot_id == 1
+
+
+def test_quantization_blocks_of_the_file_equal_gguf_dequantize():
+    """Its tensors are Q4_K, Q6_K, Q5_0, Q8_0 and F32; a block of each quantized type, decoded
+    from the file's bytes (tfm.analysis.quant), equals gguf.quants.dequantize and the tensor."""
+    import numpy as np
+    from tfm.analysis import quant
+    from tfm.loaders.gguf_file import read_gguf
+    f = read_gguf(gemma3_path())
+    assert set(quant.tensor_table(f).by_type()) == {"F32", "Q4_K", "Q5_0", "Q6_K", "Q8_0"}
+    for qtype in ("Q4_K", "Q6_K", "Q5_0", "Q8_0"):
+        name = next(n for n, t in f.tensors.items() if t.qtype.name == qtype and n.startswith("blk."))
+        size, full = quant.block_size(f, name), f.tensor(name)
+        bv = quant.block_view(f, name, 3, 1)
+        np.testing.assert_array_equal(bv.values, bv.dequantized)
+        np.testing.assert_array_equal(bv.values, full[3, size:2 * size])

@@ -213,6 +213,21 @@ def test_param_formulas_equal_the_real_counts(variant):
     assert {k: v for k, (_, v) in shapes.param_formulas(cfg).items()} == counts
 
 
+@pytest.mark.parametrize("extra", [dict(head_dim=12, qk_norm=True), dict(n_kv_head=2, head_dim=6, qkv_bias=True),
+                                   dict(n_kv_head=1, head_dim=16, qk_norm=True, post_norms=True, activation="geglu")])
+def test_param_formulas_equal_the_real_counts_with_gemma_and_qwen3_fields(extra):
+    cfg = small(pos_encoding="rope", norm="rmsnorm", bias=False, **extra)
+    assert {k: v for k, (_, v) in shapes.param_formulas(cfg).items()} == param_counts(GPT(cfg))
+
+
+def test_kv_cache_with_windows_counts_local_layers_up_to_their_window():
+    cfg = small(pos_encoding="rope", n_layer=6, n_kv_head=1, head_dim=16, sliding_window=10, local_layers=(0, 1, 2, 3, 4))
+    per_position = 2 * 1 * 16 * 4            # K and V, one head of 16, float32
+    assert shapes.kv_window_bytes(cfg, 50, torch.float32) == per_position * (1 * 50 + 5 * 10)
+    assert shapes.kv_window_bytes(cfg, 8, torch.float32) == per_position * 6 * 8 == shapes.kv_cache_bytes(
+        cfg, 8, torch.float32).formula        # shorter than the window: nothing to drop
+
+
 def test_gpt2_parameter_formula_total_is_124m():
     total = sum(v for _, v in shapes.param_formulas(ModelConfig.preset("gpt2")).values())
     assert total == 124_439_808  # GPT-2 small, tied embeddings

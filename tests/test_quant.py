@@ -194,3 +194,21 @@ def test_the_real_file_blocks_and_table(real_file):
     bv = quant.block_view(real_file, "token_embd.weight", 49151, 17)
     assert bv.qtype == "Q8_0" and bv.minimum is None
     np.testing.assert_array_equal(bv.values, bv.dequantized)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
+def test_k_quant_super_blocks_decoded_equal_gguf_dequantize_and_the_weights(vocab, tmp_path, qtype):
+    """Gemma 3 270M's file stores matrices in Q4_K and Q6_K: 256-weight super-blocks, one scale
+    (and minimum) per sub-block times the block's d (and dmin)."""
+    f = read_gguf(write_model(tmp_path / "k.gguf", qtype=qtype, vocab=vocab, d=256, f=512, seed=4))
+    name = "blk.1.ffn_down.weight"             # (256, 512): 2 super-blocks per row
+    full = f.tensor(name)
+    assert quant.block_size(f, name) == 256 and quant.block_size(f, "blk.0.attn_norm.weight") == 1
+    for row, block in [(0, 0), (100, 1), (255, 1)]:
+        bv = quant.block_view(f, name, row, block)
+        assert len(bv.raw) == {"Q4_K": 144, "Q6_K": 210}[qtype] and bv.values.shape == (256,)
+        np.testing.assert_array_equal(bv.values, bv.dequantized)
+        np.testing.assert_array_equal(bv.values, full[row, 256 * block:256 * block + 256])
+        assert bv.ints.min() >= 0 and bv.ints.max() < 2 ** quant.DECODED[qtype][2]
+        assert len(np.unique(bv.sub_scale)) > 1           # sub-blocks carry their own scales
+        assert (bv.sub_min is not None) == (qtype == "Q4_K") and bv.formula.startswith("x = d·sc_j·")

@@ -125,6 +125,15 @@ def gguf_file(arch: str, qtype: str, rope_freqs: bool = False, **kw):
     return build
 
 
+def gguf_family(arch: str):
+    """A GGUF file of gemma3 / qwen3 / phi3 as tests/test_gguf_families.py writes it."""
+    def build(root: Path) -> str:
+        from tests.test_gguf_families import write
+        path = root / f"{arch}.gguf"
+        return "path:" + str(path if path.is_file() else write(root, arch))
+    return build
+
+
 # name: a spec text, or a builder (folder root -> spec text) for kinds that are files.
 MODELS: dict[str, object] = {
     "bundled": "default",
@@ -149,6 +158,14 @@ MODELS: dict[str, object] = {
     "gguf-gpt2-q5_0": gguf_file("gpt2", "Q5_0", f=256),
     "gguf-llama31-rope-freqs": gguf_file("llama", "Q8_0", rope_freqs=True),   # Llama 3.1's rescaled RoPE
     "real": "smollm2",                                         # SmolLM2-135M-Instruct, the app's default
+    # Gemma 3's shape: window 4 (shorter than PROMPT), 5 local : 1 global, MQA, head_dim 32 != d / H,
+    # QK-norm, four norms a block, GeGLU, scaled embeddings, two RoPE bases
+    "gemma3-window": random("smollm2-135m", n_layer=6, n_head=4, n_kv_head=1, head_dim=32, activation="geglu",
+                            qk_norm=True, post_norms=True, scale_embeddings=True, attn_scalar=32.0, sliding_window=4,
+                            local_layers=[0, 1, 2, 3, 4], rope_local_base=10000.0, rope_base=1000000.0),
+    "qwen3-qknorm": random("qwen2.5-0.5b", n_kv_head=2, qkv_bias=False, qk_norm=True, head_dim=24),
+    "phi3-window": random("smollm2-135m", n_kv_head=2, sliding_window=5, local_layers=[0, 1]),
+    "gguf-gemma3": gguf_family("gemma3"),                     # a gemma3 GGUF file (window 5, head_dim 256)
 }
 
 # What a valid setup shows instead of its chart, per (page, model kind): a page that explains it

@@ -50,14 +50,20 @@ def depth_norms(config: ModelConfig, ids: list[int] | torch.Tensor, seed: int = 
     return DepthNorms(resid.detach(), grads, float(loss.detach()))
 
 
+def block_norms(model: GPT) -> tuple[str, ...]:
+    """A block's norms in the order they run: ln1, ln2; with Gemma's post_norms four: ln1 (before
+    attention), ln1_post (after it), ln2 (before the MLP), ln2_post (after it)."""
+    return ("ln1", "ln1_post", "ln2", "ln2_post") if model.config.post_norms else ("ln1", "ln2")
+
+
 def pick_norm(model: GPT, layer: int, which: str) -> tuple[Norm, str]:
-    """The norm module and its trace name for ln1 / ln2 of a block, or ln_final."""
+    """The norm module and its trace name for a block's norm (`block_norms`), or ln_final."""
     if which == "ln_final":
         if model.ln_final is None:
             raise ValueError("this post-norm model has no final norm; pick ln1 or ln2")
         return model.ln_final, "ln_final"
-    if which not in ("ln1", "ln2"):
-        raise ValueError(f"which={which!r}: choose ln1, ln2 or ln_final")
+    if which not in block_norms(model):
+        raise ValueError(f"which={which!r}: choose {', '.join(block_norms(model))} or ln_final")
     if not 0 <= layer < len(model.blocks):
         raise ValueError(f"layer {layer} does not exist; the model has {len(model.blocks)} blocks")
     return getattr(model.blocks[layer], which), f"blocks.{layer}.{which}"

@@ -237,7 +237,7 @@ def patch_prompts(lm, clean: Sequence[int], corrupt: Sequence[int], metric: Metr
     rows = [[]] + [[E.Patch(f"blocks.{l}.attn.z", z[l], head=h)] for l in range(cfg.n_layer) for h in range(cfg.n_head)]
     m = metric(run_rows(model, corrupt, rows, metric.position, budget_bytes, should_stop))
     m = torch.cat([m, patch_resid(model, resid, _ids(model, corrupt), metric, budget_bytes, should_stop).ravel()])
-    clean_m = float(metric(tr["logits"][0, metric.position][None]))
+    clean_m = float(metric(tr.logits_at(metric.position)[None]))   # one row, not the (T, V) logits
     corrupt_m, span = float(m[0]), clean_m - float(m[0])
     if abs(span) < 1e-6:
         raise ValueError(f"the clean and corrupted prompts give the same metric ({clean_m:.4f}): "

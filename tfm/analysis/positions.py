@@ -94,6 +94,13 @@ def rope_angle_table(model: GPT, length: int) -> torch.Tensor:
     return model.positions(0, length)[1].detach().float().cpu()
 
 
+def local_rope_freq(model: GPT) -> torch.Tensor | None:
+    """Local (sliding-window) layers' RoPE inverse frequencies when their base differs (Gemma 3:
+    10,000 against the global layers' 1,000,000), (rotary_dim/2,); None when every layer shares one."""
+    freq = getattr(model, "local_inv_freq", None)
+    return None if freq is None else freq.detach().float().cpu()
+
+
 def cosine_similarity_matrix(table: torch.Tensor) -> torch.Tensor:
     """(T, D) -> (T, T) cosine similarity between every pair of rows."""
     unit = table / table.norm(dim=-1, keepdim=True).clamp_min(1e-12)

@@ -32,11 +32,11 @@ from gguf import quants as gguf_quants
 
 from ..core.validate import check_int
 from ..loaders.loading import LM
-from .quant_blocks import (DECODED, BlockView, QuantTable, TensorRow, block_view, gguf_path,
+from .quant_blocks import (DECODED, BlockView, QuantTable, TensorRow, block_size, block_view, gguf_path,
                            tensor_table)
 
 __all__ = ["DECODED", "TARGETS", "Target", "QuantEffect", "QuantComparison", "copy_bytes", "requantize", "compare",
-           "requantized_effects", "bits_per_weight", "BlockView", "QuantTable", "TensorRow", "block_view",
+           "requantized_effects", "bits_per_weight", "BlockView", "QuantTable", "TensorRow", "block_view", "block_size",
            "gguf_path", "tensor_table"]
 
 # What `gguf.quants.quantize` can write (K-quants it only reads), finest first.

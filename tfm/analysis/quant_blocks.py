@@ -21,14 +21,15 @@ from ..core.validate import check_int
 from ..loaders.gguf_file import GGUFFile
 from ..loaders.loading import LM
 from ..loaders.ollama import gguf_in
-from ..loaders.packaged import smollm2_path
+from ..loaders.packaged import gemma3_path, smollm2_path
+from .quant_kblocks import K_DECODED, decode_q4_k, decode_q6_k
 from ..loaders.spec import parse_spec
 
-__all__ = ["DECODED", "TensorRow", "QuantTable", "BlockView", "gguf_path", "tensor_table", "block_view"]
+__all__ = ["DECODED", "TensorRow", "QuantTable", "BlockView", "gguf_path", "tensor_table", "block_view", "block_size"]
 
 # type -> (has a minimum, offset subtracted from q, bits of q): the block layouts decoded here
 DECODED = {"Q8_0": (False, 0, 8), "Q4_0": (False, 8, 4), "Q4_1": (True, 0, 4), "Q5_0": (False, 16, 5),
-           "Q5_1": (True, 0, 5)}
+           "Q5_1": (True, 0, 5), **K_DECODED}   # K-quants: 256-weight super-blocks (tfm.analysis.quant_kblocks)
 
 
 @dataclass(frozen=True)
@@ -77,12 +78,16 @@ class BlockView:
     minimum: float | None       # m (Q4_1, Q5_1), else None
     offset: int                 # subtracted from q before scaling (Q4_0: 8, Q5_0: 16)
     ints: np.ndarray            # (32,) the stored integers q
-    values: np.ndarray          # (32,) float32, d·(q − offset) + m, decoded here
+    values: np.ndarray          # (32,) float32, d·(q − offset) + m, decoded here (K-quants: (256,))
     dequantized: np.ndarray     # (32,) float32, gguf.quants.dequantize of the same bytes
+    sub_scale: np.ndarray | None = None   # K-quants: each weight's d·sc_j (its sub-block's scale)
+    sub_min: np.ndarray | None = None     # Q4_K: each weight's dmin·m_j
 
     @property
     def formula(self) -> str:
         q = f"(q − {self.offset})" if self.offset else "q"
+        if self.sub_scale is not None:
+            return f"x = d·sc_j·{q}" + (" − dmin·m_j" if self.sub_min is not None else "")
         return f"x = d·{q}" + (" + m" if self.minimum is not None else "")
 
 
@@ -91,8 +96,8 @@ def gguf_path(lm: LM) -> Path | None:
     if lm.meta.get("source_format") != "gguf":
         return None
     spec = parse_spec(lm.source, bare_path=True)
-    if spec.kind == "smollm2":
-        return smollm2_path()
+    if spec.kind in ("smollm2", "gemma3"):
+        return smollm2_path() if spec.kind == "smollm2" else gemma3_path()
     return gguf_in(Path(spec.path).expanduser()) if spec.kind == "folder" else None
 
 
@@ -115,6 +120,11 @@ def _ints(qtype: str, body: np.ndarray) -> np.ndarray:
     return q
 
 
+def block_size(f: GGUFFile, name: str) -> int:
+    """Weights per block of tensor `name` (32; 256 for the K-quants)."""
+    return GGML_QUANT_SIZES[f.tensors[name].qtype][0]
+
+
 def block_view(f: GGUFFile, name: str, row: int, block: int) -> BlockView:
     """Block `block` of row `row` of tensor `name`, read from the file and decoded."""
     if name not in f.tensors:
@@ -134,6 +144,13 @@ def block_view(f: GGUFFile, name: str, row: int, block: int) -> BlockView:
     if len(raw) != type_size:
         raise ValueError(f"{f.path} changed or was truncated while being read (tensor {name!r})")
     data = np.frombuffer(raw, dtype=np.uint8)
+    deq = np.asarray(gguf_quants.dequantize(data[None, :], GGMLQuantizationType[t.qtype.name]), np.float32)[0]
+    if t.qtype.name == "Q4_K":
+        d, dmin, q, mul, sub, x = decode_q4_k(data)
+        return BlockView(name, "Q4_K", row, block, raw, d, dmin, 0, q, x, deq, mul, sub)
+    if t.qtype.name == "Q6_K":
+        d, q, mul, x = decode_q6_k(data)
+        return BlockView(name, "Q6_K", row, block, raw, d, None, 32, q, x, deq, mul)
     has_min, offset, _ = DECODED[t.qtype.name]
     d = data[:2].view("<f2").astype(np.float32)[0]
     m = data[2:4].view("<f2").astype(np.float32)[0] if has_min else None
@@ -141,7 +158,6 @@ def block_view(f: GGUFFile, name: str, row: int, block: int) -> BlockView:
     values = d * (ints - offset).astype(np.float32)
     if m is not None:
         values = values + m
-    deq = np.asarray(gguf_quants.dequantize(data[None, :], GGMLQuantizationType[t.qtype.name]), np.float32)[0]
     return BlockView(name, t.qtype.name, row, block, raw, float(d), None if m is None else float(m), offset, ints,
                      values.astype(np.float32), deq)
 

@@ -53,19 +53,23 @@ def param_formulas(cfg: ModelConfig) -> dict[str, tuple[str, int]]:
     """Closed-form parameter count per component (keys as `tfm.analysis.param_counts`):
     name -> (formula text, value)."""
     d, f, v, L, b = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_layer, int(cfg.bias)
-    kv, qkv_b = cfg.n_kv_head * cfg.d_head, int(cfg.bias or cfg.qkv_bias)
-    attn = d * (d + 2 * kv) + d * d + (d + 2 * kv) * qkv_b + d * b        # qkv (d x (d + 2kv)) + proj (d x d)
-    if kv == d:
+    kv, qkv_b, qd = cfg.n_kv_head * cfg.d_head, int(cfg.bias or cfg.qkv_bias), cfg.d_attn
+    attn = d * (qd + 2 * kv) + qd * d + (qd + 2 * kv) * qkv_b + d * b     # qkv (d x (q + 2kv)) + proj (q x d)
+    attn += 2 * cfg.d_head if cfg.qk_norm else 0                          # QK-norm gains, one per head dim
+    if qd != d:  # heads of their own size (Gemma 3, Qwen3): q = n_head·d_head
+        attn_text = (f"2·d·q + 2·d·kv{' + q + 2·kv' if qkv_b else ''}{' + d' if b else ''}"
+                     f"{' + 2·d_head' if cfg.qk_norm else ''}, q = {cfg.n_head}·{cfg.d_head}, kv = {cfg.n_kv_head}·{cfg.d_head}")
+    elif kv == d:
         attn_text = f"4·d²{' + 4·d' if b else (' + 3·d' if qkv_b else '')}"
     else:  # grouped-query: k and v are kv = n_kv_head·d_head wide
         attn_text = (f"2·d² + 2·d·kv{' + d + 2·kv' if qkv_b else ''}{' + d' if b else ''}, "
-                     f"kv = {cfg.n_kv_head}·{cfg.d_head}")
-    if cfg.activation == "swiglu":
+                     f"kv = {cfg.n_kv_head}·{cfg.d_head}" + (" + 2·d_head" if cfg.qk_norm else ""))
+    if cfg.activation in ("swiglu", "geglu"):
         mlp, mlp_text = 3 * d * f + (2 * f + d) * b, "3·d·d_ff" + (" + 2·d_ff + d" if b else "")
     else:
         mlp, mlp_text = 2 * d * f + (f + d) * b, "2·d·d_ff" + (" + d_ff + d" if b else "")
     learned = cfg.pos_encoding == "learned"
-    n_norms = 2 * L + (cfg.norm_placement == "pre")                       # ln1, ln2 per block (+ final)
+    n_norms = (4 if cfg.post_norms else 2) * L + (cfg.norm_placement == "pre")  # ln1, ln2 (+ post) per block (+ final)
     per_norm = 2 * d if (cfg.norm == "layernorm" and cfg.bias) else d
     return {
         "embeddings": ("V·d" + (" + T·d" if learned else ""), v * d + (cfg.context_length * d if learned else 0)),
@@ -95,6 +99,17 @@ def kv_cache_bytes(cfg: ModelConfig, context: int, dtype: torch.dtype, batch: in
     formula = 2 * cfg.n_layer * cfg.n_kv_head * cfg.d_head * context * batch * per
     cache = KVCache(cfg, batch=batch, max_len=context, device="meta", dtype=dtype)
     return KVCacheSize(formula, cache.nbytes(), per, tuple(cache.k.shape))
+
+
+def kv_window_bytes(cfg: ModelConfig, context: int, dtype: torch.dtype, batch: int = 1) -> int:
+    """KV-cache bytes when local layers keep only their window (as transformers' and llama.cpp's
+    caches for Gemma do): 2 · KV heads · d_head · (global layers · context + local layers ·
+    min(window, context)) · batch · bytes. tfm's KVCache keeps every position of every layer and
+    masks instead (`kv_cache_bytes`)."""
+    per = torch.empty((), dtype=dtype).element_size()
+    n_local = len(cfg.local_layers)
+    kept = (cfg.n_layer - n_local) * context + n_local * min(cfg.sliding_window or context, context)
+    return 2 * cfg.n_kv_head * cfg.d_head * kept * batch * per
 
 
 def param_counts(model: GPT) -> dict[str, int]:

@@ -62,6 +62,21 @@ def layer_kind(cfg, layer: int) -> str:
     return "local" if layer_window(cfg, layer) is not None else "global"
 
 
+def layer_note(cfg, layer: int) -> str:
+    """What kind of layer `layer` is, in words for the Attention page and the Tour ("" when every
+    layer is global)."""
+    if not cfg.local_layers:
+        return ""
+    glob = [i for i in range(cfg.n_layer) if i not in cfg.local_layers]
+    others = f"global layers {', '.join(map(str, glob))} read every earlier key" if glob else "no layer is global"
+    if layer_window(cfg, layer) is not None:
+        return (f"Layer {layer} is a **local** layer: each query reads only the last {cfg.sliding_window} keys "
+                f"(itself included), a sliding window; keys further back are masked like future ones (grey), "
+                f"however relevant. {len(cfg.local_layers)} of the {cfg.n_layer} layers are local; {others}.")
+    return (f"Layer {layer} is a **global** layer: every query reads all earlier keys. The other "
+            f"{len(cfg.local_layers)} layers are local, each reading only the last {cfg.sliding_window} keys.")
+
+
 def window_keys(t_q: int, s: int, window: int, device, starts: torch.Tensor | None = None) -> torch.Tensor:
     """Bool mask, True where the window allows: (T, S) for queries at the last T of S positions,
     or (B, 1, T, S) with `starts` (B,), row b's first query at position starts[b]."""

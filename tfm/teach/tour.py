@@ -19,6 +19,7 @@ from .checks import Check, attend_check, next_token_check, params_check
 from ..generation.sampling import SamplingSettings, breakdown, sample
 from ..core.trace import Trace
 from ..core.trace_read import head_qkv
+from ..core.window import layer_note, layer_window
 
 SHOW = 8  # entries of a long vector a slide can hold
 
@@ -179,12 +180,25 @@ def _attention_steps(lm, tr: Trace, labels, f: Focus) -> list[TourStep]:
                  "scores from growing with the head size, so the softmax does not saturate.",
                  {"q · k_j": _row(dots, p, labels, f"{p + 1}"), "s_j": _row(scores, p, labels, f"{p + 1}")},
                  "pages/attention.py"),
-        TourStep("mask", "Causal mask: no looking ahead",
-                 r"s_j = -\infty \quad\text{for } j > i",
-                 "Keys after each query (above the diagonal) are set to −∞, so they get zero weight: a token only sees the past. "
-                 "That is what lets the model be trained on every position of a text at once.",
-                 {"scores, rows = queries": _mask_matrix(all_scores, p, labels)}, "pages/attention.py"),
+        _mask_step(cfg, f.layer, _mask_matrix(all_scores, p, labels)),
     ] + _mixing_steps(lm, tr, labels, f, pattern)
+
+
+def _mask_step(cfg, layer: int, shown: Shown) -> TourStep:
+    """The causal mask; on a local layer also the sliding window (why a key that came before is masked)."""
+    text = ("Keys after each query (above the diagonal) are set to −∞, so they get zero weight: a token only sees the "
+            "past. That is what lets the model be trained on every position of a text at once.")
+    w = layer_window(cfg, layer)
+    if w is None:
+        return TourStep("mask", "Causal mask: no looking ahead", r"s_j = -\infty \quad\text{for } j > i",
+                        text + (" " + layer_note(cfg, layer) if cfg.local_layers else ""),
+                        {"scores, rows = queries": shown}, "pages/attention.py")
+    return TourStep("mask", "Causal and sliding-window mask (a local layer)",
+                    rf"s_j = -\infty \quad\text{{for }} j > i \text{{ or }} j \le i - {w}",
+                    text + f" This is a local layer: a key more than {w - 1} positions back is masked too, however "
+                    f"relevant, because the layer reads only a window of the last {w} keys (cheaper, and its KV cache "
+                    "keeps only the window). " + layer_note(cfg, layer), {"scores, rows = queries": shown},
+                    "pages/attention.py")
 
 
 def _mixing_steps(lm, tr: Trace, labels, f: Focus, pattern: torch.Tensor) -> list[TourStep]:
@@ -283,11 +297,12 @@ def _block_steps(lm, tr: Trace, f: Focus) -> list[TourStep]:
 
 def _mlp_step(lm, tr: Trace, f: Focus) -> TourStep:
     cfg, p, b = lm.config, f.pos, f"blocks.{f.layer}"
-    shown = {"pre-activation h" if cfg.activation != "swiglu" else "gate h": vec(tr[f"{b}.mlp.pre"][0, p])}
-    if cfg.activation == "swiglu":
+    gated = {"swiglu": ("SiLU", "SiLU", "SwiGLU"), "geglu": (r"GELU_{\tanh}", "tanh GELU", "GeGLU")}.get(cfg.activation)
+    shown = {"pre-activation h" if gated is None else "gate h": vec(tr[f"{b}.mlp.pre"][0, p])}
+    if gated is not None:
         shown["up u"] = vec(tr[f"{b}.mlp.up"][0, p])
-        formula = r"\mathrm{mlp}(x) = \big(\mathrm{SiLU}(x W_{gate}) \odot x W_{up}\big)\, W_{down}"
-        act = "the SiLU of a gate times an up-projection (SwiGLU)"
+        formula = rf"\mathrm{{mlp}}(x) = \big(\mathrm{{{gated[0]}}}(x W_{{gate}}) \odot x W_{{up}}\big)\, W_{{down}}"
+        act = f"the {gated[1]} of a gate times an up-projection ({gated[2]})"
     else:
         fn = {"gelu": r"\mathrm{GELU}", "gelu_tanh": r"\mathrm{GELU}_{\tanh}", "relu": r"\mathrm{ReLU}"}[cfg.activation]
         formula = rf"\mathrm{{mlp}}(x) = {fn}(x W_1" + (r" + b_1" if cfg.bias else "") + r")\, W_2" + (r" + b_2" if cfg.bias else "")
@@ -322,7 +337,7 @@ def _output_steps(lm, tr: Trace, ids, labels, f: Focus, settings: SamplingSettin
         steps.append(TourStep("final_norm", "Final norm: already done", r"x_L = \mathrm{LN_2}(\dots)",
                               "In a post-norm model the last block already ends with a norm, so there is no separate one.",
                               {"x_L": vec(tr[f"blocks.{cfg.n_layer - 1}.resid_post"][0, p])}, "pages/norms.py"))
-    logits = tr["logits"][0, p, :n_words].float()
+    logits = tr.logits_at(p)[:n_words].float()   # one row: never the (T, V) logits (1 GB for Gemma 3 at 1,024 tokens)
     top = torch.topk(logits, SHOW).indices
     pieces = [repr(x) for x in tok.display_pieces(top.tolist())]
     steps.append(TourStep("logits", "Logits: a score for every token of the vocabulary",
@@ -369,6 +384,6 @@ def tour(lm, trace: Trace, ids, labels: list[str], focus: Focus, settings: Sampl
     if not (0 <= focus.layer < cfg.n_layer and 0 <= focus.head < cfg.n_head):
         raise ValueError(f"block {focus.layer}, head {focus.head} does not exist: the model has "
                          f"{cfg.n_layer} blocks of {cfg.n_head} heads")
-    n_words = n_words or min(lm.tokenizer.vocab_size, trace["logits"].shape[-1])
+    n_words = n_words or min(lm.tokenizer.vocab_size, cfg.vocab_size)
     return (_embed_steps(lm, trace, ids, labels, focus) + _attention_steps(lm, trace, labels, focus)
             + _block_steps(lm, trace, focus) + _output_steps(lm, trace, ids, labels, focus, settings, seed, n_words))

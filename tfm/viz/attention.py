@@ -54,9 +54,10 @@ def window(m: torch.Tensor, a: int, b: int, hide_first: bool = False) -> np.ndar
     return window_rows(m[..., a:b + 1, :b + 1], a, b, hide_first)
 
 
-def window_rows(rows: torch.Tensor, a: int, b: int, hide_first: bool = False) -> np.ndarray:
+def window_rows(rows: torch.Tensor, a: int, b: int, hide_first: bool = False, sliding: int | None = None) -> np.ndarray:
     """`window` from just the rows a..b over keys 0..b, (..., b - a + 1, b + 1): all the window
-    needs (keys after b are masked for these queries), e.g. from `tfm.analysis.attention_rows`."""
+    needs (keys after b are masked for these queries), e.g. from `tfm.analysis.attention_rows`.
+    `sliding`: a local layer's window; keys left of it are NaN (masked) too."""
     rows = rows.float()
     off = 0
     if hide_first:
@@ -67,6 +68,8 @@ def window_rows(rows: torch.Tensor, a: int, b: int, hide_first: bool = False) ->
     out = rows[..., a - off:b + 1 - off].numpy().astype(np.float32, copy=True)
     w = b - a + 1
     out[..., np.triu(np.ones((w, w), dtype=bool), 1)] = np.nan
+    if sliding is not None:   # query a + i reads keys a + i - sliding + 1 .. a + i
+        out[..., np.tril(np.ones((w, w), dtype=bool), -sliding)] = np.nan
     return out
 
 

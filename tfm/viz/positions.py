@@ -72,11 +72,14 @@ def rope_angle_heatmap(angles, title: str) -> go.Figure:
     return fig
 
 
-def rope_frequency_line(inv_freq, title: str) -> go.Figure:
-    f = _np(inv_freq)
-    fig = go.Figure(go.Scatter(y=f, mode="lines+markers", customdata=2 * math.pi / f,
-                               hovertemplate="pair %{x}: %{y:.6f} rad per position"
-                                             "<br>full turn every %{customdata:.1f} positions<extra></extra>"))
+def rope_frequency_line(inv_freq, title: str, local=None) -> go.Figure:
+    """Radians per position of each pair; `local`: local layers' own frequencies, a second line."""
+    lines = [(inv_freq, "global layers" if local is not None else "every layer")]
+    lines += [(local, "local layers")] if local is not None else []
+    fig = go.Figure([go.Scatter(y=_np(f), mode="lines+markers", customdata=2 * math.pi / _np(f), name=name,
+                                hovertemplate=f"{name}, " + "pair %{x}: %{y:.6f} rad per position"
+                                              "<br>full turn every %{customdata:.1f} positions<extra></extra>")
+                     for f, name in lines])
     fig.update_layout(title=title, xaxis_title="dimension pair i", yaxis_title="radians per position",
                       yaxis_type="log", height=360)
     return fig

@@ -29,19 +29,22 @@ def types_frame(table: QuantTable) -> pd.DataFrame:
 
 
 def block_frame(bv: BlockView) -> pd.DataFrame:
-    return pd.DataFrame({"j": np.arange(len(bv.ints)), "stored q": bv.ints, "x decoded here": bv.values,
+    extra = {} if bv.sub_scale is None else {"d·sc_j": bv.sub_scale}
+    extra |= {} if bv.sub_min is None else {"dmin·m_j": bv.sub_min}
+    return pd.DataFrame({"j": np.arange(len(bv.ints)), "stored q": bv.ints, **extra, "x decoded here": bv.values,
                          "gguf.quants.dequantize": bv.dequantized})
 
 
 def block_figure(bv: BlockView) -> go.Figure:
     """The block's 32 floats as bars, each labelled with the integer stored for it."""
     j = np.arange(len(bv.values))
-    fig = go.Figure(go.Bar(x=j, y=bv.values, text=[str(int(q)) for q in bv.ints], textposition="outside",
+    labels = [str(int(q)) for q in bv.ints] if len(bv.ints) <= 64 else None   # a K-quant's 256: hover only
+    fig = go.Figure(go.Bar(x=j, y=bv.values, text=labels, textposition="outside",
                            marker_color="#4f46e5",
                            customdata=np.stack([bv.ints, bv.dequantized], axis=1),
                            hovertemplate="j = %{x}<br>stored q = %{customdata[0]}<br>x = %{y:.6g}"
                                          "<br>gguf dequantize: %{customdata[1]:.6g}<extra></extra>"))
-    if bv.minimum is not None:
+    if bv.minimum is not None and bv.sub_min is None:
         fig.add_hline(y=bv.minimum, line_dash="dot", line_color="#b91c1c",
                       annotation_text=f"m = {bv.minimum:.5g} (q = 0)", annotation_position="bottom right")
     fig.update_layout(title=f"{plotly_text(bv.tensor)}, row {bv.row}, block {bv.block} ({bv.qtype}): "

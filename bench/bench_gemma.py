@@ -1,0 +1,148 @@
+"""Gemma 3 270M (the packaged GGUF) against transformers: a traced forward of 1,024 tokens plus one
+attention pattern, and greedy decoding.
+
+    nice -n 10 .venv/bin/python bench/bench_gemma.py --tokens 1024 --new-tokens 64 --write-docs
+
+transformers' model is built from tfm's loaded weights (Gemma3ForCausalLM, eager attention; norm
+gains stored back as w = gain - 1): the same numbers as reading the GGUF file with `gguf_file=`
+(tests/test_gemma3_real.py), without its minutes of de-quantizing. "Held" is what a caller keeps
+after the call: tfm's lazy trace (every block's input, the last row's logits, the pattern read) and
+its last-row logits; transformers' every layer's attentions and its last-row logits
+(`logits_to_keep=1`). Targets (issue 53): traced <= 1.2x tfm's plain forward, held <= 400 MB,
+decoding >= 1.0x transformers' tokens/s.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import tfm  # noqa: E402
+from bench.write_docs import add_flag, check, markdown, stamp, write_table  # noqa: E402
+from tfm.loaders.packaged import GEMMA3_INSTALL, gemma3_path  # noqa: E402
+
+
+def hf_twin(lm):
+    """Gemma3ForCausalLM holding tfm's weights (the gains 1 + w stored back as w)."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    c = lm.config
+    cfg = Gemma3TextConfig(
+        vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff, num_hidden_layers=c.n_layer,
+        num_attention_heads=c.n_head, num_key_value_heads=c.n_kv_head, head_dim=c.d_head, rms_norm_eps=c.norm_eps,
+        max_position_embeddings=c.context_length, sliding_window=c.sliding_window, query_pre_attn_scalar=c.attn_scalar,
+        layer_types=["sliding_attention" if i in c.local_layers else "full_attention" for i in range(c.n_layer)],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": c.rope_local_base},
+                         "full_attention": {"rope_type": "default", "rope_theta": c.rope_base}},
+        tie_word_embeddings=True, attn_implementation="eager")
+    hf = Gemma3ForCausalLM(cfg).eval()
+    m, qd, kv = lm.model, c.d_attn, c.n_kv_head * c.d_head
+    with torch.no_grad():
+        hf.model.embed_tokens.weight.copy_(m.tok_emb.weight)
+        hf.model.norm.weight.copy_(m.ln_final.weight - 1)
+        for ours, theirs in zip(m.blocks, hf.model.layers):
+            q, k, v = ours.attn.qkv.weight.split([qd, kv, kv])
+            a = theirs.self_attn
+            for dst, src in ((a.q_proj, q), (a.k_proj, k), (a.v_proj, v), (a.o_proj, ours.attn.proj.weight),
+                             (theirs.mlp.gate_proj, ours.mlp.gate.weight), (theirs.mlp.up_proj, ours.mlp.fc.weight),
+                             (theirs.mlp.down_proj, ours.mlp.proj.weight)):
+                dst.weight.copy_(src)
+            for dst, src in ((a.q_norm, ours.attn.q_norm), (a.k_norm, ours.attn.k_norm), (theirs.input_layernorm, ours.ln1),
+                             (theirs.post_attention_layernorm, ours.ln1_post), (theirs.pre_feedforward_layernorm, ours.ln2),
+                             (theirs.post_feedforward_layernorm, ours.ln2_post)):
+                dst.weight.copy_(src.weight - 1)
+    return hf
+
+
+def best(fn, runs: int) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), out
+
+
+def traced(lm, hf, ids: list[int], layer: int, runs: int) -> list[list]:
+    idx = torch.tensor([ids])
+
+    def plain():
+        with torch.inference_mode():
+            return lm.model(idx, last_only=True).logits
+
+    def ours():
+        with torch.inference_mode():
+            out = lm.model(idx, trace=True, last_only=True)
+            out.trace.pattern(layer)
+            return out
+
+    def theirs():
+        with torch.inference_mode():
+            return hf(idx, output_attentions=True, logits_to_keep=1)
+
+    t_plain, _ = best(plain, runs)
+    t_ours, out = best(ours, runs)
+    t_hf, want = best(theirs, runs)
+    held_ours = out.trace.nbytes + out.logits.numel() * 4
+    held_hf = sum(a.numel() * a.element_size() for a in want.attentions) + want.logits.numel() * 4
+    worst = (out.trace.pattern(layer) - want.attentions[layer][0]).abs().max().item()
+    print(f"plain {t_plain:.2f} s, traced + pattern {t_ours:.2f} s, transformers {t_hf:.2f} s; "
+          f"held {held_ours / 1e6:.0f} MB vs {held_hf / 1e6:.0f} MB; pattern differs by {worst:.1e}")
+    return [[f"traced forward + layer {layer}'s pattern, {len(ids)} tokens", f"{t_ours:.2f} s",
+             f"{t_ours / t_plain:.2f}x tfm's plain forward ({t_plain:.2f} s; target <= 1.2x)",
+             f"{t_hf:.2f} s ({t_hf / t_ours:.2f}x tfm's time)"],
+            ["bytes held after it", f"{held_ours / 1e6:.0f} MB", "target <= 400 MB",
+             f"{held_hf / 1e6:.0f} MB (every layer's attentions)"]]
+
+
+def decoding(lm, hf, n: int, runs: int) -> list[list]:
+    prompt = lm.tokenizer.prompt_ids("The capital of France is")
+
+    def ours():
+        return [s.token_id for s in tfm.generate(lm, prompt, max_new_tokens=n, temperature=0.0, use_cache=True,
+                                                  stop_at_eot=False)]
+
+    def theirs():
+        with torch.inference_mode():
+            out = hf.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
+        return out[0, len(prompt):].tolist()
+
+    t_ours, a = best(ours, runs)
+    t_hf, b = best(theirs, runs)
+    print(f"decoding {n} tokens: tfm {n / t_ours:.1f} tok/s, transformers {n / t_hf:.1f} tok/s; same tokens: {a == b}")
+    return [[f"greedy decoding, {n} tokens (KV cache)", f"{n / t_ours:.1f} tokens/s",
+             f"{t_hf / t_ours:.2f}x transformers' speed (target >= 1.0x); same tokens: {a == b}",
+             f"{n / t_hf:.1f} tokens/s"]]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tokens", type=int, default=1024)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--layer", type=int, default=5, help="the pattern read (5: Gemma 3's first global layer)")
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    add_flag(ap, "bench_gemma")
+    args = ap.parse_args()
+    check(args)
+    if gemma3_path() is None:
+        sys.exit(f"Gemma 3 is not installed: {GEMMA3_INSTALL}")
+    torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    lm = tfm.load("gemma3", device="cpu")
+    print(f"tfm.load('gemma3'): {time.perf_counter() - t0:.0f} s")
+    hf = hf_twin(lm)
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    ids = lm.tokenizer.prompt_ids(text)[:args.tokens]
+    rows = traced(lm, hf, ids, args.layer, args.runs) + decoding(lm, hf, args.new_tokens, args.runs)
+    table = markdown(["measured", "tfm", "ratio", "transformers"], rows)
+    print(table)
+    if args.write_docs:
+        write_table(args.write_docs, stamp(args.write_docs, "one run, best of --runs") + "\n\n" + table)
+
+
+if __name__ == "__main__":
+    main()
