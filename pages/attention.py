@@ -5,13 +5,13 @@ import streamlit as st
 from tfm.core.window import layer_note, layer_window
 from tfm.viz import attention as attention_figs
 from tfm.viz.attention import WINDOW
-from ui import charts, examples, links, sidebar, tables
+from ui import charts, encoder_panels, examples, links, sidebar, tables
 from ui.run import current_run
 
 MODES = {"head": "One head", "mean": "Mean over heads", "max": "Max over heads", "rollout": "Rollout"}
-VIEWS = ["Pattern", "All heads", "Head view", "Head table"]
+VIEWS = ["Pattern", "All heads", "Head view", "Head table", "Neuron view"]
 KEYS = ("attn.layer", "attn.head", "attn.mode", "attn.hide_first", "attn.log", "attn.window", "attn.hv_heads",
-        "attn.hv_token")  # kept across page switches
+        "attn.hv_token", "attn.nv_query", "attn.nv_key", "attn.pair")  # kept across page switches
 
 
 def _set(**values) -> None:
@@ -63,9 +63,11 @@ st.title("Attention")
 run = current_run()
 examples.offer("attention", run)
 n_layer, n_head, n_tok = run.trace.n_layers(), run.lm.config.n_head, len(run.ids)
-st.caption("Each row is a token (the **query**) and shows how it shares its attention over the tokens "
-           "up to and including itself (the **keys**); every row sums to 1. Grey cells are masked: a "
-           "token cannot look ahead. Hover a cell for the exact weight.")
+causal = run.lm.config.causal
+st.caption("Each row is a token (the **query**) and shows how it shares its attention over the tokens " +
+           ("up to and including itself (the **keys**); every row sums to 1. Grey cells are masked: a token cannot "
+            "look ahead." if causal else "(the **keys**): every token sees every token, before and after it (an "
+            "encoder); every row sums to 1.") + " Hover a cell for the exact weight.")
 
 links.restore(*KEYS)
 links.url_init("attn.layer", "layer", int)
@@ -101,12 +103,12 @@ extra = (", first token hidden and rows renormalised" if hide_first else "") + (
 
 if mode == "rollout":
     full, title = run.rollout()[layer], f"Attention rollout through layers 0–{layer}"
-    shown = attention_figs.window(full, a, b, hide_first)
+    shown = attention_figs.window(full, a, b, hide_first, causal)
 else:
     full = None  # the whole (T, T) matrix is only read for the download
     title = f"Layer {layer}, head {head}" if mode == "head" else f"Layer {layer}, {MODES[mode].lower()}"
     shown = attention_figs.window_rows(attention_figs.reduce_heads(run.pattern_rows(layer, a, b), mode, head), a, b,
-                                       hide_first, layer_window(run.lm.config, layer))
+                                       hide_first, sliding=layer_window(run.lm.config, layer), causal=causal)
 
 st.session_state.setdefault("attn.view", VIEWS[0])
 tabs = st.tabs(VIEWS, key="attn.view", on_change="rerun")  # only the open tab's content is computed
@@ -141,9 +143,12 @@ with tabs[2]:
                                format_func=lambda h: f"head {h}", **links.keep("attn.hv_heads"))
         tok = h2.selectbox("Only lines from token", list(range(a, b + 1)), format_func=lambda i: run.labels[i],
                            index=None, placeholder="all tokens", **links.keep("attn.hv_token"))
-        cells = attention_figs.window_rows(run.pattern_rows(layer, a, b), a, b, hide_first)
-        charts.show(attention_figs.head_view(cells, sorted(heads), labels, f"Layer {layer}: who looks at whom{extra}",
-                                             None if tok is None else tok - a), key="attn.head_view")
+        if (pair := encoder_panels.pair_choice(run)) is not None:   # a sentence pair: A against B, as BertViz
+            encoder_panels.pair_head_view(run, layer, heads, *pair)
+        else:
+            cells = attention_figs.window_rows(run.pattern_rows(layer, a, b), a, b, hide_first, causal)
+            charts.show(attention_figs.head_view(cells, sorted(heads), labels, f"Layer {layer}: who looks at whom{extra}",
+                                                 None if tok is None else tok - a), key="attn.head_view")
 with tabs[3]:
     if tabs[3].open:
         heads = run.head_table()
@@ -156,6 +161,9 @@ with tabs[3]:
         st.dataframe(table, key="attn.table", on_select=lambda: _open_from_table(n_head), selection_mode="single-row",
                      hide_index=True, height=min(640, 38 + 35 * len(table)), column_config=tables.head_columns(table))
         st.markdown("\n".join(f"- **{k.replace('_', ' ')}**: {v}" for k, v in heads.help().items()))
+with tabs[4]:
+    if tabs[4].open:
+        encoder_panels.neuron(run, layer, head)
 
 settings = {"prompt": st.session_state["sidebar.prompt"], "model": run.spec, "layer": layer, "head": head,
             "mode": mode, "hide_first": hide_first, "log_colour": log, "window": [a, b], "dropped": run.dropped}
@@ -165,7 +173,7 @@ st.download_button(
     data=lambda: attention_figs.export_npz(
         attention_figs.window(full if full is not None else attention_figs.reduce_heads(run.trace.pattern(layer), mode,
                                                                                         head),
-                              int(hide_first), n_tok - 1, hide_first),
+                              int(hide_first), n_tok - 1, hide_first, causal),
         np.arange(int(hide_first), n_tok), run.all_heads(a, b, False, show_progress=False), np.arange(a, b + 1),
         run.ids, run.lm.tokenizer.display_pieces(run.ids), settings),
     help="shown: the matrix of the current view over all positions (NaN = masked); window_patterns: every "

@@ -4,7 +4,7 @@ in the real model, download the graph."""
 import streamlit as st
 
 from tfm.analysis.graph import GraphSettings
-from ui import graph_panels, graph_run, sidebar
+from ui import graph_panels, graph_run, needs, sidebar
 from ui.run import current_run
 from ui.text import message
 
@@ -12,6 +12,7 @@ SETTINGS = GraphSettings(max_tokens=64)   # graphs are for short prompts: each f
 
 sidebar.render()
 st.title("Attribution graph")
+needs.next_token_head("The attribution graph")
 st.caption("Each MLP is replaced by a transcoder (sparse features that read its input and write its output) plus "
            "an error term; with attention patterns and norm scales frozen, the model is linear between feature "
            "activations, so every edge below is one node's exact contribution to another's input.")

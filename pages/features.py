@@ -8,7 +8,7 @@ from tfm.analysis.features import DENSE_SHARE, opening_feature
 from tfm.core.plain import escape_markdown
 from tfm.viz import features as feature_figs
 from tfm.viz import steer as steer_figs
-from ui import charts, examples, feature_search as search, links, sidebar
+from ui import charts, examples, feature_search as search, links, needs, sidebar
 from ui.run import current_run
 from ui.text import message, plain
 
@@ -16,6 +16,7 @@ PER_TOKEN = 5
 
 sidebar.render()
 st.title("Features (SAE)")
+needs.next_token_head("Features (SAE)")
 run = current_run()
 examples.offer("features", run)
 tok, ss = run.lm.tokenizer, st.session_state

@@ -12,7 +12,7 @@ from tfm.generation.generate import n_words, prepare_prompt
 from tfm.loaders.limits import check_generation
 from tfm.generation.sampling import SamplingSettings, usable_settings
 from tfm.viz import sampling as sampling_figs
-from ui import gen_views, links, server, sidebar
+from ui import gen_views, links, needs, server, sidebar
 from ui.gen_chat import chat_controls
 from ui.gen_views import GenPage, compare, cache_speed, run_all, show_texts, step_views, usable
 from ui.model_run import active_model
@@ -26,6 +26,7 @@ STOPS = {"eot": "end of text", "stop_token": "end of turn", "max_new_tokens": "t
 
 sidebar.render()
 st.title("Generation & timeline")
+needs.next_token_head("Generation")
 model = active_model()
 if model is None:
     st.stop()

@@ -4,13 +4,14 @@ import streamlit as st
 import torch
 
 from tfm.viz import sampling as sampling_figs
-from ui import charts, examples, links, sidebar
+from ui import charts, examples, links, needs, sidebar
 from ui.run import current_run
 
 WIDTHS = (8, 16, 24, 32, 48, 64)
 
 sidebar.render()
 st.title("Logit lens")
+needs.next_token_head("The logit lens")
 run = current_run()
 examples.offer("logit_lens", run)
 tok, n_pos = run.lm.tokenizer, len(run.ids)

@@ -1,4 +1,5 @@
-"""Next-token sampling: how temperature, top-k and top-p reshape the model's next-token choice.
+"""Next-token sampling: how temperature, top-k and top-p reshape the model's next-token choice
+(with a masked-LM encoder: its choice for the first [MASK], "fill the [MASK]").
 
 Moving a slider only re-runs `tfm.sampling.next_token` (what generation draws from) on the cached logits of the prompt's
 last position (from the shared trace): the model itself is not run again.
@@ -7,14 +8,21 @@ import math
 
 import streamlit as st
 
+from tfm.analysis.capability import predicted_position
 from tfm.generation.generate import n_words as n_words_of
 from tfm.generation.sampling import SamplingSettings, next_token, usable_settings
+from tfm.text.wordpiece import mask_last_word
 from tfm.viz import sampling as sampling_figs
-from ui import charts, links, sidebar
+from ui import charts, links, needs, sidebar
 from ui.run import current_run
 from ui.text import message, plain
 
 KEYS = ("next.temperature", "next.top_k", "next.top_p", "next.count")
+
+
+def mask_last() -> None:
+    st.session_state["sidebar.prompt"] = mask_last_word(st.session_state.get("sidebar.prompt", ""))
+    links.remember("sidebar.prompt")
 
 
 def same_number(a, b) -> bool:
@@ -26,8 +34,18 @@ def same_number(a, b) -> bool:
 
 sidebar.render()
 st.title("Next-token sampling")
+needs.token_head("Next-token sampling")
 run = current_run()
 tok = run.lm.tokenizer
+try:
+    at = predicted_position(run.lm.config, run.ids, getattr(tok, "mask_id", None))
+except ValueError as e:
+    st.info(f"Fill the [MASK]: {message(e)}.")
+    st.button("Mask the last word", key="next.mask", on_click=mask_last)
+    st.stop()
+fill = run.lm.config.lm_head == "masked"
+if fill:
+    st.subheader("Fill the [MASK]")
 n_words = n_words_of(run.lm)
 
 # Widget values: remembered across pages, seeded from a shared link, made valid by tfm.sampling.
@@ -65,12 +83,13 @@ links.url_set(t=t, top_k=k, top_p=p,
 
 try:  # the widgets cannot produce bad values, but settings from elsewhere are checked anyway
     settings = SamplingSettings(t, int(k), float(p))
-    bd = next_token(run.trace.logits_at(-1), settings, n_words)
+    bd = next_token(run.trace.logits_at(at), settings, n_words)
 except ValueError as e:
     st.error(f"These sampling settings cannot be used: {message(e)}")
     st.stop()
 
-st.caption(f"What the model predicts after the last prompt token. Temperature, then top-k, then top-p "
+st.caption(("What the model puts in the first [MASK] (it reads the whole prompt, both sides). " if fill else
+            "What the model predicts after the last prompt token. ") + f"Temperature, then top-k, then top-p "
            f"(the Hugging Face order), over all {n_words:,} tokens of the vocabulary.")
 if settings.greedy:
     st.info("T = 0 means **greedy** decoding: the most likely token is always chosen, so top-k "
@@ -89,11 +108,12 @@ m[4].metric("Entropy after", f"{float(bd.entropy_after) + 0.0:.3f} nats",  # + 0
                  f"{math.exp(float(bd.entropy_after)):,.1f} equally likely choices.")
 
 ids = sampling_figs.shown_ids(bd.logits, count)
-context = sampling_figs.esc("".join(tok.display_pieces(run.ids[-6:])))  # the prompt's end, as the model sees it
+context = sampling_figs.esc("".join(tok.display_pieces(run.ids[max(at - 5, 0):at + 1])))  # as the model sees it
 title = (f"Next-token probabilities: top {len(ids)} of {n_words:,} tokens (T = {sampling_figs.temperature_label(t)}, "
          f"top-k = {k or 'off'}, top-p = {p:g})")
 fig = sampling_figs.next_token_figure(bd, ids, tok.display_pieces(ids), title,
-                           xtitle=f"next token after “…{context}” (most likely first)")
+                           xtitle=(f"token for the [MASK] in “…{context}”" if fill else f"next token after “…{context}”")
+                           + " (most likely first)")
 charts.show(fig, key="next.chart", config={"displaylogo": False})
 st.caption("Filled bars: probability after temperature, coloured by what happens to the token. "
            "Black outlines: the model's own probability (T = 1). Diamonds: the probability it is "

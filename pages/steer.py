@@ -11,7 +11,7 @@ from tfm.core.plain import escape_markdown
 from tfm.generation.generate import n_words, prepare_prompt
 from tfm.viz import steer as steer_figs
 from tfm.viz.attention import plotly_text
-from ui import charts, links, server, sidebar
+from ui import charts, links, needs, server, sidebar
 from ui.model_run import active_model
 from ui.text import message
 from ui.text import plain as shown
@@ -37,6 +37,7 @@ def mood_tokens(lm, text: str) -> list[int]:
 
 sidebar.render()
 st.title("Steer")
+needs.next_token_head("Steering")
 st.caption("Add a direction to the residual stream entering one block, at every chosen position, during "
            "generation: activation steering. The model is untouched; the same seed gives the same draws.")
 run = active_model()

@@ -33,6 +33,9 @@ st.caption(
     "␣ is a space, ↵ a newline, ⇥ a tab; <E2 80> marks bytes that are only part of a character. "
     "The small number on each chip is the token id; hover a chip for its position."
 )
+if view.note:
+    st.caption(view.note)
 st.html(chips(list(view.pieces), view.ids))
-table = pd.DataFrame({"position": range(len(view.ids)), "piece": view.pieces, "id": view.ids, "bytes": view.n_bytes})
+table = pd.DataFrame({"position": range(len(view.ids)), "piece": view.pieces, "id": view.ids, "bytes": view.n_bytes}
+                     | ({"segment": view.segments} if view.segments else {}))
 st.dataframe(table, hide_index=True, key="tokens.table", height=min(600, 38 + 35 * len(table)))

@@ -6,7 +6,7 @@ import streamlit as st
 from tfm.analysis import attribution
 from tfm.core.plain import escape_markdown
 from tfm.viz import why as why_figs
-from ui import charts, examples, links, sidebar, why_panels
+from ui import charts, examples, links, needs, sidebar, why_panels
 from ui.run import current_run
 from ui.why_panels import as_np
 from ui.text import message, plain
@@ -27,6 +27,7 @@ def pick_head(n_head: int) -> None:
 
 sidebar.render()
 st.title("Why this token?")
+needs.next_token_head("Why this token?")
 run = current_run()
 examples.offer("why", run)
 cfg, tok, n_tok = run.lm.config, run.lm.tokenizer, len(run.ids)

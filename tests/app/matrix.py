@@ -39,7 +39,10 @@ PAGES: dict[str, Page] = {
     "attention": Page(views=(({"attn.mode": "head", "attn.view": "Pattern"}, 1),
                              ({"attn.mode": "mean", "attn.view": "All heads"}, 1),
                              ({"attn.mode": "max", "attn.view": "Head view"}, 1),
-                             ({"attn.mode": "rollout", "attn.view": "Head table"}, 0)), example=1),  # a table
+                             ({"attn.mode": "rollout", "attn.view": "Head table"}, 0),  # a table
+                             ({"attn.mode": "head", "attn.view": "Neuron view"}, 2)), example=1),
+    "look_at": Page(),        # encoders only: other models get a line and a button (NEEDS)
+    "similarity": Page(views=(({}, 2),)),
     "positions": Page(),
     "norms": Page(views=(({}, 4),)),
     "shapes": Page(),
@@ -80,6 +83,24 @@ def hf_family(case: str):
         folder = root / case
         if not folder.is_dir():
             save(hf_model(case), folder, _tok(root))
+        return "path:" + str(folder)
+    return build
+
+
+def hf_bert(arch: str):
+    """A random Hugging Face BERT folder with a WordPiece tokenizer.json (tests/test_families.py)."""
+    def build(root: Path) -> str:
+        import tokenizers
+        from tests.conftest import BPE_TEXT
+        from tests.test_families import SMALL as FAMILY, bert_hf, save
+        folder, vocab = root / arch, root / "wordpiece"
+        if not (vocab / "tokenizer.json").is_file():
+            vocab.mkdir(parents=True, exist_ok=True)
+            wp = tokenizers.BertWordPieceTokenizer(lowercase=True)
+            wp.train_from_iterator(BPE_TEXT, vocab_size=FAMILY["vocab_size"], min_frequency=1, show_progress=False)
+            wp.save(str(vocab / "tokenizer.json"))
+        if not folder.is_dir():
+            save(bert_hf(arch), folder, vocab)
         return "path:" + str(folder)
     return build
 
@@ -166,6 +187,9 @@ MODELS: dict[str, object] = {
     "qwen3-qknorm": random("qwen2.5-0.5b", n_kv_head=2, qkv_bias=False, qk_norm=True, head_dim=24),
     "phi3-window": random("smollm2-135m", n_kv_head=2, sliding_window=5, local_layers=[0, 1]),
     "gguf-gemma3": gguf_family("gemma3"),                     # a gemma3 GGUF file (window 5, head_dim 256)
+    "minilm": "minilm",                                        # all-MiniLM-L6-v2: a BERT encoder, no LM head
+    "bert-random": random("minilm-l6", d_model=48, n_head=4),  # a random BERT shape (the bundled tokenizer)
+    "hf-bert-mlm": hf_bert("BertForMaskedLM"),                 # a BertForMaskedLM folder: fill the [MASK]
 }
 
 # What a valid setup shows instead of its chart, per (page, model kind): a page that explains it
@@ -173,6 +197,24 @@ MODELS: dict[str, object] = {
 EXPECTED = {
     ("why", "post-norm"): "needs a pre-norm model",
 }
+
+# Pages that need a model's head or kind show one line (an info, never an error) on models without
+# it, and a button that fixes it: (pages, model kinds, the words the info holds, the button's key).
+LM_PAGES = ("logit_lens", "why", "generate", "steer", "features", "attribution_graph")
+NEEDS: list[tuple[tuple[str, ...], tuple[str, ...], str, str]] = [
+    (LM_PAGES + ("next_token",), ("minilm", "bert-random"), "needs a language-model head", "needs.switch"),
+    (LM_PAGES, ("hf-bert-mlm",), "needs a language-model head", "needs.switch"),
+    (("similarity", "look_at"), tuple(k for k in MODELS if k not in ("minilm", "bert-random", "hf-bert-mlm")),
+     "needs an encoder", "needs.switch"),
+    (("next_token",), ("hf-bert-mlm",), "in the prompt where a word should be filled", "next.mask"),  # no [MASK] typed
+]
+
+
+def needs(page: str, kind: str) -> tuple[str, str] | None:
+    """(the info's words, its button) `page` shows instead of its charts on model `kind`, if it needs
+    what the model lacks."""
+    return next(((words, button) for pages, kinds, words, button in NEEDS if page in pages and kind in kinds), None)
+
 
 # Every link parameter of every page: (page, parameter, prefix put before the hostile value). The
 # sidebar's (model, prompt, seed, device) are read on every page; they are tried on two.

@@ -12,7 +12,7 @@ from tfm.loaders.spec import format_spec, parse_spec
 from ui.nav import SECTIONS
 
 from tests.app.conftest import allow_models, charts
-from tests.app.matrix import EXPECTED, MODELS, PAGES, PROMPT, open_cell, set_view, spec_of
+from tests.app.matrix import EXPECTED, MODELS, PAGES, PROMPT, needs, open_cell, set_view, spec_of
 
 MODEL_PAGES = [page for page, p in PAGES.items() if not p.model_free]
 
@@ -37,6 +37,11 @@ def check(at, page: str, kind: str, view: dict, want_charts: int) -> None:
         assert errors and all(expected in e for e in errors), (where, errors)
         return
     assert not errors, (where, errors)
+    if needs(page, kind):   # the page says in one line what it needs, and offers what fixes it
+        words, button = needs(page, kind)
+        assert any(words in i.value for i in at.info), (where, [i.value for i in at.info])
+        assert any(b.key == button for b in at.button), where
+        return
     assert len(charts(at)) >= want_charts, (where, len(charts(at)), "charts")
 
 
@@ -48,7 +53,7 @@ def walk(at, page: str, kind: str) -> None:
     at.switch_page(f"pages/{page}.py").run()
     for view, want in p.views:
         check(set_view(at, view), page, kind, view, want)
-    if p.press and not EXPECTED.get((page, kind)):
+    if p.press and not EXPECTED.get((page, kind)) and not needs(page, kind):
         at.button(key=p.press).click().run()
         check(at, page, kind, {"pressed": p.press}, p.views[-1][1])
     example = f"{page}.example.0"

@@ -6,7 +6,9 @@ positional-encoding page), attention_rows (a window of a pattern), attribution (
 attribution), patching (ablation and activation patching sweeps), transcoder (per-layer TopK
 transcoders), graph (attribution graphs on them: graph_frozen, graph_rows, graph_prune,
 graph_edit, graph_io, graph_slopes, graph_view), steering (steer_calibrate: where steering works;
-steer_files: the shipped models' calibrations), sae and features.
+steer_files: the shipped models' calibrations), sae and features; neuron_view (how one score
+is made), similarity and bert_heads (encoders' sentence embeddings and Clark et al.'s averages),
+capability (what a page needs of a model).
 
 Layer 4: may import tfm.core, tfm.text, tfm.loaders and tfm.generation.
 

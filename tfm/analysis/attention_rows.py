@@ -19,7 +19,8 @@ from ..core.trace_names import name
 @torch.inference_mode()
 def pattern_rows(model: GPT, trace: Trace, layer: int, start: int, stop: int, batch: int = 0) -> torch.Tensor:
     """Rows `start..stop-1` of block `layer`'s attention pattern over keys `0..stop-1`:
-    (H, stop - start, stop), float32 on the CPU. Keys after a query get exactly 0."""
+    (H, stop - start, stop), float32 on the CPU. Keys after a query get exactly 0. An encoder's
+    rows are softmaxed over every key of the prompt (they see them all), then cut to `0..stop-1`."""
     cfg = model.config
     if not 0 <= layer < cfg.n_layer:
         raise ValueError(f"layer {layer} does not exist; the model has {cfg.n_layer} blocks")
@@ -27,10 +28,13 @@ def pattern_rows(model: GPT, trace: Trace, layer: int, start: int, stop: int, ba
     if not 0 <= start < stop <= x.shape[0]:
         raise ValueError(f"rows {start}..{stop - 1} are outside the prompt's {x.shape[0]} positions")
     block, p = model.blocks[layer], next(model.parameters())
-    x = x[:stop].to(p.device, p.dtype)[None]                           # (1, S, D)
+    n_keys = stop if cfg.causal else x.shape[0]                        # an encoder's rows read every key
+    x = x[:n_keys].to(p.device, p.dtype)[None]                         # (1, S, D)
     a_in = block.ln1(x) if block.pre else x                            # post-norm: ln1 follows attention
-    angles = trace[name("rope_angles")][:stop].to(p.device) if cfg.pos_encoding == "rope" else None  # (S, rd/2)
+    angles = trace[name("rope_angles")][:n_keys].to(p.device) if cfg.pos_encoding == "rope" else None  # (S, rd/2)
     # the block's own projection and head split (grouped-query, partial rotary, RoPE as in the forward)
     q, k, _ = block.attn.split_qkv(block.attn.qkv(a_in), angles)       # (1, H, S, hd), (1, Hkv, S, hd)
+    if not cfg.causal:
+        return attention_scores(q[:, :, start:stop], k, None)[0].softmax(-1)[..., :stop].float().cpu()  # (H, T, stop)
     mask = causal_mask(stop - start, stop, x.device)                   # queries are the last rows
     return attention_scores(q[:, :, start:], k, mask)[0].softmax(-1).float().cpu()  # (H, T, S)

@@ -16,6 +16,7 @@ from ..core import cancel
 from ..core.model import GPT
 from ..core.stats import entropy  # noqa: F401  (tfm.analysis.entropy: attention-row entropy)
 from ..core.trace import Trace
+from . import bert_heads
 
 Progress = Callable[[int, int], None]  # (done, total): called after each layer of a long loop
 
@@ -118,7 +119,10 @@ SCORES = {  # name -> what it measures: the prompt's scores, then the probe's ("
     "repeat_induction": "Induction score on random tokens repeated twice, where only induction can "
                         "predict the second half: the cleanest test, independent of your prompt.",
     "repeat_previous_token": "Previous-token score on the same repeated random tokens.",
+    **{f"to_{k}": v for k, v in bert_heads.HELP.items() if k in ("cls", "sep", "punctuation", "self")},
+    "next_token": bert_heads.HELP["next"],
 }
+ENCODER_SCORES = ("to_cls", "to_sep", "to_punctuation", "to_self", "next_token")  # bidirectional models only
 INDUCTION_SHOWN = 0.2  # a probe induction score that is a real induction head: an untrained model's strongest
 # is a few hundredths, a trained model's induction head several tenths
 BROWSABLE_HEADS = 64   # heads a student browses from layer 0 head 0; a larger model opens where something shows
@@ -174,6 +178,9 @@ def head_table(lm, trace: Trace | None = None, ids=None, progress: Progress | No
     if trace is not None:
         got = head_scores(trace, ids, step(0), should_stop)
         scores |= {name: got[name].cpu().float() for name in PROMPT_SCORES}
+        if not lm.config.causal:   # Clark et al.'s: [CLS], [SEP], punctuation, itself, the next token
+            look = bert_heads.prompt_scores(trace, lm.tokenizer, list(ids))
+            scores |= {name: look[name.removeprefix("to_").replace("next_token", "next")] for name in ENCODER_SCORES}
     if probe is not None:
         got = induction_probe(lm.model, probe.seq_len, probe.seed, probe.bos, step(total - n_layer), should_stop)
         scores |= {name: got[name.removeprefix("repeat_")].cpu().float() for name in PROBE_SCORES}

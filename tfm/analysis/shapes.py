@@ -68,15 +68,20 @@ def param_formulas(cfg: ModelConfig) -> dict[str, tuple[str, int]]:
         mlp, mlp_text = 3 * d * f + (2 * f + d) * b, "3·d·d_ff" + (" + 2·d_ff + d" if b else "")
     else:
         mlp, mlp_text = 2 * d * f + (f + d) * b, "2·d·d_ff" + (" + d_ff + d" if b else "")
-    learned = cfg.pos_encoding == "learned"
-    n_norms = (4 if cfg.post_norms else 2) * L + (cfg.norm_placement == "pre")  # ln1, ln2 (+ post) per block (+ final)
+    learned, types = cfg.pos_encoding == "learned", cfg.type_vocab_size
+    # ln1, ln2 (+ two post-norms) per block (+ final, + an encoder's embedding norm)
+    n_norms = (4 if cfg.post_norms else 2) * L + (cfg.norm_placement == "pre") + cfg.embed_norm
     per_norm = 2 * d if (cfg.norm == "layernorm" and cfg.bias) else d
+    head = d * d + d + per_norm + v if cfg.lm_head == "masked" else 0     # BERT's transform (dense, norm) and bias
+    unembed = "0 (tied to the embedding)" if cfg.tied_embeddings else "V·d"
     return {
-        "embeddings": ("V·d" + (" + T·d" if learned else ""), v * d + (cfg.context_length * d if learned else 0)),
+        "embeddings": ("V·d" + (" + T·d" if learned else "") + (f" + {types}·d (segments)" if types else ""),
+                       v * d + (cfg.context_length * d if learned else 0) + types * d),
         "attention": (f"L·({attn_text})", L * attn),
         "mlp": (f"L·({mlp_text})", L * mlp),
         "norms": (f"{n_norms} norms · {'2·d' if per_norm == 2 * d else 'd'}", n_norms * per_norm),
-        "unembedding": ("0 (tied to the embedding)" if cfg.tied_embeddings else "V·d", 0 if cfg.tied_embeddings else v * d),
+        "unembedding": ((f"d·d + d + {'2·d' if per_norm == 2 * d else 'd'} + V (masked-LM transform, bias); " + unembed)
+                        if head else unembed, head + (0 if cfg.tied_embeddings else v * d)),
     }
 
 
@@ -120,13 +125,13 @@ def param_counts(model: GPT) -> dict[str, int]:
         if id(p) in seen:
             continue
         seen.add(id(p))
-        if name.startswith(("tok_emb", "pos_emb")):
+        if name.startswith(("tok_emb", "pos_emb", "type_emb")):   # an encoder's segments too
             counts["embeddings"] += p.numel()
         elif ".attn." in name:
             counts["attention"] += p.numel()
         elif ".mlp." in name:
             counts["mlp"] += p.numel()
-        elif name.startswith("unembed"):
+        elif name.startswith(("unembed", "mlm.")):   # a masked-LM head's transform is part of its unembedding
             counts["unembedding"] += p.numel()
         else:
             counts["norms"] += p.numel()

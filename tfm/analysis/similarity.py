@@ -48,12 +48,12 @@ def padded_batch(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torc
 
 def sentence_embeddings(model, tokenizer, texts: list[str], max_tokens: int = 256) -> Embeddings:
     """Every text's embedding in one padded forward (each text cut to `max_tokens` pieces, as
-    sentence-transformers' max_seq_length cuts it)."""
+    sentence-transformers' max_seq_length cuts it; at most the model's context)."""
     if model.config.causal:
         raise ValueError("sentence embeddings need an encoder (every token sees every token); pick one such as minilm")
     if not texts or len(texts) > MAX_SENTENCES:
         raise ValueError(f"give between 1 and {MAX_SENTENCES} sentences, got {len(texts)}")
-    check_int("max_tokens", max_tokens, 2, model.config.context_length)
+    max_tokens = min(check_int("max_tokens", max_tokens, 2), model.config.context_length)
     rows = [_cut(tokenizer.prompt_ids(t), max_tokens) for t in texts]
     pad = getattr(tokenizer, "pad_id", None) or 0
     ids, mask = padded_batch(rows, pad)

@@ -106,11 +106,3 @@ def require_gemma3() -> Path:
         raise FileNotFoundError(f"the model 'gemma3' (Gemma 3 270M) is not installed; install it with: {GEMMA3_INSTALL}")
     return path
 
-
-# Models known by name that ship as packages: spec -> (finder, install command, one-line about).
-PACKAGED = {
-    "smollm2": (smollm2_path, SMOLLM2_INSTALL, "SmolLM2-135M-Instruct: pretrained by Hugging Face (Apache-2.0); "
-                                               "4-bit weights expanded to float32."),
-    "gemma3": (gemma3_path, GEMMA3_INSTALL, "Gemma 3 270M: pretrained by Google, under the Gemma Terms of Use; "
-                                             "Q4_K_M weights expanded to float32."),
-}

@@ -185,7 +185,13 @@ def _attention_steps(lm, tr: Trace, labels, f: Focus) -> list[TourStep]:
 
 
 def _mask_step(cfg, layer: int, shown: Shown) -> TourStep:
-    """The causal mask; on a local layer also the sliding window (why a key that came before is masked)."""
+    """The causal mask; on a local layer also the sliding window (why a key that came before is masked); an
+    encoder has none (the step keeps its key: every model's tour has the same steps)."""
+    if not cfg.causal:
+        return TourStep("mask", "No mask: every token sees every token", r"s_j \text{ kept for every } j",
+                        "An encoder reads the whole text at once: nothing is set to −∞, so each token attends to the "
+                        "tokens after it as well as before (only padding would be masked). BERT is trained to fill in "
+                        "hidden words, which needs both sides.", {"scores, rows = queries": shown}, "pages/attention.py")
     text = ("Keys after each query (above the diagonal) are set to −∞, so they get zero weight: a token only sees the "
             "past. That is what lets the model be trained on every position of a text at once.")
     w = layer_window(cfg, layer)

@@ -15,13 +15,25 @@ class TokenView:
     ids: tuple[int, ...]
     n_bytes: tuple[int, ...]
     chars_per_token: float
+    segments: tuple[int, ...] = ()   # a pair's segment of each token (WordPiece / BERT), else empty
+    note: str = ""                   # how to read the pieces, where the tokenizer has a convention
+
+    @property
+    def is_pair(self) -> bool:
+        return any(self.segments)
 
 
 def token_view(tokenizer, ids: Sequence[int], text: str, dropped: int = 0) -> TokenView:
     ids = tuple(int(t) for t in ids)
-    return TokenView(pieces=tuple(tokenizer.display_piece(t) for t in ids), ids=ids,
-                     n_bytes=tuple(len(tokenizer.piece_bytes(t)) for t in ids),
-                     chars_per_token=len(text) / max(1, len(ids) + dropped))
+    segments = tuple(tokenizer.segments(ids)) if hasattr(tokenizer, "segments") else ()
+    pieces = tuple(tokenizer.display_piece(t) for t in ids)
+    note = ""
+    if segments:   # WordPiece (tfm.text.wordpiece)
+        note = ("WordPiece: a piece starting with ## continues the word before it (un ##bel ##ie ##va ##bly); [CLS] "
+                "starts the text, [SEP] ends each sentence" + ("; segment 1 is the pair's second sentence" if any(segments)
+                                                              else "; type [SEP] between two sentences for a pair") + ".")
+    return TokenView(pieces=pieces, ids=ids, n_bytes=tuple(len(tokenizer.piece_bytes(t)) for t in ids),
+                     chars_per_token=len(text) / max(1, len(ids) + dropped), segments=segments, note=note)
 
 
 def position_labels(pieces: Sequence[str]) -> list[str]:

@@ -10,12 +10,20 @@ the vocabulary writes them ("play", "##ing"): a "##" piece continues the word be
 from __future__ import annotations
 
 import json
+import re
 
 from .hf_libtokenizer import LibTokenizer
 from .hf_tokenizer_file import TokenizerFile
 
 CONTINUE = "##"
 PAIR_MARK = "[SEP]"
+MASK = "[MASK]"
+_LAST_WORD = re.compile(r"\w+(?=\W*$)")
+
+
+def mask_last_word(text: str) -> str:
+    """The text with its last word replaced by [MASK] (unchanged when it has no word)."""
+    return _LAST_WORD.sub(MASK, text, count=1)
 
 
 def is_wordpiece(file: TokenizerFile) -> bool:

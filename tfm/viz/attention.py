@@ -47,14 +47,15 @@ def reduce_heads(layer_pattern: torch.Tensor, mode: str, head: int) -> torch.Ten
     return layer_pattern[head]
 
 
-def window(m: torch.Tensor, a: int, b: int, hide_first: bool = False) -> np.ndarray:
+def window(m: torch.Tensor, a: int, b: int, hide_first: bool = False, causal: bool = True) -> np.ndarray:
     """Rows and columns a..b (absolute positions) of (..., T, T) attention, float32, NaN where
-    the key comes after the query. `hide_first` drops key 0 and renormalises every row over
+    the key comes after the query (`causal`; an encoder's every key is visible). `hide_first` drops key 0 and renormalises every row over
     the remaining keys (rows sum to 1 again), to look past the attention sink; needs a >= 1."""
-    return window_rows(m[..., a:b + 1, :b + 1], a, b, hide_first)
+    return window_rows(m[..., a:b + 1, :b + 1], a, b, hide_first, causal=causal)
 
 
-def window_rows(rows: torch.Tensor, a: int, b: int, hide_first: bool = False, sliding: int | None = None) -> np.ndarray:
+def window_rows(rows: torch.Tensor, a: int, b: int, hide_first: bool = False, sliding: int | None = None,
+                causal: bool = True) -> np.ndarray:
     """`window` from just the rows a..b over keys 0..b, (..., b - a + 1, b + 1): all the window
     needs (keys after b are masked for these queries), e.g. from `tfm.analysis.attention_rows`.
     `sliding`: a local layer's window; keys left of it are NaN (masked) too."""
@@ -67,7 +68,8 @@ def window_rows(rows: torch.Tensor, a: int, b: int, hide_first: bool = False, sl
         rows = rows / rows.sum(-1, keepdim=True)
     out = rows[..., a - off:b + 1 - off].numpy().astype(np.float32, copy=True)
     w = b - a + 1
-    out[..., np.triu(np.ones((w, w), dtype=bool), 1)] = np.nan
+    if causal:
+        out[..., np.triu(np.ones((w, w), dtype=bool), 1)] = np.nan
     if sliding is not None:   # query a + i reads keys a + i - sliding + 1 .. a + i
         out[..., np.tril(np.ones((w, w), dtype=bool), -sliding)] = np.nan
     return out
