@@ -157,9 +157,9 @@ def _use_found_folder() -> None:
 def _choose_model() -> None:
     kind = st.radio("Model", list(KINDS), format_func=KINDS.get, **links.keep("sidebar.model_kind"), horizontal=True)
     spec = st.session_state.get("app.model_spec", models.default_model_spec())
-PAIR_PROMPT = "The bank of the river was muddy. [SEP] She sat on the bank and fished."   # an encoder's pair
-KINDS = {"smollm2": "SmolLM2-135M (real)", "gemma3": "Gemma 3 270M (real)", "minilm": "MiniLM (encoder)",
-         "default": "Bundled tiny",
+    if kind in packaged.PACKAGED:
+        spec = kind
+        packaged.offer(kind)
     elif kind == "default":
         spec = models.bundled_model_spec()
         if spec != "default":
