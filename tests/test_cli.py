@@ -115,3 +115,21 @@ def test_corrupt_folder_is_an_error_not_a_traceback(folder, tmp_path):
     (broken / "model.safetensors").write_bytes(b"\x00" * 10)
     proc = cli("info", str(broken), check=False)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+
+
+def test_lens_json_equals_both_lenses_computed_from_a_trace(capsys):
+    from tfm.analysis import lens_compare, tuned_lens
+    assert tfm_cli.main(["lens", "default", "--device", "cpu", "--prompt", "The cat sat on the mat.", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    lm = tfm.load("default", device="cpu")
+    ids = lm.tokenizer.prompt_ids("The cat sat on the mat.")
+    assert data["tokens"] == list(ids) and set(data["lenses"]) == {"logit", "tuned"}
+    with torch.no_grad():
+        trace = lm.model(torch.tensor([ids]), trace=True).trace
+    lens = tuned_lens.load_tuned_lens(tuned_lens.LENS_ROOT / "default", lm)
+    for name, fit in lens_compare.compare_lenses(lm.model, trace, lens, slice(1, None)).items():
+        assert data["lenses"][name]["kl"] == pytest.approx(fit.mean_kl(), rel=1e-5, abs=1e-6)
+        assert data["lenses"][name]["top1_agreement"] == pytest.approx(fit.agreement())
+        streams = lens_compare.residual_streams(trace)[:, -1:]
+        top = lens_compare.decode_log_probs(lm.model, lens.translate(streams) if name == "tuned" else streams).argmax(-1)
+        assert data["lenses"][name]["last_top"] == lm.tokenizer.display_pieces(top[:, 0].tolist())

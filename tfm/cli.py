@@ -1,4 +1,4 @@
-"""Command line: `tfm info|trace|generate [SOURCE] ...` (or `python -m tfm ...`) and `tfm app`.
+"""Command line: `tfm info|trace|generate|lens [SOURCE] ...` (or `python -m tfm ...`) and `tfm app`.
 
 SOURCE is anything `tfm.load` accepts: "default", "random:<preset>", a tfm / Hugging Face
 GPT-2 folder or a nanoGPT ckpt.pt. Problems the user can fix (a bad folder, a bad setting)
@@ -18,7 +18,9 @@ from pathlib import Path
 import torch
 
 from .analysis import param_counts
-from .generation.generate import generate, prepare_prompt
+from .analysis.lens_compare import lens_grid, prompt_fits
+from .analysis.tuned_lens import TRAIN_COMMAND, shipped_lens
+from .generation.generate import generate, n_words, prepare_prompt
 from .loaders.loading import DEVICES, LM, load
 
 EXIT_USAGE = 2
@@ -44,14 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="config and parameter counts by component")
     trace = sub.add_parser("trace", help="the shape of every tensor of one forward pass")
     gen = sub.add_parser("generate", help="stream generated text to the terminal")
+    lens = sub.add_parser("lens", help="per layer: the logit and tuned lens against the final prediction")
     sub.add_parser("app", help=APP_HELP, add_help=False)  # listed here; main() runs it before parsing
-    for p in (info, trace, gen):
+    for p in (info, trace, gen, lens):
         p.add_argument("source", nargs="?", default="default",
                        help='"default", "random:<preset>", or a model folder (default: %(default)s)')
         p.add_argument("--device", default="auto", choices=DEVICES, help="default: %(default)s")
-    for p in (info, trace):
+    for p in (info, trace, lens):
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    for p in (trace, gen):
+    for p in (trace, gen, lens):
         p.add_argument("--prompt", required=True, help="the input text")
     gen.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default: %(default)s)")
     gen.add_argument("--top-k", type=int, default=0, help="0 = off (default: %(default)s)")
@@ -127,6 +130,38 @@ def cmd_trace(lm: LM, args) -> None:
     print("\n* listed in the shape trace only (a reshape), not stored in the Trace")
 
 
+@torch.no_grad()
+def lens_data(lm: LM, prompt: str, source: str) -> dict:
+    """Both lenses on the prompt (tfm.analysis.lens_compare): per layer the mean KL to the final
+    distribution, top-1 agreement, and the last position's top token; "tuned" only where the
+    model ships a tuned lens (tfm.analysis.tuned_lens.shipped_lens)."""
+    ids = list(prepare_prompt(lm, prompt).ids)
+    trace = lm.model(torch.tensor([ids], device=lm.device), trace=True).trace
+    lens, words = shipped_lens(source, lm), n_words(lm)
+    fits = prompt_fits(lm.model, trace, lens, words)
+    rows = {}
+    for name, fit in fits.items():
+        grid = lens_grid(lm.model, trace, lens if name == "tuned" else None, 1, slice(len(ids) - 1, None), False, words)
+        rows[name] = {"kl": fit.mean_kl(), "top1_agreement": fit.agreement(),
+                      "last_top": lm.tokenizer.display_pieces(grid.top_ids[:, 0, 0].tolist())}
+    return {"source": lm.source, "tokens": ids, "layers": fits["logit"].labels, "lenses": rows,
+            "tuned_lens": "shipped" if lens else f"none: train one with {TRAIN_COMMAND}"}
+
+
+def cmd_lens(lm: LM, args) -> None:
+    data = lens_data(lm, args.prompt, args.source)
+    if args.json:
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+        return
+    names = list(data["lenses"])
+    head = ["layer"] + [f"{n} {what}" for n in names for what in ("KL", "top-1=final", "last top")]
+    rows = [head] + [[label] + [cell for n in names for cell in (
+        f"{data['lenses'][n]['kl'][r]:.3f}", f"{100 * data['lenses'][n]['top1_agreement'][r]:.0f}%",
+        repr(data["lenses"][n]["last_top"][r]))] for r, label in enumerate(data["layers"])]
+    print(_table(rows, [False] + [True, True, False] * len(names)))
+    print(f"\nKL in nats, mean over positions after the first; tuned lens: {data['tuned_lens']}")
+
+
 # On a terminal, control bytes a model may emit (ESC, CR, ...) are shown, not obeyed.
 _TTY_SAFE = {c: f"\\x{c:02x}" for c in (*range(32), 127) if c not in (9, 10)}
 
@@ -171,7 +206,7 @@ def cmd_app(args: Sequence[str]) -> int:
     return subprocess.call(argv, cwd=CHECKOUT)
 
 
-COMMANDS = {"info": cmd_info, "trace": cmd_trace, "generate": cmd_generate}
+COMMANDS = {"info": cmd_info, "trace": cmd_trace, "generate": cmd_generate, "lens": cmd_lens}
 
 
 def _load(source: str, device: str) -> LM:

@@ -12,7 +12,8 @@ import streamlit as st
 import tfm
 from tfm import analysis
 from tfm.analysis import features as feature_sets
-from tfm.analysis import bert_heads, heads, norms, patching, similarity, steer_calibrate, steer_files, steering
+from tfm.analysis import bert_heads, heads, norms, patching, similarity, steer_calibrate, steer_files, steering, tuned_lens
+from tfm.analysis.graph_view import folder_stamp
 from tfm.analysis.quant import gguf_path
 from tfm.loaders.gguf_file import GGUFFile, read_gguf
 from tfm.teach import examples as page_examples
@@ -74,6 +75,15 @@ class ModelRun:
     def sae(self) -> feature_sets.FeatureSet:
         """The sparse autoencoder shipped for this model; ValueError when none ships."""
         return self._derived("sae.features", feature_sets.bundled, self.spec)
+
+    def tuned_lens(self) -> tuned_lens.TunedLens | None:
+        """The tuned lens this model ships (None when it ships none, or one still training); ValueError
+        for a broken set."""
+        folder = tuned_lens.shipped_folder(self.spec)
+        if folder is None:
+            return None
+        return self._derived("lens.tuned", lambda lm, path, _stamp: tuned_lens.finished_lens(path, lm), str(folder),
+                             folder_stamp(folder))
 
     def examples(self, page: str) -> page_examples.Offer:
         """`page`'s example prompts measured on this model (`tfm.teach.examples`; the Features

@@ -1,6 +1,6 @@
 """One typed run per page: `PromptRun` is the sidebar's model on the sidebar's prompt (its ids,
 labels and shared read-only trace) and owns the cache keys of everything derived from it:
-`run.pattern_rows(layer, a, b)`, `run.head_table()`, `run.lens(start, stop)`,
+`run.pattern_rows(layer, a, b)`, `run.head_table()`, `run.lens(start, stop, tuned)`,
 `run.attribution(pos, token, versus)`, `run.sae_features(n)`, ... Each is computed once per
 process for the same model, prompt and arguments (`ui.cache`, bounded by bytes), with a progress
 bar or status line where it takes seconds. What needs no prompt is `ModelRun`'s (ui/model_run.py).
@@ -14,11 +14,12 @@ import streamlit as st
 import torch
 
 from tfm import analysis
-from tfm.analysis import attribution, patching, positions
+from tfm.analysis import attribution, lens_compare, patching, positions
 from tfm.analysis import features as feature_sets
 from tfm.analysis.attention_rows import pattern_rows
 from tfm.analysis.neuron_view import NeuronView, neuron_view
 from tfm.analysis.quant import QuantComparison, requantized_effects
+from tfm.analysis.tuned_lens import TunedLens
 from tfm.core.trace import Trace
 from tfm.generation.generate import prepare_prompt
 from tfm.loaders import limits as tfm_limits
@@ -78,16 +79,26 @@ class PromptRun(ModelRun):
         return self._derived("attn.head_table", lambda lm, ids, should_stop: analysis.head_table(
             lm, self.trace, ids, progress_bar(bar), should_stop), self.ids, stoppable=True)
 
-    def lens(self, start: int, stop: int) -> tuple[list[str], torch.Tensor, torch.Tensor]:
-        """The logit lens on positions start..stop-1, top 5 only: (row labels, top ids (L+1, w, 5),
-        their probabilities), with a status line; full distributions would be large."""
-        def window(lm, tr, start, stop, should_stop=None):
-            lens = analysis.logit_lens(lm.model, tr, k=5, positions=slice(start, stop), keep_probs=False,
-                                       n_words=min(lm.tokenizer.vocab_size, lm.config.vocab_size),
-                                       should_stop=should_stop)
+    def lens(self, start: int, stop: int, tuned: TunedLens | None = None) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+        """The logit lens (or, given `tuned`, the tuned lens) on positions start..stop-1, top 5
+        only: (row labels, top ids (L+1, w, 5), their probabilities), with a status line; full
+        distributions would be large."""
+        def window(lm, tr, start, stop, _lens_identity, should_stop=None):
+            lens = lens_compare.lens_grid(lm.model, tr, tuned, k=5, positions=slice(start, stop), keep_probs=False,
+                                          n_words=min(lm.tokenizer.vocab_size, lm.config.vocab_size),
+                                          should_stop=should_stop)
             return lens.labels, lens.top_ids.cpu(), lens.top_probs.float().cpu()
-        return self._traced("logit_lens.window", window, start, stop, stoppable=True,
-                            status=f"Decoding positions {start}–{stop - 1} after every layer…")
+        return self._traced("logit_lens.window", window, start, stop, tuned.identity if tuned else None,
+                            stoppable=True, status=f"Decoding positions {start}–{stop - 1} after every layer…")
+
+    def lens_fits(self, tuned: TunedLens | None) -> dict[str, lens_compare.LensFit]:
+        """Per-layer KL to the final distribution and top-1 agreement of the logit lens (and the
+        tuned one, given) on this prompt (`tfm.analysis.lens_compare.prompt_fits`)."""
+        def fits(lm, tr, _lens_identity, should_stop=None):
+            return lens_compare.prompt_fits(lm.model, tr, tuned, min(lm.tokenizer.vocab_size, lm.config.vocab_size),
+                                            should_stop)
+        return self._traced("logit_lens.fits", fits, tuned.identity if tuned else None, stoppable=True,
+                            status="Comparing every layer's reading with the final prediction…")
 
     def layer_summaries(self) -> tuple[dict, dict]:
         """Every block's norm statistics and the stream's norms (`tfm.analysis.layer_summaries`)."""

@@ -38,7 +38,7 @@ from tests.app.matrix import (EXPECTED, HOSTILE, LINK_PARAMS, PAGES, PROMPT, ope
 
 # Every page on these model kinds (tests/app/matrix.py MODELS); the model-free pages on the first only.
 WALK_MODELS = ("bundled", "smollm2-gqa", "mqa", "gemma3-window")
-REAL_PAGES = ("tour", "attention", "why", "steer", "features")  # also on SmolLM2 itself ("real")
+REAL_PAGES = ("tour", "attention", "why", "steer", "features", "logit_lens")  # also on SmolLM2 itself ("real")
 # Steps per (page, model) in CI (test_fuzz.py), sized so the whole fuzzer takes a few minutes on a
 # 2-core machine: a step of the small models is ~0.1-0.5 s, of these pages ~1.5-2 s, of SmolLM2 1-3 s.
 CI_STEPS, CI_SLOW_PAGES, CI_STEPS_SMALL = {"real": 4}, {"norms": 4, "experiments": 4}, 8

@@ -112,7 +112,7 @@ PARAMS: dict[str, tuple] = {
     "t": _float(0.0, 3.0), "top_p": _float(0.0, 1.0),
     "step": _choice(TOUR_STEPS), "tab": _choice((*WHY_TABS, "SAE features")),
     "present": _choice(("0", "1", "true", "false"), illegal=False),  # anything else is "off"
-    "device": _choice(("cpu",)),
+    "device": _choice(("cpu",)), "lens": _choice(("logit", "tuned")),
     "prompt": ((lambda s, rng: _words(rng)), (lambda s, rng: HOSTILE["long"]), LEGAL),  # too long: cut, with a word
     "token": _token(), "vs": _token(),
     "clean": _free(), "corrupt": _free(), "answer": _free(), "wrong": _free(),

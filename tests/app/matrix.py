@@ -46,7 +46,7 @@ PAGES: dict[str, Page] = {
     "positions": Page(),
     "norms": Page(views=(({}, 4),)),
     "shapes": Page(),
-    "logit_lens": Page(example=1),
+    "logit_lens": Page(views=(({"lens.kind": "logit"}, 2), ({"lens.kind": "tuned"}, 2)), example=1),  # grid + KL chart
     # Intervene and MLP neurons draw tables until parts are picked; the patching example may not fit a
     # small vocabulary (an info says so), so the last view types answers every byte-level one has.
     "why": Page(views=(*(({"why.tab": t}, 1 if t in ("Attribution", "Attribution vs ablation", "Contribution graph")
@@ -224,7 +224,7 @@ LINK_PARAMS: list[tuple[str, str, str]] = [
     ("next_token", "t", ""), ("next_token", "top_k", ""), ("next_token", "top_p", ""),
     ("tour", "present", ""), ("tour", "step", ""), ("tour", "pos", ""), ("tour", "layer", ""), ("tour", "head", ""),
     *[("why", p, "") for p in ("pos", "token", "vs", "tab", "clean", "corrupt", "answer", "wrong")],
-    ("generate", "prompt", ""), ("features", "feature", ""),
+    ("generate", "prompt", ""), ("features", "feature", ""), ("logit_lens", "lens", ""),
     ("classroom", "room", ""), ("classroom", "me", ""), ("classroom", "teacher", ""),
 ]
 # Values a link may carry: markup, huge, non-numbers and extremes, invisible characters, special

@@ -1,4 +1,7 @@
-"""Logit-lens page: the heatmap equals tfm.analysis.logit_lens on the prompt's trace."""
+"""Logit-lens page: the heatmap equals tfm.analysis.logit_lens on the prompt's trace; with the
+tuned lens chosen (also from a link), the grid and the per-layer KL / agreement chart equal
+tfm.analysis.lens_compare's with the shipped set; a model without a set keeps the logit lens and
+says how to train one."""
 from __future__ import annotations
 
 import html
@@ -6,11 +9,14 @@ import re
 
 import numpy as np
 import torch
+from streamlit.testing.v1 import AppTest
 
+from tfm.analysis import lens_compare as LC
 from tfm.analysis import logit_lens
+from tfm.analysis import tuned_lens as TL
 from ui import models, sidebar
 
-from tests.app.conftest import chart_by_title, decode, open_page
+from tests.app.conftest import APP, chart_by_title, decode, open_page, use_random
 
 
 def expected(prompt: str):
@@ -25,8 +31,8 @@ def cells(fig) -> list[list[str]]:
     return [[html.unescape(re.sub(r"<[^>]+>", "", c)) for c in row] for row in fig["data"][0]["text"]]
 
 
-def check_window(at, lm, ids, lens, start: int, stop: int) -> None:
-    fig = chart_by_title(at, "Logit lens")
+def check_window(at, lm, ids, lens, start: int, stop: int, title: str = "Logit lens") -> None:
+    fig = chart_by_title(at, title)
     hm = fig["data"][0]
     assert hm["y"] == lens.labels
     np.testing.assert_allclose(decode(hm["z"]), lens.top_probs[:, start:stop, 0].numpy(), rtol=1e-5, atol=1e-7)
@@ -74,3 +80,60 @@ def test_hostile_prompt_shows_as_text():
     at = open_page("logit_lens", prompt)
     hm = chart_by_title(at, "Logit lens")["data"][0]
     assert all("<img" not in x for x in hm["x"]) and any("&lt;" in x for x in hm["x"])
+
+
+def check_fits(at, lm, ids, lens) -> None:
+    """The KL / agreement chart: one pair of lines per lens, equal to prompt_fits on the trace."""
+    with torch.inference_mode():
+        trace = lm.model(torch.tensor([ids]), trace=True).trace
+    fits = LC.prompt_fits(lm.model, trace, lens)
+    fig = chart_by_title(at, "against the final prediction")
+    shown = {(t["meta"], t["yaxis"]): decode(t["y"]) for t in fig["data"]}
+    assert set(shown) == {(name, axis) for name in fits for axis in ("y", "y2")}
+    for name, fit in fits.items():
+        np.testing.assert_allclose(shown[(name, "y")], fit.mean_kl(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(shown[(name, "y2")], [100 * v for v in fit.agreement()], rtol=1e-9)
+        assert fig["data"][0]["x"] == fit.labels
+
+
+def test_tuned_lens_grid_and_kl_chart_equal_the_engines():
+    at = open_page("logit_lens")
+    lm, ids, _ = expected(sidebar.DEFAULT_PROMPT)
+    lens = TL.load_tuned_lens(TL.shipped_folder("default"), lm)
+    check_fits(at, lm, ids, lens)                   # both lenses on the chart, the logit grid shown
+    at.radio(key="lens.kind").set_value("tuned").run()
+    assert not at.exception, at.exception
+    with torch.inference_mode():
+        grid = LC.tuned_lens(lm.model, lm.model(torch.tensor([ids]), trace=True).trace, lens, k=5)
+    check_window(at, lm, ids, grid, 0, len(ids), title="Tuned lens")
+    assert not torch.equal(grid.top_ids, expected(sidebar.DEFAULT_PROMPT)[2].top_ids)  # not the logit lens again
+    check_fits(at, lm, ids, lens)
+    assert at.query_params["lens"] == "tuned"
+
+
+def test_the_lens_choice_survives_a_copied_link():
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["lens"] = "tuned"
+    at.switch_page("pages/logit_lens.py")
+    at.run()
+    assert not at.exception, at.exception
+    assert at.radio(key="lens.kind").value == "tuned"
+    chart_by_title(at, "Tuned lens")
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["lens"] = "<b>x</b>"
+    at.switch_page("pages/logit_lens.py")
+    at.run()
+    assert not at.exception, at.exception
+    assert any("There is no lens" in w.value for w in at.warning)
+    chart_by_title(at, "Logit lens")
+
+
+def test_a_model_without_a_set_keeps_the_logit_lens_and_says_how_to_train_one():
+    at = open_page("logit_lens")
+    use_random(at)
+    at.radio(key="lens.kind").set_value("tuned").run()
+    assert not at.exception, at.exception
+    assert any("python -m tfm.train.tuned_lens" in i.value for i in at.info)
+    chart_by_title(at, "Logit lens")
+    fig = chart_by_title(at, "against the final prediction")
+    assert {t["meta"] for t in fig["data"]} == {"logit"}

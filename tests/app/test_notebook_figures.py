@@ -43,3 +43,19 @@ def test_logit_lens_page_and_notebook_draw_the_same_grid():
     at = open_page("logit_lens")
     lm, ids, trace = prompt_run(at)
     same(chart_by_title(at, "Logit lens"), viz.logit_lens(lm, trace, ids))
+
+
+def test_tuned_lens_page_and_notebook_draw_the_same_grid_and_kl_chart():
+    from tfm.analysis.tuned_lens import shipped_lens
+    at = open_page("logit_lens")
+    at.radio(key="lens.kind").set_value("tuned").run()
+    assert not at.exception, at.exception
+    lm, ids, trace = prompt_run(at)
+    lens = shipped_lens("default", lm)
+    same(chart_by_title(at, "Tuned lens"), viz.logit_lens(lm, trace, ids, tuned=lens))
+    page = chart_by_title(at, "against the final prediction")
+    ours = json.loads(viz.lens_comparison(lm, trace, lens).to_json())
+    assert [(t["meta"], t["yaxis"]) for t in page["data"]] == [(t["meta"], t["yaxis"]) for t in ours["data"]]
+    for got, want in zip(page["data"], ours["data"]):
+        np.testing.assert_allclose(decode(got["y"]).astype(float), decode(want["y"]).astype(float), rtol=1e-6)
+        assert got["x"] == want["x"]

@@ -1,6 +1,8 @@
 """Analysis: plain functions over a model and its trace.
 
 heads (head scores, the induction probe, the head table, rollout), lens (the logit lens),
+tuned_lens (trained per-layer translators: the tuned lens's files) and lens_compare (both lenses on
+a prompt: grids, KL to the final distribution, top-1 agreement),
 norms (norm statistics), shapes (shapes, parameter counts, KV-cache sizes), positions (the
 positional-encoding page), attention_rows (a window of a pattern), attribution (direct logit
 attribution), patching (ablation and activation patching sweeps), transcoder (per-layer TopK

@@ -26,8 +26,9 @@ import torch
 
 from ..analysis.attribution import direct, token_id
 from ..analysis.heads import head_table as _head_table
-from ..analysis.lens import logit_lens as _logit_lens
+from ..analysis.lens_compare import lens_grid, prompt_fits
 from ..analysis.norms import layer_summaries
+from ..analysis.tuned_lens import TunedLens
 from ..analysis.positions import position_vectors, rope_angle_table
 from ..core.trace import Trace
 from ..core.validate import check_int
@@ -37,6 +38,7 @@ from ..generation.timeline import StepRecord, step_record
 from ..loaders.loading import LM
 from ..text.token_view import position_labels
 from . import attention as fa
+from . import lens as fl
 from . import norms as fn
 from . import positions as fp
 from . import sampling as fs
@@ -48,9 +50,9 @@ Attention = Union[Trace, Sequence[torch.Tensor], torch.Tensor]
 Mode = Literal["head", "mean", "max"]
 
 __all__ = ["WINDOW", "all_heads", "attention_pattern", "attribution_bars", "generation_attention",
-           "generation_timeline", "head_table", "head_table_frame", "head_view", "layer_heads", "logit_lens",
-           "next_token", "norm_statistics", "positional_encodings", "record_generation", "residual_norms", "tokens",
-           "trace_prompt"]
+           "generation_timeline", "head_table", "head_table_frame", "head_view", "layer_heads", "lens_comparison",
+           "logit_lens", "next_token", "norm_statistics", "positional_encodings", "record_generation", "residual_norms",
+           "tokens", "trace_prompt"]
 
 
 # ---- inputs: a tfm trace or Hugging Face attentions, and token labels ------------------------
@@ -212,13 +214,15 @@ def head_table(lm: LM, trace: Trace | None = None, ids: Sequence[int] | None = N
 
 
 # ---- the model's predictions ---------------------------------------------------------------
-def logit_lens(lm: LM, trace: Trace, ids: Sequence[int], positions: tuple[int, int] | None = None) -> go.Figure:
+def logit_lens(lm: LM, trace: Trace, ids: Sequence[int], positions: tuple[int, int] | None = None,
+               tuned: TunedLens | None = None) -> go.Figure:
     """What each layer would predict at each position (the Logit lens page's grid): cell text the
-    top token, colour its probability, bold where it is the token that really comes next."""
+    top token, colour its probability, bold where it is the token that really comes next. With
+    `tuned` (`tfm.analysis.tuned_lens.shipped_lens("smollm2", lm)`), the tuned lens's grid."""
     ids, tok = [int(i) for i in ids], lm.tokenizer
     labels = _labels(tokens(lm, ids), len(ids))
     a, b = _window(len(ids), positions, LENS_WINDOW)
-    lens = _logit_lens(lm.model, trace, k=5, positions=slice(a, b + 1), keep_probs=False, n_words=n_words(lm))
+    lens = lens_grid(lm.model, trace, tuned, k=5, positions=slice(a, b + 1), keep_probs=False, n_words=n_words(lm))
     top_ids, top_probs = lens.top_ids.cpu(), lens.top_probs.float().cpu()            # (L+1, w, 5)
     nxt = ids[a + 1:b + 2]
     hover = [[(f"actual next: {fs.esc(tok.display_piece(nxt[c])) if c < len(nxt) else '(end of prompt)'}<br>"
@@ -228,8 +232,16 @@ def logit_lens(lm: LM, trace: Trace, ids: Sequence[int], positions: tuple[int, i
     pieces = [[tok.display_piece(int(t)) for t in row[:, 0]] for row in top_ids]
     bold = (top_ids[:, :, 0] == torch.tensor(nxt + [-1] * (b - a + 1 - len(nxt)))).numpy()
     return fs.lens_grid_figure(top_probs[:, :, 0].numpy(), pieces, hover, lens.labels, labels[a:b + 1],
-                               f"Logit lens: top prediction after each layer{_span(a, b, len(ids))}",
+                               f"{'Tuned' if tuned else 'Logit'} lens: top prediction after each layer{_span(a, b, len(ids))}",
                                "position (input token); each cell predicts the token after it", bold=bold)
+
+
+def lens_comparison(lm: LM, trace: Trace, tuned: TunedLens | None = None) -> go.Figure:
+    """Each layer's reading against the final prediction (the Logit lens page's chart): KL and top-1
+    agreement over the prompt's positions after the first, for the logit lens and `tuned`."""
+    fits = prompt_fits(lm.model, trace, tuned, n_words(lm))
+    return fl.lens_fit_figure({k: f.mean_kl() for k, f in fits.items()}, {k: f.agreement() for k, f in fits.items()},
+                              fits["logit"].labels, "Each layer's reading against the final prediction")
 
 
 def _token(lm: LM, token: int | str | None) -> int | None:
