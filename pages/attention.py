@@ -146,7 +146,7 @@ with tabs[2]:
         if (pair := encoder_panels.pair_choice(run)) is not None:   # a sentence pair: A against B, as BertViz
             encoder_panels.pair_head_view(run, layer, heads, *pair)
         else:
-            cells = attention_figs.window_rows(run.pattern_rows(layer, a, b), a, b, hide_first, causal)
+            cells = attention_figs.window_rows(run.pattern_rows(layer, a, b), a, b, hide_first, causal=causal)
             charts.show(attention_figs.head_view(cells, sorted(heads), labels, f"Layer {layer}: who looks at whom{extra}",
                                                  None if tok is None else tok - a), key="attn.head_view")
 with tabs[3]:

@@ -62,7 +62,7 @@ class PromptRun(ModelRun):
             bar = progress_bar(f"Reading the attention of all {n_layer} layers") if show_progress else None
             for layer in range(n_layer):
                 out.append(attention_figs.window_rows(self.pattern_rows(layer, a, b), a, b, hide_first,
-                                                      self.lm.config.causal))
+                                                      causal=self.lm.config.causal))
                 if bar is not None:
                     bar(layer + 1, n_layer)
             return np.stack(out)
