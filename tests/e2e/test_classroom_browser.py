@@ -89,7 +89,7 @@ def test_a_teacher_and_three_students_predict_then_reveal(browser, app_url):
     teacher, *students = [c.new_page() for c in contexts]
     try:
         code = open_room(teacher, app_url)
-        expect(teacher.locator('[data-testid="stImage"] img').first).to_be_visible()   # the QR code
+        expect(teacher.locator('[data-testid="stImage"] img').first).to_be_visible(timeout=SLOW)   # the QR code
         teacher.get_by_role("button", name="Ask the class").click()
         expect(teacher.get_by_text(re.compile(r"Question 1: What token"))).to_be_visible(timeout=SLOW)
 
@@ -97,6 +97,8 @@ def test_a_teacher_and_three_students_predict_then_reveal(browser, app_url):
         picks = answer_next_token(students, top)
         phone = students[0]
         assert phone.evaluate("document.documentElement.scrollWidth") <= PHONE["width"] + 1   # no sideways scroll
+        boxes = phone.get_by_test_id("stRadioOption").evaluate_all("els => els.map(e => e.getBoundingClientRect().height)")
+        assert boxes and min(boxes) >= 44, boxes   # options a thumb can hit
         shot(phone, "classroom_phone_answered")
 
         expect(teacher.locator(".gtitle", has_text="3 of 3 answered")).to_be_visible(timeout=SLOW)
@@ -211,7 +213,7 @@ def test_a_teacher_projecting_the_tour_still_sees_and_uses_the_push(browser, app
         expect(teacher.get_by_role("link", name=re.compile("Class: ask, answers"))).to_be_visible()
         shot(teacher, "classroom_teacher_projecting_tour")
         push.click()
-        expect(teacher.get_by_text("Pushed to the class")).to_be_visible(timeout=SLOW)
+        expect(teacher.get_by_text(re.compile(r"Sent \(view 1\) · 0 of 0 students show it"))).to_be_visible(timeout=SLOW)
         room = open_store(os.environ["TFM_ROOMS_DB"]).room(code)
         assert room.moment.page == "tour" and "present" not in dict(room.moment.params)
     finally:

@@ -39,8 +39,8 @@ def current_moment() -> Moment:
 def push(moment: Moment | None = None) -> Moment | None:
     """Send this screen's view (or `moment`) to every student: the pushed moment, or None."""
     ss = st.session_state
-    moment = moment or current_moment()
     try:
+        moment = moment or current_moment()
         mid = store().push(ss["room.code"], ss["room.key"], moment)
     except (ValueError, PermissionError) as e:
         st.error(f"Not pushed: {message(e)}")
@@ -106,18 +106,25 @@ def _reveal_here(code: str, qid: int) -> None:
     st.switch_page("pages/classroom.py")   # the projected answers, with the model's now
 
 
+def _preview() -> None:
+    """The view this screen shows, written to the room: every process of the class opens it too
+    (warm.py), this one first (this run computes it here, before the others learn of it)."""
+    ss = st.session_state
+    try:
+        moment = current_moment()
+        if ss.get("room.previewed") != moment:
+            _warmer.shown_here(moment.to_json())
+            store().preview(ss["room.code"], ss["room.key"], moment)
+            ss["room.previewed"] = moment
+    except (ValueError, PermissionError):
+        pass   # (a view too big to push: the push button says why; the room ended: the banner's check says so)
+
+
 def _teacher_banner() -> None:
     """The teacher's push button in the sidebar; on a projected screen without one, a row above
     the page with the push, the open question's reveal and the way to the Class page."""
     ss = st.session_state
-    moment = current_moment()
-    if ss.get("room.previewed") != moment:   # every process of the class opens it too (warm.py)
-        try:
-            _warmer.shown_here(moment.to_json())   # this run computes it here (before the others learn of it)
-            store().preview(ss["room.code"], ss["room.key"], moment)
-            ss["room.previewed"] = moment
-        except (ValueError, PermissionError):
-            pass   # (the room ended: the banner's own check says so on the next run)
+    _preview()
     caption = f"🏫 Your class {rules.shown_code(ss['room.code'])}"
     label, helped = "Push this view to the class", "Every student's screen opens this page with this prompt, model and view."
     if not presenting():

@@ -71,8 +71,8 @@ def _head_picker(question, key: str) -> str | None:
 
 
 # Radio options a thumb can hit on a phone (Streamlit draws them ~22 px tall).
-BIG_RADIOS = """<style>[data-testid="stRadio"] label[data-baseweb="radio"] { min-height: 44px; align-items: center;
-  font-size: 1.1rem; }</style>"""
+BIG_RADIOS = """<style>[data-testid="stRadio"] [data-testid="stRadioOption"] { min-height: 44px; display: flex;
+  align-items: center; width: 100%; font-size: 1.1rem; } [data-testid="stRadioGroup"] > div { width: 100%; }</style>"""
 
 
 def _send(code: str, qid: int, question, given: str) -> None:
