@@ -16,6 +16,7 @@ from tfm.analysis.graph_edit import FeatureEdit, Intervention, intervene
 from tfm.analysis.graph_io import GraphFile, graph_file
 from tfm.analysis.graph_prune import Pruned, prune_graph
 from tfm.analysis.transcoder import TranscoderSet, load_transcoders
+from ui import memory
 from ui.progress import fraction_bar
 from ui.run import PromptRun
 from ui.text import message
@@ -60,7 +61,10 @@ class GraphRun:
 
         def compute(lm, *_, should_stop=None):
             bar = fraction_bar(f"Pruning {g.n_nodes:,} nodes")
-            return prune_graph(g, node_threshold, edge_threshold, progress=bar, should_stop=should_stop)
+            try:
+                return prune_graph(g, node_threshold, edge_threshold, progress=bar, should_stop=should_stop)
+            finally:
+                memory.release_freed()   # its blocks of rows (tens of MB each) stay in the heap's arenas otherwise
         return self._derived("graph.pruned", compute, self.run.ids, self.target, self.settings, node_threshold,
                              edge_threshold, stoppable=True)
 
