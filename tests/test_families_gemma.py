@@ -91,3 +91,26 @@ def test_gemma3_refusals_name_the_field(vocab_folder, tmp_path):
     (folder / "config.json").write_text(json.dumps({**data, "layer_types": ["sliding_attention"]}))
     with pytest.raises(ValueError, match="layer_types must list"):
         tfm.load(folder, device="cpu")
+
+
+@pytest.mark.parametrize("local", [(0, 1, 3, 4), (0, 1, 2, 3, 4, 5)])
+def test_windowed_kv_cache_keeps_the_window_and_equals_the_whole_forward(local, make_model):
+    """Local layers keep only their last window - 1 positions (tfm.generate's cache): fed in chunks
+    of several tokens and one at a time, every position's logits equal one forward over all."""
+    from tfm.core.cache import KVCache
+    from tfm.core.config import ModelConfig
+    cfg = ModelConfig.preset("tiny", context_length=64, n_layer=6, n_head=4, n_kv_head=1, head_dim=8, pos_encoding="rope",
+                             norm="rmsnorm", activation="geglu", bias=False, qk_norm=True, post_norms=True,
+                             scale_embeddings=True, sliding_window=5, local_layers=local, rope_local_base=100.0)
+    model = make_model(cfg).eval()
+    idx = torch.randint(0, cfg.vocab_size, (2, 30), generator=torch.Generator().manual_seed(5))
+    windowed, full = KVCache(cfg, 2, 30, windows=True), KVCache(cfg, 2, 30)
+    assert windowed.nbytes() < full.nbytes() and windowed.k_local.shape[-2] == 4
+    with torch.no_grad():
+        want = model(idx).logits
+        got, at = [], 0
+        for n in (7, 1, 1, 1, 6, 1, 3, 1, 1, 1, 4, 1, 1, 1):
+            got.append(model(idx[:, at:at + n], cache=windowed).logits)
+            at += n
+    assert at == 30
+    torch.testing.assert_close(torch.cat(got, dim=1), want, atol=1e-5, rtol=1e-5)
