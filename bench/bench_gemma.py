@@ -33,7 +33,7 @@ def hf_twin(lm):
     cfg = Gemma3TextConfig(
         vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff, num_hidden_layers=c.n_layer,
         num_attention_heads=c.n_head, num_key_value_heads=c.n_kv_head, head_dim=c.d_head, rms_norm_eps=c.norm_eps,
-        max_position_embeddings=c.context_length, sliding_window=c.sliding_window, query_pre_attn_scalar=c.attn_scalar,
+        max_position_embeddings=c.context_length, sliding_window=c.sliding_window, query_pre_attn_scalar=int(c.attn_scalar),
         layer_types=["sliding_attention" if i in c.local_layers else "full_attention" for i in range(c.n_layer)],
         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": c.rope_local_base},
                          "full_attention": {"rope_type": "default", "rope_theta": c.rope_base}},

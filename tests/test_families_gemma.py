@@ -91,3 +91,53 @@ def test_gemma3_refusals_name_the_field(vocab_folder, tmp_path):
     (folder / "config.json").write_text(json.dumps({**data, "layer_types": ["sliding_attention"]}))
     with pytest.raises(ValueError, match="layer_types must list"):
         tfm.load(folder, device="cpu")
+
+
+@pytest.mark.parametrize("local", [(0, 1, 3, 4), (0, 1, 2, 3, 4, 5)])
+def test_windowed_kv_cache_keeps_the_window_and_equals_the_whole_forward(local, make_model):
+    """Local layers keep only their last window - 1 positions (tfm.generate's cache): fed in chunks
+    of several tokens and one at a time, every position's logits equal one forward over all."""
+    from tfm.core.cache import KVCache
+    from tfm.core.config import ModelConfig
+    cfg = ModelConfig.preset("tiny", context_length=64, n_layer=6, n_head=4, n_kv_head=1, head_dim=8, pos_encoding="rope",
+                             norm="rmsnorm", activation="geglu", bias=False, qk_norm=True, post_norms=True,
+                             scale_embeddings=True, sliding_window=5, local_layers=local, rope_local_base=100.0)
+    model = make_model(cfg).eval()
+    idx = torch.randint(0, cfg.vocab_size, (2, 30), generator=torch.Generator().manual_seed(5))
+    windowed, full = KVCache(cfg, 2, 30, windows=True), KVCache(cfg, 2, 30)
+    assert windowed.nbytes() < full.nbytes() and windowed.k_local.shape[-2] == 4
+    with torch.no_grad():
+        want = model(idx).logits
+        got, at = [], 0
+        for n in (7, 1, 1, 1, 6, 1, 3, 1, 1, 1, 4, 1, 1, 1):
+            got.append(model(idx[:, at:at + n], cache=windowed).logits)
+            at += n
+    assert at == 30
+    torch.testing.assert_close(torch.cat(got, dim=1), want, atol=1e-5, rtol=1e-5)
+
+
+def test_ragged_batch_cache_masks_each_rows_window(make_model):
+    """The shared decode batch (RaggedKVCache): rows at different lengths, one token each per step,
+    every local layer masking its own row's keys left of the window: each row's logits equal a
+    whole forward of that row alone."""
+    from tfm.core.cache import KVCache, RaggedKVCache
+    from tfm.core.config import ModelConfig
+    cfg = ModelConfig.preset("tiny", context_length=64, n_layer=3, n_head=2, n_kv_head=1, head_dim=8, pos_encoding="rope",
+                             norm="rmsnorm", activation="geglu", bias=False, qk_norm=True, post_norms=True,
+                             sliding_window=4, local_layers=(0, 1), rope_local_base=100.0)
+    model = make_model(cfg).eval()
+    rows = [torch.randint(0, cfg.vocab_size, (1, n), generator=torch.Generator().manual_seed(n)) for n in (9, 3)]
+    ragged = RaggedKVCache(cfg, 2, 20)
+    with torch.no_grad():
+        for r, ids in enumerate(rows):
+            pre = KVCache(cfg, 1, 20)
+            model(ids[:, :-1], cache=pre)
+            ragged.put(r, pre)
+        ragged.rows = 2
+        for step in range(6):
+            last = torch.cat([ids[:, -1:] for ids in rows])                      # (2, 1)
+            got = model(last, cache=ragged).logits[:, -1]                         # (2, V)
+            for r, ids in enumerate(rows):
+                torch.testing.assert_close(got[r], model(ids).logits[0, -1], atol=1e-5, rtol=1e-5)
+            nxt = got.argmax(-1)
+            rows = [torch.cat([ids, nxt[r].view(1, 1)], dim=1) for r, ids in enumerate(rows)]

@@ -213,7 +213,8 @@ class _Forward:
         self.device = param.device
         cfg = lm.config
         fed = min(cfg.context_length, n_prompt + max_new_tokens - 1)  # the last token is never fed
-        self.cache = KVCache(cfg, 1, fed, self.device, param.dtype) if use_cache else None
+        # untraced: local layers keep only their window; a traced step's patterns span every key
+        self.cache = KVCache(cfg, 1, fed, self.device, param.dtype, windows=not trace) if use_cache else None
 
     @torch.no_grad()
     def __call__(self, tokens: list[int]) -> tuple[torch.Tensor, Trace | None]:

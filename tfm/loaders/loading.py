@@ -123,7 +123,8 @@ def detect_format(path: Path) -> str:
     if (path / "ckpt.pt").is_file():
         return "nanogpt"
     raise ValueError(f"{path.name or path} is not a model folder: expected a tfm folder (config.json with \"format\": \"tfm\" "
-                     "and model.safetensors), a Hugging Face folder (GPT-2, Llama, Qwen2, Mistral, GPT-NeoX, BERT), "
+                     "and model.safetensors), a Hugging Face folder (GPT-2, Llama, Qwen2, Mistral, GPT-NeoX, Gemma 3, Qwen3, "
+                     "Phi-3, BERT), "
                      "a GGUF file or an Ollama models folder, or a nanoGPT ckpt.pt")
 
 
