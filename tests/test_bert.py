@@ -208,3 +208,11 @@ def test_parameter_formulas_count_an_encoder(head):
     counts = param_counts(model)
     assert counts == {k: v for k, (_, v) in param_formulas(cfg).items()}
     assert sum(counts.values()) == model.num_params()
+
+
+def test_an_encoder_does_not_generate():
+    lm = tfm.load("random:" + '{"preset":"minilm-l6","config":{"n_layer":1,"d_model":24,"n_head":2,"d_ff":32}}')
+    with pytest.raises(ValueError, match="no next-token head"):
+        tfm.generate(lm, "hello", max_new_tokens=2)
+    with pytest.raises(ValueError, match="takes no KV cache"):
+        lm.model(torch.tensor([[1, 2]]), cache=tfm.core.cache.KVCache(lm.config, batch=1, max_len=4))
