@@ -78,3 +78,17 @@ def test_similarity_page(page, app_url):
     contrib = page.locator(PLOT).filter(has_text="shares of cos").first
     contrib.scroll_into_view_if_needed()
     contrib.screenshot(path=str(shot(page, "encoder_similarity").with_name("encoder_similarity_tokens.png")))
+
+
+def test_what_heads_look_at(page, app_url):
+    from tfm.analysis.bert_heads import KINDS, SAMPLE_TEXTS, look_at
+    open_page(page, app_url, "look_at", "What heads look at")
+    wait_drawn(page, timeout=SLOW)
+    lm = models.load_lm("minilm", "cpu")
+    want = look_at(lm.model, lm.tokenizer, list(SAMPLE_TEXTS))
+    grid = page.locator(PLOT).filter(has_text="Average share of attention").first
+    drawn = grid.evaluate("el => el._fullData.map(t => Array.from(t.z, r => Array.from(r)))")
+    for z, kind in zip(drawn, KINDS):
+        assert np.abs(np.array(z) - want.scores[kind].numpy()).max() <= 1e-5, kind
+    grid.scroll_into_view_if_needed()
+    grid.screenshot(path=str(shot(page, "encoder_look_at").with_name("encoder_look_at_grid.png")))
