@@ -216,9 +216,9 @@ def test_broken_weights_are_named(change, message, gpt2_vocab_folder, tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda d: d.__setitem__("architectures", ["BertForMaskedLM"]),
-     "architecture 'BertForMaskedLM' is not supported; tfm loads GPTNeoXForCausalLM, LlamaForCausalLM, "
-     "MistralForCausalLM, Qwen2ForCausalLM (and GPT-2)"),
+    (lambda d: d.__setitem__("architectures", ["T5ForConditionalGeneration"]),
+     "architecture 'T5ForConditionalGeneration' is not supported; tfm loads BertForMaskedLM, BertModel, "
+     "GPTNeoXForCausalLM"),
     (lambda d: d["rope_parameters"].update(rope_type="yarn", factor=2.0),
      "rope scaling type 'yarn' is not supported; tfm supports 'default', 'linear', 'llama3'"),
     (lambda d: d.pop("rope_parameters") and d.update(rope_theta=1e4, rope_scaling={"type": "dynamic", "factor": 2.0}),
