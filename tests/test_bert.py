@@ -208,3 +208,31 @@ def test_parameter_formulas_count_an_encoder(head):
     counts = param_counts(model)
     assert counts == {k: v for k, (_, v) in param_formulas(cfg).items()}
     assert sum(counts.values()) == model.num_params()
+
+
+def test_an_encoder_does_not_generate():
+    lm = tfm.load("random:" + '{"preset":"minilm-l6","config":{"n_layer":1,"d_model":24,"n_head":2,"d_ff":32}}')
+    with pytest.raises(ValueError, match="no next-token head"):
+        tfm.generate(lm, "hello", max_new_tokens=2)
+    with pytest.raises(ValueError, match="takes no KV cache"):
+        lm.model(torch.tensor([[1, 2]]), cache=tfm.core.cache.KVCache(lm.config, batch=1, max_len=4))
+
+
+def test_each_layers_pattern_from_the_same_input_within_1e6(lm, hf):
+    """The attention arithmetic alone, in float32: each of tfm's blocks fed transformers' own input to
+    that layer gives its pattern to 1e-6 (the whole-model difference above is the stream's drift)."""
+    from tfm.core.functional import attention_scores
+    from tfm.core.encoder import key_mask
+    tok = lm.tokenizer
+    ids, mask, types = batch(tok, SINGLES + [f"{a} [SEP] {b}" for a, b in PAIRS])
+    with torch.no_grad():
+        ref = hf(input_ids=ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True,
+                 output_attentions=True)
+        keys = key_mask(lm.config, mask, ids)
+        rows = mask.bool()[:, None, :, None].expand(-1, 12, -1, ids.shape[1])
+        worst = 0.0
+        for i, block in enumerate(lm.model.blocks):
+            q, k, _ = block.attn.split_qkv(block.attn.qkv(ref.hidden_states[i]), None)
+            pattern = attention_scores(q, k, keys).softmax(-1)
+            worst = max(worst, float((pattern - ref.attentions[i])[rows].abs().max()))
+    assert worst <= 1e-6, worst

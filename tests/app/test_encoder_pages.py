@@ -92,3 +92,9 @@ def test_neuron_view_and_pair_head_view_on_minilm():
     sep = ids.index(lm.tokenizer.sep_id)
     left, right = (list(t["text"]) for t in fig["data"] if t.get("mode") == "text")
     assert len(left) == sep + 1 and len(right) == len(ids) - sep - 1   # sentence A against sentence B
+
+
+def test_contribution_labels_stay_distinct_when_words_repeat():
+    from tfm.viz.encoder import contribution_figure
+    fig = contribution_figure(np.zeros((3, 4)), ["a", "a", "b"], ["x", "a", "x", "a"], "t")
+    assert len(set(fig.data[0].x)) == 4 and len(set(fig.data[0].y)) == 3

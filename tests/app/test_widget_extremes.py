@@ -40,6 +40,7 @@ def extremes(kind: str, el) -> list:
 # 3 key/value heads), where the Tour once crashed at head 3; pages that ignore the model run once.
 CELLS = [(page, kind) for page in PAGES for kind in ("bundled", "smollm2-gqa")
          if kind == "bundled" or not PAGES[page].model_free]
+CELLS += [(page, "minilm") for page in ("attention", "similarity", "tokens")]   # an encoder's own controls
 
 
 @pytest.mark.parametrize(("page", "kind"), CELLS, ids=[f"{p}-{k}" for p, k in CELLS])

@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 from tfm.analysis.neuron_view import neuron_view
 from tfm.analysis.similarity import sentence_embeddings
 from tfm.loaders.packaged_minilm import minilm_path
+from tfm.text.token_view import token_labels
 from ui import models
 
 from tests.e2e.conftest import shot, wait_drawn, wait_idle
@@ -43,11 +44,12 @@ def test_pair_head_view_and_neuron_view(page, app_url):
     lm = models.load_lm("minilm", "cpu")
     ids = lm.tokenizer.prompt_ids(PAIR)
     sep = ids.index(lm.tokenizer.sep_id)
-    pieces = lm.tokenizer.display_pieces(ids)
+    pieces = token_labels(lm.tokenizer, ids)   # the page's axis labels: piece ·position
     view = page.locator(PLOT).filter(has_text="looking at").first
     texts = view.evaluate("el => el._fullData.filter(t => t.mode === 'text').map(t => Array.from(t.text))")
     assert texts[0] == pieces[:sep + 1] and texts[1] == pieces[sep + 1:]      # sentence A left, sentence B right
-    shot(page, "encoder_head_view_pair")
+    view.scroll_into_view_if_needed()
+    view.screenshot(path=str(shot(page, "encoder_head_view_pair").with_name("encoder_head_view_pair_chart.png")))
     tab(page, "Neuron view")
     with torch.no_grad():
         trace = lm.model(torch.tensor([ids]), trace=True).trace
@@ -58,6 +60,9 @@ def test_pair_head_view_and_neuron_view(page, app_url):
     drawn = np.array(row.evaluate("el => Array.from(el._fullData[0].y)"), dtype=np.float64)
     assert np.abs(drawn - want.pattern_row.numpy()).max() <= 1e-5
     shot(page, "encoder_neuron_view")
+    for name, chart in (("products", page.locator(PLOT).filter(has_text="dimension by dimension").first), ("row", row)):
+        chart.scroll_into_view_if_needed()
+        chart.screenshot(path=str(shot(page, "encoder_neuron_view").with_name(f"encoder_neuron_view_{name}.png")))
 
 
 def test_similarity_page(page, app_url):
@@ -70,3 +75,20 @@ def test_similarity_page(page, app_url):
     drawn = np.array(heat.evaluate("el => Array.from(el._fullData[0].z, r => Array.from(r))"), dtype=np.float64)
     assert drawn.shape == want.shape and np.abs(drawn - want).max() <= 1e-5
     shot(page, "encoder_similarity")
+    contrib = page.locator(PLOT).filter(has_text="shares of cos").first
+    contrib.scroll_into_view_if_needed()
+    contrib.screenshot(path=str(shot(page, "encoder_similarity").with_name("encoder_similarity_tokens.png")))
+
+
+def test_what_heads_look_at(page, app_url):
+    from tfm.analysis.bert_heads import KINDS, SAMPLE_TEXTS, look_at
+    open_page(page, app_url, "look_at", "What heads look at")
+    wait_drawn(page, timeout=SLOW)
+    lm = models.load_lm("minilm", "cpu")
+    want = look_at(lm.model, lm.tokenizer, list(SAMPLE_TEXTS))
+    grid = page.locator(PLOT).filter(has_text="Average share of attention").first
+    drawn = grid.evaluate("el => el._fullData.map(t => Array.from(t.z, r => Array.from(r)))")
+    for z, kind in zip(drawn, KINDS):
+        assert np.abs(np.array(z) - want.scores[kind].numpy()).max() <= 1e-5, kind
+    grid.scroll_into_view_if_needed()
+    grid.screenshot(path=str(shot(page, "encoder_look_at").with_name("encoder_look_at_grid.png")))

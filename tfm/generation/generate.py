@@ -302,6 +302,9 @@ def generate(lm: LM, prompt: str | Sequence[int], max_new_tokens: int | None = N
     before each step; yes raises `tfm.core.cancel.Cancelled` from the iterator.
     """
     settings = SamplingSettings(temperature, top_k, top_p)
+    if lm.config.lm_head != "next":
+        raise ValueError("this model has no next-token head (an encoder reads the whole text at once): it cannot "
+                         "generate; use a causal language model")
     if lm.model.training and lm.config.dropout > 0:  # dropout would draw from the global RNG
         raise ValueError("the model is in training mode, so dropout would make generation random; "
                          "generate from an eval-mode model (tfm.load returns one)")

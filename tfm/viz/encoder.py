@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from ..analysis.bert_heads import HELP, LookAt
 from ..analysis.neuron_view import NeuronView
 from .attention import COLORSCALE, HEAD_COLOURS, _lines, plotly_text
+from ..text.token_view import position_labels
 from .plain import figure
 
 DIVERGING = [[0.0, "rgb(178,24,43)"], [0.5, "rgb(247,247,247)"], [1.0, "rgb(33,102,172)"]]
@@ -79,8 +80,10 @@ def cosine_figure(cos: np.ndarray, names: list[str], title: str) -> go.Figure:
 
 
 def contribution_figure(c: np.ndarray, rows: list[str], cols: list[str], title: str) -> go.Figure:
-    """(T_a, T_b) token-pair shares of a cosine (they sum to it)."""
+    """(T_a, T_b) token-pair shares of a cosine (they sum to it); labels get their position (·i):
+    plotly merges equal category names, and a sentence repeats words."""
     lim = float(np.abs(c).max()) or 1.0
+    rows, cols = position_labels(rows), position_labels(cols)
     data = [dict(type="heatmap", z=c, x=[plotly_text(s) for s in cols], y=[plotly_text(s) for s in rows], zmin=-lim,
                  zmax=lim, colorscale=DIVERGING, hovertemplate="%{y} · %{x}<br>share: %{z:.5f}<extra></extra>")]
     return figure(data, dict(title=dict(text=title), height=int(np.clip(22 * len(rows) + 220, 360, 1200)),
