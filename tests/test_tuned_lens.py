@@ -144,6 +144,11 @@ def test_training_beats_the_logit_lens_and_a_killed_run_goes_on_to_the_same_weig
     assert not a.weight[-1].any() and not a.bias[-1].any() and a.weight[0].any()   # the last stays the identity
     assert train_tl.main(args + ["--out", str(tmp_path / "b"), "--lr", "0.1"]) == 2   # other settings: refused
     assert "pass the same settings to go on" in capsys.readouterr().err
+    stage = ["--init", str(tmp_path / "a"), "--lr", "0", "--out", str(tmp_path / "c")]   # a second stage from a
+    assert train_tl.main(args + stage) == 0
+    c = TL.load_tuned_lens(tmp_path / "c")
+    assert torch.equal(c.weight, a.weight) and torch.equal(c.bias, a.bias)   # lr 0: a's translators unchanged
+    assert c.card["init"]["command"] == card["command"] and c.card["init"]["steps"] == 62
 
 
 def _heldout_fits(lm, lens, tokens: int) -> dict[str, dict[str, LC.LensFit]]:

@@ -128,3 +128,17 @@ def test_class_room_figures_are_valid_and_escape_what_students_typed():
     assert list(fig.data[0].y) == bins and list(fig.data[0].x) == [0, 0, 0, 2, 0, 0, 0, 0, 0, 0]
     grid = valid(fc.head_grid(30, 9, chosen=(4, 2)))
     assert len(grid.data[0].x) == 270 and grid.data[0].marker.color[4 * 9 + 2] == fc.MODEL
+
+
+def test_the_lens_comparison_chart_is_valid(run):
+    from tfm.analysis.lens_compare import prompt_fits
+    from tfm.analysis.tuned_lens import shipped_lens
+    from tfm.viz import lens as fl
+    lm, ids, out = run
+    fits = prompt_fits(lm.model, out.trace, shipped_lens("default", lm))
+    kl = {k: f.mean_kl() for k, f in fits.items()}
+    fig = valid(fl.lens_fit_figure(kl, {k: f.agreement() for k, f in fits.items()}, fits["logit"].labels, "t"))
+    assert fig.layout.yaxis.range[1] < kl["logit"][0]          # the embedding's KL is written, off the scale
+    assert f"{kl['logit'][0]:.1f}" in fig.layout.annotations[0].text
+    valid(fl.lens_fit_figure({"logit": [0.5, 0.2, 0.0]}, {"logit": [0.1, 0.5, 1.0]}, ["embed", "block 0", "block 1"],
+                             "<b>x</b>"))

@@ -137,3 +137,4 @@ def test_a_model_without_a_set_keeps_the_logit_lens_and_says_how_to_train_one():
     chart_by_title(at, "Logit lens")
     fig = chart_by_title(at, "against the final prediction")
     assert {t["meta"] for t in fig["data"]} == {"logit"}
+

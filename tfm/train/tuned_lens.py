@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from ..analysis.tuned_lens import CARD_FILE, TunedLensConfig, read_card, save_translator, write_card
+from ..analysis.tuned_lens import CARD_FILE, TunedLensConfig, finished_lens, read_card, save_translator, write_card
 from ..loaders.loading import load
 from ..loaders.weights import read_safetensors
 from . import mix
@@ -55,6 +55,8 @@ def _args(argv) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--corpus", default=str(CORPUS), help="the folder holding the mix's text files")
     p.add_argument("--name", default="", help="what the card calls the model (default: the spec)")
+    p.add_argument("--init", default="", help="a finished set to start from instead of the identity (a second "
+                   "stage; its card's command and steps go into this card)")
     p.add_argument("--out", required=True)
     return p.parse_args(argv)
 
@@ -62,7 +64,7 @@ def _args(argv) -> argparse.Namespace:
 def _settings(a: argparse.Namespace) -> dict:
     """What a rerun must share with the card to go on where it stopped."""
     return {"tokens": a.tokens, "eval_tokens": a.eval_tokens, "ctx": a.ctx, "epochs": a.epochs, "batch": a.batch,
-            "lr": a.lr, "seed": a.seed, "skipped_first_positions": a.skip_first}
+            "lr": a.lr, "seed": a.seed, "skipped_first_positions": a.skip_first, **({"init": a.init} if a.init else {})}
 
 
 def _start_card(out: Path, cfg: TunedLensConfig, a: argparse.Namespace, command: str) -> dict:
@@ -78,11 +80,13 @@ def _start_card(out: Path, cfg: TunedLensConfig, a: argparse.Namespace, command:
     return card
 
 
-def _state(out: Path, cfg: TunedLensConfig, step: int) -> dict[str, torch.Tensor]:
-    """Weights and Adam moments (float32), from the state file when the card says steps were taken."""
+def _state(out: Path, cfg: TunedLensConfig, step: int, init=None) -> dict[str, torch.Tensor]:
+    """Weights and Adam moments (float32), from the state file when the card says steps were taken;
+    else the identity, or `init`'s translators (a TunedLens)."""
     n, d = cfg.n_streams, cfg.d_model
     zeros = {"weight": torch.zeros(n, d, d), "bias": torch.zeros(n, d)}
-    state = {**zeros, **{f"{k}.m": torch.zeros_like(v) for k, v in zeros.items()},
+    start = zeros if init is None else {"weight": init.weight.clone(), "bias": init.bias.clone()}
+    state = {**start, **{f"{k}.m": torch.zeros_like(v) for k, v in zeros.items()},
              **{f"{k}.v": torch.zeros_like(v) for k, v in zeros.items()}}
     if step == 0:
         return state
@@ -123,7 +127,7 @@ def _layer_step(model, x: torch.Tensor, final: torch.Tensor, state: dict, r: int
     return float(loss.detach())
 
 
-def train(lm, cfg: TunedLensConfig, card: dict, a: argparse.Namespace, log=print) -> dict:
+def train(lm, cfg: TunedLensConfig, card: dict, a: argparse.Namespace, log=print, init=None) -> dict:
     """Trains from the card's step to the end, saving the state every --checkpoint steps."""
     out, t0 = Path(a.out), time.perf_counter()
     ids = mix.mix_ids(lm.tokenizer, a.corpus, "train", a.tokens)
@@ -131,7 +135,7 @@ def train(lm, cfg: TunedLensConfig, card: dict, a: argparse.Namespace, log=print
     n_words, n = TLE.words(lm), len(streams)
     per_epoch = max(1, n // a.batch)
     total = max(1, int(per_epoch * a.epochs))
-    state = _state(out, cfg, card["step"])
+    state = _state(out, cfg, card["step"], init)
     card.update(train_positions=n, steps=total)
     recent = [0.0] * cfg.n_streams
     for step in range(card["step"], total):
@@ -176,6 +180,17 @@ def finish(lm, cfg: TunedLensConfig, card: dict, state: dict, a: argparse.Namesp
     (out / STATE_FILE).unlink(missing_ok=True)
 
 
+def _init(folder: str, lm, card: dict):
+    """The finished set a second stage starts from (None: the identity), noted in the card."""
+    if not folder:
+        return None
+    init = finished_lens(Path(folder), lm)
+    if init is None:
+        raise ValueError(f"--init {Path(folder).name}: that set has not finished training")
+    card["init"] = {k: init.card.get(k) for k in ("command", "steps", "train_positions", "settings")}
+    return init
+
+
 def run(a: argparse.Namespace, command: str, log=print) -> dict:
     torch.set_num_threads(a.threads)
     t_start, out = time.perf_counter(), Path(a.out)
@@ -187,7 +202,8 @@ def run(a: argparse.Namespace, command: str, log=print) -> dict:
         log("this set is finished (its card has the held-out table)")
         return card
     card["train_s_before"] = card.get("train_s", 0.0)
-    state = train(lm, cfg, card, a, log)
+    init = _init(a.init, lm, card)
+    state = train(lm, cfg, card, a, log, init)
     card.pop("train_s_before", None)
     card["threads"] = a.threads
     finish(lm, cfg, card, state, a, log)

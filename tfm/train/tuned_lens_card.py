@@ -32,6 +32,8 @@ def card_markdown(card: dict) -> str:
              f"- training: {card.get('train_positions', '?')} positions ({s['tokens']} tokens of the mix in windows of "
              f"{s['ctx']}, the first {s['skipped_first_positions']} of each left out), {card.get('steps', '?')} Adam "
              f"steps of {s['batch']} positions, lr {s['lr']}, {card.get('train_s', '?')} s",
+             *([f"- started from a finished set (a second stage), itself trained by `{card['init']['command']}`: "
+                f"{card['init']['steps']} steps on {card['init']['train_positions']} positions"] if card.get("init") else []),
              *_data_lines(card),
              f"- files: {card.get('bytes', '?')} bytes", "",
              "KL(final ‖ lens) in nats on held-out text, mean over positions:", "", *_table(card), ""]

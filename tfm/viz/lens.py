@@ -26,10 +26,27 @@ def lens_fit_figure(kl: dict[str, list[float]], agree: dict[str, list[float]], r
                          marker=dict(size=6), xaxis="x2", yaxis="y2",
                          hovertemplate="%{x}: %{y:.0f}% of positions<extra>" + esc(name) + "</extra>"))
     axis = dict(type="category", tickangle=-45)
+    kl_axis, notes = _kl_axis(kl, row_labels)
     return figure(data, dict(
         title=dict(text=title), height=560, font=dict(size=13), legend=dict(orientation="h", y=1.08, x=0),
+        annotations=notes,
         xaxis=dict(**axis, anchor="y", domain=[0, 1], showticklabels=False, matches="x2"),
-        yaxis=dict(title=dict(text="KL to the final (nats)"), domain=[0.55, 1], rangemode="tozero"),
+        yaxis=dict(title=dict(text="KL to the final (nats)"), domain=[0.55, 1], **kl_axis),
         xaxis2=dict(**axis, anchor="y2", domain=[0, 1], title=dict(text="layer (residual stream after it)")),
         yaxis2=dict(title=dict(text="top-1 = final (%)"), domain=[0, 0.42], range=[0, 105]),
         margin=dict(t=80, b=10)))
+
+
+def _kl_axis(kl: dict[str, list[float]], row_labels: list[str]) -> tuple[dict, list[dict]]:
+    """The KL axis from 0 to just above every layer but the first; when the first (the bare
+    embedding, often ten times the rest) is above that, its values are written on the chart instead
+    of flattening every other layer."""
+    rest = [v for ys in kl.values() for v in ys[1:]]
+    top = 1.15 * max(rest) if rest else 0.0
+    first = {k: ys[0] for k, ys in kl.items() if ys}
+    if not rest or top <= 0 or all(v <= top for v in first.values()):
+        return dict(rangemode="tozero"), []
+    text = ", ".join(f"{NAMES.get(k, k)} {v:.1f}" for k, v in first.items())
+    return dict(range=[0, top]), [dict(text=esc(f"{row_labels[0]} (off the scale): {text} nats"), x=0.01, y=0.99,
+                                       xref="paper", yref="paper", showarrow=False, xanchor="left", yanchor="top",
+                                       font=dict(size=12))]
