@@ -33,7 +33,7 @@ from tests.app import fuzz_values as fv  # noqa: E402
 from tests.app.conftest import allow_models, as_shown  # noqa: E402
 from tests.app.controls import choose, control, keyed  # noqa: E402
 from tests.app.judge import long_messages, markup_problems, own_markup  # noqa: E402
-from tests.app.matrix import (EXPECTED, HOSTILE, LINK_PARAMS, MODELS, PAGES, PROMPT, needs, open_cell,  # noqa: E402
+from tests.app.matrix import (EXPECTED, HOSTILE, LINK_PARAMS, PAGES, PROMPT, needs, open_cell,  # noqa: E402
                               set_view, spec_of)
 
 # Every page on these model kinds (tests/app/matrix.py MODELS); the model-free pages on the first only.
