@@ -22,37 +22,32 @@ def _offer(kind: str, label: str) -> None:
     st.button(label, key="needs.switch", on_click=_switch, args=(kind,))
 
 
-def next_token_head(page: str) -> None:
-    """Stop the page, saying so, unless the model predicts the next token."""
+def _require(missing, page: str, kind: str, label: str) -> None:
+    """Stop the page with one line and a button when `missing(config, page)` names what the model lacks."""
     model = active_model()
     if model is None:
         st.stop()
-    note = capability.missing_next_token_head(model.lm.config, page)
+    note = missing(model.lm.config, page)
     if note:
         st.info(note)
-        _offer("smollm2" if models.default_model_spec() == "smollm2" else "default", "Open a language model")
+        _offer(kind, label)
         st.stop()
+
+
+def _language_model() -> str:
+    return "smollm2" if models.default_model_spec() == "smollm2" else "default"
+
+
+def next_token_head(page: str) -> None:
+    """Stop the page, saying so, unless the model predicts the next token."""
+    _require(capability.missing_next_token_head, page, _language_model(), "Open a language model")
 
 
 def token_head(page: str) -> None:
     """Stop the page, saying so, unless the model predicts tokens (next-token or fill-mask)."""
-    model = active_model()
-    if model is None:
-        st.stop()
-    note = capability.missing_token_head(model.lm.config, page)
-    if note:
-        st.info(note)
-        _offer("smollm2" if models.default_model_spec() == "smollm2" else "default", "Open a language model")
-        st.stop()
+    _require(capability.missing_token_head, page, _language_model(), "Open a language model")
 
 
 def encoder(page: str) -> None:
     """Stop the page, saying so, unless the model is an encoder."""
-    model = active_model()
-    if model is None:
-        st.stop()
-    note = capability.missing_encoder(model.lm.config, page)
-    if note:
-        st.info(note)
-        _offer("minilm", "Open MiniLM")
-        st.stop()
+    _require(capability.missing_encoder, page, "minilm", "Open MiniLM")
