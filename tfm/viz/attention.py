@@ -157,14 +157,19 @@ def head_view(cells: np.ndarray, heads: list[int], labels: list[str], title: str
                 hovertemplate=f"head {head}<br>key: %{{text}}<br>weight: %{{customdata[1]:.4f}}<extra></extra>"))
     lab = [plotly_text(s) for s in labels]
     bold = [f"<b>{s}</b>" if j == token else s for j, s in enumerate(lab)]
-    ys = -np.arange(w)
-    for x, text, pos in ((0, bold, "middle left"), (1, lab, "middle right")):
-        data.append(dict(type="scatter", x=np.full(w, x), y=ys, mode="text", text=text, textposition=pos,
-                         textfont=dict(size=13), hoverinfo="skip", showlegend=False))
+    return head_view_frame(data, bold, lab, title)
+
+
+def head_view_frame(data: list[dict], left: list[str], right: list[str], title: str) -> go.Figure:
+    """A head view's two token columns (queries left, keys right; plotly-safe text) around its lines."""
+    n = max(len(left), len(right))
+    for x, text, pos in ((0, left, "middle left"), (1, right, "middle right")):
+        data.append(dict(type="scatter", x=np.full(len(text), x), y=-np.arange(len(text)), mode="text", text=text,
+                         textposition=pos, textfont=dict(size=13), hoverinfo="skip", showlegend=False))
     return figure(data, dict(
-        title=dict(text=title), height=int(np.clip(20 * w + 160, 360, 1500)), plot_bgcolor="white",
+        title=dict(text=title), height=int(np.clip(20 * n + 160, 360, 1500)), plot_bgcolor="white",
         margin=dict(l=10, r=10, t=90, b=10), legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0.5, xanchor="center"),
-        xaxis=dict(range=[-0.9, 1.9], visible=False), yaxis=dict(range=[-w + 0.3, 0.9], visible=False),
+        xaxis=dict(range=[-0.9, 1.9], visible=False), yaxis=dict(range=[-n + 0.3, 0.9], visible=False),
         annotations=[dict(x=0, y=0.8, text="<b>query</b> (looking)", showarrow=False, xanchor="right"),
                      dict(x=1, y=0.8, text="<b>key</b> (looked at)", showarrow=False, xanchor="left")]))
 

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 from ..analysis.bert_heads import HELP, LookAt
 from ..analysis.neuron_view import NeuronView
-from .attention import COLORSCALE, HEAD_COLOURS, _lines, plotly_text
+from .attention import COLORSCALE, HEAD_COLOURS, _lines, head_view_frame, plotly_text
 from ..text.token_view import position_labels
 from .plain import figure
 
@@ -22,17 +22,7 @@ def pair_head_view(cells: np.ndarray, heads: list[int], left: list[str], right: 
     for i, head in enumerate(heads):
         q, k = np.nonzero(~np.isnan(cells[head]))
         data += _lines(q, k, cells[head, q, k], HEAD_COLOURS[i % len(HEAD_COLOURS)], f"head {head}")
-    n = max(len(left), len(right))
-    for x, text, pos in ((0, left, "middle left"), (1, right, "middle right")):
-        data.append(dict(type="scatter", x=np.full(len(text), x), y=-np.arange(len(text)), mode="text",
-                         text=[plotly_text(s) for s in text], textposition=pos, textfont=dict(size=13),
-                         hoverinfo="skip", showlegend=False))
-    return figure(data, dict(
-        title=dict(text=title), height=int(np.clip(20 * n + 160, 360, 1500)), plot_bgcolor="white",
-        margin=dict(l=10, r=10, t=90, b=10), legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0.5, xanchor="center"),
-        xaxis=dict(range=[-0.9, 1.9], visible=False), yaxis=dict(range=[-n + 0.3, 0.9], visible=False),
-        annotations=[dict(x=0, y=0.8, text="<b>query</b> (looking)", showarrow=False, xanchor="right"),
-                     dict(x=1, y=0.8, text="<b>key</b> (looked at)", showarrow=False, xanchor="left")]))
+    return head_view_frame(data, [plotly_text(t) for t in left], [plotly_text(t) for t in right], title)
 
 
 def neuron_figure(v: NeuronView, shown: int, title: str) -> go.Figure:
