@@ -126,8 +126,10 @@ def test_class_room_figures_are_valid_and_escape_what_students_typed():
     bins = [f"{i / 10:.1f}–{(i + 1) / 10:.1f}" for i in range(10)]
     fig = valid(fc.answer_bars({"0.3–0.4": 2}, "t", order=bins))
     assert list(fig.data[0].y) == bins and list(fig.data[0].x) == [0, 0, 0, 2, 0, 0, 0, 0, 0, 0]
-    grid = valid(fc.head_grid(30, 9, chosen=(4, 2)))
-    assert len(grid.data[0].x) == 270 and grid.data[0].marker.color[4 * 9 + 2] == fc.MODEL
+    grid = valid(fc.head_grid(30, 9, chosen=(4, 2)))   # the picked head dark, never the model's red
+    colours = list(grid.data[0].marker.color)
+    assert len(grid.data[0].x) == 270 and colours[4 * 9 + 2] == fc.PICKED and fc.MODEL not in colours
+    assert set(valid(fc.head_grid(30, 9)).data[0].marker.color) == {fc.ANSWER}   # nothing picked until a click
 
 
 def test_the_lens_comparison_chart_is_valid(run):
