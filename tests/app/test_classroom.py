@@ -99,8 +99,10 @@ def test_predict_then_reveal_counts_every_answer_and_grades_each_student_against
     ada.run(), bob.run()
     assert "Right!" in texts(ada) and f"{p:.3f}" in texts(ada)
     assert "Not quite" in texts(bob) and f"its top is {top!r} at {p:.3f}" in texts(bob)
-    assert "Export the results (CSV)" in [b.label for b in teacher.get("download_button")]
-    rows = list(csv.DictReader(io.StringIO(export.results_csv(live.store().results(code, key)))))
+    teacher.button(key="room.export").click().run()   # the CSV is built at the click, from the store
+    assert [b.label for b in teacher.get("download_button") if b.label.startswith(f"Download class-{code}.csv")]
+    assert teacher.session_state["room.csv"][0] == export.results_csv(live.store().results(code, key))
+    rows = list(csv.DictReader(io.StringIO(teacher.session_state["room.csv"][0])))
     assert sorted((r["nickname"], r["answer"], r["correct"]) for r in rows) == [("Ada", top, "yes"), ("Bob", wrong, "no")]
     assert all(f"{p:.3f}" in r["model's answer"] for r in rows)
 

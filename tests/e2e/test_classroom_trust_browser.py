@@ -148,16 +148,11 @@ def test_the_export_holds_what_the_store_holds_at_the_click(browser, app_url):
 
 
 def exported(teacher) -> str:
-    """The CSV the export button downloads. Streamlit keeps a file made at the click unreferenced
-    until the browser fetches it, and two sessions ending in that instant (this run's earlier
-    contexts expiring) delete it: the browser's download then fails, and the teacher clicks again
-    (once: a second failure fails the test)."""
-    for attempt in range(2):
-        with teacher.expect_download(timeout=SLOW) as got:
-            teacher.get_by_role("button", name="Export the results (CSV)").click()
-        if got.value.failure() is None or attempt:
-            return open(got.value.path(), encoding="utf-8").read()
-    raise AssertionError("unreachable")
+    """The CSV the teacher exports: built at the click on Export, then downloaded."""
+    teacher.get_by_role("button", name="Export the results (CSV)").click()
+    with teacher.expect_download(timeout=SLOW) as got:
+        teacher.get_by_role("button", name=re.compile(r"Download class-\w+\.csv")).click()
+    return open(got.value.path(), encoding="utf-8").read()
 
 
 def joined_or_asked(page, app_url: str, code: str, nick: str) -> None:

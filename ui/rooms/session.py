@@ -39,7 +39,7 @@ def role() -> str | None:
 
 def leave(note: str | None = None) -> None:
     for key in ("room.code", "room.key", "room.sid", "room.seen", "room.version", "room.away", "room.followed",
-                "room.previewed", "room.pushed", "room.reported"):
+                "room.previewed", "room.pushed", "room.reported", "room.csv"):
         st.session_state.pop(key, None)
     identity.forget()
     if note:

@@ -4,6 +4,7 @@ model's answer, export the results, close the room."""
 from __future__ import annotations
 
 import io
+import time
 
 import segno
 import streamlit as st
@@ -208,8 +209,8 @@ def panel() -> None:
     ask_form(run)
     st.divider()
     c1, c2 = st.columns(2)
-    c1.download_button("Export the results (CSV)", _export(room.code, ss["room.key"]), file_name=f"class-{room.code}.csv",
-                       mime="text/csv", key="room.export", on_click="ignore")
+    with c1:
+        export_button(room.code)
     with c2.popover("Close the room…", icon="🗑️"):
         st.warning("Closing ends the room for every student and deletes all its answers. Export them first.")
         if st.button("Yes: close it and delete its answers", key="room.close", type="primary"):
@@ -218,11 +219,17 @@ def panel() -> None:
             st.rerun()
 
 
-def _export(code: str, key: str):
-    """The CSV as the store holds it at the moment of the click (built then, not when the page ran)."""
-    def csv_now() -> str:
+def export_button(code: str) -> None:
+    """The CSV as the store holds it at the moment of the click, then its download. (Streamlit's
+    deferred download data keeps the file it makes unreferenced until the browser fetches it, and
+    sessions ending meanwhile delete it: the download failed in a class whose phones came and went.)"""
+    ss = st.session_state
+    if st.button("Export the results (CSV)", key="room.export", icon="📥"):
         try:
-            return export.results_csv(live.store().results(code, key))
+            ss["room.csv"] = (export.results_csv(live.store().results(code, ss["room.key"])), time.strftime("%H:%M:%S"))
         except (ValueError, PermissionError) as e:
-            return f"No export: {message(e)}\n"
-    return csv_now
+            st.error(f"No export: {message(e)}")
+    if ss.get("room.csv"):
+        text, when = ss["room.csv"]
+        st.download_button(f"Download class-{code}.csv (as of {when})", text, file_name=f"class-{code}.csv",
+                           mime="text/csv", key="room.csv_file", on_click="ignore", icon="💾")
