@@ -50,7 +50,7 @@ def thresholds() -> tuple[float, float]:
 
 
 def scores(g: Graph, pruned: Pruned, piece: str) -> None:
-    c = st.columns(6)
+    c = st.columns(4) + st.columns(4)   # two rows: "1,224 / 1,440" does not fit a sixth of the page
     c[0].metric(f"p({plain(piece, 30)})", f"{g.prob:.4f}", help="the real model's probability of the target token")
     c[1].metric("Target logit" + (" difference" if g.target.kind == "difference" else ""), f"{g.logit:.3f}")
     c[2].metric("Replacement score", f"{pruned.replacement:.3f}",
@@ -63,6 +63,8 @@ def scores(g: Graph, pruned: Pruned, piece: str) -> None:
                      f"{pruned.edge_share:.0%} of the edge scores")
     c[5].metric("Active features", f"{g.n_active:,}", help="transcoder features active anywhere in the prompt; "
                 "those without a row in the graph count in its error nodes")
+    c[6].metric("Edges kept", f"{pruned.n_edges:,}", help=f"of the {pruned.n_candidates:,} non-zero edges between "
+                "kept nodes")
     if pruned.capped:
         st.info(f"This view keeps the strongest {pruned.n_edges:,} of the {pruned.n_candidates:,} edges between "
                 f"kept nodes (they hold {pruned.edge_share:.0%} of the edge scores): a view keeps at most "

@@ -211,6 +211,7 @@ def test_active_features_beside_kept_and_lowering_the_threshold_keeps_chosen_fea
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Active features"] == f"{g.n_active:,}"
     assert metrics["Features kept"] == f"{int(pruned.nodes[:g.n_features].sum()):,} / {g.n_features:,}"
+    assert metrics["Edges kept"] == f"{pruned.n_edges:,}"
     low = prune_graph(g, 0.5, 0.98)
     hidden = [i for i in pruned.nodes[:g.n_features].nonzero().squeeze(1).tolist() if not low.nodes[i]]
     assert hidden

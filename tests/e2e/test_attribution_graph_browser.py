@@ -46,3 +46,24 @@ def test_clicking_a_feature_node_opens_it(page, app_url):
         page.locator('[data-testid="stMain"] [data-testid="stSelectbox"]').first.inner_html()   # the picker follows
     assert page.locator('[data-testid="stException"]').count() == 0
     shot(page, "attribution_graph_click")
+
+
+def test_both_thresholds_at_one_draw_a_capped_view(page, app_url):
+    """Issue #51: both sliders at 1.0 by keyboard (End); the page comes back with the view capped
+    and says so, beside the metrics (Active features among them), with no exception."""
+    page.set_viewport_size({"width": 1400, "height": 1600})
+    page.goto(f"{app_url}/attribution_graph?prompt={quote(PROMPT)}")
+    wait_idle(page)
+    wait_drawn(page)
+    names = ("Keep the nodes holding this share of the influence", "Keep the edges holding this share of the edge scores")
+    for name in names:
+        watch_rerun(page)
+        thumb = page.get_by_role("slider", name=name)
+        thumb.focus()
+        thumb.press("End")
+        wait_rerun(page)
+        wait_idle(page)
+    page.get_by_text("keeps the strongest").wait_for(timeout=60_000)
+    assert page.get_by_text("Active features").count() == 1
+    assert page.locator('[data-testid="stException"]').count() == 0
+    shot(page, "attribution_graph_at_one")
