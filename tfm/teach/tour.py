@@ -19,7 +19,7 @@ from .checks import Check, attend_check, next_token_check, params_check
 from ..generation.sampling import SamplingSettings, breakdown, sample
 from ..core.trace import Trace
 from ..core.trace_read import head_qkv
-from ..core.window import layer_note, layer_window
+from ..core.window import layer_window
 
 SHOW = 8  # entries of a long vector a slide can hold
 
@@ -194,16 +194,19 @@ def _mask_step(cfg, layer: int, shown: Shown) -> TourStep:
                         "hidden words, which needs both sides.", {"scores, rows = queries": shown}, "pages/attention.py")
     text = ("Keys after each query (above the diagonal) are set to −∞, so they get zero weight: a token only sees the "
             "past. That is what lets the model be trained on every position of a text at once.")
-    w = layer_window(cfg, layer)
+    w, n_local = layer_window(cfg, layer), len(cfg.local_layers)
+    glob = ", ".join(str(i) for i in range(cfg.n_layer) if i not in cfg.local_layers) or "none"
     if w is None:
         return TourStep("mask", "Causal mask: no looking ahead", r"s_j = -\infty \quad\text{for } j > i",
-                        text + (" " + layer_note(cfg, layer) if cfg.local_layers else ""),
-                        {"scores, rows = queries": shown}, "pages/attention.py")
+                        text + (f" Block {layer} is a global layer: it reads every earlier key. The other {n_local} "
+                                f"layers are local, each reading only the last {cfg.sliding_window} keys."
+                                if n_local else ""), {"scores, rows = queries": shown}, "pages/attention.py")
     return TourStep("mask", "Causal and sliding-window mask (a local layer)",
                     rf"s_j = -\infty \quad\text{{for }} j > i \text{{ or }} j \le i - {w}",
-                    text + f" This is a local layer: a key more than {w - 1} positions back is masked too, however "
-                    f"relevant, because the layer reads only a window of the last {w} keys (cheaper, and its KV cache "
-                    "keeps only the window). " + layer_note(cfg, layer), {"scores, rows = queries": shown},
+                    text + f" Block {layer} is a local layer: a key more than {w - 1} positions back is masked too, "
+                    f"however relevant, because the layer reads only a window of the last {w} keys (cheaper, and "
+                    f"its KV cache keeps only the window). {n_local} of the {cfg.n_layer} layers are local; the "
+                    f"global ones ({glob}) read every earlier key.", {"scores, rows = queries": shown},
                     "pages/attention.py")
 
 

@@ -9,8 +9,9 @@ back ends serve:
 - `tokenizer.ggml.model` = "gpt2" (byte-level BPE: SmolLM, Llama 3, Qwen2, GPT-2) on tiktoken
   (`hf_bytelevel`), split by the regexes named by `tokenizer.ggml.pre`; an unknown name is
   refused with the list of known ones, never guessed (a wrong split gives wrong ids silently).
-- "llama" (SentencePiece-style BPE with ▁ and <0xNN> byte fallback: Llama 2, TinyLlama) on the
-  `tokenizers` library (`hf_libtokenizer`); merges from the file, else rebuilt from the scores.
+- "llama" (SentencePiece-style BPE with ▁ and <0xNN> byte fallback: Llama 2, TinyLlama, Gemma) on
+  the `tokenizers` library (`hf_libtokenizer`); merges from the file, else rebuilt from the scores
+  (Gemma files: from the tokens' order, runs of spaces spelled ▁▁..., as transformers reads them).
 
 Control tokens (type 3) are special tokens (typed as plain text unless `allow_special`),
 user-defined ones (type 4) always match whole. `bos_id`, `eot_id` (the file's eos), `add_bos`
@@ -148,9 +149,17 @@ def _bytelevel_file(metadata, tokens, types, source) -> TokenizerFile:
 
 
 def _sentencepiece_file(metadata, tokens, types, source) -> TokenizerFile:
+    original, order = tokens, None
+    if str(metadata.get("general.architecture", "")).startswith("gemma"):
+        # Gemma files (as transformers' GGUF reader builds them): a token of spaces is spelled with ▁,
+        # as the normalised text is; the merges follow the tokens' order in the file, not their scores
+        tokens = ["▁" * len(t) if " " in t and not t.strip() else t for t in tokens]
+        order = {t: -float(i) for i, t in enumerate(tokens)}
     vocab = {t: i for i, t in enumerate(tokens)}
     merges = metadata.get("tokenizer.ggml.merges")
-    if merges is None:
+    if merges is None and order is not None:
+        merges = scores_to_merges(vocab, order)
+    elif merges is None:
         scores = metadata.get("tokenizer.ggml.scores")
         if not isinstance(scores, list) or len(scores) != len(tokens):
             raise ValueError(f"{source}: a llama tokenizer needs tokenizer.ggml.merges or one score per token")
@@ -167,7 +176,8 @@ def _sentencepiece_file(metadata, tokens, types, source) -> TokenizerFile:
             "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
                       "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
                       "vocab": vocab, "merges": [list(m) for m in merges]}}
-    return _file(metadata, tokens, data, _added(tokens, types), True, source)
+    added = _added(original, types, keep=lambda t: t in vocab)   # a respelled run of spaces is BPE's to merge
+    return _file(metadata, tokens, data, added, True, source)
 
 
 def scores_to_merges(vocab: dict[str, int], scores: dict[str, float]) -> list[tuple[str, str]]:
