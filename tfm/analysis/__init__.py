@@ -5,8 +5,9 @@ tuned_lens (trained per-layer translators: the tuned lens's files) and lens_comp
 a prompt: grids, KL to the final distribution, top-1 agreement),
 norms (norm statistics), shapes (shapes, parameter counts, KV-cache sizes), positions (the
 positional-encoding page), attention_rows (a window of a pattern), attribution (direct logit
-attribution), patching (ablation and activation patching sweeps), transcoder (per-layer TopK
-transcoders), graph (attribution graphs on them: graph_frozen, graph_rows, graph_prune,
+attribution), patching (ablation and activation patching sweeps), topk_dict (the TopK dictionary
+an SAE and a transcoder share), transcoder (per-layer TopK transcoders), graph (attribution graphs
+on them: graph_frozen, graph_rows, graph_prune,
 graph_edit, graph_io, graph_slopes, graph_view), steering (steer_calibrate: where steering works;
 steer_files: the shipped models' calibrations), sae and features; neuron_view (how one score
 is made), similarity and bert_heads (encoders' sentence embeddings and Clark et al.'s averages),

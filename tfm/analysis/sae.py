@@ -28,6 +28,7 @@ from ..core.config import JsonConfig
 from ..core.files import folder_file, read_json, reading
 from ..core.validate import check_int, from_json_object
 from ..loaders.weights import read_safetensors
+from .topk_dict import TopKDictionary, check_fields
 
 SAE_FILE, CARD_FILE, FEATURES_FILE = "sae.safetensors", "card.json", "features.safetensors"
 MAX_SAE_BYTES = 64 * 2**20     # an SAE file larger than this is refused before reading
@@ -48,48 +49,17 @@ class SAEConfig(JsonConfig):
     model: str = ""            # the model spec it was trained on ("default", "smollm2"): informative
 
     def __post_init__(self) -> None:
-        check_int("d_model", self.d_model, 1)
-        check_int("n_features", self.n_features, 1, MAX_FEATURES)
-        check_int("k", self.k, 1, self.n_features, " (at most n_features)")
+        check_fields(self, MAX_FEATURES, "the SAE")
         check_int("layer", self.layer, 0)
-        if not isinstance(self.model, str) or len(self.model) > 200:
-            raise ValueError("the SAE's model name must be a short string")
 
 
-class SAE(torch.nn.Module):
-    """A TopK sparse autoencoder (float32 parameters in memory)."""
+class SAE(TopKDictionary):
+    """A TopK sparse autoencoder (float32 parameters in memory): it subtracts b_dec before encoding."""
 
-    def __init__(self, cfg: SAEConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
-        d, f = cfg.d_model, cfg.n_features
-        self.W_enc = torch.nn.Parameter(torch.zeros(d, f))
-        self.b_enc = torch.nn.Parameter(torch.zeros(f))
-        self.W_dec = torch.nn.Parameter(torch.zeros(f, d))
-        self.b_dec = torch.nn.Parameter(torch.zeros(d))
-
-    def pre(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, D) -> (N, F) pre-activations, before TopK."""
-        return (x.float() - self.b_dec) @ self.W_enc + self.b_enc
-
-    def topk(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(values, indices), each (N, k): the kept activations (ReLU'd) and their features."""
-        vals, idx = self.pre(x).topk(self.cfg.k, dim=-1)
-        return vals.relu(), idx
-
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, D) -> (N, F) sparse activations: at most k non-zero entries per row."""
-        vals, idx = self.topk(x)
-        return torch.zeros(x.shape[0], self.cfg.n_features, dtype=vals.dtype,
-                           device=vals.device).scatter_(-1, idx, vals)
-
-    def decode(self, acts: torch.Tensor) -> torch.Tensor:
-        """(N, F) -> (N, D)."""
-        return acts @ self.W_dec + self.b_dec
+    centered = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        vals, idx = self.topk(x)
-        return (vals[..., None] * self.W_dec[idx]).sum(-2) + self.b_dec  # only k rows of W_dec per input
+        return self.decode_kept(*self.topk(x))  # only k rows of W_dec per input
 
 
 def save_sae(sae: SAE, folder: Path | str, card: dict, readme: str) -> None:

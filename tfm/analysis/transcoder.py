@@ -34,6 +34,7 @@ from ..core.files import folder_file
 from ..core.validate import check_int
 from ..loaders.weights import read_safetensors
 from .sae import card_with_config
+from .topk_dict import TopKDictionary, check_fields
 
 CARD_FILE = "card.json"
 MAX_LAYER_BYTES = 16 * 2**20   # one layer's file larger than this is refused before reading
@@ -61,44 +62,18 @@ class TranscoderConfig(JsonConfig):
     storage: str = "fp16"      # how the layer files hold the matrices: "fp16" or "int8" (+ per-feature scales)
 
     def __post_init__(self) -> None:
-        check_int("d_model", self.d_model, 1)
+        check_fields(self, MAX_FEATURES, "the transcoder set")
         check_int("n_layer", self.n_layer, 1, 1000)
-        check_int("n_features", self.n_features, 1, MAX_FEATURES)
-        check_int("k", self.k, 1, self.n_features, " (at most n_features)")
-        if not isinstance(self.model, str) or len(self.model) > 200:
-            raise ValueError("the transcoder set's model name must be a short string")
         if self.storage not in STORAGES:
             raise ValueError(f"storage {str(self.storage)[:20]!r}: choose one of {list(STORAGES)}")
 
 
-class Transcoder(torch.nn.Module):
-    """One block's TopK transcoder (float32 parameters in memory)."""
+class Transcoder(TopKDictionary):
+    """One block's TopK transcoder (float32 parameters in memory): no b_dec subtracted before encoding."""
 
     def __init__(self, cfg: TranscoderConfig, layer: int) -> None:
-        super().__init__()
-        self.cfg, self.layer = cfg, layer
-        d, f = cfg.d_model, cfg.n_features
-        self.W_enc = torch.nn.Parameter(torch.zeros(d, f))
-        self.b_enc = torch.nn.Parameter(torch.zeros(f))
-        self.W_dec = torch.nn.Parameter(torch.zeros(f, d))
-        self.b_dec = torch.nn.Parameter(torch.zeros(d))
-
-    def pre(self, x: torch.Tensor) -> torch.Tensor:
-        """(..., D) -> (..., F) pre-activations, before TopK."""
-        return x.float() @ self.W_enc + self.b_enc
-
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """(..., D) -> (..., F) sparse activations: at most k non-zero entries per row."""
-        pre = self.pre(x)
-        vals, idx = pre.topk(self.cfg.k, dim=-1)
-        return torch.zeros_like(pre).scatter_(-1, idx, vals.relu())
-
-    def decode(self, acts: torch.Tensor) -> torch.Tensor:
-        """(..., F) -> (..., D)."""
-        return acts @ self.W_dec + self.b_dec
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.decode(self.encode(x))
+        super().__init__(cfg)
+        self.layer = layer
 
 
 @dataclass(frozen=True, eq=False)

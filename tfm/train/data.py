@@ -115,6 +115,18 @@ def windows(ids: np.ndarray, ctx: int, limit: int | None = None) -> list[np.ndar
     return rows[:limit] if limit else rows
 
 
+def id_windows(ids: np.ndarray, length: int) -> torch.Tensor:
+    """(n, length) consecutive windows of the ids, no overlap (the tail left out): the SAE and
+    transcoder trainers' rows (length ctx + 1 where the last token is only a target)."""
+    n = len(ids) // length
+    return torch.from_numpy(np.ascontiguousarray(ids[: n * length])).view(n, length)
+
+
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy (nats) of logits (..., V) against target ids (...), computed in float32."""
+    return F.cross_entropy(logits.float().flatten(0, -2), targets.flatten(), reduction=reduction)
+
+
 @torch.no_grad()
 def nll_nats(model, rows: list[np.ndarray], device, autocast=nullcontext, batch: int = 16) -> tuple[float, int]:
     """Summed next-token NLL (nats) and the number of predicted tokens over `rows`."""
@@ -125,7 +137,7 @@ def nll_nats(model, rows: list[np.ndarray], device, autocast=nullcontext, batch:
         t = torch.from_numpy(np.stack(group).astype(np.int64)).to(device)
         with autocast():
             logits = model(t[:, :-1]).logits
-        total += F.cross_entropy(logits.float().flatten(0, 1), t[:, 1:].flatten(), reduction="sum").item()
+        total += next_token_loss(logits, t[:, 1:], reduction="sum").item()
         count += t[:, 1:].numel()
     return total, count
 

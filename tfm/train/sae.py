@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from pathlib import Path
 
@@ -26,7 +25,8 @@ import torch
 
 from ..analysis.sae import SAE, SAEConfig, save_sae, stream_at
 from ..loaders.loading import load
-from .data import encode_text, read_text
+from .command import run_command
+from .data import encode_text, id_windows, read_text
 from .mix import describe, domain_ids
 from .sae_eval import add_sums, card_markdown, feature_data, finish, metric_sums, metrics
 from .topk import train_topk, unit_rows
@@ -72,7 +72,7 @@ def activations(lm, ids: np.ndarray, layer: int, ctx: int, skip: int = 0, rows: 
     """(N, D) fp16: the stream entering block `layer` at every position of windows of `ctx`
     (but the first `skip` of each)."""
     n, w = len(ids) // ctx, ctx - skip
-    windows = torch.from_numpy(ids[: n * ctx]).view(n, ctx)
+    windows = id_windows(ids, ctx)
     out = torch.empty(n * w, lm.config.d_model, dtype=torch.float16)
     for i in range(0, n, rows):
         x = stream_at(lm.model, windows[i:i + rows].to(lm.device), layer)[:, skip:]  # (b, w, D)
@@ -162,15 +162,7 @@ def run_train(a: argparse.Namespace, command: str) -> dict:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    a = _args(argv)
-    try:
-        card = run_train(a, "python -m tfm.train.sae " + " ".join(argv))
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print({k: card[k] for k in ("tokens_seen", "wall_time_s", "metrics")})
-    return 0
+    return run_command("tfm.train.sae", argv, _args, run_train, ("tokens_seen", "wall_time_s", "metrics"))
 
 
 if __name__ == "__main__":

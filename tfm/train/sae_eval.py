@@ -6,31 +6,25 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from ..analysis.sae import FEATURES_FILE, SAE, stream_at
 from ..core import edits as E
+from .data import id_windows, next_token_loss
 
 N_CONTEXTS, BEFORE, AFTER, BINS = 8, 12, 3, 24   # contexts per feature, window tokens, histogram bins
 
 
-def _windows(ids: np.ndarray, ctx: int) -> torch.Tensor:
-    n = len(ids) // (ctx + 1)
-    return torch.from_numpy(ids[: n * (ctx + 1)]).view(n, ctx + 1)
-
-
 @torch.no_grad()
 def _ce(model, rows: torch.Tensor, edits=None) -> float:
-    logits = model(rows[:, :-1], edits=edits).logits
-    return float(F.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten()))
+    return float(next_token_loss(model(rows[:, :-1], edits=edits).logits, rows[:, 1:]))
 
 
 @torch.no_grad()
 def metric_sums(lm, sae: SAE, ids: np.ndarray, ctx: int, skip: int = 0, rows: int = 8) -> dict:
     """The running sums `finish` turns into metrics (sums of several texts add up)."""
     model, layer, name = lm.model, sae.cfg.layer, f"blocks.{sae.cfg.layer}.resid_pre"
-    wins = _windows(ids, ctx)
+    wins = id_windows(ids, ctx + 1)
     fired = torch.zeros(sae.cfg.n_features, dtype=torch.bool)
     sums = dict(clean=0.0, recon=0.0, zero=0.0, l0=0.0, err=0.0, var=0.0)
     for i in range(0, len(wins), rows):
@@ -38,7 +32,7 @@ def metric_sums(lm, sae: SAE, ids: np.ndarray, ctx: int, skip: int = 0, rows: in
         full = stream_at(model, b[:, :-1], layer)                               # (b, ctx, D)
         x = full[:, skip:]
         vals, idx = sae.topk(x.flatten(0, 1))
-        x_hat = torch.cat([full[:, :skip], ((vals[..., None] * sae.W_dec[idx]).sum(-2) + sae.b_dec).view_as(x)], 1)
+        x_hat = torch.cat([full[:, :skip], sae.decode_kept(vals, idx).view_as(x)], 1)
         zero = torch.cat([full[:, :skip], torch.zeros_like(x)], 1)
         fired[idx[vals > 0]] = True
         sums["l0"] += float((vals > 0).sum())
@@ -76,7 +70,7 @@ def metrics(lm, sae: SAE, ids: np.ndarray, ctx: int, skip: int = 0, rows: int = 
 def _sparse_acts(lm, sae: SAE, ids: np.ndarray, ctx: int, skip: int = 0):
     """Flattened held-out tokens (N,), their kept activations (N, k) and features (N, k); the
     first `skip` positions of each window never fire."""
-    wins = torch.from_numpy(ids[: len(ids) // ctx * ctx]).view(-1, ctx)
+    wins = id_windows(ids, ctx)
     vals, idx = [], []
     for i in range(0, len(wins), 16):
         v, j = sae.topk(stream_at(lm.model, wins[i:i + 16], sae.cfg.layer).flatten(0, 1))

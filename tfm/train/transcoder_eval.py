@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..core.functional import unembed
+from .data import id_windows, next_token_loss
 
 Swap = Callable[[torch.Tensor], torch.Tensor]   # an MLP's input (B, T, D) -> its output in its place
 
@@ -38,10 +37,7 @@ def step(block, x: torch.Tensor, angles, layer: int, swap: Swap | None = None):
     return mid + m, m_in, m
 
 
-def windows(ids: np.ndarray, length: int) -> torch.Tensor:
-    """(n, length) consecutive windows of the ids (the tail left out)."""
-    n = len(ids) // length
-    return torch.from_numpy(np.ascontiguousarray(ids[: n * length])).view(n, length)
+windows = id_windows   # the name tests and tfm.train.tuned_lens_eval import from here
 
 
 @torch.no_grad()
@@ -115,7 +111,7 @@ def _run(model, x, angles, start: int, swaps: dict[int, Swap], states: list | No
 
 def _ce(model, x: torch.Tensor, targets: torch.Tensor, skip: int) -> float:
     logits = unembed(model.ln_final(x, None)[:, skip:], model.unembed.weight)
-    return float(F.cross_entropy(logits.float().flatten(0, 1), targets[:, skip:].flatten()))
+    return float(next_token_loss(logits, targets[:, skip:]))
 
 
 @torch.no_grad()

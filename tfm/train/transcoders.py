@@ -19,7 +19,6 @@ with one layer replaced at a time (tfm.train.transcoder_eval).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -30,6 +29,8 @@ from ..analysis.transcoder import (CARD_FILE, Transcoder, TranscoderConfig, laye
 from ..loaders.loading import load
 from . import mix
 from . import transcoder_eval as TE
+from .command import run_command
+from .data import id_windows
 from .topk import mean_square_scale, train_topk, unit_rows
 from .transcoder_card import card_markdown
 
@@ -122,7 +123,7 @@ def _groups(todo: list[int], per_group: int) -> list[range]:
 def train_missing(lm, cfg: TranscoderConfig, card: dict, todo: list[int], a: argparse.Namespace, log=print) -> None:
     """Trains, measures and writes each layer of `todo`, updating the card after each."""
     out, skip, t0 = Path(a.out), int(a.skip_first), time.perf_counter()
-    train = TE.windows(mix.mix_ids(lm.tokenizer, a.corpus, "train", a.tokens), a.ctx)
+    train = id_windows(mix.mix_ids(lm.tokenizer, a.corpus, "train", a.tokens), a.ctx)
     held = torch.cat(list(_heldout(lm, a).values()))[:, :-1]
     if len(train) == 0 or len(held) == 0:
         raise ValueError(f"--tokens and --eval-tokens must give at least one window of --ctx {a.ctx} tokens")
@@ -151,7 +152,7 @@ def train_missing(lm, cfg: TranscoderConfig, card: dict, todo: list[int], a: arg
 def _heldout(lm, a: argparse.Namespace) -> dict[str, torch.Tensor]:
     """Per domain, the held-out windows of ctx + 1 tokens (inputs and their next tokens)."""
     ids = mix.domain_ids(lm.tokenizer, a.corpus, "heldout", -(-a.eval_tokens // len(mix.DOMAINS)))
-    return {d: TE.windows(v, a.ctx + 1) for d, v in ids.items()}
+    return {d: id_windows(v, a.ctx + 1) for d, v in ids.items()}
 
 
 def _write(out: Path, cfg: TranscoderConfig, card: dict) -> None:
@@ -194,15 +195,7 @@ def run(a: argparse.Namespace, command: str, log=print) -> dict:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    a = _args(argv)
-    try:
-        card = run(a, "python -m tfm.train.transcoders " + " ".join(argv))
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print({k: card.get(k) for k in ("wall_time_s", "ce")})
-    return 0
+    return run_command("tfm.train.transcoders", argv, _args, run, ("wall_time_s", "ce"))
 
 
 if __name__ == "__main__":
