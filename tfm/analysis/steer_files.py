@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from dataclasses import asdict, fields
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
 import torch
@@ -28,13 +28,22 @@ VERSION = 1
 
 def fingerprint(lm) -> str:
     """sha256 of the model's config and of the first 4,096 values of every parameter (float32):
-    two models share it only if they share those weights."""
+    two models share it only if they share those weights. Config fields at their default are left
+    out, so a field added to ModelConfig later does not orphan the shipped files."""
     model = lm.model if hasattr(lm, "model") else lm
-    h = hashlib.sha256(json.dumps(model.config.to_dict(), sort_keys=True).encode())
+    cfg = model.config
+    defaults = {f.name: f.default for f in fields(cfg) if f.default is not MISSING}
+    shown = {k: v for k, v in cfg.to_dict().items() if k not in defaults or v != _plain(defaults[k])}
+    h = hashlib.sha256(json.dumps(shown, sort_keys=True).encode())
     for name, p in model.named_parameters():
         h.update(name.encode())
         h.update(p.detach().reshape(-1)[:4096].to("cpu", torch.float32).numpy().tobytes())
     return h.hexdigest()
+
+
+def _plain(value):
+    """A default as to_dict writes it (tuples as lists)."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def to_json(cal: Calibration, lm) -> str:
