@@ -83,7 +83,8 @@ class GraphSettings(JsonConfig):
     a prompt has more): at most `max_feature_nodes`, and no more than `max_macs` multiply-adds of
     backward passes allow (a row costs ~ L/2 blocks x T/2 positions x D (D + Hkv hd): the bundled
     model gets every row of a short prompt, SmolLM2 ~1,900 at 16 tokens); active features kept as
-    sources (the rest count as error); bytes of frozen patterns and errors."""
+    sources (the rest count as error); bytes of frozen patterns and errors; whether position 0 (the
+    attention sink) is folded into "sink" nodes (see the module's docstring)."""
 
     _kind = "graph settings"
 
