@@ -1,7 +1,10 @@
 """Attribution graphs (tfm.analysis.graph): time and memory of one graph, scores, faithfulness.
 Prints numbers; no asserts.
 
-    .venv/bin/python bench/bench_graph.py [--tokens 16] [--no-smollm2] [--threads 2]
+    .venv/bin/python bench/bench_graph.py [--tokens 16] [--no-smollm2] [--threads 2] [--keep-sink]
+
+Graphs fold the attention sink (position 0's features into "sink" nodes: GraphSettings.fold_sink);
+--keep-sink measures them as they were before (#55: before / after).
 
 For the bundled model and SmolLM2, a graph of a `--tokens`-token prompt with the transcoder set in
 assets/transcoders/<model> when it exists, else a random set of the same size (exactness and cost
@@ -116,6 +119,8 @@ def main() -> None:
     ap.add_argument("--no-smollm2", action="store_true")
     ap.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus")
     ap.add_argument("--held-out", type=int, default=12, help="how many held-out story prompts (0: none)")
+    ap.add_argument("--keep-sink", action="store_true",
+                    help="keep position 0's features as nodes (the graphs before #55 folded the attention sink)")
     ap.add_argument("--transcoders", help="the bundled model's transcoder folder (default: assets/transcoders/default)")
     write_docs.add_flag(ap, "bench_graph")
     args = ap.parse_args()
@@ -128,7 +133,7 @@ def main() -> None:
         ts, trained = transcoders_for(spec, lm, args.transcoders if spec == "default" else None)
         print(f"{spec}: transcoders {ts.identity} ({ts.cfg.n_features} features, k={ts.cfg.k}, "
               f"{'trained' if trained else 'random: scores not meaningful'})")
-        settings = GraphSettings()
+        settings = GraphSettings(fold_sink=not args.keep_sink)
         bench_time(lm, ts, args.tokens, args.repeats if spec == "default" else 1, settings)
         if trained:
             print(" example prompts:")
@@ -136,7 +141,8 @@ def main() -> None:
             if args.held_out:
                 print(" held-out prompts:")
                 rows += bench_scores(lm, ts, settings, held_out(lm, args.corpus, args.held_out), "held out")
-            tables.append(f"{spec}, transcoders `{ts.identity}`; Spearman of predicted vs measured effects of "
+            sink = "kept" if args.keep_sink else "folded"
+            tables.append(f"{spec}, transcoders `{ts.identity}`, sink {sink}; Spearman of predicted vs measured effects of "
                           "switching off 10 features one at a time:\n\n" + write_docs.markdown(
                               ["prompts", "prompt", "target, p", "replacement", "completeness", *COLUMNS], rows))
     write_docs.publish(args, tables, f"{torch.get_num_threads()} torch thread(s)")

@@ -15,7 +15,10 @@ st.title("Attribution graph")
 needs.next_token_head("The attribution graph")
 st.caption("Each MLP is replaced by a transcoder (sparse features that read its input and write its output) plus "
            "an error term; with attention patterns and norm scales frozen, the model is linear between feature "
-           "activations, so every edge below is one node's exact contribution to another's input.")
+           "activations, so every edge below is one node's exact contribution to another's input. "
+           "The first position is the attention sink: models park attention there and write large, near-constant "
+           "vectors that say little about the prompt, so its features are folded into one blue \"sink\" node per "
+           "layer (their effect still counted, edges still exact) and the kept features are about the prompt's words.")
 run = current_run(refuse_over=SETTINGS.max_tokens)
 try:
     target = graph_panels.pick_target(run.lm)

@@ -18,7 +18,7 @@ PROMPT = "The cat sat on the mat. The cat"
 def setup():
     lm = tfm.load("default")
     ts = random_transcoders(lm.config, 96, 5, seed=1)
-    g = attribution_graph(lm, lm.tokenizer.prompt_ids(PROMPT), ts, Target(), GraphSettings())
+    g = attribution_graph(lm, lm.tokenizer.prompt_ids(PROMPT), ts, Target(), GraphSettings(fold_sink=False))  # position 0 kept
     return lm, ts, g
 
 

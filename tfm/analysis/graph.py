@@ -12,6 +12,14 @@ activations is linear, so each node's pre-activation (a feature's input to TopK,
 logit) is exactly the sum of its incoming edges plus a constant (`bias`: every bias of the model
 and the transcoders). Nodes: active features (layer, position, feature), errors (layer,
 position), token embeddings (and position embeddings when the model adds them) and the target.
+
+The attention sink: real models park attention on position 0 (the first token, or BOS) and write
+large, near-constant vectors there (SmolLM2's layer 11 writes a massive activation). Its features
+say little about the prompt yet would take most kept nodes. With `GraphSettings.fold_sink` (the
+default, on prompts of 2+ tokens) position 0's features are no feature nodes, as circuit-tracer
+leaves BOS out as a source: what they write stays counted, in that layer's error at position 0,
+which the graph names a "sink" node (`Graph.node`). The graph stays exact (edges + bias = each
+node); the scores count sink nodes as error (conservative).
 `Graph.edges` holds the rows of the nodes with inputs (features, then the target); the other nodes
 are sources only. Pruning, scores: `graph_prune`; interventions: `graph_edit`; JSON: `graph_io`.
 """
@@ -75,7 +83,8 @@ class GraphSettings(JsonConfig):
     a prompt has more): at most `max_feature_nodes`, and no more than `max_macs` multiply-adds of
     backward passes allow (a row costs ~ L/2 blocks x T/2 positions x D (D + Hkv hd): the bundled
     model gets every row of a short prompt, SmolLM2 ~1,900 at 16 tokens); active features kept as
-    sources (the rest count as error); bytes of frozen patterns and errors."""
+    sources (the rest count as error); bytes of frozen patterns and errors; whether position 0 (the
+    attention sink) is folded into "sink" nodes (see the module's docstring)."""
 
     _kind = "graph settings"
 
@@ -84,6 +93,7 @@ class GraphSettings(JsonConfig):
     max_macs: int = 10**11
     max_active: int = 65536
     max_bytes: int = 2**30
+    fold_sink: bool = True
 
     def __post_init__(self) -> None:
         check_int("max_tokens", self.max_tokens, 1, MAX_TOKENS)
@@ -91,6 +101,8 @@ class GraphSettings(JsonConfig):
         check_int("max_macs", self.max_macs, 10**6, 10**15)
         check_int("max_active", self.max_active, 1, 2**20)
         check_int("max_bytes", self.max_bytes, 2**20, 2**36)
+        if not isinstance(self.fold_sink, bool):
+            raise ValueError(f"fold_sink is true or false, not {type(self.fold_sink).__name__}")
 
     def rows(self, cfg, n_tokens: int) -> int:
         """How many feature rows a graph of `n_tokens` on a model of `cfg` computes at most."""
@@ -117,6 +129,7 @@ class Graph:
     bias: torch.Tensor           # (n_f + 1,) the constant part of each row's pre-activation
     n_active: int                # active features in the prompt (some may be folded into errors)
     slopes: torch.Tensor         # (n_f,) float64 d target / d activation in the real model (graph_slopes)
+    sink: bool = False           # position 0 folded: its error nodes hold its features too ("sink")
 
     @property
     def n_pos(self) -> int:
@@ -167,7 +180,7 @@ class Graph:
                     "activation": float(self.activations[i]), "slope": float(self.slopes[i])}
         if i < self.token_start:
             layer, pos = divmod(i - nf, t)
-            return {"kind": "error", "layer": layer, "pos": pos}
+            return {"kind": "sink" if self.sink and pos == 0 else "error", "layer": layer, "pos": pos}
         if i == self.target_index:
             return {"kind": "target", "layer": self.n_layer, "pos": t - 1}
         j = i - self.token_start
@@ -191,14 +204,17 @@ def _check_prompt(model, ids, settings: GraphSettings) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _active(trace, transcoders, n_layer: int, max_active: int):
+def _active(trace, transcoders, n_layer: int, max_active: int, skip_first: bool = False):
     """Every active feature (layer, pos, feature, act), sorted, at most `max_active` (the largest
-    act x |W_dec row| kept), and each block's error: real mlp_out - decode(kept features)."""
+    act x |W_dec row| kept; none at position 0 when `skip_first`), and each block's error: real
+    mlp_out - decode(kept features)."""
     found, errors = [], []
     for i in range(n_layer):
         tc = transcoders.layers[i]
         acts = tc.encode(trace[f"blocks.{i}.ln2.output"][0].float().cpu())           # (T, F)
         pos, feat = acts.nonzero(as_tuple=True)
+        if skip_first:
+            pos, feat = pos[pos > 0], feat[pos > 0]
         found.append((torch.full_like(pos, i), pos, feat, acts[pos, feat]))
     layer, pos, feat, act = (torch.cat(parts) for parts in zip(*found))
     if act.numel() > max_active:
@@ -239,7 +255,8 @@ def attribution_graph(lm, ids, transcoders, target: Target = Target(), settings:
     logits = trace.logits_at(-1).double().cpu()
     target = target.resolve(logits, n_words(lm))
     fz = graph_frozen.freeze(model, trace, transcoders, dtype)
-    layer, pos, feat, act, errors = _active(trace, transcoders, model.config.n_layer, settings.max_active)
+    sink = settings.fold_sink and x.numel() > 1
+    layer, pos, feat, act, errors = _active(trace, transcoders, model.config.n_layer, settings.max_active, sink)
     if not act.numel():
         raise ValueError("no feature of this transcoder set fires on this prompt, so the graph would have no "
                          "feature nodes: check the set was trained for this model, or try another prompt")
@@ -257,7 +274,7 @@ def attribution_graph(lm, ids, transcoders, target: Target = Target(), settings:
     slopes = real_slopes(model, x, transcoders, target.token, target.versus, feats)
     return Graph(lm.source if hasattr(lm, "source") else "", transcoders.identity, tuple(int(i) for i in x), target,
                  value, prob, model.config.n_layer, pos_embed is not None, feats, act[keep].clone(), edges, bias,
-                 int(act.numel()), slopes)
+                 int(act.numel()), slopes, sink)
 
 
 def _assemble(src, keep: torch.Tensor, rows: torch.Tensor, row_order: torch.Tensor, t: int) -> torch.Tensor:

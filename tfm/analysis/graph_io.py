@@ -28,7 +28,7 @@ FORMAT, VERSION = "tfm-attribution-graph", 1
 MAX_NODES, MAX_EDGES = 50_000, 500_000   # a view keeps at most VIEW_EDGES + one edge per node: it reads back
 assert VIEW_EDGES + MAX_NODES <= MAX_EDGES
 MAX_TEXT = 4 * 2**20 + 200 * MAX_EDGES  # characters of a file read back
-NodeKind = Literal["feature", "error", "token", "position", "target"]
+NodeKind = Literal["feature", "error", "sink", "token", "position", "target"]
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,8 @@ def node_name(g: Graph, i: int, labels) -> str:
         return f"L{info['layer']} #{info['feature']} at {at}"
     if info["kind"] == "error":
         return f"error L{info['layer']} at {at}"
+    if info["kind"] == "sink":
+        return f"sink L{info['layer']} at {at}"
     if info["kind"] == "target":
         return "target"
     return f"{info['kind']} {at}"

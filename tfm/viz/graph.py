@@ -18,7 +18,7 @@ from ..analysis.graph_io import GraphFile, GraphNode
 from .attention import plotly_text
 from .why import NEG_COLOUR, POS_COLOUR
 
-KIND_COLOUR = {"feature": "#ff7f0e", "error": "#7f7f7f", "token": "#2ca02c", "position": "#98df8a", "target": "#9467bd"}
+KIND_COLOUR = {"feature": "#ff7f0e", "error": "#7f7f7f", "sink": "#1f77b4", "token": "#2ca02c", "position": "#98df8a", "target": "#9467bd"}
 WIDTHS = (0.5, 1.2, 2.2, 3.5, 5.0)
 DRAWN_EDGES = 400    # the most edges a figure draws (the strongest): a browser draws more slowly than we list
 
@@ -45,6 +45,8 @@ def _hover(n: GraphNode, labels: tuple[str, ...]) -> str:
         head = f"feature {n.feature} · layer {n.layer}<br>activation {n.activation:.3f}"
     elif n.kind == "error":
         head = f"error (what the transcoder missed) · layer {n.layer}"
+    elif n.kind == "sink":
+        head = f"attention sink · layer {n.layer}: position 0's whole MLP output (features + error)"
     elif n.kind == "target":
         head = "target"
     else:
