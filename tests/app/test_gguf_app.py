@@ -11,7 +11,8 @@ from tests.app.conftest import allow_models, open_page
 from tests.gguf_files import bytelevel_vocab, write_model
 from tfm.loaders import packaged
 from tfm.loaders.packaged import SMOLLM2_INSTALL, smollm2_path
-from ui import models, server, sidebar
+from ui import models, server
+from ui import packaged as ui_packaged
 
 
 def use_settings(**changes) -> None:
@@ -60,7 +61,7 @@ def test_found_models_list_gguf_files(tmp_path):
 
 def test_without_the_package_the_choice_says_how_to_install(monkeypatch):
     monkeypatch.setattr(packaged, "smollm2_path", lambda: None)
-    monkeypatch.setattr(sidebar, "smollm2_path", lambda: None)
+    monkeypatch.setattr(ui_packaged, "smollm2_path", lambda: None)   # the sidebar asks ui.packaged
     models.clear_caches()  # a server without the package never loaded SmolLM2 (this process may have kept it)
     at = open_page()
     at.radio(key="sidebar.model_kind").set_value("smollm2").run()

@@ -69,7 +69,10 @@ def test_similarity_page(page, app_url):
     open_page(page, app_url, "similarity", "Sentence similarity")
     wait_drawn(page, timeout=SLOW)
     lm = models.load_lm("minilm", "cpu")
-    texts = page.get_by_role("textbox", name="Sentences, one per line").input_value().splitlines()
+    box = page.get_by_role("textbox", name="Sentences, one per line")
+    # the text area may be drawn a moment before its value arrives on a busy machine
+    page.wait_for_function("el => el.value.trim().length > 0", arg=box.element_handle(timeout=SLOW), timeout=SLOW)
+    texts = box.input_value().splitlines()
     want = sentence_embeddings(lm.model, lm.tokenizer, [t.strip() for t in texts if t.strip()]).cosine.numpy()
     heat = page.locator(PLOT).filter(has_text="Cosine similarity").first
     drawn = np.array(heat.evaluate("el => Array.from(el._fullData[0].z, r => Array.from(r))"), dtype=np.float64)
