@@ -38,13 +38,19 @@ def fields(data: dict, source: str, family: str = "llama") -> tuple[dict, dict]:
     return kwargs, {"source_format": f"huggingface-{family}"}
 
 
+def outer_weights(w: Weights, cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """The embedding, the final norm and an untied unembedding, as every Llama-style family names them."""
+    out = {"tok_emb.weight": w.take("model.embed_tokens.weight", cfg.vocab_size, cfg.d_model),
+           "ln_final.weight": w.take("model.norm.weight", cfg.d_model)}
+    if not cfg.tied_embeddings:
+        out["unembed.weight"] = w.take("lm_head.weight", cfg.vocab_size, cfg.d_model)
+    return out
+
+
 def convert(w: Weights, cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """HF tensors -> tfm names: q, k, v projections stacked into the fused qkv (rows [q | k | v])."""
     d, f, kv, qd = cfg.d_model, cfg.d_ff, cfg.n_kv_head * cfg.d_head, cfg.d_attn
-    out = {"tok_emb.weight": w.take("model.embed_tokens.weight", cfg.vocab_size, d),
-           "ln_final.weight": w.take("model.norm.weight", d)}
-    if not cfg.tied_embeddings:
-        out["unembed.weight"] = w.take("lm_head.weight", cfg.vocab_size, d)
+    out = outer_weights(w, cfg)
     for i in range(cfg.n_layer):
         hf, ours = f"model.layers.{i}.", f"blocks.{i}."
         a = hf + "self_attn."

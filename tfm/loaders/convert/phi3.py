@@ -22,10 +22,7 @@ def fields(data: dict, source: str) -> tuple[dict, dict]:
 
 def convert(w: Weights, cfg: ModelConfig) -> dict[str, torch.Tensor]:
     d, f, kv = cfg.d_model, cfg.d_ff, cfg.n_kv_head * cfg.d_head
-    out = {"tok_emb.weight": w.take("model.embed_tokens.weight", cfg.vocab_size, d),
-           "ln_final.weight": w.take("model.norm.weight", d)}
-    if not cfg.tied_embeddings:
-        out["unembed.weight"] = w.take("lm_head.weight", cfg.vocab_size, d)
+    out = llama.outer_weights(w, cfg)
     for i in range(cfg.n_layer):
         hf, ours = f"model.layers.{i}.", f"blocks.{i}."
         out[ours + "attn.qkv.weight"] = w.take(hf + "self_attn.qkv_proj.weight", cfg.d_attn + 2 * kv, d)
