@@ -68,5 +68,7 @@ def test_tuned_lens_on_smollm2(browser, app_url, smollm2):
     copied = ctx.new_page()                      # the address as a student would paste it
     copied.goto(page.url)
     wait_idle(copied, 180_000)
+    # the script can be idle a moment before Plotly has drawn the grid's title: wait for it to appear
+    copied.locator(".gtitle", has_text="Tuned lens").first.wait_for(timeout=180_000)
     assert copied.locator(".gtitle", has_text="Tuned lens").count() == 1
     ctx.close()
