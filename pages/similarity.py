@@ -49,6 +49,6 @@ charts.show(encoder_figs.contribution_figure(contrib.numpy(), pieces[a], pieces[
             key="sim.contrib")
 rows = contrib.sum(1)
 top = sorted(range(len(rows)), key=lambda i: -float(rows[i]))[:5]
-st.markdown("Tokens of a that add most: " + ", ".join(f"`{plain(pieces[a][i], limit=20)}` {float(rows[i]):+.4f}"
+st.markdown("Tokens of a that add most: " + ", ".join(f"“{plain(pieces[a][i], limit=20)}” {float(rows[i]):+.4f}"
                                                          for i in top))
 links.remember("sim.texts", "sim.a", "sim.b")
