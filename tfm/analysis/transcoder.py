@@ -30,7 +30,7 @@ import torch
 from safetensors.torch import save_file
 
 from ..core.config import JsonConfig
-from ..core.files import folder_file
+from ..core.files import bounded_member
 from ..core.validate import check_int
 from ..loaders.weights import read_safetensors
 from .sae import card_with_config
@@ -136,15 +136,8 @@ def write_card(folder: Path | str, cfg: TranscoderConfig, card: dict) -> None:
 
 
 def _bounded(path: Path, limit: int, what: str) -> Path:
-    try:
-        folder_file(path.parent, path.name, what)
-    except FileNotFoundError:
-        raise ValueError(f"{what} {path.name} is missing in {path.parent.name}: a transcoder folder holds "
-                         f"{CARD_FILE} and one layer_LL.safetensors per layer (the transcoder trainer writes them)"
-                         ) from None
-    if path.stat().st_size > limit:
-        raise ValueError(f"{what} {path.name} is {path.stat().st_size} bytes, over the {limit} allowed")
-    return path
+    return bounded_member(path, limit, what, f"a transcoder folder holds {CARD_FILE} and one layer_LL.safetensors "
+                          "per layer (the transcoder trainer writes them)")
 
 
 def read_card(folder: Path | str) -> dict:

@@ -25,6 +25,7 @@ import torch
 from safetensors.torch import save_file
 
 from ..core.config import JsonConfig
+from ..core.files import bounded_member
 from ..core.validate import check_int
 from ..loaders.loading import ASSETS, is_asset_name
 from ..loaders.weights import read_safetensors
@@ -108,13 +109,8 @@ def write_card(folder: Path | str, cfg: TunedLensConfig, card: dict) -> None:
 
 
 def _bounded(path: Path, limit: int, what: str) -> Path:
-    if not path.is_file():
-        raise ValueError(f"{what} {path.name} is missing in {path.parent.name}: a tuned-lens folder holds "
-                         f"{CARD_FILE} and one translator_LL.safetensors per stream (python -m tfm.train.tuned_lens "
-                         f"writes them)")
-    if path.stat().st_size > limit:
-        raise ValueError(f"{what} {path.name} is {path.stat().st_size} bytes, over the {limit} allowed")
-    return path
+    return bounded_member(path, limit, what, f"a tuned-lens folder holds {CARD_FILE} and one translator_LL.safetensors "
+                          "per stream (python -m tfm.train.tuned_lens writes them)")
 
 
 def read_card(folder: Path | str) -> dict:

@@ -45,6 +45,18 @@ def folder_file(folder: Path | str, name: str, what: str) -> Path:
     return path
 
 
+def bounded_member(path: Path, limit: int, what: str, holds: str) -> Path:
+    """`folder_file` of path's own folder, at most `limit` bytes; a missing file is a ValueError
+    saying what such a folder `holds`."""
+    try:
+        folder_file(path.parent, path.name, what)
+    except FileNotFoundError:
+        raise ValueError(f"{what} {path.name} is missing in {path.parent.name}: {holds}") from None
+    if path.stat().st_size > limit:
+        raise ValueError(f"{what} {path.name} is {path.stat().st_size} bytes, over the {limit} allowed")
+    return path
+
+
 def read_bytes(path: Path | str, max_bytes: int) -> bytes:
     """A file's bytes, refused (ValueError) over `max_bytes` before anything is read."""
     path = Path(path)
