@@ -3,7 +3,9 @@ that quotes one goes through `plain` before any Markdown-rendering st.* call (al
 markdown, help, labels, chart titles). See tfm.core.plain for what it escapes and why."""
 from __future__ import annotations
 
-from tfm.core.plain import LIMIT, plain as _plain
+from tfm.core.plain import LIMIT, escape_markdown, plain as _plain
+
+__all__ = ["LIMIT", "MESSAGE_LIMIT", "escape_markdown", "message", "plain"]
 
 MESSAGE_LIMIT = 400  # an engine message: long enough for what to change, never a whole paste
 
