@@ -239,7 +239,7 @@ def test_dropping_a_model_drops_its_traces(monkeypatch):
 
 FREED_CHILD = """
 import psutil, torch
-from ui import memory
+from services import memory
 me = psutil.Process()
 big = torch.ones(30 << 18)     # 30 MB, mapped on its own; freeing it raises glibc's mmap threshold
 del big

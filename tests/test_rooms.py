@@ -316,7 +316,7 @@ def test_redis_deletes_an_ended_room_by_itself(redis_url):
 
 ANSWERER = """
 import sys, time
-from ui.rooms import open_store
+from services.rooms import open_store
 where, code, qid = sys.argv[1], sys.argv[2], int(sys.argv[3])
 store = open_store(redis_url=where) if where.startswith("unix:") else open_store(where)
 for i in range(25):
