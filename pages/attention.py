@@ -6,6 +6,7 @@ from tfm.viz import attention as attention_figs
 from tfm.viz.attention import WINDOW
 from ui import charts, encoder_panels, examples, links, sidebar, tables
 from ui.run import PromptRun, current_run
+from ui.text import head_label
 from ui.views.attention import AttentionView
 
 MODES = {"head": "One head", "mean": "Mean over heads", "max": "Max over heads", "rollout": "Rollout"}
@@ -135,7 +136,7 @@ def pattern_tab(view: AttentionView, labels: list[str], title: str, matrix) -> N
 def all_heads_tab(run: PromptRun, view: AttentionView, labels: list[str]) -> None:
     n_layer, n_head = run.trace.n_layers(), run.lm.config.n_head
     st.selectbox("Open a head in the Pattern tab", [(l, h) for l in range(n_layer) for h in range(n_head)],
-                 index=None, format_func=lambda p: f"L{p[0]} H{p[1]}", key="attn.open", on_change=_open_from_picker)
+                 index=None, format_func=lambda p: head_label(*p), key="attn.open", on_change=_open_from_picker)
     charts.show(attention_figs.model_view(run.all_heads(view.a, view.b, view.hide_first), labels,
                                           f"Every head: rows are layers, columns heads{extra(view)}", view.log),
                 key="attn.model_view")

@@ -8,7 +8,7 @@ from ui import charts, needs, sidebar
 from ui.encoder_panels import LOOK_KINDS as KINDS, SAMPLE_TEXTS
 from ui.model_run import active_model
 from ui.progress import progress_bar
-from ui.text import message
+from ui.text import head_label, message
 
 
 def _open(layer: int, head: int) -> None:
@@ -24,7 +24,7 @@ def standouts(look) -> None:
     for col, kind in zip(cols, KINDS):
         col.markdown(f"**{kind}**")
         for layer, head, score in look.standouts(kind, 3):
-            if col.button(f"L{layer} H{head}: {score:.2f}", key=f"look.{kind}.{layer}.{head}", on_click=_open,
+            if col.button(f"{head_label(layer, head)}: {score:.2f}", key=f"look.{kind}.{layer}.{head}", on_click=_open,
                           args=(layer, head)):
                 st.switch_page("pages/attention.py")
 

@@ -131,7 +131,7 @@ def kv_cache(run: PromptRun, view: ShapesView) -> None:
     kv, win = what_if.size, what_if.window_bytes
     m = st.columns(3)
     m[0].metric("By the formula", _mb(kv.formula), help=f"{kv.formula:,} bytes")
-    m[1].metric("tfm.core.cache.KVCache(…).nbytes()", _mb(kv.nbytes), help=f"{kv.nbytes:,} bytes")
+    m[1].metric("tfm.core.kv_cache.KVCache(…).nbytes()", _mb(kv.nbytes), help=f"{kv.nbytes:,} bytes")
     m[2].metric("Match", "✓" if kv.formula == kv.nbytes else "✗")
     if win is not None:
         st.caption(f"With sliding windows: {len(cfg.local_layers)} local layers need only their last "

@@ -1,7 +1,7 @@
 """Steer: add a direction to the residual stream (from a pair of prompts or an SAE feature) and
 watch the text change; the shared model is never changed (a per-call tfm.core.edits.Steer). The
 page opens where a measurement on the running model says steering works
-(`tfm.analysis.steer_calibrate.calibrate`, once per model), whatever the model is."""
+(`tfm.analysis.steering.calibrate.calibrate`, once per model), whatever the model is."""
 import numpy as np
 import streamlit as st
 

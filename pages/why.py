@@ -6,7 +6,7 @@ import streamlit as st
 from tfm.viz import why as why_figs
 from ui import charts, examples, links, needs, sidebar, why_panels
 from ui.run import PromptRun, current_run
-from ui.text import escape_markdown, message, plain
+from ui.text import escape_markdown, head_label, message, plain
 from ui.views.why import TABS, WhyView
 from ui.why_panels import as_np
 
@@ -90,9 +90,9 @@ def attribution_tab(run: PromptRun, attr, what: str, numbers: dict) -> None:
     options = [(l, h) for l in range(L) for h in range(H)]
     if st.session_state.get("why.head") not in options:
         st.session_state["why.head"] = attr.strongest_head()
-    layer, head = st.selectbox("Head", options, format_func=lambda p: f"L{p[0]} H{p[1]}", key="why.head")
+    layer, head = st.selectbox("Head", options, format_func=lambda p: head_label(*p), key="why.head")
     src = as_np(attr.by_source(layer, head))
-    charts.show(why_figs.source_bars(src, run.labels, f"L{layer} H{head}: its {float(attr.heads[layer, head]):.4f}"
+    charts.show(why_figs.source_bars(src, run.labels, f"{head_label(layer, head)}: its {float(attr.heads[layer, head]):.4f}"
                                      " logits, split over the positions it read"), key="why.sources")
     numbers["sources"] = {"layer": layer, "head": head, "values": src.tolist()}
     why_panels.induction_text(run)

@@ -103,7 +103,7 @@ def test_the_window_the_token_label_and_the_markdown_escape_are_written_once():
     assert [w.split(":")[0] for w in written(r"^\s*(KEY_)?WINDOW\s*=")] == ["tfm/viz/attention.py"]
     assert [w.split(":")[0] for w in written(r"\} ·\{")] == ["tfm/text/token_view.py"]   # f"{piece} ·{position}"
     assert not written(r"def (md|md_escape|escape_md)\(")
-    assert [w.split(":")[0] for w in written(r"def escape_markdown\(")] == ["tfm/core/plain.py"]
+    assert [w.split(":")[0] for w in written(r"def escape_markdown\(")] == ["tfm/core/escape.py"]
 
 
 # Issue #52: pages import ui and tfm.viz only, name no sidebar key, and keep their body in functions.
@@ -169,10 +169,10 @@ def test_page_bodies_live_in_functions():
 
 
 def test_the_scan_sees_engine_imports_sidebar_keys_and_top_level_work():
-    assert engine_imports("from tfm.analysis import norms") and engine_imports("import tfm.core.plain")
+    assert engine_imports("from tfm.analysis import norms") and engine_imports("import tfm.core.escape")
     assert engine_imports("from tfm import analysis") and engine_imports("import tfm")
     assert engine_imports("from services import server") and engine_imports("import services.rooms")
-    assert not engine_imports("from tfm.viz import norms as norm_figs\nimport tfm.viz.plain\nfrom ui import run")
+    assert not engine_imports("from tfm.viz import norms as norm_figs\nimport tfm.viz.figure_dicts\nfrom ui import run")
     assert sidebar_keys('seed = st.session_state["sidebar.seed"]') and sidebar_keys('ss.get("sidebar.prompt", "")')
     assert sidebar_keys('spec = ss["app.model_spec"]') and not sidebar_keys('layer = ss["norms.layer"]')
     assert top_level_work('import streamlit as st\nst.title("x")\nmain()')            # work outside main

@@ -14,7 +14,8 @@ from tfm.loaders.limits import check_count
 from tfm.teach import toy
 from tfm.text.token_view import position_labels
 from tfm.viz import encdec as encdec_figs
-from ui import server
+from services import server
+from ui import heavy
 from ui.views.encdec import EncDecView
 
 RESULT = "encdec.result"  # this user's trained model and its history (per session, never shared)
@@ -60,7 +61,7 @@ def train(view: EncDecView) -> dict:
     """Train a fresh model in the server's heavy gate; ValueError (nothing trained) over the server's
     bound on steps, whatever the widget sent."""
     check_count("training steps", view.steps, max_steps())
-    with server.heavy("training"):
+    with heavy.slot("training"):
         return train_here(view)
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from tfm.loaders.limits import check_count
 from tfm.teach import experiments
 from tfm.teach.toy import torch_threads
-from ui import server
+from ui import heavy
 
 
 def _compute(fn, *args, **kwargs):
     """Run one experiment on a single thread: its tensors are tiny, and a core stays free."""
-    with server.heavy("an experiment"), torch_threads(1):
+    with heavy.slot("an experiment"), torch_threads(1):
         return fn(*args, **kwargs)
 
 

@@ -10,7 +10,8 @@ from tfm.generation.generate import PromptInfo, n_words, prepare_prompt
 from tfm.generation.sampling import SamplingSettings, usable_settings
 from tfm.loaders.limits import check_generation
 from tfm.viz import sampling as sampling_figs
-from ui import links, server
+from services import server
+from ui import links
 from ui.text import message
 from ui.views.generate import GenerateView
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tfm.analysis.lens_compare import LENSES
-from tfm.analysis.tuned_lens import TRAIN_COMMAND, TunedLens
+from tfm.analysis.lens.compare import LENSES
+from tfm.analysis.lens.tuned import TRAIN_COMMAND, TunedLens
 from tfm.viz import sampling as sampling_figs
 from ui.run import PromptRun
 

@@ -1,4 +1,4 @@
-"""The Quantization page's names from the engine (`tfm.analysis.quant`: the types the block view
+"""The Quantization page's names from the engine (`tfm.analysis.quant.requantize`: the types the block view
 decodes, the re-quantization targets, a tensor table, one block decoded) and its controls: the
 page's view (`ui.views.quant.QuantView`) from the widgets of its two parts."""
 
@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from tfm.analysis.quant import DECODED, TARGETS, bits_per_weight, block_size, block_view, copy_bytes, tensor_table
+from tfm.analysis.quant.requantize import DECODED, TARGETS, bits_per_weight, block_size, block_view, copy_bytes, tensor_table
 from tfm.loaders.limits import fmt_bytes
-from ui import links, server
+from services import server
+from ui import links
 from ui.views.quant import QuantView
 
 __all__ = ["DECODED", "TARGETS", "block_size", "block_view", "controls", "copy_bytes", "fmt_bytes", "tensor_table"]

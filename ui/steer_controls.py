@@ -1,4 +1,4 @@
-"""The Steer page's controls: where it opens (`tfm.analysis.steer_calibrate`, measured on the
+"""The Steer page's controls: where it opens (`tfm.analysis.steering.calibrate`, measured on the
 running model), the page's view (`ui.views.steer.SteerView`) from its widgets, and the direction
 it names. The page draws from these and `ui.model_run.ModelRun`'s steering methods."""
 
@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import streamlit as st
 
-from tfm.analysis import attribution, steering
-from tfm.analysis import steer_calibrate as calib
+from tfm.analysis import attribution
+from tfm.analysis.steering import calibrate as calib
+from tfm.analysis.steering import vectors as steering
 from tfm.generation.generate import n_words, prepare_prompt
-from ui import links, server
+from services import server
+from ui import links
 from ui.model_run import Direction, ModelRun
 from ui.text import message
 from ui.text import plain as shown
@@ -183,5 +185,5 @@ def mood_tokens(run: ModelRun, text: str) -> list[int]:
 
 
 def read_out(run: ModelRun, direction_: Direction, n: int = 10):
-    """The tokens a direction promotes and suppresses most (`tfm.analysis.steering.read_out`)."""
+    """The tokens a direction promotes and suppresses most (`tfm.analysis.steering.vectors.read_out`)."""
     return steering.read_out(run.lm, direction_.vector.vector, n)

@@ -9,7 +9,7 @@ from ui.views import PageView
 
 @dataclass(frozen=True)
 class GraphView(PageView):
-    """The token explained (a `tfm.analysis.graph.Target`) and the shares of influence kept (none in the link)."""
+    """The token explained (a `tfm.analysis.graph.build.Target`) and the shares of influence kept (none in the link)."""
 
     target: object
     node_threshold: float
