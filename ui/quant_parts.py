@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import streamlit as st
 
-from tfm.analysis.quant.requantize import DECODED, TARGETS, bits_per_weight, block_size, block_view, copy_bytes, tensor_table
+from tfm.analysis.quant.requantize import (
+    DECODED,
+    TARGETS,
+    bits_per_weight,
+    block_size,
+    block_view,
+    copy_bytes,
+    tensor_table,
+)
 from tfm.loaders.limits import fmt_bytes
 from services import server
 from ui import links
@@ -61,11 +69,12 @@ def controls(f, table, lm, block_part, requant_part) -> QuantView:
     return QuantView(tensor, row, block, qtype)
 
 
-
 def copy_over_limit(lm) -> str | None:
     """Why a re-quantized copy of `lm` is refused on this server (over its model limit), or None."""
     need, limit = copy_bytes(lm), server.limits().max_model_bytes
     if need <= limit:
         return None
-    return (f"A copy of this model takes {fmt_bytes(need)}, over this server's model limit of {fmt_bytes(limit)}: "
-            "re-quantizing is off here.")
+    return (
+        f"A copy of this model takes {fmt_bytes(need)}, over this server's model limit of {fmt_bytes(limit)}: "
+        "re-quantizing is off here."
+    )
