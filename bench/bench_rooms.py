@@ -48,7 +48,7 @@ from room_client import Class, RoomStudent, WidgetState  # noqa: E402 (tests use
 
 import tfm  # noqa: E402
 from tfm.teach import questions as Q  # noqa: E402
-from ui.rooms import Moment, open_store  # noqa: E402
+from services.rooms import Moment, open_store  # noqa: E402
 
 PAGES = ("next_token", "attention", "tour", "logit_lens", "tokens")
 

@@ -1,4 +1,4 @@
-"""Interventions on an attribution graph's features (tfm.analysis.graph_edit): they equal a
+"""Interventions on an attribution graph's features (tfm.analysis.graph.edit): they equal a
 recomputation with the model's own edits and leave the model untouched; the graph's prediction
 equals the frozen linear model's; building a graph reports progress and stops when asked; the
 faithfulness check pairs predictions with real effects."""
@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tfm.analysis import FeatureEdit, GraphSettings, attribution_graph, edited_logits, intervene, predicted_change
-from tfm.analysis import prune_graph
-from tfm.analysis import graph_frozen
+from tfm.analysis.graph import frozen as graph_frozen
+from tfm.analysis.graph.build import GraphSettings, attribution_graph
+from tfm.analysis.graph.edit import FeatureEdit, edited_logits, intervene, predicted_change
+from tfm.analysis.graph.prune import prune_graph
 from tfm.core.edits import Patch
 
 from tests.test_graph import bundled  # noqa: F401 (the module's fixture: the bundled model and a graph)
@@ -103,7 +104,7 @@ def test_progress_and_stopping(bundled):  # noqa: F811 (the fixture)
 
 
 def test_faithfulness_pairs_predictions_with_real_effects(bundled):  # noqa: F811 (the fixture)
-    from tfm.analysis import faithfulness
+    from tfm.analysis.graph.edit import faithfulness
 
     lm, ts, ids, g = bundled
     p = prune_graph(g)

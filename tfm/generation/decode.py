@@ -8,7 +8,7 @@ import codecs
 
 import torch
 
-from ..core.cache import KVCache
+from ..core.kv_cache import KVCache
 from ..core.trace import Trace
 from ..loaders.loading import LM
 from .sampling import SamplingSettings, draw, next_token

@@ -1,5 +1,5 @@
 """How far each layer's reading is from the model's final prediction, for the logit and the tuned
-lens (tfm.analysis.lens_compare): KL divergence per layer on top, top-1 agreement below. The Logit
+lens (tfm.analysis.lens.compare): KL divergence per layer on top, top-1 agreement below. The Logit
 lens page and the notebook's `lens_comparison` draw it. Also the lens grid itself: each layer's top
 prediction at each position (`lens_grid_figure`), or one position's top few (`step_lens_figure`)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import torch
 
 from .labels import esc
-from .plain import figure
+from .figure_dicts import figure
 
 COLOURS = {"logit": "#1f6fb4", "tuned": "#e4572e"}
 NAMES = {"logit": "logit lens", "tuned": "tuned lens"}

@@ -13,7 +13,7 @@ import torch
 from ..generation.sampling import Breakdown
 from .labels import esc, unique_labels
 from .lens import lens_grid_figure, step_lens_figure
-from .plain import figure
+from .figure_dicts import figure
 from .timeline import (attention_rows_figure, compare_figure, repeated_ngram_share, step_attention_figure,
                        text_html)
 
@@ -91,7 +91,7 @@ def next_token_figure(bd: Breakdown, ids: list[int], pieces: list[str], title: s
                       chosen: int | None = None, xtitle: str = "next token (most likely first)") -> go.Figure:
     """Bars of the shown tokens after temperature, coloured by what top-k / top-p did, over
     outlines of the original probabilities; one bar sums every other token of the vocabulary.
-    Built as plain dicts, unvalidated (tfm.viz.plain)."""
+    Built as plain dicts, unvalidated (tfm.viz.figure_dicts)."""
     labels = unique_labels(pieces, ids)
     statuses = _statuses(bd, ids)
     hover = _hover(ids, pieces, bd, statuses)

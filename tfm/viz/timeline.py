@@ -7,9 +7,10 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
+from ..core.trace_names import head_label
 from ..generation.timeline import StepRecord
 from .labels import esc
-from .plain import figure
+from .figure_dicts import figure
 
 
 def attention_rows_figure(rows: np.ndarray, key_labels: list[str], title: str) -> go.Figure:
@@ -17,7 +18,7 @@ def attention_rows_figure(rows: np.ndarray, key_labels: list[str], title: str) -
     line between layers."""
     n_layer, n_head, n_key = rows.shape
     z = rows.reshape(n_layer * n_head, n_key)
-    y = [f"L{i} H{h}" for i in range(n_layer) for h in range(n_head)]
+    y = [head_label(i, h) for i in range(n_layer) for h in range(n_head)]
     x = [esc(k) for k in key_labels]
     trace = dict(
         type="heatmap",
