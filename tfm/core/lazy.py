@@ -9,7 +9,7 @@ pattern it does not store: its first pass costs the plain forward's fused attent
     embed, pos_embed / rope.angles     as recorded
     blocks.{i}.resid_pre               the stream entering each block, (B, T, D)
     ln_final.*                         the final norm (post-norm: the last block's resid_post)
-    the last position's logits         private, for `logits_at(-1)`
+    the last position's logits         private, for `logits_at(-1)` (`last_only`: the only row computed)
     every block's entries in `keep`    e.g. keep=("pattern",): all patterns, no block recomputed
 
 Every other entry is `LAZY`. Reading one runs that block's own `Block.forward` again, with a
@@ -99,13 +99,12 @@ def traced_forward(model: nn.Module, idx: torch.Tensor, last_only: bool, keep: t
     rec = Recorder(keep=lambda name: not name.startswith("blocks.") or name.endswith(suffixes) or name == final)
     x = model.hidden(idx, None, rec, token_types=token_types)          # (B, T, D)
     recipes = {f"blocks.{i}": block_recipe(model, i) for i in range(n)}
-    if last_only:  # as an eager trace: the entry is what the caller asked for
-        logits = head_logits(model, x[:, -1:])                         # (B, 1, V)
-        rec.add("logits", logits)
-    else:  # the caller's copy is not kept: (B, T, V) is the largest entry (206 MB for GPT-2 at 1024)
-        logits = head_logits(model, x)                                 # (B, T, V)
-        rec.add_lazy("logits", tuple(logits.shape), logits.dtype)
-        recipes["logits"] = logits_recipe(model, final)
+    # the entry is every position's logits, computed when read, whatever `last_only` says (the trace
+    # is the same for every caller); the caller's copy is not kept: (B, T, V) is the largest entry
+    # (1 GB for Gemma 3 at 1,024 tokens), and with `last_only` never computed in the forward at all
+    logits = head_logits(model, x[:, -1:] if last_only else x)        # (B, 1 or T, V)
+    rec.add_lazy("logits", (*x.shape[:2], logits.shape[-1]), logits.dtype)
+    recipes["logits"] = logits_recipe(model, final)
     specs = {k: (v.device, v.dtype) for k, v in rec._tensors.items() if isinstance(v, torch.Tensor)}
     # the last row of the logits just computed: no second pass over the unembedding (V x D)
     lazy = Lazy(recipes, specs, final, logits[:, -1].clone(), _unembedding(model))

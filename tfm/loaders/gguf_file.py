@@ -27,6 +27,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gguf_quants
 
 from ..core.files import reading
+from . import gguf_dequant
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -76,9 +77,13 @@ class GGUFFile:
         t = self.tensors[name]
         with open(self.path, "rb") as fh:
             fh.seek(t.offset)
-            raw = np.frombuffer(fh.read(t.nbytes), dtype=np.uint8)
-        if raw.size != t.nbytes:
+            raw = np.empty(t.nbytes, dtype=np.uint8)   # writable: torch decodes Q8_0 / Q5_0 from it
+            got = fh.readinto(memoryview(raw))
+        if got != t.nbytes:
             raise ValueError(f"{self.path} changed or was truncated while being read (tensor {name!r})")
+        fast = gguf_dequant.dequantize(raw, t.qtype.name, t.shape)   # Q8_0, Q5_0: torch, the same numbers
+        if fast is not None:
+            return fast
         block, type_size = GGML_QUANT_SIZES[t.qtype]
         rows = raw.reshape(*t.shape[:-1], t.shape[-1] // block * type_size)
         return np.array(gguf_quants.dequantize(rows, t.qtype), dtype=np.float32).reshape(t.shape)
