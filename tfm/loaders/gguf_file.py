@@ -173,6 +173,11 @@ def _parse(cur: _Cursor, path: Path, size: int) -> GGUFFile:
             raise cur.fail(f"metadata key {key[:80]!r} appears twice")
         metadata[key] = _value(cur, cur.scalar("<I", f"the type of {key[:80]!r}"), key, depth=0)
     infos = [_tensor_info(cur) for _ in range(n_tensors)]
+    return GGUFFile(path, version, metadata, _placed(cur, infos, metadata, size), size)
+
+
+def _placed(cur: _Cursor, infos: list, metadata: dict[str, Any], size: int) -> dict[str, TensorInfo]:
+    """The tensor table with absolute offsets, each tensor's data checked to lie inside the file."""
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1) or alignment > 1 << 20:
         raise cur.fail(f"general.alignment {alignment!r} is not a power of two")
@@ -186,7 +191,7 @@ def _parse(cur: _Cursor, path: Path, size: int) -> GGUFFile:
             raise cur.fail(f"tensor {name[:80]!r}'s data ({nbytes:,} bytes at {start:,}) runs past the end "
                            f"of the file ({size:,} bytes): truncated or corrupt")
         tensors[name] = TensorInfo(name, shape, qtype, start, nbytes)
-    return GGUFFile(path, version, metadata, tensors, size)
+    return tensors
 
 
 def _value(cur: _Cursor, kind: int, key: str, depth: int):
