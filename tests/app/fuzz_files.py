@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from tfm.analysis import transcoder as T
+from tfm.analysis.dictionaries import transcoder as T
 
 SAE_DEFAULT = Path(__file__).resolve().parents[2] / "assets" / "sae" / "default"
 TRANSCODERS_DEFAULT = Path(__file__).resolve().parents[2] / "assets" / "transcoders" / "default"
@@ -162,10 +162,11 @@ def tampered_folder(kind: str, name: str, scratch: Path) -> Path:
 def check(kind: str, name: str, lm, graph_json: str, scratch: Path) -> str | None:
     """Apply one tamper and read the result as the app does: None when it is refused with one short
     ValueError holding its words, else what happened."""
-    from tfm.analysis import attribution_graph, load_graph_json
-    from tfm.analysis.features import load_features
-    from tfm.analysis.steer_files import load_calibration
-    from tfm.analysis.transcoder import load_transcoders
+    from tfm.analysis.graph.build import attribution_graph
+    from tfm.analysis.graph.files import load_graph_json
+    from tfm.analysis.dictionaries.features import load_features
+    from tfm.analysis.steering.files import load_calibration
+    from tfm.analysis.dictionaries.transcoder import load_transcoders
     if kind in ("graph", "calibration"):
         tamper, match = (TAMPERED_GRAPHS if kind == "graph" else TAMPERED_CALIBRATIONS)[name]
         data = json.loads(graph_json if kind == "graph" else STEER_DEFAULT.read_text())
