@@ -126,6 +126,10 @@ with tabs[0]:
                        f"{zmax:.3g} (hover for exact values).")
         charts.show(attention_figs.heatmap(shown, labels, f"{title}: query × key{extra}", log, zmax=zmax),
                     key="attn.chart")
+        if (reach := layer_window(run.lm.config, layer)) and mode != "rollout" and b + 1 > reach:   # a local layer
+            row = attention_figs.reduce_heads(run.pattern_rows(layer, b, b), mode, head)[0]       # keys 0..b
+            charts.show(attention_figs.window_reach(row.numpy(), reach, f"{title}: what query {b} reads, every key"),
+                        key="attn.reach")
 with tabs[1]:
     if tabs[1].open:
         st.selectbox("Open a head in the Pattern tab", [(l, h) for l in range(n_layer) for h in range(n_head)],

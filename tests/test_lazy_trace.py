@@ -252,7 +252,10 @@ def test_last_only_and_logits_at(make_model):
         full = model(idx, trace=True, lazy=False).logits
         out = model(idx, trace=True, last_only=True)
         tr = model(idx, trace=True).trace
-    assert out.logits.shape == (2, 1, 257) and torch.equal(out.trace["logits"], out.logits)
+    # the trace is the same whatever last_only says: its logits entry is every position's, when read
+    assert out.logits.shape == (2, 1, 257) and out.trace.shapes == tr.shapes
+    assert torch.equal(out.trace.logits_at(-1), out.logits[:, -1][0])
+    torch.testing.assert_close(out.trace["logits"], full, atol=1e-5, rtol=0)
     for trace in (tr, out.trace):
         for b, pos in ((0, 0), (1, 3), (1, 6), (0, -1)):
             torch.testing.assert_close(trace.logits_at(pos, b), full[b, pos], atol=1e-5, rtol=0)

@@ -152,7 +152,7 @@ def _sentencepiece_file(metadata, tokens, types, source) -> TokenizerFile:
         # Gemma files (as transformers' GGUF reader builds them): a token of spaces is spelled with ▁,
         # as the normalised text is; the merges follow the tokens' order in the file, not their scores
         tokens = ["▁" * len(t) if " " in t and not t.strip() else t for t in tokens]
-        order = {t: -float(i) for i, t in enumerate(tokens)}
+        order = True
     vocab = {t: i for i, t in enumerate(tokens)}
     merges = _sentencepiece_merges(metadata, tokens, vocab, order, source)
     prefix = metadata.get("tokenizer.ggml.add_space_prefix", True)
@@ -167,11 +167,11 @@ def _sentencepiece_file(metadata, tokens, types, source) -> TokenizerFile:
     return _file(metadata, tokens, data, added, True, source)
 
 
-def _sentencepiece_merges(metadata, tokens: list[str], vocab: dict[str, int], order: dict | None, source):
+def _sentencepiece_merges(metadata, tokens: list[str], vocab: dict[str, int], order: bool | None, source):
     """The file's merges; else ranked from the tokens' order (Gemma) or from their scores (llama)."""
     merges = metadata.get("tokenizer.ggml.merges")
     if merges is None and order is not None:
-        return scores_to_merges(vocab, order)
+        return ordered_merges(tokens, vocab)
     if merges is None:
         scores = metadata.get("tokenizer.ggml.scores")
         if not isinstance(scores, list) or len(scores) != len(tokens):
@@ -195,6 +195,17 @@ def scores_to_merges(vocab: dict[str, int], scores: dict[str, float]) -> list[tu
         merges.extend(sorted(local, key=lambda m: (vocab[m[0]], vocab[m[1]])))
     merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])), reverse=True)
     return [(a, b) for a, b, _ in merges]
+
+
+def ordered_merges(tokens: list[str], vocab: dict[str, int]) -> list[list[str]]:
+    """`scores_to_merges` when each token's score is minus its index (Gemma files, as transformers
+    reads them): tokens in file order, each one's splits from the longest first part down, with no
+    sort (ties cannot occur: a token and the length of its first part fix a merge). Seconds faster
+    on a 262k vocabulary; equal to scores_to_merges (tests/test_gguf_families.py)."""
+    merges = []
+    for t in sorted(vocab, key=vocab.__getitem__) if len(vocab) < len(tokens) else tokens:  # a repeated token: its last place
+        merges.extend([t[:k], t[k:]] for k in range(len(t) - 1, 0, -1) if t[:k] in vocab and t[k:] in vocab)
+    return merges
 
 
 class _FromGGUF:

@@ -225,3 +225,19 @@ def window_scale(shown: np.ndarray) -> tuple[float, float]:
     prompt a window's rows may spend most attention on earlier keys: a 0..1 scale would be blank."""
     top = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
     return max(top, 1e-6), float(np.nanmean(np.nansum(shown, axis=-1)))
+
+
+def window_reach(row: np.ndarray, window: int, title: str) -> go.Figure:
+    """One query's weights over every key up to it (`row`: keys 0..q), keys left of a local layer's
+    `window` shaded: a sliding window wider than the square view still shows where it ends."""
+    q = len(row) - 1
+    first = max(0, q - window + 1)
+    fig = go.Figure(go.Bar(x=np.arange(q + 1), y=row, marker_color="#1f77b4", marker_line_width=0,
+                           hovertemplate="key %{x}: weight %{y:.4g}<extra></extra>"))
+    if first > 0:
+        fig.add_vrect(x0=-0.5, x1=first - 0.5, fillcolor="lightgrey", opacity=0.6, line_width=0)
+        fig.add_annotation(x=(first - 1) / 2, y=1, yref="paper", showarrow=False, yanchor="bottom",
+                           text=f"keys 0–{first - 1}: outside the {window}-key window (masked, weight 0)")
+    fig.update_layout(title=title, xaxis_title="key position", yaxis_title="attention weight", height=320,
+                      bargap=0, margin=dict(t=70))
+    return fig
