@@ -201,6 +201,7 @@ def labels_markdown(e: dict) -> str:
         if not t["says_checked"]
         else f"{t['says_passed']} of {t['says_checked']} pass ({100 * t['says_pass_share']:.0f}%)"
     )
+    skipped = f"the first {e['skip']} of each left out (the attention sink); " if e["skip"] else ""
     rows = [
         f"| {i} | {m['says']} | {m['says_passed']} / {m['says_checked']} | {m['on']} | {m['dead']} |"
         for i, m in sorted(e["layers"].items(), key=lambda kv: int(kv[0]))
@@ -215,7 +216,7 @@ def labels_markdown(e: dict) -> str:
             "",
             f"Per feature, its {TF.N_CONTEXTS} top-activating contexts on held-out text (the SAE's mix: "
             f"{e['tokens_per_domain']:,} tokens of each of {', '.join(e['domains'])}; windows of {e['ctx']} tokens, "
-            f"the first {e['skip']} of each left out; {e['tokens']:,} tokens in all) and a label by the SAE's rules "
+            f"{skipped}{e['tokens']:,} tokens in all) and a label by the SAE's rules "
             f'(`tfm.analysis.feature_labels`): {t["says"]} "says X" (decoder read through the unembedding: margin '
             f">= {e['says_margin']:g} std, direct push >= {e['says_gain']:g} nat at its largest activation), {t['on']} "
             f'"on ...", {t["dead"]} dead. Files: `contexts.safetensors`, `features_LL.safetensors`, '
