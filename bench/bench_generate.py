@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import write_docs  # noqa: E402
 import tfm  # noqa: E402
 from tfm import LM, GPT, ModelConfig  # noqa: E402
-from tfm.core.cache import KVCache  # noqa: E402
+from tfm.core.kv_cache import KVCache  # noqa: E402
 from tfm.text.tokenizer import Tokenizer  # noqa: E402
 from tfm.loaders.weights import convert_gpt2_state, load_state_checked  # noqa: E402
 

@@ -32,11 +32,11 @@ import write_docs  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import tfm  # noqa: E402
-from tfm.analysis import graph_view  # noqa: E402
-from tfm.analysis.graph import GraphSettings, Target, attribution_graph  # noqa: E402
-from tfm.analysis.graph_io import graph_file  # noqa: E402
-from tfm.analysis.graph_prune import prune_graph  # noqa: E402
-from tfm.analysis.transcoder import load_transcoders  # noqa: E402
+from tfm.analysis.graph import view as graph_view  # noqa: E402
+from tfm.analysis.graph.build import GraphSettings, Target, attribution_graph  # noqa: E402
+from tfm.analysis.graph.files import graph_file  # noqa: E402
+from tfm.analysis.graph.prune import prune_graph  # noqa: E402
+from tfm.analysis.dictionaries.transcoder import load_transcoders  # noqa: E402
 from tfm.core.cancel import Cancelled  # noqa: E402
 from tfm.text.token_view import token_labels  # noqa: E402
 from ui import sidebar  # noqa: E402

@@ -30,7 +30,7 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tfm.analysis.quant import TARGETS  # noqa: E402
+from tfm.analysis.quant.requantize import TARGETS  # noqa: E402
 
 SETTLE = 1.0  # s after a page finished before its RSS is read (the server still tidies up)
 

@@ -52,7 +52,7 @@ import write_docs  # noqa: E402
 
 import tfm  # noqa: E402
 from tfm.teach import questions as Q  # noqa: E402
-from ui.rooms import Moment, open_store  # noqa: E402
+from services.rooms import Moment, open_store  # noqa: E402
 
 PAGES = ("next_token", "attention", "tour", "logit_lens", "tokens")
 COOKIE = re.compile(r'document\.cookie = "(\w+)=([^;"]*);[^"]*?(max-age=0)?"')

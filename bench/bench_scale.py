@@ -37,7 +37,8 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import write_docs  # noqa: E402
 from tfm.loaders.weights import rename_gpt2_key  # noqa: E402
-from ui import memory, models  # noqa: E402
+from services import memory  # noqa: E402
+from ui import models  # noqa: E402
 
 PAGES = ("attention", "positions", "norms", "shapes", "logit_lens", "next_token", "generate", "tokens", "home")
 CORPUS = Path("/work/shared/corpus/tinystories_train.txt")

@@ -3,7 +3,7 @@
 in the real model, download the graph."""
 import streamlit as st
 
-from tfm.analysis.graph import GraphSettings
+from tfm.analysis.graph.build import GraphSettings
 from ui import graph_features, graph_panels, graph_run, needs, sidebar
 from ui.run import current_run
 from ui.text import message

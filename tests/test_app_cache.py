@@ -1,4 +1,4 @@
-"""The app's byte-bounded caches (ui/memory.py, ui/models.py, ui/cache.py): budgets, LRU order, recomputation,
+"""The app's byte-bounded caches (services/memory.py, ui/models.py, ui/cache.py): budgets, LRU order, recomputation,
 concurrent sessions, eager traces for short prompts and lazy ones above the server's
 `eager_trace_bytes`. Traces come from a small random GPT run by `ui.cache.run_traced` itself and
 are compared with a fresh traced forward of the same ids."""
@@ -20,7 +20,8 @@ from tfm.core import cancel
 from tfm.core.config import ModelConfig
 from tfm.core.lazy import LazyTrace, prefer_lazy
 from tfm.core.trace import estimate_trace_bytes
-from ui import cache, memory, models, server
+from ui import cache, models
+from services import memory, server
 
 CFG = ModelConfig.preset("tiny").replace(context_length=96)
 SPEC = models.random_spec(CFG, seed=3)
@@ -238,7 +239,7 @@ def test_dropping_a_model_drops_its_traces(monkeypatch):
 
 FREED_CHILD = """
 import psutil, torch
-from ui import memory
+from services import memory
 me = psutil.Process()
 big = torch.ones(30 << 18)     # 30 MB, mapped on its own; freeing it raises glibc's mmap threshold
 del big

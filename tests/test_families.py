@@ -16,7 +16,7 @@ import tfm
 from tests.conftest import BPE_TEXT
 from tfm.analysis import shapes as tfm_shapes
 from tfm.analysis import param_counts
-from tfm.core.cache import KVCache
+from tfm.core.kv_cache import KVCache
 
 transformers = pytest.importorskip("transformers")
 from transformers import AutoModelForCausalLM  # noqa: E402

@@ -113,9 +113,9 @@ def test_tokenizer_ids_equal_transformers(lm):
 
 def test_quantization_blocks_of_the_file_equal_gguf_dequantize():
     """Its tensors are Q4_K, Q6_K, Q5_0, Q8_0 and F32; a block of each quantized type, decoded
-    from the file's bytes (tfm.analysis.quant), equals gguf.quants.dequantize and the tensor."""
+    from the file's bytes (tfm.analysis.quant.requantize), equals gguf.quants.dequantize and the tensor."""
     import numpy as np
-    from tfm.analysis import quant
+    from tfm.analysis.quant import requantize as quant
     from tfm.loaders.gguf_file import read_gguf
     f = read_gguf(gemma3_path())
     assert set(quant.tensor_table(f).by_type()) == {"F32", "Q4_K", "Q5_0", "Q6_K", "Q8_0"}

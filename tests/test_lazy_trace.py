@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tfm.core import lazy as lazy_module
-from tfm.core.cache import KVCache
+from tfm.core.kv_cache import KVCache
 from tfm.core.config import ModelConfig
 from tfm.core.edits import AblateHead
 from tfm.core.lazy import LazyTrace

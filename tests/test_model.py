@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfm.core.cache import KVCache
+from tfm.core.kv_cache import KVCache
 from tfm.core.config import PRESETS, ModelConfig
 from tfm.core.model import GPT, Norm, apply_rope, rope_angles, sinusoidal_table
 from tfm.core.trace import Recorder

@@ -45,7 +45,7 @@ def test_every_engine_folder_is_a_package_and_nothing_else_is():
     found = set(find_packages(str(ROOT), **META["tool"]["setuptools"]["packages"]["find"]))
     folders = {str(p.parent.relative_to(ROOT)).replace(os.sep, ".") for p in (ROOT / "tfm").rglob("*.py")}
     assert found == folders
-    assert not {"ui", "pages", "tests", "bench", "scripts"} & {f.split(".")[0] for f in found}
+    assert not {"ui", "services", "pages", "tests", "bench", "scripts"} & {f.split(".")[0] for f in found}
 
 
 def test_app_command_runs_the_checkouts_app(tmp_path, capsys):
@@ -105,6 +105,6 @@ def test_wheel_builds_with_the_engine_only(tmp_path):
         entry = z.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
         meta = z.read(next(n for n in names if n.endswith("METADATA"))).decode()
     assert {"tfm/__init__.py", "tfm/cli.py", "tfm/viz/notebook.py", "tfm/loaders/convert/llama.py"} <= names
-    assert not any(n.startswith(("ui/", "pages/", "tests/", "assets/")) or n == "app.py" for n in names)
+    assert not any(n.startswith(("ui/", "services/", "pages/", "tests/", "assets/")) or n == "app.py" for n in names)
     assert "tfm = tfm.cli:main" in entry
     assert "Requires-Dist: torch==2.13.0" in meta

@@ -32,7 +32,7 @@ import torch
 from tests.test_deploy import free_base, get
 from tfm.teach import questions as Q
 from ui import models
-from ui.rooms import Moment, open_store
+from services.rooms import Moment, open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed")]

@@ -1,4 +1,4 @@
-"""Sparse autoencoders (tfm.analysis.sae, tfm.analysis.features, python -m tfm.train.sae):
+"""Sparse autoencoders (tfm.analysis.dictionaries.sae, tfm.analysis.dictionaries.features, python -m tfm.train.sae):
 encode / decode / TopK against a direct computation, files round-trip (fp16) and mismatched
 files get one clear message, the feature attribution adds up to the model's logit, the
 training command writes a measured card, and the shipped SAE meets its targets on held-out
@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import tfm
-from tfm.analysis import features as FT
-from tfm.analysis.sae import SAE, SAEConfig, load_sae, save_sae, stream_at
+from tfm.analysis.dictionaries import features as FT
+from tfm.analysis.dictionaries.sae import SAE, SAEConfig, load_sae, save_sae, stream_at
 from tfm.train import sae as train_sae
 from tfm.train.sae_eval import metrics
 

@@ -1,5 +1,5 @@
 """Transcoder features with meaning (`python -m tfm.train.transcoder_labels`,
-`tfm.analysis.transcoder_features`): on a copy of the bundled model's shipped set, with a small
+`tfm.analysis.dictionaries.transcoder_features`): on a copy of the bundled model's shipped set, with a small
 held-out budget, every stored number is recomputed from the model's own trace (top contexts,
 their activations, firing rates, largest activations), the steering check is redone where the
 feature writes by another route (the next block's input), a rerun resumes without redoing a
@@ -15,10 +15,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import tfm
-from tfm.analysis import feature_labels as FL
-from tfm.analysis import transcoder_features as TF
-from tfm.analysis.steering import reading_ids, steer_span
-from tfm.analysis.transcoder import layer_file, load_transcoders
+from tfm.analysis.dictionaries import labels as FL
+from tfm.analysis.dictionaries import transcoder_features as TF
+from tfm.analysis.dictionaries.transcoder import layer_file, load_transcoders
+from tfm.analysis.steering.vectors import reading_ids, steer_span
 from tfm.core import edits as E
 from tfm.loaders.loading import ASSETS
 from tfm.train import mix, transcoder_labels

@@ -1,4 +1,4 @@
-"""The tuned lens (tfm.analysis.tuned_lens, lens_compare; python -m tfm.train.tuned_lens): the
+"""The tuned lens (tfm.analysis.lens.tuned, lens_compare; python -m tfm.train.tuned_lens): the
 trainer's streams equal the trace's; KL and agreement equal a recomputation from the logit lens's
 full distributions; the identity lens is the logit lens; translators apply as x + x W + b; files
 round-trip and wrong ones get one clear message; training lowers held-out KL below the logit
@@ -14,9 +14,9 @@ import torch
 from safetensors.torch import save_file
 
 import tfm
-from tfm.analysis import lens_compare as LC
-from tfm.analysis import tuned_lens as TL
-from tfm.analysis.lens import logit_lens, residual_streams
+from tfm.analysis.lens import compare as LC
+from tfm.analysis.lens import tuned as TL
+from tfm.analysis.lens.logit import logit_lens, residual_streams
 from tfm.train import mix
 from tfm.train import tuned_lens as train_tl
 from tfm.train import tuned_lens_eval as TLE

@@ -1,10 +1,10 @@
 """The Features page's search box: features found by a word or a token in their label, their
-top tokens or the token they say (`tfm.analysis.feature_labels`); a match opens on a click."""
+top tokens or the token they say (`tfm.analysis.dictionaries.labels`); a match opens on a click."""
 from __future__ import annotations
 
 import streamlit as st
 
-from tfm.analysis.feature_labels import MAX_QUERY
+from tfm.analysis.dictionaries.labels import MAX_QUERY
 from tfm.viz import features as feature_figs
 from ui.text import message, plain
 

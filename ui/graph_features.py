@@ -1,5 +1,5 @@
 """The Attribution graph page's feature meanings: an opened feature's label and top-activating
-held-out contexts (`tfm.analysis.transcoder_features`, shipped beside the transcoder set), and a
+held-out contexts (`tfm.analysis.dictionaries.transcoder_features`, shipped beside the transcoder set), and a
 search over the graph's kept features by label (`ui.feature_search`'s box)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from tfm.analysis import graph_view
-from tfm.analysis.graph import Graph
-from tfm.analysis.transcoder_features import TranscoderFeatures
+from tfm.analysis.dictionaries.transcoder_features import TranscoderFeatures
+from tfm.analysis.graph import view as graph_view
+from tfm.analysis.graph.build import Graph
 from tfm.viz import features as feature_figs
 from ui import feature_search
 from ui.graph_run import GraphRun

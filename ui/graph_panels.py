@@ -1,15 +1,15 @@
 """Panels of the Attribution graph page: the target and thresholds, the figure (a click opens a
 node), one node's details, supernodes, interventions and the export. Numbers come from the page's
-`ui.graph_run.GraphRun`; what they mean from tfm.analysis.graph_view."""
+`ui.graph_run.GraphRun`; what they mean from tfm.analysis.graph.view."""
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from tfm.analysis import graph_view
-from tfm.analysis.graph import Graph, Target
-from tfm.analysis.graph_io import GraphFile
-from tfm.analysis.graph_prune import MAX_EDGES, Pruned
+from tfm.analysis.graph import view as graph_view
+from tfm.analysis.graph.build import Graph, Target
+from tfm.analysis.graph.files import GraphFile
+from tfm.analysis.graph.prune import MAX_EDGES, Pruned
 from tfm.viz import graph as graph_figs
 from tfm.viz import graph_groups
 from ui import charts, graph_features, links

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import streamlit as st
 
-from tfm.analysis import graph_view
-from tfm.analysis.graph import Graph, GraphSettings, Target, attribution_graph
-from tfm.analysis.graph_edit import FeatureEdit, Intervention, intervene
-from tfm.analysis.graph_io import GraphFile, graph_file
-from tfm.analysis.graph_prune import Pruned, prune_graph
-from tfm.analysis.transcoder import TranscoderSet, load_transcoders
-from tfm.analysis.transcoder_features import TranscoderFeatures, read_features
-from ui import memory
+from services import memory
+from tfm.analysis.dictionaries.transcoder import TranscoderSet, load_transcoders
+from tfm.analysis.dictionaries.transcoder_features import TranscoderFeatures, read_features
+from tfm.analysis.graph import view as graph_view
+from tfm.analysis.graph.build import Graph, GraphSettings, Target, attribution_graph
+from tfm.analysis.graph.edit import FeatureEdit, Intervention, intervene
+from tfm.analysis.graph.files import GraphFile, graph_file
+from tfm.analysis.graph.prune import Pruned, prune_graph
 from ui.progress import fraction_bar
 from ui.run import PromptRun
 from ui.text import message

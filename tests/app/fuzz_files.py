@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from tfm.analysis import transcoder as T
-from tfm.analysis import transcoder_features as TF
+from tfm.analysis.dictionaries import transcoder as T
+from tfm.analysis.dictionaries import transcoder_features as TF
 
 SAE_DEFAULT = Path(__file__).resolve().parents[2] / "assets" / "sae" / "default"
 TRANSCODERS_DEFAULT = Path(__file__).resolve().parents[2] / "assets" / "transcoders" / "default"
@@ -192,9 +192,8 @@ def tampered_folder(kind: str, name: str, scratch: Path) -> Path:
 
 def read_set(folder: Path, lm) -> None:
     """A transcoder folder as the Attribution graph page reads it: the set, its labels, a graph."""
-    from tfm.analysis import attribution_graph
-    from tfm.analysis.transcoder import load_transcoders
-    ts = load_transcoders(folder, lm)
+    from tfm.analysis.graph.build import attribution_graph
+    ts = T.load_transcoders(folder, lm)
     TF.read_features(folder, ts, lm)
     attribution_graph(lm, lm.tokenizer.prompt_ids("The cat sat"), ts)
 
@@ -202,9 +201,9 @@ def read_set(folder: Path, lm) -> None:
 def check(kind: str, name: str, lm, graph_json: str, scratch: Path) -> str | None:
     """Apply one tamper and read the result as the app does: None when it is refused with one short
     ValueError holding its words, else what happened."""
-    from tfm.analysis import load_graph_json
-    from tfm.analysis.features import load_features
-    from tfm.analysis.steer_files import load_calibration
+    from tfm.analysis.dictionaries.features import load_features
+    from tfm.analysis.graph.files import load_graph_json
+    from tfm.analysis.steering.files import load_calibration
     if kind in ("graph", "calibration"):
         tamper, match = (TAMPERED_GRAPHS if kind == "graph" else TAMPERED_CALIBRATIONS)[name]
         data = json.loads(graph_json if kind == "graph" else STEER_DEFAULT.read_text())

@@ -11,10 +11,11 @@ import numpy as np
 import torch
 
 import tfm
-from tfm.analysis import logit_lens
+from tfm.analysis.lens.logit import logit_lens
 from tfm.generation.generate import prepare_prompt
 from tfm.viz import sampling as fs
-from ui import models, server, sidebar
+from ui import models, sidebar
+from services import server
 
 from tests.app.conftest import as_shown, chart_by_title, decode, open_page
 

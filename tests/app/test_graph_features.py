@@ -1,5 +1,5 @@
 """The Attribution graph page shows an opened feature's label and top-activating held-out
-contexts from the set's shipped files (`tfm.analysis.transcoder_features`), equal to what the
+contexts from the set's shipped files (`tfm.analysis.dictionaries.transcoder_features`), equal to what the
 engine reads from them, and finds kept features by label; a set without them says how to make
 them."""
 
@@ -11,16 +11,15 @@ import shutil
 import pytest
 
 import tfm
-from tfm.analysis import graph_view
-from tfm.analysis.graph import GraphSettings, attribution_graph
-from tfm.analysis.graph_io import graph_file
-from tfm.analysis.graph_prune import prune_graph
-from tfm.analysis.transcoder import load_transcoders
-from tfm.analysis.transcoder_features import read_features
-from tfm.text.token_view import token_labels
-
 from tests.app.conftest import as_shown
 from tests.app.matrix import open_cell
+from tfm.analysis.dictionaries.transcoder import load_transcoders
+from tfm.analysis.dictionaries.transcoder_features import read_features
+from tfm.analysis.graph import view as graph_view
+from tfm.analysis.graph.build import GraphSettings, attribution_graph
+from tfm.analysis.graph.files import graph_file
+from tfm.analysis.graph.prune import prune_graph
+from tfm.text.token_view import token_labels
 
 PROMPT = "The cat sat on the mat. The cat"
 PARIS = "The capital of France is"

@@ -198,7 +198,7 @@ def test_students_answer_which_head_by_clicking_the_grid_graded_by_the_head_scor
 def test_a_teacher_projecting_the_tour_still_sees_and_uses_the_push(browser, app_url):
     """Presentation mode hides the sidebar, where the push button lives on other pages."""
     import os
-    from ui.rooms import open_store
+    from services.rooms import open_store
     ctx = context(browser, viewport={"width": 1280, "height": 800})
     teacher = ctx.new_page()
     try:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.cache import KVCache
+from ..core.kv_cache import KVCache
 from ..core.config import ModelConfig
 from ..core.model import GPT
 from ..core.trace import ShapeEntry

@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .cache import KVCache
+from .kv_cache import KVCache
 from . import cancel
 from .config import ModelConfig
 from .kernels import Linear

@@ -13,7 +13,7 @@ Batcher runs a loop: admit waiting requests (first come first served, at most `p
 per owner, at most `max_rows` in all, their padded prompts within `prefill_tokens`), prefill
 every prompt but its last token in ONE forward (`prefill.prefill_keys`), copy their keys into
 the shared `RaggedKVCache`, then run ONE forward for every active row, each at its own position
-with its own keys (tfm.core.cache.RaggedKVCache masks the others' padding): a joining row feeds
+with its own keys (tfm.core.kv_cache.RaggedKVCache masks the others' padding): a joining row feeds
 its last prompt token there, and takes its first token from that step. Every row keeps its own
 settings, `torch.Generator`, stop rule and text stream, and draws with the sampling pipeline
 `tfm.generate` uses (one breakdown for rows with the same settings, then each row's own draw,
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core import cancel
-from ..core.cache import RaggedKVCache
+from ..core.kv_cache import RaggedKVCache
 from ..core.functional import unembed
 from ..core.trace import Recorder
 from ..core.validate import check_int

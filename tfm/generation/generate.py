@@ -63,7 +63,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core import cancel
-from ..core.cache import KVCache
+from ..core.kv_cache import KVCache
 from ..core.edits import Edits
 from ..loaders.loading import LM
 from .sampling import Breakdown, SamplingSettings, draw, next_token

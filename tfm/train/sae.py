@@ -1,5 +1,5 @@
 """`python -m tfm.train.sae train ...`: train a TopK sparse autoencoder on one layer's residual
-stream and write it with its measured card (tfm.analysis.sae describes the files).
+stream and write it with its measured card (tfm.analysis.dictionaries.sae describes the files).
 
     python -m tfm.train.sae train --model default --layer 3 --features 1536 --k 32 \\
         --data /work/shared/corpus/tinystories_train.txt --eval-file .../tinystories_valid.txt \\
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..analysis.sae import SAE, SAEConfig, save_sae, stream_at
+from ..analysis.dictionaries.sae import SAE, SAEConfig, save_sae, stream_at
 from ..loaders.loading import load
 from .command import run_command
 from .data import encode_text, id_windows, read_text
@@ -93,7 +93,7 @@ def init_sae(cfg: SAEConfig, x: torch.Tensor, gen: torch.Generator) -> SAE:
 
 
 def fold_scale(sae: SAE, scale: float) -> None:
-    """Make the SAE read and write raw activations (module docstring of tfm.analysis.sae)."""
+    """Make the SAE read and write raw activations (module docstring of tfm.analysis.dictionaries.sae)."""
     with torch.no_grad():
         sae.W_enc /= scale
         sae.W_dec *= scale

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from ..analysis.sae import FEATURES_FILE, SAE, stream_at
+from ..analysis.dictionaries.sae import FEATURES_FILE, SAE, stream_at
 from ..core import edits as E
 from .data import id_windows, next_token_loss
 
@@ -100,7 +100,7 @@ def top_positions(vals: torch.Tensor, idx: torch.Tensor, f: int, n: int = N_CONT
 def feature_data(lm, sae: SAE, ids: np.ndarray, ctx: int, folder: Path, skip: int = 0,
                  row_domain: torch.Tensor | None = None) -> None:
     """features.safetensors: top contexts (ids and the feature's activation along each),
-    activation histograms over [0, max], firing rates; see tfm.analysis.sae. With `row_domain`
+    activation histograms over [0, max], firing rates; see tfm.analysis.dictionaries.sae. With `row_domain`
     (each window's domain index, windows of `ctx` never crossing domains) also ctx_domain (F, n)."""
     toks, vals, idx = _sparse_acts(lm, sae, ids, ctx, skip)
     n, f = toks.shape[0], sae.cfg.n_features

@@ -1,7 +1,7 @@
 """`python -m tfm.train.transcoder_labels --model smollm2 --folder assets/transcoders/smollm2`: every
 feature of a transcoder set gets its top-activating held-out contexts and a label by the SAE's rules
-(`tfm.analysis.feature_labels`: "says X", checked by steering, or "on ..."), written beside the set
-(`tfm.analysis.transcoder_features` describes the files); the card's "labels" entry and the README
+(`tfm.analysis.dictionaries.labels`: "says X", checked by steering, or "on ..."), written beside the set
+(`tfm.analysis.dictionaries.transcoder_features` describes the files); the card's "labels" entry and the README
 say what was read, the counts, the share of "says X" labels that pass and the time.
 
 The held-out part of the SAE's text mix (`tfm.train.mix`, --tokens-per-domain of each domain, in
@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from ..analysis import feature_labels as FL
-from ..analysis import transcoder_features as TF
-from ..analysis.transcoder import CARD_FILE, MAX_CARD_BYTES, load_transcoders
+from ..analysis.dictionaries import labels as FL
+from ..analysis.dictionaries import transcoder_features as TF
+from ..analysis.dictionaries.transcoder import CARD_FILE, MAX_CARD_BYTES, load_transcoders
 from ..core.files import read_json
 from ..loaders.loading import load
 from . import mix
@@ -217,10 +217,10 @@ def labels_markdown(e: dict) -> str:
             f"Per feature, its {TF.N_CONTEXTS} top-activating contexts on held-out text (the SAE's mix: "
             f"{e['tokens_per_domain']:,} tokens of each of {', '.join(e['domains'])}; windows of {e['ctx']} tokens, "
             f"{skipped}{e['tokens']:,} tokens in all) and a label by the SAE's rules "
-            f'(`tfm.analysis.feature_labels`): {t["says"]} "says X" (decoder read through the unembedding: margin '
+            f'(`tfm.analysis.dictionaries.labels`): {t["says"]} "says X" (decoder read through the unembedding: margin '
             f">= {e['says_margin']:g} std, direct push >= {e['says_gain']:g} nat at its largest activation), {t['on']} "
             f'"on ...", {t["dead"]} dead. Files: `contexts.safetensors`, `features_LL.safetensors`, '
-            "`labels_LL.json.gz` (`tfm.analysis.transcoder_features`).",
+            "`labels_LL.json.gz` (`tfm.analysis.dictionaries.transcoder_features`).",
             "",
             f'Steering check of the "says X" labels (the feature\'s decoder row times its largest held-out activation '
             f"added to the stream leaving its block, at strength 1, raises p(X) after each of "

@@ -16,7 +16,8 @@ import plotly.graph_objects as go
 import torch
 
 from ..analysis.heads import HeadTable
-from .plain import figure
+from ..core.trace_names import head_label
+from .figure_dicts import figure
 
 MASKED_BG = "#c8c8c8"  # the plot background shows through NaN (masked) cells
 # plotly's (python) sequential Blues, white to navy, spelled out: figures skip validation, and
@@ -194,7 +195,7 @@ def _lines(q: np.ndarray, k: np.ndarray, wts: np.ndarray, colour: str, name: str
 def head_table(heads: HeadTable) -> pd.DataFrame:
     """One row per head, ordered by (layer, head): every score of `analysis.head_table`."""
     n_layer, n_head = next(iter(heads.scores.values())).shape
-    table = {"head": [f"L{l} H{h}" for l in range(n_layer) for h in range(n_head)],
+    table = {"head": [head_label(l, h) for l in range(n_layer) for h in range(n_head)],
              "layer": np.repeat(np.arange(n_layer), n_head), "index": np.tile(np.arange(n_head), n_layer)}
     for name, score in heads.scores.items():
         table[name] = score.flatten().numpy()

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from ..analysis.bert_heads import HELP, LookAt
+from ..analysis.encoders.bert_heads import HELP, LookAt
 from ..analysis.neuron_view import NeuronView
 from .attention import COLORSCALE, HEAD_COLOURS, _lines, head_view_frame, plotly_text
 from ..text.token_view import position_labels
-from .plain import figure
+from .figure_dicts import figure
 
 DIVERGING = [[0.0, "rgb(178,24,43)"], [0.5, "rgb(247,247,247)"], [1.0, "rgb(33,102,172)"]]
 

@@ -1,5 +1,5 @@
 """The attribution graph figure: layers up, positions across, node size by influence, edge width by
-weight (blue raises its target node, red lowers it). Drawn from a `tfm.analysis.graph_io.GraphFile`
+weight (blue raises its target node, red lowers it). Drawn from a `tfm.analysis.graph.files.GraphFile`
 (built from a pruned graph, or loaded from a file), so a page and a notebook draw the same thing.
 
 Nodes of one (layer, position) cell are spread side by side within it; token embeddings sit on the
@@ -14,7 +14,7 @@ from collections import defaultdict
 import numpy as np
 import plotly.graph_objects as go
 
-from ..analysis.graph_io import GraphFile, GraphNode
+from ..analysis.graph.files import GraphFile, GraphNode
 from .attention import plotly_text
 from .why import NEG_COLOUR, POS_COLOUR
 

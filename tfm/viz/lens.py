@@ -1,9 +1,9 @@
 """How far each layer's reading is from the model's final prediction, for the logit and the tuned
-lens (tfm.analysis.lens_compare): KL divergence per layer on top, top-1 agreement below. The Logit
+lens (tfm.analysis.lens.compare): KL divergence per layer on top, top-1 agreement below. The Logit
 lens page and the notebook's `lens_comparison` draw it."""
 from __future__ import annotations
 
-from .plain import figure
+from .figure_dicts import figure
 from .sampling import esc
 
 COLOURS = {"logit": "#1f6fb4", "tuned": "#e4572e"}

@@ -26,9 +26,9 @@ import torch
 
 from ..analysis.attribution import direct, token_id
 from ..analysis.heads import head_table as _head_table
-from ..analysis.lens_compare import lens_grid, prompt_fits
+from ..analysis.lens.compare import lens_grid, prompt_fits
 from ..analysis.norms import layer_summaries
-from ..analysis.tuned_lens import TunedLens
+from ..analysis.lens.tuned import TunedLens
 from ..analysis.positions import position_vectors, rope_angle_table
 from ..core.trace import Trace
 from ..core.validate import check_int
@@ -218,7 +218,7 @@ def logit_lens(lm: LM, trace: Trace, ids: Sequence[int], positions: tuple[int, i
                tuned: TunedLens | None = None) -> go.Figure:
     """What each layer would predict at each position (the Logit lens page's grid): cell text the
     top token, colour its probability, bold where it is the token that really comes next. With
-    `tuned` (`tfm.analysis.tuned_lens.shipped_lens("smollm2", lm)`), the tuned lens's grid."""
+    `tuned` (`tfm.analysis.lens.tuned.shipped_lens("smollm2", lm)`), the tuned lens's grid."""
     ids, tok = [int(i) for i in ids], lm.tokenizer
     labels = _labels(tokens(lm, ids), len(ids))
     a, b = _window(len(ids), positions, LENS_WINDOW)

@@ -1,5 +1,5 @@
 """Figures for the quantization page: one block decoded, KL per position, and one head's attention
-before and after re-quantizing, side by side (pure functions of tfm.analysis.quant results)."""
+before and after re-quantizing, side by side (pure functions of tfm.analysis.quant.requantize results)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..analysis.quant import BlockView, QuantEffect, QuantTable
+from ..analysis.quant.requantize import BlockView, QuantEffect, QuantTable
 from .attention import COLORSCALE, MASKED_BG, plotly_text
 
 

@@ -13,7 +13,8 @@ import torch
 
 from ..generation.sampling import Breakdown
 from ..generation.timeline import StepRecord
-from .plain import figure
+from ..core.trace_names import head_label
+from .figure_dicts import figure
 
 # Temperatures a slider offers: fine steps near 0, where small changes matter most.
 TEMPERATURES = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
@@ -95,7 +96,7 @@ def next_token_figure(bd: Breakdown, ids: list[int], pieces: list[str], title: s
                       chosen: int | None = None, xtitle: str = "next token (most likely first)") -> go.Figure:
     """Bars of the shown tokens after temperature, coloured by what top-k / top-p did, over
     outlines of the original probabilities; one bar sums every other token of the vocabulary.
-    Built as plain dicts, unvalidated (tfm.viz.plain)."""
+    Built as plain dicts, unvalidated (tfm.viz.figure_dicts)."""
     labels = unique_labels(pieces, ids)
     statuses = _statuses(bd, ids)
     hover = _hover(ids, pieces, bd, statuses)
@@ -172,7 +173,7 @@ def attention_rows_figure(rows: np.ndarray, key_labels: list[str], title: str) -
     line between layers."""
     n_layer, n_head, n_key = rows.shape
     z = rows.reshape(n_layer * n_head, n_key)
-    y = [f"L{i} H{h}" for i in range(n_layer) for h in range(n_head)]
+    y = [head_label(i, h) for i in range(n_layer) for h in range(n_head)]
     x = [esc(k) for k in key_labels]
     trace = dict(type="heatmap", z=z, x=x, y=y, colorscale="Blues", zmin=0, zmax=1,
                  colorbar=dict(title=dict(text="attention")),

@@ -2,7 +2,7 @@
 
 Contributions are in logit units (positive = pushes toward the explained token). Diverging
 colours are centred on 0 so a sign is always visible; hover shows the exact value. The page's
-charts are built as plain dicts, unvalidated (`tfm.viz.plain`: validation was ~3/4 of a Why page
+charts are built as plain dicts, unvalidated (`tfm.viz.figure_dicts`: validation was ~3/4 of a Why page
 run's own CPU); tests/test_viz_plain.py validates them.
 """
 from __future__ import annotations
@@ -12,8 +12,9 @@ import json
 import numpy as np
 import plotly.graph_objects as go
 
+from ..core.trace_names import head_label
 from .attention import plotly_text
-from .plain import figure
+from .figure_dicts import figure
 
 DIVERGING = "RdBu"
 POS_COLOUR, NEG_COLOUR, ABL_COLOUR = "#2166ac", "#b2182b", "#ff7f0e"
@@ -23,7 +24,7 @@ def pretty(name: str) -> str:
     """A component's short label: L3 H5 for head 5 of block 3, L3 MLP; embed, pos_embed, bias as they are."""
     parts = name.split(".")
     if parts[0] == "blocks":
-        return f"L{parts[1]} H{parts[-1]}" if "head" in parts else f"L{parts[1]} MLP"
+        return head_label(parts[1], parts[-1]) if "head" in parts else f"L{parts[1]} MLP"
     return name
 
 
