@@ -12,6 +12,8 @@ import torch
 from tfm.core.config import ModelConfig
 from tfm.core.model import GPT
 
+from tests import tiers
+
 BPE_TEXT = [
     "The cat sat on the mat. The dog sat on the log. " * 20,
     "hello world, hello there! 123 456 7890 " * 5,
@@ -128,3 +130,4 @@ def pytest_collection_modifyitems(config, items):
         words = item.nodeid.lower().replace("[", "-").replace("]", "-").split("-")
         if "e2e" in item.path.parts or item.path.name in SLOW_FILES or any(w in SLOW_WORDS for w in words):
             item.add_marker(pytest.mark.slow)
+    tiers.record(config, items)   # which files hold a quick test (tests/test_tiers.py)
