@@ -3,7 +3,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from ui import server, st_private
+from services import server
+from ui import st_private
 from ui.text import message
 from ui.nav import pages
 from ui.rooms import live, warm
@@ -12,7 +13,7 @@ WARM_OFF = ("Class warm-up is off on this server (TFM_ROOMS_WARM=off): a view yo
             "server's other processes when a student there first opens it, so those students wait longer.")
 
 st.set_page_config(page_title="tfm: see inside a transformer", page_icon="🔍", layout="wide")
-try:  # the owner's flags (`python -m ui.server --help`) and TFM_* environment variables
+try:  # the owner's flags (`python -m services.server --help`) and TFM_* environment variables
     server.settings()
     warm.enabled()   # TFM_ROOMS_WARM=off: class rooms without the warm-up (docs/class.md)
 except ValueError as e:

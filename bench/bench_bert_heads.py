@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 import tfm
-from tfm.analysis.bert_heads import KINDS, look_at
+from tfm.analysis.encoders.bert_heads import KINDS, look_at
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "tinystories_valid.txt"
 

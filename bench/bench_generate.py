@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import write_docs  # noqa: E402
 import tfm  # noqa: E402
 from tfm import LM, GPT, ModelConfig  # noqa: E402
-from tfm.core.cache import KVCache  # noqa: E402
+from tfm.core.kv_cache import KVCache  # noqa: E402
 from tfm.text.tokenizer import Tokenizer  # noqa: E402
 from tfm.loaders.weights import convert_gpt2_state, load_state_checked  # noqa: E402
 
@@ -76,7 +76,7 @@ def best_of(repeats: int, fns: dict):
 def step_overhead_ms(lm, repeats: int) -> tuple[float, float]:
     """Min and median time of what tfm.generate adds per step besides the forward: the
     breakdown, the greedy pick, the prob/rank numbers (on a vocabulary-sized logits vector)."""
-    from tfm.generation.generate import _choose
+    from tfm.generation.decode import choose as _choose
     from tfm.generation.sampling import SamplingSettings
     logits, gen, greedy = torch.randn(lm.config.vocab_size), torch.Generator(), SamplingSettings(0)
     n = lm.config.vocab_size  # the real vocabulary: no padding rows

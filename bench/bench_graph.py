@@ -1,4 +1,4 @@
-"""Attribution graphs (tfm.analysis.graph): time and memory of one graph, scores, faithfulness.
+"""Attribution graphs (tfm.analysis.graph.build): time and memory of one graph, scores, faithfulness.
 Prints numbers; no asserts.
 
     .venv/bin/python bench/bench_graph.py [--tokens 16] [--no-smollm2] [--threads 2] [--keep-sink]
@@ -17,7 +17,7 @@ each held-out prompt (the first 16 tokens of every 46th "Once upon" story of Tin
 validation file, which no transcoder saw; --corpus): the replacement and completeness scores and
 the Spearman correlation between the graph's predicted and the real model's measured effect of
 switching off each of its 10 most influential features (predicted "direct", "total" and
-"first_order": tfm.analysis.graph_edit.predicted_change), and of the 10 with the largest edge into
+"first_order": tfm.analysis.graph.edit.predicted_change), and of the 10 with the largest edge into
 the target ("first_order"), and their means.
 Targets: 16 tokens ≤ 3 s on the bundled model, ≤ 30 s on SmolLM2 (2 cores); Spearman ≥ 0.6 on the
 bundled model with its trained transcoders.
@@ -39,8 +39,10 @@ import torch  # noqa: E402
 
 import tfm  # noqa: E402
 import write_docs  # noqa: E402
-from tfm.analysis import GraphSettings, attribution_graph, faithfulness, prune_graph  # noqa: E402
-from tfm.analysis.transcoder import load_transcoders, random_transcoders  # noqa: E402
+from tfm.analysis.graph.build import GraphSettings, attribution_graph  # noqa: E402
+from tfm.analysis.graph.edit import faithfulness  # noqa: E402
+from tfm.analysis.graph.prune import prune_graph  # noqa: E402
+from tfm.analysis.dictionaries.transcoder import load_transcoders, random_transcoders  # noqa: E402
 
 PROMPTS = {"fact": "The capital of France is",
            "indirect object": "When Mary and John went to the store, John gave a drink to",
@@ -111,7 +113,7 @@ def held_out(lm, corpus: Path, n: int) -> dict[str, str]:
     return {t: t for t in texts}
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
@@ -125,6 +127,11 @@ def main() -> None:
     write_docs.add_flag(ap, "bench_graph")
     args = ap.parse_args()
     write_docs.check(args)
+    return args
+
+
+def main() -> None:
+    args = arguments()
     torch.set_num_threads(args.threads)
     tables = []
     print(f"torch threads: {torch.get_num_threads()}")

@@ -32,11 +32,11 @@ import write_docs  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import tfm  # noqa: E402
-from tfm.analysis import graph_view  # noqa: E402
-from tfm.analysis.graph import GraphSettings, Target, attribution_graph  # noqa: E402
-from tfm.analysis.graph_io import graph_file  # noqa: E402
-from tfm.analysis.graph_prune import prune_graph  # noqa: E402
-from tfm.analysis.transcoder import load_transcoders  # noqa: E402
+from tfm.analysis.graph import view as graph_view  # noqa: E402
+from tfm.analysis.graph.build import GraphSettings, Target, attribution_graph  # noqa: E402
+from tfm.analysis.graph.files import graph_file  # noqa: E402
+from tfm.analysis.graph.prune import prune_graph  # noqa: E402
+from tfm.analysis.dictionaries.transcoder import load_transcoders  # noqa: E402
 from tfm.core.cancel import Cancelled  # noqa: E402
 from tfm.text.token_view import token_labels  # noqa: E402
 from ui import sidebar  # noqa: E402
@@ -125,6 +125,14 @@ def after_leaving(spec: str, lm, ts, ids) -> dict:
     return out
 
 
+def page_row(spec: str, n_tokens: int, page: dict) -> list:
+    """One model's table row: the run's wall time, memory in MB, the cache's counts, capped or not."""
+    mb = lambda n: f"{n / 2**20:,.0f}"   # noqa: E731
+    return [spec, n_tokens, f"{page['wall']:.1f}", mb(page["peak"]), mb(page["retained"]),
+            " / ".join(f"{k} {mb(v)}" for k, v in sorted(page["held"].items())) or "?",
+            "yes" if page["capped"] else "no"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--no-smollm2", action="store_true")
@@ -137,11 +145,7 @@ def main() -> None:
         ts = load_transcoders(graph_view.shipped_folder(spec), lm)
         prompt = prompt_for(spec, lm)
         ids = lm.tokenizer.prompt_ids(prompt)
-        page = page_at_extremes(spec, prompt)
-        mb = lambda n: f"{n / 2**20:,.0f}"   # noqa: E731
-        rows.append([spec, len(ids), f"{page['wall']:.1f}", mb(page["peak"]), mb(page["retained"]),
-                     " / ".join(f"{k} {mb(v)}" for k, v in sorted(page["held"].items())) or "?",
-                     "yes" if page["capped"] else "no"])
+        rows.append(page_row(spec, len(ids), page_at_extremes(spec, prompt)))
         print(rows[-1], flush=True)
         for stage, (cpu, how) in after_leaving(spec, lm, ts, ids).items():
             leave_rows.append([spec, stage, f"{cpu:.2f}", how])

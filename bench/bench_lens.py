@@ -1,4 +1,4 @@
-"""The tuned lens against the logit lens on held-out text (tfm.analysis.lens_compare), per layer and
+"""The tuned lens against the logit lens on held-out text (tfm.analysis.lens.compare), per layer and
 per domain, for each model that ships a set in assets/lens. Prints the tables; with --write-docs
 puts them into docs/benchmarks.md (block bench_lens).
 
@@ -27,8 +27,8 @@ import torch  # noqa: E402
 
 import tfm  # noqa: E402
 import write_docs  # noqa: E402
-from tfm.analysis.lens_compare import lens_fit  # noqa: E402
-from tfm.analysis.tuned_lens import load_tuned_lens, shipped_folder  # noqa: E402
+from tfm.analysis.lens.compare import lens_fit  # noqa: E402
+from tfm.analysis.lens.tuned import load_tuned_lens, shipped_folder  # noqa: E402
 from tfm.train import mix  # noqa: E402
 from tfm.train.transcoders import CORPUS  # noqa: E402
 from tfm.train.tuned_lens_eval import collect_streams, words  # noqa: E402

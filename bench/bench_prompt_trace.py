@@ -30,7 +30,8 @@ from bench_scale import app_on_gpt2, prompt_text, run_page  # noqa: E402
 
 from tfm.core.lazy import prefer_lazy  # noqa: E402
 from tfm.core.trace import estimate_trace_bytes  # noqa: E402
-from ui import cache, models, server  # noqa: E402
+from ui import cache, models
+from services import server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VISIT = ("attention", "logit_lens", "next_token")

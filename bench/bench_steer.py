@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import tfm  # noqa: E402
 from bench_app import SCRIPT_CPU, measure_script_threads, prompt_of  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
-from tfm.analysis import steer_calibrate, steering  # noqa: E402
+from tfm.analysis.steering import calibrate as steer_calibrate, vectors as steering  # noqa: E402
 from ui import models  # noqa: E402
 
 

@@ -7,6 +7,7 @@ from tfm.viz import attention as attention_figs
 from tfm.viz.attention import WINDOW
 from ui import charts, encoder_panels, examples, links, sidebar, tables
 from ui.run import current_run
+from ui.text import head_label
 
 MODES = {"head": "One head", "mean": "Mean over heads", "max": "Max over heads", "rollout": "Rollout"}
 VIEWS = ["Pattern", "All heads", "Head view", "Head table", "Neuron view"]
@@ -125,10 +126,14 @@ with tabs[0]:
                        f"{zmax:.3g} (hover for exact values).")
         charts.show(attention_figs.heatmap(shown, labels, f"{title}: query × key{extra}", log, zmax=zmax),
                     key="attn.chart")
+        if (reach := layer_window(run.lm.config, layer)) and mode != "rollout" and b + 1 > reach:   # a local layer
+            row = attention_figs.reduce_heads(run.pattern_rows(layer, b, b), mode, head)[0]       # keys 0..b
+            charts.show(attention_figs.window_reach(row.numpy(), reach, f"{title}: what query {b} reads, every key"),
+                        key="attn.reach")
 with tabs[1]:
     if tabs[1].open:
         st.selectbox("Open a head in the Pattern tab", [(l, h) for l in range(n_layer) for h in range(n_head)],
-                     index=None, format_func=lambda p: f"L{p[0]} H{p[1]}", key="attn.open", on_change=_open_from_picker)
+                     index=None, format_func=lambda p: head_label(*p), key="attn.open", on_change=_open_from_picker)
         charts.show(attention_figs.model_view(run.all_heads(a, b, hide_first), labels,
                                               f"Every head: rows are layers, columns heads{extra}", log),
                     key="attn.model_view")

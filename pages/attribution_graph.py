@@ -3,8 +3,8 @@
 in the real model, download the graph."""
 import streamlit as st
 
-from tfm.analysis.graph import GraphSettings
-from ui import graph_panels, graph_run, needs, sidebar
+from tfm.analysis.graph.build import GraphSettings
+from ui import graph_features, graph_panels, graph_run, needs, sidebar
 from ui.run import current_run
 from ui.text import message
 
@@ -45,8 +45,10 @@ if not options:
     st.info("No feature node holds enough influence to be kept: lower the node threshold.")
     graph_panels.export(gf)
     st.stop()
+meanings = graph_features.features(gr)
 supernodes = graph_panels.supernode_panel(g, run.labels, options)
 graph_panels.figure(gf, options, piece, supernodes)
-graph_panels.node_panel(gr, g, run.labels, options)
+graph_features.search(g, meanings, run.labels, options)
+graph_panels.node_panel(gr, g, run.labels, options, meanings)
 graph_panels.intervention_panel(gr, g, run.labels, options, piece)
 graph_panels.export(gf)

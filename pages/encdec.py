@@ -7,7 +7,8 @@ from tfm.core import trace_read
 from tfm.loaders.limits import check_count
 from tfm.text.token_view import position_labels
 from tfm.viz import encdec as encdec_figs
-from ui import charts, links, server, sidebar
+from ui import charts, heavy, links, sidebar
+from services import server
 from ui.text import message
 
 sidebar.render()
@@ -53,7 +54,7 @@ if train_clicked:
     except ValueError as e:
         st.error(f"Not trained: {message(e)}.")
         st.stop()
-    with server.heavy("training"):
+    with heavy.slot("training"):
         st.session_state[RESULT] = train_here(toy.ToySpec(task), steps)
 
 with st.expander("Save or load a trained model"):

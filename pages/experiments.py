@@ -6,7 +6,7 @@ from tfm.teach import experiments
 from tfm.loaders.limits import check_count
 from tfm.teach.toy import torch_threads
 from tfm.viz import experiments as experiment_figs
-from ui import charts, links, server, sidebar
+from ui import charts, heavy, links, sidebar
 from ui.text import message
 
 sidebar.render()
@@ -18,7 +18,7 @@ st.markdown("Each experiment below runs now, on tensors made from a fixed seed o
 
 def compute(fn, *args, **kwargs):
     """Run one experiment on a single thread: its tensors are tiny, and a core stays free."""
-    with server.heavy("an experiment"), torch_threads(1):
+    with heavy.slot("an experiment"), torch_threads(1):
         return fn(*args, **kwargs)
 
 

@@ -3,9 +3,9 @@ one feature its top held-out examples, what its decoder direction promotes, its 
 a button to steer with it."""
 import streamlit as st
 
-from tfm.analysis import steering
-from tfm.analysis.features import DENSE_SHARE, opening_feature
-from tfm.core.plain import escape_markdown
+from tfm.analysis.steering import vectors as steering
+from tfm.analysis.dictionaries.features import DENSE_SHARE, opening_feature
+from tfm.core.escape import escape_markdown
 from tfm.viz import features as feature_figs
 from tfm.viz import steer as steer_figs
 from ui import charts, examples, feature_search as search, links, needs, sidebar

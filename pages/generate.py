@@ -12,7 +12,8 @@ from tfm.generation.generate import n_words, prepare_prompt
 from tfm.loaders.limits import check_generation
 from tfm.generation.sampling import SamplingSettings, usable_settings
 from tfm.viz import sampling as sampling_figs
-from ui import gen_views, links, needs, server, sidebar
+from ui import gen_views, links, needs, sidebar
+from services import server
 from ui.gen_chat import chat_controls
 from ui.gen_views import GenPage, compare, cache_speed, run_all, show_texts, step_views, usable
 from ui.model_run import active_model

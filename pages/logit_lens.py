@@ -4,8 +4,8 @@ tuned lens (a trained affine map per layer first, where the model ships one) rea
 import streamlit as st
 import torch
 
-from tfm.analysis.lens_compare import LENSES
-from tfm.analysis.tuned_lens import TRAIN_COMMAND
+from tfm.analysis.lens.compare import LENSES
+from tfm.analysis.lens.tuned import TRAIN_COMMAND
 from tfm.viz import lens as lens_figs
 from tfm.viz import sampling as sampling_figs
 from ui import charts, examples, links, needs, sidebar

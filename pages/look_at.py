@@ -3,12 +3,12 @@ average attention to [CLS], [SEP], punctuation, the token itself and the previou
 over a set of texts; the heads that stand out open on the Attention page."""
 import streamlit as st
 
-from tfm.analysis.bert_heads import KINDS, SAMPLE_TEXTS
+from tfm.analysis.encoders.bert_heads import KINDS, SAMPLE_TEXTS
 from tfm.viz import encoder as encoder_figs
 from ui import charts, needs, sidebar
 from ui.model_run import active_model
 from ui.progress import progress_bar
-from ui.text import message
+from ui.text import head_label, message
 
 
 def _open(layer: int, head: int) -> None:
@@ -37,6 +37,6 @@ cols = st.columns(len(KINDS))
 for col, kind in zip(cols, KINDS):
     col.markdown(f"**{kind}**")
     for layer, head, score in look.standouts(kind, 3):
-        if col.button(f"L{layer} H{head}: {score:.2f}", key=f"look.{kind}.{layer}.{head}", on_click=_open,
+        if col.button(f"{head_label(layer, head)}: {score:.2f}", key=f"look.{kind}.{layer}.{head}", on_click=_open,
                       args=(layer, head)):
             st.switch_page("pages/attention.py")

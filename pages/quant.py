@@ -2,10 +2,11 @@
 the model to a coarser type does to this prompt's prediction and attention."""
 import streamlit as st
 
-from tfm.analysis.quant import DECODED, TARGETS, bits_per_weight, block_size, block_view, copy_bytes, tensor_table
+from tfm.analysis.quant.requantize import DECODED, TARGETS, bits_per_weight, block_size, block_view, copy_bytes, tensor_table
 from tfm.loaders.limits import fmt_bytes
 from tfm.viz import quant as quant_figs
-from ui import charts, links, server, sidebar
+from ui import charts, links, sidebar
+from services import server
 from ui.model_run import active_model
 from ui.run import current_run
 from ui.text import message

@@ -123,7 +123,7 @@ except ValueError as e:
 else:
     m = st.columns(3)
     m[0].metric("By the formula", _mb(kv.formula), help=f"{kv.formula:,} bytes")
-    m[1].metric("tfm.core.cache.KVCache(…).nbytes()", _mb(kv.nbytes), help=f"{kv.nbytes:,} bytes")
+    m[1].metric("tfm.core.kv_cache.KVCache(…).nbytes()", _mb(kv.nbytes), help=f"{kv.nbytes:,} bytes")
     m[2].metric("Match", "✓" if kv.formula == kv.nbytes else "✗")
     if cfg.local_layers and int(layers) == cfg.n_layer:
         win = tfm_shapes.kv_window_bytes(what_if, int(ctx), DTYPES[dtype], int(kv_batch))

@@ -1,17 +1,19 @@
 """Steer: add a direction to the residual stream (from a pair of prompts or an SAE feature) and
 watch the text change; the shared model is never changed (a per-call tfm.core.edits.Steer). The
 page opens where a measurement on the running model says steering works
-(`tfm.analysis.steer_calibrate.calibrate`, once per model), whatever the model is."""
+(`tfm.analysis.steering.calibrate.calibrate`, once per model), whatever the model is."""
 import numpy as np
 import streamlit as st
 
-from tfm.analysis import attribution, steering
-from tfm.analysis import steer_calibrate as calib
-from tfm.core.plain import escape_markdown
+from tfm.analysis import attribution
+from tfm.analysis.steering import vectors as steering
+from tfm.analysis.steering import calibrate as calib
+from tfm.core.escape import escape_markdown
 from tfm.generation.generate import n_words, prepare_prompt
 from tfm.viz import steer as steer_figs
 from tfm.viz.attention import plotly_text
-from ui import charts, links, needs, server, sidebar
+from ui import charts, links, needs, sidebar
+from services import server
 from ui.model_run import active_model
 from ui.text import message
 from ui.text import plain as shown

@@ -9,7 +9,7 @@ import streamlit as st
 from tfm.teach.checks import grade
 from tfm.generation.sampling import SamplingSettings
 from tfm.teach.tour import Focus, tour
-from tfm.core.plain import escape_markdown
+from tfm.core.escape import escape_markdown
 from tfm.viz import tour as tour_figs
 from tfm.viz.attention import plotly_text
 from ui import charts, links, sidebar

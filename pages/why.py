@@ -4,12 +4,12 @@ import numpy as np
 import streamlit as st
 
 from tfm.analysis import attribution
-from tfm.core.plain import escape_markdown
+from tfm.core.escape import escape_markdown
 from tfm.viz import why as why_figs
 from ui import charts, examples, links, needs, sidebar, why_panels
 from ui.run import current_run
 from ui.why_panels import as_np
-from ui.text import message, plain
+from ui.text import head_label, message, plain
 
 TABS = ["Attribution", "Attribution vs ablation", "Intervene", "MLP neurons", "Activation patching",
         "Contribution graph", "SAE features"]
@@ -92,9 +92,9 @@ with tabs[0]:
         options = [(l, h) for l in range(L) for h in range(H)]
         if st.session_state.get("why.head") not in options:
             st.session_state["why.head"] = tuple(int(i) for i in divmod(int(attr.heads.abs().argmax()), H))
-        layer, head = st.selectbox("Head", options, format_func=lambda p: f"L{p[0]} H{p[1]}", key="why.head")
+        layer, head = st.selectbox("Head", options, format_func=lambda p: head_label(*p), key="why.head")
         src = as_np(attr.by_source(layer, head))
-        charts.show(why_figs.source_bars(src, run.labels, f"L{layer} H{head}: its {float(attr.heads[layer, head]):.4f}"
+        charts.show(why_figs.source_bars(src, run.labels, f"{head_label(layer, head)}: its {float(attr.heads[layer, head]):.4f}"
                                          " logits, split over the positions it read"), key="why.sources")
         numbers["sources"] = {"layer": layer, "head": head, "values": src.tolist()}
         why_panels.induction_text(run)

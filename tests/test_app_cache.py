@@ -1,4 +1,4 @@
-"""The app's byte-bounded caches (ui/memory.py, ui/models.py, ui/cache.py): budgets, LRU order, recomputation,
+"""The app's byte-bounded caches (services/memory.py, ui/models.py, ui/cache.py): budgets, LRU order, recomputation,
 concurrent sessions, eager traces for short prompts and lazy ones above the server's
 `eager_trace_bytes`. Traces come from a small random GPT run by `ui.cache.run_traced` itself and
 are compared with a fresh traced forward of the same ids."""
@@ -20,7 +20,8 @@ from tfm.core import cancel
 from tfm.core.config import ModelConfig
 from tfm.core.lazy import LazyTrace, prefer_lazy
 from tfm.core.trace import estimate_trace_bytes
-from ui import cache, memory, models, server
+from ui import cache, models
+from services import memory, server
 
 CFG = ModelConfig.preset("tiny").replace(context_length=96)
 SPEC = models.random_spec(CFG, seed=3)
@@ -238,7 +239,7 @@ def test_dropping_a_model_drops_its_traces(monkeypatch):
 
 FREED_CHILD = """
 import psutil, torch
-from ui import memory
+from services import memory
 me = psutil.Process()
 big = torch.ones(30 << 18)     # 30 MB, mapped on its own; freeing it raises glibc's mmap threshold
 del big
@@ -348,3 +349,21 @@ def test_a_session_that_stops_waiting_leaves_while_the_computation_goes_on_for_a
     go.set()
     ta.join(10)
     assert len(steps) == 30 and torch.equal(lru.get("k", lambda: None), torch.arange(30))
+
+
+def test_a_lazy_trace_never_computes_every_position_s_logits(monkeypatch):
+    """The forward behind a lazy trace unembeds the last position only (a (T, V) product is 1 GB
+    for Gemma 3 at 1,024 tokens); any other row is computed when read, equal to the full forward's."""
+    from tfm.core import lazy as lazy_mod
+    eager_up_to(1)  # every trace lazy
+    rows, real = [], lazy_mod.head_logits
+    monkeypatch.setattr(lazy_mod, "head_logits", lambda model, x: rows.append(x.shape[1]) or real(model, x))
+    ids = prompt(2)
+    tr = cache.run_traced(SPEC, "cpu", ids)
+    assert isinstance(tr, LazyTrace) and rows == [1]
+    lm = models.load_lm(SPEC, "cpu")
+    with torch.inference_mode():
+        full = lm.model(torch.tensor([ids])).logits[0]                  # (T, V)
+    for pos in (0, 17, len(ids) - 1):
+        torch.testing.assert_close(tr.logits_at(pos), full[pos], atol=1e-5, rtol=0)
+    assert tr["logits"].shape == full[None].shape

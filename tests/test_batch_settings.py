@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tfm.loaders.limits import Limits
-from ui import server
+from services import server
 
 
 def test_batching_is_on_by_default_and_flags_win_over_the_environment():

@@ -14,7 +14,7 @@ import torch
 
 import tfm
 from tfm import ModelConfig, random_model
-from tfm.core.cache import KVCache, RaggedKVCache
+from tfm.core.kv_cache import KVCache, RaggedKVCache
 from tfm.generation.batcher import BatchConfig, Batcher
 from tfm.generation.timeline import step_record
 

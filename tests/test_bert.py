@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import tfm
-from tfm.analysis.similarity import padded_batch, sentence_embeddings
+from tfm.analysis.encoders.similarity import padded_batch, sentence_embeddings
 from tfm.core.config import ModelConfig
 from tfm.core.encoder import segment_ids
 from tfm.loaders import packaged_minilm
@@ -215,7 +215,7 @@ def test_an_encoder_does_not_generate():
     with pytest.raises(ValueError, match="no next-token head"):
         tfm.generate(lm, "hello", max_new_tokens=2)
     with pytest.raises(ValueError, match="takes no KV cache"):
-        lm.model(torch.tensor([[1, 2]]), cache=tfm.core.cache.KVCache(lm.config, batch=1, max_len=4))
+        lm.model(torch.tensor([[1, 2]]), cache=tfm.core.kv_cache.KVCache(lm.config, batch=1, max_len=4))
 
 
 def test_each_layers_pattern_from_the_same_input_within_1e6(lm, hf):

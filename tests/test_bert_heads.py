@@ -1,4 +1,4 @@
-"""Clark et al.'s averages (tfm.analysis.bert_heads) against a plain recomputation from
+"""Clark et al.'s averages (tfm.analysis.encoders.bert_heads) against a plain recomputation from
 transformers' own attention maps of MiniLM (BertModel on the extracted package folder), a
 query and a key at a time; and the head table's encoder columns against the same numbers."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 
 import tfm
 from tfm.analysis import head_table
-from tfm.analysis.bert_heads import KINDS, is_punctuation, look_at
+from tfm.analysis.encoders.bert_heads import KINDS, is_punctuation, look_at
 from tfm.loaders.packaged_minilm import minilm_path
 
 transformers = pytest.importorskip("transformers")

@@ -11,7 +11,9 @@ import pytest
 import torch
 
 import tfm
-from tfm.analysis import heads, lens, steering
+from tfm.analysis import heads
+from tfm.analysis.lens import logit as lens
+from tfm.analysis.steering import vectors as steering
 from tfm.core.cancel import Cancelled
 from tfm.generation.batcher import BatchConfig, Batcher
 

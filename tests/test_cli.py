@@ -118,7 +118,7 @@ def test_corrupt_folder_is_an_error_not_a_traceback(folder, tmp_path):
 
 
 def test_lens_json_equals_both_lenses_computed_from_a_trace(capsys):
-    from tfm.analysis import lens_compare, tuned_lens
+    from tfm.analysis.lens import compare as lens_compare, tuned as tuned_lens
     assert tfm_cli.main(["lens", "default", "--device", "cpu", "--prompt", "The cat sat on the mat.", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     lm = tfm.load("default", device="cpu")

@@ -10,9 +10,9 @@ import torch
 import tfm
 from tfm import ModelConfig, random_model
 from tfm.analysis import attribution
-from tfm.analysis import features as FT
+from tfm.analysis.dictionaries import features as FT
 from tfm.analysis.heads import head_table
-from tfm.analysis.lens import logit_lens
+from tfm.analysis.lens.logit import logit_lens
 from tfm.generation import choice
 from tfm.generation.batcher import BatchConfig, Batcher
 from tfm.teach import examples as X

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 import tfm
-from tfm.analysis import features as FT
+from tfm.analysis.dictionaries import features as FT
 from tfm.analysis.attribution import n_words
 from tfm.analysis.heads import strongest_heads
+from tfm.analysis.lens.logit import logit_lens
 from tfm.core.cancel import Cancelled
 from tfm.teach import examples as X
 
@@ -85,7 +86,7 @@ def check_lens(lm, offer: X.Offer) -> None:
     for ex in offer.measured:
         ids, out = full_trace(lm, ex.prompt)
         answer = dict(X.LENS_TEXTS)[ex.prompt]
-        lens = tfm.analysis.logit_lens(lm.model, out.trace, k=1, n_words=n_words(lm))
+        lens = logit_lens(lm.model, out.trace, k=1, n_words=n_words(lm))
         top5 = lens.probs[:, -1].topk(X.LENS_K, dim=-1).indices                # (L+1, 5)
         inside = [bool((row == lm.tokenizer.encode(answer)[0]).any()) for row in top5]
         row = min([r for r in range(len(inside)) if all(inside[r:])], default=len(inside))

@@ -97,7 +97,7 @@ def test_gemma3_refusals_name_the_field(vocab_folder, tmp_path):
 def test_windowed_kv_cache_keeps_the_window_and_equals_the_whole_forward(local, make_model):
     """Local layers keep only their last window - 1 positions (tfm.generate's cache): fed in chunks
     of several tokens and one at a time, every position's logits equal one forward over all."""
-    from tfm.core.cache import KVCache
+    from tfm.core.kv_cache import KVCache
     from tfm.core.config import ModelConfig
     cfg = ModelConfig.preset("tiny", context_length=64, n_layer=6, n_head=4, n_kv_head=1, head_dim=8, pos_encoding="rope",
                              norm="rmsnorm", activation="geglu", bias=False, qk_norm=True, post_norms=True,
@@ -120,7 +120,7 @@ def test_ragged_batch_cache_masks_each_rows_window(make_model):
     """The shared decode batch (RaggedKVCache): rows at different lengths, one token each per step,
     every local layer masking its own row's keys left of the window: each row's logits equal a
     whole forward of that row alone."""
-    from tfm.core.cache import KVCache, RaggedKVCache
+    from tfm.core.kv_cache import KVCache, RaggedKVCache
     from tfm.core.config import ModelConfig
     cfg = ModelConfig.preset("tiny", context_length=64, n_layer=3, n_head=2, n_kv_head=1, head_dim=8, pos_encoding="rope",
                              norm="rmsnorm", activation="geglu", bias=False, qk_norm=True, post_norms=True,

@@ -1,4 +1,4 @@
-"""SAE feature labels (tfm.analysis.feature_labels): the shipped labels.json of the bundled SAE
+"""SAE feature labels (tfm.analysis.dictionaries.labels): the shipped labels.json of the bundled SAE
 equals a fresh computation; a "says X" label's X is the argmax of the decoder row read through
 the final norm and the unembedding, recomputed here; an "on ..." label's first token is where
 its top contexts peak; the search finds a feature by the token it says; the steering check is
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import tfm
-from tfm.analysis import feature_labels as FL
-from tfm.analysis import features as FT
-from tfm.analysis import steering
+from tfm.analysis.dictionaries import labels as FL
+from tfm.analysis.dictionaries import features as FT
+from tfm.analysis.steering import vectors as steering
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

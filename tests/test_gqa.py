@@ -277,7 +277,7 @@ def test_quant_head_comparison_at_a_query_head_past_the_kv_heads(tmp_path):
     2-key/value-head GGUF file, equal to HF's on the same file (and the re-quantized copy's)."""
     from tests.gguf_files import write_model
     from tests.test_gguf import hf_model as hf_gguf
-    from tfm.analysis import quant
+    from tfm.analysis.quant import requantize as quant
     path = write_model(tmp_path / "gqa-q8_0.gguf", qtype="Q8_0", n_head=8, n_kv=2, seed=4)
     lm = tfm.load(path, device="cpu")
     assert (lm.config.n_head, lm.config.n_kv_head) == (8, 2)

@@ -1,20 +1,22 @@
-"""Attribution graphs (tfm.analysis.graph*): every row node's incoming edges plus its bias equal its
+"""Attribution graphs (tfm.analysis.graph): every row node's incoming edges plus its bias equal its
 pre-activation recomputed from the real model's trace (the bundled model: LayerNorm, learned
 positions; SmolLM2: RMSNorm, RoPE, 9 query heads on 3 key/value heads), pruning keeps at least the
-asked shares, the JSON file round-trips, interventions equal a recomputation with the model's own
-edits and leave the model untouched, and the graph's prediction equals the frozen linear model's."""
+asked shares, and the JSON file round-trips (interventions and predictions: test_graph_edit.py).
+"""
 from __future__ import annotations
 
 import pytest
 import torch
 
 import tfm
-from tfm.analysis import (FeatureEdit, GraphSettings, Target, attribution_graph, edited_logits, graph_file,
-                          intervene, load_graph_json, predicted_change, prune_graph)
-from tfm.analysis import graph_frozen
+from tfm.analysis.graph.edit import FeatureEdit, edited_logits, intervene, predicted_change
+from tfm.analysis.graph.build import GraphSettings, Target, attribution_graph
+from tfm.analysis.graph.files import graph_file, load_graph_json
+from tfm.analysis.graph.prune import prune_graph
+from tfm.analysis.graph import frozen as graph_frozen
 from tfm.analysis.attribution import n_words
-from tfm.analysis.graph_edit import target_value
-from tfm.analysis.transcoder import random_transcoders
+from tfm.analysis.graph.edit import target_value
+from tfm.analysis.dictionaries.transcoder import random_transcoders
 from tfm.core.edits import Patch
 from tfm.text.token_view import token_labels
 from tfm.viz.graph import graph_figure
@@ -279,7 +281,7 @@ def test_progress_and_stopping(bundled):
 
 
 def test_faithfulness_pairs_predictions_with_real_effects(bundled):
-    from tfm.analysis import faithfulness
+    from tfm.analysis.graph.edit import faithfulness
     lm, ts, ids, g = bundled
     p = prune_graph(g)
     f = faithfulness(lm, ids, ts, g, p.influence, n=4)
@@ -346,8 +348,8 @@ def test_total_prediction_is_the_frozen_ablation_with_the_trained_set():
     precision), and ranks the effects of switching it off with real MLPs (patterns and norm scales
     still frozen) at Spearman >= 0.6 on average (measured 0.90-0.95): the transcoders answer a change
     as the MLPs do; what the graph misses of the real model is the norms' and attention's response."""
-    from tfm.analysis.graph_edit import spearman
-    from tfm.analysis.transcoder import load_transcoders
+    from tfm.analysis.graph.edit import spearman
+    from tfm.analysis.dictionaries.transcoder import load_transcoders
     lm = tfm.load("default")
     ts = load_transcoders("assets/transcoders/default", lm)
     rhos = []

@@ -12,12 +12,14 @@ import pytest
 import torch
 
 import tfm
-from tfm.analysis import FeatureEdit, GraphSettings, Target, attribution_graph, graph_file, intervene, load_graph_json
-from tfm.analysis import graph_prune
-from tfm.analysis.graph import Graph
-from tfm.analysis.graph_edit import predicted_change
-from tfm.analysis.graph_prune import prune_graph
-from tfm.analysis.transcoder import load_transcoders, random_transcoders
+from tfm.analysis.graph.edit import FeatureEdit, intervene
+from tfm.analysis.graph.build import GraphSettings, Target, attribution_graph
+from tfm.analysis.graph.files import graph_file, load_graph_json
+from tfm.analysis.graph import prune as graph_prune
+from tfm.analysis.graph.build import Graph
+from tfm.analysis.graph.edit import predicted_change
+from tfm.analysis.graph.prune import prune_graph
+from tfm.analysis.dictionaries.transcoder import load_transcoders, random_transcoders
 from tfm.core.cancel import Cancelled
 from tfm.text.token_view import token_labels
 
@@ -178,6 +180,6 @@ def test_pruning_tells_its_progress_and_stops_between_blocks(small, monkeypatch)
 def test_node_names_at_once_are_each_nodes_name(small):
     lm, _, ids, g = small
     labels = token_labels(lm.tokenizer, ids)
-    from tfm.analysis import graph_view
+    from tfm.analysis.graph import view as graph_view
     assert graph_view.node_names(g, range(g.n_nodes), labels) == {i: graph_view.node_name(g, i, labels)
                                                                  for i in range(g.n_nodes)}

@@ -6,7 +6,9 @@ import pytest
 import torch
 
 import tfm
-from tfm.analysis import attribution_graph, graph_file, prune_graph
+from tfm.analysis.graph.build import attribution_graph
+from tfm.analysis.graph.files import graph_file
+from tfm.analysis.graph.prune import prune_graph
 from tfm.text.token_view import token_labels
 
 from tests.test_graph import bundled  # noqa: F401 (the module's fixture: the bundled model and a graph)
@@ -20,8 +22,8 @@ def test_first_order_ranks_real_ablations_on_held_out_prompts():
     validation text (bench_graph's held-out rule), the slopes rank the real effects of switching
     off each of the 10 most influential features at Spearman >= 0.6 on average (bench_graph measures
     the rest); the edges alone (frozen norm scales) do not reach it on every prompt."""
-    from tfm.analysis import faithfulness
-    from tfm.analysis.transcoder import load_transcoders
+    from tfm.analysis.graph.edit import faithfulness
+    from tfm.analysis.dictionaries.transcoder import load_transcoders
     lm = tfm.load("default")
     ts = load_transcoders("assets/transcoders/default", lm)
     rhos = []
@@ -43,7 +45,7 @@ def test_a_graph_file_reports_its_bytes_and_the_cache_counts_them(bundled):  # n
     import time
     import tracemalloc
 
-    from ui.memory import sizeof
+    from services.memory import sizeof
     lm, ts, ids, g = bundled
     p = prune_graph(g, 1.0, 1.0)
     tracemalloc.start()

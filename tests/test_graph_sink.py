@@ -9,9 +9,11 @@ import pytest
 import torch
 
 import tfm
-from tfm.analysis import GraphSettings, attribution_graph, graph_file, load_graph_json, prune_graph
-from tfm.analysis.graph_view import node_name
-from tfm.analysis.transcoder import random_transcoders
+from tfm.analysis.graph.build import GraphSettings, attribution_graph
+from tfm.analysis.graph.files import graph_file, load_graph_json
+from tfm.analysis.graph.prune import prune_graph
+from tfm.analysis.graph.view import node_name
+from tfm.analysis.dictionaries.transcoder import random_transcoders
 from tfm.text.token_view import token_labels
 
 from tests.test_graph import assert_exact

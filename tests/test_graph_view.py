@@ -1,4 +1,4 @@
-"""tfm.analysis.graph_view: what the Attribution graph page reads beside the engine, against the
+"""tfm.analysis.graph.view: what the Attribution graph page reads beside the engine, against the
 graph's dense adjacency, the tokenizer and the unembedding."""
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import tfm
-from tfm.analysis import graph_view
-from tfm.analysis.graph import GraphSettings, Target, attribution_graph
-from tfm.analysis.graph_edit import FeatureEdit
-from tfm.analysis.transcoder import TranscoderConfig, random_transcoders, save_layer, write_card
+from tfm.analysis.graph import view as graph_view
+from tfm.analysis.graph.build import GraphSettings, Target, attribution_graph
+from tfm.analysis.graph.edit import FeatureEdit
+from tfm.analysis.dictionaries.transcoder import TranscoderConfig, random_transcoders, save_layer, write_card
 
 PROMPT = "The cat sat on the mat. The cat"
 

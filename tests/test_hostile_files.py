@@ -176,7 +176,7 @@ def test_a_tokenizer_spec_cannot_name_a_file_outside_the_folder(good, tmp_path):
 
 
 def test_an_ollama_manifest_or_an_sae_card_nested_deep_is_a_valueerror(tmp_path):
-    from tfm.analysis.sae import read_card
+    from tfm.analysis.dictionaries.sae import read_card
     from tfm.loaders.ollama import blob_of
     manifest = tmp_path / "models" / "manifests" / "registry.ollama.ai" / "library" / "m" / "latest"
     manifest.parent.mkdir(parents=True)

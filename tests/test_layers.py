@@ -124,3 +124,25 @@ def test_the_checks_see_a_violation(tmp_path):
     assert layer("tfm.viz.attention") > layer("tfm.core.fake")
     inner = [n for n in ast.walk(tree) if n not in module_level_imports(tree) and targets(path, n)]
     assert len(inner) == 1
+
+
+def imported_tops(tree: ast.Module) -> set[str]:
+    """The top-level package of every absolute import anywhere in a module (inside functions too)."""
+    tops = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            tops |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            tops.add(node.module.split(".")[0])
+    return tops
+
+
+def test_services_sit_between_the_engine_and_the_app():
+    """services/ (the server's parts without Streamlit) never imports ui or streamlit; tfm never
+    imports services or ui. The app (ui, pages) imports services."""
+    wrong = [f"{p.relative_to(ROOT)} imports {t}" for p in sorted((ROOT / "services").rglob("*.py"))
+             for t in imported_tops(ast.parse(p.read_text())) & {"ui", "streamlit", "pages"}]
+    wrong += [f"{p.relative_to(ROOT)} imports {t}" for p in sorted((ROOT / "tfm").rglob("*.py"))
+              for t in imported_tops(ast.parse(p.read_text())) & {"services", "ui"}]
+    assert not wrong, wrong
+    assert imported_tops(ast.parse("import streamlit as st\ndef f():\n    from ui import x\n")) == {"streamlit", "ui"}

@@ -8,7 +8,9 @@ import pytest
 import torch
 
 import tfm
-from tfm.analysis import features, heads, norms, patching, steering
+from tfm.analysis.dictionaries import features
+from tfm.analysis import heads, norms, patching
+from tfm.analysis.steering import vectors as steering
 from tfm.core import edits as E
 from tfm.core.config import ModelConfig
 from tfm.loaders.packaged import smollm2_path

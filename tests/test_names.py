@@ -1,4 +1,4 @@
-"""Every dotted `tfm.` / `ui.` name written in the code, its strings and docstrings, the tests,
+"""Every dotted `tfm.` / `ui.` / `services.` name written in the code, its strings and docstrings, the tests,
 benches, README, DEVELOPERS.md and docs/ resolves: it imports, and each attribute after the
 module exists (a dataclass field counts). Old paths live only in docs/moved.md's table."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-NAME = re.compile(r"(?<![\w./-])((?:tfm|ui)(?:\.[A-Za-z_]\w*)+)")
-FOLDERS = ("tfm", "ui", "pages", "tests", "bench", "deploy", "scripts", "examples")
+NAME = re.compile(r"(?<![\w./-])((?:tfm|ui|services)(?:\.[A-Za-z_]\w*)+)")
+FOLDERS = ("tfm", "ui", "services", "pages", "tests", "bench", "deploy", "scripts", "examples")
 MIGRATION = ROOT / "docs" / "moved.md"  # the one place old paths may be written
 MADE_UP = {"tfm.core.fake"}  # tests/test_layers.py checks its walkers on a module that does not exist
 
@@ -62,7 +62,7 @@ def test_every_dotted_name_in_the_tree_resolves():
 
 
 def test_the_check_finds_a_stale_name():
-    assert resolves("tfm.core.cache.KVCache") and resolves("tfm.text.chat.ChatPrompt.stop_ids")
+    assert resolves("tfm.core.kv_cache.KVCache") and resolves("tfm.text.chat.ChatPrompt.stop_ids")
     assert not resolves("tfm.cache.KVCache") and not resolves("ui.fig_why")
     assert NAME.findall("see `tfm.core.lazy.LazyTrace`, ui/state.py and tfm.core.") == ["tfm.core.lazy.LazyTrace", "tfm.core"]
 

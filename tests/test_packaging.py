@@ -45,7 +45,7 @@ def test_every_engine_folder_is_a_package_and_nothing_else_is():
     found = set(find_packages(str(ROOT), **META["tool"]["setuptools"]["packages"]["find"]))
     folders = {str(p.parent.relative_to(ROOT)).replace(os.sep, ".") for p in (ROOT / "tfm").rglob("*.py")}
     assert found == folders
-    assert not {"ui", "pages", "tests", "bench", "scripts"} & {f.split(".")[0] for f in found}
+    assert not {"ui", "services", "pages", "tests", "bench", "scripts"} & {f.split(".")[0] for f in found}
 
 
 def test_app_command_runs_the_checkouts_app(tmp_path, capsys):
@@ -65,6 +65,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _health(proc: subprocess.Popen, port: int) -> bytes:
+    """The server's health answer, asked every half second for up to 90 s while it runs."""
+    deadline, body = time.monotonic() + 90, b""
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read()
+        except OSError:
+            time.sleep(0.5)
+    return body
+
+
 def test_tfm_app_serves_the_app(tmp_path):
     port = free_port()
     # run from another folder, tfm importable as an installed package would be
@@ -74,13 +85,7 @@ def test_tfm_app_serves_the_app(tmp_path):
                              "--server.fileWatcherType", "none"], cwd=tmp_path, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline, body = time.monotonic() + 90, b""
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read()
-                break
-            except OSError:
-                time.sleep(0.5)
+        body = _health(proc, port)
         assert body == b"ok", proc.stdout.read().decode() if proc.poll() is not None else "no answer"
         page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5).read()
         assert b"<title>Streamlit</title>" in page or b"streamlit" in page.lower()
@@ -105,6 +110,6 @@ def test_wheel_builds_with_the_engine_only(tmp_path):
         entry = z.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
         meta = z.read(next(n for n in names if n.endswith("METADATA"))).decode()
     assert {"tfm/__init__.py", "tfm/cli.py", "tfm/viz/notebook.py", "tfm/loaders/convert/llama.py"} <= names
-    assert not any(n.startswith(("ui/", "pages/", "tests/", "assets/")) or n == "app.py" for n in names)
+    assert not any(n.startswith(("ui/", "services/", "pages/", "tests/", "assets/")) or n == "app.py" for n in names)
     assert "tfm = tfm.cli:main" in entry
     assert "Requires-Dist: torch==2.13.0" in meta

@@ -103,4 +103,4 @@ def test_the_window_the_token_label_and_the_markdown_escape_are_written_once():
     assert [w.split(":")[0] for w in written(r"^\s*(KEY_)?WINDOW\s*=")] == ["tfm/viz/attention.py"]
     assert [w.split(":")[0] for w in written(r"\} ·\{")] == ["tfm/text/token_view.py"]   # f"{piece} ·{position}"
     assert not written(r"def (md|md_escape|escape_md)\(")
-    assert [w.split(":")[0] for w in written(r"def escape_markdown\(")] == ["tfm/core/plain.py"]
+    assert [w.split(":")[0] for w in written(r"def escape_markdown\(")] == ["tfm/core/escape.py"]

@@ -1,4 +1,4 @@
-"""Issues #28/#29 in the engine: tfm.core.plain (every echoed value as plain, short text), the
+"""Issues #28/#29 in the engine: tfm.core.escape (every echoed value as plain, short text), the
 temperature snap at the extremes, tokens of a padded vocabulary, the allowed-folder refusal
 and the upload bound. Markdown is checked with the `markdown` package's CommonMark-style
 renderer where it is installed (Streamlit's own renderer runs in the browser: the e2e test)."""
@@ -13,7 +13,7 @@ import pytest
 
 import tfm
 from tfm.analysis import attribution
-from tfm.core.plain import ZWSP, escape_markdown, plain, short, visible
+from tfm.core.escape import ZWSP, escape_markdown, plain, short, visible
 from tfm.loaders.paths import resolve_allowed
 from tfm.viz.sampling import TEMPERATURES, nearest_temperature
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from tfm.analysis import norms, shapes
 from tfm.analysis import positions
 from tfm.analysis import param_counts
-from tfm.core.cache import KVCache
+from tfm.core.kv_cache import KVCache
 from tfm.core.config import ModelConfig
 from tfm.core.model import GPT, rope_angles, sinusoidal_table
 

@@ -1,4 +1,4 @@
-"""The quantization view's numbers (tfm.analysis.quant) on small GGUF files written here: the
+"""The quantization view's numbers (tfm.analysis.quant.requantize) on small GGUF files written here: the
 tensor table from the header, one block decoded from the file's bytes equal to the gguf package's
 dequantize and to the loaded weights, re-quantized copies equal to quantize-then-dequantize of
 every matrix (the shared model untouched), and KL / ranks / patterns recomputed directly."""
@@ -15,9 +15,9 @@ from gguf import quants as gguf_quants
 
 import tfm
 from tests.gguf_files import bytelevel_vocab, write_model
-from tfm.analysis import quant
+from tfm.analysis.quant import requantize as quant
 from tfm.loaders.gguf_file import read_gguf
-from ui import memory
+from services import memory
 
 DECODED = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.rooms_fixtures import redis_server
-from ui.rooms import Moment, RateLimited, RoomError, open_store, rules
-from ui.rooms.redis_store import RedisStore
+from services.rooms import Moment, RateLimited, RoomError, open_store, rules
+from services.rooms.redis_store import RedisStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,7 +127,7 @@ def test_the_teachers_preview_is_kept_for_the_processes_and_moves_no_student(sto
 
 def test_a_rooms_file_made_before_previews_is_opened_and_gets_them(tmp_path):
     import sqlite3
-    from ui.rooms import sqlite_store
+    from services.rooms import sqlite_store
     old = sqlite_store.SCHEMA.replace(", preview TEXT);", ");")
     assert old != sqlite_store.SCHEMA
     sqlite3.connect(tmp_path / "old.sqlite3").executescript(old)
@@ -316,7 +316,7 @@ def test_redis_deletes_an_ended_room_by_itself(redis_url):
 
 ANSWERER = """
 import sys, time
-from ui.rooms import open_store
+from services.rooms import open_store
 where, code, qid = sys.argv[1], sys.argv[2], int(sys.argv[3])
 store = open_store(redis_url=where) if where.startswith("unix:") else open_store(where)
 for i in range(25):

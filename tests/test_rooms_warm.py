@@ -9,7 +9,8 @@ from urllib.parse import urlencode
 
 import pytest
 
-from ui.rooms import Moment, open_store, warm
+from services.rooms import Moment, open_store
+from ui.rooms import warm
 from ui.rooms.warm import Warmer
 
 

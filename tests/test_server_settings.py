@@ -1,4 +1,4 @@
-"""ui.server.parse: the owner's flags (after `--`) over TFM_* environment variables over defaults."""
+"""services.server.parse: the owner's flags (after `--`) over TFM_* environment variables over defaults."""
 from __future__ import annotations
 
 import os
@@ -6,7 +6,7 @@ import os
 import pytest
 
 from tfm.loaders.limits import Limits
-from ui import server
+from services import server
 
 
 def test_defaults_allow_the_bundled_and_models_folders_only():

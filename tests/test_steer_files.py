@@ -1,4 +1,4 @@
-"""Shipped steering calibrations (tfm.analysis.steer_files): each equals a fresh calibrate() of
+"""Shipped steering calibrations (tfm.analysis.steering.files): each equals a fresh calibrate() of
 its model on the CPU; a file is used only for the weights it names; a broken file is refused."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from dataclasses import fields
 import pytest
 
 import tfm
-from tfm.analysis import steer_calibrate as calib
-from tfm.analysis import steer_files
+from tfm.analysis.steering import calibrate as calib
+from tfm.analysis.steering import files as steer_files
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""Steering (tfm.core.edits.Steer, tfm.analysis.steering): strength 0 is bit-identical to no
+"""Steering (tfm.core.edits.Steer, tfm.analysis.steering.vectors): strength 0 is bit-identical to no
 edit, a steer equals writing the steered stream in by hand (Patch), positions are absolute
 across KV-cached generation steps, steered generation is reproducible per seed, the batched
 sweep equals one forward per strength, the shared model's weights never change, and bad input
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import tfm
-from tfm.analysis import steer_calibrate as calib
-from tfm.analysis import steering
-from tfm.analysis.sae import stream_at
+from tfm.analysis.steering import calibrate as calib
+from tfm.analysis.steering import vectors as steering
+from tfm.analysis.dictionaries.sae import stream_at
 from tfm.core import edits as E
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -237,7 +237,7 @@ def test_read_out_is_the_unembedding_through_the_final_gain(lm):
     assert up_s[0] >= up_s[-1] and down_s[0] <= down_s[-1]
 
 
-# ---- calibration (tfm.analysis.steer_calibrate) ------------------------------------------------
+# ---- calibration (tfm.analysis.steering.calibrate) ------------------------------------------------
 
 
 @pytest.fixture(scope="module")

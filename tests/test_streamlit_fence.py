@@ -6,7 +6,7 @@ holds every use (its docstring says what each relies on); this test fails on any
 (app, pages, ui, tests, deploy, scripts) that imports a Streamlit submodule other than the public
 `streamlit.testing.v1` / `streamlit.components.v1`, reaches an `_`-prefixed attribute of
 `st`/`streamlit`, names one of Streamlit's internal names, or writes a private module's name as
-text (one sys.modules probe in ui/server.py is allowed: ui/st_private.py says why). bench/ is left out: its scripts
+text (one sys.modules probe in services/server.py is allowed: ui/st_private.py says why). bench/ is left out: its scripts
 speak Streamlit's websocket protocol (its protobuf messages) and time its script runner by design.
 """
 
@@ -26,10 +26,10 @@ from tests.test_house import python_files
 ROOT = Path(__file__).resolve().parents[1]
 FENCE, FENCE_MODULE = "ui/st_private.py", "ui.st_private"
 SELF = "tests/test_streamlit_fence.py"  # names the internals as data, in its cases
-SCANNED = ("app.py", "pages/", "ui/", "tests/", "deploy/", "scripts/")
+SCANNED = ("app.py", "pages/", "ui/", "services/", "tests/", "deploy/", "scripts/")
 PUBLIC_MODULES = ("streamlit.testing.v1", "streamlit.components.v1")
 # Module names written as text (a sys.modules probe), allowed where ui/st_private.py's docstring says why.
-NAMED_ONLY = {("ui/server.py", "streamlit.web.bootstrap")}
+NAMED_ONLY = {("services/server.py", "streamlit.web.bootstrap")}
 # Streamlit's internal names tfm has used or would reach for (ui/st_private.py uses them).
 INTERNAL_NAMES = {
     "get_script_run_ctx",

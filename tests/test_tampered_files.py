@@ -10,11 +10,12 @@ import pytest
 import torch
 
 import tfm
-from tfm.analysis import graph_file, load_graph_json, prune_graph
-from tfm.analysis.features import SAE_ROOT, load_features
-from tfm.analysis.graph import GraphSettings, attribution_graph
-from tfm.analysis.graph_io import GraphEdge
-from tfm.analysis.transcoder import load_transcoders, random_transcoders
+from tfm.analysis.graph.files import graph_file, load_graph_json
+from tfm.analysis.graph.prune import prune_graph
+from tfm.analysis.dictionaries.features import SAE_ROOT, load_features
+from tfm.analysis.graph.build import GraphSettings, attribution_graph
+from tfm.analysis.graph.files import GraphEdge
+from tfm.analysis.dictionaries.transcoder import load_transcoders, random_transcoders
 from tfm.text.token_view import token_labels
 from tfm.viz.graph import graph_figure
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tfm.core import trace_names
-from tfm.core.cache import KVCache
+from tfm.core.kv_cache import KVCache
 from tfm.core.trace import Trace
 from tfm.core.trace_names import AXES, axes_for
 

@@ -1,4 +1,4 @@
-"""Transcoders (tfm.analysis.transcoder, python -m tfm.train.transcoders, tfm.train.transcoder_eval):
+"""Transcoders (tfm.analysis.dictionaries.transcoder, python -m tfm.train.transcoders, tfm.train.transcoder_eval):
 the blocks run by hand read the same MLP inputs and outputs as the model's trace; the replaced
 forward's losses equal the model's own forward with the transcoders' outputs patched in (and the
 error terms give back the clean loss); files round-trip in fp16 and int8 and wrong ones get one
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import tfm
-from tfm.analysis import transcoder as T
+from tfm.analysis.dictionaries import transcoder as T
 from tfm.core import edits as E
 from tfm.train import mix
 from tfm.train import transcoder_eval as TE
@@ -123,8 +123,8 @@ needs_corpus = pytest.mark.skipif(not (CORPUS / "tinyshakespeare.txt").is_file()
 @needs_corpus
 def test_training_writes_layers_and_a_rerun_goes_on(tmp_path, capsys):
     out = tmp_path / "tc"
-    args = ["--model", "default", "--features", "64", "--k", "8", "--tokens", "512", "--eval-tokens", "264",
-            "--ctx", "32", "--epochs", "1", "--batch", "128", "--corpus", str(CORPUS), "--out", str(out)]
+    args = ("--model default --features 64 --k 8 --tokens 512 --eval-tokens 264 --ctx 32 --epochs 1 "
+            "--batch 128").split() + ["--corpus", str(CORPUS), "--out", str(out)]
     assert train_tc.main(args + ["--layers", "1,3"]) == 0
     card = json.loads((out / "card.json").read_text())
     assert sorted(card["layers"]) == ["1", "3"] and "ce" not in card

@@ -1,4 +1,4 @@
-"""The tuned lens (tfm.analysis.tuned_lens, lens_compare; python -m tfm.train.tuned_lens): the
+"""The tuned lens (tfm.analysis.lens.tuned, lens_compare; python -m tfm.train.tuned_lens): the
 trainer's streams equal the trace's; KL and agreement equal a recomputation from the logit lens's
 full distributions; the identity lens is the logit lens; translators apply as x + x W + b; files
 round-trip and wrong ones get one clear message; training lowers held-out KL below the logit
@@ -14,9 +14,9 @@ import torch
 from safetensors.torch import save_file
 
 import tfm
-from tfm.analysis import lens_compare as LC
-from tfm.analysis import tuned_lens as TL
-from tfm.analysis.lens import logit_lens, residual_streams
+from tfm.analysis.lens import compare as LC
+from tfm.analysis.lens import tuned as TL
+from tfm.analysis.lens.logit import logit_lens, residual_streams
 from tfm.train import mix
 from tfm.train import tuned_lens as train_tl
 from tfm.train import tuned_lens_eval as TLE
@@ -116,10 +116,22 @@ def test_files_round_trip_and_wrong_ones_are_refused(tmp_path, lm):
         TL.read_card(tmp_path)
 
 
+def _killed_at_step_20(args: list[str]) -> None:
+    """A training run interrupted (KeyboardInterrupt) once its log reaches step 20."""
+    stop = {"n": 0}
+
+    def killed(line):
+        stop["n"] += "step 20/" in line
+        if stop["n"]:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        train_tl.run(train_tl._args(args), "test", log=killed)
+
+
 @needs_corpus
 def test_training_beats_the_logit_lens_and_a_killed_run_goes_on_to_the_same_weights(tmp_path, capsys):
-    args = ["--model", "default", "--tokens", "1024", "--eval-tokens", "264", "--ctx", "64", "--epochs", "2",
-            "--batch", "32", "--checkpoint", "10", "--corpus", str(CORPUS)]
+    args = "--model default --tokens 1024 --eval-tokens 264 --ctx 64 --epochs 2 --batch 32 --checkpoint 10".split()
+    args += ["--corpus", str(CORPUS)]
     assert train_tl.main(args + ["--out", str(tmp_path / "a")]) == 0
     card = json.loads((tmp_path / "a" / "card.json").read_text())
     assert card["steps"] == 62 and not (tmp_path / "a" / train_tl.STATE_FILE).exists()
@@ -128,14 +140,7 @@ def test_training_beats_the_logit_lens_and_a_killed_run_goes_on_to_the_same_weig
         tuned, logit = d["tuned"]["kl"], d["logit"]["kl"]
         assert all(t < lo for t, lo in zip(tuned[:-1], logit[:-1])), (tuned, logit)
         assert tuned[-1] < 1e-3 and logit[-1] < 1e-4          # the last stream is the output: ~identity
-    stop = {"n": 0}
-
-    def killed(line):
-        stop["n"] += "step 20/" in line
-        if stop["n"]:
-            raise KeyboardInterrupt
-    with pytest.raises(KeyboardInterrupt):
-        train_tl.run(train_tl._args(args + ["--out", str(tmp_path / "b")]), "test", log=killed)
+    _killed_at_step_20(args + ["--out", str(tmp_path / "b")])
     assert json.loads((tmp_path / "b" / "card.json").read_text())["step"] == 20
     capsys.readouterr()
     assert train_tl.main(args + ["--out", str(tmp_path / "b")]) == 0

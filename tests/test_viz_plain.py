@@ -1,4 +1,4 @@
-"""Figures built without plotly's validation (tfm.viz.plain) are validated here, on the bundled
+"""Figures built without plotly's validation (tfm.viz.figure_dicts) are validated here, on the bundled
 model's real numbers: `go.Figure(fig.to_dict())` raises on any invalid property or value."""
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import tfm
-from tfm.analysis import attribution, decode_streams
+from tfm.analysis import attribution
+from tfm.analysis.lens.logit import decode_streams
 from tfm.generation.sampling import SamplingSettings, breakdown
 from tfm.generation.timeline import step_record
 from tfm.viz import attention as fa
@@ -133,8 +134,8 @@ def test_class_room_figures_are_valid_and_escape_what_students_typed():
 
 
 def test_the_lens_comparison_chart_is_valid(run):
-    from tfm.analysis.lens_compare import prompt_fits
-    from tfm.analysis.tuned_lens import shipped_lens
+    from tfm.analysis.lens.compare import prompt_fits
+    from tfm.analysis.lens.tuned import shipped_lens
     from tfm.viz import lens as fl
     lm, ids, out = run
     fits = prompt_fits(lm.model, out.trace, shipped_lens("default", lm))

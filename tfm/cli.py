@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from .analysis import param_counts
-from .analysis.lens_compare import lens_grid, prompt_fits
-from .analysis.tuned_lens import TRAIN_COMMAND, shipped_lens
+from .analysis.lens.compare import lens_grid, prompt_fits
+from .analysis.lens.tuned import TRAIN_COMMAND, shipped_lens
 from .generation.generate import generate, n_words, prepare_prompt
 from .loaders.loading import DEVICES, LM, load
 
@@ -132,9 +132,9 @@ def cmd_trace(lm: LM, args) -> None:
 
 @torch.no_grad()
 def lens_data(lm: LM, prompt: str, source: str) -> dict:
-    """Both lenses on the prompt (tfm.analysis.lens_compare): per layer the mean KL to the final
+    """Both lenses on the prompt (tfm.analysis.lens.compare): per layer the mean KL to the final
     distribution, top-1 agreement, and the last position's top token; "tuned" only where the
-    model ships a tuned lens (tfm.analysis.tuned_lens.shipped_lens)."""
+    model ships a tuned lens (tfm.analysis.lens.tuned.shipped_lens)."""
     ids = list(prepare_prompt(lm, prompt).ids)
     trace = lm.model(torch.tensor([ids], device=lm.device), trace=True).trace
     lens, words = shipped_lens(source, lm), n_words(lm)
@@ -187,8 +187,8 @@ def cmd_generate(lm: LM, args) -> None:
 def app_argv(args: Sequence[str], checkout: Path = CHECKOUT) -> list[str]:
     """The command `tfm app` runs: this Python's streamlit on the checkout's app.py."""
     app = checkout / "app.py"
-    if not (app.is_file() and (checkout / "ui").is_dir() and (checkout / "pages").is_dir()):
-        raise UsageError(f"`tfm app` needs the tfm repository checkout (app.py, pages/, ui/, assets/); tfm was "
+    if not (app.is_file() and all((checkout / d).is_dir() for d in ("ui", "services", "pages"))):
+        raise UsageError(f"`tfm app` needs the tfm repository checkout (app.py, pages/, ui/, services/, assets/); tfm was "
                          f"installed from {checkout}, which has no app. Clone the repository and run "
                          "`pip install -e .` there (or `./run_app.sh`); a wheel holds the engine only")
     return [sys.executable, "-m", "streamlit", "run", str(app), *args]
@@ -199,7 +199,7 @@ def cmd_app(args: Sequence[str]) -> int:
     there, as with run_app.sh); returns streamlit's exit status."""
     if list(args[:1]) in (["-h"], ["--help"]):
         print(f"usage: tfm app [STREAMLIT ARGS] [-- APP ARGS]\n\n{APP_HELP}.\n"
-              "App flags after `--`: `python -m ui.server --help` in the checkout lists them.")
+              "App flags after `--`: `python -m services.server --help` in the checkout lists them.")
         return 0
     argv = app_argv(args)
     print("running: " + " ".join(argv), file=sys.stderr, flush=True)

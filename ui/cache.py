@@ -18,7 +18,8 @@ import torch
 from tfm.core.cancel import Cancelled
 from tfm.core.lazy import prefer_lazy
 from tfm.core.trace import Trace
-from ui import memory, server, stopping
+from services import memory, server
+from ui import heavy, stopping
 from ui.models import PROMPTS, load_lm
 from ui.progress import with_status
 
@@ -33,8 +34,9 @@ def run_traced(spec: str, device: str, ids: tuple[int, ...]) -> Trace:
         lm = load_lm(spec, device)  # before taking a slot (ui.heavy: never load while holding one)
         limits = server.limits()
         lazy = prefer_lazy(lm.config, len(ids), min(limits.eager_trace_bytes, limits.max_trace_bytes))
-        with server.heavy("a traced forward", quiet=True), torch.inference_mode():
-            out = lm.model(torch.tensor([ids], device=lm.device), trace=True, lazy=lazy)
+        with heavy.slot("a traced forward", quiet=True), torch.inference_mode():
+            # lazy: no (T, V) logits in the forward (1 GB for Gemma 3 at 1,024 tokens); rows when read
+            out = lm.model(torch.tensor([ids], device=lm.device), trace=True, lazy=lazy, last_only=lazy)
         return out.trace.to("cpu", torch.float32)
     return PROMPTS.get(("trace", spec, device, ids), compute)
 
@@ -57,7 +59,7 @@ def derived(name: str, fn, spec: str, device: str, *args, alone: bool = False, s
     """
     def compute(stop=None):
         lm = load_lm(spec, device)  # before taking a slot
-        with _ALONE if alone else nullcontext(), server.heavy(name, quiet=True, should_stop=stop):
+        with _ALONE if alone else nullcontext(), heavy.slot(name, quiet=True, should_stop=stop):
             try:
                 return fn(lm, *args, should_stop=stop) if stoppable else fn(lm, *args)
             finally:

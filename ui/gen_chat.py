@@ -8,7 +8,8 @@ import streamlit as st
 import tfm
 from tfm.text.chat import ChatMessage, ChatPrompt, chat_prompt, has_chat
 from tfm.viz.chat import chat_chips
-from ui import links, server
+from ui import links
+from services import server
 from ui.text import message
 
 MODES = ("Chat", "Plain text")

@@ -12,7 +12,7 @@ import streamlit as st
 import torch
 
 import tfm
-from tfm.analysis import decode_streams
+from tfm.analysis.lens.logit import decode_streams
 from tfm.generation.batcher import BatchedGeneration
 from tfm.generation.generate import PromptInfo
 from tfm.generation.sampling import SamplingSettings, breakdown
@@ -21,7 +21,8 @@ from tfm.generation.timeline import StepRecord, step_record
 from tfm.text.token_view import token_labels
 from tfm.viz import sampling as sampling_figs
 from tfm.viz.attention import WINDOW
-from ui import charts, links, models, server
+from ui import charts, heavy, links, models
+from services import server
 REDRAW_S = 0.2  # redraw a streaming column at most 5 times a second: each redraw resends the whole text,
 # and with a class generating at once those messages were a real share of the server's CPU
 
@@ -92,7 +93,7 @@ def start_runs(g: GenPage, settings_list: list, seeds: list, keep_tensors: bool,
 def generation_slot(use_cache: bool):
     """A heavy slot for a session's own generation loop; none for batched rows (the batcher
     bounds them, and its steps are shared)."""
-    return contextlib.nullcontext() if use_cache and server.settings().batching else server.heavy("generation")
+    return contextlib.nullcontext() if use_cache and server.settings().batching else heavy.slot("generation")
 
 
 def run_all(g: GenPage, settings_list: list, seeds: list, keep_tensors: bool, use_cache: bool, slots: list,
@@ -172,7 +173,7 @@ def compare(g: GenPage) -> None:
     if clicked:
         st.session_state["cmp.last"] = {}
         pair = [SamplingSettings(t, g.settings.top_k, g.settings.top_p) for t in (t_left, t_right)]
-        with contextlib.nullcontext() if server.settings().batching else server.heavy("the temperature comparison"):
+        with contextlib.nullcontext() if server.settings().batching else heavy.slot("the temperature comparison"):
             run_all(g, pair, [g.seed, g.seed], False, True, slots, st.session_state["cmp.last"])
     run = st.session_state.get("cmp.last")
     if not usable(g, run):
@@ -205,7 +206,7 @@ def cache_speed(g: GenPage) -> None:
     if st.button("Time this generation with and without the cache", key="gen.cache_bench"):
         speeds = {}
         for flag in (True, False):
-            with server.heavy("the KV-cache timing"), st.spinner(f"Generating {g.max_new} tokens {'with' if flag else 'without'} the cache…"):
+            with heavy.slot("the KV-cache timing"), st.spinner(f"Generating {g.max_new} tokens {'with' if flag else 'without'} the cache…"):
                 start = time.perf_counter()
                 steps = list(tfm.generate(g.lm, g.prompt, g.max_new, g.settings.temperature, g.settings.top_k,
                                           g.settings.top_p, seed=g.seed, use_cache=flag, stop_ids=g.stop_ids))

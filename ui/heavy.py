@@ -20,6 +20,7 @@ import streamlit as st
 
 from tfm.core import cancel
 from tfm.core.cancel import ShouldStop
+from services import server
 from ui import st_private
 
 POLL_S = 0.5
@@ -95,3 +96,23 @@ class Gate:
 
 def _session_id() -> str | None:
     return st_private.session_id()
+
+
+_gate_lock = threading.Lock()
+_gate: tuple[object, Gate] | None = None  # (the settings it was made for, the gate)
+
+
+def gate() -> Gate:
+    """The server's gate: one per settings (`server.configure` starts a fresh one), with its slots."""
+    global _gate
+    s = server.settings()
+    with _gate_lock:
+        if _gate is None or _gate[0] is not s or _gate[1].slots != s.limits.heavy_slots:
+            _gate = (s, Gate(s.limits.heavy_slots))
+        return _gate[1]
+
+
+def slot(what: str, quiet: bool = False, should_stop=None):
+    """`with heavy.slot("generation"):` run in one of the server's heavy-work slots (a quiet
+    wait leaves with Cancelled once `should_stop` says so)."""
+    return gate().hold(what, quiet, should_stop)

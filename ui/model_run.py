@@ -11,10 +11,13 @@ import streamlit as st
 
 import tfm
 from tfm import analysis
-from tfm.analysis import features as feature_sets
-from tfm.analysis import bert_heads, heads, norms, patching, similarity, steer_calibrate, steer_files, steering, tuned_lens
-from tfm.analysis.graph_view import folder_stamp
-from tfm.analysis.quant import gguf_path
+from tfm.analysis.dictionaries import features as feature_sets
+from tfm.analysis.encoders import bert_heads, similarity
+from tfm.analysis import heads, norms, patching
+from tfm.analysis.steering import calibrate as steer_calibrate, files as steer_files, vectors as steering
+from tfm.analysis.lens import tuned as tuned_lens
+from tfm.analysis.graph.view import folder_stamp
+from tfm.analysis.quant.requantize import gguf_path
 from tfm.loaders.gguf_file import GGUFFile, read_gguf
 from tfm.teach import examples as page_examples
 from ui import cache, models
@@ -55,12 +58,12 @@ class ModelRun:
         return cache.is_cached("derived", self.spec, self.device, name, *args)
 
     def sentence_embeddings(self, texts: tuple[str, ...]) -> similarity.Embeddings:
-        """`tfm.analysis.similarity.sentence_embeddings` of these texts (an encoder's)."""
+        """`tfm.analysis.encoders.similarity.sentence_embeddings` of these texts (an encoder's)."""
         return self._derived("similarity", lambda lm, t: similarity.sentence_embeddings(lm.model, lm.tokenizer, list(t)),
                              tuple(texts), status="Embedding the sentences…")
 
     def look_at(self, texts: tuple[str, ...], progress=None) -> bert_heads.LookAt:
-        """Clark et al.'s averages over `texts` (`tfm.analysis.bert_heads.look_at`), one text at a time."""
+        """Clark et al.'s averages over `texts` (`tfm.analysis.encoders.bert_heads.look_at`), one text at a time."""
         return self._derived("look_at", lambda lm, t: bert_heads.look_at(lm.model, lm.tokenizer, list(t), progress=progress),
                              tuple(texts))
 
@@ -131,7 +134,7 @@ class ModelRun:
         return Direction(recipe, self._derived("steer.vector", _vector, recipe))
 
     def feature_direction(self, feature: int) -> Direction:
-        """This model's SAE feature as a direction (`tfm.analysis.features.steering_vector`)."""
+        """This model's SAE feature as a direction (`tfm.analysis.dictionaries.features.steering_vector`)."""
         recipe = ("feature", self.spec, feature)
         return Direction(recipe, self._derived("steer.vector", _vector, recipe))
 
@@ -155,7 +158,7 @@ class ModelRun:
                              stoppable=True)
 
     def steer_calibration(self) -> steer_calibrate.Calibration:
-        """Where steering works on this model (`tfm.analysis.steer_calibrate.calibrate`): the shipped
+        """Where steering works on this model (`tfm.analysis.steering.calibrate.calibrate`): the shipped
         file when it was measured on these weights (`steer_files`), else measured once per model,
         with a status line; ValueError where it cannot run (a very short context)."""
         shipped = self._derived("steer.shipped_calibration", steer_files.shipped_calibration, self.spec)

@@ -18,7 +18,8 @@ from tfm.loaders.loading import REGISTRY
 from tfm.loaders.ollama import is_models_folder, models as ollama_models
 from tfm.loaders.packaged import smollm2_path
 from tfm.loaders.spec import ModelSpec, format_spec, parse_spec
-from ui import memory, server, st_private
+from services import memory, server
+from ui import heavy, st_private
 
 # What the home page says about a model known by name (a random model or a folder has no words of its own).
 INTRODUCTIONS = {"smollm2": (
@@ -74,6 +75,8 @@ def describe_spec(spec: str) -> str:
         return "SmolLM2-135M-Instruct (smollm2)"
     if parsed.kind == "minilm":
         return "all-MiniLM-L6-v2 (minilm)"
+    if parsed.kind == "gemma3":
+        return "Gemma 3 270M (gemma3)"
     if parsed.kind == "folder":
         return f"model folder {shown_folder(parsed.path)}"
     c = parsed.config
@@ -153,7 +156,7 @@ def load_lm(spec: str, device: str) -> tfm.LM:
     every session, never mutated). Errors propagate (ValueError, FileNotFoundError) for the
     caller to show; failures are not cached. `spec` must have passed `checked_spec`."""
     def load() -> tfm.LM:
-        with server.heavy("loading a model", quiet=True):
+        with heavy.slot("loading a model", quiet=True):
             return tfm.load(parse_spec(spec), device=device)
     return MODELS.get((spec, device), load)
 

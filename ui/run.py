@@ -14,18 +14,20 @@ import streamlit as st
 import torch
 
 from tfm import analysis
-from tfm.analysis import attribution, lens_compare, patching, positions
-from tfm.analysis import features as feature_sets
+from tfm.analysis import attribution, patching, positions
+from tfm.analysis.lens import compare as lens_compare
+from tfm.analysis.dictionaries import features as feature_sets
 from tfm.analysis.attention_rows import pattern_rows
 from tfm.analysis.neuron_view import NeuronView, neuron_view
-from tfm.analysis.quant import QuantComparison, requantized_effects
-from tfm.analysis.tuned_lens import TunedLens
+from tfm.analysis.quant.requantize import QuantComparison, requantized_effects
+from tfm.analysis.lens.tuned import TunedLens
 from tfm.core.trace import Trace
 from tfm.generation.generate import prepare_prompt
 from tfm.loaders import limits as tfm_limits
 from tfm.text.token_view import token_labels
 from tfm.viz import attention as attention_figs
-from ui import cache, server
+from ui import cache, heavy
+from services import server
 from ui.model_run import ModelRun, active_model
 from ui.progress import progress_bar, with_status
 from ui.text import message
@@ -93,7 +95,7 @@ class PromptRun(ModelRun):
 
     def lens_fits(self, tuned: TunedLens | None) -> dict[str, lens_compare.LensFit]:
         """Per-layer KL to the final distribution and top-1 agreement of the logit lens (and the
-        tuned one, given) on this prompt (`tfm.analysis.lens_compare.prompt_fits`)."""
+        tuned one, given) on this prompt (`tfm.analysis.lens.compare.prompt_fits`)."""
         def fits(lm, tr, _lens_identity, should_stop=None):
             return lens_compare.prompt_fits(lm.model, tr, tuned, min(lm.tokenizer.vocab_size, lm.config.vocab_size),
                                             should_stop)
@@ -182,7 +184,7 @@ def current_run(max_tokens: int | None = None, refuse_over: int | None = None) -
         st.error(f"This prompt is too long to trace here: {message(e)}.")
         st.stop()
     notice = st.empty()
-    if server.gate().busy():
+    if heavy.gate().busy():
         notice.info("⏳ The server is busy with other students' heavy work: this page starts when a slot frees up…")
     trace = with_status(f"Running the model on {len(ids)} tokens…", cache.is_cached("trace", spec, device, ids),
                         cache.run_traced, spec, device, ids)

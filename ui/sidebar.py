@@ -13,7 +13,8 @@ from tfm.loaders import limits as tfm_limits
 from tfm.loaders.loading import available_devices
 from tfm.loaders.spec import ModelSpec, format_spec, parse_spec
 
-from ui import links, models, packaged, server, st_private
+from ui import links, models, packaged, st_private
+from services import server
 from ui.rooms import live
 from ui.text import message, plain
 

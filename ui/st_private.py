@@ -37,9 +37,9 @@ What each use relies on:
    sidebar is shown by setting the option back, public and scriptable, just before it.
    (tests/e2e/test_first_paint_browser.py)
 6. `logger(name)`: `streamlit.logger.get_logger`, the server log at Streamlit's level.
-   The one use left outside this module, by name only: ui/server.py tells `streamlit run app.py`
+   The one use left outside this module, by name only: services/server.py tells `streamlit run app.py`
    (sys.argv is then the app's flags) from AppTest or a shell by `"streamlit.web.bootstrap" in
-   sys.modules`, the CLI's bootstrap module; it stays there so that ui.server imports no Streamlit
+   sys.modules`, the CLI's bootstrap module; it stays there so that services.server imports no Streamlit
    (a service: issue #52 item 4). tests/test_streamlit_fence.py allows that one string there.
 7. Tests only: `cache_component_scan()` (`streamlit.components.v2.manifest_scanner.
    scan_component_manifests`, every AppTest's scan of installed packages, run once per process);

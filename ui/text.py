@@ -1,9 +1,12 @@
 """Echoed values as plain text: every value from a link, a widget, a file or an engine message
 that quotes one goes through `plain` before any Markdown-rendering st.* call (alerts, captions,
-markdown, help, labels, chart titles). See tfm.core.plain for what it escapes and why."""
+markdown, help, labels, chart titles). See tfm.core.escape for what it escapes and why."""
 from __future__ import annotations
 
-from tfm.core.plain import LIMIT, plain as _plain
+from tfm.core.escape import LIMIT, plain as _plain
+from tfm.core.trace_names import head_label
+
+__all__ = ["MESSAGE_LIMIT", "head_label", "message", "plain"]
 
 MESSAGE_LIMIT = 400  # an engine message: long enough for what to change, never a whole paste
 

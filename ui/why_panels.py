@@ -12,12 +12,12 @@ import pandas as pd
 import streamlit as st
 
 from tfm.analysis import attribution, patching
-from tfm.analysis.features import top_parts
-from tfm.core.plain import escape_markdown
+from tfm.analysis.dictionaries.features import top_parts
+from tfm.core.escape import escape_markdown
 from tfm.text.token_view import token_labels
 from tfm.viz import why as why_figs
 from ui import charts, links
-from ui.text import message
+from ui.text import head_label, message
 
 PATCH_MAX_TOKENS = 128  # patching runs 1 + L*H + L*T rows: bound T before paying for them
 PAIR_KEYS = ("why.clean", "why.corrupt", "why.answer", "why.wrong")  # a tfm.analysis.patching.PromptPair's fields
@@ -64,7 +64,7 @@ def ablate_panel(run, pos: int, token: int, n_layer: int, n_head: int) -> dict:
     st.caption("Switch parts off for one forward pass (the shared model is never changed) and compare the "
                "next-token distribution. Zero: the part writes nothing; mean: it writes its average over "
                "this prompt's positions.")
-    names = [f"L{l}H{h}" for l in range(n_layer) for h in range(n_head)]
+    names = [head_label(l, h) for l in range(n_layer) for h in range(n_head)]
     c1, c2, c3 = st.columns([4, 2, 1])
     heads = c1.multiselect("Heads to ablate", names, key="why.abl_heads")
     mlps = c2.multiselect("MLPs to ablate", list(range(n_layer)), format_func=lambda l: f"L{l} MLP", key="why.abl_mlps")
@@ -175,7 +175,7 @@ def induction_text(run) -> None:
     c = run.induction_check(n)
     st.markdown(
         f"**Does ablation find real mechanisms?** On {n} random tokens repeated once, the engine's strongest "
-        f"induction head is **L{c.layer} H{c.head}** (score {c.score:.2f}). Loss on the repeated half: "
+        f"induction head is **{head_label(c.layer, c.head)}** (score {c.score:.2f}). Loss on the repeated half: "
         f"**{c.loss_clean:.3f}** as is, **{c.loss_ablated:.3f}** with that head zero-ablated, "
         f"**{c.loss_control:.3f}** with head H{c.control} of the same layer ablated instead (a control).")
 

@@ -18,12 +18,13 @@ import streamlit
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from ui import models, server, st_private
+from ui import models, st_private
+from services import server
 
 # Tests keep the bundled model (fast, and its numbers are what they assert); tests of SmolLM2
 # ask for it (server.configure / TFM_DEFAULT_MODEL=smollm2 for a server they start).
 os.environ["TFM_DEFAULT_MODEL"] = "default"
-# Class rooms go to a file of this test run, never the user's data folder (ui.rooms.default_db).
+# Class rooms go to a file of this test run, never the user's data folder (services.rooms.default_db).
 os.environ.setdefault("TFM_ROOMS_DB", os.path.join(tempfile.mkdtemp(prefix="tfm-rooms-"), "rooms.sqlite3"))
 
 # Models a test process keeps between tests, in bytes (SmolLM2 in float32 is ~0.54 GB; one worker per core).

@@ -27,7 +27,8 @@ from streamlit import config
 os.environ.setdefault("TFM_DEFAULT_MODEL", "default")  # as tests/app/conftest.py sets it
 
 from tfm.analysis.attribution import n_words  # noqa: E402
-from ui import models, server  # noqa: E402
+from ui import models
+from services import server  # noqa: E402
 
 from tests.app import fuzz_values as fv  # noqa: E402
 from tests.app.conftest import allow_models, as_shown  # noqa: E402

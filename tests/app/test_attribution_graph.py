@@ -12,12 +12,12 @@ import pytest
 import torch
 
 import tfm
-from tfm.analysis import graph_view
-from tfm.analysis.graph import GraphSettings, Target, attribution_graph
-from tfm.analysis.graph_edit import FeatureEdit, intervene, predicted_change
-from tfm.analysis.graph_io import graph_file
-from tfm.analysis.graph_prune import prune_graph
-from tfm.analysis.transcoder import (TranscoderConfig, load_transcoders, random_transcoders, save_layer,
+from tfm.analysis.graph import view as graph_view
+from tfm.analysis.graph.build import GraphSettings, Target, attribution_graph
+from tfm.analysis.graph.edit import FeatureEdit, intervene, predicted_change
+from tfm.analysis.graph.files import graph_file
+from tfm.analysis.graph.prune import prune_graph
+from tfm.analysis.dictionaries.transcoder import (TranscoderConfig, load_transcoders, random_transcoders, save_layer,
                                      write_card)
 from tfm.text.token_view import token_labels
 

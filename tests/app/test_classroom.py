@@ -14,8 +14,10 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from tests.app.conftest import APP, as_shown, charts, decode, open_page
-from ui import models, server
-from ui.rooms import DB_ENV, export, live, rules
+from ui import models
+from services import server
+from services.rooms import DB_ENV, export, rules
+from ui.rooms import live
 
 
 @pytest.fixture(autouse=True)

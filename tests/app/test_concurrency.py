@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 import tfm
-from ui import cache, models, server
+from ui import cache, heavy, models
+from services import server
 from ui.heavy import Gate
 
 from tests.app.conftest import allow_models, open_page
@@ -21,7 +22,7 @@ PROMPTS = [f"Student {i} writes about {w} and the {w} again." for i, w in
 
 
 def generate_ids(lm, text: str, seed: int) -> list[int]:
-    with server.heavy("generation", quiet=True):  # as the page runs it: through the server's gate
+    with heavy.slot("generation", quiet=True):  # as the page runs it: through the server's gate
         return [s.token_id for s in tfm.generate(lm, text, 16, temperature=1.0, seed=seed)]
 
 
@@ -74,7 +75,7 @@ def test_the_gate_runs_at_most_its_slots_at_once():
 def test_the_server_gate_follows_the_settings():
     s = server.settings()
     server.configure(dataclasses.replace(s, limits=s.limits.replace(heavy_slots=3)))
-    assert server.gate().slots == 3
+    assert heavy.gate().slots == 3
 
 
 def test_a_page_from_cached_work_is_not_blocked_while_every_slot_is_busy():
@@ -85,7 +86,7 @@ def test_a_page_from_cached_work_is_not_blocked_while_every_slot_is_busy():
     held, release = threading.Event(), threading.Event()
 
     def long_job():
-        with server.heavy("someone's long generation", quiet=True):
+        with heavy.slot("someone's long generation", quiet=True):
             held.set()
             release.wait(60)
 

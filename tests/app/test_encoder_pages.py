@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from tfm.analysis.bert_heads import KINDS, SAMPLE_TEXTS, look_at
+from tfm.analysis.encoders.bert_heads import KINDS, SAMPLE_TEXTS, look_at
 from tfm.analysis.neuron_view import neuron_view
-from tfm.analysis.similarity import sentence_embeddings
+from tfm.analysis.encoders.similarity import sentence_embeddings
 from tfm.generation.generate import n_words
 from tfm.loaders.packaged_minilm import minilm_path
 from ui import models

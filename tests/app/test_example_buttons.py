@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from tfm.analysis import features as FT
+from tfm.analysis.dictionaries import features as FT
 from tfm.teach import examples as X
 from tfm.viz.sampling import esc
 from ui import cache, models

@@ -10,7 +10,7 @@ import torch
 
 from tfm.analysis import positions
 from tfm.analysis import norm_stats, param_counts, residual_norms
-from tfm.core.cache import KVCache
+from tfm.core.kv_cache import KVCache
 from tfm.core.model import rope_angles
 from ui import models
 
@@ -57,7 +57,7 @@ def test_shapes_page_counts_kv_heads():
     real = KVCache(lm.config, max_len=20).nbytes()  # float32, the page's default precision
     assert real == 2 * 2 * 2 * 8 * 20 * 4  # layers, KV heads (not 4 query heads), d_head, context, bytes
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["By the formula"] == metrics["tfm.core.cache.KVCache(…).nbytes()"] == f"{real / 2**20:,.2f} MiB"
+    assert metrics["By the formula"] == metrics["tfm.core.kv_cache.KVCache(…).nbytes()"] == f"{real / 2**20:,.2f} MiB"
 
 
 def test_positions_page_shows_the_rotated_pairs_only():

@@ -7,9 +7,9 @@ import numpy as np
 import torch
 
 from tfm.analysis import attribution
-from tfm.analysis import features as FT
-from tfm.analysis import steering
-from tfm.analysis.sae import stream_at
+from tfm.analysis.dictionaries import features as FT
+from tfm.analysis.steering import vectors as steering
+from tfm.analysis.dictionaries.sae import stream_at
 from ui import models
 
 from tests.app.conftest import as_shown, chart_by_title, decode, open_page, use_random

@@ -35,8 +35,10 @@ def test_random_walk(page, model, experiments_once):
 @pytest.fixture(scope="module")
 def graph_json():
     """A graph file of the bundled model (a small random transcoder set: what is tampered is the file)."""
-    from tfm.analysis import attribution_graph, graph_file, prune_graph
-    from tfm.analysis.transcoder import random_transcoders
+    from tfm.analysis.graph.build import attribution_graph
+    from tfm.analysis.graph.files import graph_file
+    from tfm.analysis.graph.prune import prune_graph
+    from tfm.analysis.dictionaries.transcoder import random_transcoders
     from tfm.text.token_view import token_labels
     lm = tfm.load("default")
     ts = random_transcoders(lm.config, 64, 6, seed=1)
@@ -63,7 +65,9 @@ def fresh_cache():
                                             ("steer", "calibration")])
 def test_a_page_on_a_tampered_file_shows_one_short_message(tmp_path, monkeypatch, fresh_cache, page, kind):
     """A random tamper of the file the page reads (seeded as the walks are): a message, no traceback."""
-    from tfm.analysis import features, graph_view, steer_files
+    from tfm.analysis.dictionaries import features
+    from tfm.analysis.graph import view as graph_view
+    from tfm.analysis.steering import files as steer_files
     cases = {"transcoders": fuzz_files.TAMPERED_TRANSCODERS, "sae": fuzz_files.TAMPERED_SAES,
              "calibration": fuzz_files.TAMPERED_CALIBRATIONS}[kind]
     name = random.Random(fuzz.cell_seed(SEED, page, kind)).choice(sorted(cases))

@@ -11,7 +11,8 @@ from tests.app.conftest import allow_models, open_page
 from tests.gguf_files import bytelevel_vocab, write_model
 from tfm.loaders import packaged
 from tfm.loaders.packaged import SMOLLM2_INSTALL, smollm2_path
-from ui import models, server
+from ui import models
+from services import server
 from ui import packaged as ui_packaged
 
 

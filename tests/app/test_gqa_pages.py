@@ -113,7 +113,7 @@ def test_why_head_panel_and_ablation_at_a_query_head_past_the_kv_heads(spec):
     np.testing.assert_allclose(decode(heat["z"]), attr.heads.numpy(), rtol=1e-6, atol=1e-9)
     at.session_state["why.tab"] = "Intervene"
     at.run()
-    at.multiselect(key="why.abl_heads").set_value(["L1H7"]).run()
+    at.multiselect(key="why.abl_heads").set_value(["L1 H7"]).run()
     assert not at.exception, at.exception
     with torch.inference_mode():
         after = lm.model(torch.tensor([ids]), edits=[E.AblateHead(1, 7)]).logits[0, -1].softmax(-1)

@@ -11,7 +11,7 @@ import pytest
 import tfm
 from tfm.core.config import ModelConfig
 from tfm.loaders.weights import save_model
-from ui import server
+from services import server
 from ui.models import default_model_spec, load_lm, random_spec
 
 from tests.app.conftest import APP, AppTest, allow_models, open_page, use_random

@@ -1,6 +1,6 @@
-"""Logit-lens page: the heatmap equals tfm.analysis.logit_lens on the prompt's trace; with the
+"""Logit-lens page: the heatmap equals tfm.analysis.lens.logit.logit_lens on the prompt's trace; with the
 tuned lens chosen (also from a link), the grid and the per-layer KL / agreement chart equal
-tfm.analysis.lens_compare's with the shipped set; a model without a set keeps the logit lens and
+tfm.analysis.lens.compare's with the shipped set; a model without a set keeps the logit lens and
 says how to train one."""
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from tfm.analysis import lens_compare as LC
-from tfm.analysis import logit_lens
-from tfm.analysis import tuned_lens as TL
+from tfm.analysis.lens import compare as LC
+from tfm.analysis.lens.logit import logit_lens
+from tfm.analysis.lens import tuned as TL
 from ui import models, sidebar
 
 from tests.app.conftest import APP, chart_by_title, decode, open_page, use_random

@@ -13,8 +13,10 @@ import pytest
 import torch
 
 from tfm import analysis
+from tfm.analysis.lens.logit import logit_lens
 from tfm.core.lazy import LazyTrace
-from ui import cache, memory, models
+from ui import cache, models
+from services import memory
 
 from tests.app.conftest import chart_by_title, charts, decode, open_page, use_random
 
@@ -120,7 +122,7 @@ def test_norms_and_logit_lens_equal_the_engine(small):
     assert not at.exception, at.exception
     start, t = at.session_state["lens.start"], len(ids)
     stop = min(t, start + at.session_state["lens.width"])
-    lens = analysis.logit_lens(lm.model, tr, k=5, positions=slice(start, stop), keep_probs=False,
+    lens = logit_lens(lm.model, tr, k=5, positions=slice(start, stop), keep_probs=False,
                                n_words=lm.tokenizer.vocab_size)
     np.testing.assert_allclose(decode(chart_by_title(at, "Logit lens")["data"][0]["z"]),
                                lens.top_probs[:, :, 0].numpy(), rtol=1e-5, atol=1e-7)

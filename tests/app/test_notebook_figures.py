@@ -46,7 +46,7 @@ def test_logit_lens_page_and_notebook_draw_the_same_grid():
 
 
 def test_tuned_lens_page_and_notebook_draw_the_same_grid_and_kl_chart():
-    from tfm.analysis.tuned_lens import shipped_lens
+    from tfm.analysis.lens.tuned import shipped_lens
     at = open_page("logit_lens")
     at.radio(key="lens.kind").set_value("tuned").run()
     assert not at.exception, at.exception

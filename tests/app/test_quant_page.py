@@ -1,6 +1,6 @@
 """The Quantization page on a small Q4_1 GGUF file written here: the tables come from the header,
 the block chart's numbers are the block's bytes decoded (equal to gguf.quants.dequantize), and
-the re-quantized comparison equals tfm.analysis.quant.compare on a fresh re-quantized copy."""
+the re-quantized comparison equals tfm.analysis.quant.requantize.compare on a fresh re-quantized copy."""
 from __future__ import annotations
 
 import threading
@@ -13,10 +13,11 @@ import pytest
 from tests.app.conftest import allow_models, chart_by_title, decode, open_page
 from tests.app.test_shapes import frame
 from tests.gguf_files import bytelevel_vocab, write_model
-from tfm.analysis import quant
+from tfm.analysis.quant import requantize as quant
 from tfm.generation.generate import prepare_prompt
 from tfm.loaders.gguf_file import read_gguf
-from ui import cache, models, server
+from ui import cache, models
+from services import server
 
 PROMPT = "the cat sat on the mat"
 

@@ -9,7 +9,7 @@ import torch
 
 from tfm.analysis import shapes as tfm_shapes
 from tfm.analysis import param_counts
-from tfm.core.cache import KVCache
+from tfm.core.kv_cache import KVCache
 from ui import models
 from tfm.viz.shapes import dims
 
@@ -86,7 +86,7 @@ def test_kv_cache_memory_equals_kvcache_nbytes():
     real = KVCache(cfg, batch=1, max_len=100, dtype=torch.float16).nbytes()  # a real allocation
     assert real == 2 * cfg.n_layer * cfg.n_head * cfg.d_head * 100 * 2
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["By the formula"] == metrics["tfm.core.cache.KVCache(…).nbytes()"] == f"{real / 2**20:,.2f} MiB"
+    assert metrics["By the formula"] == metrics["tfm.core.kv_cache.KVCache(…).nbytes()"] == f"{real / 2**20:,.2f} MiB"
     assert metrics["Match"] == "✓"
     at.number_input(key="shapes.kv_layers").set_value(2 * cfg.n_layer)
     at.number_input(key="shapes.kv_batch").set_value(3).run()

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from tfm.analysis import features as FT
-from tfm.analysis import steer_calibrate as calib
-from tfm.analysis import steering
+from tfm.analysis.dictionaries import features as FT
+from tfm.analysis.steering import calibrate as calib
+from tfm.analysis.steering import vectors as steering
 from tfm.generation.generate import prepare_prompt
-from tfm.core.plain import escape_markdown
+from tfm.core.escape import escape_markdown
 from ui import models
 
 from tests.app.conftest import as_shown, chart_by_title, decode, open_page, use_random

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from tfm.analysis import steer_calibrate as calib
-from tfm.analysis import steering
+from tfm.analysis.steering import calibrate as calib
+from tfm.analysis.steering import vectors as steering
 from tfm.core.cancel import Cancelled
 from tfm.generation.generate import Generation
-from tfm.core.plain import escape_markdown
+from tfm.core.escape import escape_markdown
 from ui import cache, models, stopping
 from ui.st_private import RerunData, ScriptRequests
 

@@ -8,6 +8,7 @@ import torch
 
 from tfm.analysis import attribution, patching
 from tfm.core import edits as E
+from tfm.core.trace_names import head_label
 from ui import models, sidebar
 
 from tests.app.conftest import chart_by_title, decode, open_page, use_random
@@ -59,7 +60,7 @@ def test_ablation_sweep_and_intervention_equal_the_engine():
     eff = torch.cat([sweep.head_effects.flatten(), sweep.mlp_effects]).numpy()
     np.testing.assert_allclose(decode(bars[1]["customdata"]), eff[order], rtol=1e-4, atol=1e-5)
     at = tab(at, "Intervene")
-    at.multiselect(key="why.abl_heads").set_value(["L5H5", "L3H3"]).run()
+    at.multiselect(key="why.abl_heads").set_value(["L5 H5", "L3 H3"]).run()
     assert not at.exception
     fig = chart_by_title(at, "before and after")
     with torch.no_grad():
@@ -70,7 +71,7 @@ def test_ablation_sweep_and_intervention_equal_the_engine():
     np.testing.assert_allclose(decode(fig["data"][0]["y"])[:8], before.topk(8).values.numpy(), rtol=1e-4)
     ids_shown = list(dict.fromkeys(before.topk(8).indices.tolist() + after.topk(8).indices.tolist() + [attr.token]))
     np.testing.assert_allclose(decode(fig["data"][1]["y"]), after[ids_shown].numpy(), rtol=1e-4, atol=1e-7)
-    at.multiselect(key="why.abl_heads").set_value([f"L{l}H{h}" for l in range(6) for h in range(6)]).run()
+    at.multiselect(key="why.abl_heads").set_value([head_label(l, h) for l in range(6) for h in range(6)]).run()
     assert not at.exception and at.warning
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ui import server
+from services import server
 
 from tests.app.controls import choose, control, keyed
 from tests.app.matrix import MODELS, PAGES, open_cell

@@ -22,7 +22,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 # Tests keep the bundled model (fast, and its numbers are what they assert); tests of SmolLM2
 # ask for it (server.configure / TFM_DEFAULT_MODEL=smollm2 for a server they start).
 os.environ["TFM_DEFAULT_MODEL"] = "default"
-# Class rooms go to a file of this test run, never the user's data folder (ui.rooms.default_db).
+# Class rooms go to a file of this test run, never the user's data folder (services.rooms.default_db).
 os.environ.setdefault("TFM_ROOMS_DB", os.path.join(tempfile.mkdtemp(prefix="tfm-rooms-"), "rooms.sqlite3"))
 
 ROOT = Path(__file__).resolve().parents[2]

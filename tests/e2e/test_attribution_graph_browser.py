@@ -6,10 +6,10 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import tfm
-from tfm.analysis import graph_view
-from tfm.analysis.graph import GraphSettings, attribution_graph
-from tfm.analysis.graph_prune import prune_graph
-from tfm.analysis.transcoder import load_transcoders
+from tfm.analysis.graph import view as graph_view
+from tfm.analysis.graph.build import GraphSettings, attribution_graph
+from tfm.analysis.graph.prune import prune_graph
+from tfm.analysis.dictionaries.transcoder import load_transcoders
 from tfm.text.token_view import token_labels
 
 from tests.e2e.conftest import shot, wait_drawn, wait_idle, wait_rerun, watch_rerun

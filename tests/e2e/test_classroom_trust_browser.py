@@ -14,7 +14,7 @@ import torch
 from playwright.sync_api import expect
 
 from ui import models, sidebar
-from ui.rooms import export, open_store
+from services.rooms import export, open_store
 
 from tests.e2e.conftest import context, shot
 from tests.e2e.test_classroom_browser import PHONE, SLOW, open_room, wait_idle

@@ -11,7 +11,7 @@ import torch
 from playwright.sync_api import expect
 
 from tfm.analysis.neuron_view import neuron_view
-from tfm.analysis.similarity import sentence_embeddings
+from tfm.analysis.encoders.similarity import sentence_embeddings
 from tfm.loaders.packaged_minilm import minilm_path
 from tfm.text.token_view import token_labels
 from ui import models
@@ -84,7 +84,7 @@ def test_similarity_page(page, app_url):
 
 
 def test_what_heads_look_at(page, app_url):
-    from tfm.analysis.bert_heads import KINDS, SAMPLE_TEXTS, look_at
+    from tfm.analysis.encoders.bert_heads import KINDS, SAMPLE_TEXTS, look_at
     open_page(page, app_url, "look_at", "What heads look at")
     wait_drawn(page, timeout=SLOW)
     lm = models.load_lm("minilm", "cpu")

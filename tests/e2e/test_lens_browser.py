@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import tfm
-from tfm.analysis import lens_compare, tuned_lens
+from tfm.analysis.lens import compare as lens_compare, tuned as tuned_lens
 from tfm.loaders.packaged import smollm2_path
 
 from tests.e2e.conftest import context, shot, wait_drawn, wait_idle, wait_rerun, watch_rerun

@@ -8,7 +8,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 import tfm
-from tfm.analysis import logit_lens
+from tfm.analysis.lens.logit import logit_lens
 from tfm.generation.sampling import breakdown
 from ui import models, sidebar
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.model import GPT
-from ..core.plain import short
+from ..core.escape import short
 from ..core.trace_read import kv_per_query_head
 from ..core.validate import check_int
 
@@ -209,7 +209,7 @@ def top_neurons(lm, attr: Attribution, k: int = 10, n_tokens: int = 8) -> list[N
 def token_id(tokenizer, text: str, vocab_size: int) -> int:
     """The id of `text` if it is exactly one token of the model's vocabulary (ids below
     `vocab_size`: pass `n_words(lm)`), else ValueError saying how it splits; `text` is quoted
-    shortened (`tfm.core.plain.short`), as a link may carry any length."""
+    shortened (`tfm.core.escape.short`), as a link may carry any length."""
     ids = tokenizer.encode(text)
     if len(ids) == 1 and not 0 <= ids[0] < vocab_size:
         raise ValueError(f"{short(text)!r} is a token of the tokenizer but not of this model, which has "

@@ -16,7 +16,7 @@ from ..core import cancel
 from ..core.model import GPT
 from ..core.stats import entropy  # noqa: F401  (tfm.analysis.entropy: attention-row entropy)
 from ..core.trace import Trace
-from . import bert_heads
+from .encoders import bert_heads
 
 Progress = Callable[[int, int], None]  # (done, total): called after each layer of a long loop
 

@@ -18,7 +18,7 @@ import torch
 
 from ..core import cancel
 from ..core import edits as E
-from ..core.cache import KVCache
+from ..core.kv_cache import KVCache
 from .heads import induction_probe, top_head
 from .attribution import _ids, _model, check_position, n_words, token_id
 

@@ -185,7 +185,7 @@ class Patch:
 class Steer:
     """Add `strength` x `vector` ((D,)) to the residual stream at `layer`'s `point`, at the
     absolute positions start..stop-1 (stop None: to the end) but those in `skip` (a prompt's
-    special tokens, `tfm.analysis.steering.steer_span`). Strength 0 is no edit at all
+    special tokens, `tfm.analysis.steering.vectors.steer_span`). Strength 0 is no edit at all
     (dropped, so the forward is bit-identical to an unedited one)."""
 
     layer: int

@@ -129,3 +129,8 @@ def axes_for(name: str) -> tuple[str, ...]:
         if suffix in AXES:
             return AXES[suffix]
     raise KeyError(f"no axis names documented for trace name {name!r}; add it to tfm.core.trace_names.AXES")
+
+
+def head_label(layer: int, head: int) -> str:
+    """An attention head as every page, chart, answer and card spells it: "L3 H2" (layer 3, head 2)."""
+    return f"L{layer} H{head}"

@@ -13,7 +13,7 @@ Batcher runs a loop: admit waiting requests (first come first served, at most `p
 per owner, at most `max_rows` in all, their padded prompts within `prefill_tokens`), prefill
 every prompt but its last token in ONE forward (`prefill.prefill_keys`), copy their keys into
 the shared `RaggedKVCache`, then run ONE forward for every active row, each at its own position
-with its own keys (tfm.core.cache.RaggedKVCache masks the others' padding): a joining row feeds
+with its own keys (tfm.core.kv_cache.RaggedKVCache masks the others' padding): a joining row feeds
 its last prompt token there, and takes its first token from that step. Every row keeps its own
 settings, `torch.Generator`, stop rule and text stream, and draws with the sampling pipeline
 `tfm.generate` uses (one breakdown for rows with the same settings, then each row's own draw,
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core import cancel
-from ..core.cache import RaggedKVCache
+from ..core.kv_cache import RaggedKVCache
 from ..core.functional import unembed
 from ..core.trace import Recorder
 from ..core.validate import check_int
@@ -150,13 +150,8 @@ class Batcher:
         `should_stop` is asked by the batch thread before each step (cheap, never blocking): yes
         drops this row alone, and its consumer reads `Cancelled`."""
         settings = SamplingSettings(temperature, top_k, top_p)
-        ctx = self.lm.config.context_length
-        max_new = check_int("max_new_tokens", min(DEFAULT_NEW_TOKENS, ctx) if max_new_tokens is None
-                            else max_new_tokens, 1, ctx, f" (the context length of this model is {ctx})")
-        seed = check_int("seed", seed, 0, 2**64 - 1)
-        stops = frozenset(check_int("stop token id", i, 0, self.lm.config.vocab_size - 1) for i in stop_ids)
-        row = Row(self.lm, prepare_prompt(self.lm, prompt), settings, max_new, seed, bool(trace),
-                   bool(stop_at_eot), str(owner), stops, should_stop)
+        row = self._checked_row(prompt, settings, max_new_tokens, seed, trace, stop_at_eot, owner, stop_ids,
+                                should_stop)
         with self._cond:
             if self._closed:
                 raise ValueError("this batcher was shut down (its model left the cache): ask for the model again")
@@ -167,6 +162,17 @@ class Batcher:
                 _RUNNING.add(self)
             self._cond.notify()
         return BatchedGeneration(self, row)
+
+    def _checked_row(self, prompt, settings: SamplingSettings, max_new_tokens: int | None, seed: int, trace: bool,
+                     stop_at_eot: bool, owner: str, stop_ids, should_stop: cancel.ShouldStop) -> Row:
+        """`submit`'s arguments checked (a ValueError names the bad one) and made into a queued row."""
+        ctx = self.lm.config.context_length
+        max_new = check_int("max_new_tokens", min(DEFAULT_NEW_TOKENS, ctx) if max_new_tokens is None
+                            else max_new_tokens, 1, ctx, f" (the context length of this model is {ctx})")
+        seed = check_int("seed", seed, 0, 2**64 - 1)
+        stops = frozenset(check_int("stop token id", i, 0, self.lm.config.vocab_size - 1) for i in stop_ids)
+        return Row(self.lm, prepare_prompt(self.lm, prompt), settings, max_new, seed, bool(trace),
+                   bool(stop_at_eot), str(owner), stops, should_stop)
 
     def queued(self, row: Row) -> int:
         """Requests ahead of `row` in the queue (0 when it has a row)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core.cache import KVCache
+from ..core.kv_cache import KVCache
 from ..loaders.loading import LM
 
 __all__ = ["prefill_keys"]

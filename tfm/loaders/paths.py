@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..core.plain import short
+from ..core.escape import short
 
 
 def parse_roots(text: str) -> list[Path]:

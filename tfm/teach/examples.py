@@ -24,12 +24,13 @@ from dataclasses import dataclass
 import torch
 
 from ..analysis.attribution import n_words, token_id
-from ..analysis.features import FeatureSet
+from ..analysis.dictionaries.features import FeatureSet
 from ..analysis.heads import detection_score, induction_detection, top_head
-from ..analysis.lens import logit_lens
-from ..analysis.sae import stream_at
+from ..analysis.lens.logit import logit_lens
+from ..analysis.dictionaries.sae import stream_at
 from ..core import cancel
-from ..core.plain import short
+from ..core.escape import short
+from ..core.trace_names import head_label
 from ..generation.generate import prepare_prompt
 
 PAGES = {"attention": 1, "why": 2, "logit_lens": 2, "features": 2}  # page -> most examples it offers
@@ -165,8 +166,8 @@ def induction(lm, should_stop: cancel.ShouldStop = None) -> Offer:
         trace = lm.model(_batch(lm, ids), trace=True, keep=("pattern",)).trace
         layer, head, score = top_head(later_copy_scores(trace, ids))
         ex = Example("attention", text, {"layer": layer, "head": head},
-                     f"a repeated sequence (induction: L{layer} H{head} scores {score:.2f})",
-                     f"The same words three times: on the later copies head L{layer} H{head} puts {score:.0%} of its "
+                     f"a repeated sequence (induction: {head_label(layer, head)} scores {score:.2f})",
+                     f"The same words three times: on the later copies head {head_label(layer, head)} puts {score:.0%} of its "
                      "attention on the word that followed the current word last time, the most of any head.", score)
         found.append((ex, score >= INDUCTION_MIN))
     return _offer("attention", found, lambda e: -e.score,

@@ -25,6 +25,7 @@ import torch
 
 from ..analysis.heads import SCORES, HeadTable
 from ..core.validate import check_int, check_number
+from ..core.trace_names import head_label
 from ..generation.sampling import SamplingSettings, next_token
 
 TOP = 50            # the model's top tokens a next-token truth keeps (answers are graded among them)
@@ -197,7 +198,7 @@ def parse_answer(q: Question, text: str) -> str:
         layer, head = int(m.group(1)), int(m.group(2))
         check_int("layer", layer, 0, q.n_layer - 1)
         check_int("head", head, 0, q.n_head - 1)
-        return f"L{layer} H{head}"
+        return head_label(layer, head)
     if isinstance(q, Sampling) and q.measure == "kept":
         return str(round(_number(text, "a number of tokens", 1, 10**7)))
     return f"{_number(text, 'a probability from 0 to 1 (or a percentage)', 0, 1):.3g}"
@@ -284,7 +285,7 @@ def model_bucket(q: Question, truth: Truth) -> str:
     if isinstance(q, WhichHead):
         flat = torch.tensor(truth.scores)
         layer, head = divmod(int(flat.argmax()), flat.shape[1])
-        return f"L{layer} H{head}"
+        return head_label(layer, head)
     return bucket(q, repr(truth.value))
 
 

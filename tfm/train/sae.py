@@ -1,5 +1,5 @@
 """`python -m tfm.train.sae train ...`: train a TopK sparse autoencoder on one layer's residual
-stream and write it with its measured card (tfm.analysis.sae describes the files).
+stream and write it with its measured card (tfm.analysis.dictionaries.sae describes the files).
 
     python -m tfm.train.sae train --model default --layer 3 --features 1536 --k 32 \\
         --data /work/shared/corpus/tinystories_train.txt --eval-file .../tinystories_valid.txt \\
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..analysis.sae import SAE, SAEConfig, save_sae, stream_at
+from ..analysis.dictionaries.sae import SAE, SAEConfig, save_sae, stream_at
 from ..loaders.loading import load
 from .command import run_command
 from .data import encode_text, id_windows, read_text
@@ -93,7 +93,7 @@ def init_sae(cfg: SAEConfig, x: torch.Tensor, gen: torch.Generator) -> SAE:
 
 
 def fold_scale(sae: SAE, scale: float) -> None:
-    """Make the SAE read and write raw activations (module docstring of tfm.analysis.sae)."""
+    """Make the SAE read and write raw activations (module docstring of tfm.analysis.dictionaries.sae)."""
     with torch.no_grad():
         sae.W_enc /= scale
         sae.W_dec *= scale
@@ -145,11 +145,7 @@ def run_train(a: argparse.Namespace, command: str) -> dict:
     sae = init_sae(cfg, sample / scale, gen)
     stats = train_topk(sae, x, x, (scale, scale), a.epochs, a.batch, a.lr, gen)
     del x
-    fold_scale(sae, scale)
-    sae.eval().requires_grad_(False)
-    with torch.no_grad():           # measured as shipped: sae.safetensors is fp16
-        for p in sae.parameters():
-            p.copy_(p.half().float())
+    _as_shipped(sae, scale)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     fields, measured = _evaluate(lm, sae, a, skip)
     card = {"command": command, "model": a.name or a.model, "layer": a.layer, "point": "resid_pre",
@@ -159,6 +155,16 @@ def run_train(a: argparse.Namespace, command: str) -> dict:
             "threads": a.threads, "metrics": measured}
     save_sae(sae, a.out, card, card_markdown(card))
     return card
+
+
+def _as_shipped(sae, scale: float) -> None:
+    """The input scale folded into the weights, frozen, and rounded to fp16 as sae.safetensors
+    stores it: measured as shipped."""
+    fold_scale(sae, scale)
+    sae.eval().requires_grad_(False)
+    with torch.no_grad():
+        for p in sae.parameters():
+            p.copy_(p.half().float())
 
 
 def main(argv=None) -> int:

@@ -1,5 +1,5 @@
 """`python -m tfm.train.sae_labels --model smollm2 --folder assets/sae/smollm2`: label every
-feature of a trained SAE from its own evidence (tfm.analysis.feature_labels), check each
+feature of a trained SAE from its own evidence (tfm.analysis.dictionaries.labels), check each
 "says X" label by steering, and write labels.json beside features.safetensors; the card
 (card.json, README.md) records the rule, the share of "says X" labels that pass and the time.
 """
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from ..analysis import feature_labels as FL
-from ..analysis.features import load_features, steering_vector
-from ..analysis.sae import CARD_FILE
+from ..analysis.dictionaries import labels as FL
+from ..analysis.dictionaries.features import load_features, steering_vector
+from ..analysis.dictionaries.sae import CARD_FILE
 from ..loaders.loading import load
 
 
@@ -48,7 +48,7 @@ def labels_markdown(e: dict) -> str:
         f"{e['says_passed']} of {e['says_checked']} pass ({100 * e['says_pass_share']:.0f}%)"
     return "\n".join([
         "## Labels", "",
-        f"`{e['file']}`: one short label per feature, from its own evidence (`tfm.analysis.feature_labels`): "
+        f"`{e['file']}`: one short label per feature, from its own evidence (`tfm.analysis.dictionaries.labels`): "
         f"{e['says']} \"says X\" (the decoder direction read through the unembedding puts X at least "
         f"{e['says_margin']:g} standard deviations of the scores ahead of the next token, and the feature at "
         f"its largest held-out activation pushes X's logit directly by at least {e['says_gain']:g} nat over the "

@@ -1,5 +1,5 @@
 """`python -m tfm.train.transcoders`: train one TopK transcoder per block (MLP input -> MLP output)
-on the general text mix and write the set with its measured card (tfm.analysis.transcoder
+on the general text mix and write the set with its measured card (tfm.analysis.dictionaries.transcoder
 describes the files).
 
     python -m tfm.train.transcoders --model default --features 1536 --k 24 --tokens 200000 \\
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
-from ..analysis.transcoder import (CARD_FILE, Transcoder, TranscoderConfig, layer_file, load_transcoders,
-                                   read_card, save_layer, stored_copy, write_card)
+from ..analysis.dictionaries.transcoder import (CARD_FILE, Transcoder, TranscoderConfig, layer_file, load_transcoders,
+                                                read_card, save_layer, stored_copy, write_card)
 from ..loaders.loading import load
 from . import mix
 from . import transcoder_eval as TE

@@ -1,6 +1,6 @@
 """`python -m tfm.train.tuned_lens`: train one affine translator per residual stream (the tuned lens
 of Belrose et al. 2023) on the general text mix and write the set with its measured card
-(tfm.analysis.tuned_lens describes the files).
+(tfm.analysis.lens.tuned describes the files).
 
     python -m tfm.train.tuned_lens --model smollm2 --out assets/lens/smollm2
 
@@ -16,7 +16,7 @@ normalised steps would turn into a drift (on SmolLM2 its KL rose to 0.7 nats in 
 train_state.safetensors and the card: a rerun with the same settings goes on from there (other
 settings stop it). At the end each translator is written in fp16 and the held-out text of each
 domain is measured as the files load: per-layer KL and top-1 agreement for the tuned and the
-logit lens (tfm.analysis.lens_compare), and the KL before fp16 rounding; the state file is removed.
+logit lens (tfm.analysis.lens.compare), and the KL before fp16 rounding; the state file is removed.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from ..analysis.tuned_lens import CARD_FILE, TunedLensConfig, finished_lens, read_card, save_translator, write_card
+from ..analysis.lens.tuned import CARD_FILE, TunedLensConfig, finished_lens, read_card, save_translator, write_card
 from ..loaders.loading import load
 from ..loaders.weights import read_safetensors
 from . import mix

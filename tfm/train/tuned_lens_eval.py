@@ -11,8 +11,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..analysis.lens_compare import lens_fit
-from ..analysis.tuned_lens import TunedLens, TunedLensConfig, load_tuned_lens, translator_file
+from ..analysis.lens.compare import lens_fit
+from ..analysis.lens.tuned import TunedLens, TunedLensConfig, load_tuned_lens, translator_file
 from . import mix
 from .transcoder_eval import windows
 

@@ -1,12 +1,12 @@
 """A class room's figures: the answers' histogram (counts only: never who) and the all-heads
-grid a student clicks to answer a head question. Built from plain dicts (tfm.viz.plain): the
+grid a student clicks to answer a head question. Built from plain dicts (tfm.viz.figure_dicts): the
 teacher's histogram is redrawn every second while a question is open."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
 from .attention import plotly_text
-from .plain import figure
+from .figure_dicts import figure
 
 MAX_BARS = 12   # the most common answers; the rest count as "other"
 ANSWER, OTHER = "#4c78a8", "#b0b0b0"

@@ -1,5 +1,5 @@
 """The attribution graph figure: layers up, positions across, node size by influence, edge width by
-weight (blue raises its target node, red lowers it). Drawn from a `tfm.analysis.graph_io.GraphFile`
+weight (blue raises its target node, red lowers it). Drawn from a `tfm.analysis.graph.files.GraphFile`
 (built from a pruned graph, or loaded from a file), so a page and a notebook draw the same thing.
 
 Nodes of one (layer, position) cell are spread side by side within it; token embeddings sit on the
@@ -14,7 +14,7 @@ from collections import defaultdict
 import numpy as np
 import plotly.graph_objects as go
 
-from ..analysis.graph_io import GraphFile, GraphNode
+from ..analysis.graph.files import GraphFile, GraphNode
 from .attention import plotly_text
 from .why import NEG_COLOUR, POS_COLOUR
 
@@ -85,9 +85,15 @@ def graph_figure(gf: GraphFile, max_edges: int = DRAWN_EDGES, target_label: str 
                                  name=kind, marker=dict(size=size, color=colour, line=dict(width=0.5, color="#333")),
                                  text=[_hover(n, gf.labels) for n in nodes], hovertemplate="%{text}<extra></extra>",
                                  customdata=[n.id for n in nodes]))
+    fig.update_layout(**_graph_layout(gf, target_label))
+    return fig
+
+
+def _graph_layout(gf: GraphFile, target_label: str) -> dict:
+    """The title with the graph's scores; positions across, layers (embedding to target) up."""
     n_layer = int(gf.model["n_layer"])
     scores = gf.scores
-    fig.update_layout(
+    return dict(
         title=f"Attribution graph{' of “' + plotly_text(target_label) + '”' if target_label else ''} · "
               f"replacement {scores.get('replacement', 0):.2f} · completeness {scores.get('completeness', 0):.2f}",
         xaxis=dict(tickmode="array", tickvals=list(range(len(gf.labels))),
@@ -95,4 +101,3 @@ def graph_figure(gf: GraphFile, max_edges: int = DRAWN_EDGES, target_label: str 
         yaxis=dict(tickmode="array", tickvals=list(range(n_layer + 2)),
                    ticktext=["emb"] + [f"L{i}" for i in range(n_layer)] + ["target"], title="layer"),
         height=max(480, min(1400, 64 * (n_layer + 2))), legend=dict(orientation="h", y=-0.15), hovermode="closest")
-    return fig

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ..analysis.graph_io import GraphFile
+from ..analysis.graph.files import GraphFile
 from .attention import plotly_text
 from .graph import node_xy
 

@@ -6,9 +6,9 @@ import html
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..core.plain import escape_markdown
-from ..teach.tour import Shown
-from .plain import figure
+from ..core.escape import escape_markdown
+from ..teach.tour_shown import Shown
+from .figure_dicts import figure
 
 
 # Presentation mode: large type for a projector, no sidebar. Static CSS, no user text in it.
@@ -77,7 +77,7 @@ def esc(text: str) -> str:
 
 def bar_figure(shown: Shown, title: str, ytitle: str) -> go.Figure:
     """One bar per entry of a vector, hover showing the exact value (plain dicts, unvalidated:
-    `tfm.viz.plain`; tests/test_viz_plain.py validates it)."""
+    `tfm.viz.figure_dicts`; tests/test_viz_plain.py validates it)."""
     labels = unique(shown.cols)
     trace = dict(type="bar", x=labels, y=shown.values.double().numpy(), marker=dict(color="#4C78A8"),
                  hovertext=[esc(x) for x in labels], hovertemplate="%{hovertext}<br>%{y:.4f}<extra></extra>")

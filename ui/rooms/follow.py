@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ui import links
-from ui.rooms import rules
+from services.rooms import rules
 from ui.rooms.session import NOT_PUSHED, PAGES, POLL_SECONDS, leave, role, store
 from ui.text import plain
 

@@ -8,7 +8,7 @@ while a copied address (`?room=CODE`, a join link) signs nobody in, and the proj
 its address bar never show the teacher key.
 
 Rate limits count per screen (`screen()`: this browser session) for wrong codes and keys, and per
-address (`client()`) only for opening rooms: see ui/rooms/rules.py.
+address (`client()`) only for opening rooms: see services/rooms/rules.py.
 """
 from __future__ import annotations
 

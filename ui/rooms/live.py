@@ -19,7 +19,8 @@ import time
 import streamlit as st
 
 from ui import links
-from ui.rooms import Moment, follow, identity, rules, warm
+from services.rooms import Moment, rules
+from ui.rooms import follow, identity, warm
 from ui.rooms.session import NOT_PUSHED, PAGES, POLL_SECONDS, leave, role, store  # noqa: F401 (the page's names)
 from ui.text import message
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from ui import server
+from services import server
 from ui.nav import SECTIONS
-from ui.rooms import RoomStore, identity, open_store
+from services.rooms import RoomStore, open_store
+from ui.rooms import identity
 
 POLL_SECONDS = 1.0   # how often a student's screen asks the store what the teacher shows
 NOT_PUSHED = ("present", "device", "room", "me", "teacher")   # a screen's own, or a person's

@@ -9,8 +9,10 @@ from tfm.teach import questions
 from tfm.viz import classroom as classroom_figs
 
 from ui import charts
-from ui.rooms import identity, live, rules
+from ui.rooms import identity, live
+from services.rooms import rules
 from ui.rooms.teacher import NO_TOOLBAR, answers_chart, show_prompt
+from ui.text import head_label
 from ui.text import message, plain
 
 
@@ -67,7 +69,7 @@ def _head_picker(question, key: str) -> str | None:
     with st.container(horizontal=True):
         layer = st.number_input("Layer", 0, question.n_layer - 1, value=None, key=f"{key}.layer", placeholder="pick")
         head = st.number_input("Head", 0, question.n_head - 1, value=None, key=f"{key}.head", placeholder="pick")
-    return None if layer is None or head is None else f"L{layer} H{head}"
+    return None if layer is None or head is None else head_label(layer, head)
 
 
 # Radio options a thumb can hit on a phone (Streamlit draws them ~22 px tall).

@@ -14,7 +14,8 @@ from tfm.viz import classroom as classroom_figs
 
 from ui import charts
 from ui.run import current_run
-from ui.rooms import export, identity, live, rules
+from services.rooms import export, rules
+from ui.rooms import identity, live
 from ui.text import message, plain
 
 KINDS = {"next_options": "Next token: pick one of four", "next_typed": "Next token: type it",

@@ -9,7 +9,7 @@ or pushes one, it opens that view once in a screen of its own: an in-process Str
 with no browser (as Streamlit's own agent sessions are), given the moment's page and link, as a
 student's screen is when it follows. The page's own code computes what a student's screen will
 ask for (no second list of what each page needs), and the process's students find it cached, or
-wait on that same computation (one per key: ui.memory.ByteLRU), never a second one.
+wait on that same computation (one per key: services.memory.ByteLRU), never a second one.
 
 One view at a time per process, the newest: one no longer previewed nor pushed is stopped. The
 process the teacher's screen is on does not open it again (one process: no cost at all).
@@ -29,7 +29,7 @@ from typing import Callable
 from urllib.parse import urlencode
 
 from ui import st_private
-from ui.rooms import Moment, RoomStore
+from services.rooms import Moment, RoomStore
 
 WATCH_SECONDS = 0.25     # how often a process looks at the rooms its sessions are in
 FORGET_SECONDS = 600     # a room no session of this process drew for this long is not watched
