@@ -13,8 +13,8 @@ import sys
 import pytest
 
 import tfm
-from tfm.analysis import feature_labels as FL
-from tfm.analysis import features as FT
+from tfm.analysis.dictionaries import features as FT
+from tfm.analysis.dictionaries import labels as FL
 from tfm.train import sae_labels
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -87,9 +87,9 @@ def test_what_a_tested_module_carries():
 
 
 def test_names_are_read_from_code_not_from_docstrings():
-    source = '''"""Tests of tfm.analysis.lens and pages/why.py."""
+    source = '''"""Tests of tfm.analysis.lens.logit and pages/why.py."""
 import tfm.core.model as M
-from tfm.analysis import lens_compare as LC
+from tfm.analysis.lens import compare as LC
 from tests.app.conftest import open_page
 
 def test_x(monkeypatch):
@@ -103,7 +103,7 @@ def test_x(monkeypatch):
     names = tiers.names_in(source)
     for module in (
         "tfm.core.model",
-        "tfm.analysis.lens_compare",
+        "tfm.analysis.lens.compare",
         "tfm.core.kernels",
         "pages/norms.py",
         "tfm.teach.tour",
@@ -111,7 +111,7 @@ def test_x(monkeypatch):
         f"tfm.{MAIN}",
     ):
         assert tiers.covers(names, module), module
-    for module in ("tfm.analysis.lens", "pages/why.py", "tfm.core.rope", f"tfm.core.{MAIN}"):
+    for module in ("tfm.analysis.lens.logit", "pages/why.py", "tfm.core.rope", f"tfm.core.{MAIN}"):
         assert not tiers.covers(names, module), module
 
 

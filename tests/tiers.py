@@ -9,7 +9,7 @@ a page when the code opens it
 (`"pages/NAME.py"`, NAME given to open_page / open_cell / switch_page, or a key of a `PAGES` table).
 Docstrings and comments do not count. What a tested page or ui module imports is tested with it
 (a page test runs them), and so are a tested engine module's parts: the modules of its own package
-it imports (tfm.analysis.quant's quant_blocks), except through an `__init__` that only re-exports."""
+it imports (tfm.analysis.quant.requantize's blocks), except through an `__init__` that only re-exports."""
 
 from __future__ import annotations
 
