@@ -119,7 +119,7 @@ def extra(view: AttentionView) -> str:
                                                                                         else "")
 
 
-def pattern_tab(view: AttentionView, labels: list[str], title: str, matrix) -> None:
+def pattern_tab(run: PromptRun, view: AttentionView, labels: list[str], title: str, matrix) -> None:
     if view.mode == "rollout":
         st.caption("Rollout follows attention through the layers: each layer's heads are averaged, the "
                    "residual connection is added as 0.5 × identity, rows renormalised, layers multiplied.")
@@ -131,6 +131,10 @@ def pattern_tab(view: AttentionView, labels: list[str], title: str, matrix) -> N
                    f"{zmax:.3g} (hover for exact values).")
     charts.show(attention_figs.heatmap(matrix, labels, f"{title}: query × key{extra(view)}", view.log, zmax=zmax),
                 key="attn.chart")
+    if (reach := run.layer_window(view.layer)) and view.mode != "rollout" and view.b + 1 > reach:   # a local layer
+        row = attention_figs.reduce_heads(run.pattern_rows(view.layer, view.b, view.b), view.mode, view.head)[0]
+        charts.show(attention_figs.window_reach(row.numpy(), reach, f"{title}: what query {view.b} reads, every key"),
+                    key="attn.reach")
 
 
 def all_heads_tab(run: PromptRun, view: AttentionView, labels: list[str]) -> None:
@@ -209,7 +213,7 @@ def main() -> None:
     full, title, matrix = shown(run, view)
     st.session_state.setdefault("attn.view", VIEWS[0])
     tabs = st.tabs(VIEWS, key="attn.view", on_change="rerun")  # only the open tab's content is computed
-    panels = (lambda: pattern_tab(view, labels, title, matrix), lambda: all_heads_tab(run, view, labels),
+    panels = (lambda: pattern_tab(run, view, labels, title, matrix), lambda: all_heads_tab(run, view, labels),
               lambda: head_view_tab(run, view, labels), lambda: table_tab(run),
               lambda: encoder_panels.neuron(run, view.layer, view.head))
     for tab, panel in zip(tabs, panels):

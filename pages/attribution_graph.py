@@ -3,7 +3,7 @@
 in the real model, download the graph."""
 import streamlit as st
 
-from ui import graph_panels, graph_run, needs, sidebar
+from ui import graph_features, graph_panels, graph_run, needs, sidebar
 from ui.graph_run import GraphSettings
 from ui.run import PromptRun, current_run
 from ui.text import message
@@ -57,9 +57,11 @@ def main() -> None:
         st.info("No feature node holds enough influence to be kept: lower the node threshold.")
         graph_panels.export(gf)
         st.stop()
+    meanings = graph_features.features(gr)
     supernodes = graph_panels.supernode_panel(g, run.labels, options)
     graph_panels.figure(gf, options, piece, supernodes)
-    graph_panels.node_panel(gr, g, run.labels, options)
+    graph_features.search(g, meanings, run.labels, options)
+    graph_panels.node_panel(gr, g, run.labels, options, meanings)
     graph_panels.intervention_panel(gr, g, run.labels, options, piece)
     graph_panels.export(gf)
 

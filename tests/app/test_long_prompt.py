@@ -137,6 +137,7 @@ def test_every_page_renders_and_the_cache_holds_less_than_the_eager_trace(small)
     assert 0 < held < memory.sizeof(tr)
 
 
+@pytest.mark.slow   # GPT-2 small's widths at 1024 tokens: CI only
 def test_gpt2_small_at_1024_tokens_attention_page():
     """The real GPT-2 small shape: the page renders and its window equals the engine's pattern.
     (Reference: the app's own trace's pattern, recomputed by the engine; an eager 1024-token

@@ -109,7 +109,8 @@ def test_rmsnorm_post_norm_model():
     assert not any("Bias" in str(f["layout"].get("title")) for f in charts(at))  # RMSNorm has no bias
 
 
-@pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", "none"])
+@pytest.mark.parametrize("pos", ["rope", *(pytest.param(p, marks=pytest.mark.slow)   # the quick tier: one sweep
+                                   for p in ("learned", "sinusoidal", "none"))])
 def test_every_variant_renders(pos):
     at = open_page("norms", PROMPT)
     use_random(at, pos_encoding=pos)
@@ -124,6 +125,7 @@ def test_every_variant_renders(pos):
         assert len(at.success) == 1 and chart_by_title(at, "Gradient norm per block")
 
 
+@pytest.mark.slow   # GPT-2 small's widths: the quick tier's other tests draw every chart on small models
 def test_gpt2_shaped_model_renders():
     """GPT-2 small's widths (768, 12 heads) with 2 layers and a smaller vocabulary."""
     at = open_page("norms", PROMPT)

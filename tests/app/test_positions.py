@@ -113,7 +113,8 @@ def test_formula_explorer_follows_its_sliders():
     assert bits.shape == (50, 6) and bits[37].tolist() == [1, 0, 1, 0, 0, 1]  # 37 = 100101b
 
 
-@pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", "none"])
+@pytest.mark.parametrize("pos", ["rope", *(pytest.param(p, marks=pytest.mark.slow)   # the quick tier: one sweep
+                                   for p in ("learned", "sinusoidal", "none"))])
 def test_every_variant_renders(pos):
     at = open_page("positions", PROMPT)
     use_random(at, pos_encoding=pos)

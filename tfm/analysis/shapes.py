@@ -53,17 +53,7 @@ def param_formulas(cfg: ModelConfig) -> dict[str, tuple[str, int]]:
     """Closed-form parameter count per component (keys as `tfm.analysis.param_counts`):
     name -> (formula text, value)."""
     d, f, v, L, b = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_layer, int(cfg.bias)
-    kv, qkv_b, qd = cfg.n_kv_head * cfg.d_head, int(cfg.bias or cfg.qkv_bias), cfg.d_attn
-    attn = d * (qd + 2 * kv) + qd * d + (qd + 2 * kv) * qkv_b + d * b     # qkv (d x (q + 2kv)) + proj (q x d)
-    attn += 2 * cfg.d_head if cfg.qk_norm else 0                          # QK-norm gains, one per head dim
-    if qd != d:  # heads of their own size (Gemma 3, Qwen3): q = n_head·d_head
-        attn_text = (f"2·d·q + 2·d·kv{' + q + 2·kv' if qkv_b else ''}{' + d' if b else ''}"
-                     f"{' + 2·d_head' if cfg.qk_norm else ''}, q = {cfg.n_head}·{cfg.d_head}, kv = {cfg.n_kv_head}·{cfg.d_head}")
-    elif kv == d:
-        attn_text = f"4·d²{' + 4·d' if b else (' + 3·d' if qkv_b else '')}"
-    else:  # grouped-query: k and v are kv = n_kv_head·d_head wide
-        attn_text = (f"2·d² + 2·d·kv{' + d + 2·kv' if qkv_b else ''}{' + d' if b else ''}, "
-                     f"kv = {cfg.n_kv_head}·{cfg.d_head}" + (" + 2·d_head" if cfg.qk_norm else ""))
+    attn_text, attn = _attention_formula(cfg)
     if cfg.activation in ("swiglu", "geglu"):
         mlp, mlp_text = 3 * d * f + (2 * f + d) * b, "3·d·d_ff" + (" + 2·d_ff + d" if b else "")
     else:
@@ -83,6 +73,23 @@ def param_formulas(cfg: ModelConfig) -> dict[str, tuple[str, int]]:
         "unembedding": ((f"d·d + d + {'2·d' if per_norm == 2 * d else 'd'} + V (masked-LM transform, bias); " + unembed)
                         if head else unembed, head + (0 if cfg.tied_embeddings else v * d)),
     }
+
+
+def _attention_formula(cfg: ModelConfig) -> tuple[str, int]:
+    """One block's attention parameters: (formula text, value)."""
+    d, b = cfg.d_model, int(cfg.bias)
+    kv, qkv_b, qd = cfg.n_kv_head * cfg.d_head, int(cfg.bias or cfg.qkv_bias), cfg.d_attn
+    attn = d * (qd + 2 * kv) + qd * d + (qd + 2 * kv) * qkv_b + d * b     # qkv (d x (q + 2kv)) + proj (q x d)
+    attn += 2 * cfg.d_head if cfg.qk_norm else 0                          # QK-norm gains, one per head dim
+    if qd != d:  # heads of their own size (Gemma 3, Qwen3): q = n_head·d_head
+        return (f"2·d·q + 2·d·kv{' + q + 2·kv' if qkv_b else ''}{' + d' if b else ''}"
+                f"{' + 2·d_head' if cfg.qk_norm else ''}, q = {cfg.n_head}·{cfg.d_head}, kv = {cfg.n_kv_head}·{cfg.d_head}",
+                attn)
+    if kv == d:
+        return f"4·d²{' + 4·d' if b else (' + 3·d' if qkv_b else '')}", attn
+    # grouped-query: k and v are kv = n_kv_head·d_head wide
+    return (f"2·d² + 2·d·kv{' + d + 2·kv' if qkv_b else ''}{' + d' if b else ''}, "
+            f"kv = {cfg.n_kv_head}·{cfg.d_head}" + (" + 2·d_head" if cfg.qk_norm else ""), attn)
 
 
 @dataclass(frozen=True)

@@ -55,14 +55,7 @@ def depth_figure(res: dict) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=(
         "residual stream: mean L2 norm per token", "gradient norm of each block's parameters"))
     for variant in ("pre", "post"):
-        r = res[variant]
-        name = f"{variant}-norm"
-        fig.add_trace(go.Scatter(x=np.arange(len(r.resid_norm)), y=_np(r.resid_norm), name=name,
-                                 mode="lines+markers", line=dict(color=COLORS[variant]), legendgroup=variant,
-                                 hovertemplate="after block %{x}<br>norm %{y:.4f}<extra>" + name + "</extra>"), row=1, col=1)
-        fig.add_trace(go.Scatter(x=np.arange(len(r.grad_norm)), y=_np(r.grad_norm), name=name, showlegend=False,
-                                 mode="lines+markers", line=dict(color=COLORS[variant]), legendgroup=variant,
-                                 hovertemplate="block %{x}<br>grad norm %{y:.4f}<extra>" + name + "</extra>"), row=1, col=2)
+        _depth_lines(fig, variant, res[variant])
     fig.update_xaxes(title_text="depth (0 = embeddings)", row=1, col=1)
     fig.update_xaxes(title_text="block", row=1, col=2)
     for col in (1, 2):  # log: post-norm sits far above pre-norm
@@ -70,6 +63,17 @@ def depth_figure(res: dict) -> go.Figure:
     fig.update_layout(title=f"Pre-norm vs post-norm in a fresh random {len(res['pre'].grad_norm)}-layer GPT",
                       height=420, font=FONT, margin=dict(t=90))
     return fig
+
+
+def _depth_lines(fig: go.Figure, variant: str, r) -> None:
+    """One variant's two lines: the stream's norm by depth (left), each block's gradient norm (right)."""
+    name = f"{variant}-norm"
+    fig.add_trace(go.Scatter(x=np.arange(len(r.resid_norm)), y=_np(r.resid_norm), name=name,
+                             mode="lines+markers", line=dict(color=COLORS[variant]), legendgroup=variant,
+                             hovertemplate="after block %{x}<br>norm %{y:.4f}<extra>" + name + "</extra>"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=np.arange(len(r.grad_norm)), y=_np(r.grad_norm), name=name, showlegend=False,
+                             mode="lines+markers", line=dict(color=COLORS[variant]), legendgroup=variant,
+                             hovertemplate="block %{x}<br>grad norm %{y:.4f}<extra>" + name + "</extra>"), row=1, col=2)
 
 
 def norm_axes_figure(res: dict) -> go.Figure:
