@@ -3,7 +3,7 @@
 in the real model, download the graph."""
 import streamlit as st
 
-from ui import graph_features, graph_panels, graph_run, needs, sidebar
+from ui import graph_features, graph_intervention, graph_panels, graph_run, needs, sidebar
 from ui.graph_run import GraphSettings
 from ui.run import PromptRun, current_run
 from ui.text import message
@@ -62,7 +62,7 @@ def main() -> None:
     graph_panels.figure(gf, options, piece, supernodes)
     graph_features.search(g, meanings, run.labels, options)
     graph_panels.node_panel(gr, g, run.labels, options, meanings)
-    graph_panels.intervention_panel(gr, g, run.labels, options, piece)
+    graph_intervention.intervention_panel(gr, g, run.labels, options, piece)
     graph_panels.export(gf)
 
 

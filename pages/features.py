@@ -6,7 +6,8 @@ import streamlit as st
 from tfm.viz import features as feature_figs
 from tfm.viz import steer as steer_figs
 from ui import charts, examples, feature_search as search, links, needs, sidebar
-from ui.run import DENSE_SHARE, PromptRun, current_run
+from ui.run import PromptRun, current_run
+from ui.why_run import DENSE_SHARE
 from ui.text import escape_markdown, message, plain
 from ui.views.features import FeaturesView
 

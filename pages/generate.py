@@ -11,7 +11,8 @@ import streamlit as st
 from tfm.viz import sampling as sampling_figs
 from ui import gen_settings, gen_views, needs, sidebar
 from ui.gen_chat import chat_controls
-from ui.gen_views import GenPage, compare, cache_speed, run_all, show_texts, step_views, usable
+from ui.gen_compare import cache_speed, compare
+from ui.gen_views import GenPage, run_all, show_texts, step_views, usable
 from ui.model_run import active_model
 from ui.views.generate import GenerateView
 

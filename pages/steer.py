@@ -8,7 +8,8 @@ import streamlit as st
 from tfm.viz import steer as steer_figs
 from tfm.viz.attention import plotly_text
 from ui import charts, needs, sidebar, steer_controls
-from ui.model_run import Direction, ModelRun, active_model
+from ui.model_run import ModelRun, active_model
+from ui.steer_run import Direction
 from ui.steer_controls import MAX_STRENGTH, SWEEP_POINTS
 from ui.text import escape_markdown, message
 from ui.text import plain as shown

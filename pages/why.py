@@ -4,7 +4,7 @@ import numpy as np
 import streamlit as st
 
 from tfm.viz import why as why_figs
-from ui import charts, examples, links, needs, sidebar, why_panels
+from ui import charts, examples, links, needs, patch_panel, sidebar, why_panels
 from ui.run import PromptRun, current_run
 from ui.text import escape_markdown, head_label, message, plain
 from ui.views.why import TABS, WhyView
@@ -31,8 +31,8 @@ def settings(run: PromptRun) -> WhyView:
     for key, param, cast in URL:  # the patching prompts are cut (with a word) by their panel
         links.url_init(key, param, cast, None if param in ("clean", "corrupt") else links.LINK_VALUE_CHARS)
     defaults = DEFAULTS.copy()   # what a link without them shows
-    if not all(k in ss for k in why_panels.PAIR_KEYS):  # the patching example this model knows
-        defaults |= why_panels.opening_pair(run)
+    if not all(k in ss for k in patch_panel.PAIR_KEYS):  # the patching example this model knows
+        defaults |= patch_panel.opening_pair(run)
     for k, v in defaults.items():
         ss.setdefault(k, v)
     for key, what in (("why.token", "token to explain"), ("why.versus", "versus token")):
@@ -127,7 +127,7 @@ def main() -> None:
     panels = (lambda: attribution_tab(run, attr, what, numbers), lambda: ablation_tab(run, view, attr, numbers),
               lambda: numbers.update(why_panels.ablate_panel(run, pos, attr.token, L, H)),
               lambda: numbers.update(why_panels.neuron_panel(run, attr, pos, attr.token)),
-              lambda: numbers.update(why_panels.patch_panel(run, L)), lambda: why_panels.graph_panel(run, pos),
+              lambda: numbers.update(patch_panel.patch_panel(run, L)), lambda: why_panels.graph_panel(run, pos),
               lambda: numbers.update(why_panels.feature_panel(run, attr, pos)))
     tabs = st.tabs(list(TABS), key="why.tab", on_change="rerun")  # only the open tab is computed
     for tab, panel in zip(tabs, panels):

@@ -64,10 +64,14 @@ def show(fig: go.Figure, name: str | None = None, settings: dict | None = None, 
     config = {**(config or {}), "displaylogo": False,
               "toImageButtonOptions": {"format": fmt, "filename": fname, "scale": 2}}
     where.plotly_chart(fig, key=key, config=config, **kwargs)
+    _save_popover(fig, where, base, fname, f"tfm · {name} · {describe(settings)}", config)
+
+
+def _save_popover(fig: go.Figure, where, base: str, fname: str, title: str, config: dict) -> None:
+    """The chart's 💾 popover: the camera button's format, and the interactive HTML download."""
     with where.popover("Save this chart", icon="💾"):
         st.segmented_control("The camera button in the chart's toolbar saves", FORMATS, key=f"{base}.format",
                              format_func=str.upper, default="png")
-        title = f"tfm · {name} · {describe(settings)}"
         st.download_button("Interactive HTML file (~4 MB, works offline)",
                            lambda: standalone_html(fig, title, config), file_name=f"{fname}.html",
                            mime="text/html", key=f"{base}.html", on_click="ignore")

@@ -38,16 +38,21 @@ def neuron(run, layer: int, head: int) -> None:
                "turns scores into the attention weights.")
     if not v.visible:
         st.info(f"Key {key} comes after query {query}: the causal mask sets its score to −∞, so its weight is 0.")
-    m = st.columns(4)
-    m[0].metric("Σ q_i × k_i (dot product)", f"{v.dot:.4f}")
-    m[1].metric("× 1/√d_head", f"{v.scale:.4f}")
-    m[2].metric("= score", f"{v.score:.4f}" if v.visible else "−∞ (masked)")
-    m[3].metric("softmax weight", f"{v.weight:.4f}")
+    _score_steps(v)
     shown = min(SHOWN_DIMS, cfg.d_head)
     charts.show(encoder_figs.neuron_figure(v, shown, f"q × k, dimension by dimension: the {shown} largest terms of "
                                            f"{cfg.d_head} (blue adds to the score, red subtracts)"), key="attn.neuron")
     charts.show(encoder_figs.softmax_row_figure(v, run.labels, f"Query {query}'s row: softmax of every key's score "
                                                 f"(key {key} outlined)"), key="attn.neuron_row")
+
+
+def _score_steps(v) -> None:
+    """The score made step by step: dot product, scaling, score, softmax weight."""
+    m = st.columns(4)
+    m[0].metric("Σ q_i × k_i (dot product)", f"{v.dot:.4f}")
+    m[1].metric("× 1/√d_head", f"{v.scale:.4f}")
+    m[2].metric("= score", f"{v.score:.4f}" if v.visible else "−∞ (masked)")
+    m[3].metric("softmax weight", f"{v.weight:.4f}")
 
 
 def pair_choice(run) -> tuple[range, range] | None:

@@ -1,5 +1,5 @@
 """Panels of the Attribution graph page: the target and thresholds, the figure (a click opens a
-node), one node's details, supernodes, interventions and the export. Numbers come from the page's
+node), one node's details, supernodes and the export (interventions: ui/graph_intervention.py). Numbers come from the page's
 `ui.graph_run.GraphRun`; what they mean from tfm.analysis.graph.view."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tfm.viz import graph as graph_figs
 from tfm.viz import graph_groups
 from ui import charts, graph_features, links
 from ui.graph_run import GraphRun, groups
-from ui.text import message, plain
+from ui.text import plain
 
 KINDS = {"top": "the top token", "token": "a token I type", "difference": "logit difference of two tokens"}
 N_LINKS, N_TOKENS = 8, 8
@@ -82,7 +82,7 @@ def feature_options(g: Graph, gf: GraphFile) -> list[int]:
     return [first] + [i for i in nodes if i != first]
 
 
-def _name(g: Graph, labels, i: int) -> str:
+def picker_name(g: Graph, labels, i: int) -> str:
     """Node i's name in a picker: this session keeps one graph's names (three pickers list the
     same thousands of features at 1.0 / 1.0)."""
     ss, key = st.session_state, (g.ids, g.target, g.transcoders, tuple(labels))
@@ -125,11 +125,8 @@ def node_panel(gr: GraphRun, g: Graph, labels, options: list[int], tf=None) -> i
     if st.session_state.get("graph.node") not in options:   # another graph's node: the opening one (first)
         st.session_state.pop("graph.node", None)
     node = st.selectbox("Open a feature (or click one in the graph)", options, key="graph.node",
-                        format_func=lambda i: _name(g, labels, i))
+                        format_func=lambda i: picker_name(g, labels, i))
     info = g.node(node)
-    tok = gr.run.lm.tokenizer
-    up, up_s, down, down_s = graph_view.decoder_tokens(gr.run.lm, gr.transcoders(), info["layer"], info["feature"],
-                                                       N_TOKENS)
     st.markdown(f"**{plain(graph_view.node_name(g, node, labels), 120)}** · activation {info['activation']:.3f}")
     says = gr.off_effects(node)
     st.caption("Switched off, the target's predicted change: " + " · ".join(
@@ -137,10 +134,8 @@ def node_panel(gr: GraphRun, g: Graph, labels, options: list[int], tf=None) -> i
         + " (the panel below measures the real change). Direct edges sum its own edges into the target, all "
           "edges follow feature-to-feature edges too; both hold norm scales and attention patterns fixed, "
           "slopes let them move.")
-    graph_features.meaning(tf, tok, info["layer"], info["feature"])
-    st.markdown("**Writes toward** " + ", ".join(f"{plain(tok.display_piece(i), 30)} ({s:+.2f})" for i, s in zip(up, up_s))
-                + "  \n**Writes against** " + ", ".join(f"{plain(tok.display_piece(i), 30)} ({s:+.2f})"
-                                                        for i, s in zip(down, down_s)))
+    graph_features.meaning(tf, gr.run.lm.tokenizer, info["layer"], info["feature"])
+    _writes(gr, info)
     c1, c2 = st.columns(2)
     with c1:
         st.markdown("**Strongest inputs** (edge weights into it)")
@@ -151,13 +146,23 @@ def node_panel(gr: GraphRun, g: Graph, labels, options: list[int], tf=None) -> i
     return node
 
 
+def _writes(gr: GraphRun, info: dict) -> None:
+    """The tokens the feature's decoder writes toward and against most."""
+    tok = gr.run.lm.tokenizer
+    up, up_s, down, down_s = graph_view.decoder_tokens(gr.run.lm, gr.transcoders(), info["layer"], info["feature"],
+                                                       N_TOKENS)
+    st.markdown("**Writes toward** " + ", ".join(f"{plain(tok.display_piece(i), 30)} ({s:+.2f})" for i, s in zip(up, up_s))
+                + "  \n**Writes against** " + ", ".join(f"{plain(tok.display_piece(i), 30)} ({s:+.2f})"
+                                                        for i, s in zip(down, down_s)))
+
+
 def supernode_panel(g: Graph, labels, options: list[int]) -> dict[str, list[int]]:
     """Group nodes by hand into named supernodes (kept in this session for this graph)."""
     found = groups(g)
     with st.expander("Supernodes: group features into one named box"):
         c1, c2 = st.columns([3, 2])
         chosen = c1.multiselect("Features", options, key="graph.group_nodes",
-                                format_func=lambda i: _name(g, labels, i))
+                                format_func=lambda i: picker_name(g, labels, i))
         name = c2.text_input("Name", key="graph.group_name", max_chars=40)
         if st.button("Add the group", key="graph.group_add"):
             if not chosen or not name.strip():
@@ -174,47 +179,6 @@ def supernode_panel(g: Graph, labels, options: list[int]) -> dict[str, list[int]
                 found.pop(group)
                 st.rerun()
     return {k: v for k, v in found.items() if any(i in options for i in v)}
-
-
-def intervention_panel(gr: GraphRun, g: Graph, labels, options: list[int], piece: str) -> None:
-    st.subheader("Switch features off or clamp them, in the real model")
-    ss, this = st.session_state, (g.ids, g.target, g.transcoders)
-    if ss.get("graph.edit_of") != this:          # another graph: its node ids mean other features
-        ss["graph.edit_of"] = this
-        ss.pop("graph.edit_nodes", None)
-    hidden = [i for i in ss.get("graph.edit_nodes", []) if i not in options]   # not drawn at this threshold
-    c1, c2, c3 = st.columns([4, 2, 2])
-    chosen = c1.multiselect("Features", options + hidden, key="graph.edit_nodes",
-                            format_func=lambda i: _name(g, labels, i))
-    if hidden:
-        c1.caption(f"{len(hidden)} chosen feature(s) are not drawn at this node threshold: they stay chosen.")
-    mode = c2.radio("Set them", ["off", "to a value"], key="graph.edit_mode")
-    # shown only for "to a value" (not disabled: a disabled widget keeps a value no one can change)
-    value = None if mode == "off" else c3.number_input("Value", -1000.0, 1000.0, 0.0, key="graph.edit_value")
-    if not chosen:
-        st.caption("Pick features above: each is set for one forward pass of the real model (the shared model "
-                   "is never changed), beside what the graph predicts (its edges, if features stayed linear).")
-        return
-    try:
-        out = gr.intervention(graph_view.feature_edits(g, chosen, value))
-    except ValueError as e:
-        st.error(message(e))
-        return
-    c = st.columns(6)
-    c[0].metric(f"p({plain(piece, 30)}) before", f"{out.prob_before:.4f}")
-    c[1].metric("after", f"{out.prob_after:.4f}", f"{out.prob_after - out.prob_before:+.4f}")
-    c[2].metric("Target logit before", f"{out.logit_before:.3f}")
-    c[3].metric("after", f"{out.logit_after:.3f}", f"{out.logit_after - out.logit_before:+.3f}")
-    for col, (mode, value) in zip(c[4:], ((m, getattr(out, f)) for m, f in (
-            ("direct", "predicted_after"), ("first_order", "predicted_first_order")))):
-        name, sums = graph_view.PREDICTIONS[mode]
-        col.metric(f"Predicted by {name}", f"{value:.3f}", f"{value - out.logit_before:+.3f}",
-                   help=f"the logit before plus the chosen features' change times {sums}")
-    name, sums = graph_view.PREDICTIONS["total"]
-    st.caption(f"Predicted by {name} ({sums}): {out.predicted_total:.3f} "
-               f"({out.predicted_total - out.logit_before:+.3f}). The slopes rank the real effects of switching "
-               "features off best (docs/benchmarks.md): the edges hold the final norm's scale, which an ablation "
-               "moves.")
 
 
 def export(gf: GraphFile) -> None:

@@ -1,5 +1,5 @@
 """The sidebar's model as one typed object. `ModelRun` owns the cache keys of everything derived
-from the model alone (its strongest heads, its SAE, its GGUF file, steering directions, ...): a
+from the model alone (its strongest heads, its SAE, its GGUF file, steering directions (ui/steer_run.py), ...): a
 page asks `run.strongest_heads()` and never builds a key or a closure. `ui.run.PromptRun` adds
 a prompt's trace and what is derived from it.
 """
@@ -13,8 +13,7 @@ import tfm
 from tfm import analysis
 from tfm.analysis.dictionaries import features as feature_sets
 from tfm.analysis.encoders import bert_heads, similarity
-from tfm.analysis import attribution, heads, norms, patching, positions
-from tfm.analysis.steering import calibrate as steer_calibrate, files as steer_files, vectors as steering
+from tfm.analysis import attribution, heads, induction, norms, patching, positions
 from tfm.analysis.lens import tuned as tuned_lens
 from tfm.analysis.graph.view import folder_stamp
 from tfm.analysis.quant.requantize import gguf_path
@@ -23,25 +22,12 @@ from tfm.loaders.gguf_file import GGUFFile, read_gguf
 from tfm.teach import examples as page_examples
 from ui import cache, models
 from ui.progress import with_status
+from ui.steer_run import SteerResults
 from ui.text import message, plain
 
 
 @dataclass(frozen=True)
-class Direction:
-    """A steering direction and the recipe it is cached by: ("pair", positive, negative, layer,
-    how) or ("feature", spec, feature)."""
-    recipe: tuple
-    vector: steering.SteeringVector
-
-
-def _vector(lm, recipe: tuple) -> steering.SteeringVector:
-    if recipe[0] == "pair":
-        return steering.pair_vector(lm, *recipe[1:])
-    return feature_sets.steering_vector(feature_sets.bundled(lm, recipe[1]), recipe[2])
-
-
-@dataclass(frozen=True)
-class ModelRun:
+class ModelRun(SteerResults):
     """A loaded model (shared by every session, never mutated) and what is derived from it."""
 
     lm: tfm.LM
@@ -110,8 +96,8 @@ class ModelRun:
         path = gguf_path(self.lm)
         return None if path is None else self._derived("quant.file", lambda _lm, p: read_gguf(p), str(path))
 
-    def induction_check(self, seq_len: int) -> patching.InductionCheck:
-        return self._derived("why.induction", patching.induction_check, seq_len)
+    def induction_check(self, seq_len: int) -> induction.InductionCheck:
+        return self._derived("why.induction", induction.induction_check, seq_len)
 
     def opening_pair(self) -> patching.PromptPair:
         """The patching example this model knows (`tfm.analysis.patching.opening_pair`)."""
@@ -166,54 +152,6 @@ class ModelRun:
     def fresh_parameters(self, n_layer: int) -> int:
         """About how many parameters part 4's fresh model has (`tfm.analysis.norms.fresh_parameters`)."""
         return norms.fresh_parameters(self.lm.config, n_layer)
-
-    def pair_direction(self, positive: str, negative: str, layer: int, how: str) -> Direction:
-        """`steering.pair_vector`; ValueError for an empty or too long prompt."""
-        recipe = ("pair", positive, negative, layer, how)
-        return Direction(recipe, self._derived("steer.vector", _vector, recipe))
-
-    def feature_direction(self, feature: int) -> Direction:
-        """This model's SAE feature as a direction (`tfm.analysis.dictionaries.features.steering_vector`)."""
-        recipe = ("feature", self.spec, feature)
-        return Direction(recipe, self._derived("steer.vector", _vector, recipe))
-
-    def steered_texts(self, direction: Direction, prompt: str, strength: float, seed: int, new: int,
-                      temperature: float, where: str, include_first: bool = False) -> tuple[str, str]:
-        """The prompt's continuation without and with the direction (`steering.steered_pair`),
-        stopped once no page waits for it."""
-        def texts(lm, _recipe, prompt, strength, seed, new, temperature, where, first, should_stop=None):
-            return steering.steered_pair(lm, prompt, direction.vector, strength, seed, new, temperature,
-                                         where=where, should_stop=should_stop, include_first=first)
-        return self._derived("steer.texts", texts, direction.recipe, prompt, strength, seed, new, temperature, where,
-                             include_first, stoppable=True, status="Generating with and without steering…")
-
-    def mood_sweep(self, direction: Direction, ids: tuple[int, ...], tokens: tuple[int, ...],
-                   strengths: tuple[float, ...], include_first: bool = False) -> list[list[float]]:
-        """p(each token) after `ids` at each strength, steering the prompt (`steering.sweep_tokens`):
-        one row per token."""
-        def sweep(lm, _recipe, ids, tokens, strengths, first, should_stop=None):
-            return steering.sweep_tokens(lm, ids, direction.vector, strengths, tokens, should_stop, first).T.tolist()
-        return self._derived("steer.sweep", sweep, direction.recipe, ids, tokens, strengths, include_first,
-                             stoppable=True)
-
-    def steer_calibration(self) -> steer_calibrate.Calibration:
-        """Where steering works on this model (`tfm.analysis.steering.calibrate.calibrate`): the shipped
-        file when it was measured on these weights (`steer_files`), else measured once per model,
-        with a status line; ValueError where it cannot run (a very short context)."""
-        shipped = self._derived("steer.shipped_calibration", steer_files.shipped_calibration, self.spec)
-        if shipped is not None:
-            return shipped
-        return self._derived("steer.calibration", lambda lm, should_stop=None: steer_calibrate.calibrate(
-            lm, should_stop=should_stop), stoppable=True,
-            status="Measuring where steering works on this model (once per model, seconds)…")
-
-    def read_out(self, vector, n: int) -> tuple[list[int], list[float], list[int], list[float]]:
-        """The tokens a direction promotes and suppresses most (`tfm.analysis.steering.vectors.read_out`)."""
-        return steering.read_out(self.lm, vector, n)
-
-    def stream_norms(self) -> tuple[float, ...]:
-        """Each layer's typical stream length, the unit of steering strength (`steering.stream_norms`)."""
-        return self._derived("steer.norms", steering.stream_norms)
 
 
 def _depth(lm, placement: str, norm: str, n_layer: int, ids: tuple[int, ...], seed: int) -> norms.DepthNorms:

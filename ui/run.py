@@ -1,7 +1,7 @@
 """One typed run per page: `PromptRun` is the sidebar's model on the sidebar's prompt (its ids,
 labels and shared read-only trace) and owns the cache keys of everything derived from it:
 `run.pattern_rows(layer, a, b)`, `run.head_table()`, `run.lens(start, stop, tuned)`,
-`run.attribution(pos, token, versus)`, `run.sae_features(n)`, ... Each is computed once per
+`run.attribution(pos, token, versus)` and `run.sae_features(n)` (ui/why_run.py), ... Each is computed once per
 process for the same model, prompt and arguments (`ui.cache`, bounded by bytes), with a progress
 bar or status line where it takes seconds. What needs no prompt is `ModelRun`'s (ui/model_run.py).
 """
@@ -14,9 +14,8 @@ import streamlit as st
 import torch
 
 from tfm import analysis
-from tfm.analysis import attribution, norms, patching, positions
+from tfm.analysis import norms, positions
 from tfm.analysis.lens import compare as lens_compare
-from tfm.analysis.dictionaries import features as feature_sets
 from tfm.analysis.attention_rows import pattern_rows
 from tfm.analysis.neuron_view import NeuronView, neuron_view
 from tfm.analysis.quant.requantize import QuantComparison, requantized_effects
@@ -29,15 +28,15 @@ from tfm.viz import attention as attention_figs
 from ui import cache, heavy
 from services import server
 from ui.model_run import ModelRun, active_model
+from ui.why_run import FeatureResults, WhyResults
 from ui.progress import progress_bar, with_status
 from ui.text import message
 
 
-DENSE_SHARE = feature_sets.DENSE_SHARE   # the Features page's word for a dense feature
 
 
 @dataclass(frozen=True)
-class PromptRun(ModelRun):
+class PromptRun(ModelRun, WhyResults, FeatureResults):
     """The model, the prompt's tokens and the traced forward, and what is derived from them."""
 
     ids: tuple[int, ...]
@@ -123,62 +122,6 @@ class PromptRun(ModelRun):
         return self._derived("pos.permutation", lambda lm, ids, s: positions.permutation_check(lm.model, ids, s),
                              self.ids, seed, status="Running block 0 on the prompt and a shuffled copy…")
 
-    def attribution(self, pos: int, token: int | None, versus: int | None) -> attribution.Attribution:
-        """Direct logit attribution of `token` (None: the top prediction) after `pos`."""
-        return self._traced("why.direct", lambda lm, tr, p, t, v: attribution.direct(lm, self.ids, p, t, v, tr),
-                            pos, token, versus)
-
-    def ablation_sweep(self, pos: int, token: int, versus: int | None) -> patching.Sweep:
-        """Every head and MLP zero-ablated, one per row (`patching.ablation_sweep`), with a status line."""
-        cfg = self.lm.config
-        return self._derived("why.sweep", lambda lm, ids, m, should_stop: patching.ablation_sweep(
-            lm, ids, m, should_stop=should_stop), self.ids, patching.Metric(pos, token, versus), stoppable=True,
-            status=f"Ablating each of {cfg.n_layer * cfg.n_head} heads and {cfg.n_layer} MLPs, one per row…")
-
-    def versus_ablation(self, attr: attribution.Attribution, sweep: patching.Sweep) -> patching.EstimateVsAblation:
-        """Each head's and MLP's attribution beside its ablation (`patching.estimate_vs_ablation`)."""
-        return patching.estimate_vs_ablation(attr, sweep)
-
-    def top_token(self, pos: int) -> int:
-        """The model's top prediction after `pos` (`tfm.analysis.attribution.top_token`)."""
-        return attribution.top_token(self.lm, self.trace, pos)
-
-    def ablated_probs(self, pos: int, heads=(), mlps=(), neurons=(), mode: str = "zero") -> torch.Tensor:
-        """Next-token probabilities at `pos` with these parts ablated (`patching.ablated_probs`)."""
-        return self._derived("why.probs", patching.ablated_probs, self.ids, pos, tuple(heads), tuple(mlps),
-                             tuple(neurons), mode)
-
-    def top_neurons(self, pos: int, token: int, versus: int | None, k: int = 12) -> list[attribution.Neuron]:
-        attr = self.attribution(pos, token, versus)
-        return self._derived("why.neurons", lambda lm, *_: attribution.top_neurons(lm, attr, k=k),
-                             self.ids, pos, token, versus, k)
-
-    def flow(self, start: int, stop: int) -> torch.Tensor:
-        """What each layer's heads moved between positions start..stop-1 (`attribution.flow`)."""
-        return self._traced("why.flow", attribution.flow, start, stop)
-
-    def sae_features(self, per_token: int) -> feature_sets.TokenFeatures:
-        """The SAE's strongest `per_token` features on each token; ValueError when none ships."""
-        feature_set = self.sae()
-        return self._traced("features.tokens", lambda lm, tr, n: feature_sets.token_features(
-            feature_set.sae, tr, n, feature_set.skip), per_token)
-
-    def opening_feature(self) -> int:
-        """The feature the Features page opens on (`tfm.analysis.dictionaries.features.opening_feature`)."""
-        return feature_sets.opening_feature(self.sae(), self.trace)
-
-    def feature_acts(self, feature: int) -> list[float]:
-        """`feature`'s activation on each token (0 where the SAE was not trained: the first `skip`)."""
-        fs = self.sae()
-        acts = fs.sae.encode(self.trace.residual_streams()[fs.sae.cfg.layer][1].float())[:, feature]
-        acts[:fs.skip] = 0
-        return acts.tolist()
-
-    def feature_attribution(self, pos: int, token: int, versus: int | None) -> feature_sets.FeatureAttribution:
-        feature_set = self.sae()
-        return self._traced("why.features", lambda lm, tr, p, t, v: feature_sets.feature_attribution(
-            lm, feature_set.sae, tr, self.ids, p, t, v), pos, token, versus)
-
     def requantized(self, qtype: str) -> QuantComparison:
         """The model re-quantized to `qtype` against itself on this prompt, every layer and head
         (the copy dropped before it returns; one such copy in the process at a time)."""
@@ -196,17 +139,7 @@ def current_run(max_tokens: int | None = None, refuse_over: int | None = None) -
     if model is None:
         st.stop()
     lm, spec, device = model.lm, model.spec, model.device
-    text = st.session_state.get("sidebar.prompt", "")
-    if not text.strip():
-        st.info("The prompt is empty: type some text in the sidebar's **Prompt** box.")
-        st.stop()
-    info = prepare_prompt(lm, text[:server.limits().max_prompt_chars], room=0, max_tokens=max_tokens)
-    if refuse_over is not None and info.original_length > refuse_over:
-        st.warning(f"The prompt has {info.original_length:,} tokens; this page takes at most {refuse_over:,}: "
-                   "shorten it in the sidebar.")
-        st.stop()
-    if info.notice:
-        st.warning(f"Prompt: {message(info.notice)}.")
+    info = _prompt(lm, max_tokens, refuse_over)
     ids = info.ids
     try:
         tfm_limits.check_trace(lm.config, server.limits(), len(ids))
@@ -220,3 +153,19 @@ def current_run(max_tokens: int | None = None, refuse_over: int | None = None) -
                         cache.run_traced, spec, device, ids)
     notice.empty()
     return PromptRun(lm, spec, device, ids, token_labels(lm.tokenizer, ids), info.dropped, trace)
+
+
+def _prompt(lm, max_tokens: int | None, refuse_over: int | None):
+    """The sidebar's prompt as this model's ids (`prepare_prompt`), or a message and a stopped script."""
+    text = st.session_state.get("sidebar.prompt", "")
+    if not text.strip():
+        st.info("The prompt is empty: type some text in the sidebar's **Prompt** box.")
+        st.stop()
+    info = prepare_prompt(lm, text[:server.limits().max_prompt_chars], room=0, max_tokens=max_tokens)
+    if refuse_over is not None and info.original_length > refuse_over:
+        st.warning(f"The prompt has {info.original_length:,} tokens; this page takes at most {refuse_over:,}: "
+                   "shorten it in the sidebar.")
+        st.stop()
+    if info.notice:
+        st.warning(f"Prompt: {message(info.notice)}.")
+    return info

@@ -12,7 +12,8 @@ from tfm.analysis.steering import vectors as steering
 from tfm.generation.generate import n_words, prepare_prompt
 from services import server
 from ui import links
-from ui.model_run import Direction, ModelRun
+from ui.model_run import ModelRun
+from ui.steer_run import Direction
 from ui.text import message
 from ui.text import plain as shown
 from ui.views.steer import SteerView

@@ -4,5 +4,6 @@ answer questions, and see the model's real answer revealed. The store is `servic
 `session.py` (this process's store, the session's role), `identity.py` (who a browser is: its
 session cookies; whom limits count), `live.py` (the banner every page draws: the teacher's push and
 its steps), `follow.py` (a student's screen following the teacher), `warm.py` (each process opens
-the teacher's view before its students ask), `teacher.py` and `student.py` (the page's two sides).
+the teacher's view before its students ask), `teacher.py` and `student.py` (the page's two sides),
+`answers.py` (what both see of a question).
 """

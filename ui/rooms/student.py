@@ -11,7 +11,7 @@ from tfm.viz import classroom as classroom_figs
 from ui import charts
 from ui.rooms import identity, live
 from services.rooms import rules
-from ui.rooms.teacher import NO_TOOLBAR, answers_chart, show_prompt
+from ui.rooms.answers import NO_TOOLBAR, answers_chart, show_prompt
 from ui.text import head_label
 from ui.text import message, plain
 

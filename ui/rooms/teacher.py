@@ -10,12 +10,11 @@ import segno
 import streamlit as st
 
 from tfm.teach import questions
-from tfm.viz import classroom as classroom_figs
 
-from ui import charts
 from ui.run import current_run
 from services.rooms import export, rules
 from ui.rooms import identity, live
+from ui.rooms.answers import answers_chart, show_prompt
 from ui.text import message, plain
 
 KINDS = {"next_options": "Next token: pick one of four", "next_typed": "Next token: type it",
@@ -155,47 +154,6 @@ def _reveal(code: str, qid: int) -> None:
         live.store().reveal(code, st.session_state["room.key"], qid)
     except (ValueError, PermissionError) as e:
         st.session_state["room.error"] = f"Not revealed: {message(e)}"
-
-
-def show_prompt(q) -> None:
-    """The prompt (and model) the question is about and is graded on, the same on every screen."""
-    params = dict(q.moment.params) if q.moment else {}
-    if params.get("prompt"):
-        st.caption(f"About this prompt (model {plain(params.get('model', ''), 60)}), ending:")
-        st.code(params["prompt"][-300:], language=None, wrap_lines=True)
-
-
-NO_TOOLBAR = {"displayModeBar": False}   # (on a phone plotly's toolbar covered the histogram's title)
-
-
-def answers_chart(question, q, counts: dict[str, int], students: int, key: str) -> None:
-    """The histogram of answers (and after the reveal, the model's answer in red). Typed tokens
-    count together whatever their case and spaces (questions.bucket), and each bar shows the
-    spelling most students typed, not a lowercased one."""
-    binned: dict[str, int] = {}
-    spelled: dict[str, dict[str, int]] = {}
-    for text, n in counts.items():
-        try:
-            label = questions.bucket(question, text)
-        except ValueError:
-            label = "?"
-        binned[label] = binned.get(label, 0) + n
-        forms = spelled.setdefault(label, {})
-        forms[text.strip() or text] = forms.get(text.strip() or text, 0) + n
-    truth = questions.truth_from_json(q.truth) if q.truth else None
-    mark = questions.model_bucket(question, truth) if truth else None
-    order = questions.bucket_order(question, binned)
-    if order is None and isinstance(question, questions.NextToken) and not question.options:
-        shown = {label: max(sorted(forms), key=forms.get) for label, forms in spelled.items()}
-        if truth and mark not in shown:
-            shown[mark] = truth.top[0][1].strip() or mark
-        binned = {shown[label]: n for label, n in binned.items()}
-        mark = shown.get(mark, mark)
-    n = sum(counts.values())
-    title = f"{n} of {students} answered" + (" · red: the model's" if mark else "")
-    charts.show(classroom_figs.answer_bars(binned, title, mark, order), "class answers", key=key, config=NO_TOOLBAR)
-    if truth:
-        st.success(f"**The model:** {plain(truth.summary, 300)}")
 
 
 def panel() -> None:

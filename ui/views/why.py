@@ -22,7 +22,7 @@ TABS = (
 @dataclass(frozen=True)
 class WhyView(PageView):
     """The explained position, token and versus token (as typed: empty for the top prediction and
-    for none), and the open tab. The patching panel's prompts are its own (ui.why_panels)."""
+    for none), and the open tab. The patching panel's prompts are its own (ui.patch_panel)."""
 
     LINK: ClassVar[Mapping[str, str]] = {"pos": "pos", "token": "token", "versus": "vs", "tab": "tab"}
     pos: int

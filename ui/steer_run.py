@@ -1,0 +1,113 @@
+"""The sidebar's model's steering, as `ui.model_run.ModelRun` methods (a mixin: `ModelRun`
+supplies the model and the cache through `_derived`): a direction from a prompt pair or an SAE
+feature (`Direction`, cached by its recipe), text generated with and without it, a mood sweep,
+where steering works on this model, and the typical stream lengths strength is measured in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tfm.analysis.dictionaries import features as feature_sets
+from tfm.analysis.steering import calibrate as steer_calibrate, files as steer_files, vectors as steering
+
+
+@dataclass(frozen=True)
+class Direction:
+    """A steering direction and the recipe it is cached by: ("pair", positive, negative, layer,
+    how) or ("feature", spec, feature)."""
+
+    recipe: tuple
+    vector: steering.SteeringVector
+
+
+def _vector(lm, recipe: tuple) -> steering.SteeringVector:
+    if recipe[0] == "pair":
+        return steering.pair_vector(lm, *recipe[1:])
+    return feature_sets.steering_vector(feature_sets.bundled(lm, recipe[1]), recipe[2])
+
+
+class SteerResults:
+    """Mixed into `ModelRun`; each result cached per model and arguments like the rest of it."""
+
+    def pair_direction(self, positive: str, negative: str, layer: int, how: str) -> Direction:
+        """`steering.pair_vector`; ValueError for an empty or too long prompt."""
+        recipe = ("pair", positive, negative, layer, how)
+        return Direction(recipe, self._derived("steer.vector", _vector, recipe))
+
+    def feature_direction(self, feature: int) -> Direction:
+        """This model's SAE feature as a direction (`tfm.analysis.dictionaries.features.steering_vector`)."""
+        recipe = ("feature", self.spec, feature)
+        return Direction(recipe, self._derived("steer.vector", _vector, recipe))
+
+    def steered_texts(
+        self,
+        direction: Direction,
+        prompt: str,
+        strength: float,
+        seed: int,
+        new: int,
+        temperature: float,
+        where: str,
+        include_first: bool = False,
+    ) -> tuple[str, str]:
+        """The prompt's continuation without and with the direction (`steering.steered_pair`),
+        stopped once no page waits for it."""
+
+        def texts(lm, _recipe, prompt, strength, *rest, should_stop=None):
+            *sampling, where, first = rest  # seed, new, temperature
+            return steering.steered_pair(
+                lm,
+                prompt,
+                direction.vector,
+                strength,
+                *sampling,
+                where=where,
+                should_stop=should_stop,
+                include_first=first,
+            )
+
+        key = (prompt, strength, seed, new, temperature, where, include_first)
+        return self._derived(
+            "steer.texts", texts, direction.recipe, *key, stoppable=True, status="Generating with and without steering…"
+        )
+
+    def mood_sweep(
+        self,
+        direction: Direction,
+        ids: tuple[int, ...],
+        tokens: tuple[int, ...],
+        strengths: tuple[float, ...],
+        include_first: bool = False,
+    ) -> list[list[float]]:
+        """p(each token) after `ids` at each strength, steering the prompt (`steering.sweep_tokens`):
+        one row per token."""
+
+        def sweep(lm, _recipe, ids, tokens, strengths, first, should_stop=None):
+            return steering.sweep_tokens(lm, ids, direction.vector, strengths, tokens, should_stop, first).T.tolist()
+
+        return self._derived(
+            "steer.sweep", sweep, direction.recipe, ids, tokens, strengths, include_first, stoppable=True
+        )
+
+    def steer_calibration(self) -> steer_calibrate.Calibration:
+        """Where steering works on this model (`tfm.analysis.steering.calibrate.calibrate`): the shipped
+        file when it was measured on these weights (`steer_files`), else measured once per model,
+        with a status line; ValueError where it cannot run (a very short context)."""
+        shipped = self._derived("steer.shipped_calibration", steer_files.shipped_calibration, self.spec)
+        if shipped is not None:
+            return shipped
+        return self._derived(
+            "steer.calibration",
+            lambda lm, should_stop=None: steer_calibrate.calibrate(lm, should_stop=should_stop),
+            stoppable=True,
+            status="Measuring where steering works on this model (once per model, seconds)…",
+        )
+
+    def read_out(self, vector, n: int) -> tuple[list[int], list[float], list[int], list[float]]:
+        """The tokens a direction promotes and suppresses most (`tfm.analysis.steering.vectors.read_out`)."""
+        return steering.read_out(self.lm, vector, n)
+
+    def stream_norms(self) -> tuple[float, ...]:
+        """Each layer's typical stream length, the unit of steering strength (`steering.stream_norms`)."""
+        return self._derived("steer.norms", steering.stream_norms)
