@@ -16,4 +16,6 @@ fi
 # One torch thread per test process: faster when the machine is shared, same results.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # One test process per core (pytest-xdist): TFM_TEST_WORKERS=0 runs them in this process (a debugger).
-exec .venv/bin/python -m pytest -n "${TFM_TEST_WORKERS:-auto}" "$@"
+# loadgroup: tests marked @pytest.mark.xdist_group(name) share one worker (Gemma 3's real-file module
+# loads its model and transformers' oracle once); every other test is handed out as by plain load.
+exec .venv/bin/python -m pytest -n "${TFM_TEST_WORKERS:-auto}" --dist loadgroup "$@"

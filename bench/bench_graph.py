@@ -113,7 +113,7 @@ def held_out(lm, corpus: Path, n: int) -> dict[str, str]:
     return {t: t for t in texts}
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
@@ -127,6 +127,11 @@ def main() -> None:
     write_docs.add_flag(ap, "bench_graph")
     args = ap.parse_args()
     write_docs.check(args)
+    return args
+
+
+def main() -> None:
+    args = arguments()
     torch.set_num_threads(args.threads)
     tables = []
     print(f"torch threads: {torch.get_num_threads()}")

@@ -349,3 +349,21 @@ def test_a_session_that_stops_waiting_leaves_while_the_computation_goes_on_for_a
     go.set()
     ta.join(10)
     assert len(steps) == 30 and torch.equal(lru.get("k", lambda: None), torch.arange(30))
+
+
+def test_a_lazy_trace_never_computes_every_position_s_logits(monkeypatch):
+    """The forward behind a lazy trace unembeds the last position only (a (T, V) product is 1 GB
+    for Gemma 3 at 1,024 tokens); any other row is computed when read, equal to the full forward's."""
+    from tfm.core import lazy as lazy_mod
+    eager_up_to(1)  # every trace lazy
+    rows, real = [], lazy_mod.head_logits
+    monkeypatch.setattr(lazy_mod, "head_logits", lambda model, x: rows.append(x.shape[1]) or real(model, x))
+    ids = prompt(2)
+    tr = cache.run_traced(SPEC, "cpu", ids)
+    assert isinstance(tr, LazyTrace) and rows == [1]
+    lm = models.load_lm(SPEC, "cpu")
+    with torch.inference_mode():
+        full = lm.model(torch.tensor([ids])).logits[0]                  # (T, V)
+    for pos in (0, 17, len(ids) - 1):
+        torch.testing.assert_close(tr.logits_at(pos), full[pos], atol=1e-5, rtol=0)
+    assert tr["logits"].shape == full[None].shape

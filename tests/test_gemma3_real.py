@@ -2,13 +2,13 @@
 file (`gguf_file=`, eager attention): logits within 1e-3 of their largest value, every layer's
 attention pattern within 1e-4 on a 40-token and a 1,100-token prompt (longer than the 512-key
 window: a local layer's pattern is zero left of it), 64 greedy tokens, and tokenizer ids on text
-with Unicode, code and special tokens. transformers' GGUF read of this file takes minutes: the
-oracle is built once per test run (under pytest-xdist the first worker saves its de-quantized
-weights in the run's shared folder, the others load those), as tests/conftest.py's smollm2_hf."""
+with Unicode, code and special tokens; then every page of the app's matrix on the real file.
+
+transformers' GGUF read of this file takes minutes: every test here runs in one module on one
+pytest-xdist worker (`xdist_group`, run_tests.sh's `--dist loadgroup`), which loads tfm's model and
+the oracle once (module fixtures) and hands the loaded model to the pages (the app's model cache)."""
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
@@ -17,37 +17,20 @@ import torch
 import tfm
 from tfm.loaders.packaged import GEMMA3_INSTALL, gemma3_path
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(gemma3_path() is None, reason=f"Gemma 3 is not installed ({GEMMA3_INSTALL})")]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gemma3"),
+              pytest.mark.skipif(gemma3_path() is None, reason=f"Gemma 3 is not installed ({GEMMA3_INSTALL})")]
 transformers = pytest.importorskip("transformers")
 TEXTS = ["The capital of France is", "naïve café — 日本語のテキスト, emoji 🙂🚀 and Ελληνικά", "  two  spaces\n\n\ttab",
          "def f(x):\n    return {'a': [x ** 2 for x in range(10)]}  # code\n", "<start_of_turn>user\nHi<end_of_turn>",
          "<bos>literal <eos> markers", "1234567890 3.14159 -42", "www.example.com/path?q=1&r=2", ""]
 
 
-def _oracle(path: Path):
+@pytest.fixture(scope="module")
+def hf():
     from transformers import AutoModelForCausalLM
+    path = gemma3_path()
     return AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, attn_implementation="eager",
                                                 dtype=torch.float32).eval()
-
-
-@pytest.fixture(scope="module")
-def hf(tmp_path_factory):
-    path = gemma3_path()
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return _oracle(path)
-    import safetensors.torch
-    from filelock import FileLock
-    from transformers import AutoModelForCausalLM
-    shared = tmp_path_factory.getbasetemp().parent / "gemma3-hf"
-    with FileLock(f"{shared}.lock"):
-        if not (shared / "config.json").is_file():
-            model = _oracle(path)
-            shared.mkdir()
-            safetensors.torch.save_model(model, str(shared / "model.safetensors"))
-            config = {k: v for k, v in model.config.to_dict().items() if k != "quantization_config"}
-            (shared / "config.json").write_text(json.dumps(config))
-            return model
-    return AutoModelForCausalLM.from_pretrained(shared, attn_implementation="eager", dtype=torch.float32).eval()
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +108,28 @@ def test_quantization_blocks_of_the_file_equal_gguf_dequantize():
         bv = quant.block_view(f, name, 3, 1)
         np.testing.assert_array_equal(bv.values, bv.dequantized)
         np.testing.assert_array_equal(bv.values, full[3, size:2 * size])
+
+
+def test_every_page_on_the_real_file(lm):
+    """tests/app/test_matrix.py's walk of every page, tab and button on `gemma3`: no exception, no
+    error box, the main charts drawn; the app serves the model this module loaded."""
+    import streamlit as st
+
+    from tests.app.matrix import PAGES, open_cell
+    from tests.app.test_matrix import walk
+    from services import server
+    from ui import models
+    models.clear_caches()
+    st.cache_resource.clear()
+    server.configure(None)
+    models.MODELS.get(("gemma3", "cpu"), lambda: lm)      # the app's cache: this module's model, not a second load
+    try:
+        pages = [page for page, p in PAGES.items() if not p.model_free]
+        at = open_cell(pages[0], "gemma3", setup=PAGES[pages[0]].setup, timeout=600)
+        assert at.session_state["app.model_spec"] == "gemma3", [e.value for e in at.error]
+        for page in pages:
+            walk(at, page, "gguf-gemma3")   # (the matrix kind of the same loader: what each page may need)
+        assert models.MODELS.get(("gemma3", "cpu"), lambda: pytest.fail("the app loaded Gemma 3 again")) is lm
+    finally:
+        models.clear_caches()
+        server.configure(None)

@@ -67,3 +67,19 @@ def test_random_gguf_logits_and_patterns_equal_transformers(arch, tmp_path):
     if arch == "gemma3":
         assert lm.config.local_layers == (0, 1, 2, 3, 4) and lm.config.sliding_window == 5
         assert got.trace.pattern(0)[:, 12, :8].abs().max() == 0 < got.trace.pattern(5)[:, 12, :8].abs().max()
+
+
+def test_gemma_merges_in_token_order_equal_the_sorted_scores():
+    """tfm.text.gguf_tokenizer.ordered_merges (no sort) equals scores_to_merges with each token
+    scored minus its index (its last index for a token listed twice), on a vocabulary of every
+    string of up to three letters of 'ab▁' in a shuffled order, one token repeated."""
+    import itertools
+    import random
+
+    from tfm.text.gguf_tokenizer import ordered_merges, scores_to_merges
+    tokens = ["".join(p) for n in (1, 2, 3) for p in itertools.product("ab▁", repeat=n)]
+    random.Random(0).shuffle(tokens)
+    for listed in (tokens, tokens[:20] + ["ab"] + tokens[20:]):
+        vocab = {t: i for i, t in enumerate(listed)}
+        want = scores_to_merges(vocab, {t: -float(i) for t, i in vocab.items()})
+        assert len(want) > 50 and ordered_merges(listed, vocab) == [list(m) for m in want]

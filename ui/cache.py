@@ -35,7 +35,8 @@ def run_traced(spec: str, device: str, ids: tuple[int, ...]) -> Trace:
         limits = server.limits()
         lazy = prefer_lazy(lm.config, len(ids), min(limits.eager_trace_bytes, limits.max_trace_bytes))
         with heavy.slot("a traced forward", quiet=True), torch.inference_mode():
-            out = lm.model(torch.tensor([ids], device=lm.device), trace=True, lazy=lazy)
+            # lazy: no (T, V) logits in the forward (1 GB for Gemma 3 at 1,024 tokens); rows when read
+            out = lm.model(torch.tensor([ids], device=lm.device), trace=True, lazy=lazy, last_only=lazy)
         return out.trace.to("cpu", torch.float32)
     return PROMPTS.get(("trace", spec, device, ids), compute)
 

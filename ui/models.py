@@ -75,6 +75,8 @@ def describe_spec(spec: str) -> str:
         return "SmolLM2-135M-Instruct (smollm2)"
     if parsed.kind == "minilm":
         return "all-MiniLM-L6-v2 (minilm)"
+    if parsed.kind == "gemma3":
+        return "Gemma 3 270M (gemma3)"
     if parsed.kind == "folder":
         return f"model folder {shown_folder(parsed.path)}"
     c = parsed.config

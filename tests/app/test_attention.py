@@ -14,7 +14,9 @@ from tfm.text.token_view import token_labels
 from ui import models
 from tfm.viz.attention import plotly_text
 
-from tests.app.conftest import chart_by_title, charts, decode, open_page
+from streamlit.testing.v1 import AppTest
+
+from tests.app.conftest import APP, chart_by_title, charts, decode, open_page
 
 PROMPT = "The cat sat on the mat. The cat sat on the hat. The dog ran to the cat."
 RTOL, ATOL = 1e-5, 1e-7
@@ -265,3 +267,31 @@ def test_every_chart_is_a_valid_plotly_figure():
     assert_valid_figures(at)
     at.selectbox(key="attn.hv_token").set_value(5).run()
     assert_valid_figures(at)
+
+
+def test_a_local_layer_wider_than_the_view_draws_where_its_window_ends():
+    """Gemma 3's window (512 keys) is wider than the 64-position square: a local layer also draws
+    what the last query reads over every key, equal to the engine's pattern row, 0 left of the window."""
+    from tfm.core.config import ModelConfig
+    cfg = ModelConfig.preset("tiny").replace(pos_encoding="rope", norm="rmsnorm", n_head=4, n_kv_head=1, head_dim=16,
+                                             qk_norm=True, sliding_window=70, local_layers=(0,), context_length=256)
+    spec = models.random_spec(cfg, seed=4)
+    lm = models.load_lm(spec, "cpu")
+    at = AppTest.from_file(APP, default_timeout=120)
+    prompt = " ".join(f"w{i % 23}" for i in range(60))
+    at.query_params.update({"prompt": prompt, "model": spec, "layer": "0", "head": "2"})
+    at.switch_page("pages/attention.py").run()
+    assert not at.exception, at.exception
+    ids = lm.tokenizer.prompt_ids(prompt)
+    t = len(ids)
+    assert t > 70 + 1
+    with torch.inference_mode():
+        want = lm.model(torch.tensor([ids]), trace=True, lazy=False).trace.pattern(0)[2, -1]   # (T,)
+    fig = chart_by_title(at, f"what query {t - 1} reads, every key")
+    got = np.asarray(decode(fig["data"][0]["y"]), dtype=np.float64)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-7)
+    assert (got[:t - 70] == 0).all() and (got[t - 70:] > 0).all()
+    assert "outside the 70-key window" in json.dumps(fig["layout"])
+    at.session_state["attn.layer"] = at.session_state["keep.attn.layer"] = 1   # a global layer: no such chart
+    at.run()
+    assert not any("every key" in str(f["layout"].get("title")) for f in charts(at))

@@ -75,3 +75,13 @@ def test_a_bad_or_oversized_link_spec_says_why_and_opens_the_default():
         assert len(warnings) == 1 and why in as_shown(warnings[0]), [w.value for w in at.warning]
         assert at.radio(key="sidebar.model_kind").value == "default"
         assert at.session_state["app.model_spec"] == models.default_model_spec()
+
+
+def test_every_model_known_by_name_is_described_in_words():
+    """ui.models.describe_spec names each NAMED model (it raised AttributeError for gemma3, whose
+    spec has no config, on the home page of the real model)."""
+    from tfm.loaders.spec import NAMED
+    words = {"default": "bundled", "smollm2": "SmolLM2", "minilm": "MiniLM", "gemma3": "Gemma 3"}
+    assert set(words) == set(NAMED)
+    for kind in NAMED:
+        assert words[kind] in models.describe_spec(kind), kind

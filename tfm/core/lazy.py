@@ -9,7 +9,7 @@ pattern it does not store: its first pass costs the plain forward's fused attent
     embed, pos_embed / rope.angles     as recorded
     blocks.{i}.resid_pre               the stream entering each block, (B, T, D)
     ln_final.*                         the final norm (post-norm: the last block's resid_post)
-    the last position's logits         private, for `logits_at(-1)`
+    the last position's logits         private, for `logits_at(-1)` (`last_only`: the only row computed)
     every block's entries in `keep`    e.g. keep=("pattern",): all patterns, no block recomputed
 
 Every other entry is `LAZY`. Reading one runs that block's own `Block.forward` again, with a
@@ -41,51 +41,11 @@ from torch import nn
 
 from .encoder import head_logits, head_parameters
 from .functional import attention_scores
-from .trace import LAZY, Deferred, ModelOutput, Recorder, Trace, _move, estimate_trace_bytes, storage_bytes
-from .trace_names import NAMES
-from .validate import check_int
+from .trace import LAZY, Deferred, ModelOutput, Recorder, Trace, _move, storage_bytes
+from .trace_options import KEEPABLE, kept_suffixes, prefer_lazy, use_lazy, wanted  # noqa: F401 (re-exported)
 from .window import attention_mask
 
 Getter = Callable[[str], torch.Tensor]
-
-
-def prefer_lazy(config, length: int, eager_bytes: int, batch: int = 1) -> bool:
-    """Whether a trace of `length` positions is better lazy: when its eager trace with every
-    entry read (`estimate_trace_bytes`) is over `eager_bytes`. Under it an eager trace is
-    cheaper for a reader of every block (a lazy forward runs each block once, reading its
-    pattern runs it again: ~2x the eager trace for a short prompt) and its memory is small."""
-    return estimate_trace_bytes(config, length, batch) > check_int("eager_bytes", eager_bytes, 0, hint=" (bytes)")
-
-
-def use_lazy(model: nn.Module, lazy: bool | None, cache, keep: tuple[str, ...] = ()) -> bool:
-    """Lazy by default for inference without a KV cache; eager with a cache, in training mode
-    or with autograd on (a caller that differentiates wants today's trace). `keep` asks for a lazy one."""
-    if keep:
-        if lazy is False:
-            raise ValueError("keep says what a lazy trace stores; an eager one (lazy=False) stores everything: drop keep")
-        lazy = True
-    if lazy is None:
-        return cache is None and not model.training and not torch.is_grad_enabled()
-    if lazy and (cache is not None or model.training):
-        raise ValueError("a lazy trace recomputes blocks from their inputs: it needs eval mode and "
-                         "no KV cache; pass lazy=False (or leave lazy unset) for those")
-    return lazy
-
-
-# Block entries `keep` may store in the main pass: those the forward records as tensors
-# (`attn.result` and the norms' `normalized` are derived when read; `resid_pre` is always stored).
-KEEPABLE = ("q", "k", "v", "scores", "pattern", "z", "attn_out", "resid_mid", "mlp_pre", "mlp_up",
-            "mlp_post", "mlp_out", "resid_post")
-
-
-def kept_suffixes(keep: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """`keep` (concepts of `tfm.core.trace_names.NAMES`, e.g. ("pattern",)) -> name suffixes, validated."""
-    if isinstance(keep, str) or not all(isinstance(c, str) for c in keep):
-        raise ValueError(f"keep must be a tuple of concept names such as ('pattern',), got {keep!r}")
-    unknown = [c for c in keep if c not in KEEPABLE]
-    if unknown:
-        raise ValueError(f"keep={unknown}: a lazy trace can store only these block entries: {KEEPABLE}")
-    return tuple(NAMES[c].removeprefix("blocks.{layer}") for c in keep)  # ".attn.pattern", ...
 
 
 def traced_forward(model: nn.Module, idx: torch.Tensor, last_only: bool, keep: tuple[str, ...] = (),
@@ -99,13 +59,12 @@ def traced_forward(model: nn.Module, idx: torch.Tensor, last_only: bool, keep: t
     rec = Recorder(keep=lambda name: not name.startswith("blocks.") or name.endswith(suffixes) or name == final)
     x = model.hidden(idx, None, rec, token_types=token_types)          # (B, T, D)
     recipes = {f"blocks.{i}": block_recipe(model, i) for i in range(n)}
-    if last_only:  # as an eager trace: the entry is what the caller asked for
-        logits = head_logits(model, x[:, -1:])                         # (B, 1, V)
-        rec.add("logits", logits)
-    else:  # the caller's copy is not kept: (B, T, V) is the largest entry (206 MB for GPT-2 at 1024)
-        logits = head_logits(model, x)                                 # (B, T, V)
-        rec.add_lazy("logits", tuple(logits.shape), logits.dtype)
-        recipes["logits"] = logits_recipe(model, final)
+    # the entry is every position's logits, computed when read, whatever `last_only` says (the trace
+    # is the same for every caller); the caller's copy is not kept: (B, T, V) is the largest entry
+    # (1 GB for Gemma 3 at 1,024 tokens), and with `last_only` never computed in the forward at all
+    logits = head_logits(model, x[:, -1:] if last_only else x)        # (B, 1 or T, V)
+    rec.add_lazy("logits", (*x.shape[:2], logits.shape[-1]), logits.dtype)
+    recipes["logits"] = logits_recipe(model, final)
     specs = {k: (v.device, v.dtype) for k, v in rec._tensors.items() if isinstance(v, torch.Tensor)}
     # the last row of the logits just computed: no second pass over the unembedding (V x D)
     lazy = Lazy(recipes, specs, final, logits[:, -1].clone(), _unembedding(model))

@@ -18,54 +18,15 @@ from .kv_cache import KVCache
 from . import cancel
 from .config import ModelConfig
 from .kernels import Linear
+from .norm import Norm
 from . import lazy as lazy_trace
 from .edits import Edits
 from . import encoder
 from .functional import attend, attention_scores, causal_mask, expand_kv, head_results, unembed  # noqa: F401 (re-exported)
 from .positions import add_embeddings, local_angles, position_inputs, sinusoidal_table  # noqa: F401 (re-exported: encdec, tests)
 from .rope import apply_rope, rope_angles  # noqa: F401 (rope_angles re-exported)
-from .window import attention_mask, layer_window
+from .window import layer_mask, layer_window
 from .trace import ModelOutput, Recorder, Trace  # noqa: F401 (ModelOutput re-exported)
-
-
-class Norm(nn.Module):
-    """LayerNorm or RMSNorm. Traced calls record the per-token statistics and the normalised
-    input (computed when first read) besides the output."""
-
-    def __init__(self, cfg: ModelConfig, dim: int | None = None) -> None:
-        """`dim`: the width normalised (default d_model; a QK-norm's is the head size)."""
-        super().__init__()
-        self.kind, self.eps, dim = cfg.norm, cfg.norm_eps, dim or cfg.d_model
-        self.weight = nn.Parameter(torch.ones(dim))
-        has_bias = cfg.bias and cfg.norm == "layernorm"
-        self.bias = nn.Parameter(torch.zeros(dim)) if has_bias else None
-
-    def forward(self, x: torch.Tensor, rec: Recorder | None = None) -> torch.Tensor:
-        if rec is None:
-            if self.kind == "layernorm":
-                return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
-            return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
-        rec.add("input", x)
-        xd = x.detach()  # the deferred entries below must not hold the autograd graph
-        if self.kind == "layernorm":
-            # The fused kernel also returns the statistics it used, (B, T, 1) each: an explicit
-            # var_mean costs many times the whole fused norm on CPU.
-            out, mean, rstd = torch.native_layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
-            mean, rstd = mean.detach().to(x.dtype), rstd.detach().to(x.dtype)  # CUDA keeps them float32
-            rec.add("mean", mean.squeeze(-1))
-            rec.add("std", rstd.reciprocal().squeeze(-1))
-            rec.add_deferred("normalized", tuple(x.shape), x.dtype, lambda: (xd - mean) * rstd)
-        else:
-            out = F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
-            if rec.stores("rms") or rec.stores("normalized"):
-                rms = (xd.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()  # (B, T, 1)
-                rec.add("rms", rms.squeeze(-1))
-                rec.add_deferred("normalized", tuple(x.shape), x.dtype, lambda: xd / rms)
-            else:  # a lazy trace's first pass: listed, computed when read (as attend's pattern)
-                rec.add_lazy("rms", tuple(x.shape[:-1]), x.dtype)
-                rec.add_lazy("normalized", tuple(x.shape), x.dtype)
-        rec.add("output", out)
-        return out
 
 
 class Attention(nn.Module):
@@ -99,8 +60,7 @@ class Attention(nn.Module):
             return qk[:, :h], qk[:, h:], self.split_heads(qkv[..., qk_width:])
         return tuple(self.split_heads(part) for part in qkv.split([h * self.d_head, self.kv_dim, self.kv_dim], dim=-1))
 
-    def forward(self, x, rec: Recorder | None, angles=None, cache: KVCache | None = None, layer: int = 0,
-                edits=None, causal: bool = True, key_mask=None):
+    def forward(self, x, rec: Recorder | None, angles=None, cache=None, layer=0, edits=None, causal=True, key_mask=None):
         """`causal=False`: no mask at all, the bare self-attention (tfm.analysis.positions' permutation check).
         An encoder (`cfg.causal` false) masks only `key_mask`'s padding, (B, 1, 1, S) bool."""
         qkv = self.qkv(x)                                              # (B, T, H hd + 2 Hkv hd)
@@ -112,15 +72,7 @@ class Attention(nn.Module):
         if rec is not None:
             for name, t in (("q", q), ("k", k), ("v", v)):
                 rec.add(name, t)
-        t_q, s = q.shape[-2], k.shape[-2]
-        mask = cache.attn_mask(t_q) if cache is not None else None  # a ragged batch's rows mask their own keys
-        if mask is None:
-            mask = "causal" if t_q == s else (None if t_q == 1 else causal_mask(t_q, s, x.device))
-        if causal and self.causal:
-            mask = attention_mask(mask, t_q, s, self.window, x.device, cache.starts if isinstance(mask, torch.Tensor)
-                                  and mask.dim() == 4 else None)
-        else:
-            mask = key_mask if causal else None
+        mask = layer_mask(cache, q.shape[-2], k.shape[-2], self.window, x.device, causal, self.causal, key_mask)
         z = attend(q, k, v, mask, rec, self.dropout if self.training else 0.0, self.scale)
         if edits is not None:  # per-call interventions (tfm.core.edits); the trace's "z" is the unedited one
             z = edits.apply("attn.z", z)
@@ -178,7 +130,8 @@ class Block(nn.Module):
 
     def forward(self, x, rec: Recorder | None, angles=None, cache=None, layer: int = 0, edits=None, key_mask=None):
         sub = (lambda name: rec.scoped(name)) if rec is not None else (lambda name: None)
-        ed = (lambda name, t: t) if edits is None else edits.apply  # `edits`: a tfm.core.edits.Edits scoped to this block
+        # `edits`: a tfm.core.edits.Edits scoped to this block
+        ed = (lambda name, t: t) if edits is None else edits.apply
         x = ed("resid_pre", x)
         if rec is not None:
             rec.add("resid_pre", x)
@@ -252,7 +205,9 @@ class GPT(nn.Module):
                 std = 0.02 / math.sqrt(2 * self.config.n_layer) if name.endswith("proj.weight") else 0.02
                 p.copy_(torch.empty(p.shape, dtype=p.dtype, device=p.device).normal_(0.0, std, generator=generator))
 
-    def _check_input(self, idx: torch.Tensor, start: int) -> None:
+    def _check_input(self, idx: torch.Tensor, cache: KVCache | None) -> int:
+        """The ids' first position (the cache's length, or 0), after checking them against the model and the cache."""
+        start = cache.length if cache is not None else 0
         if not isinstance(idx, torch.Tensor):
             raise ValueError(f"token ids must be a torch tensor of shape (batch, seq), got {type(idx).__name__}")
         if idx.dtype not in (torch.int64, torch.int32) or idx.dim() != 2:
@@ -264,6 +219,9 @@ class GPT(nn.Module):
                              f"{self.config.context_length}; cut the prompt from the left")
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.config.vocab_size):
             raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got {int(idx.min())}..{int(idx.max())}")
+        if cache is not None and idx.shape[0] != cache.batch_size():
+            raise ValueError(f"the KV cache was made for batch {cache.batch_size()}, the tokens have batch {idx.shape[0]}")
+        return start
 
     def positions(self, start, length: int):
         """(added position vectors (T, D) or None, RoPE angles (T, rotary_dim/2) or None); with a
@@ -303,15 +261,8 @@ class GPT(nn.Module):
         edited forward's trace is eager (a lazy one would recompute blocks without the edits).
         An encoder's batch: `attention_mask` (B, T), 1 = token, 0 = padding; `token_types` (B, T)
         segments (default: from the ids, `tfm.core.encoder`); a masked batch is traced eagerly."""
-        if trace:
-            if attention_mask is not None and (lazy or keep):
-                raise ValueError("a padded batch is traced eagerly: leave lazy and keep unset with attention_mask")
-            if edits and (lazy or keep):
-                raise ValueError("an edited forward is traced eagerly: leave lazy and keep unset with edits")
-            if not edits and attention_mask is None and lazy_trace.use_lazy(self, lazy, cache, keep):
-                return lazy_trace.traced_forward(self, idx, last_only, keep, token_types)
-        elif lazy or keep:
-            raise ValueError("lazy and keep describe a trace: pass trace=True as well")
+        if lazy_trace.wanted(self, trace, lazy, keep, cache, edits, attention_mask):
+            return lazy_trace.traced_forward(self, idx, last_only, keep, token_types)
         rec = Recorder() if trace else None
         x = self.hidden(idx, cache, rec, edits, attention_mask=attention_mask, token_types=token_types)
         logits = encoder.head_logits(self, x[:, -1:] if last_only else x)  # (B, T or 1, V)
@@ -324,22 +275,17 @@ class GPT(nn.Module):
         """The residual stream after the final norm, (B, T, D): what the unembedding reads.
         Advances `cache` by T. `edits` as in `forward`. `should_stop` is asked before each block
         (`tfm.core.cancel`: a long batched forward stops within a block; `cache` is then unusable)."""
-        start = cache.length if cache is not None else 0
-        self._check_input(idx, start)
-        if cache is not None and idx.shape[0] != cache.batch_size():
-            raise ValueError(f"the KV cache was made for batch {cache.batch_size()}, the tokens have batch {idx.shape[0]}")
+        start = self._check_input(idx, cache)
         starts = cache.starts if cache is not None else 0
         x, angles = self.embed(idx, starts, rec, token_types)           # per row for a RaggedKVCache
         local = local_angles(self, starts, idx.shape[1], rec)          # local layers' own RoPE base, or None
         mask = encoder.key_mask(self.config, attention_mask, idx, cache)
-        x = self.drop(x)
-        if edits is not None:
-            edits = Edits.of(edits, self.config, idx.shape, start)
+        x, edits = self.drop(x), Edits.of(edits, self.config, idx.shape, start) if edits is not None else None
         for i, block in enumerate(self.blocks):
             cancel.check(should_stop, "the forward")
-            x = block(x, rec.scoped(f"blocks.{i}") if rec else None,
-                      local if local is not None and block.attn.window is not None else angles, cache, i,
-                      edits.scoped(i) if edits is not None else None, mask)
+            rope = local if local is not None and block.attn.window is not None else angles
+            block_edits = edits.scoped(i) if edits is not None else None
+            x = block(x, rec.scoped(f"blocks.{i}") if rec else None, rope, cache, i, block_edits, mask)
         if self.ln_final is not None:
             x = self.ln_final(x, rec.scoped("ln_final") if rec else None)
         if cache is not None:

@@ -88,6 +88,11 @@ def window_keys(t_q: int, s: int, window: int, device, starts: torch.Tensor | No
     return (keys[None, None, :] > q_pos[..., None] - window)[:, None]           # (B, 1, T, S)
 
 
+def _causal(t_q: int, s: int, device) -> torch.Tensor:
+    """(T, S) bool, True where key <= query, queries at the last T of S positions (functional.causal_mask)."""
+    return torch.arange(s, device=device)[None, :] <= torch.arange(s - t_q, s, device=device)[:, None]
+
+
 def attention_mask(mask, t_q: int, s: int, window: int | None, device, starts=None):
     """A layer's mask: `mask` (the causal "causal", None for one new query, or a bool tensor)
     narrowed to the layer's window when it has one and the keys reach past it."""
@@ -95,6 +100,20 @@ def attention_mask(mask, t_q: int, s: int, window: int | None, device, starts=No
         return mask
     narrow = window_keys(t_q, s, window, device, starts)
     if isinstance(mask, str) or mask is None:
-        causal = torch.arange(s, device=device)[None, :] <= torch.arange(s - t_q, s, device=device)[:, None]
-        return narrow & causal if mask is not None or t_q > 1 else narrow
+        return narrow & _causal(t_q, s, device) if mask is not None or t_q > 1 else narrow
     return mask & narrow
+
+
+def layer_mask(cache, t_q: int, s: int, window: int | None, device, causal: bool = True, decoder: bool = True,
+               key_mask=None):
+    """The mask `tfm.core.model.Attention` passes to `attend`: a decoder's causal one (a ragged
+    KV cache's rows mask their own keys), narrowed to a local layer's window; an encoder's
+    (`decoder` false) only its padding `key_mask`; none at all when `causal` is false (the bare
+    self-attention, tfm.analysis.positions' permutation check)."""
+    if not (causal and decoder):
+        return key_mask if causal else None
+    mask = cache.attn_mask(t_q) if cache is not None else None
+    if mask is None:
+        mask = "causal" if t_q == s else (None if t_q == 1 else _causal(t_q, s, device))
+    starts = cache.starts if isinstance(mask, torch.Tensor) and mask.dim() == 4 else None
+    return attention_mask(mask, t_q, s, window, device, starts)

@@ -68,6 +68,12 @@ def config_fields(f: GGUFFile, arch: str, source: str) -> dict[str, Any]:
         return dict(common, norm="layernorm", activation="gelu_tanh", bias=True, pos_encoding="learned",
                     norm_eps=_get(m, p + "attention.layer_norm_epsilon", source, float, 1e-5),
                     tied_embeddings="output.weight" not in f.tensors)
+    return common | _rope_fields(f, arch, common, source)
+
+
+def _rope_fields(f: GGUFFile, arch: str, common: dict[str, Any], source: str) -> dict[str, Any]:
+    """The fields of a RoPE architecture (llama, qwen2 and `gguf_arch.ARCHS`) beyond `common`."""
+    m, p, d, h = f.metadata, arch + ".", common["d_model"], common["n_head"]
     head = _get(m, p + "attention.key_length", source, int, d // h if h else 0)
     rope_dim = m.get(p + "rope.dimension_count", head)
     if not h or rope_dim != head:
@@ -75,13 +81,13 @@ def config_fields(f: GGUFFile, arch: str, source: str) -> dict[str, Any]:
                          "tfm rotates whole heads for this architecture")
     extra = gguf_arch.config_fields(m, arch, common["n_layer"], head, lambda k, kind, default: _get(
         m, p + k, source, kind, default)) if arch in gguf_arch.ARCHS else {}
-    return dict(common, norm="rmsnorm", activation="swiglu", bias=False, pos_encoding="rope",
-                head_dim=head if head * h != d else None,
-                n_kv_head=_get(m, p + "attention.head_count_kv", source, int, h),
-                norm_eps=_get(m, p + "attention.layer_norm_rms_epsilon", source, float, 1e-6),
-                rope_base=_get(m, p + "rope.freq_base", source, float, 10000.0),
-                qkv_bias=arch == "qwen2", tied_embeddings="output.weight" not in f.tensors,
-                **_rope_scaling(f, p, rope_dim, source)) | extra
+    fields = dict(norm="rmsnorm", activation="swiglu", bias=False, pos_encoding="rope",
+                  head_dim=head if head * h != d else None, qkv_bias=arch == "qwen2",
+                  tied_embeddings="output.weight" not in f.tensors)
+    fields |= dict(n_kv_head=_get(m, p + "attention.head_count_kv", source, int, h),
+                   norm_eps=_get(m, p + "attention.layer_norm_rms_epsilon", source, float, 1e-6),
+                   rope_base=_get(m, p + "rope.freq_base", source, float, 10000.0))
+    return fields | _rope_scaling(f, p, rope_dim, source) | extra
 
 
 def _rope_scaling(f: GGUFFile, p: str, rope_dim: int, source: str) -> dict[str, Any]:

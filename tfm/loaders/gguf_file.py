@@ -27,6 +27,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gguf_quants
 
 from ..core.files import reading
+from . import gguf_dequant
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -76,9 +77,13 @@ class GGUFFile:
         t = self.tensors[name]
         with open(self.path, "rb") as fh:
             fh.seek(t.offset)
-            raw = np.frombuffer(fh.read(t.nbytes), dtype=np.uint8)
-        if raw.size != t.nbytes:
+            raw = np.empty(t.nbytes, dtype=np.uint8)   # writable: torch decodes Q8_0 / Q5_0 from it
+            got = fh.readinto(memoryview(raw))
+        if got != t.nbytes:
             raise ValueError(f"{self.path} changed or was truncated while being read (tensor {name!r})")
+        fast = gguf_dequant.dequantize(raw, t.qtype.name, t.shape)   # Q8_0, Q5_0: torch, the same numbers
+        if fast is not None:
+            return fast
         block, type_size = GGML_QUANT_SIZES[t.qtype]
         rows = raw.reshape(*t.shape[:-1], t.shape[-1] // block * type_size)
         return np.array(gguf_quants.dequantize(rows, t.qtype), dtype=np.float32).reshape(t.shape)
@@ -168,6 +173,11 @@ def _parse(cur: _Cursor, path: Path, size: int) -> GGUFFile:
             raise cur.fail(f"metadata key {key[:80]!r} appears twice")
         metadata[key] = _value(cur, cur.scalar("<I", f"the type of {key[:80]!r}"), key, depth=0)
     infos = [_tensor_info(cur) for _ in range(n_tensors)]
+    return GGUFFile(path, version, metadata, _placed(cur, infos, metadata, size), size)
+
+
+def _placed(cur: _Cursor, infos: list, metadata: dict[str, Any], size: int) -> dict[str, TensorInfo]:
+    """The tensor table with absolute offsets, each tensor's data checked to lie inside the file."""
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1) or alignment > 1 << 20:
         raise cur.fail(f"general.alignment {alignment!r} is not a power of two")
@@ -181,7 +191,7 @@ def _parse(cur: _Cursor, path: Path, size: int) -> GGUFFile:
             raise cur.fail(f"tensor {name[:80]!r}'s data ({nbytes:,} bytes at {start:,}) runs past the end "
                            f"of the file ({size:,} bytes): truncated or corrupt")
         tensors[name] = TensorInfo(name, shape, qtype, start, nbytes)
-    return GGUFFile(path, version, metadata, tensors, size)
+    return tensors
 
 
 def _value(cur: _Cursor, kind: int, key: str, depth: int):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 
 import numpy as np
 
@@ -40,6 +41,17 @@ def _decoder_kind(decoder) -> tuple[str, str, int]:
                      "byte-level (GPT-2 style) and SentencePiece-style (▁, <0xNN>) BPE tokenizers")
 
 
+def _library(tokenizers, text: str):
+    """The tokenizers library's Tokenizer of a tokenizer.json text, without truncation or padding."""
+    try:
+        tok = tokenizers.Tokenizer.from_str(text)
+    except Exception as e:  # noqa: BLE001 - the library raises a bare Exception for bad files
+        raise ValueError(f"tokenizer.json: the tokenizers library cannot read it: {str(e)[:200]}") from None
+    tok.no_truncation()  # a file may set them; HF's own tokenizer class turns them off too
+    tok.no_padding()
+    return tok
+
+
 class LibTokenizer(FromTokenizerFile, TokenText):
     """Same interface the app uses of `tfm.text.tokenizer.Tokenizer`: encode / decode /
     decode_bytes / piece_bytes / display_piece(s) / vocab_size / eot_id / special_tokens."""
@@ -53,19 +65,23 @@ class LibTokenizer(FromTokenizerFile, TokenText):
         self.name, self.backend_note = name, note
         self._use_file(file)
         self._kind, self._space, self._strip = self._read_decoder(file.data.get("decoder"))
-        text = json.dumps(file.data)
-        try:
-            self._plain, self._with_special = (tokenizers.Tokenizer.from_str(text) for _ in range(2))
-        except Exception as e:  # noqa: BLE001 - the library raises a bare Exception for bad files
-            raise ValueError(f"tokenizer.json: the tokenizers library cannot read it: {str(e)[:200]}") from None
-        for t in (self._plain, self._with_special):
-            t.no_truncation()  # a file may set them; HF's own tokenizer class turns them off too
-            t.no_padding()
+        self._plain = _library(tokenizers, json.dumps(file.data))
         self._plain.encode_special_tokens = True  # user text: "<s>" typed is three characters
+        # the tokenizer that reads special-token text as the token: built on first use (reading
+        # the file is seconds for a 262k vocabulary, and most prompts never ask for it)
+        self._special, self._special_lock = None, threading.Lock()
         self._byte_ids: set[int] = set()  # <0xNN> byte-fallback tokens: shown as their byte
         self._pieces = self._piece_table()
         self.vocab_size = len(self._pieces)
         self._display: dict[int, str] = {}
+
+    @property
+    def _with_special(self):
+        with self._special_lock:
+            if self._special is None:
+                import tokenizers
+                self._special = _library(tokenizers, json.dumps(self._file.data))
+            return self._special
 
     def _piece_table(self) -> list[bytes | None]:
         vocab = {**self._file.data["model"].get("vocab", {}), **{a.content: a.id for a in self._file.added}}

@@ -123,8 +123,13 @@ def model_view(cells: np.ndarray, labels: list[str], title: str, log: bool = Fal
     shown = "%{customdata:.4g}" if log else "%{z:.4f}"
     trace = dict(type="heatmap", z=cz, x=xs, y=ys, colorscale=COLORSCALE, hoverongaps=False, **kw,
                  hovertemplate=f"%{{y}}<br>%{{x}}<br>weight: {shown}<extra></extra>")
-    mid = w // 2
-    return figure([trace], dict(
+    return figure([trace], _grid_layout(title, xs, ys, n_layer, n_head, w))
+
+
+def _grid_layout(title: str, xs: list[str], ys: list[str], n_layer: int, n_head: int, w: int) -> dict:
+    """Ticks at the middle of each cell ("head h", "layer l") and an outline around each cell."""
+    step, mid = w + 1, w // 2
+    return dict(
         title=dict(text=title), plot_bgcolor=MASKED_BG, height=int(np.clip(120 * n_layer + 160, 400, 1400)),
         margin=dict(l=10, r=10, t=80, b=10),
         xaxis=dict(side="top", tickmode="array", showgrid=False,
@@ -132,7 +137,7 @@ def model_view(cells: np.ndarray, labels: list[str], title: str, log: bool = Fal
         yaxis=dict(autorange="reversed", tickmode="array", showgrid=False,
                    tickvals=[ys[l * step + mid] for l in range(n_layer)], ticktext=[f"layer {l}" for l in range(n_layer)]),
         shapes=[dict(type="rect", x0=h * step - 0.5, x1=h * step + w - 0.5, y0=l * step - 0.5, y1=l * step + w - 0.5,
-                     line=dict(color="#555", width=1)) for l in range(n_layer) for h in range(n_head)]))
+                     line=dict(color="#555", width=1)) for l in range(n_layer) for h in range(n_head)])
 
 
 def head_view(cells: np.ndarray, heads: list[int], labels: list[str], title: str, token: int | None = None) -> go.Figure:
@@ -220,3 +225,19 @@ def window_scale(shown: np.ndarray) -> tuple[float, float]:
     prompt a window's rows may spend most attention on earlier keys: a 0..1 scale would be blank."""
     top = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
     return max(top, 1e-6), float(np.nanmean(np.nansum(shown, axis=-1)))
+
+
+def window_reach(row: np.ndarray, window: int, title: str) -> go.Figure:
+    """One query's weights over every key up to it (`row`: keys 0..q), keys left of a local layer's
+    `window` shaded: a sliding window wider than the square view still shows where it ends."""
+    q = len(row) - 1
+    first = max(0, q - window + 1)
+    fig = go.Figure(go.Bar(x=np.arange(q + 1), y=row, marker_color="#1f77b4", marker_line_width=0,
+                           hovertemplate="key %{x}: weight %{y:.4g}<extra></extra>"))
+    if first > 0:
+        fig.add_vrect(x0=-0.5, x1=first - 0.5, fillcolor="lightgrey", opacity=0.6, line_width=0)
+        fig.add_annotation(x=(first - 1) / 2, y=1, yref="paper", showarrow=False, yanchor="bottom",
+                           text=f"keys 0–{first - 1}: outside the {window}-key window (masked, weight 0)")
+    fig.update_layout(title=title, xaxis_title="key position", yaxis_title="attention weight", height=320,
+                      bargap=0, margin=dict(t=70))
+    return fig
