@@ -103,6 +103,7 @@ def test_token_features_are_the_top_activations(lm):
         FT.token_features(sae, trace, n=99)
 
 
+@pytest.mark.slow   # a training run: CI only
 def test_training_command_writes_a_measured_card(tmp_path):
     out = tmp_path / "sae"
     rc = train_sae.main(["train", "--model", "default", "--layer", "2", "--features", "64", "--k", "8",
@@ -129,6 +130,7 @@ def _tagged_contexts_in_their_domain(fs, held: dict) -> int:
     return tagged
 
 
+@pytest.mark.slow   # a training run: CI only
 def test_mix_training_measures_every_domain_and_tags_contexts(tmp_path, lm):
     """--mix: the card's per-domain metrics equal a recomputation on that domain's held-out
     tokens, the overall ones combine them, and every shipped context lies in the held-out text

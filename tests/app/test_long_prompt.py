@@ -20,6 +20,8 @@ from services import memory
 
 from tests.app.conftest import chart_by_title, charts, decode, open_page, use_random
 
+pytestmark = pytest.mark.slow   # long prompts at page size: CI only (lazy traces: tests/test_lazy_trace.py)
+
 CORPUS = "/work/shared/corpus/tinyshakespeare.txt"
 SMALL = dict(n_layer=3, n_head=4, n_kv_head=4, d_model=64, d_ff=256, context_length=256, vocab_size=4096)
 

@@ -20,7 +20,7 @@ from ..core import cancel
 from ..core import edits as E
 from ..core.kv_cache import KVCache
 from .heads import induction_probe, top_head
-from .attribution import _ids, _model, check_position, n_words, token_id
+from .attribution import _ids, _model, check_position, head_and_mlp_names, n_words, token_id
 
 BUDGET_BYTES = 256 * 2**20
 KNOWN_MARGIN = 1.0  # logits: a trained model that knows an answer prefers it by several; an untrained one's
@@ -335,3 +335,20 @@ def induction_check(lm, seq_len: int = 40, seed: int = 0) -> InductionCheck:
         logits = model(toks, edits=edit).logits[0, seq_len - 1:-1].float()  # predicts the second copy
         losses.append(float(torch.nn.functional.cross_entropy(logits, toks[0, seq_len:])))
     return InductionCheck(layer, head, score, control, *losses)
+
+
+@dataclass(frozen=True)
+class EstimateVsAblation:
+    """Every head (layer by layer) then every MLP: its direct attribution (an estimate from one
+    pass) and what the metric really changes when it is ablated (`Sweep`), in `names`' order."""
+    names: tuple[str, ...]
+    estimate: tuple[float, ...]
+    effect: tuple[float, ...]
+
+
+def estimate_vs_ablation(attr, sweep: Sweep) -> EstimateVsAblation:
+    """An `attribution.Attribution` beside an `ablation_sweep` of the same metric."""
+    L, H = attr.heads.shape
+    estimate = attr.heads.detach().cpu().numpy().ravel().tolist() + attr.mlps.detach().cpu().numpy().tolist()
+    effect = sweep.head_effects.detach().cpu().numpy().ravel().tolist() + sweep.mlp_effects.detach().cpu().numpy().tolist()
+    return EstimateVsAblation(tuple(head_and_mlp_names(L, H)), tuple(estimate), tuple(effect))
