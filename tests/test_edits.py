@@ -13,7 +13,7 @@ import torch
 import tfm
 from tfm.core import edits as E
 from tfm.core.cancel import Cancelled
-from tfm.analysis import induction, patching
+from tfm.analysis import patching
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 IDS = torch.tensor([[3, 17, 200, 5, 99, 17, 200, 41, 7, 3]])
@@ -149,7 +149,7 @@ def test_patch_prompts(model):
 
 def test_induction_ablation_hurts_copying_on_the_bundled_model():
     lm = tfm.load("default")
-    check = induction.induction_check(lm, seq_len=40, seed=0)
+    check = patching.induction_check(lm, seq_len=40, seed=0)
     assert check.control != check.head
     hurt, control = check.loss_ablated - check.loss_clean, check.loss_control - check.loss_clean
     print(f"induction head L{check.layer}H{check.head}: repeat-half loss {check.loss_clean:.3f} -> "

@@ -13,7 +13,7 @@ import tfm
 from tfm import analysis
 from tfm.analysis.dictionaries import features as feature_sets
 from tfm.analysis.encoders import bert_heads, similarity
-from tfm.analysis import attribution, heads, induction, norms, patching, positions
+from tfm.analysis import attribution, heads, norms, patching, positions
 from tfm.analysis.lens import tuned as tuned_lens
 from tfm.analysis.graph.view import folder_stamp
 from tfm.analysis.quant.requantize import gguf_path
@@ -96,8 +96,8 @@ class ModelRun(SteerResults):
         path = gguf_path(self.lm)
         return None if path is None else self._derived("quant.file", lambda _lm, p: read_gguf(p), str(path))
 
-    def induction_check(self, seq_len: int) -> induction.InductionCheck:
-        return self._derived("why.induction", induction.induction_check, seq_len)
+    def induction_check(self, seq_len: int) -> patching.InductionCheck:
+        return self._derived("why.induction", patching.induction_check, seq_len)
 
     def opening_pair(self) -> patching.PromptPair:
         """The patching example this model knows (`tfm.analysis.patching.opening_pair`)."""

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from tfm.analysis import attribution, induction, patching
+from tfm.analysis import attribution, patching
 from tfm.core import edits as E
 from tfm.core.trace_names import head_label
 from ui import models, sidebar
@@ -42,7 +42,7 @@ def test_attribution_charts_equal_the_engine():
     at.selectbox(key="why.head").set_value((0, 1)).run()
     src = chart_by_title(at, "L0 H1:")["data"][0]
     np.testing.assert_allclose(decode(src["y"]), attr.by_source(0, 1).numpy(), rtol=1e-6, atol=1e-9)
-    check = induction.induction_check(lm, seq_len=40)
+    check = patching.induction_check(lm, seq_len=40)
     text = " ".join(m.value for m in at.markdown)
     assert f"**{check.loss_clean:.3f}** as is, **{check.loss_ablated:.3f}**" in text
 

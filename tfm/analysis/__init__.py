@@ -3,9 +3,8 @@
 Flat modules (what every page reads of one run): heads (head scores, the induction probe, the head
 table, rollout), norms (norm statistics), shapes (shapes, parameter counts, KV-cache sizes),
 positions (the positional-encoding page), attention_rows (a window of a pattern), attribution
-(direct logit attribution), patching (ablation and activation patching sweeps), induction (the
-induction-head ablation check), neuron_view (how one attention score is made), capability (what a
-page needs of a model).
+(direct logit attribution), patching (ablation and activation patching sweeps), neuron_view (how one
+attention score is made), capability (what a page needs of a model).
 
 Subpackages: `lens/` (the logit lens, tuned lenses, both compared), `dictionaries/` (the TopK
 dictionary SAEs and transcoders share, their features and labels), `graph/` (attribution graphs on

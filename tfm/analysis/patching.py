@@ -19,11 +19,12 @@ import torch
 from ..core import cancel
 from ..core import edits as E
 from ..core.kv_cache import KVCache
-from .attribution import _ids, _model, check_position, head_and_mlp_names, n_words, token_id
+from .attribution import _ids, _model, check_position, head_and_mlp_names
+# re-exported (pages and tests read them as patching.*): the pairs a model knows, its induction check
+from .known import EXAMPLES, KNOWN_MARGIN, NAME_SWAP, STORY, InductionCheck, PromptPair  # noqa: F401
+from .known import induction_check, knows, opening_pair  # noqa: F401
 
 BUDGET_BYTES = 256 * 2**20
-KNOWN_MARGIN = 1.0  # logits: a trained model that knows an answer prefers it by several; an untrained one's
-# logits differ by hundredths
 
 
 def row_bytes(cfg, t: int, itemsize: int = 4) -> int:
@@ -260,48 +261,6 @@ def ablated_probs(lm, ids: Sequence[int], position: int, heads: Sequence[tuple[i
     edits += [E.AblateNeurons(l, tuple(ns), mode) for l, ns in by_layer.items()]
     h = model.hidden(_ids(model, ids), edits=edits)[:, position]  # (1, D)
     return model.unembed(h)[0].float().softmax(-1).cpu()
-
-
-@dataclass(frozen=True)
-class PromptPair:
-    """A clean and a corrupted prompt (the same length in tokens) and the answer each should give."""
-    clean: str
-    corrupt: str
-    answer: str
-    wrong: str
-
-
-# Indirect object identification (Wang et al. 2022): a pretrained model knows who gets the drink.
-NAME_SWAP = PromptPair("When Mary and John went to the store, John gave a drink to",
-                       "When Mary and John went to the store, Mary gave a drink to", " Mary", " John")
-STORY = PromptPair("Lily gave the ball to Tom. Then Tom gave it to", "Tom gave the ball to Lily. Then Lily gave it to",
-                   " Lily", " Tom")   # in the bundled model's words (children's stories)
-EXAMPLES = (NAME_SWAP, STORY)
-
-
-@torch.no_grad()
-def knows(lm, pair: PromptPair, margin: float = KNOWN_MARGIN) -> bool:
-    """Whether the model answers `pair`: on the clean prompt it prefers `answer` to `wrong` by at
-    least `margin` logits, and on the corrupted prompt `wrong` by as much. False when an answer is
-    not one token of the model or a prompt does not fit its context."""
-    model, tok = _model(lm), lm.tokenizer
-    try:
-        answer, wrong = (token_id(tok, t, n_words(lm)) for t in (pair.answer, pair.wrong))
-    except ValueError:
-        return False
-    for text, sign in ((pair.clean, 1.0), (pair.corrupt, -1.0)):
-        ids = tok.encode(text)
-        if not 0 < len(ids) <= model.config.context_length:
-            return False
-        logits = model(_ids(model, ids), last_only=True).logits[0, -1].float()
-        if sign * float(logits[answer] - logits[wrong]) < margin:
-            return False
-    return True
-
-
-def opening_pair(lm) -> PromptPair:
-    """The pair a patching view opens on: the first of `EXAMPLES` the model knows, else the last."""
-    return next((p for p in EXAMPLES[:-1] if knows(lm, p)), EXAMPLES[-1])
 
 
 @dataclass(frozen=True)
