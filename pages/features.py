@@ -80,9 +80,9 @@ def contexts(run: PromptRun, feature_set, feature: int) -> None:
 def direction(run: PromptRun, feature_set, feature: int) -> None:
     tok, freq = run.lm.tokenizer, float(feature_set.data["freq"][feature])
     c1, c2 = st.columns(2)
-    up, up_s, down, down_s = run.read_out(feature_set.sae.W_dec[feature], 8)
-    charts.show(steer_figs.read_out_bars([tok.display_piece(i) for i in up], up_s, [tok.display_piece(i) for i in down],
-                                         down_s, f"Feature {feature}'s decoder direction:<br>tokens it promotes (+) "
+    r = run.read_out(feature_set.sae.W_dec[feature], 8)
+    charts.show(steer_figs.read_out_bars([tok.display_piece(i) for i in r.up], r.up_scores,
+                                         [tok.display_piece(i) for i in r.down], r.down_scores, f"Feature {feature}'s decoder direction:<br>tokens it promotes (+) "
                                          "and suppresses (−)"), key="features.readout", where=c1)
     centres, counts = feature_set.histogram(feature)
     charts.show(feature_figs.histogram(centres, counts, feature, freq), key="features.hist", where=c2)

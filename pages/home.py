@@ -29,7 +29,8 @@ def running(model) -> None:
     if settings is None:
         return
     top = model.strongest_heads()
-    (pl, ph, pv), (il, ih, iv) = top["previous_token"], top["induction"]
+    prev, ind = top.previous_token, top.induction
+    (pl, ph, pv), (il, ih, iv) = (prev.layer, prev.head, prev.score), (ind.layer, ind.head, ind.score)
     st.subheader("Two heads worth a look in this model")
     st.markdown(
         f"Measured just now on {settings.seq_len} random tokens repeated twice: **layer {pl}, head {ph}** puts "

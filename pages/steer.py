@@ -44,19 +44,19 @@ def texts(run: ModelRun, view: SteerView, direction: Direction, seed: int) -> No
     """The continuation without and with steering, then the direction read through the unembedding."""
     tok = run.lm.tokenizer
     try:
-        plain, steered = run.steered_texts(direction, view.prompt, view.strength, seed, view.new, view.temperature,
-                                           view.where, view.first)
+        pair = run.steered_texts(direction, view.prompt, view.strength, seed, view.new, view.temperature,
+                                 view.where, view.first)
     except ValueError as e:
         st.error(f"Cannot generate: {message(e)}")
         st.stop()
     left, right = st.columns(2)
-    for col, title, text in ((left, "Without steering", plain),
-                             (right, f"Steered (strength {view.strength:+.2f})", steered)):
+    for col, title, text in ((left, "Without steering", pair.plain),
+                             (right, f"Steered (strength {view.strength:+.2f})", pair.steered)):
         col.subheader(title)
         col.markdown(escape_markdown(text).replace("\n", "  \n") or "*(nothing)*")
-    up, up_s, down, down_s = steer_controls.read_out(run, direction, 10)
+    r = steer_controls.read_out(run, direction, 10)
     charts.show(steer_figs.read_out_bars(
-        [tok.display_piece(i) for i in up], up_s, [tok.display_piece(i) for i in down], down_s,
+        [tok.display_piece(i) for i in r.up], r.up_scores, [tok.display_piece(i) for i in r.down], r.down_scores,
         "The direction read through the unembedding: tokens it promotes (+) and suppresses (−)"), key="steer.readout")
 
 

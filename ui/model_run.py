@@ -27,6 +27,20 @@ from ui.text import message, plain
 
 
 @dataclass(frozen=True)
+class HeadScore:
+    layer: int
+    head: int
+    score: float   # the head's probe score (the share of its attention the pattern predicts)
+
+
+@dataclass(frozen=True)
+class StrongestHeads:
+    """The strongest previous-token and induction heads on the probe (`tfm.analysis.strongest_heads`)."""
+    previous_token: HeadScore
+    induction: HeadScore
+
+
+@dataclass(frozen=True)
 class ModelRun(SteerResults):
     """A loaded model (shared by every session, never mutated) and what is derived from it."""
 
@@ -58,13 +72,14 @@ class ModelRun(SteerResults):
         """The repeated-random-tokens probe `head_table` runs here; None when the context is too short."""
         return analysis.probe_settings(self.lm)
 
-    def strongest_heads(self) -> dict[str, tuple[int, int, float]]:
+    def strongest_heads(self) -> StrongestHeads:
         """`tfm.analysis.strongest_heads`: needs `analysis.probe_settings(lm)`."""
-        return self._derived("strongest_heads", analysis.strongest_heads)
+        top = self._derived("strongest_heads", analysis.strongest_heads)
+        return StrongestHeads(HeadScore(*top["previous_token"]), HeadScore(*top["induction"]))
 
     def opening_head(self) -> tuple[int, int] | None:
         """The head an attention view opens on (`tfm.analysis.heads.opening_head`), or None."""
-        return heads.opening_head(self.lm, lambda _lm: self.strongest_heads())
+        return heads.opening_head(self.lm, lambda lm: self._derived("strongest_heads", analysis.strongest_heads))
 
     def sae(self) -> feature_sets.FeatureSet:
         """The sparse autoencoder shipped for this model; ValueError when none ships."""

@@ -8,12 +8,11 @@ import streamlit as st
 
 from tfm.analysis import attribution
 from tfm.analysis.steering import calibrate as calib
-from tfm.analysis.steering import vectors as steering
 from tfm.generation.generate import n_words, prepare_prompt
 from services import server
 from ui import links
 from ui.model_run import ModelRun
-from ui.steer_run import Direction
+from ui.steer_run import Direction, ReadOut
 from ui.text import message
 from ui.text import plain as shown
 from ui.views.steer import SteerView
@@ -185,6 +184,6 @@ def mood_tokens(run: ModelRun, text: str) -> list[int]:
     return [attribution.token_id(lm.tokenizer, " " + w, min(lm.config.vocab_size, n_words(lm))) for w in words]
 
 
-def read_out(run: ModelRun, direction_: Direction, n: int = 10):
-    """The tokens a direction promotes and suppresses most (`tfm.analysis.steering.vectors.read_out`)."""
-    return steering.read_out(run.lm, direction_.vector.vector, n)
+def read_out(run: ModelRun, direction_: Direction, n: int = 10) -> ReadOut:
+    """The tokens a direction promotes and suppresses most (`ModelRun.read_out`)."""
+    return run.read_out(direction_.vector.vector, n)

@@ -27,6 +27,25 @@ def _vector(lm, recipe: tuple) -> steering.SteeringVector:
     return feature_sets.steering_vector(feature_sets.bundled(lm, recipe[1]), recipe[2])
 
 
+@dataclass(frozen=True)
+class SteeredTexts:
+    """The same continuation drawn without and with the steering (same seed)."""
+
+    plain: str
+    steered: str
+
+
+@dataclass(frozen=True)
+class ReadOut:
+    """A direction read through the final norm and the unembedding: the `n` tokens it promotes most
+    (ids, scores) and the `n` it suppresses most."""
+
+    up: tuple[int, ...]
+    up_scores: tuple[float, ...]
+    down: tuple[int, ...]
+    down_scores: tuple[float, ...]
+
+
 class SteerResults:
     """Mixed into `ModelRun`; each result cached per model and arguments like the rest of it."""
 
@@ -50,7 +69,7 @@ class SteerResults:
         temperature: float,
         where: str,
         include_first: bool = False,
-    ) -> tuple[str, str]:
+    ) -> SteeredTexts:
         """The prompt's continuation without and with the direction (`steering.steered_pair`),
         stopped once no page waits for it."""
 
@@ -68,9 +87,10 @@ class SteerResults:
             )
 
         key = (prompt, strength, seed, new, temperature, where, include_first)
-        return self._derived(
+        pair = self._derived(
             "steer.texts", texts, direction.recipe, *key, stoppable=True, status="Generating with and without steering…"
         )
+        return SteeredTexts(*pair)
 
     def mood_sweep(
         self,
@@ -104,9 +124,9 @@ class SteerResults:
             status="Measuring where steering works on this model (once per model, seconds)…",
         )
 
-    def read_out(self, vector, n: int) -> tuple[list[int], list[float], list[int], list[float]]:
+    def read_out(self, vector, n: int) -> ReadOut:
         """The tokens a direction promotes and suppresses most (`tfm.analysis.steering.vectors.read_out`)."""
-        return steering.read_out(self.lm, vector, n)
+        return ReadOut(*(tuple(part) for part in steering.read_out(self.lm, vector, n)))
 
     def stream_norms(self) -> tuple[float, ...]:
         """Each layer's typical stream length, the unit of steering strength (`steering.stream_norms`)."""
