@@ -60,6 +60,18 @@ def press_generate(students: list[Student], tokens: int) -> tuple[list[float], l
     return took, made
 
 
+def one_round(r: int, students: list, args, watch: Peak, me: psutil.Process) -> list:
+    """Every student presses Generate at once: the round's table row (times, server and own CPU)."""
+    server_cpu, own_cpu, t0 = watch.cpu(), sum(me.cpu_times()[:2]), time.perf_counter()
+    took, made = press_generate(students, args.tokens)
+    row = [r + 1, f"{time.perf_counter() - t0:.2f} s", f"{statistics.median(took):.2f} / {pct(took, .95):.2f} s",
+           f"{statistics.median(made):.2f} / {pct(made, .95):.2f} s", f"{watch.cpu() - server_cpu:.2f} s",
+           f"{sum(me.cpu_times()[:2]) - own_cpu:.2f} s"]
+    print(f"round {r + 1}: {args.students} students, {args.tokens} tokens each: all done in {row[1]}; each page "
+          f"p50 / p95 {row[2]}, of which generating {row[3]}; server CPU {row[4]}, this script's {row[5]}")
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--students", type=int, default=30)
@@ -77,16 +89,7 @@ def main() -> None:
         students = [Student(port, prompt_for(i), 300, args.model) for i in range(args.students)]
         for s in students:
             s.run("generate")
-        rows = []
-        for r in range(args.rounds):
-            server_cpu, own_cpu, t0 = watch.cpu(), sum(me.cpu_times()[:2]), time.perf_counter()
-            took, made = press_generate(students, args.tokens)
-            row = [r + 1, f"{time.perf_counter() - t0:.2f} s", f"{statistics.median(took):.2f} / {pct(took, .95):.2f} s",
-                   f"{statistics.median(made):.2f} / {pct(made, .95):.2f} s", f"{watch.cpu() - server_cpu:.2f} s",
-                   f"{sum(me.cpu_times()[:2]) - own_cpu:.2f} s"]
-            rows.append(row)
-            print(f"round {r + 1}: {args.students} students, {args.tokens} tokens each: all done in {row[1]}; each page "
-                  f"p50 / p95 {row[2]}, of which generating {row[3]}; server CPU {row[4]}, this script's {row[5]}")
+        rows = [one_round(r, students, args, watch, me) for r in range(args.rounds)]
         header = ["round", "all done", "each page p50 / p95", "generating p50 / p95", "server CPU", "this script's CPU"]
         write_docs.publish(args, [write_docs.markdown(header, rows)],
                            f"model {args.model}, {args.students} students, {args.tokens} tokens each")

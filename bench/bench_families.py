@@ -76,18 +76,26 @@ def traced_forward(hf, lm, tokens: int, runs: int) -> None:
            "tfm lazy trace, read patterns ": lambda: patterns(),
            "tfm forward, no trace         ": lambda: model(idx)}
     with torch.no_grad():
-        want = hf(idx, output_attentions=True)
-        for name in list(fns)[:3] + list(fns)[4:5]:
-            logits, pats = fns[name]()
-            diff = max(float((p - a[0]).abs().max()) for p, a in zip(pats, want.attentions))
-            print(f"{name.strip()}: max |pattern diff| vs HF {diff:.1e}, max |logits diff| "
-                  f"{float((logits - want.logits).abs().max()):.1e}")
+        print_differences(fns, list(fns)[:3] + list(fns)[4:5], hf(idx, output_attentions=True))
         times = timed(fns, runs, 1)
+    print_ratios(times, list(fns)[3], list(fns)[:3] + list(fns)[4:5])
+
+
+def print_differences(fns: dict, traced: list[str], want) -> None:
+    """Each traced way's largest pattern and logits differences from HF's output."""
+    for name in traced:
+        logits, pats = fns[name]()
+        diff = max(float((p - a[0]).abs().max()) for p, a in zip(pats, want.attentions))
+        print(f"{name.strip()}: max |pattern diff| vs HF {diff:.1e}, max |logits diff| "
+              f"{float((logits - want.logits).abs().max()):.1e}")
+
+
+def print_ratios(times: dict, hf_name: str, traced: list[str]) -> None:
+    """Every way's times, then HF's median and minimum over each traced way's."""
     print()
     for name, ts in times.items():
         print(f"{name} {fmt(ts)}")
-    hf_name = list(fns)[3]
-    for name in list(fns)[:3] + list(fns)[4:5]:
+    for name in traced:
         print(f"ratio HF / {name.strip():28s} {statistics.median(times[hf_name]) / statistics.median(times[name]):.2f}x "
               f"of medians, {min(times[hf_name]) / min(times[name]):.2f}x of minimums"
               + ("   (target >= 1.0x)" if "keep" in name else ""))

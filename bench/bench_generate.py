@@ -76,7 +76,7 @@ def best_of(repeats: int, fns: dict):
 def step_overhead_ms(lm, repeats: int) -> tuple[float, float]:
     """Min and median time of what tfm.generate adds per step besides the forward: the
     breakdown, the greedy pick, the prob/rank numbers (on a vocabulary-sized logits vector)."""
-    from tfm.generation.generate import _choose
+    from tfm.generation.decode import choose as _choose
     from tfm.generation.sampling import SamplingSettings
     logits, gen, greedy = torch.randn(lm.config.vocab_size), torch.Generator(), SamplingSettings(0)
     n = lm.config.vocab_size  # the real vocabulary: no padding rows

@@ -125,6 +125,14 @@ def after_leaving(spec: str, lm, ts, ids) -> dict:
     return out
 
 
+def page_row(spec: str, n_tokens: int, page: dict) -> list:
+    """One model's table row: the run's wall time, memory in MB, the cache's counts, capped or not."""
+    mb = lambda n: f"{n / 2**20:,.0f}"   # noqa: E731
+    return [spec, n_tokens, f"{page['wall']:.1f}", mb(page["peak"]), mb(page["retained"]),
+            " / ".join(f"{k} {mb(v)}" for k, v in sorted(page["held"].items())) or "?",
+            "yes" if page["capped"] else "no"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--no-smollm2", action="store_true")
@@ -137,11 +145,7 @@ def main() -> None:
         ts = load_transcoders(graph_view.shipped_folder(spec), lm)
         prompt = prompt_for(spec, lm)
         ids = lm.tokenizer.prompt_ids(prompt)
-        page = page_at_extremes(spec, prompt)
-        mb = lambda n: f"{n / 2**20:,.0f}"   # noqa: E731
-        rows.append([spec, len(ids), f"{page['wall']:.1f}", mb(page["peak"]), mb(page["retained"]),
-                     " / ".join(f"{k} {mb(v)}" for k, v in sorted(page["held"].items())) or "?",
-                     "yes" if page["capped"] else "no"])
+        rows.append(page_row(spec, len(ids), page_at_extremes(spec, prompt)))
         print(rows[-1], flush=True)
         for stage, (cpu, how) in after_leaving(spec, lm, ts, ids).items():
             leave_rows.append([spec, stage, f"{cpu:.2f}", how])

@@ -28,7 +28,8 @@ QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{
 CORPUS = Path("/work/shared/corpus/tinystories_valid.txt")
 
 
-def synthetic_file(folder: Path, vocab_size: int) -> None:
+def random_merges(vocab_size: int) -> tuple[dict[str, int], list[list[str]]]:
+    """A byte-level vocabulary of `vocab_size` grown by random merges (seeded), and those merges."""
     rng = random.Random(0)
     tokens = [bytes_to_unicode()[b] for b in range(256)]
     vocab, merges = {t: i for i, t in enumerate(tokens)}, []
@@ -38,11 +39,19 @@ def synthetic_file(folder: Path, vocab_size: int) -> None:
             vocab[a + b] = len(tokens)
             tokens.append(a + b)
             merges.append([a, b])
+    return vocab, merges
+
+
+def added_specials(first_id: int) -> list[dict]:
+    """Qwen2's three special tokens, numbered from `first_id`."""
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    data = {"version": "1.0", "truncation": None, "padding": None,
-            "added_tokens": [{"id": vocab_size + i, "content": s, "single_word": False, "lstrip": False,
-                              "rstrip": False, "normalized": False, "special": True}
-                             for i, s in enumerate(specials)],
+    return [{"id": first_id + i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True} for i, s in enumerate(specials)]
+
+
+def synthetic_file(folder: Path, vocab_size: int) -> None:
+    vocab, merges = random_merges(vocab_size)
+    data = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added_specials(vocab_size),
             "normalizer": {"type": "NFC"},
             "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
                 {"type": "Split", "pattern": {"Regex": QWEN2}, "behavior": "Isolated", "invert": False},

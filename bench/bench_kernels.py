@@ -64,6 +64,17 @@ def compare(d_in: int, d_out: int, rows: int, runs: int, input_major: bool) -> t
     return blas, onednn, sliced, picked
 
 
+def table_row(model: str, name: str, d_in: int, d_out: int, rows: int, runs: int) -> list:
+    """One matrix at one row count: each product's time, printed, and the table's row."""
+    blas, onednn, sliced, picked = compare(d_in, d_out, rows, runs, input_major=name != "unembed")
+    other = min(onednn, sliced or onednn)
+    shown = f"{sliced:10.3f}" if sliced is not None else f"{'-':>10s}"
+    print(f"{model:13s} {name:12s} {f'{d_in}x{d_out}':>12s} {rows:5d} {blas:9.3f} {onednn:10.3f} "
+          f"{shown} {blas / other:9.2f}x  {picked}")
+    return [model, name, f"{d_in}x{d_out}", rows, f"{blas:.3f}", f"{onednn:.3f}",
+            "-" if sliced is None else f"{sliced:.3f}", f"{blas / other:.2f}x", picked]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -81,14 +92,7 @@ def main() -> None:
     for model, mats in SHAPES.items():
         for name, (d_in, d_out) in mats.items():
             for rows in (1, 128, 1024):
-                blas, onednn, sliced, picked = compare(d_in, d_out, rows, args.runs if rows < 1024 else max(3, args.runs // 3),
-                                                       input_major=name != "unembed")
-                other = min(onednn, sliced or onednn)
-                shown = f"{sliced:10.3f}" if sliced is not None else f"{'-':>10s}"
-                print(f"{model:13s} {name:12s} {f'{d_in}x{d_out}':>12s} {rows:5d} {blas:9.3f} {onednn:10.3f} "
-                      f"{shown} {blas / other:9.2f}x  {picked}")
-                table.append([model, name, f"{d_in}x{d_out}", rows, f"{blas:.3f}", f"{onednn:.3f}",
-                              "-" if sliced is None else f"{sliced:.3f}", f"{blas / other:.2f}x", picked])
+                table.append(table_row(model, name, d_in, d_out, rows, args.runs if rows < 1024 else max(3, args.runs // 3)))
     header = ["model", "matrix", "in x out", "rows", "BLAS ms", "oneDNN ms", "sliced ms", "BLAS/best", "tfm uses"]
     write_docs.publish(args, [write_docs.markdown(header, table)], f"torch {torch.__version__}, {args.threads} threads")
 

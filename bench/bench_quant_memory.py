@@ -96,6 +96,18 @@ def two_at_once(port: int, timeout: float, watch: Peak) -> tuple[int, int, float
     return settled(watch), watch.peak, time.perf_counter() - t0
 
 
+def each_target(student: Student, watch: Peak) -> int:
+    """Re-quantize to every target in turn, printing RSS before, after and at its peak; the top peak."""
+    top = 0
+    for qtype in TARGETS:
+        before = settled(watch)
+        after, peak, took = requantize(student, qtype, watch)
+        top = max(top, peak)
+        print(f"re-quantize to {qtype:6s}: RSS {before / 1e6:,.0f} -> {after / 1e6:,.0f} MB "
+              f"(peak {peak / 1e6:,.0f} MB), {took:.1f} s")
+    return top
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompt", default="The quick brown fox jumps over the lazy dog, and then it")
@@ -115,13 +127,7 @@ def main() -> None:
         print(f"after the Attention page: RSS {start / 1e6:,.0f} MB")
         checked(student.run("quant"), "quant")
         print(f"after opening the Quantization page: RSS {settled(watch) / 1e6:,.0f} MB")
-        top = 0
-        for qtype in TARGETS:
-            before = settled(watch)
-            after, peak, took = requantize(student, qtype, watch)
-            top = max(top, peak)
-            print(f"re-quantize to {qtype:6s}: RSS {before / 1e6:,.0f} -> {after / 1e6:,.0f} MB "
-                  f"(peak {peak / 1e6:,.0f} MB), {took:.1f} s")
+        top = each_target(student, watch)
         checked(student.run("attention"), "attention again")
         end = settled(watch)
         print(f"back on the Attention page: RSS {end / 1e6:,.0f} MB; added in all {(end - start) / 1e6:+,.0f} MB; "

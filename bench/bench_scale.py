@@ -212,7 +212,7 @@ def tl_rows(folder: str, lm, lengths, repeats) -> None:
               f"plain {plain:5.2f} s), {size / MB:6.0f} MB in {count} tensors", flush=True)
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 1024])
     ap.add_argument("--prompts", type=int, default=30, help="different 1024-token prompts in a row (0: skip)")
@@ -225,6 +225,11 @@ def main() -> None:
     write_docs.add_flag(ap, "bench_scale")
     args = ap.parse_args()
     write_docs.check(args)
+    return args
+
+
+def main() -> None:
+    args = arguments()
     os.environ[memory.BUDGET_ENV] = args.budget
     torch.set_num_threads(args.threads)
     at, spec = app_on(args.model)

@@ -12,6 +12,8 @@ import torch
 from tfm.core.config import ModelConfig
 from tfm.core.model import GPT
 
+from tests import tiers
+
 BPE_TEXT = [
     "The cat sat on the mat. The dog sat on the log. " * 20,
     "hello world, hello there! 123 456 7890 " * 5,
@@ -121,10 +123,19 @@ def every_product_onednn(monkeypatch):
 # The quick local tier (`./run_tests.sh -m "not slow"`) leaves these out; CI runs everything.
 SLOW_FILES = {"test_deploy.py", "test_notebook.py", "test_packaging.py", "test_fuzz.py"}
 SLOW_WORDS = ("smollm2", "real")  # a test id naming the real model: it loads 135M parameters
+REAL_MODELS = ("smollm2", "minilm")   # a test function named after a real model loads it
+SLOW_FIXTURES = {"smollm2_hf"}        # transformers' SmolLM2 (~25 s of de-quantizing once per run)
+
+
+def is_slow(item) -> bool:
+    words = item.nodeid.lower().replace("[", "-").replace("]", "-").split("-")
+    named = getattr(item, "originalname", item.name).lower().split("_")
+    return ("e2e" in item.path.parts or item.path.name in SLOW_FILES or any(w in SLOW_WORDS for w in words)
+            or any(w in REAL_MODELS for w in named) or bool(SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))))
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        words = item.nodeid.lower().replace("[", "-").replace("]", "-").split("-")
-        if "e2e" in item.path.parts or item.path.name in SLOW_FILES or any(w in SLOW_WORDS for w in words):
+        if is_slow(item):
             item.add_marker(pytest.mark.slow)
+    tiers.record(config, items)   # which files hold a quick test (tests/test_tiers.py)

@@ -148,6 +148,30 @@ def write_model(path: Path, arch: str = "llama", qtype: str = "F32", vocab: Voca
     vocab = vocab or bytelevel_vocab()
     rng = np.random.default_rng(seed)
     w = GGUFWriter(str(path), arch)
+    _write_shape(w, arch, d, f, n_layer, n_head, n_kv, ctx)
+    _write_vocab(w, vocab)
+    for key, (value, kind) in (extra_kv or {}).items():
+        w.add_key_value(key, value, kind)
+    all_shapes = tensor_shapes(arch, d, f, n_layer, n_head, n_kv, len(vocab.tokens), ctx, tied) | (shapes or {})
+    _write_tensors(w, {k: v for k, v in all_shapes.items() if k not in skip}, qtype, rng, extra_tensors or {})
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _write_tensors(w: GGUFWriter, shapes: dict, qtype: str, rng: np.random.Generator, extra: dict) -> None:
+    """Random tensors of `shapes` in `qtype` (norm weights near 1), then `extra`'s as float32."""
+    for name, shape in shapes.items():
+        data, t = random_tensor(shape, qtype, rng, norm=name.endswith("norm.weight"))
+        w.add_tensor(name, data, raw_dtype=t if t not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16) else None)
+    for name, data in extra.items():
+        w.add_tensor(name, np.asarray(data, dtype=np.float32))
+
+
+def _write_shape(w: GGUFWriter, arch: str, d: int, f: int, n_layer: int, n_head: int, n_kv: int, ctx: int) -> None:
+    """The architecture's sizes; GPT-2's LayerNorm epsilon, or the others' KV heads, RMSNorm and RoPE."""
     p = arch + "."
     w.add_uint32(p + "context_length", ctx)
     w.add_uint32(p + "embedding_length", d)
@@ -161,22 +185,6 @@ def write_model(path: Path, arch: str = "llama", qtype: str = "F32", vocab: Voca
         w.add_float32(p + "attention.layer_norm_rms_epsilon", 1e-6)
         w.add_float32(p + "rope.freq_base", 10000.0)
         w.add_uint32(p + "rope.dimension_count", d // n_head)
-    _write_vocab(w, vocab)
-    for key, (value, kind) in (extra_kv or {}).items():
-        w.add_key_value(key, value, kind)
-    all_shapes = tensor_shapes(arch, d, f, n_layer, n_head, n_kv, len(vocab.tokens), ctx, tied) | (shapes or {})
-    for name, shape in all_shapes.items():
-        if name in skip:
-            continue
-        data, t = random_tensor(shape, qtype, rng, norm=name.endswith("norm.weight"))
-        w.add_tensor(name, data, raw_dtype=t if t not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16) else None)
-    for name, data in (extra_tensors or {}).items():
-        w.add_tensor(name, np.asarray(data, dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
 
 
 def _write_vocab(w: GGUFWriter, v: Vocab) -> None:

@@ -137,6 +137,22 @@ def build(kind: str, text: str, folder: Path) -> Path:
     return folder
 
 
+def _tiktoken_converted(data: dict, folder: Path) -> dict:
+    """`data`'s vocabulary as tiktoken ranks, converted back by transformers' TikTokenConverter."""
+    model = data["model"]
+    specials = {a["content"] for a in data["added_tokens"]}
+    to_byte = {c: b for b, c in bytes_to_unicode().items()}
+    kept = sorted((i, t) for t, i in model["vocab"].items() if t not in specials)
+    ranks = {bytes(to_byte[c] for c in t): r for r, (_, t) in enumerate(kept)}  # dense, as tiktoken's
+    write_ranks_file(folder / "ranks.tiktoken", ranks)
+    tok = TikTokenConverter(vocab_file=str(folder / "ranks.tiktoken"), pattern=LLAMA3,
+                            extra_special_tokens=sorted(specials, key=lambda t: -len(t))).converted()
+    tok.save(str(folder / "tokenizer.json"))
+    converted = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    assert len(converted["model"]["merges"]) > len(model["merges"])  # really the multi-merge form
+    return converted
+
+
 def derive(kind: str, base: Path, folder: Path) -> Path:
     """Files made from another kind's: the older "a b" merges, ids out of merge order, a
     vocabulary entry no merge makes, and a Llama 3 style file converted from tiktoken ranks."""
@@ -158,16 +174,7 @@ def derive(kind: str, base: Path, folder: Path) -> Path:
             {"type": "ByteFallback"}, {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first",
                                        "split": False}]}
     elif kind == "tiktoken-converted":  # how Llama 3's tokenizer.json was made: several merges per token
-        specials = {a["content"] for a in data["added_tokens"]}
-        to_byte = {c: b for b, c in bytes_to_unicode().items()}
-        kept = sorted((i, t) for t, i in model["vocab"].items() if t not in specials)
-        ranks = {bytes(to_byte[c] for c in t): r for r, (_, t) in enumerate(kept)}  # dense, as tiktoken's
-        write_ranks_file(folder / "ranks.tiktoken", ranks)
-        tok = TikTokenConverter(vocab_file=str(folder / "ranks.tiktoken"), pattern=LLAMA3,
-                                extra_special_tokens=sorted(specials, key=lambda t: -len(t))).converted()
-        tok.save(str(folder / "tokenizer.json"))
-        data = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
-        assert len(data["model"]["merges"]) > len(model["merges"])  # really the multi-merge form
+        data = _tiktoken_converted(data, folder)
     (folder / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
     (folder / "tokenizer_config.json").write_text((base / "tokenizer_config.json").read_text())
     return folder

@@ -17,6 +17,17 @@ def redis_required() -> bool:
     return os.environ.get("REQUIRE_E2E") == "1" or os.environ.get("CI", "").lower() in ("1", "true")
 
 
+def _wait_for_socket(proc: subprocess.Popen, sock: Path) -> None:
+    """Up to 5 s for redis-server to open its socket; a failure if it exits or never does."""
+    for _ in range(100):
+        if sock.exists():
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"redis-server exited with {proc.returncode}")
+        time.sleep(0.05)
+    pytest.fail("redis-server did not open its socket within 5 s")
+
+
 @contextmanager
 def redis_server(folder: Path):
     """Yield a redis:// URL (unix socket) of a fresh redis-server that keeps nothing on disk."""
@@ -30,14 +41,7 @@ def redis_server(folder: Path):
                              "--dir", str(folder), "--save", "", "--appendonly", "no", "--daemonize", "no"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
-        for _ in range(100):
-            if sock.exists():
-                break
-            if proc.poll() is not None:
-                pytest.fail(f"redis-server exited with {proc.returncode}")
-            time.sleep(0.05)
-        else:
-            pytest.fail("redis-server did not open its socket within 5 s")
+        _wait_for_socket(proc, sock)
         yield f"unix://{sock}"
     finally:
         proc.terminate()

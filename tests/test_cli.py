@@ -37,6 +37,7 @@ def folder(tmp_path_factory):
     return save_model(tmp_path_factory.mktemp("models") / "m", lm.model, lm.tokenizer), lm
 
 
+@pytest.mark.slow   # a python -m tfm subprocess: CI only
 def test_info_total_equals_num_params(folder):
     path, lm = folder
     for source, model in (("random:tiny", tfm.load("random:tiny").model), (str(path), lm.model)):
@@ -49,6 +50,7 @@ def test_info_total_equals_num_params(folder):
         assert data["config"] == model.config.to_dict()
 
 
+@pytest.mark.slow   # a python -m tfm subprocess: CI only
 def test_trace_json_names_match_a_direct_trace(folder):
     path, lm = folder
     data = json.loads(cli("trace", str(path), "--prompt", "The cat", "--json").stdout)
@@ -63,6 +65,7 @@ def test_trace_json_names_match_a_direct_trace(folder):
     assert re.search(r"^blocks\.0\.attn\.pattern\s+\(1, 2, 2, 2\)\s+batch, head, query_pos, key_pos", table, re.M)
 
 
+@pytest.mark.slow   # a python -m tfm subprocess: CI only
 def test_generate_prints_text_reproducibly(folder):
     path, lm = folder
     args = ("generate", str(path), "--prompt", "Hello", "--seed", "5", "--max-new-tokens", "12",
@@ -79,6 +82,7 @@ def test_generate_prints_text_reproducibly(folder):
     assert no_cache.stdout == first.stdout
 
 
+@pytest.mark.slow   # a python -m tfm subprocess: CI only
 def test_generate_reports_a_cut_prompt_and_context_full():
     proc = cli("generate", "random:tiny", "--prompt", "x" * 40, "--temperature", "0")
     assert "note: the prompt has 40 tokens" in proc.stderr and "kept its last 31" in proc.stderr

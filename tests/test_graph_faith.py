@@ -13,7 +13,7 @@ from tfm.text.token_view import token_labels
 
 from tests.test_graph import bundled  # noqa: F401 (the module's fixture: the bundled model and a graph)
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]   # faithfulness measured: CI only
 
 
 @torch.no_grad()

@@ -179,7 +179,8 @@ def test_an_operators_cache_setting_is_kept():
     assert done.stdout.strip() == "7", done.stderr[-2000:]
 
 
-@pytest.mark.parametrize("value, ok", [("blas", True), ("onednn", True), ("mkl", False)])
+@pytest.mark.parametrize("value, ok", [("blas", True), pytest.param("onednn", True, marks=pytest.mark.slow),
+                                       pytest.param("mkl", False, marks=pytest.mark.slow)])   # quick: one subprocess
 def test_the_server_wide_product_setting(value, ok):
     env = {**os.environ, "TFM_CPU_PRODUCT": value}
     code = "import tfm.core.kernels as k; print(k.cpu_product())"

@@ -46,6 +46,7 @@ def test_traced_attention_only_model_matches_its_untraced_forward_and_analysis_r
     assert analysis.head_scores(out.trace, tok)["induction"].shape == (2, s.n_head)
 
 
+@pytest.mark.slow   # a whole training run: CI only
 def test_an_induction_head_forms_after_the_plateau_within_the_default_steps_on_a_fixed_seed():
     s = LessonSettings(seed=0)
     res = train(s)

@@ -65,6 +65,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _health(proc: subprocess.Popen, port: int) -> bytes:
+    """The server's health answer, asked every half second for up to 90 s while it runs."""
+    deadline, body = time.monotonic() + 90, b""
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read()
+        except OSError:
+            time.sleep(0.5)
+    return body
+
+
 def test_tfm_app_serves_the_app(tmp_path):
     port = free_port()
     # run from another folder, tfm importable as an installed package would be
@@ -74,13 +85,7 @@ def test_tfm_app_serves_the_app(tmp_path):
                              "--server.fileWatcherType", "none"], cwd=tmp_path, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline, body = time.monotonic() + 90, b""
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read()
-                break
-            except OSError:
-                time.sleep(0.5)
+        body = _health(proc, port)
         assert body == b"ok", proc.stdout.read().decode() if proc.poll() is not None else "no answer"
         page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5).read()
         assert b"<title>Streamlit</title>" in page or b"streamlit" in page.lower()

@@ -143,6 +143,25 @@ def last_logits(prompt: str) -> torch.Tensor:
         return lm.model(torch.tensor([lm.tokenizer.prompt_ids(prompt)])).logits[0, -1]
 
 
+def _answer_each(phones, qid) -> dict[int, str]:
+    """Phone i picks option i (mod the options) and sees its answer; the picks by phone."""
+    picks = {}
+    for i, s in enumerate(phones):
+        follow(s, lambda: f"room.send.{qid}" in s.widgets and s.options)
+        picks[i] = s.options[i % len(s.options)]
+        s.answer(qid, i % len(s.options))
+        assert any(f"Your answer: **{picks[i]}**" in n.replace("\\", "") for n in s.notes), s.notes
+    return picks
+
+
+def _kill_server(proc, port: int) -> None:
+    """SIGKILL the app process (a child of `proc`) serving `port`."""
+    victim = next(p for p in psutil.Process(proc.pid).children(recursive=True) if f"--server.port {port}" in
+                  " ".join(p.cmdline()))
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+
+
 def test_killing_one_process_mid_question_loses_no_answer_and_its_students_come_back(klass):
     bench = load_bench()
     port, (a, b), store, _, proc = klass
@@ -153,18 +172,10 @@ def test_killing_one_process_mid_question_loses_no_answer_and_its_students_come_
     store.push(made.code, made.teacher_key, moment)
     qid = store.ask(made.code, made.teacher_key, Q.to_json(q), Q.truth_to_json(truth), moment)
     phones = [joined(bench, p, made.code, f"s{i}") for i, p in enumerate((a, a, b, b))]
-    picks = {}
-    for i, s in enumerate(phones):
-        follow(s, lambda: f"room.send.{qid}" in s.widgets and s.options)
-        picks[i] = s.options[i % len(s.options)]
-        s.answer(qid, i % len(s.options))
-        assert any(f"Your answer: **{picks[i]}**" in n.replace("\\", "") for n in s.notes), s.notes
+    picks = _answer_each(phones, qid)
     before = store.counts(made.code, qid)
     assert sum(before.values()) == 4
-    victim = next(p for p in psutil.Process(proc.pid).children(recursive=True) if f"--server.port {a}" in
-                  " ".join(p.cmdline()))
-    victim.send_signal(signal.SIGKILL)   # mid-question: the question is still open
-    victim.wait(10)
+    _kill_server(proc, a)   # mid-question: the question is still open
     for i, s in enumerate(phones[:2]):
         back = bench.RoomStudent(port, made.code, 240, s.cookies)   # through nginx: only b is left
         back.page, back.query = "classroom", s.query     # the phone's own address (room=) and its cookie

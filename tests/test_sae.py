@@ -103,6 +103,7 @@ def test_token_features_are_the_top_activations(lm):
         FT.token_features(sae, trace, n=99)
 
 
+@pytest.mark.slow   # a training run: CI only
 def test_training_command_writes_a_measured_card(tmp_path):
     out = tmp_path / "sae"
     rc = train_sae.main(["train", "--model", "default", "--layer", "2", "--features", "64", "--k", "8",
@@ -118,6 +119,18 @@ def test_training_command_writes_a_measured_card(tmp_path):
     assert train_sae.main(["train", "--layer", "6", "--data", "x", "--eval-file", "y", "--out", str(tmp_path)]) == 2
 
 
+def _tagged_contexts_in_their_domain(fs, held: dict) -> int:
+    """How many shipped contexts there are; each one must lie in the held-out text of its tagged domain."""
+    text = {d: " ".join(map(str, ids.tolist())) for d, ids in held.items()}
+    tagged = 0
+    for f in range(fs.sae.cfg.n_features):
+        for (ids, _), dom in zip(fs.contexts(f), fs.data["ctx_domain"][f].tolist()):
+            assert " ".join(map(str, ids)) in text[fs.card["domains"][dom]]
+            tagged += 1
+    return tagged
+
+
+@pytest.mark.slow   # a training run: CI only
 def test_mix_training_measures_every_domain_and_tags_contexts(tmp_path, lm):
     """--mix: the card's per-domain metrics equal a recomputation on that domain's held-out
     tokens, the overall ones combine them, and every shipped context lies in the held-out text
@@ -125,9 +138,9 @@ def test_mix_training_measures_every_domain_and_tags_contexts(tmp_path, lm):
     from tfm.train.mix import DOMAINS, domain_ids
     from tfm.train.sae_eval import finish, metric_sums
     out = tmp_path / "mix"
-    assert train_sae.main(["train", "--model", "default", "--layer", "2", "--features", "64", "--k", "8",
-                           "--mix", CORPUS, "--max-tokens", "4096", "--eval-tokens", "2080", "--ctx", "64",
-                           "--epochs", "1", "--batch", "256", "--skip-first", "--out", str(out)]) == 0
+    argv = ("train --model default --layer 2 --features 64 --k 8 --max-tokens 4096 --eval-tokens 2080 --ctx 64 "
+            "--epochs 1 --batch 256 --skip-first").split()
+    assert train_sae.main(argv + ["--mix", CORPUS, "--out", str(out)]) == 0
     fs = FT.load_features(out, lm)
     card, per = fs.card, fs.card["domain_metrics"]
     assert card["domains"] == list(DOMAINS) == list(per) and "python" in card["eval"]
@@ -138,13 +151,7 @@ def test_mix_training_measures_every_domain_and_tags_contexts(tmp_path, lm):
     assert card["eval_tokens"] == sum(m["tokens"] for m in per.values())
     assert min(m["ce_recovered"] for m in per.values()) <= card["metrics"]["ce_recovered"] <= \
         max(m["ce_recovered"] for m in per.values())
-    text = {d: " ".join(map(str, ids.tolist())) for d, ids in held.items()}
-    tagged = 0
-    for f in range(fs.sae.cfg.n_features):
-        for (ids, _), dom in zip(fs.contexts(f), fs.data["ctx_domain"][f].tolist()):
-            assert " ".join(map(str, ids)) in text[card["domains"][dom]]
-            tagged += 1
-    assert tagged > 64 and "| python |" in (out / "README.md").read_text()
+    assert _tagged_contexts_in_their_domain(fs, held) > 64 and "| python |" in (out / "README.md").read_text()
     with pytest.raises(SystemExit):          # --mix or --data/--eval-file, not both
         train_sae.main(["train", "--mix", CORPUS, "--data", "x", "--layer", "2", "--out", str(tmp_path)])
 

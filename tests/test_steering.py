@@ -296,6 +296,7 @@ def test_calibration_stays_within_budget_and_picks_the_best_moving_trial(lm, cal
     assert cal.strength == round(cal.strength, 2) and 0 < cal.strength < 2
 
 
+@pytest.mark.slow   # generated text with and without steering: CI only
 def test_calibrated_defaults_move_the_mood_of_generated_text(lm, calibration):
     """The Steer page's defaults on the bundled model, six seeds: steered texts carry clearly more
     words of the positive mood than plain ones, negated clearly more of the negative, and none of

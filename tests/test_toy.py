@@ -48,6 +48,7 @@ def test_random_batches_are_reproducible_and_vary_in_length():
         assert toy.decode_text(a.tgt_out[row].tolist()) == "".join(map(str, sorted(digits)))
 
 
+@pytest.mark.slow   # a whole training run: CI only
 def test_reversal_trains_to_the_bar_with_an_antidiagonal_alignment():
     """The page's model and settings: 300 steps of batch 64 (about 10 s of CPU)."""
     spec = toy.ToySpec("reverse")

@@ -37,12 +37,10 @@ def files(tmp_path_factory):
 
 def argv(files, run, *extra):
     base = (["--run", str(run)] if run else []) + ["--tokenizer", str(files / "tok"),
-            "--data", f"{files / 'a.txt'}:3", str(files / "b.txt.gz"),
-            "--eval-file", str(files / "valid.txt"), "--eval-bytes", "300", "--val-frac", "0.05",
-            "--d-model", "32", "--n-layer", "2", "--n-head", "2", "--d-ff", "64", "--context-length", "32",
-            "--batch-size", "8", "--lr", "3e-3", "--warmup-steps", "3", "--log-every", "1",
-            "--eval-every", "5", "--ckpt-every", "5", "--threads", "1", "--device", "cpu"]
-    return base + list(extra)
+            "--data", f"{files / 'a.txt'}:3", str(files / "b.txt.gz"), "--eval-file", str(files / "valid.txt")]
+    return base + ("--eval-bytes 300 --val-frac 0.05 --d-model 32 --n-layer 2 --n-head 2 --d-ff 64 "
+                   "--context-length 32 --batch-size 8 --lr 3e-3 --warmup-steps 3 --log-every 1 --eval-every 5 "
+                   "--ckpt-every 5 --threads 1 --device cpu").split() + list(extra)
 
 
 def train_losses(run) -> list[float]:

@@ -123,8 +123,8 @@ needs_corpus = pytest.mark.skipif(not (CORPUS / "tinyshakespeare.txt").is_file()
 @needs_corpus
 def test_training_writes_layers_and_a_rerun_goes_on(tmp_path, capsys):
     out = tmp_path / "tc"
-    args = ["--model", "default", "--features", "64", "--k", "8", "--tokens", "512", "--eval-tokens", "264",
-            "--ctx", "32", "--epochs", "1", "--batch", "128", "--corpus", str(CORPUS), "--out", str(out)]
+    args = ("--model default --features 64 --k 8 --tokens 512 --eval-tokens 264 --ctx 32 --epochs 1 "
+            "--batch 128").split() + ["--corpus", str(CORPUS), "--out", str(out)]
     assert train_tc.main(args + ["--layers", "1,3"]) == 0
     card = json.loads((out / "card.json").read_text())
     assert sorted(card["layers"]) == ["1", "3"] and "ce" not in card

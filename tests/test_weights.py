@@ -274,10 +274,19 @@ def test_pick_device():
         tfm.load("random:tiny", device="cuda")
 
 
+def _saved_encdec(folder):
+    """A tiny toy encoder-decoder saved to `folder`, and the size of its weights file."""
+    from tfm.teach.encdec import EncDecConfig, EncoderDecoder, save_encdec
+    ed = EncoderDecoder(EncDecConfig(src_vocab_size=16, tgt_vocab_size=16, src_context_length=8, tgt_context_length=8,
+                                     d_model=16, n_enc_layer=1, n_dec_layer=1, n_head=2, d_ff=32))
+    save_encdec(folder, ed, {"toy_task": "reverse", "min_len": 2, "max_len": 5})
+    return ed, (folder / "model.safetensors").stat().st_size
+
+
 def test_one_folder_reader_bounds_sizes_before_reading_for_gpt_and_encoder_decoder(saved, tmp_path, monkeypatch):
     import tfm.loaders.weights as W
     from tfm.teach import toy
-    from tfm.teach.encdec import EncDecConfig, EncoderDecoder, load_encdec, save_encdec
+    from tfm.teach.encdec import load_encdec
 
     folder, model = saved
     size = (folder / "model.safetensors").stat().st_size
@@ -289,10 +298,7 @@ def test_one_folder_reader_bounds_sizes_before_reading_for_gpt_and_encoder_decod
     got, _, _ = load_tfm_folder(folder, max_weight_bytes=size)
     assert read and all(torch.equal(a, b) for a, b in zip(got.state_dict().values(), model.state_dict().values()))
 
-    ed = EncoderDecoder(EncDecConfig(src_vocab_size=16, tgt_vocab_size=16, src_context_length=8, tgt_context_length=8,
-                                     d_model=16, n_enc_layer=1, n_dec_layer=1, n_head=2, d_ff=32))
-    save_encdec(tmp_path / "ed", ed, {"toy_task": "reverse", "min_len": 2, "max_len": 5})
-    ed_size = (tmp_path / "ed" / "model.safetensors").stat().st_size
+    ed, ed_size = _saved_encdec(tmp_path / "ed")
     with pytest.raises(ValueError, match="over the limit"):
         toy.load_folder(tmp_path / "ed", max_weight_bytes=ed_size - 1)
     loaded, meta = load_encdec(tmp_path / "ed", max_weight_bytes=ed_size)

@@ -11,35 +11,42 @@ from ui.text import message, plain
 MAX_SHOWN = 50
 
 
-def _open() -> None:
-    match = st.session_state.get("features.match")
+def _open(match_key: str, target_key: str) -> None:
+    match = st.session_state.get(match_key)
     if isinstance(match, int):
-        st.session_state["features.feature"] = match
+        st.session_state[target_key] = match
 
 
-def render(fs) -> None:
-    """The box and its matches (nothing when the SAE ships no labels)."""
-    if fs.labels is None:
-        return
-    query = st.text_input("Search features by a word or a token (label, top tokens, the token it says)",
-                          key="features.search", max_chars=MAX_QUERY, placeholder="e.g. Paris, the, def")
+def box(key: str, prompt: str, search, table, named, target_key: str) -> None:
+    """A search box (widget keys `key`.search, .found, .match, .open): `search(query, limit)` finds
+    matches, `table(matches)` lists them, `named(match)` names one in the picker, and Open puts the
+    picked one into session state `target_key` (the page's own picker)."""
+    query = st.text_input(prompt, key=f"{key}.search", max_chars=MAX_QUERY, placeholder="e.g. Paris, the, def")
     if not query.strip():
         return
     try:
-        found = fs.labels.search(query, MAX_SHOWN)
+        found = search(query, MAX_SHOWN)
     except ValueError as e:
         st.warning(message(e))
         return
     if not found:
         st.info(f"No feature's label or top tokens match {plain(query)}.")
         return
-    st.dataframe(feature_figs.search_table(found, [fs.label(f) for f in found],
-                                           [float(fs.data["freq"][f]) for f in found]),
-                 hide_index=True, height=min(300, 36 * len(found) + 40), key="features.found")
+    st.dataframe(table(found), hide_index=True, height=min(300, 36 * len(found) + 40), key=f"{key}.found")
     c1, c2 = st.columns([3, 1])
     c1.selectbox(f"{len(found)} match(es){' (the first 50)' if len(found) == MAX_SHOWN else ''}: open one",
-                 found, format_func=fs.named, key="features.match")
-    c2.button("Open", key="features.open", on_click=_open)
+                 found, format_func=named, key=f"{key}.match")
+    c2.button("Open", key=f"{key}.open", on_click=_open, args=(f"{key}.match", target_key))
+
+
+def render(fs) -> None:
+    """The Features page's box and its matches (nothing when the SAE ships no labels)."""
+    if fs.labels is None:
+        return
+    box("features", "Search features by a word or a token (label, top tokens, the token it says)",
+        fs.labels.search, lambda found: feature_figs.search_table(found, [fs.label(f) for f in found],
+                                                                  [float(fs.data["freq"][f]) for f in found]),
+        fs.named, "features.feature")
 
 
 def check_note(fs, feature: int) -> str:

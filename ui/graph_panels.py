@@ -12,7 +12,7 @@ from tfm.analysis.graph.files import GraphFile
 from tfm.analysis.graph.prune import MAX_EDGES, Pruned
 from tfm.viz import graph as graph_figs
 from tfm.viz import graph_groups
-from ui import charts, links
+from ui import charts, graph_features, links
 from ui.graph_run import GraphRun, groups
 from ui.text import message, plain
 
@@ -119,8 +119,9 @@ def _links_table(g: Graph, found: list[tuple[int, float]], labels, key: str) -> 
                  hide_index=True, key=key)
 
 
-def node_panel(gr: GraphRun, g: Graph, labels, options: list[int]) -> int | None:
-    """The node picker and the chosen feature's details; returns it."""
+def node_panel(gr: GraphRun, g: Graph, labels, options: list[int], tf=None) -> int | None:
+    """The node picker and the chosen feature's details (with `tf`, the set's shipped
+    `TranscoderFeatures`: its label and top contexts); returns it."""
     if st.session_state.get("graph.node") not in options:   # another graph's node: the opening one (first)
         st.session_state.pop("graph.node", None)
     node = st.selectbox("Open a feature (or click one in the graph)", options, key="graph.node",
@@ -136,8 +137,7 @@ def node_panel(gr: GraphRun, g: Graph, labels, options: list[int]) -> int | None
         + " (the panel below measures the real change). Direct edges sum its own edges into the target, all "
           "edges follow feature-to-feature edges too; both hold norm scales and attention patterns fixed, "
           "slopes let them move.")
-    st.caption("No labels or top-activating contexts ship with this transcoder set: what the feature's decoder "
-               "row writes, read through the unembedding, stands in for a label.")
+    graph_features.meaning(tf, tok, info["layer"], info["feature"])
     st.markdown("**Writes toward** " + ", ".join(f"{plain(tok.display_piece(i), 30)} ({s:+.2f})" for i, s in zip(up, up_s))
                 + "  \n**Writes against** " + ", ".join(f"{plain(tok.display_piece(i), 30)} ({s:+.2f})"
                                                         for i, s in zip(down, down_s)))

@@ -10,16 +10,19 @@ from pathlib import Path
 
 import streamlit as st
 
+from services import memory
+from tfm.analysis.dictionaries.transcoder import TranscoderSet, load_transcoders
+from tfm.analysis.dictionaries.transcoder_features import TranscoderFeatures, read_features
 from tfm.analysis.graph import view as graph_view
 from tfm.analysis.graph.build import Graph, GraphSettings, Target, attribution_graph
 from tfm.analysis.graph.edit import FeatureEdit, Intervention, intervene
 from tfm.analysis.graph.files import GraphFile, graph_file
 from tfm.analysis.graph.prune import Pruned, prune_graph
-from tfm.analysis.dictionaries.transcoder import TranscoderSet, load_transcoders
-from services import memory
 from ui.progress import fraction_bar
 from ui.run import PromptRun
 from ui.text import message
+
+__all__ = ["GraphRun", "GraphSettings", "open_run"]  # GraphSettings: the page's, from tfm.analysis.graph
 
 
 def _load(lm, folder: str, _stamp: tuple) -> TranscoderSet:
@@ -42,6 +45,13 @@ class GraphRun:
     def transcoders(self) -> TranscoderSet:
         """The set, checked against the model (ValueError: a missing file, another model's width)."""
         return self._derived("graph.transcoders", _load, status="Reading the transcoders…")
+
+    def features(self) -> TranscoderFeatures | None:
+        """The set's shipped labels and top contexts (`transcoder_features.read_features`), None
+        without them; ValueError when a file is broken."""
+        ts = self.transcoders()
+        return self._derived("graph.features", lambda lm, folder, _stamp: read_features(folder, ts, lm),
+                             status="Reading the features' labels…")
 
     def graph(self) -> Graph:
         """The whole graph (before pruning), with a progress bar; stopped once no page waits."""

@@ -8,6 +8,7 @@ Each TAMPERED_* maps a name to (tamper, match): graph and calibration tampers ch
 JSON (a dict) in place; folder tampers get (the copied folder, a scratch folder beside it)."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -19,6 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tfm.analysis.dictionaries import transcoder as T
+from tfm.analysis.dictionaries import transcoder_features as TF
 
 SAE_DEFAULT = Path(__file__).resolve().parents[2] / "assets" / "sae" / "default"
 TRANSCODERS_DEFAULT = Path(__file__).resolve().parents[2] / "assets" / "transcoders" / "default"
@@ -82,7 +84,36 @@ def _link_out(folder: Path, scratch: Path) -> None:
     _replace(_layer(folder), lambda p: os.symlink(outside, p))
 
 
+def _labels_bomb(folder: Path, _scratch: Path) -> None:
+    """Layer 0's labels: 20 kB of gzip that unpacks to 17 MB."""
+    (folder / TF.labels_file(0)).write_bytes(gzip.compress(b" " * (TF.MAX_LABELS_JSON + 1)))
+
+
+def _tensors(name: str, change):
+    def tamper(folder: Path, _scratch: Path) -> None:
+        t = load_file(folder / name)
+        change(t)
+        save_file({k: v.contiguous() for k, v in t.items()}, folder / name)
+    return tamper
+
+
+def _labels_card(**change):
+    def tamper(folder: Path, _scratch: Path) -> None:
+        card = json.loads((folder / T.CARD_FILE).read_text())
+        card["labels"].update(change)
+        (folder / T.CARD_FILE).write_text(json.dumps(card))
+    return tamper
+
+
 TAMPERED_TRANSCODERS = {
+    "labels-gzip-bomb": (_labels_bomb, "unpacks past"),
+    "labels-out-of-folder": (lambda f, s: _replace(f / TF.labels_file(0), lambda p: os.symlink("/etc/hostname", p)),
+                             "link out of its folder"),
+    "labels-token-past-vocab": (_tensors(TF.CONTEXTS_FILE, lambda t: t["tokens"].__setitem__(0, 10**6)),
+                                "token ids must lie below"),
+    "labels-context-past-text": (_tensors(TF.features_file(1), lambda t: t["ctx_pos"].__setitem__((0, 0), 10**7)),
+                                 "ctx_pos must be"),
+    "labels-identity-a-number": (_labels_card(identity=3), "naming the set's identity"),
     "int8-scale-3e38": (_int8_scale, "beyond"),
     "no-feature-fires": (_no_feature_fires, "no feature of this transcoder set fires"),
     "link-out-of-folder": (_link_out, "link out of its folder"),
@@ -159,14 +190,20 @@ def tampered_folder(kind: str, name: str, scratch: Path) -> Path:
     return folder
 
 
+def read_set(folder: Path, lm) -> None:
+    """A transcoder folder as the Attribution graph page reads it: the set, its labels, a graph."""
+    from tfm.analysis.graph.build import attribution_graph
+    ts = T.load_transcoders(folder, lm)
+    TF.read_features(folder, ts, lm)
+    attribution_graph(lm, lm.tokenizer.prompt_ids("The cat sat"), ts)
+
+
 def check(kind: str, name: str, lm, graph_json: str, scratch: Path) -> str | None:
     """Apply one tamper and read the result as the app does: None when it is refused with one short
     ValueError holding its words, else what happened."""
-    from tfm.analysis.graph.build import attribution_graph
-    from tfm.analysis.graph.files import load_graph_json
     from tfm.analysis.dictionaries.features import load_features
+    from tfm.analysis.graph.files import load_graph_json
     from tfm.analysis.steering.files import load_calibration
-    from tfm.analysis.dictionaries.transcoder import load_transcoders
     if kind in ("graph", "calibration"):
         tamper, match = (TAMPERED_GRAPHS if kind == "graph" else TAMPERED_CALIBRATIONS)[name]
         data = json.loads(graph_json if kind == "graph" else STEER_DEFAULT.read_text())
@@ -177,8 +214,7 @@ def check(kind: str, name: str, lm, graph_json: str, scratch: Path) -> str | Non
     else:
         match = (TAMPERED_TRANSCODERS if kind == "transcoders" else TAMPERED_SAES)[name][1]
         folder = tampered_folder(kind, name, scratch)
-        read = ((lambda: attribution_graph(lm, lm.tokenizer.prompt_ids("The cat sat"), load_transcoders(folder, lm)))
-                if kind == "transcoders" else (lambda: load_features(folder, lm)))
+        read = ((lambda: read_set(folder, lm)) if kind == "transcoders" else (lambda: load_features(folder, lm)))
     try:
         read()
     except ValueError as e:

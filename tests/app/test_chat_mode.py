@@ -96,8 +96,12 @@ def test_chat_mode_renders_marks_and_stops_at_end_of_turn(chat_folder):
     steps = list(tfm.generate(lm, want.ids, 6, 0.8, 0, 1.0, seed=0, stop_ids=want.stop_ids))
     assert [r.token_id for r in last["samples"][0]] == [s.token_id for s in steps] == [end]
     assert any("stop: end of turn" in c.value for c in at.caption)
+    _plain_text_goes_past_the_end_of_turn(at, lm, end)
 
-    at.radio(key="gen.mode").set_value("Plain text")  # the sidebar's prompt, no end of turn
+
+def _plain_text_goes_past_the_end_of_turn(at, lm, end: int) -> None:
+    """Plain-text mode generates from the sidebar's prompt, with no end of turn: 6 of 6 tokens."""
+    at.radio(key="gen.mode").set_value("Plain text")
     at.text_area(key="sidebar.prompt").set_value("Hello there").run()
     at.button(key="gen.run").click().run()
     assert not at.exception, at.exception

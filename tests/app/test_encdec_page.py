@@ -10,6 +10,8 @@ from tfm.teach.encdec import EncoderDecoder
 
 from tests.app.conftest import allow_models, chart_by_title, decode, open_page
 
+pytestmark = pytest.mark.slow   # a model trained on the page: CI only (the quick tier's matrix opens the page)
+
 STEPS = 20
 
 

@@ -86,8 +86,8 @@ def test_norms_page_statistics_and_the_parallel_block():
     assert not at.exception, at.exception
 
 
-@pytest.mark.parametrize("page", ["tokens", "attention", "positions", "norms", "shapes", "logit_lens",
-                                  "next_token", "generate", "home"])
+@pytest.mark.parametrize("page", ["attention", *(pytest.param(p, marks=pytest.mark.slow) for p in (   # quick: one
+    "tokens", "positions", "norms", "shapes", "logit_lens", "next_token", "generate", "home"))])
 def test_every_model_page_renders_for_the_family_model(page):
     at = open_page(page, PROMPT)
     use_random(at, **FAMILY, norm="rmsnorm", activation="swiglu", qkv_bias=True, bias=False)

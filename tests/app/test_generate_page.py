@@ -102,19 +102,25 @@ def test_timeline_shows_each_steps_token_probability_attention_and_lens():
         for tid, st_ in status.items():
             assert (st_ == "kept") == bool(s.breakdown.kept[tid])
         assert bars["layout"]["annotations"][-1]["text"] == "chosen"
-        attn = chart_by_title(at, f"Step {i}: where the last position")
-        rows = torch.stack([s.trace[f"blocks.{l}.attn.pattern"][0, :, -1, :] for l in range(lm.config.n_layer)])
-        want = rows.reshape(-1, rows.shape[-1])[:, -fs_window(rows):].numpy()
-        # a batched row: within the products' summation order of the solo run (~1e-7)
-        np.testing.assert_allclose(decode(attn["data"][0]["z"]), want, rtol=0, atol=1e-6)
-        lens = chart_by_title(at, f"Step {i}: logit lens")
-        expected = logit_lens(lm.model, s.trace, k=5)
-        np.testing.assert_allclose(decode(lens["data"][0]["z"]), expected.top_probs[:, -1].numpy(), atol=1e-6)
-        hover = [[c.split(": p = ")[0] for c in row] for row in lens["data"][0]["customdata"]]
-        want = [[html.escape(p) for p in lm.tokenizer.display_pieces(r.tolist())] for r in expected.top_ids[:, -1]]
-        assert hover == want
-        bold = [["<b>" in c for c in row] for row in lens["data"][0]["text"]]
-        assert bold == (expected.top_ids[:, -1] == s.token_id).tolist()
+        _step_attention_and_lens_match(at, lm, i, s)
+
+
+def _step_attention_and_lens_match(at, lm, i: int, s) -> None:
+    """Step i's attention chart holds its trace's last-position rows; its lens chart the engine's
+    logit lens (probabilities, hover pieces, the drawn token bold)."""
+    attn = chart_by_title(at, f"Step {i}: where the last position")
+    rows = torch.stack([s.trace[f"blocks.{l}.attn.pattern"][0, :, -1, :] for l in range(lm.config.n_layer)])
+    want = rows.reshape(-1, rows.shape[-1])[:, -fs_window(rows):].numpy()
+    # a batched row: within the products' summation order of the solo run (~1e-7)
+    np.testing.assert_allclose(decode(attn["data"][0]["z"]), want, rtol=0, atol=1e-6)
+    lens = chart_by_title(at, f"Step {i}: logit lens")
+    expected = logit_lens(lm.model, s.trace, k=5)
+    np.testing.assert_allclose(decode(lens["data"][0]["z"]), expected.top_probs[:, -1].numpy(), atol=1e-6)
+    hover = [[c.split(": p = ")[0] for c in row] for row in lens["data"][0]["customdata"]]
+    want = [[html.escape(p) for p in lm.tokenizer.display_pieces(r.tolist())] for r in expected.top_ids[:, -1]]
+    assert hover == want
+    bold = [["<b>" in c for c in row] for row in lens["data"][0]["text"]]
+    assert bold == (expected.top_ids[:, -1] == s.token_id).tolist()
 
 
 def fs_window(rows: torch.Tensor) -> int:

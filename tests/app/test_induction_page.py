@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tfm.teach.lessons import LessonSettings, probe_tokens
 from ui import cache
@@ -9,6 +10,7 @@ from ui import cache
 from tests.app.conftest import chart_by_title, decode, open_page
 
 
+@pytest.mark.slow   # a whole training run (the page opens in the quick matrix): CI only
 def test_training_on_the_page_shows_scores_and_patterns_of_the_run():
     at = open_page("induction")
     assert at.info and not at.get("plotly_chart")                   # nothing runs before Train is pressed

@@ -20,6 +20,8 @@ from services import memory
 
 from tests.app.conftest import chart_by_title, charts, decode, open_page, use_random
 
+pytestmark = pytest.mark.slow   # long prompts at page size: CI only (lazy traces: tests/test_lazy_trace.py)
+
 CORPUS = "/work/shared/corpus/tinyshakespeare.txt"
 SMALL = dict(n_layer=3, n_head=4, n_kv_head=4, d_model=64, d_ff=256, context_length=256, vocab_size=4096)
 
@@ -137,6 +139,7 @@ def test_every_page_renders_and_the_cache_holds_less_than_the_eager_trace(small)
     assert 0 < held < memory.sizeof(tr)
 
 
+@pytest.mark.slow   # GPT-2 small's widths at 1024 tokens: CI only
 def test_gpt2_small_at_1024_tokens_attention_page():
     """The real GPT-2 small shape: the page renders and its window equals the engine's pattern.
     (Reference: the app's own trace's pattern, recomputed by the engine; an eager 1024-token

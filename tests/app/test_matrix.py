@@ -15,6 +15,9 @@ from tests.app.conftest import allow_models, charts
 from tests.app.matrix import EXPECTED, MODELS, PAGES, PROMPT, needs, open_cell, set_view, spec_of
 
 MODEL_PAGES = [page for page, p in PAGES.items() if not p.model_free]
+# The quick tier (-m "not slow") walks one model of each way in: the bundled one, a random encoder, a
+# Hugging Face folder, a GGUF file; CI walks every kind.
+QUICK_KINDS = ("bundled", "bert-random", "hf-llama", "gguf-llama-q4_k")
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +66,7 @@ def walk(at, page: str, kind: str) -> None:
         at.session_state["sidebar.prompt"] = at.session_state["keep.sidebar.prompt"] = PROMPT  # the next page's
 
 
-@pytest.mark.parametrize("kind", list(MODELS))
+@pytest.mark.parametrize("kind", [k if k in QUICK_KINDS else pytest.param(k, marks=pytest.mark.slow) for k in MODELS])
 def test_every_page_on_model_kind(kind, folders):
     spec = spec_of(kind, folders)
     if spec.startswith("path:"):

@@ -109,6 +109,7 @@ def test_rmsnorm_post_norm_model():
     assert not any("Bias" in str(f["layout"].get("title")) for f in charts(at))  # RMSNorm has no bias
 
 
+@pytest.mark.slow   # 4 x 16 model variants: CI only
 @pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", "none"])
 def test_every_variant_renders(pos):
     at = open_page("norms", PROMPT)
@@ -124,6 +125,7 @@ def test_every_variant_renders(pos):
         assert len(at.success) == 1 and chart_by_title(at, "Gradient norm per block")
 
 
+@pytest.mark.slow   # GPT-2 small's widths: the quick tier's other tests draw every chart on small models
 def test_gpt2_shaped_model_renders():
     """GPT-2 small's widths (768, 12 heads) with 2 layers and a smaller vocabulary."""
     at = open_page("norms", PROMPT)

@@ -113,6 +113,7 @@ def test_formula_explorer_follows_its_sliders():
     assert bits.shape == (50, 6) and bits[37].tolist() == [1, 0, 1, 0, 0, 1]  # 37 = 100101b
 
 
+@pytest.mark.slow   # 4 x 16 model variants: CI only
 @pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", "none"])
 def test_every_variant_renders(pos):
     at = open_page("positions", PROMPT)
@@ -127,6 +128,7 @@ def test_every_variant_renders(pos):
         assert len(at.table) == 1 and charts(at)
 
 
+@pytest.mark.slow   # GPT-2 small's widths: CI only
 def test_gpt2_shaped_model_renders():
     """GPT-2 small's widths (768, 12 heads, 1024 positions) with fewer layers and a smaller vocabulary."""
     at = open_page("positions", PROMPT)

@@ -108,6 +108,7 @@ def test_gpt2_preset_renders_with_its_124m_parameters():
     assert frame(at, "axes")["shape"].tolist()[-1] == "8 × 1024 × 50257"
 
 
+@pytest.mark.slow   # 4 x 16 model variants: CI only
 @pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", "none"])
 def test_every_variant_renders(pos):
     at = open_page("shapes", PROMPT)

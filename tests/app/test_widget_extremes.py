@@ -43,7 +43,12 @@ CELLS = [(page, kind) for page in PAGES for kind in ("bundled", "smollm2-gqa")
 CELLS += [(page, "minilm") for page in ("attention", "similarity", "tokens")]   # an encoder's own controls
 
 
-@pytest.mark.parametrize(("page", "kind"), CELLS, ids=[f"{p}-{k}" for p, k in CELLS])
+# The quick tier (-m "not slow") moves the Attention page's controls; CI every page's.
+QUICK_PAGES = ("attention",)
+
+
+@pytest.mark.parametrize(("page", "kind"), [c if c[0] in QUICK_PAGES else pytest.param(*c, marks=pytest.mark.slow)
+                                            for c in CELLS], ids=[f"{p}-{k}" for p, k in CELLS])
 def test_every_control_at_its_extremes(page, kind, experiments_once):
     at = open_cell(page, MODELS[kind], setup=PAGES[page].setup)
     assert not at.exception, [e.value for e in at.exception]

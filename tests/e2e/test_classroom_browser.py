@@ -82,6 +82,13 @@ def check_own_results(students, picks: dict[int, str], top: str, p: float) -> No
         assert not any(name in page.inner_text("body") for name in others)
 
 
+def phone_fits(phone) -> None:
+    """No sideways scroll on a phone, and answer options a thumb can hit."""
+    assert phone.evaluate("document.documentElement.scrollWidth") <= PHONE["width"] + 1
+    boxes = phone.get_by_test_id("stRadioOption").evaluate_all("els => els.map(e => e.getBoundingClientRect().height)")
+    assert boxes and min(boxes) >= 44, boxes
+
+
 def test_a_teacher_and_three_students_predict_then_reveal(browser, app_url):
     top, p = engine_top()
     contexts = [context(browser, viewport=v) for v in ({"width": 1400, "height": 1000}, PHONE,
@@ -96,9 +103,7 @@ def test_a_teacher_and_three_students_predict_then_reveal(browser, app_url):
         join(students, app_url, code)
         picks = answer_next_token(students, top)
         phone = students[0]
-        assert phone.evaluate("document.documentElement.scrollWidth") <= PHONE["width"] + 1   # no sideways scroll
-        boxes = phone.get_by_test_id("stRadioOption").evaluate_all("els => els.map(e => e.getBoundingClientRect().height)")
-        assert boxes and min(boxes) >= 44, boxes   # options a thumb can hit
+        phone_fits(phone)
         shot(phone, "classroom_phone_answered")
 
         expect(teacher.locator(".gtitle", has_text="3 of 3 answered")).to_be_visible(timeout=SLOW)
@@ -164,6 +169,15 @@ def answer_by_clicking(page, layer: int, head: int) -> None:
     expect(page.get_by_text(f"Your answer: L{layer} H{head}")).to_be_visible(timeout=SLOW)
 
 
+def join_unnamed(students, app_url: str, code: str) -> None:
+    """Students join without a nickname and wait for the first question."""
+    for page in students:
+        page.goto(f"{app_url}/classroom?room={code.replace('-', '')}")
+        wait_idle(page)
+        page.get_by_role("button", name="Join the class").click()
+        expect(page.get_by_text("Waiting for your teacher's first question")).to_be_visible(timeout=SLOW)
+
+
 def test_students_answer_which_head_by_clicking_the_grid_graded_by_the_head_scores(browser, app_url):
     scores = engine_head_scores("previous_token")
     best = divmod(int(scores.argmax()), scores.shape[1])
@@ -172,12 +186,7 @@ def test_students_answer_which_head_by_clicking_the_grid_graded_by_the_head_scor
     contexts = [context(browser, viewport=v) for v in ({"width": 1400, "height": 1000}, PHONE, PHONE)]
     teacher, *students = [c.new_page() for c in contexts]
     try:
-        code = open_room(teacher, app_url)
-        for page in students:
-            page.goto(f"{app_url}/classroom?room={code.replace('-', '')}")
-            wait_idle(page)
-            page.get_by_role("button", name="Join the class").click()
-            expect(page.get_by_text("Waiting for your teacher's first question")).to_be_visible(timeout=SLOW)
+        join_unnamed(students, app_url, open_room(teacher, app_url))
         ask_which_head(teacher, "previous token")
         for page, (layer, head) in zip(students, (best, other)):
             answer_by_clicking(page, layer, head)

@@ -53,17 +53,7 @@ def param_formulas(cfg: ModelConfig) -> dict[str, tuple[str, int]]:
     """Closed-form parameter count per component (keys as `tfm.analysis.param_counts`):
     name -> (formula text, value)."""
     d, f, v, L, b = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_layer, int(cfg.bias)
-    kv, qkv_b, qd = cfg.n_kv_head * cfg.d_head, int(cfg.bias or cfg.qkv_bias), cfg.d_attn
-    attn = d * (qd + 2 * kv) + qd * d + (qd + 2 * kv) * qkv_b + d * b     # qkv (d x (q + 2kv)) + proj (q x d)
-    attn += 2 * cfg.d_head if cfg.qk_norm else 0                          # QK-norm gains, one per head dim
-    if qd != d:  # heads of their own size (Gemma 3, Qwen3): q = n_head·d_head
-        attn_text = (f"2·d·q + 2·d·kv{' + q + 2·kv' if qkv_b else ''}{' + d' if b else ''}"
-                     f"{' + 2·d_head' if cfg.qk_norm else ''}, q = {cfg.n_head}·{cfg.d_head}, kv = {cfg.n_kv_head}·{cfg.d_head}")
-    elif kv == d:
-        attn_text = f"4·d²{' + 4·d' if b else (' + 3·d' if qkv_b else '')}"
-    else:  # grouped-query: k and v are kv = n_kv_head·d_head wide
-        attn_text = (f"2·d² + 2·d·kv{' + d + 2·kv' if qkv_b else ''}{' + d' if b else ''}, "
-                     f"kv = {cfg.n_kv_head}·{cfg.d_head}" + (" + 2·d_head" if cfg.qk_norm else ""))
+    attn_text, attn = _attention_formula(cfg)
     if cfg.activation in ("swiglu", "geglu"):
         mlp, mlp_text = 3 * d * f + (2 * f + d) * b, "3·d·d_ff" + (" + 2·d_ff + d" if b else "")
     else:
@@ -83,6 +73,23 @@ def param_formulas(cfg: ModelConfig) -> dict[str, tuple[str, int]]:
         "unembedding": ((f"d·d + d + {'2·d' if per_norm == 2 * d else 'd'} + V (masked-LM transform, bias); " + unembed)
                         if head else unembed, head + (0 if cfg.tied_embeddings else v * d)),
     }
+
+
+def _attention_formula(cfg: ModelConfig) -> tuple[str, int]:
+    """One block's attention parameters: (formula text, value)."""
+    d, b = cfg.d_model, int(cfg.bias)
+    kv, qkv_b, qd = cfg.n_kv_head * cfg.d_head, int(cfg.bias or cfg.qkv_bias), cfg.d_attn
+    attn = d * (qd + 2 * kv) + qd * d + (qd + 2 * kv) * qkv_b + d * b     # qkv (d x (q + 2kv)) + proj (q x d)
+    attn += 2 * cfg.d_head if cfg.qk_norm else 0                          # QK-norm gains, one per head dim
+    if qd != d:  # heads of their own size (Gemma 3, Qwen3): q = n_head·d_head
+        return (f"2·d·q + 2·d·kv{' + q + 2·kv' if qkv_b else ''}{' + d' if b else ''}"
+                f"{' + 2·d_head' if cfg.qk_norm else ''}, q = {cfg.n_head}·{cfg.d_head}, kv = {cfg.n_kv_head}·{cfg.d_head}",
+                attn)
+    if kv == d:
+        return f"4·d²{' + 4·d' if b else (' + 3·d' if qkv_b else '')}", attn
+    # grouped-query: k and v are kv = n_kv_head·d_head wide
+    return (f"2·d² + 2·d·kv{' + d + 2·kv' if qkv_b else ''}{' + d' if b else ''}, "
+            f"kv = {cfg.n_kv_head}·{cfg.d_head}" + (" + 2·d_head" if cfg.qk_norm else ""), attn)
 
 
 @dataclass(frozen=True)
@@ -136,3 +143,46 @@ def param_counts(model: GPT) -> dict[str, int]:
         else:
             counts["norms"] += p.numel()
     return counts
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}   # by the name a page shows
+
+
+@dataclass(frozen=True)
+class ParamRow:
+    """One component's parameters: by `param_formulas` and counted from the model's tensors."""
+    component: str
+    formula: str
+    by_formula: int
+    counted: int
+
+    @property
+    def match(self) -> bool:
+        return self.by_formula == self.counted
+
+
+def param_rows(model: GPT) -> tuple[ParamRow, ...]:
+    """Every component of `param_counts`, then the total, beside what `param_formulas` says."""
+    counts, formulas = param_counts(model), param_formulas(model.config)
+    rows = [ParamRow(k, formulas[k][0], formulas[k][1], v) for k, v in counts.items()]
+    return (*rows, ParamRow("total", "sum of the above", sum(f[1] for f in formulas.values()), model.num_params()))
+
+
+@dataclass(frozen=True)
+class KVWhatIf:
+    """The KV cache of this model's shape at another depth, KV-head count, context, precision and batch."""
+    size: KVCacheSize
+    window_bytes: int | None   # with sliding windows kept as windows (the model's own depth only), else None
+
+
+def kv_what_if(cfg: ModelConfig, context: int, layers: int, kv_heads: int, dtype: str, batch: int) -> KVWhatIf:
+    """`kv_cache_bytes` of `cfg` changed to `layers` and `kv_heads` (as many query heads per KV head as
+    `cfg`); other depths drop the local windows. ValueError for a combination that is no model."""
+    group = cfg.group_size  # query heads per KV head, as in this model
+    what_if = cfg.replace(n_layer=layers, n_head=kv_heads * group, n_kv_head=kv_heads,
+                          d_model=kv_heads * group * cfg.d_head, context_length=max(cfg.context_length, context),
+                          **({} if layers == cfg.n_layer else dict(local_layers=(), sliding_window=None,
+                                                                   rope_local_base=None)))  # other depths: no windows
+    size = kv_cache_bytes(what_if, context, DTYPES[dtype], batch)
+    windows = bool(cfg.local_layers) and layers == cfg.n_layer
+    return KVWhatIf(size, kv_window_bytes(what_if, context, DTYPES[dtype], batch) if windows else None)

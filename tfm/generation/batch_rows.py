@@ -13,7 +13,8 @@ from ..core import cancel
 from ..core.validate import check_int
 from ..loaders.loading import LM
 from .choice import Noise
-from .generate import PromptInfo, Step, _stop_reason, _TextStream, n_words
+from .decode import TextStream, stop_reason
+from .generate import PromptInfo, Step, n_words
 from .sampling import SamplingSettings
 
 
@@ -69,7 +70,7 @@ class Row:
         self.lm, self.info, self.settings, self.max_new, self.trace = lm, info, settings, max_new, trace
         self.stop_at_eot, self.owner, self.tokens = stop_at_eot, owner, list(info.ids)
         self.stop_ids, self.should_stop = stop_ids, should_stop
-        self.gen, self.text, self.words = torch.Generator().manual_seed(seed), _TextStream(), n_words(lm)
+        self.gen, self.text, self.words = torch.Generator().manual_seed(seed), TextStream(), n_words(lm)
         self.out: queue.SimpleQueue = queue.SimpleQueue()
         self.cancelled = threading.Event()
         self.elapsed, self.carry, self.done = 0.0, 0.0, False
@@ -93,7 +94,7 @@ class Row:
         bd, token, (prob, rank, prob0, rank0, kept) = choice
         self.tokens.append(token)
         index = len(self.tokens) - len(self.info.ids) - 1
-        reason = _stop_reason(token, index + 1, len(self.tokens), self.lm, self.max_new, self.stop_at_eot,
+        reason = stop_reason(token, index + 1, len(self.tokens), self.lm, self.max_new, self.stop_at_eot,
                               self.stop_ids)
         tok = self.lm.tokenizer
         piece = tok.piece_bytes(token)

@@ -150,13 +150,8 @@ class Batcher:
         `should_stop` is asked by the batch thread before each step (cheap, never blocking): yes
         drops this row alone, and its consumer reads `Cancelled`."""
         settings = SamplingSettings(temperature, top_k, top_p)
-        ctx = self.lm.config.context_length
-        max_new = check_int("max_new_tokens", min(DEFAULT_NEW_TOKENS, ctx) if max_new_tokens is None
-                            else max_new_tokens, 1, ctx, f" (the context length of this model is {ctx})")
-        seed = check_int("seed", seed, 0, 2**64 - 1)
-        stops = frozenset(check_int("stop token id", i, 0, self.lm.config.vocab_size - 1) for i in stop_ids)
-        row = Row(self.lm, prepare_prompt(self.lm, prompt), settings, max_new, seed, bool(trace),
-                   bool(stop_at_eot), str(owner), stops, should_stop)
+        row = self._checked_row(prompt, settings, max_new_tokens, seed, trace, stop_at_eot, owner, stop_ids,
+                                should_stop)
         with self._cond:
             if self._closed:
                 raise ValueError("this batcher was shut down (its model left the cache): ask for the model again")
@@ -167,6 +162,17 @@ class Batcher:
                 _RUNNING.add(self)
             self._cond.notify()
         return BatchedGeneration(self, row)
+
+    def _checked_row(self, prompt, settings: SamplingSettings, max_new_tokens: int | None, seed: int, trace: bool,
+                     stop_at_eot: bool, owner: str, stop_ids, should_stop: cancel.ShouldStop) -> Row:
+        """`submit`'s arguments checked (a ValueError names the bad one) and made into a queued row."""
+        ctx = self.lm.config.context_length
+        max_new = check_int("max_new_tokens", min(DEFAULT_NEW_TOKENS, ctx) if max_new_tokens is None
+                            else max_new_tokens, 1, ctx, f" (the context length of this model is {ctx})")
+        seed = check_int("seed", seed, 0, 2**64 - 1)
+        stops = frozenset(check_int("stop token id", i, 0, self.lm.config.vocab_size - 1) for i in stop_ids)
+        return Row(self.lm, prepare_prompt(self.lm, prompt), settings, max_new, seed, bool(trace),
+                   bool(stop_at_eot), str(owner), stops, should_stop)
 
     def queued(self, row: Row) -> int:
         """Requests ahead of `row` in the queue (0 when it has a row)."""

@@ -76,7 +76,7 @@ class Noise:
 
 @torch.no_grad()
 def choose_rows(logits: torch.Tensor, rows: list) -> list[tuple]:
-    """`generate._choose` for rows with the same settings at once: one breakdown of their (G, V)
+    """`decode.choose` for rows with the same settings at once: one breakdown of their (G, V)
     logits (per-row ops on a large vocabulary were most of a wide step), then each row's own
     draw with its own generator. Per row: (its Breakdown, token, [prob, rank, prob0, rank0, kept])."""
     bd = next_token(logits, rows[0].settings, rows[0].words)                     # fields (G, V) / (G,)

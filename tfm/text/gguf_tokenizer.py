@@ -140,9 +140,7 @@ def _bytelevel_file(metadata, tokens, types, source) -> TokenizerFile:
         raise ValueError(f"{source}: tokenizer.ggml.merges is missing or not a list of \"a b\" pairs "
                          "(a byte-level vocabulary needs its merges)")
     data = {"normalizer": None, "pre_tokenizer": PRE_TOKENIZERS[pre], "decoder": BYTE_LEVEL,
-            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
-                      "merges": merges}}
+            "model": _bpe(vocab, merges, fuse_unk=False, byte_fallback=False)}
     # control tokens written outside the byte alphabet are llama.cpp mislabels (as HF skips them)
     added = _added(tokens, types, keep=lambda t: set(t) <= alphabet)
     return _file(metadata, tokens, data, added, False, source)
@@ -156,16 +154,7 @@ def _sentencepiece_file(metadata, tokens, types, source) -> TokenizerFile:
         tokens = ["▁" * len(t) if " " in t and not t.strip() else t for t in tokens]
         order = True
     vocab = {t: i for i, t in enumerate(tokens)}
-    merges = metadata.get("tokenizer.ggml.merges")
-    if merges is None and order is not None:
-        merges = ordered_merges(tokens, vocab)
-    elif merges is None:
-        scores = metadata.get("tokenizer.ggml.scores")
-        if not isinstance(scores, list) or len(scores) != len(tokens):
-            raise ValueError(f"{source}: a llama tokenizer needs tokenizer.ggml.merges or one score per token")
-        merges = [list(m) for m in scores_to_merges(vocab, dict(zip(tokens, scores)))]
-    else:
-        merges = [m.split(" ") for m in merges if isinstance(m, str) and m.count(" ") == 1]
+    merges = _sentencepiece_merges(metadata, tokens, vocab, order, source)
     prefix = metadata.get("tokenizer.ggml.add_space_prefix", True)
     decoders = [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"},
                 {"type": "Fuse"}] + ([{"type": "Strip", "content": " ", "start": 1, "stop": 0}] if prefix else [])
@@ -173,11 +162,28 @@ def _sentencepiece_file(metadata, tokens, types, source) -> TokenizerFile:
             "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first" if prefix else "never",
                               "split": False},
             "decoder": {"type": "Sequence", "decoders": decoders},
-            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                      "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
-                      "vocab": vocab, "merges": merges}}
+            "model": _bpe(vocab, [list(m) for m in merges], fuse_unk=True, byte_fallback=True, ignore_merges=False)}
     added = _added(original, types, keep=lambda t: t in vocab)   # a respelled run of spaces is BPE's to merge
     return _file(metadata, tokens, data, added, True, source)
+
+
+def _sentencepiece_merges(metadata, tokens: list[str], vocab: dict[str, int], order: bool | None, source):
+    """The file's merges; else ranked from the tokens' order (Gemma) or from their scores (llama)."""
+    merges = metadata.get("tokenizer.ggml.merges")
+    if merges is None and order is not None:
+        return ordered_merges(tokens, vocab)
+    if merges is None:
+        scores = metadata.get("tokenizer.ggml.scores")
+        if not isinstance(scores, list) or len(scores) != len(tokens):
+            raise ValueError(f"{source}: a llama tokenizer needs tokenizer.ggml.merges or one score per token")
+        return scores_to_merges(vocab, dict(zip(tokens, scores)))
+    return [m.split(" ") for m in merges if isinstance(m, str) and m.count(" ") == 1]
+
+
+def _bpe(vocab: dict[str, int], merges: list, **flags) -> dict:
+    """tokenizer.json's BPE model: no dropout, unknown token, prefix or suffix; `flags` as the kind needs."""
+    return {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+            "end_of_word_suffix": None, **flags, "vocab": vocab, "merges": merges}
 
 
 def scores_to_merges(vocab: dict[str, int], scores: dict[str, float]) -> list[tuple[str, str]]:

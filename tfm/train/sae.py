@@ -145,11 +145,7 @@ def run_train(a: argparse.Namespace, command: str) -> dict:
     sae = init_sae(cfg, sample / scale, gen)
     stats = train_topk(sae, x, x, (scale, scale), a.epochs, a.batch, a.lr, gen)
     del x
-    fold_scale(sae, scale)
-    sae.eval().requires_grad_(False)
-    with torch.no_grad():           # measured as shipped: sae.safetensors is fp16
-        for p in sae.parameters():
-            p.copy_(p.half().float())
+    _as_shipped(sae, scale)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     fields, measured = _evaluate(lm, sae, a, skip)
     card = {"command": command, "model": a.name or a.model, "layer": a.layer, "point": "resid_pre",
@@ -159,6 +155,16 @@ def run_train(a: argparse.Namespace, command: str) -> dict:
             "threads": a.threads, "metrics": measured}
     save_sae(sae, a.out, card, card_markdown(card))
     return card
+
+
+def _as_shipped(sae, scale: float) -> None:
+    """The input scale folded into the weights, frozen, and rounded to fp16 as sae.safetensors
+    stores it: measured as shipped."""
+    fold_scale(sae, scale)
+    sae.eval().requires_grad_(False)
+    with torch.no_grad():
+        for p in sae.parameters():
+            p.copy_(p.half().float())
 
 
 def main(argv=None) -> int:

@@ -80,6 +80,23 @@ def _sparse_acts(lm, sae: SAE, ids: np.ndarray, ctx: int, skip: int = 0):
     return wins.flatten(), torch.cat(vals), torch.cat(idx)
 
 
+def top_positions(vals: torch.Tensor, idx: torch.Tensor, f: int, n: int = N_CONTEXTS):
+    """From (N, k) kept activations and their features: each feature's `n` strongest positions
+    (F, n) (-1 none), how often each fired (F,), and the firing (feature, value) pairs."""
+    flat_f, flat_v = idx.flatten(), vals.flatten()
+    pos = torch.arange(vals.shape[0]).repeat_interleave(vals.shape[1])
+    live = flat_v > 0
+    flat_f, flat_v, pos = flat_f[live], flat_v[live], pos[live]
+    top = torch.full((f, n), -1, dtype=torch.long)
+    order = torch.argsort(flat_f * 1e6 - flat_v.double().clamp_max(1e5), stable=True)  # by feature, then value desc
+    counts = torch.bincount(flat_f, minlength=f)
+    starts = torch.cumsum(counts, 0) - counts
+    for feat in torch.nonzero(counts).flatten().tolist():
+        s, c = int(starts[feat]), min(int(counts[feat]), n)
+        top[feat, :c] = pos[order[s:s + c]]
+    return top, counts, flat_f, flat_v
+
+
 def feature_data(lm, sae: SAE, ids: np.ndarray, ctx: int, folder: Path, skip: int = 0,
                  row_domain: torch.Tensor | None = None) -> None:
     """features.safetensors: top contexts (ids and the feature's activation along each),
@@ -87,17 +104,7 @@ def feature_data(lm, sae: SAE, ids: np.ndarray, ctx: int, folder: Path, skip: in
     (each window's domain index, windows of `ctx` never crossing domains) also ctx_domain (F, n)."""
     toks, vals, idx = _sparse_acts(lm, sae, ids, ctx, skip)
     n, f = toks.shape[0], sae.cfg.n_features
-    flat_f, flat_v = idx.flatten(), vals.flatten()
-    pos = torch.arange(n).repeat_interleave(sae.cfg.k)
-    live = flat_v > 0
-    flat_f, flat_v, pos = flat_f[live], flat_v[live], pos[live]
-    dense_top = torch.full((f, N_CONTEXTS), -1, dtype=torch.long)
-    order = torch.argsort(flat_f * 1e6 - flat_v.double().clamp_max(1e5), stable=True)  # by feature, then value desc
-    counts = torch.bincount(flat_f, minlength=f)
-    starts = torch.cumsum(counts, 0) - counts
-    for feat in torch.nonzero(counts).flatten().tolist():
-        s, c = int(starts[feat]), min(int(counts[feat]), N_CONTEXTS)
-        dense_top[feat, :c] = pos[order[s:s + c]]
+    dense_top, counts, flat_f, flat_v = top_positions(vals, idx, f)
     width = BEFORE + 1 + AFTER
     offs = torch.arange(-BEFORE, AFTER + 1)
     at = dense_top[..., None] + offs                                   # (F, n, W) token positions

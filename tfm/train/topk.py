@@ -46,6 +46,29 @@ def aux_loss(module, y: torch.Tensor, y_hat: torch.Tensor, pre: torch.Tensor, de
     return ((rec - err) ** 2).sum(-1).mean() / (err - err.mean(0)).pow(2).sum(-1).mean().clamp_min(1e-8)
 
 
+def _batch_loss(module, xb: torch.Tensor, yb: torch.Tensor, last_fired: torch.Tensor):
+    """One batch: the fraction of variance unexplained, the loss (with the dead features' auxiliary
+    term) and each feature's rows since it last fired, updated."""
+    pre = module.pre(xb)
+    vals, idx = pre.topk(module.cfg.k, dim=-1)
+    y_hat = decode_topk(module, vals, idx)
+    mse = ((y_hat - yb) ** 2).sum(-1).mean() / (yb - yb.mean(0)).pow(2).sum(-1).mean()
+    fired = torch.zeros_like(last_fired, dtype=torch.bool).scatter_(0, idx[vals > 0], True)
+    last_fired = torch.where(fired, 0, last_fired + len(xb))
+    return mse, mse + aux_loss(module, yb, y_hat, pre, last_fired > DEAD_AFTER) / 32, last_fired
+
+
+def _update(opt: torch.optim.Optimizer, module, loss: torch.Tensor, lr: float) -> None:
+    """One Adam step at `lr`, then every decoder row back to unit length."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    for g in opt.param_groups:
+        g["lr"] = lr
+    opt.step()
+    with torch.no_grad():
+        module.W_dec /= module.W_dec.norm(dim=-1, keepdim=True)
+
+
 def train_topk(module, x: torch.Tensor, y: torch.Tensor, scales: tuple[float, float], epochs: float,
                batch: int, lr: float, gen: torch.Generator, log=print) -> dict:
     """Adam on shuffled rows of (x / scales[0] -> y / scales[1]); returns the stats, among them the
@@ -61,20 +84,8 @@ def train_topk(module, x: torch.Tensor, y: torch.Tensor, scales: tuple[float, fl
         rows = order[j:j + batch]
         xb = x[rows].float() / scales[0]
         yb = xb if y is x and scales[0] == scales[1] else y[rows].float() / scales[1]
-        pre = module.pre(xb)
-        vals, idx = pre.topk(module.cfg.k, dim=-1)
-        y_hat = decode_topk(module, vals, idx)
-        mse = ((y_hat - yb) ** 2).sum(-1).mean() / (yb - yb.mean(0)).pow(2).sum(-1).mean()
-        fired = torch.zeros_like(last_fired, dtype=torch.bool).scatter_(0, idx[vals > 0], True)
-        last_fired = torch.where(fired, 0, last_fired + len(rows))
-        loss = mse + aux_loss(module, yb, y_hat, pre, last_fired > DEAD_AFTER) / 32
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        for g in opt.param_groups:  # linear decay over the last fifth
-            g["lr"] = lr * min(1.0, (steps - step) / (0.2 * steps))
-        opt.step()
-        with torch.no_grad():
-            module.W_dec /= module.W_dec.norm(dim=-1, keepdim=True)
+        mse, loss, last_fired = _batch_loss(module, xb, yb, last_fired)
+        _update(opt, module, loss, lr * min(1.0, (steps - step) / (0.2 * steps)))  # decay over the last fifth
         if step % 200 == 0 or step == steps - 1:
             log(f"step {step}/{steps} fvu {float(mse.detach()):.4f} dead(train) "
                 f"{float((last_fired > DEAD_AFTER).float().mean()):.3f} {time.perf_counter() - t0:.0f}s")

@@ -7,8 +7,6 @@ as grey gaps, never as a 0-valued colour.
 from __future__ import annotations
 
 import html
-import io
-import json
 
 import numpy as np
 import pandas as pd
@@ -17,6 +15,7 @@ import torch
 
 from ..analysis.heads import HeadTable
 from ..core.trace_names import head_label
+from .export import export_npz  # noqa: F401 (the Attention page's download, reached from here)
 from .figure_dicts import figure
 
 MASKED_BG = "#c8c8c8"  # the plot background shows through NaN (masked) cells
@@ -123,8 +122,13 @@ def model_view(cells: np.ndarray, labels: list[str], title: str, log: bool = Fal
     shown = "%{customdata:.4g}" if log else "%{z:.4f}"
     trace = dict(type="heatmap", z=cz, x=xs, y=ys, colorscale=COLORSCALE, hoverongaps=False, **kw,
                  hovertemplate=f"%{{y}}<br>%{{x}}<br>weight: {shown}<extra></extra>")
-    mid = w // 2
-    return figure([trace], dict(
+    return figure([trace], _grid_layout(title, xs, ys, n_layer, n_head, w))
+
+
+def _grid_layout(title: str, xs: list[str], ys: list[str], n_layer: int, n_head: int, w: int) -> dict:
+    """Ticks at the middle of each cell ("head h", "layer l") and an outline around each cell."""
+    step, mid = w + 1, w // 2
+    return dict(
         title=dict(text=title), plot_bgcolor=MASKED_BG, height=int(np.clip(120 * n_layer + 160, 400, 1400)),
         margin=dict(l=10, r=10, t=80, b=10),
         xaxis=dict(side="top", tickmode="array", showgrid=False,
@@ -132,7 +136,7 @@ def model_view(cells: np.ndarray, labels: list[str], title: str, log: bool = Fal
         yaxis=dict(autorange="reversed", tickmode="array", showgrid=False,
                    tickvals=[ys[l * step + mid] for l in range(n_layer)], ticktext=[f"layer {l}" for l in range(n_layer)]),
         shapes=[dict(type="rect", x0=h * step - 0.5, x1=h * step + w - 0.5, y0=l * step - 0.5, y1=l * step + w - 0.5,
-                     line=dict(color="#555", width=1)) for l in range(n_layer) for h in range(n_head)]))
+                     line=dict(color="#555", width=1)) for l in range(n_layer) for h in range(n_head)])
 
 
 def head_view(cells: np.ndarray, heads: list[int], labels: list[str], title: str, token: int | None = None) -> go.Figure:
@@ -200,19 +204,6 @@ def head_table(heads: HeadTable) -> pd.DataFrame:
     for name, score in heads.scores.items():
         table[name] = score.flatten().numpy()
     return pd.DataFrame(table)
-
-
-def export_npz(shown: np.ndarray, positions: np.ndarray, window_patterns: np.ndarray, window_positions: np.ndarray,
-               ids, pieces: list[str], settings: dict) -> bytes:
-    """The numbers behind the view: `shown` (the matrix on screen, NaN = masked) over absolute
-    `positions`, every head's raw pattern (L, H, w, w) over `window_positions` (all heads at all
-    positions would be 600 MB for GPT-2 at 1024 tokens), token ids, pieces and the settings."""
-    buf = io.BytesIO()
-    np.savez(buf, shown=shown, positions=positions, window_patterns=window_patterns.astype(np.float32),
-             window_positions=window_positions,
-             ids=np.asarray(ids, dtype=np.int64), pieces=np.asarray(pieces, dtype=str),
-             settings_json=np.asarray(json.dumps(settings, ensure_ascii=False)))
-    return buf.getvalue()
 
 
 def window_scale(shown: np.ndarray) -> tuple[float, float]:

@@ -35,14 +35,17 @@ def neuron_figure(v: NeuronView, shown: int, title: str) -> go.Figure:
     prod = v.products.numpy()[dims]
     data = [dict(type="bar", x=x, y=prod, name="q × k", marker=dict(color=np.where(prod >= 0, "#2166ac", "#b2182b")),
                  hovertemplate="dimension %{x}<br>q·k term: %{y:.4f}<extra></extra>"),
-            dict(type="scatter", x=x, y=v.q.numpy()[dims], mode="markers", name="q", marker=dict(symbol="circle", size=8,
-                 color="#ff7f0e"), hovertemplate="dimension %{x}<br>q: %{y:.4f}<extra></extra>"),
-            dict(type="scatter", x=x, y=v.k.numpy()[dims], mode="markers", name="k", marker=dict(symbol="diamond", size=8,
-                 color="#2ca02c"), hovertemplate="dimension %{x}<br>k: %{y:.4f}<extra></extra>")]
+            _dots(x, v.q.numpy()[dims], "q", "circle", "#ff7f0e"), _dots(x, v.k.numpy()[dims], "k", "diamond", "#2ca02c")]
     return figure(data, dict(title=dict(text=title), height=420, margin=dict(l=10, r=10, t=70, b=10), bargap=0.15,
                              xaxis=dict(title=dict(text="dimension of the head (largest |q × k| terms, sorted)"),
                                         tickangle=-60), yaxis=dict(title=dict(text="value"), zeroline=True),
                              legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right")))
+
+
+def _dots(x: list[str], y: np.ndarray, name: str, symbol: str, colour: str) -> dict:
+    """q or k at each shown dimension, as markers over the product bars."""
+    return dict(type="scatter", x=x, y=y, mode="markers", name=name, marker=dict(symbol=symbol, size=8, color=colour),
+                hovertemplate=f"dimension %{{x}}<br>{name}: %{{y:.4f}}<extra></extra>")
 
 
 def softmax_row_figure(v: NeuronView, labels: list[str], title: str) -> go.Figure:
@@ -84,13 +87,19 @@ def contribution_figure(c: np.ndarray, rows: list[str], cols: list[str], title: 
 def look_at_figure(look: LookAt, kinds: tuple[str, ...], title: str) -> go.Figure:
     """One (layer x head) heatmap per kind of attention, side by side, as Clark et al.'s Figure 2."""
     n_layer, n_head = look.scores[kinds[0]].shape
-    data, width = [], 1.0 / len(kinds)
+    data = []
     for i, kind in enumerate(kinds):
         axis = "" if i == 0 else str(i + 1)
         data.append(dict(type="heatmap", z=look.scores[kind].numpy(), x=list(range(n_head)), y=list(range(n_layer)),
                          zmin=0, zmax=1, colorscale=COLORSCALE, showscale=i == len(kinds) - 1, xaxis=f"x{axis}",
                          yaxis=f"y{axis}", name=kind,
                          hovertemplate=f"{kind}<br>layer %{{y}}, head %{{x}}<br>average share: %{{z:.3f}}<extra></extra>"))
+    return figure(data, _panels_layout(kinds, n_layer, title))
+
+
+def _panels_layout(kinds: tuple[str, ...], n_layer: int, title: str) -> dict:
+    """One panel per kind, side by side, each titled; only the first names its layers."""
+    width = 1.0 / len(kinds)
     layout = dict(title=dict(text=title), height=int(np.clip(34 * n_layer + 160, 300, 900)), margin=dict(l=10, r=10, t=90, b=10),
                   annotations=[dict(text=f"<b>{k}</b>", x=(i + 0.5) * width, y=1.0, xref="paper", yref="paper",
                                     showarrow=False, yanchor="bottom") for i, k in enumerate(kinds)])
@@ -99,7 +108,7 @@ def look_at_figure(look: LookAt, kinds: tuple[str, ...], title: str) -> go.Figur
         layout[f"xaxis{axis}"] = dict(domain=[i * width + 0.01, (i + 1) * width - 0.01], title=dict(text="head"))
         layout[f"yaxis{axis}"] = dict(autorange="reversed", title=dict(text="layer" if i == 0 else ""),
                                       anchor=f"x{axis}", showticklabels=i == 0)
-    return figure(data, layout)
+    return layout
 
 
 KIND_HELP = HELP

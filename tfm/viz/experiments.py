@@ -55,14 +55,7 @@ def depth_figure(res: dict) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=(
         "residual stream: mean L2 norm per token", "gradient norm of each block's parameters"))
     for variant in ("pre", "post"):
-        r = res[variant]
-        name = f"{variant}-norm"
-        fig.add_trace(go.Scatter(x=np.arange(len(r.resid_norm)), y=_np(r.resid_norm), name=name,
-                                 mode="lines+markers", line=dict(color=COLORS[variant]), legendgroup=variant,
-                                 hovertemplate="after block %{x}<br>norm %{y:.4f}<extra>" + name + "</extra>"), row=1, col=1)
-        fig.add_trace(go.Scatter(x=np.arange(len(r.grad_norm)), y=_np(r.grad_norm), name=name, showlegend=False,
-                                 mode="lines+markers", line=dict(color=COLORS[variant]), legendgroup=variant,
-                                 hovertemplate="block %{x}<br>grad norm %{y:.4f}<extra>" + name + "</extra>"), row=1, col=2)
+        _depth_lines(fig, variant, res[variant])
     fig.update_xaxes(title_text="depth (0 = embeddings)", row=1, col=1)
     fig.update_xaxes(title_text="block", row=1, col=2)
     for col in (1, 2):  # log: post-norm sits far above pre-norm
@@ -70,6 +63,17 @@ def depth_figure(res: dict) -> go.Figure:
     fig.update_layout(title=f"Pre-norm vs post-norm in a fresh random {len(res['pre'].grad_norm)}-layer GPT",
                       height=420, font=FONT, margin=dict(t=90))
     return fig
+
+
+def _depth_lines(fig: go.Figure, variant: str, r) -> None:
+    """One variant's two lines: the stream's norm by depth (left), each block's gradient norm (right)."""
+    name = f"{variant}-norm"
+    fig.add_trace(go.Scatter(x=np.arange(len(r.resid_norm)), y=_np(r.resid_norm), name=name,
+                             mode="lines+markers", line=dict(color=COLORS[variant]), legendgroup=variant,
+                             hovertemplate="after block %{x}<br>norm %{y:.4f}<extra>" + name + "</extra>"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=np.arange(len(r.grad_norm)), y=_np(r.grad_norm), name=name, showlegend=False,
+                             mode="lines+markers", line=dict(color=COLORS[variant]), legendgroup=variant,
+                             hovertemplate="block %{x}<br>grad norm %{y:.4f}<extra>" + name + "</extra>"), row=1, col=2)
 
 
 def norm_axes_figure(res: dict) -> go.Figure:
@@ -106,16 +110,20 @@ def timing_figure(res: dict) -> go.Figure:
     return fig
 
 
+def _cells(values, fmt: str) -> tuple[np.ndarray, np.ndarray]:
+    """A panel's values with -inf as NaN (JSON has no -inf: masked cells are drawn empty), and their text."""
+    z = _np(values)
+    z = np.where(np.isinf(z), np.nan, z)
+    return z, np.where(np.isnan(z), "−∞", np.char.mod(fmt, np.nan_to_num(z)))
+
+
 def mask_figure(res: dict, labels: list[str]) -> go.Figure:
     """Mask, raw scores, masked scores (blank = -inf) and pattern of one head."""
     panels = [("mask", "mask (1 = may attend)"), ("scores", "scores q·k/√d"),
               ("masked_scores", "after masking (blank = −∞)"), ("pattern", "pattern = softmax")]
     fig = make_subplots(rows=1, cols=4, subplot_titles=[p[1] for p in panels], horizontal_spacing=0.04)
     for col, (key, label) in enumerate(panels, start=1):
-        z = _np(res[key])
-        z = np.where(np.isinf(z), np.nan, z)  # JSON has no -inf: masked cells are drawn empty
-        fmt = "%d" if key == "mask" else "%.2f"
-        text = np.where(np.isnan(z), "−∞", np.char.mod(fmt, np.nan_to_num(z)))
+        z, text = _cells(res[key], "%d" if key == "mask" else "%.2f")
         fig.add_trace(go.Heatmap(z=z, x=labels, y=labels, text=text, texttemplate="%{text}", showscale=False,
                                  colorscale="Blues" if key in ("mask", "pattern") else "RdBu",
                                  zmid=None if key in ("mask", "pattern") else 0,

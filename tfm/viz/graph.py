@@ -85,9 +85,15 @@ def graph_figure(gf: GraphFile, max_edges: int = DRAWN_EDGES, target_label: str 
                                  name=kind, marker=dict(size=size, color=colour, line=dict(width=0.5, color="#333")),
                                  text=[_hover(n, gf.labels) for n in nodes], hovertemplate="%{text}<extra></extra>",
                                  customdata=[n.id for n in nodes]))
+    fig.update_layout(**_graph_layout(gf, target_label))
+    return fig
+
+
+def _graph_layout(gf: GraphFile, target_label: str) -> dict:
+    """The title with the graph's scores; positions across, layers (embedding to target) up."""
     n_layer = int(gf.model["n_layer"])
     scores = gf.scores
-    fig.update_layout(
+    return dict(
         title=f"Attribution graph{' of “' + plotly_text(target_label) + '”' if target_label else ''} · "
               f"replacement {scores.get('replacement', 0):.2f} · completeness {scores.get('completeness', 0):.2f}",
         xaxis=dict(tickmode="array", tickvals=list(range(len(gf.labels))),
@@ -95,4 +101,3 @@ def graph_figure(gf: GraphFile, max_edges: int = DRAWN_EDGES, target_label: str 
         yaxis=dict(tickmode="array", tickvals=list(range(n_layer + 2)),
                    ticktext=["emb"] + [f"L{i}" for i in range(n_layer)] + ["target"], title="layer"),
         height=max(480, min(1400, 64 * (n_layer + 2))), legend=dict(orientation="h", y=-0.15), hovermode="closest")
-    return fig

@@ -80,14 +80,20 @@ def patterns_figure(effect: QuantEffect, labels: list[str], qtype: str) -> go.Fi
     ticks = [plotly_text(s) for s in labels]
     fig = make_subplots(1, 3, horizontal_spacing=0.09, shared_yaxes=True, subplot_titles=(
         "original", f"re-quantized to {qtype}", f"difference (largest {lim:.3g})"))
-    hover = "query %{y}<br>key %{x}<br>%{z:.4f}<extra></extra>"
     for col, (z, scale, zmin, zmax, bar_x) in enumerate(
             [(a, COLORSCALE, 0, 1, None), (b, COLORSCALE, 0, 1, 0.645), (diff, "RdBu_r", -max(lim, 1e-9), max(lim, 1e-9), 1.0)]):
-        # one bar for both patterns, in the gap before the difference (its y axis is shared, unlabelled)
-        bar = dict(x=bar_x, len=0.9, thickness=12, title="weight" if col == 1 else "after − before")
-        fig.add_trace(go.Heatmap(z=z, x=ticks, y=ticks, colorscale=scale, zmin=zmin, zmax=zmax, hovertemplate=hover,
-                                 showscale=bar_x is not None, colorbar=bar if bar_x else None), 1, col + 1)
+        fig.add_trace(_pattern_panel(z, ticks, scale, zmin, zmax, bar_x, col), 1, col + 1)
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(title=f"Layer {effect.layer}, head {effect.head}: attention before and after re-quantizing",
                       height=460, plot_bgcolor=MASKED_BG, margin=dict(t=90))
     return fig
+
+
+def _pattern_panel(z: np.ndarray, ticks: list[str], scale, zmin: float, zmax: float, bar_x: float | None,
+                   col: int) -> go.Heatmap:
+    """One panel's heatmap; one colour bar for both patterns, in the gap before the difference (its
+    y axis is shared, unlabelled), and one for the difference."""
+    bar = dict(x=bar_x, len=0.9, thickness=12, title="weight" if col == 1 else "after − before")
+    return go.Heatmap(z=z, x=ticks, y=ticks, colorscale=scale, zmin=zmin, zmax=zmax,
+                      hovertemplate="query %{y}<br>key %{x}<br>%{z:.4f}<extra></extra>",
+                      showscale=bar_x is not None, colorbar=bar if bar_x else None)

@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..core.escape import escape_markdown
-from ..teach.tour import Shown
+from ..teach.tour_shown import Shown
 from .figure_dicts import figure
 
 

@@ -43,13 +43,17 @@ def contrib_bars(names: list[str], values: np.ndarray, title: str, effects: np.n
                    marker=dict(color=[POS_COLOUR if v >= 0 else NEG_COLOUR for v in vals]),
                    hovertemplate="%{y}: %{x:.4f} logits (direct attribution)<extra></extra>")]
     if effects is not None:
-        eff = effects[order]
-        traces.append(dict(type="bar", x=-eff, y=labels, orientation="h", name="− change when zero-ablated",
-                           marker=dict(color=ABL_COLOUR), customdata=eff,
-                           hovertemplate="%{y}: ablating it changes the logit by %{customdata:.4f}<extra></extra>"))
+        traces.append(_ablation_bars(effects[order], labels))
     return figure(traces, dict(_title(title), xaxis=_title("logits toward the token"), yaxis=_title("component"),
                                barmode="group", height=max(320, 26 * len(labels) + 140),
                                legend=dict(orientation="h")))
+
+
+def _ablation_bars(eff: np.ndarray, labels: list[str]) -> dict:
+    """Each component's measured change of the logit when zero-ablated, negated beside its bar."""
+    return dict(type="bar", x=-eff, y=labels, orientation="h", name="− change when zero-ablated",
+                marker=dict(color=ABL_COLOUR), customdata=eff,
+                hovertemplate="%{y}: ablating it changes the logit by %{customdata:.4f}<extra></extra>")
 
 
 def _heatmap(z: np.ndarray, x: list[str], y: list[str], title: str, x_title: str, y_title: str,
@@ -131,11 +135,7 @@ def flow_graph(flow: np.ndarray, labels: list[str], threshold: float, title: str
     top = float(flow.max()) if flow.size else 0.0
     fig = go.Figure()
     for lo, hi, alpha in ((0.0, 0.25, 0.25), (0.25, 0.5, 0.45), (0.5, 0.75, 0.7), (0.75, 1.01, 0.95)):
-        xs, ys = [], []
-        for l, t, s in zip(*np.nonzero((flow >= max(threshold, lo) * top) & (flow < hi * top) & (top > 0))):
-            if s != t:
-                xs += [l, l + 1, None]
-                ys += [s, t, None]
+        xs, ys = _edges(flow, max(threshold, lo) * top, hi * top, top > 0)
         fig.add_scatter(x=xs, y=ys, mode="lines", line=dict(width=1 + 5 * lo, color=f"rgba(33,102,172,{alpha})"),
                         name=f"{lo:.0%}–{min(hi, 1):.0%} of max", hoverinfo="skip")
     nx, ny = np.meshgrid(np.arange(n_layer + 1), np.arange(w))
@@ -146,6 +146,17 @@ def flow_graph(flow: np.ndarray, labels: list[str], threshold: float, title: str
                       yaxis=dict(title="position", tickvals=list(range(w)), ticktext=[plotly_text(s) for s in labels],
                                  autorange="reversed"), height=max(360, 22 * w + 160), legend_orientation="h")
     return fig
+
+
+def _edges(flow: np.ndarray, lo: float, hi: float, any_flow: bool) -> tuple[list, list]:
+    """Line coordinates (None between segments) of the edges with lo <= weight < hi, skipping a
+    position's flow to itself."""
+    xs, ys = [], []
+    for l, t, s in zip(*np.nonzero((flow >= lo) & (flow < hi) & any_flow)):
+        if s != t:
+            xs += [l, l + 1, None]
+            ys += [s, t, None]
+    return xs, ys
 
 
 def export_json(numbers: dict) -> bytes:

@@ -246,14 +246,18 @@ def read_labels(folder: Path | str, n_features: int, n_vocab: int) -> FeatureLab
         return None
     folder_file(folder, LABELS_FILE, "the labels")    # a link out of the folder, a device: refused
     with reading(LABELS_FILE):
-        data = read_json(path, MAX_LABELS_BYTES)
-        if not isinstance(data, dict) or not isinstance(data.get("features"), list) or len(data["features"]) != n_features:
-            raise ValueError(f"it must hold one entry per feature ({n_features})")
-        prompts = data.get("prompts")
-        if not isinstance(prompts, list) or not all(isinstance(p, str) and len(p) <= MAX_QUERY for p in prompts):
-            raise ValueError("prompts: a list of short strings")
-        rule = [data.get("says_margin"), data.get("says_gain")]
-        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in rule):
-            raise ValueError("says_margin and says_gain: numbers")
-        return FeatureLabels(tuple(_label(d, n_vocab) for d in data["features"]), float(rule[0]), float(rule[1]),
-                             tuple(prompts))
+        return labels_from_json(read_json(path, MAX_LABELS_BYTES), n_features, n_vocab)
+
+
+def labels_from_json(data, n_features: int, n_vocab: int) -> FeatureLabels:
+    """`labels_json`'s object read back, every entry checked (call it inside `reading(name)`)."""
+    if not isinstance(data, dict) or not isinstance(data.get("features"), list) or len(data["features"]) != n_features:
+        raise ValueError(f"it must hold one entry per feature ({n_features})")
+    prompts = data.get("prompts")
+    if not isinstance(prompts, list) or not all(isinstance(p, str) and len(p) <= MAX_QUERY for p in prompts):
+        raise ValueError("prompts: a list of short strings")
+    rule = [data.get("says_margin"), data.get("says_gain")]
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in rule):
+        raise ValueError("says_margin and says_gain: numbers")
+    return FeatureLabels(tuple(_label(d, n_vocab) for d in data["features"]), float(rule[0]), float(rule[1]),
+                         tuple(prompts))

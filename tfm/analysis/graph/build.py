@@ -207,7 +207,7 @@ def _check_prompt(model, ids, settings: GraphSettings) -> torch.Tensor:
 def _active(trace, transcoders, n_layer: int, max_active: int, skip_first: bool = False):
     """Every active feature (layer, pos, feature, act), sorted, at most `max_active` (the largest
     act x |W_dec row| kept; none at position 0 when `skip_first`), and each block's error: real
-    mlp_out - decode(kept features)."""
+    mlp_out - decode(kept features). None active is refused: the graph would have no feature nodes."""
     found, errors = [], []
     for i in range(n_layer):
         tc = transcoders.layers[i]
@@ -217,6 +217,9 @@ def _active(trace, transcoders, n_layer: int, max_active: int, skip_first: bool 
             pos, feat = pos[pos > 0], feat[pos > 0]
         found.append((torch.full_like(pos, i), pos, feat, acts[pos, feat]))
     layer, pos, feat, act = (torch.cat(parts) for parts in zip(*found))
+    if not act.numel():
+        raise ValueError("no feature of this transcoder set fires on this prompt, so the graph would have no "
+                         "feature nodes: check the set was trained for this model, or try another prompt")
     if act.numel() > max_active:
         norms = torch.stack([tc.W_dec.norm(dim=1) for tc in transcoders.layers])   # (L, F)
         keep = (act * norms[layer, feat]).topk(max_active).indices
@@ -246,10 +249,7 @@ def attribution_graph(lm, ids, transcoders, target: Target = Target(), settings:
     `should_stop` is asked between batches (raises tfm.core.cancel.Cancelled). The model is only
     read: one traced forward, then the frozen replacement model's passes."""
     model = lm.model if hasattr(lm, "model") else lm
-    graph_frozen.check_model(model)
-    if (transcoders.cfg.d_model, transcoders.cfg.n_layer) != (model.config.d_model, model.config.n_layer):
-        raise ValueError(f"these transcoders are for a model {transcoders.cfg.d_model} wide with "
-                         f"{transcoders.cfg.n_layer} layers, not this one: pick the set trained for it")
+    _check_transcoders(model, transcoders)
     x = _check_prompt(model, ids, settings)
     trace = model(x[None].to(next(model.parameters()).device), trace=True).trace
     logits = trace.logits_at(-1).double().cpu()
@@ -257,24 +257,35 @@ def attribution_graph(lm, ids, transcoders, target: Target = Target(), settings:
     fz = graph_frozen.freeze(model, trace, transcoders, dtype)
     sink = settings.fold_sink and x.numel() > 1
     layer, pos, feat, act, errors = _active(trace, transcoders, model.config.n_layer, settings.max_active, sink)
-    if not act.numel():
-        raise ValueError("no feature of this transcoder set fires on this prompt, so the graph would have no "
-                         "feature nodes: check the set was trained for this model, or try another prompt")
     pos_embed = trace["pos_embed"].float().cpu() if "pos_embed" in trace else None
     src = graph_rows.sources(fz, layer, pos, feat, act, errors, trace["embed"][0].float().cpu(), pos_embed)
     u = _unembed_direction(model, target, dtype)
     t = x.numel()
     idx, rows = graph_rows.compute_rows(fz, src, u, t - 1, settings.rows(model.config, t), progress, should_stop)
-    keep, order = torch.sort(idx)
-    edges = _assemble(src, keep, rows, torch.cat([order, torch.tensor([idx.numel()])]), t)
-    bias = _biases(fz, src, keep, u, t)
+    keep, edges, bias = _edges_and_biases(fz, src, idx, rows, u, t)
     value = float(logits[target.token] - (logits[target.versus] if target.kind == "difference" else 0))
     prob = float(logits[:n_words(lm)].softmax(-1)[target.token])
     feats = torch.stack([layer[keep], pos[keep], feat[keep]], 1)
     slopes = real_slopes(model, x, transcoders, target.token, target.versus, feats)
-    return Graph(lm.source if hasattr(lm, "source") else "", transcoders.identity, tuple(int(i) for i in x), target,
-                 value, prob, model.config.n_layer, pos_embed is not None, feats, act[keep].clone(), edges, bias,
-                 int(act.numel()), slopes, sink)
+    source = lm.source if hasattr(lm, "source") else ""
+    about = (source, transcoders.identity, tuple(int(i) for i in x), target, value, prob)
+    kept, n_active = act[keep].clone(), int(act.numel())
+    return Graph(*about, model.config.n_layer, pos_embed is not None, feats, kept, edges, bias, n_active, slopes, sink)
+
+
+def _edges_and_biases(fz, src, idx: torch.Tensor, rows: torch.Tensor, u: torch.Tensor, t: int):
+    """The computed rows in node order: the kept row nodes, the edge matrix and each row's bias."""
+    keep, order = torch.sort(idx)
+    edges = _assemble(src, keep, rows, torch.cat([order, torch.tensor([idx.numel()])]), t)
+    return keep, edges, _biases(fz, src, keep, u, t)
+
+
+def _check_transcoders(model, transcoders) -> None:
+    """The model can be frozen, and the set is one trained for a model of its width and depth."""
+    graph_frozen.check_model(model)
+    if (transcoders.cfg.d_model, transcoders.cfg.n_layer) != (model.config.d_model, model.config.n_layer):
+        raise ValueError(f"these transcoders are for a model {transcoders.cfg.d_model} wide with "
+                         f"{transcoders.cfg.n_layer} layers, not this one: pick the set trained for it")
 
 
 def _assemble(src, keep: torch.Tensor, rows: torch.Tensor, row_order: torch.Tensor, t: int) -> torch.Tensor:

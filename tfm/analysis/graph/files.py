@@ -123,25 +123,35 @@ def graph_file(pruned: Pruned, labels, model_config: ModelConfig, transcoders,
     if len(kept) > MAX_NODES:
         raise ValueError(f"the view keeps {len(kept):,} nodes; a graph file holds at most {MAX_NODES:,}: "
                          "raise the thresholds less")
-    nodes = []
-    for j, i in enumerate(kept):
-        if j % 4096 == 0:
-            cancel.check(should_stop, "writing the graph file")
-        info = g.node(i)
-        nodes.append(GraphNode(i, info["kind"], info["layer"], info["pos"], float(pruned.influence[i]),
-                               info.get("feature"), info.get("activation"), info.get("token"), info.get("slope")))
-    edges = []
-    for j, (s, t, w) in enumerate(pruned.kept_edges()):
-        if j % 16384 == 0:
-            cancel.check(should_stop, "writing the graph file")
-        edges.append(GraphEdge(s, t, w))
-    edges = tuple(edges)
+    nodes, edges = _file_nodes(pruned, kept, should_stop), _file_edges(pruned, should_stop)
     scores = {"replacement": pruned.replacement, "completeness": pruned.completeness,
               "node_share": pruned.node_share, "edge_share": pruned.edge_share,
               "node_threshold": pruned.node_threshold, "edge_threshold": pruned.edge_threshold}
     return GraphFile(g.spec, model_config.to_dict(), {"identity": transcoders.identity,
                                                       "config": transcoders.cfg.to_dict()},
                      g.ids, tuple(str(s) for s in labels), g.target, g.logit, g.prob, scores, tuple(nodes), edges)
+
+
+def _file_nodes(pruned: Pruned, kept: list[int], should_stop: cancel.ShouldStop) -> list[GraphNode]:
+    """The kept nodes as the file writes them (`should_stop` asked every 4,096)."""
+    nodes = []
+    for j, i in enumerate(kept):
+        if j % 4096 == 0:
+            cancel.check(should_stop, "writing the graph file")
+        info = pruned.graph.node(i)
+        nodes.append(GraphNode(i, info["kind"], info["layer"], info["pos"], float(pruned.influence[i]),
+                               info.get("feature"), info.get("activation"), info.get("token"), info.get("slope")))
+    return nodes
+
+
+def _file_edges(pruned: Pruned, should_stop: cancel.ShouldStop) -> tuple[GraphEdge, ...]:
+    """The kept edges as the file writes them (`should_stop` asked every 16,384)."""
+    edges = []
+    for j, (s, t, w) in enumerate(pruned.kept_edges()):
+        if j % 16384 == 0:
+            cancel.check(should_stop, "writing the graph file")
+        edges.append(GraphEdge(s, t, w))
+    return tuple(edges)
 
 
 def _need(data: dict, key: str, kind, what: str = "the graph file"):
@@ -163,13 +173,35 @@ def load_graph_json(text: str | bytes, name: str = "the graph file") -> GraphFil
     labels = _need(data, "labels", list)
     if len(labels) != len(ids) or not all(isinstance(s, str) and len(s) <= 200 for s in labels):
         raise ValueError(f"{name}: one short text label per token id")
+    nodes, edges = _read_nodes_and_edges(data, name, len(ids), model.n_layer)
+    scores = _need(data, "scores", dict)
+    for key in ("replacement", "completeness", "node_share", "edge_share", "node_threshold", "edge_threshold"):
+        check_number(f"score {key}", scores.get(key))
+    tc = _read_transcoders(data, name)
+    spec = _need(data, "spec", str)
+    logit, prob = (check_number(k, data.get(k)) for k in ("logit", "prob"))
+    return GraphFile(spec[:500], model.to_dict(), tc, ids, tuple(labels), _target(data, model), logit, prob,
+                     {k: float(scores[k]) for k in scores if isinstance(scores[k], (int, float))
+                      and math.isfinite(scores[k])}, nodes, tuple(edges))
+
+
+def _read_transcoders(data: dict, name: str) -> dict:
+    tc = _need(data, "transcoders", dict)
+    if not isinstance(tc.get("identity"), str) or not isinstance(tc.get("config"), dict):
+        raise ValueError(f"{name}: transcoders needs an identity (text) and a config (object)")
+    return tc
+
+
+def _read_nodes_and_edges(data: dict, name: str, n_pos: int, n_layer: int) -> tuple[tuple, list]:
+    """The file's nodes (unique ids, positions within the prompt, layers within the model) and its
+    edges (each between two listed nodes), within the counts a graph file may have."""
     raw_nodes, raw_edges = _need(data, "nodes", list), _need(data, "edges", list)
     if len(raw_nodes) > MAX_NODES or len(raw_edges) > MAX_EDGES:
         raise ValueError(f"{name} has {len(raw_nodes):,} nodes and {len(raw_edges):,} edges; at most "
                          f"{MAX_NODES:,} and {MAX_EDGES:,}")
     nodes = tuple(from_json_object(GraphNode, n, "a graph node") for n in raw_nodes)
     known = {n.id for n in nodes}
-    if len(known) != len(nodes) or any(n.pos >= len(ids) or n.layer > model.n_layer for n in nodes):
+    if len(known) != len(nodes) or any(n.pos >= n_pos or n.layer > n_layer for n in nodes):
         raise ValueError(f"{name}: node ids must be unique, positions within the prompt, layers within the model")
     edges = []
     for e in raw_edges:
@@ -178,17 +210,7 @@ def load_graph_json(text: str | bytes, name: str = "the graph file") -> GraphFil
         edges.append(GraphEdge(*e))
         if e[0] not in known or e[1] not in known:
             raise ValueError(f"{name}: edge {e[:2]} joins a node the file does not list")
-    scores = _need(data, "scores", dict)
-    for key in ("replacement", "completeness", "node_share", "edge_share", "node_threshold", "edge_threshold"):
-        check_number(f"score {key}", scores.get(key))
-    tc = _need(data, "transcoders", dict)
-    if not isinstance(tc.get("identity"), str) or not isinstance(tc.get("config"), dict):
-        raise ValueError(f"{name}: transcoders needs an identity (text) and a config (object)")
-    spec = _need(data, "spec", str)
-    logit, prob = (check_number(k, data.get(k)) for k in ("logit", "prob"))
-    return GraphFile(spec[:500], model.to_dict(), tc, ids, tuple(labels), _target(data, model), logit, prob,
-                     {k: float(scores[k]) for k in scores if isinstance(scores[k], (int, float))
-                      and math.isfinite(scores[k])}, nodes, tuple(edges))
+    return nodes, edges
 
 
 def _target(data: dict, model: ModelConfig) -> Target:

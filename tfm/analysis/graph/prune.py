@@ -183,28 +183,42 @@ def prune_graph(g: Graph, node_threshold: float = 0.8, edge_threshold: float = 0
     check_number("edge_threshold", edge_threshold, 0.0, 1.0)
     check_int("max_edges", max_edges, 1, 10**7)
     say = progress or (lambda *_: None)
-    say(0.0, "influence of every node")
-    inf = node_influence(g, should_stop=should_stop)
-    nodes = kept_nodes(g, inf, node_threshold)
-    rows = g.row_nodes()
-    row_mask, col_mask = nodes[rows].double(), nodes.double()
-    say(0.35, "influence within the kept nodes")
-    sub_inf = node_influence(g, row_mask, col_mask, should_stop)
-    weight = sub_inf[rows]
-    weight[-1] += 1.0
+    inf, nodes, row_mask, col_mask, weight = _kept_nodes_and_weights(g, node_threshold, say, should_stop)
     say(0.7, "scoring the edges")
-    weight = weight / _row_sums(g, row_mask, col_mask)           # an edge's score: |weight| x this of its row
-    best, total, n_candidates, col_best = _best_edges(g, row_mask, col_mask, weight, max_edges, should_stop)
-    keep, capped = _over_threshold(best[0], total, edge_threshold, n_candidates)
-    index = _keep_one_out(g, nodes, best[1:, keep], col_best)
-    r, c = index
-    kept_scores = float((g.edges[r, c].double().abs() * row_mask[r] * col_mask[c] * weight[r]).sum())
+    index, kept_scores, total, n_candidates, capped = _kept_edges(g, nodes, row_mask, col_mask, weight,
+                                                                  edge_threshold, max_edges, should_stop)
     say(0.9, "scores of the whole graph")
     replacement, completeness = graph_scores(g, inf)
     say(1.0, "")
     return Pruned(g, node_threshold, edge_threshold, inf, nodes, index,
                   float(inf[nodes].sum() / inf.sum()) if inf.sum() > 0 else 1.0,
                   kept_scores / total if total > 0 else 1.0, replacement, completeness, n_candidates, capped)
+
+
+def _kept_nodes_and_weights(g: Graph, node_threshold: float, say, should_stop):
+    """Every node's influence, the nodes kept, the row and column masks they make, and each row's
+    influence within the kept nodes (the target's row plus one)."""
+    say(0.0, "influence of every node")
+    inf = node_influence(g, should_stop=should_stop)
+    nodes = kept_nodes(g, inf, node_threshold)
+    rows = g.row_nodes()
+    row_mask, col_mask = nodes[rows].double(), nodes.double()
+    say(0.35, "influence within the kept nodes")
+    weight = node_influence(g, row_mask, col_mask, should_stop)[rows]
+    weight[-1] += 1.0
+    return inf, nodes, row_mask, col_mask, weight
+
+
+def _kept_edges(g: Graph, nodes, row_mask, col_mask, weight, edge_threshold: float, max_edges: int, should_stop):
+    """The edges over `edge_threshold` of the score (at most `max_edges`; every kept node keeps one way
+    out): their (rows, cols) index, the score they hold and the whole, how many were candidates, capped."""
+    weight = weight / _row_sums(g, row_mask, col_mask)           # an edge's score: |weight| x this of its row
+    best, total, n_candidates, col_best = _best_edges(g, row_mask, col_mask, weight, max_edges, should_stop)
+    keep, capped = _over_threshold(best[0], total, edge_threshold, n_candidates)
+    index = _keep_one_out(g, nodes, best[1:, keep], col_best)
+    r, c = index
+    kept_scores = float((g.edges[r, c].double().abs() * row_mask[r] * col_mask[c] * weight[r]).sum())
+    return index, kept_scores, total, n_candidates, capped
 
 
 def _best_edges(g: Graph, row_mask, col_mask, weight, k: int, should_stop):

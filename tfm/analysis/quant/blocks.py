@@ -133,6 +133,21 @@ def block_view(f: GGUFFile, name: str, row: int, block: int) -> BlockView:
     if t.qtype.name not in DECODED:
         raise ValueError(f"{name} is stored as {t.qtype.name}; the block view decodes "
                          f"{', '.join(DECODED)} (pick a tensor of one of these types)")
+    row, block, raw = _read_block(f, name, row, block)
+    data = np.frombuffer(raw, dtype=np.uint8)
+    deq = np.asarray(gguf_quants.dequantize(data[None, :], GGMLQuantizationType[t.qtype.name]), np.float32)[0]
+    if t.qtype.name == "Q4_K":
+        d, dmin, q, mul, sub, x = decode_q4_k(data)
+        return BlockView(name, "Q4_K", row, block, raw, d, dmin, 0, q, x, deq, mul, sub)
+    if t.qtype.name == "Q6_K":
+        d, q, mul, x = decode_q6_k(data)
+        return BlockView(name, "Q6_K", row, block, raw, d, None, 32, q, x, deq, mul)
+    return _plain_block(name, t.qtype.name, row, block, raw, data, deq)
+
+
+def _read_block(f: GGUFFile, name: str, row: int, block: int) -> tuple[int, int, bytes]:
+    """(row, block) checked against tensor `name`'s shape, and that block's bytes read from the file."""
+    t = f.tensors[name]
     size, type_size = GGML_QUANT_SIZES[t.qtype]
     n_rows = t.n_elements // t.shape[-1]
     row = check_int("row", row, 0, n_rows - 1)
@@ -143,21 +158,19 @@ def block_view(f: GGUFFile, name: str, row: int, block: int) -> BlockView:
         raw = fh.read(type_size)
     if len(raw) != type_size:
         raise ValueError(f"{f.path} changed or was truncated while being read (tensor {name!r})")
-    data = np.frombuffer(raw, dtype=np.uint8)
-    deq = np.asarray(gguf_quants.dequantize(data[None, :], GGMLQuantizationType[t.qtype.name]), np.float32)[0]
-    if t.qtype.name == "Q4_K":
-        d, dmin, q, mul, sub, x = decode_q4_k(data)
-        return BlockView(name, "Q4_K", row, block, raw, d, dmin, 0, q, x, deq, mul, sub)
-    if t.qtype.name == "Q6_K":
-        d, q, mul, x = decode_q6_k(data)
-        return BlockView(name, "Q6_K", row, block, raw, d, None, 32, q, x, deq, mul)
-    has_min, offset, _ = DECODED[t.qtype.name]
+    return row, block, raw
+
+
+def _plain_block(name: str, qtype: str, row: int, block: int, raw: bytes, data: np.ndarray,
+                 deq: np.ndarray) -> BlockView:
+    """A Q8_0 / Q4_0 / Q4_1 / ... block: one scale (and a minimum), then its integers."""
+    has_min, offset, _ = DECODED[qtype]
     d = data[:2].view("<f2").astype(np.float32)[0]
     m = data[2:4].view("<f2").astype(np.float32)[0] if has_min else None
-    ints = _ints(t.qtype.name, data[4 if has_min else 2:])
+    ints = _ints(qtype, data[4 if has_min else 2:])
     values = d * (ints - offset).astype(np.float32)
     if m is not None:
         values = values + m
-    return BlockView(name, t.qtype.name, row, block, raw, float(d), None if m is None else float(m), offset, ints,
+    return BlockView(name, qtype, row, block, raw, float(d), None if m is None else float(m), offset, ints,
                      values.astype(np.float32), deq)
 
