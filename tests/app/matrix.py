@@ -88,11 +88,12 @@ def hf_family(case: str):
 
 
 def hf_bert(arch: str):
-    """A random Hugging Face BERT folder with a WordPiece tokenizer.json (tests/test_families.py)."""
+    """A random Hugging Face BERT folder with a WordPiece tokenizer.json (tests/test_families_bert.py)."""
     def build(root: Path) -> str:
         import tokenizers
         from tests.conftest import BPE_TEXT
-        from tests.test_families import SMALL as FAMILY, bert_hf, save
+        from tests.test_families import SMALL as FAMILY, save
+        from tests.test_families_bert import bert_hf
         folder, vocab = root / arch, root / "wordpiece"
         if not (vocab / "tokenizer.json").is_file():
             vocab.mkdir(parents=True, exist_ok=True)
