@@ -124,14 +124,18 @@ def profile_script_threads(prof: cProfile.Profile) -> None:
     LocalScriptRunner._run_script_thread = run_profiled
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--profile", action="store_true", help="cProfile the 256-token run, print the top 40")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: the script thread does all the work)")
     ap.add_argument("--validate-figures", action="store_true",
                     help="build figures with plotly's validation, as before the speed-up (for comparison)")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = arguments()
     torch.set_num_threads(args.threads)
     measure_script_threads()
     if args.validate_figures:

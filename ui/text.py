@@ -3,10 +3,10 @@ that quotes one goes through `plain` before any Markdown-rendering st.* call (al
 markdown, help, labels, chart titles). See tfm.core.escape for what it escapes and why."""
 from __future__ import annotations
 
-from tfm.core.escape import LIMIT, plain as _plain
+from tfm.core.escape import LIMIT, escape_markdown, plain as _plain
 from tfm.core.trace_names import head_label
 
-__all__ = ["MESSAGE_LIMIT", "head_label", "message", "plain"]
+__all__ = ["LIMIT", "MESSAGE_LIMIT", "escape_markdown", "head_label", "message", "plain"]
 
 MESSAGE_LIMIT = 400  # an engine message: long enough for what to change, never a whole paste
 

@@ -1,7 +1,7 @@
 """The Attribution graph page shows an opened feature's label and top-activating held-out
 contexts from the set's shipped files (`tfm.analysis.dictionaries.transcoder_features`), equal to what the
 engine reads from them, and finds kept features by label; a set without them says how to make
-them."""
+them. On SmolLM2's " Paris" graph every kept feature opened shows a label and contexts."""
 
 from __future__ import annotations
 
@@ -115,3 +115,19 @@ def test_a_set_without_labels_says_how_to_make_them(lm, tmp_path, monkeypatch):
         for c in at.caption
     )
     assert not [m for m in at.markdown if m.value.startswith("**Label:**")]
+
+
+@pytest.mark.slow
+def test_every_kept_feature_of_the_smollm2_paris_graph_shows_a_label_and_contexts():
+    real = tfm.load("smollm2")
+    tf, g, kept = engine(real, "smollm2", PARIS)
+    assert tf is not None, "SmolLM2's set ships its labels (python -m tfm.train.transcoder_labels)"
+    assert real.tokenizer.decode([g.target.token]) == " Paris"
+    at = open_cell("attribution_graph", "smollm2", params={"prompt": PARIS}, timeout=600)
+    assert not boxes(at), boxes(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Features kept"] == f"{len(kept):,} / {g.n_features:,}"
+    for node in kept:
+        at.selectbox(key="graph.node").set_value(node).run()
+        assert not boxes(at), boxes(at)
+        shown_meaning(at, real, tf, g, node)

@@ -47,6 +47,11 @@ class Attribution:
     def value(self, name: str) -> float:
         return float(self.values[self.components.index(name)])
 
+    def strongest_head(self) -> tuple[int, int]:
+        """(layer, head) of the head with the largest contribution, either sign."""
+        layer, head = divmod(int(self.heads.abs().argmax()), self.heads.shape[1])
+        return int(layer), int(head)
+
 
 def _model(lm) -> GPT:
     return lm.model if hasattr(lm, "model") else lm
@@ -246,3 +251,8 @@ def head_and_mlp_names(n_layer: int, n_head: int) -> list[str]:
     `head_effects.ravel()` followed by `mlp_effects`."""
     return ([f"blocks.{i}.attn.head.{h}" for i in range(n_layer) for h in range(n_head)]
             + [f"blocks.{i}.mlp" for i in range(n_layer)])
+
+
+def top_token(lm, trace, pos: int) -> int:
+    """The model's top prediction after position `pos` of a trace, among real tokens (`n_words`)."""
+    return int(trace.logits_at(pos)[:n_words(lm)].argmax())

@@ -156,3 +156,68 @@ def residual_norms(trace: Trace) -> dict[str, torch.Tensor]:
     """L2 norms per token, batch 0: `resid` (L+1, T) entering each block and leaving the last,
     and each block's `attn_out` and `mlp_out` (L, T): how much each sublayer writes."""
     return layer_summaries(trace)[1]
+
+
+@dataclass(frozen=True)
+class StatPanel:
+    """One heatmap of the norms page's first part: a statistic of a norm's input or output, (L, T)."""
+    name: str            # e.g. "ln1.input_std"
+    side: str            # "input" or "output"
+    stat: str            # "mean", "std" or "rms"
+    values: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Summaries:
+    """`layer_summaries` typed: every block's norm statistics and the stream's norms per token."""
+    stats: dict[str, torch.Tensor]   # "ln1.input_mean", ... (L, T): `norm_stats`' names
+    resid: torch.Tensor              # (L+1, T) the stream entering each block and leaving the last
+    attn_out: torch.Tensor           # (L, T) what each attention writes
+    mlp_out: torch.Tensor            # (L, T) what each MLP writes
+
+    def panels(self, norm: str, kind: str) -> list[StatPanel]:
+        """`norm`'s (ln1, ln2) input mean and scale (std for LayerNorm `kind`, else rms), then
+        its output mean and std: the statistics the trace holds, in the page's order."""
+        wanted = [("input", "mean"), ("input", "std" if kind == "layernorm" else "rms"), ("output", "mean"),
+                  ("output", "std")]
+        return [StatPanel(f"{norm}.{side}_{stat}", side, stat, self.stats[f"{norm}.{side}_{stat}"])
+                for side, stat in wanted if f"{norm}.{side}_{stat}" in self.stats]
+
+
+def summaries(trace: Trace, progress: Progress | None = None) -> Summaries:
+    """`layer_summaries` as a `Summaries`."""
+    stats, norms = layer_summaries(trace, progress)
+    return Summaries(stats, norms["resid"], norms["attn_out"], norms["mlp_out"])
+
+
+def norm_choices(model: GPT) -> tuple[str, ...]:
+    """The norms a page can pick: a block's (`block_norms`), then ln_final where the model has one."""
+    return block_norms(model) + (("ln_final",) if model.ln_final is not None else ())
+
+
+@dataclass(frozen=True)
+class NormParameter:
+    """One parameter ("weight", the gain, or "bias") of a chosen norm, and the same of every norm."""
+    kind: str
+    chosen: torch.Tensor               # CPU float32
+    labels: tuple[str, ...]            # every norm: "block.norm" or "final"
+    every: tuple[torch.Tensor, ...]
+
+
+def norm_parameters(model: GPT, layer: int, which: str) -> tuple[NormParameter, ...]:
+    """The gain and (where the norm has one) the bias of `which` (`pick_norm`) beside every norm's."""
+    chosen, _ = pick_norm(model, layer, which)
+    every = [(f"{i}.{n}", getattr(b, n)) for i, b in enumerate(model.blocks) for n in block_norms(model)]
+    every += [("final", model.ln_final)] if model.ln_final is not None else []
+    out = []
+    for kind in ("weight", "bias"):
+        if getattr(chosen, kind) is not None:
+            out.append(NormParameter(kind, getattr(chosen, kind).detach().float().cpu(), tuple(n for n, _ in every),
+                                     tuple(getattr(m, kind).detach().float().cpu() for _, m in every)))
+    return tuple(out)
+
+
+def fresh_parameters(config: ModelConfig, n_layer: int) -> int:
+    """About how many parameters a fresh `depth_config` model of `n_layer` layers has (blocks and
+    embedding): what decides whether the page builds it at once or on a button press."""
+    return n_layer * 12 * config.d_model ** 2 + config.vocab_size * config.d_model

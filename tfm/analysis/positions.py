@@ -158,3 +158,49 @@ def doubling_dims(d_model: int, n: int) -> tuple[list[int], list[float]]:
 def binary_bits(length: int, n_bits: int) -> torch.Tensor:
     """(length, n_bits): bit b of each position p, least significant first."""
     return (torch.arange(length)[:, None] >> torch.arange(n_bits)) & 1
+
+
+@dataclass(frozen=True)
+class PositionTable:
+    """A model's added position vectors for positions 0..n-1 and what the page draws of them."""
+    table: torch.Tensor               # (n, d_model)
+    similarity: torch.Tensor          # (n, n) cosine similarity between positions
+    pca: tuple[torch.Tensor, torch.Tensor] | None   # ((n, 2) coords, (2,) variance share); None under 3 positions
+
+
+def position_table(model: GPT, n: int) -> PositionTable:
+    """`position_vectors` of a learned or sinusoidal model with their similarity and 2-D projection."""
+    table = position_vectors(model, n)
+    return PositionTable(table, cosine_similarity_matrix(table), pca_2d(table) if n >= 3 else None)
+
+
+@dataclass(frozen=True)
+class RopeTable:
+    """A RoPE model's rotation angles per position and pair, and each pair's speed."""
+    angles: torch.Tensor              # (n, rotary_dim/2)
+    inv_freq: torch.Tensor            # (rotary_dim/2,) CPU float32
+    local_freq: torch.Tensor | None   # the local layers' own (`local_rope_freq`)
+
+
+def rope_table(model: GPT, n: int) -> RopeTable:
+    return RopeTable(rope_angle_table(model, n), model.inv_freq.float().cpu(), local_rope_freq(model))
+
+
+@dataclass(frozen=True)
+class SinusoidDemo:
+    """The sinusoidal formula at a chosen size: its table, offset dot products from three starts,
+    and the first (up to 64) positions as a binary clock beside the dims whose periods double."""
+    table: torch.Tensor
+    dots: SinusoidalDots
+    clock_table: torch.Tensor
+    clock_bits: torch.Tensor
+    clock_dims: list[int]
+    periods: list[float]
+
+
+def sinusoid_demo(length: int, d_model: int) -> SinusoidDemo:
+    clock_len = min(length, 64)
+    n_bits = max(1, (clock_len - 1).bit_length())
+    dims, periods = doubling_dims(d_model, n_bits)
+    return SinusoidDemo(sinusoidal_table(length, d_model), sinusoidal_dots(length, d_model, [0, length // 4, length // 2]),
+                        sinusoidal_table(clock_len, d_model), binary_bits(clock_len, n_bits), dims, periods)

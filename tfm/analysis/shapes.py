@@ -143,3 +143,46 @@ def param_counts(model: GPT) -> dict[str, int]:
         else:
             counts["norms"] += p.numel()
     return counts
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}   # by the name a page shows
+
+
+@dataclass(frozen=True)
+class ParamRow:
+    """One component's parameters: by `param_formulas` and counted from the model's tensors."""
+    component: str
+    formula: str
+    by_formula: int
+    counted: int
+
+    @property
+    def match(self) -> bool:
+        return self.by_formula == self.counted
+
+
+def param_rows(model: GPT) -> tuple[ParamRow, ...]:
+    """Every component of `param_counts`, then the total, beside what `param_formulas` says."""
+    counts, formulas = param_counts(model), param_formulas(model.config)
+    rows = [ParamRow(k, formulas[k][0], formulas[k][1], v) for k, v in counts.items()]
+    return (*rows, ParamRow("total", "sum of the above", sum(f[1] for f in formulas.values()), model.num_params()))
+
+
+@dataclass(frozen=True)
+class KVWhatIf:
+    """The KV cache of this model's shape at another depth, KV-head count, context, precision and batch."""
+    size: KVCacheSize
+    window_bytes: int | None   # with sliding windows kept as windows (the model's own depth only), else None
+
+
+def kv_what_if(cfg: ModelConfig, context: int, layers: int, kv_heads: int, dtype: str, batch: int) -> KVWhatIf:
+    """`kv_cache_bytes` of `cfg` changed to `layers` and `kv_heads` (as many query heads per KV head as
+    `cfg`); other depths drop the local windows. ValueError for a combination that is no model."""
+    group = cfg.group_size  # query heads per KV head, as in this model
+    what_if = cfg.replace(n_layer=layers, n_head=kv_heads * group, n_kv_head=kv_heads,
+                          d_model=kv_heads * group * cfg.d_head, context_length=max(cfg.context_length, context),
+                          **({} if layers == cfg.n_layer else dict(local_layers=(), sliding_window=None,
+                                                                   rope_local_base=None)))  # other depths: no windows
+    size = kv_cache_bytes(what_if, context, DTYPES[dtype], batch)
+    windows = bool(cfg.local_layers) and layers == cfg.n_layer
+    return KVWhatIf(size, kv_window_bytes(what_if, context, DTYPES[dtype], batch) if windows else None)

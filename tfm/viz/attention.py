@@ -7,8 +7,6 @@ as grey gaps, never as a 0-valued colour.
 from __future__ import annotations
 
 import html
-import io
-import json
 
 import numpy as np
 import pandas as pd
@@ -17,6 +15,7 @@ import torch
 
 from ..analysis.heads import HeadTable
 from ..core.trace_names import head_label
+from .export import export_npz  # noqa: F401 (the Attention page's download, reached from here)
 from .figure_dicts import figure
 
 MASKED_BG = "#c8c8c8"  # the plot background shows through NaN (masked) cells
@@ -205,19 +204,6 @@ def head_table(heads: HeadTable) -> pd.DataFrame:
     for name, score in heads.scores.items():
         table[name] = score.flatten().numpy()
     return pd.DataFrame(table)
-
-
-def export_npz(shown: np.ndarray, positions: np.ndarray, window_patterns: np.ndarray, window_positions: np.ndarray,
-               ids, pieces: list[str], settings: dict) -> bytes:
-    """The numbers behind the view: `shown` (the matrix on screen, NaN = masked) over absolute
-    `positions`, every head's raw pattern (L, H, w, w) over `window_positions` (all heads at all
-    positions would be 600 MB for GPT-2 at 1024 tokens), token ids, pieces and the settings."""
-    buf = io.BytesIO()
-    np.savez(buf, shown=shown, positions=positions, window_patterns=window_patterns.astype(np.float32),
-             window_positions=window_positions,
-             ids=np.asarray(ids, dtype=np.int64), pieces=np.asarray(pieces, dtype=str),
-             settings_json=np.asarray(json.dumps(settings, ensure_ascii=False)))
-    return buf.getvalue()
 
 
 def window_scale(shown: np.ndarray) -> tuple[float, float]:

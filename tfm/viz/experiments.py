@@ -110,16 +110,20 @@ def timing_figure(res: dict) -> go.Figure:
     return fig
 
 
+def _cells(values, fmt: str) -> tuple[np.ndarray, np.ndarray]:
+    """A panel's values with -inf as NaN (JSON has no -inf: masked cells are drawn empty), and their text."""
+    z = _np(values)
+    z = np.where(np.isinf(z), np.nan, z)
+    return z, np.where(np.isnan(z), "−∞", np.char.mod(fmt, np.nan_to_num(z)))
+
+
 def mask_figure(res: dict, labels: list[str]) -> go.Figure:
     """Mask, raw scores, masked scores (blank = -inf) and pattern of one head."""
     panels = [("mask", "mask (1 = may attend)"), ("scores", "scores q·k/√d"),
               ("masked_scores", "after masking (blank = −∞)"), ("pattern", "pattern = softmax")]
     fig = make_subplots(rows=1, cols=4, subplot_titles=[p[1] for p in panels], horizontal_spacing=0.04)
     for col, (key, label) in enumerate(panels, start=1):
-        z = _np(res[key])
-        z = np.where(np.isinf(z), np.nan, z)  # JSON has no -inf: masked cells are drawn empty
-        fmt = "%d" if key == "mask" else "%.2f"
-        text = np.where(np.isnan(z), "−∞", np.char.mod(fmt, np.nan_to_num(z)))
+        z, text = _cells(res[key], "%d" if key == "mask" else "%.2f")
         fig.add_trace(go.Heatmap(z=z, x=labels, y=labels, text=text, texttemplate="%{text}", showscale=False,
                                  colorscale="Blues" if key in ("mask", "pattern") else "RdBu",
                                  zmid=None if key in ("mask", "pattern") else 0,

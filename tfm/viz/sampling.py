@@ -152,9 +152,7 @@ def _tail(bd: Breakdown, ids: list[int]) -> list[dict]:
     rest[ids] = False
     n_rest, n_kept = int(rest.sum()), int((bd.kept & rest).sum())
     pt, p0, pf = (float(x[rest].sum()) for x in (bd.probs_t, bd.probs, bd.final))
-    label = f"other {n_rest:,} tokens"
-    text = (f"{n_rest:,} other tokens<br>original p = {p0:.6f}<br>after temperature p = {pt:.6f}"
-            f"<br>{n_kept:,} of them kept, sampled with p = {pf:.6f}")
+    label, text = f"other {n_rest:,} tokens", _tail_hover(n_rest, n_kept, p0, pt, pf)
     return [
         dict(type="bar", x=[label], y=[pt], name="all other tokens (summed)", width=0.55, meta="tail", xaxis="x3",
              yaxis="y3",
@@ -162,6 +160,11 @@ def _tail(bd: Breakdown, ids: list[int]) -> list[dict]:
              customdata=[[n_rest, n_kept]], hoverinfo="text", hovertext=[text]),
         dict(type="bar", x=[label], y=[p0], width=0.85, showlegend=False, hoverinfo="skip", meta="original_tail",
              marker=OUTLINE, xaxis="x3", yaxis="y3")]
+
+
+def _tail_hover(n_rest: int, n_kept: int, p0: float, pt: float, pf: float) -> str:
+    return (f"{n_rest:,} other tokens<br>original p = {p0:.6f}<br>after temperature p = {pt:.6f}"
+            f"<br>{n_kept:,} of them kept, sampled with p = {pf:.6f}")
 
 
 def _nucleus(bd: Breakdown, ids: list[int], labels: list[str], traces: list, layout: dict) -> None:
