@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tfm import analysis as A
+from tfm.analysis.lens import logit
 from tfm.core.config import ModelConfig
 from tfm.core.model import GPT
 from tfm.core.trace import Trace
@@ -160,7 +161,7 @@ def test_rollout_is_the_product_of_residual_averaged_layers(reduce, make_model):
 def test_logit_lens_last_row_is_the_models_prediction(overrides, make_model):
     model = make_model("tiny", **overrides)
     _, out = traced(model)
-    lens = A.logit_lens(model, out.trace, k=4)
+    lens = logit.logit_lens(model, out.trace, k=4)
     assert lens.labels == ["embed", "block 0", "block 1"]
     assert lens.probs.shape == (3, 12, 257) and lens.top_ids.shape == lens.top_probs.shape == (3, 12, 4)
     torch.testing.assert_close(lens.probs[-1], out.logits[0].softmax(-1), atol=1e-6, rtol=0)
@@ -177,14 +178,14 @@ def test_logit_lens_last_row_is_the_models_prediction(overrides, make_model):
 def test_logit_lens_window_without_probs_equals_the_full_lens(make_model):
     model = make_model("tiny")
     _, out = traced(model)
-    full = A.logit_lens(model, out.trace, k=3)
-    win = A.logit_lens(model, out.trace, k=3, positions=slice(4, 9), keep_probs=False)
+    full = logit.logit_lens(model, out.trace, k=3)
+    win = logit.logit_lens(model, out.trace, k=3, positions=slice(4, 9), keep_probs=False)
     assert win.probs is None and win.top_ids.shape == (3, 5, 3)
     assert torch.equal(win.top_ids, full.top_ids[:, 4:9])
     torch.testing.assert_close(win.top_probs, full.top_probs[:, 4:9], atol=1e-6, rtol=0)
     # decode_streams on stored streams (what the generation page keeps per step) agrees too
-    streams = A.residual_streams(out.trace)[:, -1:]                    # (L+1, 1, D)
-    last = A.decode_streams(model, streams, k=3)
+    streams = logit.residual_streams(out.trace)[:, -1:]                    # (L+1, 1, D)
+    last = logit.decode_streams(model, streams, k=3)
     torch.testing.assert_close(last.probs, full.probs[:, -1:], atol=1e-6, rtol=0)
 
 
@@ -194,10 +195,10 @@ def test_logit_lens_in_row_chunks_equals_each_layer_decoded_alone(chunk, make_mo
     cut a layer, or hold several, give each layer's own decoding (the oracle: one layer at a time)."""
     model = make_model("tiny", norm="rmsnorm")
     _, out = traced(model)
-    streams = A.residual_streams(out.trace)                            # (L+1, 12, D)
+    streams = logit.residual_streams(out.trace)                            # (L+1, 12, D)
     monkeypatch.setattr(A.lens, "LENS_ROWS", chunk)
-    lens = A.decode_streams(model, streams, k=4, n_words=250)
-    small = A.decode_streams(model, streams, k=4, keep_probs=False, n_words=250)
+    lens = logit.decode_streams(model, streams, k=4, n_words=250)
+    small = logit.decode_streams(model, streams, k=4, keep_probs=False, n_words=250)
     with torch.no_grad():
         want = torch.stack([model.unembed(model.ln_final(x))[..., :250].softmax(-1) for x in streams])
     assert lens.probs.shape == want.shape == (3, 12, 250)
@@ -331,9 +332,9 @@ def test_logit_lens_leaves_out_padded_vocabulary_rows():
     model = GPT(ModelConfig.preset("tiny")).eval()
     out = model(torch.randint(0, 50, (1, 9)), trace=True)
     n_words = 60
-    lens = A.logit_lens(model, out.trace, k=4, n_words=n_words)
+    lens = logit.logit_lens(model, out.trace, k=4, n_words=n_words)
     assert int(lens.top_ids.max()) < n_words
-    streams = A.residual_streams(out.trace)
+    streams = logit.residual_streams(out.trace)
     want = model.unembed(model.ln_final(streams))[..., :n_words].softmax(-1)
     torch.testing.assert_close(lens.probs, want)
     torch.testing.assert_close(lens.top_probs, want.topk(4, dim=-1).values)
