@@ -196,7 +196,7 @@ def test_logit_lens_in_row_chunks_equals_each_layer_decoded_alone(chunk, make_mo
     model = make_model("tiny", norm="rmsnorm")
     _, out = traced(model)
     streams = logit.residual_streams(out.trace)                            # (L+1, 12, D)
-    monkeypatch.setattr(A.lens, "LENS_ROWS", chunk)
+    monkeypatch.setattr(logit, "LENS_ROWS", chunk)
     lens = logit.decode_streams(model, streams, k=4, n_words=250)
     small = logit.decode_streams(model, streams, k=4, keep_probs=False, n_words=250)
     with torch.no_grad():
