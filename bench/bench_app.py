@@ -10,6 +10,7 @@ element tree), and the CPU time of the thread that ran the page script, which is
 when it has a core to itself (on the shared 2-core test machine wall time is mostly waiting).
 Targets: layer/head change < 100 ms, new prompt < 300 ms at 256 tokens.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,10 @@ import torch  # noqa: E402
 
 from ui import models  # noqa: E402
 
-WORDS = ("the cat sat on a mat while one small dog ran to find its ball near an old red house and "
-         "every child in town came out to see what was going on that sunny day").split()
+WORDS = (
+    "the cat sat on a mat while one small dog ran to find its ball near an old red house and "
+    "every child in town came out to see what was going on that sunny day"
+).split()
 
 
 def prompt_of(n_tokens: int, tag: int, lm) -> tuple[str, int]:
@@ -129,8 +132,11 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--profile", action="store_true", help="cProfile the 256-token run, print the top 40")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: the script thread does all the work)")
-    ap.add_argument("--validate-figures", action="store_true",
-                    help="build figures with plotly's validation, as before the speed-up (for comparison)")
+    ap.add_argument(
+        "--validate-figures",
+        action="store_true",
+        help="build figures with plotly's validation, as before the speed-up (for comparison)",
+    )
     return ap.parse_args()
 
 
@@ -142,12 +148,15 @@ def main() -> None:
         import plotly.graph_objects as go
 
         from tfm.viz import attention as fig_attention
+
         fig_attention._figure = lambda data, layout: go.Figure({"data": data, "layout": layout})
     spec = models.default_model_spec()
     lm = models.load_lm(spec, "cpu")
     print(f"model: {models.describe_spec(spec)}; torch threads: {torch.get_num_threads()}")
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"{'tokens':>6}  {'what':<24} {'wall ms':>8} {'cpu ms':>8}  target   (median of {args.repeats}; cpu = script thread)")
+    print(
+        f"{'tokens':>6}  {'what':<24} {'wall ms':>8} {'cpu ms':>8}  target   (median of {args.repeats}; cpu = script thread)"
+    )
     prof = cProfile.Profile() if args.profile else None
     for n_tokens in (64, 256):
         if prof and n_tokens == 256:
@@ -156,7 +165,9 @@ def main() -> None:
         targets = {"new prompt": "< 300 ms at 256", "layer/head change": "< 100 ms"}
         for what, val in res.items():
             if what != "tokens":
-                print(f"{res['tokens']:>6}  {what:<24} {1000 * val[0]:>8.1f} {1000 * val[1]:>8.1f}  {targets.get(what, '')}")
+                print(
+                    f"{res['tokens']:>6}  {what:<24} {1000 * val[0]:>8.1f} {1000 * val[1]:>8.1f}  {targets.get(what, '')}"
+                )
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     if prof:
         pstats.Stats(prof).sort_stats("cumulative").print_stats(40)

@@ -14,6 +14,7 @@ For the bundled model and a random model of GPT-2 small's shape, at `--tokens` t
 Then the page's first render at 256 tokens on the bundled model (AppTest, server side).
 Targets: batched sweep < L x H forwards, faster than sequential; first render < 1 s.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,14 +59,25 @@ def resid_patching(lm, ids, metric, repeats: int) -> None:
     corrupt = torch.randint(0, cfg.vocab_size, (len(ids),), generator=g).tolist()
     tr = lm.model(torch.tensor([ids]), trace=True).trace
     clean = [tr[f"blocks.{l}.resid_pre"][0] for l in range(cfg.n_layer)]
-    rows = [[E.Patch(f"blocks.{l}.resid_pre", clean[l], positions=(p,))] for l in range(cfg.n_layer)
-            for p in range(len(ids))]
+    rows = [
+        [E.Patch(f"blocks.{l}.resid_pre", clean[l], positions=(p,))]
+        for l in range(cfg.n_layer)
+        for p in range(len(ids))
+    ]
     fast = timed(lambda: patching.patch_resid(lm.model, clean, torch.tensor([corrupt]), metric), repeats)
     peer = timed(lambda: patching.run_rows(lm.model, corrupt, rows, metric.position), max(1, repeats // 2))
-    diff = (patching.patch_resid(lm.model, clean, torch.tensor([corrupt]), metric).ravel()
-            - metric(patching.run_rows(lm.model, corrupt, rows, metric.position))).abs().max()
-    print(f"  residual patching, {len(rows)} rows {1000 * fast:9.1f} ms   (whole-prompt rows {1000 * peer:.1f} ms: "
-          f"{peer / fast:.2f}x faster; max |diff| {float(diff):.2e})")
+    diff = (
+        (
+            patching.patch_resid(lm.model, clean, torch.tensor([corrupt]), metric).ravel()
+            - metric(patching.run_rows(lm.model, corrupt, rows, metric.position))
+        )
+        .abs()
+        .max()
+    )
+    print(
+        f"  residual patching, {len(rows)} rows {1000 * fast:9.1f} ms   (whole-prompt rows {1000 * peer:.1f} ms: "
+        f"{peer / fast:.2f}x faster; max |diff| {float(diff):.2e})"
+    )
 
 
 def bench_model(name: str, lm, n_tokens: int, repeats: int) -> None:
@@ -83,13 +95,17 @@ def bench_model(name: str, lm, n_tokens: int, repeats: int) -> None:
     diff = float((torch.cat([torch.tensor([sweep.base]), sweep.heads.flatten(), sweep.mlps]) - check).abs().max())
     rows = 1 + cfg.n_layer * cfg.n_head + cfg.n_layer
     chunk = max(1, patching.BUDGET_BYTES // patching.row_bytes(cfg, n_tokens))
-    print(f"\n{name}: {cfg.n_layer} layers x {cfg.n_head} heads, {n_tokens} tokens; sweep = {rows} rows in "
-          f"chunks of {chunk} ({patching.row_bytes(cfg, n_tokens) / 2**20:.1f} MiB/row, budget "
-          f"{patching.BUDGET_BYTES / 2**20:.0f} MiB); batched vs sequential max |diff| {diff:.2e}")
+    print(
+        f"\n{name}: {cfg.n_layer} layers x {cfg.n_head} heads, {n_tokens} tokens; sweep = {rows} rows in "
+        f"chunks of {chunk} ({patching.row_bytes(cfg, n_tokens) / 2**20:.1f} MiB/row, budget "
+        f"{patching.BUDGET_BYTES / 2**20:.0f} MiB); batched vs sequential max |diff| {diff:.2e}"
+    )
     print(f"  one plain forward          {1000 * fwd:9.1f} ms   (1 forward)")
     print(f"  direct attribution         {1000 * direct:9.1f} ms   ({direct / fwd:.1f} forwards)")
-    print(f"  batched ablation sweep     {1000 * batched:9.1f} ms   ({batched / fwd:.1f} forwards vs "
-          f"L x H = {cfg.n_layer * cfg.n_head}, {rows} rows)")
+    print(
+        f"  batched ablation sweep     {1000 * batched:9.1f} ms   ({batched / fwd:.1f} forwards vs "
+        f"L x H = {cfg.n_layer * cfg.n_head}, {rows} rows)"
+    )
     print(f"  sequential single edits    {1000 * seq:9.1f} ms   ({seq / fwd:.1f} forwards)")
     print(f"  batched / sequential       {seq / batched:9.2f}x faster")
     resid_patching(lm, ids, metric, repeats)
@@ -101,6 +117,7 @@ def bench_page(n_tokens: int, repeats: int) -> None:
     from streamlit.testing.v1 import AppTest
 
     from ui import models
+
     measure_script_threads()
     lm = models.load_lm(models.default_model_spec(), "cpu")
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
@@ -115,9 +132,11 @@ def bench_page(n_tokens: int, repeats: int) -> None:
         if i:  # the first round warms code paths
             walls.append(wall)
             cpus.append(cpu)
-    print(f"\nWhy this token? page, first render of a new {n}-token prompt (bundled model): "
-          f"{1000 * statistics.median(walls):.0f} ms wall, {1000 * statistics.median(cpus):.0f} ms script CPU "
-          f"(median of {repeats}; target < 1000 ms)")
+    print(
+        f"\nWhy this token? page, first render of a new {n}-token prompt (bundled model): "
+        f"{1000 * statistics.median(walls):.0f} ms wall, {1000 * statistics.median(cpus):.0f} ms script CPU "
+        f"(median of {repeats}; target < 1000 ms)"
+    )
 
 
 def main() -> None:

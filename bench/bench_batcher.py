@@ -12,6 +12,7 @@ forwards and decode steps the batcher ran. --compare-solo-prefill repeats each c
 prompt prefilled alone (prefill_tokens=1), the batcher before shared prefills. --trace asks every
 row for its trace, as the Generation page does (the timeline's attention rows and streams).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,11 +40,13 @@ def one_class(lm, n: int, tokens: int, config: BatchConfig, trace: bool = False)
     t0 = time.perf_counter()
 
     def student(i: int) -> None:
-        gen = batcher.submit(prompt_for(i), tokens, temperature=0.8, seed=i, stop_at_eot=False, owner=f"s{i}",
-                             trace=trace)
+        gen = batcher.submit(
+            prompt_for(i), tokens, temperature=0.8, seed=i, stop_at_eot=False, owner=f"s{i}", trace=trace
+        )
         for _ in gen:
             pass
         done[i] = time.perf_counter() - t0
+
     threads = [threading.Thread(target=student, args=(i,)) for i in range(n)]
     for th in threads:
         th.start()
@@ -66,11 +69,23 @@ def report(lm, sizes: list[int], tokens: int, repeats: int, solo_prefill: bool, 
             runs = [one_class(lm, n, tokens, config, trace) for _ in range(repeats)]
             wall, each, b = min(runs, key=lambda r: r[0])
             q = statistics.quantiles(each, n=20) if n > 1 else [each[0]] * 19
-            print(f"{n:3d} students, {label:14s}: all done {wall * 1000:6.0f} ms = {wall / alone:5.2f}x alone; "
-                  f"each p50 {q[9] * 1000:6.0f} ms p95 {q[18] * 1000:6.0f} ms; {b.prefills} prefill forwards, "
-                  f"{b.steps} decode steps, widest {b.widest}")
-            rows.append([n, label, f"{wall:.2f} s", f"{wall / alone:.2f}x", f"{q[9]:.2f} / {q[18]:.2f} s",
-                         b.prefills, b.steps, b.widest])
+            print(
+                f"{n:3d} students, {label:14s}: all done {wall * 1000:6.0f} ms = {wall / alone:5.2f}x alone; "
+                f"each p50 {q[9] * 1000:6.0f} ms p95 {q[18] * 1000:6.0f} ms; {b.prefills} prefill forwards, "
+                f"{b.steps} decode steps, widest {b.widest}"
+            )
+            rows.append(
+                [
+                    n,
+                    label,
+                    f"{wall:.2f} s",
+                    f"{wall / alone:.2f}x",
+                    f"{q[9]:.2f} / {q[18]:.2f} s",
+                    b.prefills,
+                    b.steps,
+                    b.widest,
+                ]
+            )
     return alone, rows
 
 
@@ -92,11 +107,22 @@ def main() -> None:
     where = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"{args.threads} threads"
     print(f"model {args.model}: {lm.config.n_layer} layers, width {lm.config.d_model}; {args.device}, {where}")
     alone, rows = report(lm, args.students, args.tokens, args.repeats, args.compare_solo_prefill, args.trace)
-    header = ["students", "prefill", "all done", "x one alone", "each p50 / p95", "prefill forwards", "decode steps",
-              "widest step"]
-    write_docs.publish(args, [write_docs.markdown(header, rows)],
-                       f"model {args.model} on {args.device}, {where}; one generation alone {alone:.2f} s "
-                       f"({args.tokens} tokens{', traced' if args.trace else ''})")
+    header = [
+        "students",
+        "prefill",
+        "all done",
+        "x one alone",
+        "each p50 / p95",
+        "prefill forwards",
+        "decode steps",
+        "widest step",
+    ]
+    write_docs.publish(
+        args,
+        [write_docs.markdown(header, rows)],
+        f"model {args.model} on {args.device}, {where}; one generation alone {alone:.2f} s "
+        f"({args.tokens} tokens{', traced' if args.trace else ''})",
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ the heads over 0.5, to set beside the paper's Figure 2 (docs/benchmarks.md).
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m bench.bench_bert_heads [--texts 1000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,7 @@ CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "tinystorie
 
 def paragraph_pairs(n: int) -> list[str]:
     paras = [p.strip() for p in CORPUS.read_text(encoding="utf-8").split("\n\n") if p.strip()]
-    return [f"{a} [SEP] {b}" for a, b in zip(paras[0:2 * n:2], paras[1:2 * n:2])]
+    return [f"{a} [SEP] {b}" for a, b in zip(paras[0 : 2 * n : 2], paras[1 : 2 * n : 2])]
 
 
 def main() -> None:
@@ -41,8 +42,11 @@ def main() -> None:
         print(f"{layer:>5}  " + "  ".join(f"{c:>11}" for c in cells))
     for kind in KINDS:
         over = [(l, h, s) for l, h, s in look.standouts(kind, 72) if s > 0.5]
-        print(f"{kind}: heads over 0.5: " + (", ".join(f"L{l}H{h} {s:.2f}" for l, h, s in over) or "none")
-              + f"; strongest {look.standouts(kind, 1)[0]}")
+        print(
+            f"{kind}: heads over 0.5: "
+            + (", ".join(f"L{l}H{h} {s:.2f}" for l, h, s in over) or "none")
+            + f"; strongest {look.standouts(kind, 1)[0]}"
+        )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ p95 of each student's run and of its generation alone (the page's "N tokens in X
 CPU-seconds of the server and of this script (its 30 clients share the machine: if theirs were
 large, the figures would be the client's).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,10 @@ def press_generate(students: list[Student], tokens: int) -> tuple[list[float], l
         s = students[i]
         # a chat model's page opens in chat mode (its own question): continue the student's prompt instead
         plain = [WidgetState(id=s.widget("gen.mode"), string_value="Plain text")] if "gen.mode" in s.widgets else []
-        states = plain + [WidgetState(id=s.widget("gen.max_new"), int_value=tokens),
-                          WidgetState(id=s.widget("gen.run"), trigger_value=True)]
+        states = plain + [
+            WidgetState(id=s.widget("gen.max_new"), int_value=tokens),
+            WidgetState(id=s.widget("gen.run"), trigger_value=True),
+        ]
         start.wait()
         run = s.run("generate", states)
         if run.errors:
@@ -52,6 +55,7 @@ def press_generate(students: list[Student], tokens: int) -> tuple[list[float], l
         if not summary:
             raise RuntimeError(f"student {i}: no generation summary on the page")
         made[i] = float(summary[0].split(" tokens in ")[1].split(" s")[0])
+
     threads = [threading.Thread(target=student, args=(i,)) for i in range(len(students))]
     for t in threads:
         t.start()
@@ -64,11 +68,18 @@ def one_round(r: int, students: list, args, watch: Peak, me: psutil.Process) -> 
     """Every student presses Generate at once: the round's table row (times, server and own CPU)."""
     server_cpu, own_cpu, t0 = watch.cpu(), sum(me.cpu_times()[:2]), time.perf_counter()
     took, made = press_generate(students, args.tokens)
-    row = [r + 1, f"{time.perf_counter() - t0:.2f} s", f"{statistics.median(took):.2f} / {pct(took, .95):.2f} s",
-           f"{statistics.median(made):.2f} / {pct(made, .95):.2f} s", f"{watch.cpu() - server_cpu:.2f} s",
-           f"{sum(me.cpu_times()[:2]) - own_cpu:.2f} s"]
-    print(f"round {r + 1}: {args.students} students, {args.tokens} tokens each: all done in {row[1]}; each page "
-          f"p50 / p95 {row[2]}, of which generating {row[3]}; server CPU {row[4]}, this script's {row[5]}")
+    row = [
+        r + 1,
+        f"{time.perf_counter() - t0:.2f} s",
+        f"{statistics.median(took):.2f} / {pct(took, 0.95):.2f} s",
+        f"{statistics.median(made):.2f} / {pct(made, 0.95):.2f} s",
+        f"{watch.cpu() - server_cpu:.2f} s",
+        f"{sum(me.cpu_times()[:2]) - own_cpu:.2f} s",
+    ]
+    print(
+        f"round {r + 1}: {args.students} students, {args.tokens} tokens each: all done in {row[1]}; each page "
+        f"p50 / p95 {row[2]}, of which generating {row[3]}; server CPU {row[4]}, this script's {row[5]}"
+    )
     return row
 
 
@@ -84,15 +95,20 @@ def main() -> None:
     server = start_server(port := free_port(), [])
     try:
         watch, me = Peak(psutil.Process(server.pid)), psutil.Process()
-        print(f"{os.cpu_count()} cores; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; model {args.model}")
+        print(
+            f"{os.cpu_count()} cores; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; model {args.model}"
+        )
         Student(port, "A warm-up visit before the class arrives.", 300, args.model).visit(args.tokens)
         students = [Student(port, prompt_for(i), 300, args.model) for i in range(args.students)]
         for s in students:
             s.run("generate")
         rows = [one_round(r, students, args, watch, me) for r in range(args.rounds)]
         header = ["round", "all done", "each page p50 / p95", "generating p50 / p95", "server CPU", "this script's CPU"]
-        write_docs.publish(args, [write_docs.markdown(header, rows)],
-                           f"model {args.model}, {args.students} students, {args.tokens} tokens each")
+        write_docs.publish(
+            args,
+            [write_docs.markdown(header, rows)],
+            f"model {args.model}, {args.students} students, {args.tokens} tokens each",
+        )
     finally:
         server.terminate()
         server.wait(timeout=10)

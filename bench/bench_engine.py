@@ -11,6 +11,7 @@ On a machine whose load is far above its CPU count, the medians mostly measure w
 CPU (each parallel op waits for both threads to be scheduled); the minimums are then the
 better estimate of the cost itself, and `--threads 1` shows it without that effect.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,6 +52,7 @@ def fmt(ts: list[float]) -> str:
 
 def profile_trace(model: GPT, idx: torch.Tensor) -> None:
     from torch.profiler import ProfilerActivity, profile
+
     for trace in (False, True):
         with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
             model(idx, trace=trace, lazy=False if trace else None)
@@ -63,13 +65,17 @@ def lazy_report(model: GPT, idx: torch.Tensor, times: dict, plain_name: str) -> 
     print("\n== lazy trace (the default without a KV cache) ==")
     plain = statistics.median(times[plain_name])
     for name in [n for n in times if n.startswith("lazy")]:
-        print(f"{name} {fmt(times[name])}  ratio to no trace: {statistics.median(times[name]) / plain:.2f}x "
-              f"of medians, {min(times[name]) / min(times[plain_name]):.2f}x of minimums")
+        print(
+            f"{name} {fmt(times[name])}  ratio to no trace: {statistics.median(times[name]) / plain:.2f}x "
+            f"of medians, {min(times[name]) / min(times[plain_name]):.2f}x of minimums"
+        )
     tr = model(idx, trace=True, last_only=True).trace
     after_forward = tr.nbytes
     tr.pattern(model.config.n_layer // 2)
-    print(f"held: {after_forward / 1e6:.0f} MB after the forward, {tr.nbytes / 1e6:.0f} MB after reading one "
-          f"pattern (estimate_block_bytes: {estimate_block_bytes(model.config, idx.shape[1]) / 1e6:.0f} MB a block)")
+    print(
+        f"held: {after_forward / 1e6:.0f} MB after the forward, {tr.nbytes / 1e6:.0f} MB after reading one "
+        f"pattern (estimate_block_bytes: {estimate_block_bytes(model.config, idx.shape[1]) / 1e6:.0f} MB a block)"
+    )
 
 
 def parse_args() -> argparse.Namespace:
@@ -82,11 +88,15 @@ def parse_args() -> argparse.Namespace:
 
 
 def print_machine(args: argparse.Namespace) -> None:
-    print(f"torch {torch.__version__}  threads {torch.get_num_threads()} (of {os.cpu_count()} CPUs)  "
-          f"{platform.machine()} {platform.processor() or ''}  python {platform.python_version()}".rstrip())
+    print(
+        f"torch {torch.__version__}  threads {torch.get_num_threads()} (of {os.cpu_count()} CPUs)  "
+        f"{platform.machine()} {platform.processor() or ''}  python {platform.python_version()}".rstrip()
+    )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"load average (1 min) at start: {load:.2f}  |  runs {args.runs}, warmup {args.warmup}, "
-          f"batch 1, {args.tokens} tokens, float32, CPU, no_grad")
+    print(
+        f"load average (1 min) at start: {load:.2f}  |  runs {args.runs}, warmup {args.warmup}, "
+        f"batch 1, {args.tokens} tokens, float32, CPU, no_grad"
+    )
 
 
 def build_models():
@@ -119,7 +129,8 @@ def contenders(model: GPT, hf, idx: torch.Tensor) -> dict:
     # are not needed to open a page (the trace computes them if read).
     fns["lazy trace (last_only)     "] = lambda: model(idx, trace=True, last_only=True)
     fns["lazy trace + one pattern   "] = lambda: model(idx, trace=True, last_only=True).trace.pattern(
-        model.config.n_layer // 2)
+        model.config.n_layer // 2
+    )
     return fns
 
 
@@ -131,14 +142,18 @@ def overhead_report(model: GPT, idx: torch.Tensor, times: dict):
     for name in names[:2]:
         print(f"{name} {fmt(times[name])}")
     plain, full = (statistics.median(times[n]) for n in names[:2])
-    print(f"overhead ratio (trace / no trace): {full / plain:.2f}x of medians, "
-          f"{min(times[names[1]]) / min(times[names[0]]):.2f}x of minimums   (target <= 1.5x)")
+    print(
+        f"overhead ratio (trace / no trace): {full / plain:.2f}x of medians, "
+        f"{min(times[names[1]]) / min(times[names[0]]):.2f}x of minimums   (target <= 1.5x)"
+    )
     out = model(idx, trace=True, lazy=False)
     n_stored = len(out.trace)
     n_deferred = sum(isinstance(v, Deferred) for v in out.trace._tensors.values())
     mb = sum(t.numel() * t.element_size() for t in out.trace.values()) / 2**20
-    print(f"trace: {n_stored} tensors ({n_deferred} computed when first read), {mb:.0f} MiB once all are read, "
-          f"{len(out.trace.shapes)} shape entries")
+    print(
+        f"trace: {n_stored} tensors ({n_deferred} computed when first read), {mb:.0f} MiB once all are read, "
+        f"{len(out.trace.shapes)} shape entries"
+    )
     return out
 
 
@@ -150,12 +165,13 @@ def hf_report(hf, idx: torch.Tensor, times: dict, out) -> None:
     print(f"{names[1]} {fmt(times[names[1]])}")
     print(f"{names[2]} {fmt(times[names[2]])}")
     hf_t = statistics.median(times[names[2]])
-    print(f"speed ratio (HF time / tfm time): {hf_t / full:.2f}x of medians, "
-          f"{min(times[names[2]]) / min(times[names[1]]):.2f}x of minimums   (target >= 1.0x)")
+    print(
+        f"speed ratio (HF time / tfm time): {hf_t / full:.2f}x of medians, "
+        f"{min(times[names[2]]) / min(times[names[1]]):.2f}x of minimums   (target >= 1.0x)"
+    )
     ref = hf(idx, output_attentions=True)
     logit_diff = (out.logits - ref.logits).abs().max().item()
-    pat_diff = max((out.trace[f"blocks.{i}.attn.pattern"] - a).abs().max().item()
-                   for i, a in enumerate(ref.attentions))
+    pat_diff = max((out.trace[f"blocks.{i}.attn.pattern"] - a).abs().max().item() for i, a in enumerate(ref.attentions))
     every = statistics.median(times[names[3]])
     print(f"{names[3]} {fmt(times[names[3]])}")
     print(f"  with every trace entry read: {hf_t / every:.2f}x of medians (HF returns only the patterns)")
@@ -168,8 +184,10 @@ def main() -> None:
     torch.manual_seed(0)
     print_machine(args)
     hf, model = build_models()
-    print(f"model: gpt2 shape, {model.num_params() / 1e6:.1f}M parameters, random weights"
-          f"{' shared with the HF model' if hf is not None else ''}")
+    print(
+        f"model: gpt2 shape, {model.num_params() / 1e6:.1f}M parameters, random weights"
+        f"{' shared with the HF model' if hf is not None else ''}"
+    )
     idx = torch.randint(0, model.config.vocab_size, (1, args.tokens), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         fns = contenders(model, hf, idx)
@@ -180,8 +198,11 @@ def main() -> None:
             hf_report(hf, idx, times, out)
     if hasattr(os, "getloadavg"):
         end = os.getloadavg()[0]
-        busy = " (above the CPU count: timings include waiting for a CPU; trust the minimums more)" \
-            if end > (os.cpu_count() or 1) else ""
+        busy = (
+            " (above the CPU count: timings include waiting for a CPU; trust the minimums more)"
+            if end > (os.cpu_count() or 1)
+            else ""
+        )
         print(f"\nload average (1 min) at end: {end:.2f} on {os.cpu_count()} CPUs{busy}")
     if args.profile:
         profile_trace(model, idx)

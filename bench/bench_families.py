@@ -12,6 +12,7 @@ Targets: keep=("pattern",) and generate ratios >= 1.0x (the eager trace row is s
 CPU, tfm's float32 products go through oneDNN (tfm.core.kernels); the "torch's BLAS" row runs the same
 code with the products HF uses, to show what that choice is worth on the machine at hand.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,14 +31,24 @@ from tfm import LM
 from tfm.core import kernels  # noqa: E402
 from tfm.loaders.convert import common, llama  # noqa: E402
 
-SMOLLM2 = dict(vocab_size=49152, hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
-               intermediate_size=1536, max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=True,
-               rope_parameters={"rope_type": "default", "rope_theta": 100000.0})
+SMOLLM2 = dict(
+    vocab_size=49152,
+    hidden_size=576,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    intermediate_size=1536,
+    max_position_embeddings=8192,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=True,
+    rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+)
 
 
 def smollm2_pair(seed: int = 0):
     """A random HF LlamaForCausalLM of SmolLM2-135M's shape and the same weights in tfm."""
     from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(seed)
     hf = LlamaForCausalLM(LlamaConfig(**SMOLLM2, attn_implementation="eager")).eval()
     hf.generation_config.eos_token_id = None  # never stop early
@@ -53,12 +64,16 @@ def smollm2_pair(seed: int = 0):
 
 
 def traced_forward(hf, lm, tokens: int, runs: int) -> None:
-    print(f"\n## 1. Traced forward with every attention pattern vs HF output_attentions=True "
-          f"({hf.config._attn_implementation}), {tokens} tokens")
-    print("Each row is the whole path from token ids to all layers' patterns (B, H, T, T) in hand, plus the logits.\n"
-          "HF keeps only the patterns; tfm's eager trace records every entry (q, k, v, scores, pattern, z, residuals,\n"
-          "norm statistics, MLP activations); keep=('pattern',) stores only the patterns (and each block's input) in\n"
-          "the same explicit forward; the lazy trace recomputes each block when its pattern is read.")
+    print(
+        f"\n## 1. Traced forward with every attention pattern vs HF output_attentions=True "
+        f"({hf.config._attn_implementation}), {tokens} tokens"
+    )
+    print(
+        "Each row is the whole path from token ids to all layers' patterns (B, H, T, T) in hand, plus the logits.\n"
+        "HF keeps only the patterns; tfm's eager trace records every entry (q, k, v, scores, pattern, z, residuals,\n"
+        "norm statistics, MLP activations); keep=('pattern',) stores only the patterns (and each block's input) in\n"
+        "the same explicit forward; the lazy trace recomputes each block when its pattern is read."
+    )
     idx = torch.randint(0, lm.config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(0))
     model, n = lm.model, lm.config.n_layer
 
@@ -68,13 +83,16 @@ def traced_forward(hf, lm, tokens: int, runs: int) -> None:
 
     def patterns(**kw):
         out = model(idx, trace=True, **kw)
-        return out.logits, [out.trace.pattern(i) for i in range(n)]              # n x (H, T, T)
-    fns = {"tfm eager trace, every entry  ": lambda: patterns(lazy=False),
-           "tfm keep=('pattern',)         ": lambda: patterns(keep=("pattern",)),
-           "  same, torch's BLAS products ": lambda: blas(lambda: patterns(keep=("pattern",))),
-           "HF forward, output_attentions ": lambda: hf(idx, output_attentions=True),
-           "tfm lazy trace, read patterns ": lambda: patterns(),
-           "tfm forward, no trace         ": lambda: model(idx)}
+        return out.logits, [out.trace.pattern(i) for i in range(n)]  # n x (H, T, T)
+
+    fns = {
+        "tfm eager trace, every entry  ": lambda: patterns(lazy=False),
+        "tfm keep=('pattern',)         ": lambda: patterns(keep=("pattern",)),
+        "  same, torch's BLAS products ": lambda: blas(lambda: patterns(keep=("pattern",))),
+        "HF forward, output_attentions ": lambda: hf(idx, output_attentions=True),
+        "tfm lazy trace, read patterns ": lambda: patterns(),
+        "tfm forward, no trace         ": lambda: model(idx),
+    }
     with torch.no_grad():
         print_differences(fns, list(fns)[:3] + list(fns)[4:5], hf(idx, output_attentions=True))
         times = timed(fns, runs, 1)
@@ -86,8 +104,10 @@ def print_differences(fns: dict, traced: list[str], want) -> None:
     for name in traced:
         logits, pats = fns[name]()
         diff = max(float((p - a[0]).abs().max()) for p, a in zip(pats, want.attentions))
-        print(f"{name.strip()}: max |pattern diff| vs HF {diff:.1e}, max |logits diff| "
-              f"{float((logits - want.logits).abs().max()):.1e}")
+        print(
+            f"{name.strip()}: max |pattern diff| vs HF {diff:.1e}, max |logits diff| "
+            f"{float((logits - want.logits).abs().max()):.1e}"
+        )
 
 
 def print_ratios(times: dict, hf_name: str, traced: list[str]) -> None:
@@ -96,22 +116,30 @@ def print_ratios(times: dict, hf_name: str, traced: list[str]) -> None:
     for name, ts in times.items():
         print(f"{name} {fmt(ts)}")
     for name in traced:
-        print(f"ratio HF / {name.strip():28s} {statistics.median(times[hf_name]) / statistics.median(times[name]):.2f}x "
-              f"of medians, {min(times[hf_name]) / min(times[name]):.2f}x of minimums"
-              + ("   (target >= 1.0x)" if "keep" in name else ""))
+        print(
+            f"ratio HF / {name.strip():28s} {statistics.median(times[hf_name]) / statistics.median(times[name]):.2f}x "
+            f"of medians, {min(times[hf_name]) / min(times[name]):.2f}x of minimums"
+            + ("   (target >= 1.0x)" if "keep" in name else "")
+        )
 
 
 def generation(hf, lm, n: int, repeats: int) -> None:
     hf.set_attn_implementation("sdpa")  # HF's fastest attention for decoding
-    print(f"\n## 2. tfm.generate (KV cache, {lm.config.n_kv_head} KV heads) vs HF generate "
-          f"({hf.config._attn_implementation}), greedy, prompt 16 tokens, {n} new tokens")
+    print(
+        f"\n## 2. tfm.generate (KV cache, {lm.config.n_kv_head} KV heads) vs HF generate "
+        f"({hf.config._attn_implementation}), greedy, prompt 16 tokens, {n} new tokens"
+    )
     prompt = torch.randint(0, lm.config.vocab_size - 1, (16,), generator=torch.Generator().manual_seed(1)).tolist()
     tfm_greedy(lm, prompt, 4), hf_greedy(hf, prompt, 4)  # warm-up
+
     def tfm_blas():
         with kernels.using_cpu_product("blas"):
             return tfm_greedy(lm, prompt, n)
-    best, outs = best_of(repeats, {"tfm": lambda: tfm_greedy(lm, prompt, n), "hf": lambda: hf_greedy(hf, prompt, n),
-                                   "tfm, BLAS": tfm_blas})
+
+    best, outs = best_of(
+        repeats,
+        {"tfm": lambda: tfm_greedy(lm, prompt, n), "hf": lambda: hf_greedy(hf, prompt, n), "tfm, BLAS": tfm_blas},
+    )
     print(f"tfm.generate   {n / best['tfm']:7.1f} tokens/s  ({best['tfm']:.2f} s)")
     print(f"  same, BLAS   {n / best['tfm, BLAS']:7.1f} tokens/s  ({best['tfm, BLAS']:.2f} s)")
     print(f"HF generate    {n / best['hf']:7.1f} tokens/s  ({best['hf']:.2f} s)")
@@ -130,10 +158,13 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     import transformers
+
     print(f"# tfm families benchmark\n{machine()}, transformers {transformers.__version__}")
     hf, lm = smollm2_pair()
-    print(f"SmolLM2-135M shape: {lm.model.num_params() / 1e6:.1f}M parameters, {lm.config.n_head} query heads, "
-          f"{lm.config.n_kv_head} KV heads, random weights shared with the HF model")
+    print(
+        f"SmolLM2-135M shape: {lm.model.num_params() / 1e6:.1f}M parameters, {lm.config.n_head} query heads, "
+        f"{lm.config.n_kv_head} KV heads, random weights shared with the HF model"
+    )
     traced_forward(hf, lm, args.tokens, args.runs)
     if not args.no_generate:
         generation(hf, lm, args.new_tokens, args.repeats)

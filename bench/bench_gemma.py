@@ -11,6 +11,7 @@ its last-row logits; transformers' every layer's attentions and its last-row log
 (`logits_to_keep=1`). Targets (issue 53): traced <= 1.2x tfm's plain forward, held <= 400 MB,
 decoding >= 1.0x transformers' tokens/s.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,20 +31,35 @@ from tfm.loaders.packaged import GEMMA3_INSTALL, gemma3_path  # noqa: E402
 def hf_config(c):
     """Gemma3TextConfig of tfm's config (eager attention, both RoPE bases, the layer types)."""
     from transformers import Gemma3TextConfig
+
     kinds = ["sliding_attention" if i in c.local_layers else "full_attention" for i in range(c.n_layer)]
-    rope = {"sliding_attention": {"rope_type": "default", "rope_theta": c.rope_local_base},
-            "full_attention": {"rope_type": "default", "rope_theta": c.rope_base}}
+    rope = {
+        "sliding_attention": {"rope_type": "default", "rope_theta": c.rope_local_base},
+        "full_attention": {"rope_type": "default", "rope_theta": c.rope_base},
+    }
     return Gemma3TextConfig(
-        vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff, num_hidden_layers=c.n_layer,
-        num_attention_heads=c.n_head, num_key_value_heads=c.n_kv_head, head_dim=c.d_head, rms_norm_eps=c.norm_eps,
-        max_position_embeddings=c.context_length, sliding_window=c.sliding_window, layer_types=kinds,
-        query_pre_attn_scalar=int(c.attn_scalar), rope_parameters=rope, tie_word_embeddings=True,
-        attn_implementation="eager")
+        vocab_size=c.vocab_size,
+        hidden_size=c.d_model,
+        intermediate_size=c.d_ff,
+        num_hidden_layers=c.n_layer,
+        num_attention_heads=c.n_head,
+        num_key_value_heads=c.n_kv_head,
+        head_dim=c.d_head,
+        rms_norm_eps=c.norm_eps,
+        max_position_embeddings=c.context_length,
+        sliding_window=c.sliding_window,
+        layer_types=kinds,
+        query_pre_attn_scalar=int(c.attn_scalar),
+        rope_parameters=rope,
+        tie_word_embeddings=True,
+        attn_implementation="eager",
+    )
 
 
 def hf_twin(lm):
     """Gemma3ForCausalLM holding tfm's weights (the gains 1 + w stored back as w)."""
     from transformers import Gemma3ForCausalLM
+
     hf, m = Gemma3ForCausalLM(hf_config(lm.config)).eval(), lm.model
     qd, kv = lm.config.d_attn, lm.config.n_kv_head * lm.config.d_head
     with torch.no_grad():
@@ -52,14 +68,24 @@ def hf_twin(lm):
         for ours, theirs in zip(m.blocks, hf.model.layers):
             q, k, v = ours.attn.qkv.weight.split([qd, kv, kv])
             a, mlp = theirs.self_attn, theirs.mlp
-            for dst, src in ((a.q_proj, q), (a.k_proj, k), (a.v_proj, v), (a.o_proj, ours.attn.proj.weight),
-                             (mlp.gate_proj, ours.mlp.gate.weight), (mlp.up_proj, ours.mlp.fc.weight),
-                             (mlp.down_proj, ours.mlp.proj.weight)):
+            for dst, src in (
+                (a.q_proj, q),
+                (a.k_proj, k),
+                (a.v_proj, v),
+                (a.o_proj, ours.attn.proj.weight),
+                (mlp.gate_proj, ours.mlp.gate.weight),
+                (mlp.up_proj, ours.mlp.fc.weight),
+                (mlp.down_proj, ours.mlp.proj.weight),
+            ):
                 dst.weight.copy_(src)
-            for dst, src in ((a.q_norm, ours.attn.q_norm), (a.k_norm, ours.attn.k_norm),
-                             (theirs.input_layernorm, ours.ln1), (theirs.post_attention_layernorm, ours.ln1_post),
-                             (theirs.pre_feedforward_layernorm, ours.ln2),
-                             (theirs.post_feedforward_layernorm, ours.ln2_post)):
+            for dst, src in (
+                (a.q_norm, ours.attn.q_norm),
+                (a.k_norm, ours.attn.k_norm),
+                (theirs.input_layernorm, ours.ln1),
+                (theirs.post_attention_layernorm, ours.ln1_post),
+                (theirs.pre_feedforward_layernorm, ours.ln2),
+                (theirs.post_feedforward_layernorm, ours.ln2_post),
+            ):
                 dst.weight.copy_(src.weight - 1)
     return hf
 
@@ -78,6 +104,7 @@ def best(fns: dict, runs: int) -> dict:
 
 def forwards(lm, hf, idx, layer: int) -> dict:
     """tfm's plain forward, its traced forward reading one pattern, transformers' eager forward."""
+
     def plain():
         with torch.inference_mode():
             return lm.model(idx, last_only=True).logits
@@ -91,45 +118,66 @@ def forwards(lm, hf, idx, layer: int) -> dict:
     def theirs():
         with torch.inference_mode():
             return hf(idx, output_attentions=True, logits_to_keep=1)
+
     return {"plain": plain, "ours": ours, "theirs": theirs}
 
 
 def traced(lm, hf, ids: list[int], layer: int, runs: int) -> list[list]:
     fns = forwards(lm, hf, torch.tensor([ids]), layer)
-    fns["plain"]()   # warm-up: the first product of each shape times BLAS against oneDNN (tfm.core.kernels)
+    fns["plain"]()  # warm-up: the first product of each shape times BLAS against oneDNN (tfm.core.kernels)
     got = best(fns, runs)
     (t_plain, _), (t_ours, out), (t_hf, want) = got["plain"], got["ours"], got["theirs"]
     held_ours = out.trace.nbytes + out.logits.numel() * 4
     held_hf = sum(a.numel() * a.element_size() for a in want.attentions) + want.logits.numel() * 4
     worst = (out.trace.pattern(layer) - want.attentions[layer][0]).abs().max().item()
-    print(f"plain {t_plain:.2f} s, traced + pattern {t_ours:.2f} s, transformers {t_hf:.2f} s; "
-          f"held {held_ours / 1e6:.0f} MB vs {held_hf / 1e6:.0f} MB; pattern differs by {worst:.1e}")
-    return [[f"traced forward + layer {layer}'s pattern, {len(ids)} tokens", f"{t_ours:.2f} s",
-             f"{t_ours / t_plain:.2f}x tfm's plain forward ({t_plain:.2f} s; target <= 1.2x)",
-             f"{t_hf:.2f} s ({t_hf / t_ours:.2f}x tfm's time)"],
-            ["bytes held after it", f"{held_ours / 1e6:.0f} MB", "target <= 400 MB",
-             f"{held_hf / 1e6:.0f} MB (every layer's attentions)"]]
+    print(
+        f"plain {t_plain:.2f} s, traced + pattern {t_ours:.2f} s, transformers {t_hf:.2f} s; "
+        f"held {held_ours / 1e6:.0f} MB vs {held_hf / 1e6:.0f} MB; pattern differs by {worst:.1e}"
+    )
+    return [
+        [
+            f"traced forward + layer {layer}'s pattern, {len(ids)} tokens",
+            f"{t_ours:.2f} s",
+            f"{t_ours / t_plain:.2f}x tfm's plain forward ({t_plain:.2f} s; target <= 1.2x)",
+            f"{t_hf:.2f} s ({t_hf / t_ours:.2f}x tfm's time)",
+        ],
+        [
+            "bytes held after it",
+            f"{held_ours / 1e6:.0f} MB",
+            "target <= 400 MB",
+            f"{held_hf / 1e6:.0f} MB (every layer's attentions)",
+        ],
+    ]
 
 
 def decoding(lm, hf, n: int, runs: int) -> list[list]:
     prompt = lm.tokenizer.prompt_ids("The capital of France is")
 
     def ours():
-        return [s.token_id for s in tfm.generate(lm, prompt, max_new_tokens=n, temperature=0.0, use_cache=True,
-                                                  stop_at_eot=False)]
+        return [
+            s.token_id
+            for s in tfm.generate(lm, prompt, max_new_tokens=n, temperature=0.0, use_cache=True, stop_at_eot=False)
+        ]
 
     def theirs():
         with torch.inference_mode():
-            out = hf.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
-        return out[0, len(prompt):].tolist()
+            out = hf.generate(
+                torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0
+            )
+        return out[0, len(prompt) :].tolist()
 
-    ours(), theirs()   # warm-up (kernel choices for one-row products, allocator)
+    ours(), theirs()  # warm-up (kernel choices for one-row products, allocator)
     got = best({"ours": ours, "theirs": theirs}, runs)
     (t_ours, a), (t_hf, b) = got["ours"], got["theirs"]
     print(f"decoding {n} tokens: tfm {n / t_ours:.1f} tok/s, transformers {n / t_hf:.1f} tok/s; same tokens: {a == b}")
-    return [[f"greedy decoding, {n} tokens (KV cache)", f"{n / t_ours:.1f} tokens/s",
-             f"{t_hf / t_ours:.2f}x transformers' speed (target >= 1.0x); same tokens: {a == b}",
-             f"{n / t_hf:.1f} tokens/s"]]
+    return [
+        [
+            f"greedy decoding, {n} tokens (KV cache)",
+            f"{n / t_ours:.1f} tokens/s",
+            f"{t_hf / t_ours:.2f}x transformers' speed (target >= 1.0x); same tokens: {a == b}",
+            f"{n / t_hf:.1f} tokens/s",
+        ]
+    ]
 
 
 def main() -> None:
@@ -151,7 +199,7 @@ def main() -> None:
     print(f"tfm.load('gemma3'): {t_load:.1f} s")
     hf = hf_twin(lm)
     text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    ids = lm.tokenizer.prompt_ids(text)[:args.tokens]
+    ids = lm.tokenizer.prompt_ids(text)[: args.tokens]
     rows = traced(lm, hf, ids, args.layer, args.runs) + decoding(lm, hf, args.new_tokens, args.runs)
     rows.append(["tfm.load('gemma3'): de-quantize the file, build the tokenizer", f"{t_load:.1f} s", "", ""])
     table = markdown(["measured", "tfm", "ratio", "transformers"], rows)

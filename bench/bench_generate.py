@@ -6,6 +6,7 @@ Prints figures and ratios measured in this one run; asserts nothing about time. 
 runs on the CPU with random weights (no downloads). Each timed figure is the best of
 `--repeats` runs, alternating the engines so a busy neighbour slows both alike.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,14 +45,21 @@ def gpt2_pair(seed: int = 0):
     """HF GPT2LMHeadModel from GPT2Config() defaults with seeded random weights, and the same
     weights in tfm (through tfm.loaders.weights.convert_gpt2_state)."""
     from transformers import GPT2Config, GPT2LMHeadModel
+
     torch.manual_seed(seed)
     hf = GPT2LMHeadModel(GPT2Config()).eval()
     hf.generation_config.eos_token_id = None  # never stop early: always 128 new tokens
     hf.generation_config.pad_token_id = 0
     model = GPT(ModelConfig.preset("gpt2"))
     load_state_checked(model, convert_gpt2_state(hf.state_dict(), conv1d=True), "hf")
-    lm = LM(model.eval(), numbered_tokenizer(model.config.vocab_size), model.config, torch.device("cpu"),
-            "bench:gpt2-random", {})
+    lm = LM(
+        model.eval(),
+        numbered_tokenizer(model.config.vocab_size),
+        model.config,
+        torch.device("cpu"),
+        "bench:gpt2-random",
+        {},
+    )
     return hf, lm
 
 
@@ -78,6 +86,7 @@ def step_overhead_ms(lm, repeats: int) -> tuple[float, float]:
     breakdown, the greedy pick, the prob/rank numbers (on a vocabulary-sized logits vector)."""
     from tfm.generation.decode import choose as _choose
     from tfm.generation.sampling import SamplingSettings
+
     logits, gen, greedy = torch.randn(lm.config.vocab_size), torch.Generator(), SamplingSettings(0)
     n = lm.config.vocab_size  # the real vocabulary: no padding rows
     times = [1e3 * timed(lambda: _choose(logits, greedy, n, gen))[0] for _ in range(10 * repeats + 1)]
@@ -104,13 +113,15 @@ def raw_loop(lm, prompt, n):
 def hf_greedy(hf, prompt, n):
     ids = torch.tensor([prompt])
     out = hf.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False)
-    return out[0, len(prompt):].tolist()
+    return out[0, len(prompt) :].tolist()
 
 
 def vs_huggingface(hf, lm, prompt, n, repeats, bare):
     print("\n## 1. tfm.generate (KV cache) vs transformers GPT2LMHeadModel.generate")
-    print(f"GPT-2 small shape ({lm.model.num_params() / 1e6:.1f}M parameters, random weights, seed 0), "
-          f"greedy, prompt {len(prompt)} tokens, {n} new tokens, attention: {hf.config._attn_implementation}")
+    print(
+        f"GPT-2 small shape ({lm.model.num_params() / 1e6:.1f}M parameters, random weights, seed 0), "
+        f"greedy, prompt {len(prompt)} tokens, {n} new tokens, attention: {hf.config._attn_implementation}"
+    )
     fns = {"tfm": lambda: tfm_greedy(lm, prompt, n), "hf": lambda: hf_greedy(hf, prompt, n)}
     if bare:
         fns["bare"] = lambda: raw_loop(lm, prompt, n)
@@ -124,11 +135,15 @@ def vs_huggingface(hf, lm, prompt, n, repeats, bare):
         print(f"bare tfm loop       {n / best['bare']:7.1f} tokens/s  (forward + argmax, no Step records)")
     per_step = 1e3 * statistics.median(s.step_s for s in outs["tfm"][1:])
     low, mid = step_overhead_ms(lm, repeats)
-    print(f"Step record cost    {low:7.2f} ms/step min, {mid:.2f} median, of a {per_step:.1f} ms median decode step "
-          f"(breakdown over {lm.config.vocab_size} logits + pick + prob/rank, timed alone)")
+    print(
+        f"Step record cost    {low:7.2f} ms/step min, {mid:.2f} median, of a {per_step:.1f} ms median decode step "
+        f"(breakdown over {lm.config.vocab_size} logits + pick + prob/rank, timed alone)"
+    )
     first_diff = next((i for i, (a, b) in enumerate(zip(ours, outs["hf"])) if a != b), None)
-    print(f"greedy tokens match HF: {ours == outs['hf']}"
-          + ("" if first_diff is None else f" (first difference at new token {first_diff})"))
+    print(
+        f"greedy tokens match HF: {ours == outs['hf']}"
+        + ("" if first_diff is None else f" (first difference at new token {first_diff})")
+    )
     return outs["tfm"]
 
 
@@ -137,11 +152,15 @@ def cache_vs_recompute(n, repeats):
     lm = tfm.random_model(cfg, tokenizer=numbered_tokenizer(cfg.vocab_size), seed=0)
     prompt = list(range(1000, 1000 + PROMPT_LEN))
     print(f"\n## 2. KV cache vs recomputing the prefix every step, {n} new tokens")
-    print(f"tfm-small shape with context 512 ({lm.model.num_params() / 1e6:.1f}M parameters: GPT-2 small "
-          f"recomputing 256 prefixes would take minutes on 2 shared cores), greedy, prompt {PROMPT_LEN} tokens")
+    print(
+        f"tfm-small shape with context 512 ({lm.model.num_params() / 1e6:.1f}M parameters: GPT-2 small "
+        f"recomputing 256 prefixes would take minutes on 2 shared cores), greedy, prompt {PROMPT_LEN} tokens"
+    )
     tfm_greedy(lm, prompt, 4), tfm_greedy(lm, prompt, 4, use_cache=False)
-    best, outs = best_of(repeats, {"cache": lambda: tfm_greedy(lm, prompt, n),
-                                   "recompute": lambda: tfm_greedy(lm, prompt, n, use_cache=False)})
+    best, outs = best_of(
+        repeats,
+        {"cache": lambda: tfm_greedy(lm, prompt, n), "recompute": lambda: tfm_greedy(lm, prompt, n, use_cache=False)},
+    )
     print(f"with KV cache       {n / best['cache']:7.1f} tokens/s  ({best['cache']:.2f} s)")
     print(f"recompute prefix    {n / best['recompute']:7.1f} tokens/s  ({best['recompute']:.2f} s)")
     print(f"ratio cache / none  {best['recompute'] / best['cache']:7.2f}x   (target >= 3x)")
@@ -168,11 +187,15 @@ def vs_bandwidth(lm, steps, repeats):
     print("\n## 3. GPT-2 small decode step vs the memory-bandwidth limit")
     print(f"copy bandwidth      {copy_gbs:7.1f} GB/s  (torch copy of a 512 MiB float32 tensor, read + write bytes)")
     print(f"read bandwidth      {read_gbs:7.1f} GB/s  (sum over the same tensor)")
-    print(f"weights per token   {weight_bytes / 1e9:7.3f} GB    ({params:,} parameters x 4 bytes fp32, tied counted once)")
+    print(
+        f"weights per token   {weight_bytes / 1e9:7.3f} GB    ({params:,} parameters x 4 bytes fp32, tied counted once)"
+    )
     print(f"lower bound         {1e3 * bound:7.1f} ms/token  (weights / copy bandwidth)")
     print(f"measured decode     {1e3 * decode:7.1f} ms/token  (median step after the prefill, best tfm.generate run)")
-    print(f"fraction achieved   {bound / decode:7.0%}   (of the bandwidth limit; {1e3 * weight_bytes / (read_gbs * 1e9):.1f} "
-          f"ms/token with the read bandwidth: {weight_bytes / (read_gbs * 1e9) / decode:.0%})")
+    print(
+        f"fraction achieved   {bound / decode:7.0%}   (of the bandwidth limit; {1e3 * weight_bytes / (read_gbs * 1e9):.1f} "
+        f"ms/token with the read bandwidth: {weight_bytes / (read_gbs * 1e9) / decode:.0%})"
+    )
 
 
 def main() -> None:
@@ -186,9 +209,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     import transformers
+
     print(f"# tfm generate benchmark\n{machine()}, transformers {transformers.__version__}")
     hf, lm = gpt2_pair()
-    prompt = torch.randint(0, lm.config.vocab_size - 1, (PROMPT_LEN,), generator=torch.Generator().manual_seed(1)).tolist()
+    prompt = torch.randint(
+        0, lm.config.vocab_size - 1, (PROMPT_LEN,), generator=torch.Generator().manual_seed(1)
+    ).tolist()
     steps = None
     if "1" in args.sections:
         steps = vs_huggingface(hf, lm, prompt, args.new_tokens, args.repeats, args.bare)

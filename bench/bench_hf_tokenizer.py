@@ -7,6 +7,7 @@ of random pairs of existing tokens until `--vocab` ids, with Qwen2's pre-tokeniz
 its Split regex, ByteLevel) and special tokens. Prints figures and ratios measured in this
 one run (best of `--repeats`); asserts nothing about time. Ids are checked equal first.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,10 @@ import tokenizers  # noqa: E402
 from tfm.text.hf_tokenizer import tokenizer_from_folder  # noqa: E402
 from tfm.text.bpe_files import bytes_to_unicode  # noqa: E402
 
-QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-         r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 CORPUS = Path("/work/shared/corpus/tinystories_valid.txt")
 
 
@@ -45,22 +48,50 @@ def random_merges(vocab_size: int) -> tuple[dict[str, int], list[list[str]]]:
 def added_specials(first_id: int) -> list[dict]:
     """Qwen2's three special tokens, numbered from `first_id`."""
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    return [{"id": first_id + i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-             "normalized": False, "special": True} for i, s in enumerate(specials)]
+    return [
+        {
+            "id": first_id + i,
+            "content": s,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i, s in enumerate(specials)
+    ]
 
 
 def synthetic_file(folder: Path, vocab_size: int) -> None:
     vocab, merges = random_merges(vocab_size)
-    data = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added_specials(vocab_size),
-            "normalizer": {"type": "NFC"},
-            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+    data = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added_specials(vocab_size),
+        "normalizer": {"type": "NFC"},
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
                 {"type": "Split", "pattern": {"Regex": QWEN2}, "behavior": "Isolated", "invert": False},
-                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
-            "post_processor": None,
-            "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
-            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                      "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False,
-                      "ignore_merges": False, "vocab": vocab, "merges": merges}}
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+            ],
+        },
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": "",
+            "end_of_word_suffix": "",
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": merges,
+        },
+    }
     (folder / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
 
 
@@ -89,11 +120,12 @@ def main() -> None:
     assert ids == lib.encode(text, add_special_tokens=False).ids, "ids differ from the tokenizers library"
     e_ours, _ = best(lambda: ours.encode(text), args.repeats)
     e_lib, _ = best(lambda: lib.encode(text, add_special_tokens=False), args.repeats)
-    print(f"synthetic Qwen2-style tokenizer.json: {args.vocab} ids, {size / 2**20:.1f} MiB, "
-          f"backend {ours.backend}")
+    print(f"synthetic Qwen2-style tokenizer.json: {args.vocab} ids, {size / 2**20:.1f} MiB, backend {ours.backend}")
     print(f"load:   tfm {t_ours * 1e3:7.0f} ms | tokenizers {t_lib * 1e3:7.0f} ms | ratio {t_ours / t_lib:.2f}x")
-    print(f"encode {len(text)} chars -> {len(ids)} ids: tfm {e_ours * 1e3:.1f} ms | tokenizers "
-          f"{e_lib * 1e3:.1f} ms | speed-up {e_lib / e_ours:.2f}x")
+    print(
+        f"encode {len(text)} chars -> {len(ids)} ids: tfm {e_ours * 1e3:.1f} ms | tokenizers "
+        f"{e_lib * 1e3:.1f} ms | speed-up {e_lib / e_ours:.2f}x"
+    )
 
 
 if __name__ == "__main__":

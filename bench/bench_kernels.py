@@ -9,6 +9,7 @@ GPT._input_major_weights), at 1 (a decode step), 128 and 1024 rows: the median t
 product, BLAS's over the best other's, and which one tfm uses (tfm.core.kernels' size rule and
 "auto"'s measured choice). Values are checked equal (|diff| < 1e-4). Figures from this run only; nothing asserts on time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,12 +28,27 @@ from bench_generate import machine  # noqa: E402
 from tfm.core import kernels  # noqa: E402
 
 SHAPES = {  # (in, out) of each matrix
-    "tfm-small": {"qkv": (192, 576), "attn proj": (192, 192), "mlp fc": (192, 768), "mlp proj": (768, 192),
-                  "unembed": (192, 4096)},
-    "gpt2": {"qkv": (768, 2304), "attn proj": (768, 768), "mlp fc": (768, 3072), "mlp proj": (3072, 768),
-             "unembed": (768, 50257)},
-    "smollm2-135m": {"qkv": (576, 960), "attn proj": (576, 576), "mlp gate/up": (576, 1536),
-                     "mlp proj": (1536, 576), "unembed": (576, 49152)},
+    "tfm-small": {
+        "qkv": (192, 576),
+        "attn proj": (192, 192),
+        "mlp fc": (192, 768),
+        "mlp proj": (768, 192),
+        "unembed": (192, 4096),
+    },
+    "gpt2": {
+        "qkv": (768, 2304),
+        "attn proj": (768, 768),
+        "mlp fc": (768, 3072),
+        "mlp proj": (3072, 768),
+        "unembed": (768, 50257),
+    },
+    "smollm2-135m": {
+        "qkv": (576, 960),
+        "attn proj": (576, 576),
+        "mlp gate/up": (576, 1536),
+        "mlp proj": (1536, 576),
+        "unembed": (576, 49152),
+    },
 }
 
 
@@ -50,8 +66,8 @@ def compare(d_in: int, d_out: int, rows: int, runs: int, input_major: bool) -> t
     """(BLAS ms, oneDNN ms, sliced BLAS ms or None where not tried, the product tfm picks)."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(rows, d_in, generator=g)
-    w = torch.randn(d_out, d_in, generator=g) * 0.02                   # (out, in)
-    w = w.t().contiguous().t() if input_major else w                   # as the model stores it
+    w = torch.randn(d_out, d_in, generator=g) * 0.02  # (out, in)
+    w = w.t().contiguous().t() if input_major else w  # as the model stores it
     onednn_fn = lambda: kernels._onednn_linear(x, w, None, "none", [], "")  # noqa: E731
     with torch.no_grad():
         assert float((onednn_fn() - F.linear(x, w)).abs().max()) < 1e-4
@@ -69,10 +85,21 @@ def table_row(model: str, name: str, d_in: int, d_out: int, rows: int, runs: int
     blas, onednn, sliced, picked = compare(d_in, d_out, rows, runs, input_major=name != "unembed")
     other = min(onednn, sliced or onednn)
     shown = f"{sliced:10.3f}" if sliced is not None else f"{'-':>10s}"
-    print(f"{model:13s} {name:12s} {f'{d_in}x{d_out}':>12s} {rows:5d} {blas:9.3f} {onednn:10.3f} "
-          f"{shown} {blas / other:9.2f}x  {picked}")
-    return [model, name, f"{d_in}x{d_out}", rows, f"{blas:.3f}", f"{onednn:.3f}",
-            "-" if sliced is None else f"{sliced:.3f}", f"{blas / other:.2f}x", picked]
+    print(
+        f"{model:13s} {name:12s} {f'{d_in}x{d_out}':>12s} {rows:5d} {blas:9.3f} {onednn:10.3f} "
+        f"{shown} {blas / other:9.2f}x  {picked}"
+    )
+    return [
+        model,
+        name,
+        f"{d_in}x{d_out}",
+        rows,
+        f"{blas:.3f}",
+        f"{onednn:.3f}",
+        "-" if sliced is None else f"{sliced:.3f}",
+        f"{blas / other:.2f}x",
+        picked,
+    ]
 
 
 def main() -> None:
@@ -86,13 +113,17 @@ def main() -> None:
     if not kernels.ONEDNN_AVAILABLE:
         sys.exit("this torch build has no oneDNN linear product: tfm uses torch's BLAS everywhere")
     print(f"# Linear products, BLAS vs oneDNN\n{machine()}\n")
-    print(f"{'model':13s} {'matrix':12s} {'in x out':>12s} {'rows':>5s} {'BLAS ms':>9s} {'oneDNN ms':>10s} "
-          f"{'sliced ms':>10s} {'BLAS/best':>10s}  tfm uses")
+    print(
+        f"{'model':13s} {'matrix':12s} {'in x out':>12s} {'rows':>5s} {'BLAS ms':>9s} {'oneDNN ms':>10s} "
+        f"{'sliced ms':>10s} {'BLAS/best':>10s}  tfm uses"
+    )
     table = []
     for model, mats in SHAPES.items():
         for name, (d_in, d_out) in mats.items():
             for rows in (1, 128, 1024):
-                table.append(table_row(model, name, d_in, d_out, rows, args.runs if rows < 1024 else max(3, args.runs // 3)))
+                table.append(
+                    table_row(model, name, d_in, d_out, rows, args.runs if rows < 1024 else max(3, args.runs // 3))
+                )
     header = ["model", "matrix", "in x out", "rows", "BLAS ms", "oneDNN ms", "sliced ms", "BLAS/best", "tfm uses"]
     write_docs.publish(args, [write_docs.markdown(header, table)], f"torch {torch.__version__}, {args.threads} threads")
 

@@ -12,6 +12,7 @@ positions whose top-1 is the final top-1. Checks printed (no asserts): the tuned
 logit lens at every stream but the last, where both stay near 0 (the last translator at the
 identity's KL), and on SmolLM2 at most half the logit lens's KL after blocks 1-22.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,7 +34,7 @@ from tfm.train import mix  # noqa: E402
 from tfm.train.transcoders import CORPUS  # noqa: E402
 from tfm.train.tuned_lens_eval import collect_streams, words  # noqa: E402
 
-HALF_BLOCKS = range(1, 23)   # SmolLM2: the tuned lens at most half the logit lens's KL after these blocks
+HALF_BLOCKS = range(1, 23)  # SmolLM2: the tuned lens at most half the logit lens's KL after these blocks
 
 
 def measure(spec: str, tokens: int, corpus: Path) -> tuple[list[str], dict]:
@@ -42,9 +43,11 @@ def measure(spec: str, tokens: int, corpus: Path) -> tuple[list[str], dict]:
     lens = load_tuned_lens(shipped_folder(spec), lm)
     out, labels = {}, []
     for domain, ids in mix.domain_ids(lm.tokenizer, corpus, "heldout", tokens).items():
-        streams = collect_streams(lm.model, ids, 128, 1).float().transpose(0, 1)     # (L+1, N, D)
-        fits = {"tuned": lens_fit(lm.model, lens.translate(streams), words(lm)),
-                "logit": lens_fit(lm.model, streams, words(lm))}
+        streams = collect_streams(lm.model, ids, 128, 1).float().transpose(0, 1)  # (L+1, N, D)
+        fits = {
+            "tuned": lens_fit(lm.model, lens.translate(streams), words(lm)),
+            "logit": lens_fit(lm.model, streams, words(lm)),
+        }
         out[domain] = {k: (f.mean_kl(), f.agreement(), streams.shape[1]) for k, f in fits.items()}
         labels = fits["logit"].labels
     return labels, out
@@ -70,11 +73,15 @@ def checks(spec: str, labels: list[str], res: dict) -> list[str]:
     for d, v in res.items():
         tuned, logit = v["tuned"][0], v["logit"][0]
         below = all(t < lo for t, lo in zip(tuned[:-1], logit[:-1]))
-        lines.append(f"{spec} {d}: tuned below logit at every stream but the last: {below}; last stream "
-                     f"tuned {tuned[-1]:.2e}, logit {logit[-1]:.2e} nats")
+        lines.append(
+            f"{spec} {d}: tuned below logit at every stream but the last: {below}; last stream "
+            f"tuned {tuned[-1]:.2e}, logit {logit[-1]:.2e} nats"
+        )
         if len(labels) > max(HALF_BLOCKS) + 1:
             ratio = max(tuned[b + 1] / logit[b + 1] for b in HALF_BLOCKS)
-            lines.append(f"{spec} {d}: largest tuned / logit ratio after blocks 1-22: {ratio:.3f} (≤ 0.5: {ratio <= 0.5})")
+            lines.append(
+                f"{spec} {d}: largest tuned / logit ratio after blocks 1-22: {ratio:.3f} (≤ 0.5: {ratio <= 0.5})"
+            )
     return lines
 
 
@@ -94,7 +101,7 @@ def main() -> None:
         labels, res = measure(spec, args.tokens, Path(args.corpus))
         tables.append(table(spec, labels, res))
         notes += checks(spec, labels, res)
-        print(tables[-1], "\n", "\n".join(notes[-len(res) * 2:]), f"\n({time.perf_counter() - t0:.0f} s)\n")
+        print(tables[-1], "\n", "\n".join(notes[-len(res) * 2 :]), f"\n({time.perf_counter() - t0:.0f} s)\n")
     write_docs.publish(args, [*tables, "Checks: " + "; ".join(notes) + "."])
 
 

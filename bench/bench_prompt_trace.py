@@ -13,6 +13,7 @@ each, with the server's `eager_trace_bytes` at 1 (every trace lazy: before) and 
 Figures only; nothing asserts on time. The 1024-token case traces lazily either way (2.75 GB
 eager), so its two rows time the same path.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,8 +66,9 @@ def visit(at: AppTest, text: str) -> list[tuple[float, float]]:
 
 
 def med(pairs: list[tuple[float, float]]) -> str:
-    return (f"{statistics.median(p[0] for p in pairs):8.1f} ms wall, "
-            f"{statistics.median(p[1] for p in pairs):8.1f} ms CPU")
+    return (
+        f"{statistics.median(p[0] for p in pairs):8.1f} ms wall, {statistics.median(p[1] for p in pairs):8.1f} ms CPU"
+    )
 
 
 def case(name: str, at: AppTest, spec: str, n: int, prompts: int, base: server.Settings) -> None:
@@ -74,13 +76,15 @@ def case(name: str, at: AppTest, spec: str, n: int, prompts: int, base: server.S
     texts = [prompt_text(lm, n, tag=7 * n + k) for k in range(2 * prompts + 1)]
     size = estimate_trace_bytes(lm.config, len(texts[0][1]))
     default = base.limits.eager_trace_bytes
-    print(f"\n## {name}, {len(texts[0][1])} tokens: eager trace {size / 1e6:.1f} MB, eager_trace_bytes "
-          f"{default / 1e6:.0f} MB -> {'lazy' if prefer_lazy(lm.config, len(texts[0][1]), default) else 'eager'} now",
-          flush=True)
+    print(
+        f"\n## {name}, {len(texts[0][1])} tokens: eager trace {size / 1e6:.1f} MB, eager_trace_bytes "
+        f"{default / 1e6:.0f} MB -> {'lazy' if prefer_lazy(lm.config, len(texts[0][1]), default) else 'eager'} now",
+        flush=True,
+    )
     visit(at, texts[-1][0])  # warm-up: the model and every page loaded once
     for k, (mode, nbytes) in enumerate((("before (every trace lazy)", 1), ("now", default))):
         serve_eager_up_to(base, nbytes)
-        mine = texts[k * prompts:(k + 1) * prompts]  # prompts new to this mode
+        mine = texts[k * prompts : (k + 1) * prompts]  # prompts new to this mode
         one = [engine(spec, lm, ids, 1) for _, ids in mine]
         every = [engine(spec, lm, ids, lm.config.n_layer) for _, ids in mine]
         models.PROMPTS.clear()

@@ -12,6 +12,7 @@ Attention page; then what all the presses added in all. Last, two more students 
 own) press Re-quantize at the same moment, to two types: the peak while both wait and run. Asserts
 nothing about memory: it prints.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,8 +71,10 @@ def requantize(student: Student, qtype: str, watch: Peak) -> tuple[int, int, flo
 
 def two_at_once(port: int, timeout: float, watch: Peak) -> tuple[int, int, float]:
     """Two students press Re-quantize (Q8_0, Q4_0) together: (RSS after, peak, seconds for both)."""
-    pairs = [(Student(port, f"Student {i} asks what the model makes of this sentence.", timeout, model=None), q)
-             for i, q in enumerate(("Q8_0", "Q4_0"))]
+    pairs = [
+        (Student(port, f"Student {i} asks what the model makes of this sentence.", timeout, model=None), q)
+        for i, q in enumerate(("Q8_0", "Q4_0"))
+    ]
     for s, qtype in pairs:
         checked(s.run("quant"), "quant")
         pick = WidgetState(id=s.widget("quant.target"), string_value=option(s, "quant.target", qtype))
@@ -85,6 +88,7 @@ def two_at_once(port: int, timeout: float, watch: Peak) -> tuple[int, int, float
             checked(s.run("quant", [go]), f"re-quantizing to {qtype}")
         except Exception as e:  # reported after both ended
             failures.append(f"{qtype}: {type(e).__name__}: {e}")
+
     watch.peak, t0 = watch.rss(), time.perf_counter()
     threads = [threading.Thread(target=press, args=pair) for pair in pairs]
     for t in threads:
@@ -103,8 +107,10 @@ def each_target(student: Student, watch: Peak) -> int:
         before = settled(watch)
         after, peak, took = requantize(student, qtype, watch)
         top = max(top, peak)
-        print(f"re-quantize to {qtype:6s}: RSS {before / 1e6:,.0f} -> {after / 1e6:,.0f} MB "
-              f"(peak {peak / 1e6:,.0f} MB), {took:.1f} s")
+        print(
+            f"re-quantize to {qtype:6s}: RSS {before / 1e6:,.0f} -> {after / 1e6:,.0f} MB "
+            f"(peak {peak / 1e6:,.0f} MB), {took:.1f} s"
+        )
     return top
 
 
@@ -115,7 +121,7 @@ def main() -> None:
     ap.add_argument("app_flags", nargs="*", help="after --: flags for app.py")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ.pop("TFM_DEFAULT_MODEL", None)   # the server's own default: SmolLM2 when installed
+    os.environ.pop("TFM_DEFAULT_MODEL", None)  # the server's own default: SmolLM2 when installed
     server = start_server(port := free_port(), args.app_flags)
     try:
         watch = Peak(psutil.Process(server.pid))
@@ -130,11 +136,15 @@ def main() -> None:
         top = each_target(student, watch)
         checked(student.run("attention"), "attention again")
         end = settled(watch)
-        print(f"back on the Attention page: RSS {end / 1e6:,.0f} MB; added in all {(end - start) / 1e6:+,.0f} MB; "
-              f"peak while re-quantizing {top / 1e6:,.0f} MB ({(top - start) / 1e6:+,.0f} MB)")
+        print(
+            f"back on the Attention page: RSS {end / 1e6:,.0f} MB; added in all {(end - start) / 1e6:+,.0f} MB; "
+            f"peak while re-quantizing {top / 1e6:,.0f} MB ({(top - start) / 1e6:+,.0f} MB)"
+        )
         after, peak, took = two_at_once(port, args.timeout, watch)
-        print(f"two students re-quantizing at once (Q8_0, Q4_0): RSS {end / 1e6:,.0f} -> {after / 1e6:,.0f} MB, "
-              f"peak {peak / 1e6:,.0f} MB ({(peak - end) / 1e6:+,.0f} MB), both done in {took:.1f} s")
+        print(
+            f"two students re-quantizing at once (Q8_0, Q4_0): RSS {end / 1e6:,.0f} -> {after / 1e6:,.0f} MB, "
+            f"peak {peak / 1e6:,.0f} MB ({(peak - end) / 1e6:+,.0f} MB), both done in {took:.1f} s"
+        )
     finally:
         server.terminate()
         try:

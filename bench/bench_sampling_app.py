@@ -6,6 +6,7 @@
 2. Generation: tokens/s of the generate page (AppTest, the page's own timer and the whole
    script run) against `tfm.generate` alone with the same arguments (target: >= 0.8x).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -87,12 +88,18 @@ def bench_explorer(repeats: int = 20) -> None:
         widget.run()
         k_times.append(time.perf_counter() - t0)
     ms = [1e3 * x for x in SCRIPT_S]
-    print(f"explorer slider change, page script run (server time): median {statistics.median(ms):.1f} ms, "
-          f"min {min(ms):.1f} ms, max {max(ms):.1f} ms over {len(ms)} changes (target < 50 ms)")
-    print(f"explorer temperature change, AppTest round trip: median {1e3 * statistics.median(times):.1f} ms, "
-          f"min {1e3 * min(times):.1f} ms")
-    print(f"explorer top-p change, AppTest round trip:       median {1e3 * statistics.median(k_times):.1f} ms, "
-          f"min {1e3 * min(k_times):.1f} ms")
+    print(
+        f"explorer slider change, page script run (server time): median {statistics.median(ms):.1f} ms, "
+        f"min {min(ms):.1f} ms, max {max(ms):.1f} ms over {len(ms)} changes (target < 50 ms)"
+    )
+    print(
+        f"explorer temperature change, AppTest round trip: median {1e3 * statistics.median(times):.1f} ms, "
+        f"min {1e3 * min(times):.1f} ms"
+    )
+    print(
+        f"explorer top-p change, AppTest round trip:       median {1e3 * statistics.median(k_times):.1f} ms, "
+        f"min {1e3 * min(k_times):.1f} ms"
+    )
     print(f"model forward calls during {2 * repeats} slider changes: {CALLS['forward']} (target 0)")
 
 
@@ -119,13 +126,22 @@ def bench_generation(n_tokens: int = 64, repeats: int = 5) -> None:
             out.append(tps)
         same = tokens == [r["token_id"] for r in last["samples"][0]]
     med = statistics.median
-    print(f"generation, {n_tokens} tokens, KV cache, traced (as the app runs it), model {spec[:40]}; "
-          f"{repeats} interleaved repeats, tokens/s as median / best / all (the machine may be shared)")
-    for name, xs in (("app (page timer)", app), ("app (whole script run)", app_wall),
-                     ("engine alone, traced", eng), ("engine alone, untraced", eng_plain)):
+    print(
+        f"generation, {n_tokens} tokens, KV cache, traced (as the app runs it), model {spec[:40]}; "
+        f"{repeats} interleaved repeats, tokens/s as median / best / all (the machine may be shared)"
+    )
+    for name, xs in (
+        ("app (page timer)", app),
+        ("app (whole script run)", app_wall),
+        ("engine alone, traced", eng),
+        ("engine alone, untraced", eng_plain),
+    ):
         print(f"  {name:24s} {med(xs):6.1f} / {max(xs):6.1f} / {' '.join(f'{x:.1f}' for x in xs)}")
-    print(f"  app / engine (same args): median {med(app) / med(eng):.2f}x, best {max(app) / max(eng):.2f}x, "
-          f"per pair {' '.join(f'{a / e:.2f}' for a, e in zip(app, eng))} (target >= 0.8x); same tokens: {same}")
+    print(
+        f"  app / engine (same args): median {med(app) / med(eng):.2f}x, best {max(app) / max(eng):.2f}x, "
+        f"per pair {' '.join(f'{a / e:.2f}' for a, e in zip(app, eng))} (target >= 0.8x); same tokens: {same}"
+    )
+
 
 if __name__ == "__main__":
     GPT.forward = counting_forward

@@ -17,6 +17,7 @@ Rows (targets from issue #13):
   `run_with_cache`: time, time / their plain forward, bytes and count of returned tensors.
 Each time is the median of `--repeats` runs unless it says "once".
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,12 +58,12 @@ def median_time(fn, repeats: int) -> float:
 def prompt_text(lm, n_tokens: int, tag: int) -> tuple[str, tuple[int, ...]]:
     """Corpus text of about n_tokens tokens, a different stretch per `tag`; the ids the app keeps."""
     words = CORPUS.read_text(encoding="utf-8", errors="replace").split()
-    span = max(1500, n_tokens)   # a word is at least one token
+    span = max(1500, n_tokens)  # a word is at least one token
     start = (tag * span) % (len(words) - span)
-    chunk = words[start:start + span]
+    chunk = words[start : start + span]
     ids = lm.tokenizer.encode(" ".join(chunk))[:n_tokens]
     text = lm.tokenizer.decode(ids)
-    return text, tuple(lm.tokenizer.encode(text)[-lm.config.context_length:])
+    return text, tuple(lm.tokenizer.encode(text)[-lm.config.context_length :])
 
 
 def app_on(model: str) -> tuple[AppTest, str]:
@@ -107,8 +108,11 @@ def app_rows(at, lm, lengths, repeats) -> dict:
         page = run_page(at)  # once: a second run would find the trace cached
         fwd = plain_forward(lm, ids, repeats)
         out[n] = {"tokens": len(ids), "page": page, "forward": fwd}
-        print(f"{len(ids):5d} tokens: new prompt -> Attention page {page:6.2f} s (once); plain forward "
-              f"{fwd:5.2f} s; ratio {page / fwd:5.2f}x (target <= 1.5x at 1024)", flush=True)
+        print(
+            f"{len(ids):5d} tokens: new prompt -> Attention page {page:6.2f} s (once); plain forward "
+            f"{fwd:5.2f} s; ratio {page / fwd:5.2f}x (target <= 1.5x at 1024)",
+            flush=True,
+        )
     return out
 
 
@@ -118,8 +122,11 @@ def every_page(at, ids) -> None:
         at.switch_page(f"pages/{page}.py")
         times[page] = run_page(at)
     print("every page once at", len(ids), "tokens (s): " + ", ".join(f"{p} {t:.2f}" for p, t in times.items()))
-    print(f"cache bytes for this prompt after every page: {prompt_bytes(ids) / MB:.0f} MB (target <= 300 MB); "
-          f"whole cache {models.PROMPTS.nbytes / MB:.0f} MB, models {models.MODELS.nbytes / MB:.0f} MB", flush=True)
+    print(
+        f"cache bytes for this prompt after every page: {prompt_bytes(ids) / MB:.0f} MB (target <= 300 MB); "
+        f"whole cache {models.PROMPTS.nbytes / MB:.0f} MB, models {models.MODELS.nbytes / MB:.0f} MB",
+        flush=True,
+    )
 
 
 def widget_changes(at, repeats) -> None:
@@ -128,8 +135,11 @@ def widget_changes(at, repeats) -> None:
     layers = [median_time(lambda v=v: at.select_slider(key="attn.layer").set_value(v).run(), 1) for v in (5, 6, 7)]
     heads = [median_time(lambda v=v: at.select_slider(key="attn.head").set_value(v).run(), 1) for v in (3, 4, 5)]
     assert not at.exception, at.exception
-    print(f"layer change {statistics.median(layers) * 1000:.0f} ms, head change {statistics.median(heads) * 1000:.0f} ms "
-          "(median of 3; target < 150 ms)", flush=True)
+    print(
+        f"layer change {statistics.median(layers) * 1000:.0f} ms, head change {statistics.median(heads) * 1000:.0f} ms "
+        "(median of 3; target < 150 ms)",
+        flush=True,
+    )
 
 
 def many_prompts(at, lm, count: int) -> None:
@@ -144,17 +154,27 @@ def many_prompts(at, lm, count: int) -> None:
     at.select_slider(key="attn.layer").set_value(2)
     still = run_page(at)
     budget = memory.memory_budget()
-    print(f"after {count} different 1024-token prompts ({took:.0f} s): RSS {proc.memory_info().rss / MB:.0f} MB, "
-          f"cache {models.PROMPTS.nbytes / MB:.0f} MB + models {models.MODELS.nbytes / MB:.0f} MB, budget "
-          f"{budget / MB:.0f} MB; still serving (layer change {still * 1000:.0f} ms)", flush=True)
+    print(
+        f"after {count} different 1024-token prompts ({took:.0f} s): RSS {proc.memory_info().rss / MB:.0f} MB, "
+        f"cache {models.PROMPTS.nbytes / MB:.0f} MB + models {models.MODELS.nbytes / MB:.0f} MB, budget "
+        f"{budget / MB:.0f} MB; still serving (layer change {still * 1000:.0f} ms)",
+        flush=True,
+    )
 
 
 def hf_copy(lm, folder: Path):
     """A Hugging Face GPT2LMHeadModel holding exactly the tfm model's weights, saved to `folder`."""
     from transformers import GPT2Config, GPT2LMHeadModel
+
     c = lm.config
-    cfg = GPT2Config(n_layer=c.n_layer, n_head=c.n_head, n_embd=c.d_model, n_positions=c.context_length,
-                     vocab_size=c.vocab_size, attn_implementation="eager")
+    cfg = GPT2Config(
+        n_layer=c.n_layer,
+        n_head=c.n_head,
+        n_embd=c.d_model,
+        n_positions=c.context_length,
+        vocab_size=c.vocab_size,
+        attn_implementation="eager",
+    )
     hf = GPT2LMHeadModel(cfg).eval()
     ours = dict(lm.model.state_dict())
     with torch.no_grad():
@@ -188,17 +208,21 @@ def peer_rows(lm, lengths, repeats) -> None:
                 out = hf(x, output_attentions=True, output_hidden_states=True)
             size, count = tensor_stats(dict(out))
             del out
-            print(f"{x.shape[1]:5d} tokens: HF with attentions+hidden {full:5.2f} s ({full / plain:4.2f}x its plain "
-                  f"{plain:5.2f} s), {size / MB:6.0f} MB in {count} tensors; |logits - tfm| max {diff:.1e}", flush=True)
+            print(
+                f"{x.shape[1]:5d} tokens: HF with attentions+hidden {full:5.2f} s ({full / plain:4.2f}x its plain "
+                f"{plain:5.2f} s), {size / MB:6.0f} MB in {count} tensors; |logits - tfm| max {diff:.1e}",
+                flush=True,
+            )
         hf = None  # free it before TransformerLens loads its own copy
         tl_rows(tmp, lm, lengths, repeats)
 
 
 def tl_rows(folder: str, lm, lengths, repeats) -> None:
-    if importlib.util.find_spec("transformer_lens") is None:   # a peer, not a requirement of tfm
+    if importlib.util.find_spec("transformer_lens") is None:  # a peer, not a requirement of tfm
         print("TransformerLens is not installed here (pip install transformer-lens): its rows are left out", flush=True)
         return
     from transformer_lens.model_bridge import TransformerBridge
+
     bridge = TransformerBridge.boot_transformers(folder, device="cpu")
     for n in lengths:
         x = torch.tensor([prompt_text(lm, n, tag=n)[1]])
@@ -208,8 +232,11 @@ def tl_rows(folder: str, lm, lengths, repeats) -> None:
             _, cache = bridge.run_with_cache(x)
         size, count = tensor_stats(dict(cache.items()))
         del cache
-        print(f"{x.shape[1]:5d} tokens: TransformerLens run_with_cache {cached:5.2f} s ({cached / plain:4.2f}x its "
-              f"plain {plain:5.2f} s), {size / MB:6.0f} MB in {count} tensors", flush=True)
+        print(
+            f"{x.shape[1]:5d} tokens: TransformerLens run_with_cache {cached:5.2f} s ({cached / plain:4.2f}x its "
+            f"plain {plain:5.2f} s), {size / MB:6.0f} MB in {count} tensors",
+            flush=True,
+        )
 
 
 def arguments() -> argparse.Namespace:
@@ -220,8 +247,12 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the app's server runs with 1 here)")
     ap.add_argument("--no-peers", action="store_true")
-    ap.add_argument("--model", choices=("gpt2", "smollm2"), default="gpt2",
-                    help="smollm2: the real SmolLM2-135M (e.g. --lengths 2048 --prompts 0 --no-peers)")
+    ap.add_argument(
+        "--model",
+        choices=("gpt2", "smollm2"),
+        default="gpt2",
+        help="smollm2: the real SmolLM2-135M (e.g. --lengths 2048 --prompts 0 --no-peers)",
+    )
     write_docs.add_flag(ap, "bench_scale")
     args = ap.parse_args()
     write_docs.check(args)
@@ -234,14 +265,25 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     at, spec = app_on(args.model)
     lm = models.load_lm(spec, "cpu")
-    print(f"{'SmolLM2-135M' if args.model == 'smollm2' else 'GPT-2-small shape, random weights'}, CPU, "
-          f"{args.threads} torch thread(s), budget {args.budget}; model {lm.model.num_params() / 1e6:.0f}M parameters",
-          flush=True)
+    print(
+        f"{'SmolLM2-135M' if args.model == 'smollm2' else 'GPT-2-small shape, random weights'}, CPU, "
+        f"{args.threads} torch thread(s), budget {args.budget}; model {lm.model.num_params() / 1e6:.0f}M parameters",
+        flush=True,
+    )
     pages = app_rows(at, lm, args.lengths, args.repeats)
-    write_docs.publish(args, [write_docs.markdown(
-        ["tokens", "new prompt -> Attention page (once)", "plain forward", "ratio"],
-        [[r["tokens"], f"{r['page']:.2f} s", f"{r['forward']:.2f} s", f"{r['page'] / r['forward']:.2f}x"]
-         for r in pages.values()])], f"model {args.model}, {args.threads} torch thread(s)")
+    write_docs.publish(
+        args,
+        [
+            write_docs.markdown(
+                ["tokens", "new prompt -> Attention page (once)", "plain forward", "ratio"],
+                [
+                    [r["tokens"], f"{r['page']:.2f} s", f"{r['forward']:.2f} s", f"{r['page'] / r['forward']:.2f}x"]
+                    for r in pages.values()
+                ],
+            )
+        ],
+        f"model {args.model}, {args.threads} torch thread(s)",
+    )
     longest = prompt_text(lm, max(args.lengths), tag=max(args.lengths))[1]
     widget_changes(at, args.repeats)
     every_page(at, longest)

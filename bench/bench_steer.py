@@ -11,6 +11,7 @@
 - The Steer page's calibration (`steer_calibrate.calibrate`, once per model): wall seconds and
   what it chose; target well under a minute on SmolLM2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,10 @@ def features_page(repeats: int) -> None:
         walls.append(time.perf_counter() - t0)
         cpus.append(sum(SCRIPT_CPU))
         assert not at.exception, at.exception
-    print(f"Features page, new {n}-token prompt: wall median {statistics.median(walls) * 1000:.0f} ms, "
-          f"page thread CPU median {statistics.median(cpus) * 1000:.0f} ms (target < 1000 ms)")
+    print(
+        f"Features page, new {n}-token prompt: wall median {statistics.median(walls) * 1000:.0f} ms, "
+        f"page thread CPU median {statistics.median(cpus) * 1000:.0f} ms (target < 1000 ms)"
+    )
 
 
 def per_token(lm, prompt: str, n: int, edits) -> float:
@@ -62,21 +65,25 @@ def generation(name: str, lm, tokens: int, repeats: int) -> None:
     prompt = "Once upon a time there was a little girl who"
     vec = steering.pair_vector(lm, " happy", " sad", lm.config.n_layer // 2)
     edits = [vec.edit(0.5, start=1)]
-    per_token(lm, prompt, 4, edits)                       # warm-up
+    per_token(lm, prompt, 4, edits)  # warm-up
     plain, steered = [], []
     for _ in range(repeats):
         plain.append(per_token(lm, prompt, tokens, ()))
         steered.append(per_token(lm, prompt, tokens, edits))
     p, s = min(plain), min(steered)
-    print(f"{name}: plain {p * 1000:.2f} ms/token, steered {s * 1000:.2f} ms/token, "
-          f"steered/plain {s / p:.3f} (target <= 1.05; best of {repeats}, {tokens} tokens, greedy)")
+    print(
+        f"{name}: plain {p * 1000:.2f} ms/token, steered {s * 1000:.2f} ms/token, "
+        f"steered/plain {s / p:.3f} (target <= 1.05; best of {repeats}, {tokens} tokens, greedy)"
+    )
 
 
 def calibration(name: str, lm) -> None:
     t0 = time.perf_counter()
     cal = steer_calibrate.calibrate(lm)
-    print(f"{name}: calibration {time.perf_counter() - t0:.1f} s (target < 60 s): {cal.prompt!r}, layer {cal.layer}, "
-          f"strength {cal.strength:g}, moves both moods fluently: {cal.moves}")
+    print(
+        f"{name}: calibration {time.perf_counter() - t0:.1f} s (target < 60 s): {cal.prompt!r}, layer {cal.layer}, "
+        f"strength {cal.strength:g}, moves both moods fluently: {cal.moves}"
+    )
 
 
 def main() -> None:
@@ -87,7 +94,7 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(1)
     features_page(a.repeats)
-    for name, spec in (("bundled model", "default"), ("SmolLM2-135M", "smollm2"))[:2 if a.real else 1]:
+    for name, spec in (("bundled model", "default"), ("SmolLM2-135M", "smollm2"))[: 2 if a.real else 1]:
         lm = tfm.load(spec, device="cpu")
         generation(name, lm, a.tokens, a.repeats)
         calibration(name, lm)

@@ -22,6 +22,7 @@ an error, and its page shows the last strength's steered text. Prints figures; a
 about time (target: the clicks settle within ~2x one computation; they cannot settle before
 the last click plus one computation, which the last line prints too).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -95,10 +96,20 @@ def clicks(s: Student, ear: Listener, slider: str, watch: Peak, values: list[flo
         s.send("steer", [state])
     t_idle, cpu_idle = idle_since(watch, t0 + 600)
     time.sleep(0.2)  # the last messages are on their way
-    ok = (ear.finished[n_done:] and ear.finished[-1] == ForwardMsg.FINISHED_SUCCESSFULLY
-          and ear.headings and f"strength {values[-1]:+.2f})" in ear.headings[-1] and not ear.errors)
-    return {"seconds": t_idle - t0, "cpu": cpu_idle - cpu0, "runs": len(ear.finished) - n_done, "ok": bool(ok),
-            "shown": ear.headings[-1] if ear.headings else None}
+    ok = (
+        ear.finished[n_done:]
+        and ear.finished[-1] == ForwardMsg.FINISHED_SUCCESSFULLY
+        and ear.headings
+        and f"strength {values[-1]:+.2f})" in ear.headings[-1]
+        and not ear.errors
+    )
+    return {
+        "seconds": t_idle - t0,
+        "cpu": cpu_idle - cpu0,
+        "runs": len(ear.finished) - n_done,
+        "ok": bool(ok),
+        "shown": ear.headings[-1] if ear.headings else None,
+    }
 
 
 def main() -> None:
@@ -113,8 +124,10 @@ def main() -> None:
     server = start_server(port := free_port(), args.app_flags)
     try:
         watch = Peak(psutil.Process(server.pid))
-        print(f"{os.cpu_count()} cores; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
-              f"model {args.model or 'the server default'}")
+        print(
+            f"{os.cpu_count()} cores; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+            f"model {args.model or 'the server default'}"
+        )
         s = Student(port, PROMPT, 600, args.model)
         first = s.run("steer")
         if first.errors or "steer.strength" not in s.widgets:
@@ -137,11 +150,13 @@ def rounds(s: Student, watch: Peak, args) -> tuple[list[dict], list[dict]]:
         singles.append(clicks(s, ear, slider, watch, [next(fresh)], 0.0))
         series.append(clicks(s, ear, slider, watch, [next(fresh) for _ in range(args.clicks)], args.within))
         one, many = singles[-1], series[-1]
-        print(f"round {r + 1}: one computation {one['seconds']:.2f} s, {one['cpu']:.2f} CPU-s | "
-              f"{args.clicks} clicks in {args.within:g} s: idle after {many['seconds']:.2f} s "
-              f"({many['seconds'] / one['seconds']:.1f}x one), {many['cpu']:.2f} CPU-s "
-              f"({many['cpu'] / one['cpu']:.1f}x), {many['runs']} page runs finished; last page right: {many['ok']} "
-              f"({many['shown']})")
+        print(
+            f"round {r + 1}: one computation {one['seconds']:.2f} s, {one['cpu']:.2f} CPU-s | "
+            f"{args.clicks} clicks in {args.within:g} s: idle after {many['seconds']:.2f} s "
+            f"({many['seconds'] / one['seconds']:.1f}x one), {many['cpu']:.2f} CPU-s "
+            f"({many['cpu'] / one['cpu']:.1f}x), {many['runs']} page runs finished; last page right: {many['ok']} "
+            f"({many['shown']})"
+        )
     return singles, series
 
 
@@ -150,11 +165,13 @@ def summary(args, singles: list[dict], series: list[dict]) -> None:
     one_s = statistics.median(x["seconds"] for x in singles)
     many_s = statistics.median(x["seconds"] for x in series)
     last = args.within * (args.clicks - 1) / args.clicks  # when the last click is sent
-    print(f"median: one computation {one_s:.2f} s; {args.clicks} clicks settle in {many_s:.2f} s = "
-          f"{many_s / one_s:.1f}x (target ~2x; the floor is the last click at {last:.2f} s + one computation = "
-          f"{(last + one_s) / one_s:.1f}x); CPU {statistics.median(x['cpu'] for x in series):.2f} s "
-          f"against {statistics.median(x['cpu'] for x in singles):.2f} s; every last page right: "
-          f"{all(x['ok'] for x in series + singles)}")
+    print(
+        f"median: one computation {one_s:.2f} s; {args.clicks} clicks settle in {many_s:.2f} s = "
+        f"{many_s / one_s:.1f}x (target ~2x; the floor is the last click at {last:.2f} s + one computation = "
+        f"{(last + one_s) / one_s:.1f}x); CPU {statistics.median(x['cpu'] for x in series):.2f} s "
+        f"against {statistics.median(x['cpu'] for x in singles):.2f} s; every last page right: "
+        f"{all(x['ok'] for x in series + singles)}"
+    )
 
 
 if __name__ == "__main__":

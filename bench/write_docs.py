@@ -3,6 +3,7 @@ table into docs/benchmarks.md, replacing what lies between `<!-- bench:NAME -->`
 `<!-- /bench:NAME -->` (NAME: the script's name, or `--write-docs=NAME` for another block, e.g.
 one per machine). The block must exist: a misspelt name is refused, never appended somewhere.
 Every table is stamped with the date, the command and the machine that measured it."""
+
 from __future__ import annotations
 
 import argparse
@@ -53,8 +54,9 @@ def _split(section: str, path: Path) -> tuple[str, str]:
     start, end = f"<!-- bench:{section} -->", f"<!-- /bench:{section} -->"
     text = path.read_text(encoding="utf-8")
     if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
-        raise ValueError(f"{path.name} needs exactly one block '{start}' ... '{end}': "
-                         "write those two lines where the table belongs")
+        raise ValueError(
+            f"{path.name} needs exactly one block '{start}' ... '{end}': write those two lines where the table belongs"
+        )
     head, rest = text.split(start)
     return head + start, end + rest.split(end)[1]
 
@@ -66,8 +68,13 @@ def write_table(section: str, markdown: str, path: Path = DOCS) -> None:
 
 
 def add_flag(ap: argparse.ArgumentParser, section: str) -> None:
-    ap.add_argument("--write-docs", nargs="?", const=section, metavar="NAME",
-                    help=f"also write the table into docs/benchmarks.md's block NAME (default {section})")
+    ap.add_argument(
+        "--write-docs",
+        nargs="?",
+        const=section,
+        metavar="NAME",
+        help=f"also write the table into docs/benchmarks.md's block NAME (default {section})",
+    )
 
 
 def check(args: argparse.Namespace) -> None:

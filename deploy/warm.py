@@ -8,6 +8,7 @@ that first page p95 12.7 s cold, 2.5 s warm).
 deploy/run_class.sh runs it on its processes before nginx starts. It speaks Streamlit's websocket
 protocol through bench/bench_load.py's client (websocket-client: `scripts/setup.sh dev`).
 Exit status 1 when a process could not be warmed (each failure is printed)."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """Attention: which earlier tokens each token looks at, for every head of every layer."""
+
 import numpy as np
 import streamlit as st
 
@@ -11,8 +12,19 @@ from ui.views.attention import AttentionView
 
 MODES = {"head": "One head", "mean": "Mean over heads", "max": "Max over heads", "rollout": "Rollout"}
 VIEWS = ["Pattern", "All heads", "Head view", "Head table", "Neuron view"]
-KEYS = ("attn.layer", "attn.head", "attn.mode", "attn.hide_first", "attn.log", "attn.window", "attn.hv_heads",
-        "attn.hv_token", "attn.nv_query", "attn.nv_key", "attn.pair")  # kept across page switches
+KEYS = (
+    "attn.layer",
+    "attn.head",
+    "attn.mode",
+    "attn.hide_first",
+    "attn.log",
+    "attn.window",
+    "attn.hv_heads",
+    "attn.hv_token",
+    "attn.nv_query",
+    "attn.nv_key",
+    "attn.pair",
+)  # kept across page switches
 
 
 def _set(**values) -> None:
@@ -63,11 +75,13 @@ def _notes(run: PromptRun, layer: int, head: int) -> None:
     """Which key/value head a query head shares (grouped-query) and whether the layer is local."""
     cfg = run.lm.config
     if cfg.group_size > 1:
-        st.caption(f"{'Multi' if cfg.n_kv_head == 1 else 'Grouped'}-query attention: the {cfg.n_head} query heads "
-                   f"share {cfg.n_kv_head} key/value head{'s' if cfg.n_kv_head > 1 else ''}; query "
-                   f"head {head} compares against {cfg.kv_sharing(head)}. Each query head still has its own "
-                   "pattern.")
-    if note := run.layer_note(layer):   # local (sliding-window) or global
+        st.caption(
+            f"{'Multi' if cfg.n_kv_head == 1 else 'Grouped'}-query attention: the {cfg.n_head} query heads "
+            f"share {cfg.n_kv_head} key/value head{'s' if cfg.n_kv_head > 1 else ''}; query "
+            f"head {head} compares against {cfg.kv_sharing(head)}. Each query head still has its own "
+            "pattern."
+        )
+    if note := run.layer_note(layer):  # local (sliding-window) or global
         st.caption(note)
 
 
@@ -92,9 +106,16 @@ def settings(run: PromptRun) -> AttentionView:
     links.url_set(layer=layer, head=head, defaults=dict(layer=opening[0], head=opening[1]))
     _notes(run, layer, head)
     o1, o2, o3 = st.columns([3, 2, 3])
-    hide_first = o1.checkbox("Hide first token (renormalise)", disabled=n_tok < 2, **links.keep("attn.hide_first"),
-                             help="Many heads park attention on token 0 (an attention sink); hiding it and "
-                                  "rescaling each row to sum to 1 shows where the rest goes.") and n_tok >= 2
+    hide_first = (
+        o1.checkbox(
+            "Hide first token (renormalise)",
+            disabled=n_tok < 2,
+            **links.keep("attn.hide_first"),
+            help="Many heads park attention on token 0 (an attention sink); hiding it and "
+            "rescaling each row to sum to 1 shows where the rest goes.",
+        )
+        and n_tok >= 2
+    )
     log = o2.checkbox("Log colour scale", **links.keep("attn.log"), help="Makes small weights visible.")
     with o3:
         a, b = _window(n_tok, int(hide_first))
@@ -107,43 +128,72 @@ def shown(run: PromptRun, view: AttentionView):
     if view.mode == "rollout":
         full, title = run.rollout()[view.layer], f"Attention rollout through layers 0–{view.layer}"
         return full, title, attention_figs.window(full, view.a, view.b, view.hide_first, causal)
-    title = (f"Layer {view.layer}, head {view.head}" if view.mode == "head"
-             else f"Layer {view.layer}, {MODES[view.mode].lower()}")
+    title = (
+        f"Layer {view.layer}, head {view.head}"
+        if view.mode == "head"
+        else f"Layer {view.layer}, {MODES[view.mode].lower()}"
+    )
     rows = attention_figs.reduce_heads(run.pattern_rows(view.layer, view.a, view.b), view.mode, view.head)
-    return None, title, attention_figs.window_rows(rows, view.a, view.b, view.hide_first,
-                                                   sliding=run.layer_window(view.layer), causal=causal)
+    return (
+        None,
+        title,
+        attention_figs.window_rows(
+            rows, view.a, view.b, view.hide_first, sliding=run.layer_window(view.layer), causal=causal
+        ),
+    )
 
 
 def extra(view: AttentionView) -> str:
-    return (", first token hidden and rows renormalised" if view.hide_first else "") + (", log colour" if view.log
-                                                                                        else "")
+    return (", first token hidden and rows renormalised" if view.hide_first else "") + (
+        ", log colour" if view.log else ""
+    )
 
 
 def pattern_tab(run: PromptRun, view: AttentionView, labels: list[str], title: str, matrix) -> None:
     if view.mode == "rollout":
-        st.caption("Rollout follows attention through the layers: each layer's heads are averaged, the "
-                   "residual connection is added as 0.5 × identity, rows renormalised, layers multiplied.")
+        st.caption(
+            "Rollout follows attention through the layers: each layer's heads are averaged, the "
+            "residual connection is added as 0.5 × identity, rows renormalised, layers multiplied."
+        )
     zmax = 1.0
     if view.a > int(view.hide_first):  # earlier keys exist outside the window: scale colours to what is shown
         zmax, inside = attention_figs.window_scale(matrix)
-        st.caption(f"On average {inside:.0%} of each row's attention falls on the keys shown; the rest goes "
-                   f"to positions before {view.a}. The colour scale runs from 0 to the largest weight shown, "
-                   f"{zmax:.3g} (hover for exact values).")
-    charts.show(attention_figs.heatmap(matrix, labels, f"{title}: query × key{extra(view)}", view.log, zmax=zmax),
-                key="attn.chart")
-    if (reach := run.layer_window(view.layer)) and view.mode != "rollout" and view.b + 1 > reach:   # a local layer
+        st.caption(
+            f"On average {inside:.0%} of each row's attention falls on the keys shown; the rest goes "
+            f"to positions before {view.a}. The colour scale runs from 0 to the largest weight shown, "
+            f"{zmax:.3g} (hover for exact values)."
+        )
+    charts.show(
+        attention_figs.heatmap(matrix, labels, f"{title}: query × key{extra(view)}", view.log, zmax=zmax),
+        key="attn.chart",
+    )
+    if (reach := run.layer_window(view.layer)) and view.mode != "rollout" and view.b + 1 > reach:  # a local layer
         row = attention_figs.reduce_heads(run.pattern_rows(view.layer, view.b, view.b), view.mode, view.head)[0]
-        charts.show(attention_figs.window_reach(row.numpy(), reach, f"{title}: what query {view.b} reads, every key"),
-                    key="attn.reach")
+        charts.show(
+            attention_figs.window_reach(row.numpy(), reach, f"{title}: what query {view.b} reads, every key"),
+            key="attn.reach",
+        )
 
 
 def all_heads_tab(run: PromptRun, view: AttentionView, labels: list[str]) -> None:
     n_layer, n_head = run.trace.n_layers(), run.lm.config.n_head
-    st.selectbox("Open a head in the Pattern tab", [(l, h) for l in range(n_layer) for h in range(n_head)],
-                 index=None, format_func=lambda p: head_label(*p), key="attn.open", on_change=_open_from_picker)
-    charts.show(attention_figs.model_view(run.all_heads(view.a, view.b, view.hide_first), labels,
-                                          f"Every head: rows are layers, columns heads{extra(view)}", view.log),
-                key="attn.model_view")
+    st.selectbox(
+        "Open a head in the Pattern tab",
+        [(l, h) for l in range(n_layer) for h in range(n_head)],
+        index=None,
+        format_func=lambda p: head_label(*p),
+        key="attn.open",
+        on_change=_open_from_picker,
+    )
+    charts.show(
+        attention_figs.model_view(
+            run.all_heads(view.a, view.b, view.hide_first),
+            labels,
+            f"Every head: rows are layers, columns heads{extra(view)}",
+            view.log,
+        ),
+        key="attn.model_view",
+    )
 
 
 def head_view_tab(run: PromptRun, view: AttentionView, labels: list[str]) -> None:
@@ -153,18 +203,36 @@ def head_view_tab(run: PromptRun, view: AttentionView, labels: list[str]) -> Non
     if st.session_state.get("attn.hv_token") not in range(a, b + 1):
         st.session_state["attn.hv_token"] = None
     h1, h2 = st.columns(2)
-    heads = h1.multiselect(f"Heads of layer {view.layer} (one colour each)", list(range(n_head)),
-                           format_func=lambda h: f"head {h}", **links.keep("attn.hv_heads"))
-    tok = h2.selectbox("Only lines from token", list(range(a, b + 1)), format_func=lambda i: run.labels[i],
-                       index=None, placeholder="all tokens", **links.keep("attn.hv_token"))
-    if (pair := encoder_panels.pair_choice(run)) is not None:   # a sentence pair: A against B, as BertViz
+    heads = h1.multiselect(
+        f"Heads of layer {view.layer} (one colour each)",
+        list(range(n_head)),
+        format_func=lambda h: f"head {h}",
+        **links.keep("attn.hv_heads"),
+    )
+    tok = h2.selectbox(
+        "Only lines from token",
+        list(range(a, b + 1)),
+        format_func=lambda i: run.labels[i],
+        index=None,
+        placeholder="all tokens",
+        **links.keep("attn.hv_token"),
+    )
+    if (pair := encoder_panels.pair_choice(run)) is not None:  # a sentence pair: A against B, as BertViz
         encoder_panels.pair_head_view(run, view.layer, heads, *pair)
     else:
-        cells = attention_figs.window_rows(run.pattern_rows(view.layer, a, b), a, b, view.hide_first,
-                                           causal=run.lm.config.causal)
-        charts.show(attention_figs.head_view(cells, sorted(heads), labels,
-                                             f"Layer {view.layer}: who looks at whom{extra(view)}",
-                                             None if tok is None else tok - a), key="attn.head_view")
+        cells = attention_figs.window_rows(
+            run.pattern_rows(view.layer, a, b), a, b, view.hide_first, causal=run.lm.config.causal
+        )
+        charts.show(
+            attention_figs.head_view(
+                cells,
+                sorted(heads),
+                labels,
+                f"Layer {view.layer}: who looks at whom{extra(view)}",
+                None if tok is None else tok - a,
+            ),
+            key="attn.head_view",
+        )
 
 
 def table_tab(run: PromptRun) -> None:
@@ -172,31 +240,62 @@ def table_tab(run: PromptRun) -> None:
     if heads.probe is None:
         st.info("The model's context is too short for the repeated-random-tokens probe.")
     else:
-        st.caption(f"Click a column header to sort; select a row to open that head. The repeat scores come "
-                   f"from {heads.probe.seq_len} random tokens followed by the same {heads.probe.seq_len} again.")
+        st.caption(
+            f"Click a column header to sort; select a row to open that head. The repeat scores come "
+            f"from {heads.probe.seq_len} random tokens followed by the same {heads.probe.seq_len} again."
+        )
     table = attention_figs.head_table(heads)
-    st.dataframe(table, key="attn.table", on_select=lambda: _open_from_table(run.lm.config.n_head),
-                 selection_mode="single-row", hide_index=True, height=min(640, 38 + 35 * len(table)),
-                 column_config=tables.head_columns(table))
+    st.dataframe(
+        table,
+        key="attn.table",
+        on_select=lambda: _open_from_table(run.lm.config.n_head),
+        selection_mode="single-row",
+        hide_index=True,
+        height=min(640, 38 + 35 * len(table)),
+        column_config=tables.head_columns(table),
+    )
     st.markdown("\n".join(f"- **{k.replace('_', ' ')}**: {v}" for k, v in heads.help().items()))
 
 
 def download(run: PromptRun, view: AttentionView, prompt: str, full) -> None:
     """The numbers of the current view over all positions, and every head's window."""
     layer, head, mode, hide_first, n_tok = view.layer, view.head, view.mode, view.hide_first, len(run.ids)
-    settings_ = {"prompt": prompt, "model": run.spec, "layer": layer, "head": head, "mode": mode,
-                 "hide_first": hide_first, "log_colour": view.log, "window": [view.a, view.b], "dropped": run.dropped}
+    settings_ = {
+        "prompt": prompt,
+        "model": run.spec,
+        "layer": layer,
+        "head": head,
+        "mode": mode,
+        "hide_first": hide_first,
+        "log_colour": view.log,
+        "window": [view.a, view.b],
+        "dropped": run.dropped,
+    }
     st.download_button(
-        "Download the numbers (.npz)", key="attn.download", file_name=f"attention_L{layer}_H{head}.npz",
-        mime="application/octet-stream", on_click="ignore",
+        "Download the numbers (.npz)",
+        key="attn.download",
+        file_name=f"attention_L{layer}_H{head}.npz",
+        mime="application/octet-stream",
+        on_click="ignore",
         data=lambda: attention_figs.export_npz(
-            attention_figs.window(full if full is not None else attention_figs.reduce_heads(
-                run.trace.pattern(layer), mode, head), int(hide_first), n_tok - 1, hide_first, run.lm.config.causal),
-            np.arange(int(hide_first), n_tok), run.all_heads(view.a, view.b, False, show_progress=False),
-            np.arange(view.a, view.b + 1), run.ids, run.lm.tokenizer.display_pieces(run.ids), settings_),
+            attention_figs.window(
+                full if full is not None else attention_figs.reduce_heads(run.trace.pattern(layer), mode, head),
+                int(hide_first),
+                n_tok - 1,
+                hide_first,
+                run.lm.config.causal,
+            ),
+            np.arange(int(hide_first), n_tok),
+            run.all_heads(view.a, view.b, False, show_progress=False),
+            np.arange(view.a, view.b + 1),
+            run.ids,
+            run.lm.tokenizer.display_pieces(run.ids),
+            settings_,
+        ),
         help="shown: the matrix of the current view over all positions (NaN = masked); window_patterns: every "
-             "head's raw weights (layer, head, query, key) over the positions shown (window_positions); ids, "
-             "pieces, and settings_json (prompt and settings).")
+        "head's raw weights (layer, head, query, key) over the positions shown (window_positions); ids, "
+        "pieces, and settings_json (prompt and settings).",
+    )
 
 
 def main() -> None:
@@ -204,18 +303,28 @@ def main() -> None:
     st.title("Attention")
     run = current_run()
     examples.offer("attention", run)
-    st.caption("Each row is a token (the **query**) and shows how it shares its attention over the tokens " +
-               ("up to and including itself (the **keys**); every row sums to 1. Grey cells are masked: a token "
-                "cannot look ahead." if run.lm.config.causal else "(the **keys**): every token sees every token, "
-                "before and after it (an encoder); every row sums to 1.") + " Hover a cell for the exact weight.")
+    st.caption(
+        "Each row is a token (the **query**) and shows how it shares its attention over the tokens "
+        + (
+            "up to and including itself (the **keys**); every row sums to 1. Grey cells are masked: a token "
+            "cannot look ahead."
+            if run.lm.config.causal
+            else "(the **keys**): every token sees every token, before and after it (an encoder); every row sums to 1."
+        )
+        + " Hover a cell for the exact weight."
+    )
     view = settings(run)
-    labels = run.labels[view.a:view.b + 1]
+    labels = run.labels[view.a : view.b + 1]
     full, title, matrix = shown(run, view)
     st.session_state.setdefault("attn.view", VIEWS[0])
     tabs = st.tabs(VIEWS, key="attn.view", on_change="rerun")  # only the open tab's content is computed
-    panels = (lambda: pattern_tab(run, view, labels, title, matrix), lambda: all_heads_tab(run, view, labels),
-              lambda: head_view_tab(run, view, labels), lambda: table_tab(run),
-              lambda: encoder_panels.neuron(run, view.layer, view.head))
+    panels = (
+        lambda: pattern_tab(run, view, labels, title, matrix),
+        lambda: all_heads_tab(run, view, labels),
+        lambda: head_view_tab(run, view, labels),
+        lambda: table_tab(run),
+        lambda: encoder_panels.neuron(run, view.layer, view.head),
+    )
     for tab, panel in zip(tabs, panels):
         with tab:
             if tab.open:

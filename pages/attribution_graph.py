@@ -1,6 +1,7 @@
 """Attribution graph: which transcoder features made the model predict a token, and through what
 (layers up, positions across); open a feature, group features into supernodes, switch features off
 in the real model, download the graph."""
+
 import streamlit as st
 
 from ui import graph_features, graph_intervention, graph_panels, graph_run, needs, sidebar
@@ -9,13 +10,16 @@ from ui.run import PromptRun, current_run
 from ui.text import message
 from ui.views.attribution_graph import GraphView
 
-SETTINGS = GraphSettings(max_tokens=64)   # graphs are for short prompts: each feature row is a backward pass
-INTRO = ("Each MLP is replaced by a transcoder (sparse features that read its input and write its output) plus "
-         "an error term; with attention patterns and norm scales frozen, the model is linear between feature "
-         "activations, so every edge below is one node's exact contribution to another's input. "
-         "The first position is the attention sink: models park attention there and write large, near-constant "
-         "vectors that say little about the prompt, so its features are folded into one blue \"sink\" node per "
-         "layer (their effect still counted, edges still exact) and the kept features are about the prompt's words.")
+SETTINGS = GraphSettings(max_tokens=64)  # graphs are for short prompts: each feature row is a backward pass
+INTRO = (
+    "Each MLP is replaced by a transcoder (sparse features that read its input and write its output) plus "
+    "an error term; with attention patterns and norm scales frozen, the model is linear between feature "
+    "activations, so every edge below is one node's exact contribution to another's input. "
+    "The first position is the attention sink: models park attention there and write large, near-constant "
+    'vectors that say little about the prompt, so its features are folded into one blue "sink" node per '
+    "layer (their effect still counted, edges still exact) and the kept features are about the prompt's words."
+)
+
 
 def settings(run: PromptRun) -> GraphView:
     """The target token (typed text that is not one token says why and stops the page) and the thresholds."""
@@ -33,8 +37,12 @@ def graph(run: PromptRun, view: GraphView):
     if gr is None:
         st.stop()
     try:
-        return gr, gr.graph(), gr.pruned(view.node_threshold, view.edge_threshold), gr.file(view.node_threshold,
-                                                                                         view.edge_threshold)
+        return (
+            gr,
+            gr.graph(),
+            gr.pruned(view.node_threshold, view.edge_threshold),
+            gr.file(view.node_threshold, view.edge_threshold),
+        )
     except ValueError as e:
         st.error(message(e))
         st.stop()

@@ -1,6 +1,7 @@
 """Features (SAE): the sparse-autoencoder features that fire on each token of the prompt, and for
 one feature its top held-out examples, what its decoder direction promotes, its histogram, and
 a button to steer with it."""
+
 import streamlit as st
 
 from tfm.viz import features as feature_figs
@@ -16,23 +17,31 @@ PER_TOKEN = 5
 
 def summary(feature_set) -> None:
     cfg, m = feature_set.sae.cfg, feature_set.card["metrics"]
-    st.caption(f"A TopK sparse autoencoder rewrites the residual stream entering block {cfg.layer} as at most "
-               f"{cfg.k} of {cfg.n_features} features per token. On held-out text: L0 {m['l0']:.1f}, "
-               f"{100 * m['dead_share']:.1f}% dead features, variance unexplained {m['fvu']:.3f}, "
-               f"CE loss recovered {100 * m['ce_recovered']:.1f}% (next-token loss {m['ce_clean']:.3f} clean, "
-               f"{m['ce_recon']:.3f} with the reconstruction spliced in, {m['ce_zero']:.3f} with the stream zeroed)."
-               + search.domain_note(feature_set.card))
+    st.caption(
+        f"A TopK sparse autoencoder rewrites the residual stream entering block {cfg.layer} as at most "
+        f"{cfg.k} of {cfg.n_features} features per token. On held-out text: L0 {m['l0']:.1f}, "
+        f"{100 * m['dead_share']:.1f}% dead features, variance unexplained {m['fvu']:.3f}, "
+        f"CE loss recovered {100 * m['ce_recovered']:.1f}% (next-token loss {m['ce_clean']:.3f} clean, "
+        f"{m['ce_recon']:.3f} with the reconstruction spliced in, {m['ce_zero']:.3f} with the stream zeroed)."
+        + search.domain_note(feature_set.card)
+    )
 
 
 def token_table(run: PromptRun, feature_set) -> None:
     tf = run.sae_features(PER_TOKEN)
     st.subheader("Features on each token")
     if feature_set.skip:
-        st.caption(f"The first {feature_set.skip} position(s) are left out: this model writes a huge-norm 'attention "
-                   "sink' there, which the SAE was not trained on.")
+        st.caption(
+            f"The first {feature_set.skip} position(s) are left out: this model writes a huge-norm 'attention "
+            "sink' there, which the SAE was not trained on."
+        )
     names = feature_set.label if feature_set.labels is not None else None
-    st.dataframe(feature_figs.token_table(run.labels, tf.features, tf.acts, names), hide_index=True,
-                 height=min(400, 36 * len(run.ids) + 40), key="features.table")
+    st.dataframe(
+        feature_figs.token_table(run.labels, tf.features, tf.acts, names),
+        hide_index=True,
+        height=min(400, 36 * len(run.ids) + 40),
+        key="features.table",
+    )
 
 
 def settings(run: PromptRun, n_features: int) -> FeaturesView:
@@ -40,12 +49,13 @@ def settings(run: PromptRun, n_features: int) -> FeaturesView:
     ss = st.session_state
     links.url_init("features.feature", "feature", int, bounds=(0, n_features - 1))
     chosen, opening = ss.get("features.feature"), run.opening_feature()  # the strongest not-dense
-    if not isinstance(chosen, int) or not 0 <= chosen < n_features:      # one on the last token
+    if not isinstance(chosen, int) or not 0 <= chosen < n_features:  # one on the last token
         ss["features.feature"] = opening
-        if chosen is not None:                                        # another model's SAE had more features
+        if chosen is not None:  # another model's SAE had more features
             st.info(f"Feature {plain(chosen)} is not in this SAE (0 to {n_features - 1:,}): showing feature {opening}.")
-    view = FeaturesView(st.number_input(f"Feature to open (0..{n_features - 1})", 0, n_features - 1,
-                                        key="features.feature"))
+    view = FeaturesView(
+        st.number_input(f"Feature to open (0..{n_features - 1})", 0, n_features - 1, key="features.feature")
+    )
     links.url_set(**view.link(), defaults=FeaturesView(opening).link())
     return view
 
@@ -55,11 +65,15 @@ def along(run: PromptRun, feature_set, feature: int) -> None:
     if freq == 0:
         st.warning(f"Feature {feature} never fired on the held-out text: it is a dead feature.")
     elif freq > DENSE_SHARE:
-        st.caption(f"Feature {feature} fires on {freq:.1%} of held-out tokens, a dense feature: it says little about "
-                   "any one token. The page opens on the strongest feature of the last token that fires on at most "
-                   f"{DENSE_SHARE:.0%} of them.")
-    charts.show(feature_figs.along_prompt(run.labels, run.feature_acts(feature), feature, feature_set.label(feature)),
-                key="features.along")
+        st.caption(
+            f"Feature {feature} fires on {freq:.1%} of held-out tokens, a dense feature: it says little about "
+            "any one token. The page opens on the strongest feature of the last token that fires on at most "
+            f"{DENSE_SHARE:.0%} of them."
+        )
+    charts.show(
+        feature_figs.along_prompt(run.labels, run.feature_acts(feature), feature, feature_set.label(feature)),
+        key="features.along",
+    )
 
 
 def contexts(run: PromptRun, feature_set, feature: int) -> None:
@@ -71,8 +85,10 @@ def contexts(run: PromptRun, feature_set, feature: int) -> None:
     if found:
         shown = [([tok.decode([i]) for i in ids], a) for ids, a in found]
         st.markdown(feature_figs.contexts_html(shown), unsafe_allow_html=True)
-        st.caption("Orange: how strongly the feature fires on each token (hover for the number); from "
-                   f"{plain(search.held_out(feature_set))}, never seen in training.")
+        st.caption(
+            "Orange: how strongly the feature fires on each token (hover for the number); from "
+            f"{plain(search.held_out(feature_set))}, never seen in training."
+        )
     else:
         st.info("No held-out context made it fire.")
 
@@ -81,16 +97,28 @@ def direction(run: PromptRun, feature_set, feature: int) -> None:
     tok, freq = run.lm.tokenizer, float(feature_set.data["freq"][feature])
     c1, c2 = st.columns(2)
     r = run.read_out(feature_set.sae.W_dec[feature], 8)
-    charts.show(steer_figs.read_out_bars([tok.display_piece(i) for i in r.up], r.up_scores,
-                                         [tok.display_piece(i) for i in r.down], r.down_scores, f"Feature {feature}'s decoder direction:<br>tokens it promotes (+) "
-                                         "and suppresses (−)"), key="features.readout", where=c1)
+    charts.show(
+        steer_figs.read_out_bars(
+            [tok.display_piece(i) for i in r.up],
+            r.up_scores,
+            [tok.display_piece(i) for i in r.down],
+            r.down_scores,
+            f"Feature {feature}'s decoder direction:<br>tokens it promotes (+) and suppresses (−)",
+        ),
+        key="features.readout",
+        where=c1,
+    )
     centres, counts = feature_set.histogram(feature)
     charts.show(feature_figs.histogram(centres, counts, feature, freq), key="features.hist", where=c2)
     if st.button(f"Steer with feature {feature}", key="features.steer"):
         st.session_state["steer.source"], st.session_state["steer.feature"] = "SAE feature", int(feature)
         st.switch_page("pages/steer.py")
-    st.caption(escape_markdown("The Steer page adds this feature's direction with a strength slider; "
-                               "\"Why this token?\" shows which features wrote a prediction."))
+    st.caption(
+        escape_markdown(
+            "The Steer page adds this feature's direction with a strength slider; "
+            '"Why this token?" shows which features wrote a prediction.'
+        )
+    )
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ runs makes Streamlit interrupt the run at its next `st` call, and ui.gen_views.s
 after every step (the text redraw), so generation stops between two steps. The steps made so
 far are already in `st.session_state["gen.last"]`, so the rerun shows them and their timeline.
 """
+
 import streamlit as st
 
 from tfm.viz import sampling as sampling_figs
@@ -16,8 +17,12 @@ from ui.gen_views import GenPage, run_all, show_texts, step_views, usable
 from ui.model_run import active_model
 from ui.views.generate import GenerateView
 
-STOPS = {"eot": "end of text", "stop_token": "end of turn", "max_new_tokens": "token count reached",
-         "context_full": "context full"}
+STOPS = {
+    "eot": "end of text",
+    "stop_token": "end of turn",
+    "max_new_tokens": "token count reached",
+    "context_full": "context full",
+}
 
 
 def summary(last: dict, chat) -> None:
@@ -27,9 +32,11 @@ def summary(last: dict, chat) -> None:
         reason = "stop_token" if chat is not None and reason == "eot" else reason  # a chat's eos ends its turn
         col.caption(f"seed {sd}: {len(recs)} tokens, stop: {STOPS.get(reason, reason) or 'interrupted'}")
     n_tok, s = sum(len(r) for r in last["samples"]), last["settings"][0]
-    st.markdown(f"**{n_tok} tokens in {last['seconds']:.2f} s = {n_tok / max(last['seconds'], 1e-9):.1f} tokens/s** "
-                f"(KV cache {'on' if last['use_cache'] else 'off'}; "
-                f"T = {sampling_figs.temperature_label(s.temperature)}, top-k = {s.top_k or 'off'}, top-p = {s.top_p:g}).")
+    st.markdown(
+        f"**{n_tok} tokens in {last['seconds']:.2f} s = {n_tok / max(last['seconds'], 1e-9):.1f} tokens/s** "
+        f"(KV cache {'on' if last['use_cache'] else 'off'}; "
+        f"T = {sampling_figs.temperature_label(s.temperature)}, top-k = {s.top_k or 'off'}, top-p = {s.top_p:g})."
+    )
 
 
 def generation(g: GenPage, view: GenerateView, chat) -> dict | None:
@@ -44,8 +51,15 @@ def generation(g: GenPage, view: GenerateView, chat) -> dict | None:
             return None
         ss["gen.last"] = {}
         with gen_views.generation_slot(view.use_cache):  # batched rows take no heavy slot
-            run_all(g, [g.settings] * n_samples, [g.seed + i for i in range(n_samples)], True, view.use_cache, slots,
-                    ss["gen.last"])
+            run_all(
+                g,
+                [g.settings] * n_samples,
+                [g.seed + i for i in range(n_samples)],
+                True,
+                view.use_cache,
+                slots,
+                ss["gen.last"],
+            )
     last = ss.get("gen.last")
     if not usable(g, last):
         st.info("Press **Generate** to sample text with these settings.")
@@ -62,8 +76,13 @@ def timeline(g: GenPage, last: dict) -> None:
     pick = 0
     if len(last["samples"]) > 1:
         ss["gen.sample"] = min(int(ss.get("gen.sample", 0)), len(last["samples"]) - 1)
-        pick = st.radio("Sample", range(len(last["samples"])), horizontal=True, key="gen.sample",
-                        format_func=lambda j: f"seed {last['seeds'][j]}")
+        pick = st.radio(
+            "Sample",
+            range(len(last["samples"])),
+            horizontal=True,
+            key="gen.sample",
+            format_func=lambda j: f"seed {last['seeds'][j]}",
+        )
     recs = last["samples"][pick]
     ss["gen.step"] = min(int(ss.get("gen.step", 0)), len(recs) - 1)
     i = st.slider("Generated token", 0, len(recs) - 1, key="gen.step") if len(recs) > 1 else 0
@@ -91,8 +110,16 @@ def main() -> None:
     info = gen_settings.prepared(lm, prompt)
     cap, why = gen_settings.room(lm, info)
     view = gen_settings.controls(lm, cap, why, shown.seed)
-    g = GenPage(lm, (model.spec, model.device), prompt, info, shown.seed, view.max_new, gen_settings.sampling(view),
-                chat.stop_ids if chat else frozenset())
+    g = GenPage(
+        lm,
+        (model.spec, model.device),
+        prompt,
+        info,
+        shown.seed,
+        view.max_new,
+        gen_settings.sampling(view),
+        chat.stop_ids if chat else frozenset(),
+    )
     last = generation(g, view, chat)
     if last is not None:
         timeline(g, last)

@@ -1,4 +1,5 @@
 """Home: what tfm is, where to start, and the running model's most recognisable heads."""
+
 import streamlit as st
 
 from ui import links, models, packaged, sidebar
@@ -6,8 +7,10 @@ from ui.model_run import active_model
 from ui.nav import SECTIONS
 from ui.text import plain
 
-REPEATED = ("The little dog ran to the big red barn and hid under the hay. "
-            "The little dog ran to the big red barn and hid under the hay.")
+REPEATED = (
+    "The little dog ran to the big red barn and hid under the hay. "
+    "The little dog ran to the big red barn and hid under the hay."
+)
 
 
 def show_head(layer: int, head: int) -> None:
@@ -22,10 +25,12 @@ def show_head(layer: int, head: int) -> None:
 def running(model) -> None:
     """The running model in one line, and the two heads a student should open first."""
     lm, c = model.lm, model.lm.config
-    st.markdown(f"**Running:** {plain(models.describe_spec(model.spec), 160)}: {c.n_layer} layers, {c.n_head} heads of "
-                f"size {c.d_head}, d_model {c.d_model}, context {c.context_length} tokens, vocabulary "
-                f"{c.vocab_size:,}, {lm.model.num_params():,} parameters, on `{lm.device}`.")
-    settings = model.probe_settings()   # what head_table runs; None: the context is too short
+    st.markdown(
+        f"**Running:** {plain(models.describe_spec(model.spec), 160)}: {c.n_layer} layers, {c.n_head} heads of "
+        f"size {c.d_head}, d_model {c.d_model}, context {c.context_length} tokens, vocabulary "
+        f"{c.vocab_size:,}, {lm.model.num_params():,} parameters, on `{lm.device}`."
+    )
+    settings = model.probe_settings()  # what head_table runs; None: the context is too short
     if settings is None:
         return
     top = model.strongest_heads()
@@ -36,9 +41,15 @@ def running(model) -> None:
         f"Measured just now on {settings.seq_len} random tokens repeated twice: **layer {pl}, head {ph}** puts "
         f"{pv:.0%} of its attention on the previous token, and **layer {il}, head {ih}** puts {iv:.0%} on "
         "the token that followed the current one last time (an *induction head*: it is how the model "
-        "copies a phrase it has already seen). Scores near 0 mean the model has no such head.")
-    st.button(f"Show layer {il}, head {ih} on a repeated sentence", key="home.show_induction",
-              on_click=show_head, args=(il, ih), type="primary")
+        "copies a phrase it has already seen). Scores near 0 mean the model has no such head."
+    )
+    st.button(
+        f"Show layer {il}, head {ih} on a repeated sentence",
+        key="home.show_induction",
+        on_click=show_head,
+        args=(il, ih),
+        type="primary",
+    )
     if st.session_state.pop("home.go", False):
         st.switch_page("pages/attention.py")
 
@@ -57,8 +68,10 @@ def start_here() -> None:
 def main() -> None:
     sidebar.render()
     st.title("tfm: see inside a transformer")
-    st.markdown("Type a prompt in the sidebar and look at what a real GPT-style model does with it. "
-                "Every number and picture here is read from the tensors of the model that is running.")
+    st.markdown(
+        "Type a prompt in the sidebar and look at what a real GPT-style model does with it. "
+        "Every number and picture here is read from the tensors of the model that is running."
+    )
     model = active_model()
     if model is not None and (intro := models.introduction(model.spec)) is not None:
         st.info(intro)

@@ -1,6 +1,7 @@
 """Logit lens: read the residual stream after every layer through the final norm and the
 unembedding, as if that layer were the last: what would the model predict at that depth? The
 tuned lens (a trained affine map per layer first, where the model ships one) reads it better."""
+
 import streamlit as st
 
 from tfm.viz import lens as lens_figs
@@ -22,11 +23,20 @@ def settings(run: PromptRun, top, window) -> LensView:
     if ss.get("lens.kind", "logit") not in LENSES:  # links may hold anything
         top.warning(f"There is no lens {plain(repr(ss['lens.kind']))}; showing the logit lens.")
         ss["lens.kind"] = "logit"
-    kind = top.radio("Lens", LENSES, horizontal=True, **links.keep("lens.kind"),
-                     help="logit: every stream decoded as it is; tuned: through the layer's trained translator first.")
+    kind = top.radio(
+        "Lens",
+        LENSES,
+        horizontal=True,
+        **links.keep("lens.kind"),
+        help="logit: every stream decoded as it is; tuned: through the layer's trained translator first.",
+    )
     ss["lens.width"] = min(WIDTHS, key=lambda w: abs(w - int(ss.get("lens.width", 32))))
-    width = window.select_slider("Positions shown", WIDTHS, **links.keep("lens.width"),
-                                 help="A window keeps long prompts readable; slide it with 'First position'.")
+    width = window.select_slider(
+        "Positions shown",
+        WIDTHS,
+        **links.keep("lens.width"),
+        help="A window keeps long prompts readable; slide it with 'First position'.",
+    )
     start = 0
     if n_pos > width:
         ss["lens.start"] = min(max(int(ss.get("lens.start", n_pos - width)), 0), n_pos - width)
@@ -44,9 +54,11 @@ def tuned_lens(run: PromptRun):
         tuned = None
         st.error(f"This model's tuned lens cannot be read: {message(e)}")
     if tuned is None:
-        st.info("This model ships no tuned lens, so the page shows the logit lens only. Train one with "
-                f"`{TRAIN_COMMAND}` (a rerun goes on where a stopped one left off; the bundled model and SmolLM2 ship "
-                "theirs under assets/lens).")
+        st.info(
+            "This model ships no tuned lens, so the page shows the logit lens only. Train one with "
+            f"`{TRAIN_COMMAND}` (a rerun goes on where a stopped one left off; the bundled model and SmolLM2 ship "
+            "theirs under assets/lens)."
+        )
     return tuned
 
 
@@ -54,9 +66,19 @@ def lens_grid(run: PromptRun, view: LensView, tuned) -> None:
     use, n_pos = tuned if view.kind == "tuned" else None, len(run.ids)
     start, stop = view.start, min(n_pos, view.start + view.width)
     g = lens_parts.grid(run, start, stop, use)
-    title = f"{'Tuned' if use else 'Logit'} lens: top prediction after each layer, positions {start}–{stop - 1} of {n_pos}"
-    fig = sampling_figs.lens_grid_figure(g.top_prob, g.pieces, g.hover, g.rows, run.labels[start:stop], title,
-                                         "position (input token); each cell predicts the token after it", bold=g.bold)
+    title = (
+        f"{'Tuned' if use else 'Logit'} lens: top prediction after each layer, positions {start}–{stop - 1} of {n_pos}"
+    )
+    fig = sampling_figs.lens_grid_figure(
+        g.top_prob,
+        g.pieces,
+        g.hover,
+        g.rows,
+        run.labels[start:stop],
+        title,
+        "position (input token); each cell predicts the token after it",
+        bold=g.bold,
+    )
     charts.show(fig, key="lens.chart", config={"displaylogo": False})
 
 
@@ -65,11 +87,15 @@ def fits_chart(run: PromptRun, tuned) -> None:
     kl = {name: fit.mean_kl() for name, fit in fits.items()}
     agree = {name: fit.agreement() for name, fit in fits.items()}
     st.subheader("How close is each layer to the final prediction?")
-    st.caption("KL divergence from the model's final next-token distribution to each layer's reading (0: the same "
-               "distribution), and how often the layer's top token is the final top token, averaged over this "
-               "prompt's positions after the first (position 0 is the attention sink: the tuned lens is not trained "
-               "on it).")
-    fig = lens_figs.lens_fit_figure(kl, agree, fits["logit"].labels, "Each layer's reading against the final prediction")
+    st.caption(
+        "KL divergence from the model's final next-token distribution to each layer's reading (0: the same "
+        "distribution), and how often the layer's top token is the final top token, averaged over this "
+        "prompt's positions after the first (position 0 is the attention sink: the tuned lens is not trained "
+        "on it)."
+    )
+    fig = lens_figs.lens_fit_figure(
+        kl, agree, fits["logit"].labels, "Each layer's reading against the final prediction"
+    )
     charts.show(fig, key="lens.fits", config={"displaylogo": False})
 
 
@@ -79,11 +105,13 @@ def main() -> None:
     needs.next_token_head("The logit lens")
     run = current_run()
     examples.offer("logit_lens", run)
-    st.caption("Each row decodes the residual stream after one layer (row 'embed': before any block) with the "
-               "model's own final norm and unembedding (the **tuned** lens first maps each layer's stream with an "
-               "affine translator trained for that layer, Belrose et al. 2023). Cell text: that layer's most likely "
-               "next token; colour: its probability; **bold**: it is the token that really comes next in the prompt. "
-               "Hover for the top 5.")
+    st.caption(
+        "Each row decodes the residual stream after one layer (row 'embed': before any block) with the "
+        "model's own final norm and unembedding (the **tuned** lens first maps each layer's stream with an "
+        "affine translator trained for that layer, Belrose et al. 2023). Cell text: that layer's most likely "
+        "next token; colour: its probability; **bold**: it is the token that really comes next in the prompt. "
+        "Hover for the top 5."
+    )
     top, notes, window = st.container(), st.container(), st.container()
     view = settings(run, top, window)
     with notes:

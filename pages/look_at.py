@@ -1,6 +1,7 @@
 """What heads look at (Clark et al. 2019, "What Does BERT Look At?"): per layer and head, the
 average attention to [CLS], [SEP], punctuation, the token itself and the previous / next token,
 over a set of texts; the heads that stand out open on the Attention page."""
+
 import streamlit as st
 
 from tfm.viz import encoder as encoder_figs
@@ -24,8 +25,12 @@ def standouts(look) -> None:
     for col, kind in zip(cols, KINDS):
         col.markdown(f"**{kind}**")
         for layer, head, score in look.standouts(kind, 3):
-            if col.button(f"{head_label(layer, head)}: {score:.2f}", key=f"look.{kind}.{layer}.{head}", on_click=_open,
-                          args=(layer, head)):
+            if col.button(
+                f"{head_label(layer, head)}: {score:.2f}",
+                key=f"look.{kind}.{layer}.{head}",
+                on_click=_open,
+                args=(layer, head),
+            ):
                 st.switch_page("pages/attention.py")
 
 
@@ -34,17 +39,25 @@ def main() -> None:
     st.title("What heads look at")
     needs.encoder("What heads look at")
     run = active_model()
-    st.caption(f"Clark et al. (2019) averaged BERT's attention over 1000 Wikipedia segments and found heads that put "
-               f"most of it on [SEP], on [CLS], on punctuation, or on the previous or next token. Here: the same "
-               f"averages for this model over {len(SAMPLE_TEXTS)} short texts (some are sentence pairs), each cell one "
-               "head.")
+    st.caption(
+        f"Clark et al. (2019) averaged BERT's attention over 1000 Wikipedia segments and found heads that put "
+        f"most of it on [SEP], on [CLS], on punctuation, or on the previous or next token. Here: the same "
+        f"averages for this model over {len(SAMPLE_TEXTS)} short texts (some are sentence pairs), each cell one "
+        "head."
+    )
     try:
         look = run.look_at(SAMPLE_TEXTS, progress=progress_bar("Reading every head's attention"))
     except ValueError as e:
         st.info(f"Nothing to measure on this model: {message(e)}.")
         st.stop()
-    charts.show(encoder_figs.look_at_figure(look, KINDS, f"Average share of attention, {look.n_texts} texts, "
-                                            f"{look.n_tokens} tokens (rows: layers, columns: heads)"), key="look.grid")
+    charts.show(
+        encoder_figs.look_at_figure(
+            look,
+            KINDS,
+            f"Average share of attention, {look.n_texts} texts, {look.n_tokens} tokens (rows: layers, columns: heads)",
+        ),
+        key="look.grid",
+    )
     st.markdown("\n".join(f"- **{k}**: {encoder_figs.KIND_HELP[k]}" for k in KINDS))
     standouts(look)
 

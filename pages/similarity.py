@@ -1,6 +1,7 @@
 """Sentence similarity: an encoder's sentence embeddings (mean of the last hidden states over the
 tokens, then normalised, as sentence-transformers makes them), their cosine matrix, and which
 token pairs make one pair's similarity."""
+
 import streamlit as st
 
 from tfm.viz import encoder as encoder_figs
@@ -9,8 +10,10 @@ from ui.model_run import ModelRun, active_model
 from ui.text import message, plain
 from ui.views.similarity import SimilarityView
 
-DEFAULT = ("A man is eating food.\nA man is eating a piece of bread.\nThe girl is carrying a baby.\n"
-           "A man is riding a horse.\nA woman is playing the violin.")
+DEFAULT = (
+    "A man is eating food.\nA man is eating a piece of bread.\nThe girl is carrying a baby.\n"
+    "A man is riding a horse.\nA woman is playing the violin."
+)
 MAX_LINES = 8
 
 
@@ -33,7 +36,7 @@ def settings(run: ModelRun, top, pair) -> SimilarityView:
         top.info("Type at least two sentences, one per line.")
         st.stop()
     with top:
-        embeddings(run, texts)   # refused before the pair's widgets when they cannot be embedded
+        embeddings(run, texts)  # refused before the pair's widgets when they cannot be embedded
     names = labels(texts)
     c1, c2 = pair.columns(2)
     for key, default in (("sim.a", 0), ("sim.b", 1)):
@@ -49,10 +52,14 @@ def labels(texts: tuple[str, ...]) -> list[str]:
 
 
 def matrix(emb, names: list[str]) -> None:
-    st.caption("Each sentence becomes one vector: the model's last hidden states averaged over its tokens ([CLS] and "
-               "[SEP] included, padding left out), then scaled to length 1. Their dot product is the cosine similarity.")
-    charts.show(encoder_figs.cosine_figure(emb.cosine.numpy(), names, "Cosine similarity of the sentence embeddings"),
-                key="sim.cosine")
+    st.caption(
+        "Each sentence becomes one vector: the model's last hidden states averaged over its tokens ([CLS] and "
+        "[SEP] included, padding left out), then scaled to length 1. Their dot product is the cosine similarity."
+    )
+    charts.show(
+        encoder_figs.cosine_figure(emb.cosine.numpy(), names, "Cosine similarity of the sentence embeddings"),
+        key="sim.cosine",
+    )
 
 
 def pair_shares(run: ModelRun, emb, view: SimilarityView) -> None:
@@ -60,16 +67,23 @@ def pair_shares(run: ModelRun, emb, view: SimilarityView) -> None:
     a, b = view.a, view.b
     contrib = emb.contributions(a, b)
     pieces = [run.lm.tokenizer.display_pieces(ids) for ids in emb.ids]
-    st.caption(f"cos(a, b) = {float(emb.cosine[a, b]):.4f} is exactly the sum of the cells below: token i of a with "
-               "token j of b contributes h_i · h_j / (n_a n_b |m_a| |m_b|) (h: last hidden states, n: token counts, m: "
-               "the means). Row sums are each token of a's share, column sums each token of b's.")
-    charts.show(encoder_figs.contribution_figure(contrib.numpy(), pieces[a], pieces[b],
-                                                 f"Token pairs' shares of cos(a, b) = {float(contrib.sum()):.4f}"),
-                key="sim.contrib")
+    st.caption(
+        f"cos(a, b) = {float(emb.cosine[a, b]):.4f} is exactly the sum of the cells below: token i of a with "
+        "token j of b contributes h_i · h_j / (n_a n_b |m_a| |m_b|) (h: last hidden states, n: token counts, m: "
+        "the means). Row sums are each token of a's share, column sums each token of b's."
+    )
+    charts.show(
+        encoder_figs.contribution_figure(
+            contrib.numpy(), pieces[a], pieces[b], f"Token pairs' shares of cos(a, b) = {float(contrib.sum()):.4f}"
+        ),
+        key="sim.contrib",
+    )
     rows = contrib.sum(1)
     top = sorted(range(len(rows)), key=lambda i: -float(rows[i]))[:5]
-    st.markdown("Tokens of a that add most: " + ", ".join(f"“{plain(pieces[a][i], limit=20)}” {float(rows[i]):+.4f}"
-                                                             for i in top))
+    st.markdown(
+        "Tokens of a that add most: "
+        + ", ".join(f"“{plain(pieces[a][i], limit=20)}” {float(rows[i]):+.4f}" for i in top)
+    )
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 watch the text change; the shared model is never changed (a per-call tfm.core.edits.Steer). The
 page opens where a measurement on the running model says steering works
 (`tfm.analysis.steering.calibrate.calibrate`, once per model), whatever the model is."""
+
 import numpy as np
 import streamlit as st
 
@@ -18,10 +19,12 @@ from ui.views.steer import SteerView
 
 def direction_caption(run: ModelRun, vec, strength: float) -> None:
     typical = run.stream_norms()[vec.layer]
-    st.caption(f"Direction: {shown(vec.source, 200)}; read, it was {vec.raw_length:.3f} long, "
-               f"{vec.raw_length / typical:.2f}× the stream's typical length entering layer {vec.layer} "
-               f"({typical:.3f}: the median over a neutral text's tokens, position 0 left out). Steering adds "
-               f"{strength:+.2f} × {float(vec.vector.norm()):.3f}.")
+    st.caption(
+        f"Direction: {shown(vec.source, 200)}; read, it was {vec.raw_length:.3f} long, "
+        f"{vec.raw_length / typical:.2f}× the stream's typical length entering layer {vec.layer} "
+        f"({typical:.3f}: the median over a neutral text's tokens, position 0 left out). Steering adds "
+        f"{strength:+.2f} × {float(vec.vector.norm()):.3f}."
+    )
 
 
 def why_here(run: ModelRun) -> None:
@@ -32,32 +35,58 @@ def why_here(run: ModelRun) -> None:
     with st.expander(f"Why layer {cal.layer}, strength {cal.strength:g} and this prompt: measured on this model"):
         if not cal.moves:
             st.warning("No layer tried moved both moods while keeping the text fluent: these are the best found.")
-        st.markdown(f"Each layer tried got the strength at which steering costs {steer_controls.MAX_DAMAGE} nats per "
-                    "token of ordinary text; three short texts toward and away on each prompt then counted the mood "
-                    "words.")
-        st.dataframe([{"prompt": t.prompt, "layer": t.layer, "strength": t.strength, "damage": round(t.damage, 3),
-                       "pull +": round(t.pull_toward, 2), "pull −": round(t.pull_away, 2), "words +": t.toward,
-                       "words −": t.away, "plain (+, −)": str(t.plain), "fluent": t.fluent} for t in cal.trials])
+        st.markdown(
+            f"Each layer tried got the strength at which steering costs {steer_controls.MAX_DAMAGE} nats per "
+            "token of ordinary text; three short texts toward and away on each prompt then counted the mood "
+            "words."
+        )
+        st.dataframe(
+            [
+                {
+                    "prompt": t.prompt,
+                    "layer": t.layer,
+                    "strength": t.strength,
+                    "damage": round(t.damage, 3),
+                    "pull +": round(t.pull_toward, 2),
+                    "pull −": round(t.pull_away, 2),
+                    "words +": t.toward,
+                    "words −": t.away,
+                    "plain (+, −)": str(t.plain),
+                    "fluent": t.fluent,
+                }
+                for t in cal.trials
+            ]
+        )
 
 
 def texts(run: ModelRun, view: SteerView, direction: Direction, seed: int) -> None:
     """The continuation without and with steering, then the direction read through the unembedding."""
     tok = run.lm.tokenizer
     try:
-        pair = run.steered_texts(direction, view.prompt, view.strength, seed, view.new, view.temperature,
-                                 view.where, view.first)
+        pair = run.steered_texts(
+            direction, view.prompt, view.strength, seed, view.new, view.temperature, view.where, view.first
+        )
     except ValueError as e:
         st.error(f"Cannot generate: {message(e)}")
         st.stop()
     left, right = st.columns(2)
-    for col, title, text in ((left, "Without steering", pair.plain),
-                             (right, f"Steered (strength {view.strength:+.2f})", pair.steered)):
+    for col, title, text in (
+        (left, "Without steering", pair.plain),
+        (right, f"Steered (strength {view.strength:+.2f})", pair.steered),
+    ):
         col.subheader(title)
         col.markdown(escape_markdown(text).replace("\n", "  \n") or "*(nothing)*")
     r = steer_controls.read_out(run, direction, 10)
-    charts.show(steer_figs.read_out_bars(
-        [tok.display_piece(i) for i in r.up], r.up_scores, [tok.display_piece(i) for i in r.down], r.down_scores,
-        "The direction read through the unembedding: tokens it promotes (+) and suppresses (−)"), key="steer.readout")
+    charts.show(
+        steer_figs.read_out_bars(
+            [tok.display_piece(i) for i in r.up],
+            r.up_scores,
+            [tok.display_piece(i) for i in r.down],
+            r.down_scores,
+            "The direction read through the unembedding: tokens it promotes (+) and suppresses (−)",
+        ),
+        key="steer.readout",
+    )
 
 
 def sweep(run: ModelRun, view: SteerView, direction: Direction) -> None:
@@ -71,17 +100,27 @@ def sweep(run: ModelRun, view: SteerView, direction: Direction) -> None:
     strengths = np.linspace(-MAX_STRENGTH, MAX_STRENGTH, SWEEP_POINTS).round(6).tolist()
     ids = steer_controls.prompt_ids(run, view.prompt)
     probs = run.mood_sweep(direction, ids, tuple(tokens), tuple(strengths), view.first)
-    charts.show(steer_figs.mood_sweep(strengths, probs, [tok.display_piece(t) for t in tokens], view.strength,
-                                      f"p(word) after {plotly_text(repr(view.prompt[:60]))}, steering the prompt "
-                                      f"(one batched run of {SWEEP_POINTS} strengths)"), key="steer.sweep")
+    charts.show(
+        steer_figs.mood_sweep(
+            strengths,
+            probs,
+            [tok.display_piece(t) for t in tokens],
+            view.strength,
+            f"p(word) after {plotly_text(repr(view.prompt[:60]))}, steering the prompt "
+            f"(one batched run of {SWEEP_POINTS} strengths)",
+        ),
+        key="steer.sweep",
+    )
 
 
 def main() -> None:
     shown_bar = sidebar.render()
     st.title("Steer")
     needs.next_token_head("Steering")
-    st.caption("Add a direction to the residual stream entering one block, at every chosen position, during "
-               "generation: activation steering. The model is untouched; the same seed gives the same draws.")
+    st.caption(
+        "Add a direction to the residual stream entering one block, at every chosen position, during "
+        "generation: activation steering. The model is untouched; the same seed gives the same draws."
+    )
     run = active_model()
     if run is None:
         st.stop()

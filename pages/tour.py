@@ -4,6 +4,7 @@ The steps come from `tfm.teach.tour.tour` (computed from the cached trace of the
 this page picks a position, block and head, shows one step at a time, asks the step's
 question, and switches to large type for a projector (presentation mode, `?present=1`).
 """
+
 import streamlit as st
 
 from tfm.viz import tour as tour_figs
@@ -19,15 +20,23 @@ def check(step) -> None:
     ss, chk = st.session_state, step.check
     with st.form(f"tour.form.{step.key}"):
         st.markdown("**Check:** " + escape_markdown(chk.question))
-        choice = st.radio("Your answer", range(len(chk.options)), format_func=lambda j: escape_markdown(chk.options[j]),
-                          index=None, key=f"tour.answer.{step.key}")
+        choice = st.radio(
+            "Your answer",
+            range(len(chk.options)),
+            format_func=lambda j: escape_markdown(chk.options[j]),
+            index=None,
+            key=f"tour.answer.{step.key}",
+        )
         if st.form_submit_button("Check my answer") and choice is not None:
             ss[f"tour.graded.{step.key}"] = (chk.question, choice)
     graded = ss.get(f"tour.graded.{step.key}")
     if graded and graded[0] == chk.question:  # a graded answer belongs to this question only
         right = tour_parts.grade(chk, graded[1])
-        (st.success if right else st.error)(escape_markdown(
-            ("Right. " if right else f"Not this time: the answer is {chk.options[chk.answer]}. ") + chk.explanation))
+        (st.success if right else st.error)(
+            escape_markdown(
+                ("Right. " if right else f"Not this time: the answer is {chk.options[chk.answer]}. ") + chk.explanation
+            )
+        )
 
 
 def draw(view: TourView, step, labels: list[str]) -> None:
@@ -39,9 +48,15 @@ def draw(view: TourView, step, labels: list[str]) -> None:
         st.markdown(tour_figs.describe(name, shown))
         st.table(tour_figs.formatted(tour_figs.table(shown)))
     if step.chart is not None:
-        charts.show(tour_figs.bar_figure(step.chart, f"{step.title} · {plotly_text(labels[view.pos])}",
-                                         tour_figs.CHART_AXIS.get(step.key, "value")),
-                    "tour-" + step.key, {"pos": view.pos, "layer": view.layer, "head": view.head})
+        charts.show(
+            tour_figs.bar_figure(
+                step.chart,
+                f"{step.title} · {plotly_text(labels[view.pos])}",
+                tour_figs.CHART_AXIS.get(step.key, "value"),
+            ),
+            "tour-" + step.key,
+            {"pos": view.pos, "layer": view.layer, "head": view.head},
+        )
     if step.check is not None:
         check(step)
     st.page_link(step.deeper_page, label="Go deeper on this step", icon="🔎")

@@ -7,6 +7,7 @@ such as a lazy trace read by pages, again on every insertion) and drops the leas
 values beyond its budget.
 A dropped value is simply recomputed when asked for again. No streamlit here: `ui.models` holds the two caches.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -26,8 +27,18 @@ from tfm.core.cancel import ShouldStop
 
 BUDGET_ENV = "TFM_MEMORY_BUDGET"
 DEFAULT_SHARE = 0.5  # of the machine's RAM: the rest is for the OS, Streamlit, and work in flight
-UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-         "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def parse_bytes(text: str) -> int:
@@ -55,8 +66,8 @@ def memory_budget(environ: dict | None = None) -> int:
 
 
 try:
-    _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim   # glibc's, in the process's own C library
-except (OSError, AttributeError, TypeError):      # macOS, Windows, musl: none (nor glibc's arenas)
+    _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim  # glibc's, in the process's own C library
+except (OSError, AttributeError, TypeError):  # macOS, Windows, musl: none (nor glibc's arenas)
     _MALLOC_TRIM = None
 
 
@@ -86,8 +97,8 @@ def measure(value) -> tuple[int, bool]:
         return int(value.nbytes), False
     if isinstance(value, torch.nn.Module):
         return sum(sizeof(t) for t in (*value.parameters(), *value.buffers())), False
-    nbytes = getattr(value, "nbytes", None)   # a value that knows its size: not walked (a graph file
-    if isinstance(nbytes, int):                # holds ~10^5 small objects)
+    nbytes = getattr(value, "nbytes", None)  # a value that knows its size: not walked (a graph file
+    if isinstance(nbytes, int):  # holds ~10^5 small objects)
         return nbytes, True
     if isinstance(value, dict):
         parts = [measure(v) for v in value.values()]
@@ -126,8 +137,7 @@ class ByteLRU:
 
     POLL_S = 0.1  # how often a caller waiting for another's computation asks its should_stop
 
-    def __init__(self, budget: Callable[[], int],
-                 on_drop: Callable[[Hashable, object], None] | None = None) -> None:
+    def __init__(self, budget: Callable[[], int], on_drop: Callable[[Hashable, object], None] | None = None) -> None:
         self._budget, self._on_drop = budget, on_drop
         self._values: OrderedDict[Hashable, object] = OrderedDict()
         # key -> (bytes, live) as last measured: walking a value of many small objects (a

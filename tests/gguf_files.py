@@ -6,6 +6,7 @@ K-quant types (Q2_K-Q6_K) cannot be produced by `gguf.quants.quantize`; their bl
 random bytes with the float16 scale fields set to small finite values, which every reader
 must dequantize the same way.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,14 +18,19 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, quants
 from tests.conftest import BPE_TEXT
 
 # K-quant blocks: (byte offset, value) of each float16 scale field (d, dmin) in a block.
-K_SCALES = {"Q2_K": ((80, 0.01), (82, 0.01)), "Q3_K": ((108, 0.003),), "Q4_K": ((0, 0.0005), (2, 0.0005)),
-            "Q5_K": ((0, 0.0003), (2, 0.0003)), "Q6_K": ((208, 0.0001),)}
+K_SCALES = {
+    "Q2_K": ((80, 0.01), (82, 0.01)),
+    "Q3_K": ((108, 0.003),),
+    "Q4_K": ((0, 0.0005), (2, 0.0005)),
+    "Q5_K": ((0, 0.0003), (2, 0.0003)),
+    "Q6_K": ((208, 0.0001),),
+}
 CHAT_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
 
 
 @dataclass
 class Vocab:
-    model: str                    # "gpt2" or "llama"
+    model: str  # "gpt2" or "llama"
     tokens: list[str]
     types: list[int]
     merges: list[str] | None = None
@@ -39,17 +45,21 @@ def bytelevel_vocab(size: int = 320, pre: str = "gpt2") -> Vocab:
     """A byte-level BPE trained here (all 256 bytes, <|endoftext|> and <|im_start|>/<|im_end|>
     control tokens) as llama.cpp stores one."""
     import tokenizers
+
     bpe = tokenizers.ByteLevelBPETokenizer()
-    bpe.train_from_iterator(BPE_TEXT, vocab_size=size, show_progress=False,
-                            special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    bpe.train_from_iterator(
+        BPE_TEXT, vocab_size=size, show_progress=False, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    )
     import json
+
     data = json.loads(bpe.to_str())
     vocab = data["model"]["vocab"]
     tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
     merges = [m if isinstance(m, str) else " ".join(m) for m in data["model"]["merges"]]
     types = [3 if t.startswith("<|") and t.endswith("|>") else 1 for t in tokens]
-    return Vocab("gpt2", tokens, types, merges=merges, pre=pre, bos=tokens.index("<|im_start|>"),
-                 eos=tokens.index("<|im_end|>"))
+    return Vocab(
+        "gpt2", tokens, types, merges=merges, pre=pre, bos=tokens.index("<|im_start|>"), eos=tokens.index("<|im_end|>")
+    )
 
 
 def sentencepiece_vocab(size: int = 400) -> Vocab:
@@ -57,10 +67,12 @@ def sentencepiece_vocab(size: int = 400) -> Vocab:
     trained here with the tokenizers library, as llama.cpp stores Llama 2 / TinyLlama's."""
     import tokenizers
     from tokenizers import models, pre_tokenizers, trainers
+
     tok = tokenizers.Tokenizer(models.BPE(byte_fallback=True))
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
-    trainer = trainers.BpeTrainer(vocab_size=size, show_progress=False, special_tokens=["<unk>", "<s>", "</s>"],
-                                  initial_alphabet=[])
+    trainer = trainers.BpeTrainer(
+        vocab_size=size, show_progress=False, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=[]
+    )
     tok.train_from_iterator(BPE_TEXT, trainer)
     learned = [t for t, _ in sorted(tok.get_vocab().items(), key=lambda kv: kv[1]) if t not in ("<unk>", "<s>", "</s>")]
     byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
@@ -70,18 +82,21 @@ def sentencepiece_vocab(size: int = 400) -> Vocab:
     return Vocab("llama", tokens, types, scores=scores, bos=1, eos=2)
 
 
-def random_tensor(shape: tuple[int, ...], qtype: str, rng: np.random.Generator, norm: bool = False) -> tuple[np.ndarray, GGMLQuantizationType]:
+def random_tensor(
+    shape: tuple[int, ...], qtype: str, rng: np.random.Generator, norm: bool = False
+) -> tuple[np.ndarray, GGMLQuantizationType]:
     """(stored array, type) for a tensor of numpy `shape`: floats quantized by gguf.quants, or
     random K-quant blocks."""
     t = GGMLQuantizationType[qtype]
     if norm or len(shape) == 1:
-        return (1 + 0.2 * rng.standard_normal(shape) if norm else 0.25 * rng.standard_normal(shape)).astype(np.float32), \
-            GGMLQuantizationType.F32
+        return (1 + 0.2 * rng.standard_normal(shape) if norm else 0.25 * rng.standard_normal(shape)).astype(
+            np.float32
+        ), GGMLQuantizationType.F32
     if qtype in K_SCALES:
         block, size = GGML_QUANT_SIZES[t]
         raw = rng.integers(0, 256, (*shape[:-1], shape[-1] // block, size), dtype=np.uint8)
         for offset, value in K_SCALES[qtype]:
-            raw[..., offset:offset + 2] = np.frombuffer(np.float16(value).tobytes(), np.uint8)
+            raw[..., offset : offset + 2] = np.frombuffer(np.float16(value).tobytes(), np.uint8)
         return raw.reshape(*shape[:-1], -1), t
     x = (0.25 * rng.standard_normal(shape)).astype(np.float32)
     if qtype == "F32":
@@ -91,8 +106,9 @@ def random_tensor(shape: tuple[int, ...], qtype: str, rng: np.random.Generator, 
     return quants.quantize(x, t), t
 
 
-def tensor_shapes(arch: str, d: int, f: int, n_layer: int, n_head: int, n_kv: int, vocab: int, ctx: int,
-                  tied: bool) -> dict[str, tuple[int, ...]]:
+def tensor_shapes(
+    arch: str, d: int, f: int, n_layer: int, n_head: int, n_kv: int, vocab: int, ctx: int, tied: bool
+) -> dict[str, tuple[int, ...]]:
     """GGUF tensor name -> numpy shape, as llama.cpp names them."""
     kv = d // n_head * n_kv
     out = {"token_embd.weight": (vocab, d), "output_norm.weight": (d,)}
@@ -102,29 +118,48 @@ def tensor_shapes(arch: str, d: int, f: int, n_layer: int, n_head: int, n_kv: in
         out |= {"position_embd.weight": (ctx, d), "output_norm.bias": (d,)}
     for i in range(n_layer):
         b = f"blk.{i}."
-        out |= {b + "attn_norm.weight": (d,), b + "ffn_norm.weight": (d,), b + "attn_output.weight": (d, d),
-                b + "ffn_up.weight": (f, d), b + "ffn_down.weight": (d, f)}
+        out |= {
+            b + "attn_norm.weight": (d,),
+            b + "ffn_norm.weight": (d,),
+            b + "attn_output.weight": (d, d),
+            b + "ffn_up.weight": (f, d),
+            b + "ffn_down.weight": (d, f),
+        }
         if arch == "gpt2":
-            out |= {b + "attn_qkv.weight": (3 * d, d), b + "attn_qkv.bias": (3 * d,), b + "attn_norm.bias": (d,),
-                    b + "ffn_norm.bias": (d,), b + "attn_output.bias": (d,), b + "ffn_up.bias": (f,),
-                    b + "ffn_down.bias": (d,)}
+            out |= {
+                b + "attn_qkv.weight": (3 * d, d),
+                b + "attn_qkv.bias": (3 * d,),
+                b + "attn_norm.bias": (d,),
+                b + "ffn_norm.bias": (d,),
+                b + "attn_output.bias": (d,),
+                b + "ffn_up.bias": (f,),
+                b + "ffn_down.bias": (d,),
+            }
         else:
-            out |= {b + "attn_q.weight": (d, d), b + "attn_k.weight": (kv, d), b + "attn_v.weight": (kv, d),
-                    b + "ffn_gate.weight": (f, d)}
+            out |= {
+                b + "attn_q.weight": (d, d),
+                b + "attn_k.weight": (kv, d),
+                b + "attn_v.weight": (kv, d),
+                b + "ffn_gate.weight": (f, d),
+            }
             if arch == "qwen2":
                 out |= {b + "attn_q.bias": (d,), b + "attn_k.bias": (kv,), b + "attn_v.bias": (kv,)}
     return out
 
 
-LLAMA3_ROPE = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                   original_max_position_embeddings=256)
+LLAMA3_ROPE = dict(
+    rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=256
+)
 
 
 def llama_cpp_rope_freqs(head: int, base: float = 10000.0) -> np.ndarray:
     """What llama.cpp's converter writes as rope_freqs for Llama 3.1's rescaling: per pair,
     1 for short wavelengths, `factor` for long ones, the smooth blend's divisor between."""
     r = LLAMA3_ROPE
-    low, high = r["original_max_position_embeddings"] / r["low_freq_factor"], r["original_max_position_embeddings"] / r["high_freq_factor"]
+    low, high = (
+        r["original_max_position_embeddings"] / r["low_freq_factor"],
+        r["original_max_position_embeddings"] / r["high_freq_factor"],
+    )
     out = []
     for freq in 1.0 / base ** (np.arange(0, head, 2) / head):
         wavelen = 2 * np.pi / freq
@@ -133,15 +168,31 @@ def llama_cpp_rope_freqs(head: int, base: float = 10000.0) -> np.ndarray:
         elif wavelen > low:
             out.append(r["factor"])
         else:
-            smooth = (r["original_max_position_embeddings"] / wavelen - r["low_freq_factor"]) / (r["high_freq_factor"] - r["low_freq_factor"])
+            smooth = (r["original_max_position_embeddings"] / wavelen - r["low_freq_factor"]) / (
+                r["high_freq_factor"] - r["low_freq_factor"]
+            )
             out.append(1 / ((1 - smooth) / r["factor"] + smooth))
     return np.array(out, dtype=np.float32)
 
 
-def write_model(path: Path, arch: str = "llama", qtype: str = "F32", vocab: Vocab | None = None, d: int = 64,
-                f: int = 96, n_layer: int = 2, n_head: int = 4, n_kv: int = 2, ctx: int = 64, tied: bool = False,
-                seed: int = 0, extra_kv: dict | None = None, skip: tuple[str, ...] = (),
-                shapes: dict | None = None, extra_tensors: dict[str, np.ndarray] | None = None) -> Path:
+def write_model(
+    path: Path,
+    arch: str = "llama",
+    qtype: str = "F32",
+    vocab: Vocab | None = None,
+    d: int = 64,
+    f: int = 96,
+    n_layer: int = 2,
+    n_head: int = 4,
+    n_kv: int = 2,
+    ctx: int = 64,
+    tied: bool = False,
+    seed: int = 0,
+    extra_kv: dict | None = None,
+    skip: tuple[str, ...] = (),
+    shapes: dict | None = None,
+    extra_tensors: dict[str, np.ndarray] | None = None,
+) -> Path:
     """A random model file. `extra_kv` adds/overrides metadata ({key: (value, GGUFValueType)}),
     `skip` drops tensors, `shapes` overrides tensor shapes (for hostile-file tests),
     `extra_tensors` adds tensors with given float32 data (e.g. rope_freqs.weight)."""

@@ -11,6 +11,7 @@ test's own HF model and Hugging Face's own functions (`apply_rotary_pos_emb`, `r
 
 Nothing here knows tfm: tfm's numbers are compared against these.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -34,8 +35,9 @@ def hf_heads(hf, idx: torch.Tensor) -> dict[int, dict[str, torch.Tensor]]:
     for i, layer in enumerate(hf.model.layers):
         att = layer.self_attn
         for part in ("q_proj", "k_proj", "v_proj"):
-            hooks.append(getattr(att, part).register_forward_hook(
-                lambda m, a, out, key=f"{i}.{part}": got.__setitem__(key, out)))
+            hooks.append(
+                getattr(att, part).register_forward_hook(lambda m, a, out, key=f"{i}.{part}": got.__setitem__(key, out))
+            )
         hooks.append(att.o_proj.register_forward_pre_hook(lambda m, a, key=f"{i}.z": got.__setitem__(key, a[0])))
     try:
         out = hf(idx, output_attentions=True)
@@ -50,6 +52,13 @@ def hf_heads(hf, idx: torch.Tensor) -> dict[int, dict[str, torch.Tensor]]:
         q, k = mod.apply_rotary_pos_emb(split(got[f"{i}.q_proj"]), split(got[f"{i}.k_proj"]), cos, sin)
         v = split(got[f"{i}.v_proj"])
         assert q.shape[1] == n_head and k.shape[1] == v.shape[1] == n_kv
-        layers[i] = {"q": q[0], "k": mod.repeat_kv(k, n_head // n_kv)[0], "v": mod.repeat_kv(v, n_head // n_kv)[0],
-                     "k_kv": k[0], "v_kv": v[0], "pattern": out.attentions[i][0], "z": split(got[f"{i}.z"])[0]}
+        layers[i] = {
+            "q": q[0],
+            "k": mod.repeat_kv(k, n_head // n_kv)[0],
+            "v": mod.repeat_kv(v, n_head // n_kv)[0],
+            "k_kv": k[0],
+            "v_kv": v[0],
+            "pattern": out.attentions[i][0],
+            "z": split(got[f"{i}.z"])[0],
+        }
     return layers

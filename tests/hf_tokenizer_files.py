@@ -4,6 +4,7 @@ so each tokenizer.json is trained here with the `tokenizers` library on a slice 
 /work/shared/corpus plus a battery of hard texts, with the families' exact pre-tokenizers, or
 derived from another kind's file. `make_pairs` is the session fixture `tokenizer_pairs`
 (tests/conftest.py)."""
+
 from __future__ import annotations
 
 import gzip
@@ -20,30 +21,54 @@ from tfm.text.bpe_files import bytes_to_unicode, write_ranks_file
 from tfm.text.hf_tokenizer import tokenizer_from_folder
 
 CORPUS = Path("/work/shared/corpus")
-QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-         r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+LLAMA3 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 BATTERY = [
-    "", " ", "\n", "\t", "Hello, world!", "Hello world\n\n 😀 é",
+    "",
+    " ",
+    "\n",
+    "\t",
+    "Hello, world!",
+    "Hello world\n\n 😀 é",
     "👩‍👩‍👧‍👦 family 👨🏽‍💻 coder 🏳️‍🌈 flag 🇫🇷 and 👍🏿",
     "你好，世界。我爱自然语言处理。日本語のテキスト、한국어 텍스트",
-    "مرحبا بالعالم، هذا نص عربي ١٢٣", "Ελληνικά και русский текст",
+    "مرحبا بالعالم، هذا نص عربي ١٢٣",
+    "Ελληνικά και русский текст",
     "1 12 123 1234 12345 3.14159 1,000,000 2026-11-22 0x1F 9999999999999999",
-    "   leading spaces\n\n\n\ttabs\t\tand   runs   \n \n  ", "a\r\nb\rc\n\r\n", "x" + " " * 30 + "y",
+    "   leading spaces\n\n\n\ttabs\t\tand   runs   \n \n  ",
+    "a\r\nb\rc\n\r\n",
+    "x" + " " * 30 + "y",
     "def f(x):\n    return {'a': [1, 2]}  # comment\n\n\tif x != 0: pass\n",
-    "<|endoftext|>", "before<|endoftext|>after <|endoftext|><|endoftext|>", "<|endoftext",
-    "<|im_start|>user\nhi<|im_end|>", "<s>text</s> <unk>", "<|begin_of_text|>x<|end_of_text|>",
-    "<tool_call>", "\u0301", "e\u0301 vs é, Å vs A\u030a, ﬁ ligature, ① ², Ⅻ", "<|endoftext|>\u0338",
-    "It's we'll they've I'M DON'T", "mixed: café — “quotes” … ½ ∑ \x00\x07 control \r\n line",
-    "\ufeffBOM and \u200b zero width \U0010ffff max \ue000 private", "▁ metaspace char ▁▁ typed",
-    "<0x0A> typed", "\u2028line sep\u2029para \x85 nel \xa0 nbsp \u3000 ideographic",
+    "<|endoftext|>",
+    "before<|endoftext|>after <|endoftext|><|endoftext|>",
+    "<|endoftext",
+    "<|im_start|>user\nhi<|im_end|>",
+    "<s>text</s> <unk>",
+    "<|begin_of_text|>x<|end_of_text|>",
+    "<tool_call>",
+    "\u0301",
+    "e\u0301 vs é, Å vs A\u030a, ﬁ ligature, ① ², Ⅻ",
+    "<|endoftext|>\u0338",
+    "It's we'll they've I'M DON'T",
+    "mixed: café — “quotes” … ½ ∑ \x00\x07 control \r\n line",
+    "\ufeffBOM and \u200b zero width \U0010ffff max \ue000 private",
+    "▁ metaspace char ▁▁ typed",
+    "<0x0A> typed",
+    "\u2028line sep\u2029para \x85 nel \xa0 nbsp \u3000 ideographic",
 ]
 
 
 def corpus_text() -> str:
-    parts = [(CORPUS / "tinyshakespeare.txt").read_text(encoding="utf-8")[:120_000],
-             (CORPUS / "tinystories_valid.txt").read_text(encoding="utf-8")[:120_000]]
+    parts = [
+        (CORPUS / "tinyshakespeare.txt").read_text(encoding="utf-8")[:120_000],
+        (CORPUS / "tinystories_valid.txt").read_text(encoding="utf-8")[:120_000],
+    ]
     with gzip.open(CORPUS / "gutenberg_pd_37books.txt.gz", "rt", encoding="utf-8") as f:
         parts.append(f.read(120_000))
     return "\n".join(parts + BATTERY * 5)
@@ -52,31 +77,42 @@ def corpus_text() -> str:
 def _bytelevel(pre, normalizer=None, specials=("<|endoftext|>",), vocab=900, ignore_merges=False):
     tok = tokenizers.Tokenizer(models.BPE(ignore_merges=ignore_merges))
     tok.normalizer, tok.pre_tokenizer, tok.decoder = normalizer, pre, decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=list(specials), show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=list(specials),
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     return tok, trainer
 
 
 def _split_then_bytes(pattern: str):
-    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pattern), "isolated"),
-                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(pattern), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
 
 
 def _sentencepiece():
     """Trained on words (as SentencePiece does; whole lines would take a minute)."""
     tok = tokenizers.Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                     decoders.Strip(" ", 1, 0)])
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
     byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
-    trainer = trainers.BpeTrainer(vocab_size=900, special_tokens=["<unk>", "<s>", "</s>"] + byte_tokens,
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=900, special_tokens=["<unk>", "<s>", "</s>"] + byte_tokens, show_progress=False
+    )
     return tok, trainer
 
 
 def _bos_template(tok, bos: str):
-    tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
-                                                       special_tokens=[(bos, tok.token_to_id(bos))])
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
+    )
 
 
 def _untrained(kind: str):
@@ -85,18 +121,21 @@ def _untrained(kind: str):
     if kind in ("llama2", "mistral-metaspace"):
         return (*_sentencepiece(), {"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True})
     if kind == "llama3":
-        return (*_bytelevel(_split_then_bytes(LLAMA3), None, ("<|begin_of_text|>", "<|end_of_text|>"),
-                            ignore_merges=True),
-                {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"})
+        return (
+            *_bytelevel(_split_then_bytes(LLAMA3), None, ("<|begin_of_text|>", "<|end_of_text|>"), ignore_merges=True),
+            {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"},
+        )
     made = {
         "gpt2": lambda: _bytelevel(plain_bytes),
         # not tiktoken-expressible: served by the library
         "gpt2-prefix-space": lambda: _bytelevel(pre_tokenizers.ByteLevel(add_prefix_space=True)),
-        "qwen2": lambda: _bytelevel(_split_then_bytes(QWEN2), normalizers.NFC(),
-                                    ("<|endoftext|>", "<|im_start|>", "<|im_end|>")),
+        "qwen2": lambda: _bytelevel(
+            _split_then_bytes(QWEN2), normalizers.NFC(), ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+        ),
         "neox": lambda: _bytelevel(plain_bytes, normalizers.NFC(), ("<|endoftext|>", "<|padding|>")),
-        "smollm": lambda: _bytelevel(pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                              plain_bytes])),
+        "smollm": lambda: _bytelevel(
+            pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), plain_bytes])
+        ),
         # a Split regex that leaves gaps: they must stay pieces
         "letters-only-split": lambda: _bytelevel(_split_then_bytes(r"\p{L}+")),
     }
@@ -145,8 +184,11 @@ def _tiktoken_converted(data: dict, folder: Path) -> dict:
     kept = sorted((i, t) for t, i in model["vocab"].items() if t not in specials)
     ranks = {bytes(to_byte[c] for c in t): r for r, (_, t) in enumerate(kept)}  # dense, as tiktoken's
     write_ranks_file(folder / "ranks.tiktoken", ranks)
-    tok = TikTokenConverter(vocab_file=str(folder / "ranks.tiktoken"), pattern=LLAMA3,
-                            extra_special_tokens=sorted(specials, key=lambda t: -len(t))).converted()
+    tok = TikTokenConverter(
+        vocab_file=str(folder / "ranks.tiktoken"),
+        pattern=LLAMA3,
+        extra_special_tokens=sorted(specials, key=lambda t: -len(t)),
+    ).converted()
     tok.save(str(folder / "tokenizer.json"))
     converted = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
     assert len(converted["model"]["merges"]) > len(model["merges"])  # really the multi-merge form
@@ -170,9 +212,13 @@ def derive(kind: str, base: Path, folder: Path) -> Path:
         for a in data["added_tokens"]:
             a["id"] += 1 if a["id"] >= model["vocab"]["ĠQzx"] else 0
     elif kind == "metaspace-decoder":  # the decoder as one Metaspace step after ByteFallback
-        data["decoder"] = {"type": "Sequence", "decoders": [
-            {"type": "ByteFallback"}, {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first",
-                                       "split": False}]}
+        data["decoder"] = {
+            "type": "Sequence",
+            "decoders": [
+                {"type": "ByteFallback"},
+                {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False},
+            ],
+        }
     elif kind == "tiktoken-converted":  # how Llama 3's tokenizer.json was made: several merges per token
         data = _tiktoken_converted(data, folder)
     (folder / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
@@ -180,13 +226,29 @@ def derive(kind: str, base: Path, folder: Path) -> Path:
     return folder
 
 
-DERIVED = {"gpt2-string-merges": "gpt2", "shuffled-ids": "gpt2", "orphan": "gpt2",
-           "tiktoken-converted": "llama3", "metaspace-decoder": "mistral-metaspace"}
-KINDS = {"gpt2": "tiktoken", "qwen2": "tiktoken", "llama3": "tiktoken", "neox": "tiktoken",
-         "smollm": "tiktoken", "letters-only-split": "tiktoken", "gpt2-string-merges": "tiktoken",
-         "shuffled-ids": "tiktoken", "tiktoken-converted": "tiktoken", "orphan": "tokenizers",
-         "gpt2-prefix-space": "tokenizers", "llama2": "tokenizers", "mistral-metaspace": "tokenizers",
-         "metaspace-decoder": "tokenizers"}
+DERIVED = {
+    "gpt2-string-merges": "gpt2",
+    "shuffled-ids": "gpt2",
+    "orphan": "gpt2",
+    "tiktoken-converted": "llama3",
+    "metaspace-decoder": "mistral-metaspace",
+}
+KINDS = {
+    "gpt2": "tiktoken",
+    "qwen2": "tiktoken",
+    "llama3": "tiktoken",
+    "neox": "tiktoken",
+    "smollm": "tiktoken",
+    "letters-only-split": "tiktoken",
+    "gpt2-string-merges": "tiktoken",
+    "shuffled-ids": "tiktoken",
+    "tiktoken-converted": "tiktoken",
+    "orphan": "tokenizers",
+    "gpt2-prefix-space": "tokenizers",
+    "llama2": "tokenizers",
+    "mistral-metaspace": "tokenizers",
+    "metaspace-decoder": "tokenizers",
+}
 SENTENCEPIECE = ("llama2", "mistral-metaspace", "metaspace-decoder")
 
 
@@ -207,6 +269,7 @@ def make_pairs(tmp_path_factory):
             hf_plain = transformers.AutoTokenizer.from_pretrained(folder, split_special_tokens=True)
             cache[kind] = kind, tokenizer_from_folder(folder), hf, hf_plain
         return cache[kind]
+
     get.folder = folder_of
     get.text = text
     return get

@@ -1,6 +1,7 @@
 """A real redis-server for the room tests: started in a tmp folder on a unix socket (no TCP port
 to collide on), stopped after. Without redis-server the Redis cases skip locally; in CI
 (CI=true) or with REQUIRE_E2E=1 that is an error instead (run_tests.sh installs it)."""
+
 from __future__ import annotations
 
 import os
@@ -34,12 +35,32 @@ def redis_server(folder: Path):
     exe = shutil.which("redis-server")
     if exe is None:
         if redis_required():
-            pytest.fail("redis-server is required (CI or REQUIRE_E2E=1) but not installed: apt-get install redis-server")
+            pytest.fail(
+                "redis-server is required (CI or REQUIRE_E2E=1) but not installed: apt-get install redis-server"
+            )
         pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
     sock = folder / "redis.sock"
-    proc = subprocess.Popen([exe, "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
-                             "--dir", str(folder), "--save", "", "--appendonly", "no", "--daemonize", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--port",
+            "0",
+            "--unixsocket",
+            str(sock),
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(folder),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     try:
         _wait_for_socket(proc, sock)
         yield f"unix://{sock}"

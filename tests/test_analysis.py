@@ -33,6 +33,7 @@ def random_causal_pattern(h: int, t: int, seed: int = 0) -> torch.Tensor:
 
 # ---- TransformerLens's definitions (transformer_lens/head_detector.py), as the oracle ------------
 
+
 def tl_previous_token(tokens: torch.Tensor) -> torch.Tensor:
     n = tokens.shape[-1]
     det = torch.zeros(n, n)
@@ -82,12 +83,12 @@ def test_perfect_previous_token_head_scores_t_minus_1_over_t():
     prev[torch.arange(1, t), torch.arange(0, t - 1)] = 1
     sink = torch.zeros(t, t)
     sink[:, 0] = 1
-    pats = torch.stack([prev, sink, torch.eye(t)])[None]                          # (1, 3, T, T)
+    pats = torch.stack([prev, sink, torch.eye(t)])[None]  # (1, 3, T, T)
     scores = A.head_scores(fake_trace(pats), torch.arange(t))
     assert scores["previous_token"][0].tolist() == pytest.approx([(t - 1) / t, 1 / t, 0.0])
     assert scores["first_token"][0].tolist() == pytest.approx([2 / t, 1.0, 1 / t])  # rows 0 and 1 of prev hit column 0
-    assert scores["duplicate_token"][0].tolist() == [0.0, 0.0, 0.0]            # no repeated tokens
-    assert scores["entropy"][0].tolist() == [0.0, 0.0, 0.0]                     # one-hot rows, no NaN
+    assert scores["duplicate_token"][0].tolist() == [0.0, 0.0, 0.0]  # no repeated tokens
+    assert scores["entropy"][0].tolist() == [0.0, 0.0, 0.0]  # one-hot rows, no NaN
     for v in scores.values():
         assert v.shape == (1, 3)
 
@@ -95,7 +96,7 @@ def test_perfect_previous_token_head_scores_t_minus_1_over_t():
 def test_induction_head_on_a_repeated_sequence():
     n, reps = 6, 5
     half = torch.randperm(50, generator=torch.Generator().manual_seed(0))[:n]
-    tokens = half.repeat(reps)                                                   # T = 30, period 6
+    tokens = half.repeat(reps)  # T = 30, period 6
     t = tokens.shape[0]
     ind = torch.zeros(t, t)
     dup = torch.zeros(t, t)
@@ -103,8 +104,8 @@ def test_induction_head_on_a_repeated_sequence():
         if q < n:
             ind[q, 0] = dup[q, 0] = 1  # first copy: nothing to look back at, rest on position 0
         else:
-            ind[q, q - n + 1] = 1      # the token after the previous copy of the current token
-            dup[q, q - n] = 1          # the previous copy of the current token
+            ind[q, q - n + 1] = 1  # the token after the previous copy of the current token
+            dup[q, q - n] = 1  # the previous copy of the current token
     scores = A.head_scores(fake_trace(torch.stack([ind, dup])[None]), tokens)
     # TransformerLens "mul": mass on predicted keys / all mass. Every row after the first copy is
     # fully induction-like, so the score is (T - n) / T (-> 1 as the sequence repeats more).
@@ -119,7 +120,7 @@ def test_induction_head_on_a_repeated_sequence():
 def test_entropy_of_uniform_rows_is_log_n():
     t = 7
     uniform = torch.tril(torch.ones(t, t))
-    uniform = uniform / uniform.sum(-1, keepdim=True)                           # row q: 1/(q+1) each
+    uniform = uniform / uniform.sum(-1, keepdim=True)  # row q: 1/(q+1) each
     got = A.entropy(uniform)
     torch.testing.assert_close(got, torch.log(torch.arange(1, t + 1, dtype=torch.float32)), atol=1e-6, rtol=0)
     full = torch.full((3, 5), 0.2)
@@ -156,8 +157,11 @@ def test_rollout_is_the_product_of_residual_averaged_layers(reduce, make_model):
         A.rollout(out.trace, head_reduce="sum")
 
 
-@pytest.mark.parametrize("overrides", [dict(), dict(norm="rmsnorm", pos_encoding="rope"),
-                                       dict(norm_placement="post")], ids=["pre", "pre-rms-rope", "post"])
+@pytest.mark.parametrize(
+    "overrides",
+    [dict(), dict(norm="rmsnorm", pos_encoding="rope"), dict(norm_placement="post")],
+    ids=["pre", "pre-rms-rope", "post"],
+)
 def test_logit_lens_last_row_is_the_models_prediction(overrides, make_model):
     model = make_model("tiny", **overrides)
     _, out = traced(model)
@@ -184,7 +188,7 @@ def test_logit_lens_window_without_probs_equals_the_full_lens(make_model):
     assert torch.equal(win.top_ids, full.top_ids[:, 4:9])
     torch.testing.assert_close(win.top_probs, full.top_probs[:, 4:9], atol=1e-6, rtol=0)
     # decode_streams on stored streams (what the generation page keeps per step) agrees too
-    streams = logit.residual_streams(out.trace)[:, -1:]                    # (L+1, 1, D)
+    streams = logit.residual_streams(out.trace)[:, -1:]  # (L+1, 1, D)
     last = logit.decode_streams(model, streams, k=3)
     torch.testing.assert_close(last.probs, full.probs[:, -1:], atol=1e-6, rtol=0)
 
@@ -195,7 +199,7 @@ def test_logit_lens_in_row_chunks_equals_each_layer_decoded_alone(chunk, make_mo
     cut a layer, or hold several, give each layer's own decoding (the oracle: one layer at a time)."""
     model = make_model("tiny", norm="rmsnorm")
     _, out = traced(model)
-    streams = logit.residual_streams(out.trace)                            # (L+1, 12, D)
+    streams = logit.residual_streams(out.trace)  # (L+1, 12, D)
     monkeypatch.setattr(logit, "LENS_ROWS", chunk)
     lens = logit.decode_streams(model, streams, k=4, n_words=250)
     small = logit.decode_streams(model, streams, k=4, keep_probs=False, n_words=250)
@@ -227,11 +231,27 @@ def expected_counts(cfg: ModelConfig) -> dict[str, int]:
 
 def test_param_counts_match_the_formulas_for_every_variant():
     for pos, norm, place, act, bias, tied in itertools.product(
-            ("learned", "sinusoidal", "rope", "none"), ("layernorm", "rmsnorm"), ("pre", "post"),
-            ("gelu", "gelu_tanh", "relu", "swiglu"), (True, False), (True, False)):
-        cfg = ModelConfig(vocab_size=50, context_length=12, d_model=8, n_layer=2, n_head=2, d_ff=24,
-                          pos_encoding=pos, norm=norm, norm_placement=place, activation=act,
-                          bias=bias, tied_embeddings=tied)
+        ("learned", "sinusoidal", "rope", "none"),
+        ("layernorm", "rmsnorm"),
+        ("pre", "post"),
+        ("gelu", "gelu_tanh", "relu", "swiglu"),
+        (True, False),
+        (True, False),
+    ):
+        cfg = ModelConfig(
+            vocab_size=50,
+            context_length=12,
+            d_model=8,
+            n_layer=2,
+            n_head=2,
+            d_ff=24,
+            pos_encoding=pos,
+            norm=norm,
+            norm_placement=place,
+            activation=act,
+            bias=bias,
+            tied_embeddings=tied,
+        )
         model = GPT(cfg)
         counts = A.param_counts(model)
         assert counts == expected_counts(cfg), cfg
@@ -258,13 +278,17 @@ def test_residual_norms_and_norm_stats(make_model):
         torch.testing.assert_close(norms["attn_out"][l], tr[f"blocks.{l}.attn_out"][0].norm(dim=-1), atol=0, rtol=0)
         torch.testing.assert_close(norms["mlp_out"][l], tr[f"blocks.{l}.mlp_out"][0].norm(dim=-1), atol=0, rtol=0)
     stats = A.norm_stats(tr)
-    assert set(stats) == {f"{n}.{s}" for n in ("ln1", "ln2") for s in
-                          ("input_mean", "input_std", "output_mean", "output_std", "input_norm")}
+    assert set(stats) == {
+        f"{n}.{s}"
+        for n in ("ln1", "ln2")
+        for s in ("input_mean", "input_std", "output_mean", "output_std", "input_norm")
+    }
     x = tr["blocks.2.ln2.input"][0]
     torch.testing.assert_close(stats["ln2.input_mean"][2], x.mean(-1), atol=1e-6, rtol=0)
     torch.testing.assert_close(stats["ln2.input_norm"][2], x.norm(dim=-1), atol=1e-6, rtol=0)
-    torch.testing.assert_close(stats["ln1.output_std"][1], tr["blocks.1.ln1.output"][0].std(-1, unbiased=False),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        stats["ln1.output_std"][1], tr["blocks.1.ln1.output"][0].std(-1, unbiased=False), atol=1e-6, rtol=0
+    )
     _, out_rms = traced(make_model("tiny", norm="rmsnorm"))
     assert "ln1.input_rms" in A.norm_stats(out_rms.trace) and "ln1.input_std" not in A.norm_stats(out_rms.trace)
 
@@ -293,6 +317,7 @@ def test_head_table_is_the_prompt_scores_and_the_probe_with_its_own_settings():
     """head_table = head_scores on the prompt + induction_probe at PROBE_LEN (seed PROBE_SEED,
     after the end-of-text token): the one place the pages and the model card get them from."""
     import tfm
+
     lm = tfm.random_model(ModelConfig.preset("tiny", n_layer=3, context_length=128), seed=2)
     ids = lm.tokenizer.encode("abcab abcab xyz abc")
     trace = lm.model(torch.tensor([ids]), trace=True).trace
@@ -306,23 +331,24 @@ def test_head_table_is_the_prompt_scores_and_the_probe_with_its_own_settings():
         assert torch.equal(heads.scores[name], want[name]), name
     assert torch.equal(heads.scores["repeat_induction"], probe["induction"])
     assert torch.equal(heads.scores["repeat_previous_token"], probe["previous_token"])
-    assert calls == [(i, 6) for i in range(1, 7)]                     # both loops, one count
-    alone = A.head_table(lm)                                         # probe only (the home page)
+    assert calls == [(i, 6) for i in range(1, 7)]  # both loops, one count
+    alone = A.head_table(lm)  # probe only (the home page)
     assert set(alone.scores) == set(A.PROBE_SCORES) and alone.n_tokens == 0
     assert torch.equal(alone.scores["repeat_induction"], probe["induction"])
 
 
 def test_head_table_fits_the_probe_to_the_context():
     import tfm
+
     short = tfm.random_model(ModelConfig.preset("tiny", context_length=21))
-    assert A.probe_settings(short) == A.ProbeSettings(10, A.PROBE_SEED, 256)   # 1 + 2 * 10 tokens fit
+    assert A.probe_settings(short) == A.ProbeSettings(10, A.PROBE_SEED, 256)  # 1 + 2 * 10 tokens fit
     assert A.head_table(short).scores["repeat_induction"].shape == (2, 2)
     none = tfm.random_model(ModelConfig.preset("tiny", context_length=4))
     assert A.probe_settings(none) is None
     assert A.head_table(none).scores == {} and A.head_table(none).probe is None
     tok = tfm.loaders.loading.bytes_tokenizer()
     small = tfm.random_model(ModelConfig.preset("tiny", vocab_size=256, context_length=64), tokenizer=tok)
-    assert A.probe_settings(small).bos is None        # the end-of-text id has no row in this model
+    assert A.probe_settings(small).bos is None  # the end-of-text id has no row in this model
 
 
 def test_logit_lens_leaves_out_padded_vocabulary_rows():

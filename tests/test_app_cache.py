@@ -2,6 +2,7 @@
 concurrent sessions, eager traces for short prompts and lazy ones above the server's
 `eager_trace_bytes`. Traces come from a small random GPT run by `ui.cache.run_traced` itself and
 are compared with a fresh traced forward of the same ids."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -99,6 +100,7 @@ def test_growing_values_are_remeasured():
 
 class _Grows:
     """A value that reports its own bytes, as a lazy trace does."""
+
     def __init__(self):
         self.nbytes = 0
 
@@ -258,8 +260,14 @@ def test_freed_tensors_go_back_to_the_os_after_release_freed():
     """A dropped re-quantized copy (hundreds of few-MB matrices) stayed in glibc's arenas: the server
     kept ~450 MB it no longer used. `memory.release_freed` hands such pages back. Measured in a fresh
     interpreter: a long-lived test worker's heap already holds freed pages that absorb the 400 MB."""
-    out = subprocess.run([sys.executable, "-c", FREED_CHILD], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=Path(__file__).resolve().parents[1])
+    out = subprocess.run(
+        [sys.executable, "-c", FREED_CHILD],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     grown, released, kept, pinned = out.stdout.split()
     assert float(grown) > 350e6
@@ -282,6 +290,7 @@ class Waiter:
 
 def counted(steps: list, began: threading.Event, go: threading.Event, n: int = 30):
     """A computation of n steps asking its stop() before each; it starts once `go` is set."""
+
     def compute(stop):
         began.set()
         go.wait(10)
@@ -290,6 +299,7 @@ def counted(steps: list, began: threading.Event, go: threading.Event, n: int = 3
             steps.append(i)
             time.sleep(0.01)
         return torch.arange(n)
+
     return compute
 
 
@@ -302,6 +312,7 @@ def call(fn, *args) -> tuple[threading.Thread, list]:
             out.append(fn(*args))
         except cancel.Cancelled as e:
             out.append(e)
+
     t = threading.Thread(target=run)
     t.start()
     return t, out
@@ -336,15 +347,15 @@ def test_a_computation_nobody_waits_for_stops_and_caches_nothing():
     a.left.set(), b.left.set()
     ta.join(10), tb.join(10)
     assert isinstance(out_a[0], cancel.Cancelled) and isinstance(out_b[0], cancel.Cancelled)
-    assert 5 <= len(steps) < 15                     # stopped within a step or two, not at its 30th
-    assert "k" not in lru and lru.get("k", lambda: 5) == 5   # no partial entry: the next caller computes
+    assert 5 <= len(steps) < 15  # stopped within a step or two, not at its 30th
+    assert "k" not in lru and lru.get("k", lambda: 5) == 5  # no partial entry: the next caller computes
 
 
 def test_a_session_that_stops_waiting_leaves_while_the_computation_goes_on_for_another():
     lru, steps, go = memory.ByteLRU(lambda: 10**6), [], threading.Event()
     (a, ta, out_a), (b, tb, out_b) = two_callers(lru, steps, go)
     b.left.set()
-    tb.join(10)                                     # B leaves while A's computation has not even started
+    tb.join(10)  # B leaves while A's computation has not even started
     assert not tb.is_alive() and isinstance(out_b[0], cancel.Cancelled) and not steps
     go.set()
     ta.join(10)
@@ -355,6 +366,7 @@ def test_a_lazy_trace_never_computes_every_position_s_logits(monkeypatch):
     """The forward behind a lazy trace unembeds the last position only (a (T, V) product is 1 GB
     for Gemma 3 at 1,024 tokens); any other row is computed when read, equal to the full forward's."""
     from tfm.core import lazy as lazy_mod
+
     eager_up_to(1)  # every trace lazy
     rows, real = [], lazy_mod.head_logits
     monkeypatch.setattr(lazy_mod, "head_logits", lambda model, x: rows.append(x.shape[1]) or real(model, x))
@@ -363,7 +375,7 @@ def test_a_lazy_trace_never_computes_every_position_s_logits(monkeypatch):
     assert isinstance(tr, LazyTrace) and rows == [1]
     lm = models.load_lm(SPEC, "cpu")
     with torch.inference_mode():
-        full = lm.model(torch.tensor([ids])).logits[0]                  # (T, V)
+        full = lm.model(torch.tensor([ids])).logits[0]  # (T, V)
     for pos in (0, 17, len(ids) - 1):
         torch.testing.assert_close(tr.logits_at(pos), full[pos], atol=1e-5, rtol=0)
     assert tr["logits"].shape == full[None].shape

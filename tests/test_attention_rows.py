@@ -1,4 +1,5 @@
 """tfm.analysis.attention_rows.pattern_rows equals the trace's own pattern rows, in every variant."""
+
 from __future__ import annotations
 
 import itertools
@@ -40,8 +41,19 @@ def test_rows_of_local_layers_equal_the_traced_pattern():
     """Gemma 3's shape: local layers with a window shorter than the prompt and their own RoPE base,
     QK-norm, a query scale of its own; a global layer. Keys left of a local window get exactly 0."""
     cfg = ModelConfig.preset("tiny").replace(
-        pos_encoding="rope", norm="rmsnorm", n_layer=3, n_head=4, n_kv_head=1, head_dim=16, qk_norm=True,
-        post_norms=True, attn_scalar=7.0, sliding_window=6, local_layers=(0, 1), rope_local_base=50.0)
+        pos_encoding="rope",
+        norm="rmsnorm",
+        n_layer=3,
+        n_head=4,
+        n_kv_head=1,
+        head_dim=16,
+        qk_norm=True,
+        post_norms=True,
+        attn_scalar=7.0,
+        sliding_window=6,
+        local_layers=(0, 1),
+        rope_local_base=50.0,
+    )
     model = GPT(cfg, torch.Generator().manual_seed(1)).eval()
     ids = torch.randint(0, cfg.vocab_size, (1, 30), generator=torch.Generator().manual_seed(2))
     with torch.inference_mode():
@@ -50,4 +62,4 @@ def test_rows_of_local_layers_equal_the_traced_pattern():
         rows = pattern_rows(model, trace, layer, start, stop)
         torch.testing.assert_close(rows, trace.pattern(layer)[:, start:stop, :stop], rtol=1e-5, atol=1e-6)
         if layer in cfg.local_layers:
-            assert torch.all(rows.tril(start - cfg.sliding_window) == 0) and rows[:, -1, stop - 6:].min() > 0
+            assert torch.all(rows.tril(start - cfg.sliding_window) == 0) and rows[:, -1, stop - 6 :].min() > 0

@@ -1,6 +1,7 @@
 """tfm.analysis.attribution: direct logit attribution adds up exactly to the logit (every pre-norm
 architecture variant), per-source and per-neuron splits add up to their component, and bad
 requests are refused with clear messages."""
+
 from __future__ import annotations
 
 import copy
@@ -14,8 +15,11 @@ from tfm.analysis import attribution
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 POS = ("learned", "sinusoidal", "rope", "none")
-VARIANTS = list(itertools.product(POS, ("layernorm", "rmsnorm"), ("gelu", "gelu_tanh", "relu", "swiglu"),
-                                  (True, False), (True, False)))
+VARIANTS = list(
+    itertools.product(
+        POS, ("layernorm", "rmsnorm"), ("gelu", "gelu_tanh", "relu", "swiglu"), (True, False), (True, False)
+    )
+)
 IDS = [3, 17, 200, 5, 99, 17, 200, 41]
 
 
@@ -59,8 +63,8 @@ def test_head_value_matches_an_independent_recomputation(make_model):
     a = attribution.direct(model, IDS, position=-1)
     tr = model(torch.tensor([IDS]), trace=True).trace
     blk, p = model.blocks[1], len(IDS) - 1
-    z = tr["blocks.1.attn.z"][0, 0, p]                                 # head 0, (hd,)
-    out = z @ blk.attn.proj.weight[:, :8].t()                          # (D,)
+    z = tr["blocks.1.attn.z"][0, 0, p]  # head 0, (hd,)
+    out = z @ blk.attn.proj.weight[:, :8].t()  # (D,)
     x = tr["ln_final.input"][0, p]
     std = (x.var(unbiased=False) + model.config.norm_eps).sqrt()
     expect = ((out - out.mean()) / std) @ (model.ln_final.weight * model.unembed.weight[a.token])
@@ -79,7 +83,9 @@ def test_bad_requests(make_model):
     model = make_model("tiny")
     with pytest.raises(ValueError, match="out of range"):
         attribution.direct(model, IDS, position=len(IDS))
-    with pytest.raises(ValueError, match=rf"token={model.config.vocab_size} is out of range; .* \(an id in the vocabulary\)"):
+    with pytest.raises(
+        ValueError, match=rf"token={model.config.vocab_size} is out of range; .* \(an id in the vocabulary\)"
+    ):
         attribution.direct(model, IDS, token=model.config.vocab_size)
     with pytest.raises(ValueError, match="same token"):
         attribution.direct(model, IDS, token=4, versus=4)
@@ -95,8 +101,9 @@ def test_model_unchanged_and_top_neurons(make_model):
     assert [abs(n.value) for n in top] == sorted((abs(n.value) for n in top), reverse=True)
     assert abs(top[0].value) == pytest.approx(float(a.neurons.abs().max()))
     n = top[0]
-    assert n.activation == pytest.approx(float(model(torch.tensor([IDS]), trace=True).trace[
-        f"blocks.{n.layer}.mlp.post"][0, -1, n.index]))
+    assert n.activation == pytest.approx(
+        float(model(torch.tensor([IDS]), trace=True).trace[f"blocks.{n.layer}.mlp.post"][0, -1, n.index])
+    )
     direction = model.blocks[n.layer].mlp.proj.weight[:, n.index] * model.ln_final.weight
     scores = model.unembed.weight @ (direction - direction.mean())
     assert n.promotes[0] == int(scores.argmax()) and n.suppresses[0] == int(scores.argmin())
@@ -119,6 +126,7 @@ def test_reusing_a_trace(make_model):
 
 def test_token_id_and_flow(make_model):
     import tfm
+
     lm = tfm.random_model("tiny")
     assert attribution.token_id(lm.tokenizer, "a", 257) == lm.tokenizer.encode("a")[0]
     with pytest.raises(ValueError, match="splits into 2"):
@@ -127,17 +135,24 @@ def test_token_id_and_flow(make_model):
     f = attribution.flow(lm, tr, 2, 8)
     l, t, s = 1, 4, 3  # recompute one edge: sum over heads of pattern * |v W_O_h|
     w_o = lm.model.blocks[l].attn.proj.weight.reshape(16, 2, 8)
-    want = sum(float(tr[f"blocks.{l}.attn.pattern"][0, h, 2 + t, 2 + s])
-               * float((w_o[:, h] @ tr[f"blocks.{l}.attn.v"][0, h, 2 + s]).norm()) for h in range(2))
+    want = sum(
+        float(tr[f"blocks.{l}.attn.pattern"][0, h, 2 + t, 2 + s])
+        * float((w_o[:, h] @ tr[f"blocks.{l}.attn.v"][0, h, 2 + s]).norm())
+        for h in range(2)
+    )
     assert f.shape == (2, 6, 6) and float(f[l, t, s]) == pytest.approx(want, rel=1e-5)
-    assert float(f[l, 2, 3]) == 0.0                                   # causal: position 4 cannot feed position 3
+    assert float(f[l, 2, 3]) == 0.0  # causal: position 4 cannot feed position 3
 
 
-@pytest.mark.parametrize("extra", [
-    dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, n_kv_head=1),
-    dict(pos_encoding="rope", rotary_pct=0.5, parallel_block=True, activation="gelu", tied_embeddings=False),
-    dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, qkv_bias=True)],
-    ids=["multi-query", "partial-rotary-parallel", "qkv-bias"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, n_kv_head=1),
+        dict(pos_encoding="rope", rotary_pct=0.5, parallel_block=True, activation="gelu", tied_embeddings=False),
+        dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, qkv_bias=True),
+    ],
+    ids=["multi-query", "partial-rotary-parallel", "qkv-bias"],
+)
 def test_family_pieces_add_up_in_float64(make_model, extra):
     """Grouped-query heads read shared values, the parallel block sums both branches: the
     decomposition and the per-source split still add up exactly."""

@@ -1,5 +1,6 @@
 """The server's batching settings: --batching on|off (TFM_BATCHING), batch_rows and
 batch_rows_per_session, each checked with one clear message."""
+
 from __future__ import annotations
 
 import pytest

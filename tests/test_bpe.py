@@ -22,8 +22,10 @@ NOUNS += ["".join(random.Random(i).sample(SYLLABLES, 3)) for i in range(300)]
 def story(rng: random.Random) -> str:
     sents = []
     for _ in range(rng.randint(3, 8)):
-        s = (f"{rng.choice(NAMES)} {rng.choice(VERBS)} a {rng.choice(ADJS)} "
-             f"{rng.choice(NOUNS)}{rng.choice(['.', '!', ' — twice.', '…', '?'])}")
+        s = (
+            f"{rng.choice(NAMES)} {rng.choice(VERBS)} a {rng.choice(ADJS)} "
+            f"{rng.choice(NOUNS)}{rng.choice(['.', '!', ' — twice.', '…', '?'])}"
+        )
         if rng.random() < 0.2:
             extra = rng.choice(["🙂", "你好", "don't", "1984"])
             s += f' "It\'s {rng.choice(ADJS)}!" {extra}'
@@ -108,8 +110,7 @@ def test_chunks_keep_pretokens(files):
     chunks = list(iter_chunks([files[0]], chunk_chars=500))
     assert len(chunks) > 100
     assert "".join(chunks) == text.replace(EOT, "")
-    assert [p for c in chunks for p in split(c)] == \
-        [p for part in text.split(EOT) for p in split(part)]
+    assert [p for c in chunks for p in split(c)] == [p for part in text.split(EOT) for p in split(part)]
 
 
 def test_max_bytes_per_file(files):
@@ -122,8 +123,7 @@ def test_spread_takes_chunks_across_the_file(tmp_path):
     path = tmp_path / "numbered.txt"
     path.write_text("".join(f"Line {i} of the file.\n" for i in range(20_000)))
     total = path.stat().st_size
-    text = "".join(iter_chunks([path], max_bytes_per_file=total // 4, chunk_chars=2000,
-                               spread=True))
+    text = "".join(iter_chunks([path], max_bytes_per_file=total // 4, chunk_chars=2000, spread=True))
     assert 0.2 * total < len(text) < 0.3 * total
     numbers = [int(line.split()[1]) for line in text.splitlines() if line]
     assert max(numbers) > 19_000  # reaches the end of the file
@@ -143,10 +143,24 @@ def test_too_small_text_warns(tmp_path):
 
 def test_cli_writes_vocab(files, tmp_path):
     out = tmp_path / "vocab"
-    assert main(["--vocab-size", "400", "--out", str(out), "--compare", "300",
-                 "--count-train", "--note", "test", *map(str, files)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == [
-        "special_tokens.json", "tokenizer.tiktoken", "vocab_report.json"]
+    assert (
+        main(
+            [
+                "--vocab-size",
+                "400",
+                "--out",
+                str(out),
+                "--compare",
+                "300",
+                "--count-train",
+                "--note",
+                "test",
+                *map(str, files),
+            ]
+        )
+        == 0
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["special_tokens.json", "tokenizer.tiktoken", "vocab_report.json"]
     specials = json.loads((out / "special_tokens.json").read_text())
     assert specials == {EOT: 399}
     tok = Tokenizer.from_tiktoken_file(out / "tokenizer.tiktoken", specials)

@@ -3,6 +3,7 @@ kept twelve generations running to their ends. Each long loop asks its `should_s
 steps and raises Cancelled at the first yes; what it made before equals the uninterrupted run,
 and a "no" changes nothing. In the shared batch, a row whose page left is dropped and every
 other row still equals its solo run."""
+
 from __future__ import annotations
 
 import threading
@@ -50,7 +51,7 @@ def test_a_generation_nobody_waits_for_stops_before_its_next_token(lm):
     with pytest.raises(Cancelled):
         for step in tfm.generate(lm, PROMPT, 12, 0.8, seed=3, stop_at_eot=False, should_stop=flip):
             made.append(step)
-    assert flip.asked == 6                      # asked before every token, stopped at the first yes
+    assert flip.asked == 6  # asked before every token, stopped at the first yes
     assert_same(made, full[:5])
     assert_same(list(tfm.generate(lm, PROMPT, 12, 0.8, seed=3, stop_at_eot=False, should_stop=lambda: False)), full)
 
@@ -58,7 +59,7 @@ def test_a_generation_nobody_waits_for_stops_before_its_next_token(lm):
 def test_a_steered_pair_stops_inside_either_of_its_generations(lm, vec):
     want = steering.steered_pair(lm, PROMPT, vec, 3.0, 1, 10, 0.8)
     assert steering.steered_pair(lm, PROMPT, vec, 3.0, 1, 10, 0.8, should_stop=lambda: False) == want
-    for n in (4, 10 + 3):                       # inside the plain text, then inside the steered one
+    for n in (4, 10 + 3):  # inside the plain text, then inside the steered one
         flip = Flip(n)
         with pytest.raises(Cancelled):
             steering.steered_pair(lm, PROMPT, vec, 3.0, 1, 10, 0.8, should_stop=flip)
@@ -78,10 +79,10 @@ def test_a_long_prompts_sweep_runs_in_bounded_batches_each_row_as_one_forward(lm
     and a stop lands within one block of one of them): each row still equals its own forward."""
     ids, token = lm.tokenizer.prompt_ids(PROMPT), lm.tokenizer.encode(" girl")[0]
     strengths = [-6.0, -2.0, 0.0, 2.0, 6.0]
-    monkeypatch.setattr(steering, "SWEEP_TOKENS", 2 * len(ids))   # batches of 2, 2 and 1 rows
+    monkeypatch.setattr(steering, "SWEEP_TOKENS", 2 * len(ids))  # batches of 2, 2 and 1 rows
     flip = Flip(10**6)
     got = steering.sweep(lm, ids, vec, strengths, token, should_stop=flip)
-    assert flip.asked == 3 * lm.config.n_layer                     # three batched forwards ran
+    assert flip.asked == 3 * lm.config.n_layer  # three batched forwards ran
     for s, p in zip(strengths, got):
         with torch.no_grad():
             logits = lm.model(torch.tensor([ids]), edits=[vec.edit(s, start=1)]).logits[0, -1]  # the sink left alone
@@ -123,8 +124,9 @@ def test_a_batched_row_whose_page_left_is_dropped_and_the_other_rows_equal_their
     # first in, so it is in every batched step from the first: it has made 4 tokens when asked at step 4
     left = b.submit("Stop me", 14, 1.0, seed=9, stop_at_eot=False, owner="gone", should_stop=lambda: b.steps >= 4)
     keep = [("Hello there", 14, 0.9, 0, 1.0, 8), ("ab", 12, 1.2, 20, 0.9, 3)]
-    gens = [b.submit(p, n, t, k, tp, seed=s, stop_at_eot=False, owner=f"s{i}") for i, (p, n, t, k, tp, s) in
-            enumerate(keep)]
+    gens = [
+        b.submit(p, n, t, k, tp, seed=s, stop_at_eot=False, owner=f"s{i}") for i, (p, n, t, k, tp, s) in enumerate(keep)
+    ]
     got, made, errors = [None, None], [], []
 
     def consume(i):
@@ -135,6 +137,7 @@ def test_a_batched_row_whose_page_left_is_dropped_and_the_other_rows_equal_their
             made.extend(left)
         except Cancelled as e:
             errors.append(e)
+
     threads = [threading.Thread(target=consume, args=(i,)) for i in range(2)] + [threading.Thread(target=consume_left)]
     for t in threads:
         t.start()
@@ -142,6 +145,6 @@ def test_a_batched_row_whose_page_left_is_dropped_and_the_other_rows_equal_their
         t.join(60)
     for req, steps in zip(keep, got):
         assert_same(steps, solo(lm, req))
-    assert len(errors) == 1 and len(made) == 4                         # dropped after 4 of its 14 tokens
-    assert_same(made, list(tfm.generate(lm, "Stop me", 14, 1.0, seed=9, stop_at_eot=False))[:len(made)])
+    assert len(errors) == 1 and len(made) == 4  # dropped after 4 of its 14 tokens
+    assert_same(made, list(tfm.generate(lm, "Stop me", 14, 1.0, seed=9, stop_at_eot=False))[: len(made)])
     assert b.load() == (0, 0) and b.steps >= 14

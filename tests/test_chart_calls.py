@@ -1,5 +1,6 @@
 """Every chart on every page goes through `ui.charts.show` (PNG/SVG from the camera, a standalone
 HTML download): no page or ui module calls plotly_chart itself."""
+
 from __future__ import annotations
 
 import re
@@ -28,5 +29,5 @@ def test_no_page_draws_a_plotly_chart_without_charts_show():
 
 def test_the_scan_finds_a_direct_call_and_the_allowed_live_chart_is_still_there():
     source = (ROOT / "ui/encdec_parts.py").read_text(encoding="utf-8")
-    assert all(s in source for _, s in ALLOWED)                       # the exception is not stale
+    assert all(s in source for _, s in ALLOWED)  # the exception is not stale
     assert re.search(r"plotly_chart\s*\(", "    left.plotly_chart(fig, key='x')")

@@ -1,6 +1,7 @@
 """tfm.generation.choice's draw against torch.multinomial, the draw Hugging Face makes: the same token and
 the same generator state afterwards, for many distributions and seeds, so drawing the noise ahead
 (the batcher) cannot change what a row samples."""
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor

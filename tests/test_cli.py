@@ -1,4 +1,5 @@
 """Tests for `python -m tfm`: run as a subprocess, as a user would."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def cli(*args, check=True):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny models: threads only add contention
-    proc = subprocess.run([sys.executable, "-m", "tfm", *args], cwd=ROOT, env=env,
-                          capture_output=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "tfm", *args], cwd=ROOT, env=env, capture_output=True, timeout=300)
     # bytes decoded here: text mode would turn a generated "\r" into "\n"
     proc.stdout, proc.stderr = proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8")
     if check:
@@ -37,7 +37,7 @@ def folder(tmp_path_factory):
     return save_model(tmp_path_factory.mktemp("models") / "m", lm.model, lm.tokenizer), lm
 
 
-@pytest.mark.slow   # a python -m tfm subprocess: CI only
+@pytest.mark.slow  # a python -m tfm subprocess: CI only
 def test_info_total_equals_num_params(folder):
     path, lm = folder
     for source, model in (("random:tiny", tfm.load("random:tiny").model), (str(path), lm.model)):
@@ -50,7 +50,7 @@ def test_info_total_equals_num_params(folder):
         assert data["config"] == model.config.to_dict()
 
 
-@pytest.mark.slow   # a python -m tfm subprocess: CI only
+@pytest.mark.slow  # a python -m tfm subprocess: CI only
 def test_trace_json_names_match_a_direct_trace(folder):
     path, lm = folder
     data = json.loads(cli("trace", str(path), "--prompt", "The cat", "--json").stdout)
@@ -65,14 +65,27 @@ def test_trace_json_names_match_a_direct_trace(folder):
     assert re.search(r"^blocks\.0\.attn\.pattern\s+\(1, 2, 2, 2\)\s+batch, head, query_pos, key_pos", table, re.M)
 
 
-@pytest.mark.slow   # a python -m tfm subprocess: CI only
+@pytest.mark.slow  # a python -m tfm subprocess: CI only
 def test_generate_prints_text_reproducibly(folder):
     path, lm = folder
-    args = ("generate", str(path), "--prompt", "Hello", "--seed", "5", "--max-new-tokens", "12",
-            "--temperature", "0.8", "--top-k", "20")
+    args = (
+        "generate",
+        str(path),
+        "--prompt",
+        "Hello",
+        "--seed",
+        "5",
+        "--max-new-tokens",
+        "12",
+        "--temperature",
+        "0.8",
+        "--top-k",
+        "20",
+    )
     first, second = cli(*args), cli(*args)
-    expected = [s.text_so_far for s in tfm.generate(lm, "Hello", max_new_tokens=12, temperature=0.8,
-                                                     top_k=20, seed=5)][-1]
+    expected = [s.text_so_far for s in tfm.generate(lm, "Hello", max_new_tokens=12, temperature=0.8, top_k=20, seed=5)][
+        -1
+    ]
     assert first.stdout == second.stdout and first.stdout.rstrip("\n") == expected.rstrip("\n")
     assert first.stdout.strip()
     assert re.search(r"stop: (max_new_tokens|eot) after \d+ tokens .* tokens/s", first.stderr)
@@ -82,21 +95,24 @@ def test_generate_prints_text_reproducibly(folder):
     assert no_cache.stdout == first.stdout
 
 
-@pytest.mark.slow   # a python -m tfm subprocess: CI only
+@pytest.mark.slow  # a python -m tfm subprocess: CI only
 def test_generate_reports_a_cut_prompt_and_context_full():
     proc = cli("generate", "random:tiny", "--prompt", "x" * 40, "--temperature", "0")
     assert "note: the prompt has 40 tokens" in proc.stderr and "kept its last 31" in proc.stderr
     assert "stop: context_full after 1 tokens" in proc.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (("generate", "{missing}", "--prompt", "x"), "does not exist"),
-    (("info", "{bad}"), "not a model folder"),
-    (("generate", "random:tiny", "--prompt", "x", "--top-p", "2"), "top_p"),
-    (("generate", "random:tiny", "--prompt", "x", "--max-new-tokens", "0"), "max_new_tokens"),
-    (("generate", "random:tiny"), "--prompt"),
-    (("info", "random:nope"), "unknown preset"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("generate", "{missing}", "--prompt", "x"), "does not exist"),
+        (("info", "{bad}"), "not a model folder"),
+        (("generate", "random:tiny", "--prompt", "x", "--top-p", "2"), "top_p"),
+        (("generate", "random:tiny", "--prompt", "x", "--max-new-tokens", "0"), "max_new_tokens"),
+        (("generate", "random:tiny"), "--prompt"),
+        (("info", "random:nope"), "unknown preset"),
+    ],
+)
 def test_errors_exit_2_with_one_line(tmp_path, capsys, args, message):
     """The command's own code, in this process (`python -m tfm` exits with what `main` returns:
     the subprocess tests around this one show that)."""
@@ -123,6 +139,7 @@ def test_corrupt_folder_is_an_error_not_a_traceback(folder, tmp_path):
 
 def test_lens_json_equals_both_lenses_computed_from_a_trace(capsys):
     from tfm.analysis.lens import compare as lens_compare, tuned as tuned_lens
+
     assert tfm_cli.main(["lens", "default", "--device", "cpu", "--prompt", "The cat sat on the mat.", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     lm = tfm.load("default", device="cpu")
@@ -135,5 +152,7 @@ def test_lens_json_equals_both_lenses_computed_from_a_trace(capsys):
         assert data["lenses"][name]["kl"] == pytest.approx(fit.mean_kl(), rel=1e-5, abs=1e-6)
         assert data["lenses"][name]["top1_agreement"] == pytest.approx(fit.agreement())
         streams = lens_compare.residual_streams(trace)[:, -1:]
-        top = lens_compare.decode_log_probs(lm.model, lens.translate(streams) if name == "tuned" else streams).argmax(-1)
+        top = lens_compare.decode_log_probs(lm.model, lens.translate(streams) if name == "tuned" else streams).argmax(
+            -1
+        )
         assert data["lenses"][name]["last_top"] == lm.tokenizer.display_pieces(top[:, 0].tolist())

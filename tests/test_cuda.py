@@ -2,6 +2,7 @@
 draw is on a CPU generator), the shared batch (each row what it gives alone, on the GPU), traces
 (lazy equal to eager, both close to the CPU's) and the analyses the pages run on them. Skipped
 without a CUDA device; CI has none, so these run where one is lent (see DEVELOPERS.md)."""
+
 from __future__ import annotations
 
 import pytest
@@ -74,8 +75,9 @@ def test_page_analyses_on_cuda_equal_the_cpu():
     with torch.no_grad():
         tr_cpu = cpu.model(torch.tensor([ids]), trace=True).trace
         tr_gpu = gpu.model(torch.tensor([ids], device="cuda"), trace=True).trace
-    lens_cpu, lens_gpu = (logit_lens(lm.model, tr, k=3, n_words=lm.config.vocab_size)
-                          for lm, tr in ((cpu, tr_cpu), (gpu, tr_gpu)))
+    lens_cpu, lens_gpu = (
+        logit_lens(lm.model, tr, k=3, n_words=lm.config.vocab_size) for lm, tr in ((cpu, tr_cpu), (gpu, tr_gpu))
+    )
     torch.testing.assert_close(lens_gpu.probs.cpu(), lens_cpu.probs, atol=1e-5, rtol=1e-4)
     a_cpu, a_gpu = attribution.direct(cpu, ids), attribution.direct(gpu, ids)
     assert a_gpu.token == a_cpu.token

@@ -1,6 +1,7 @@
 """deploy/run_class.sh: two app processes behind nginx. A session's websocket works through it,
 two sessions each see only their own prompt, and a browser's cookie keeps it on one process while
 the class spreads over both. Skipped where nginx is not installed (.ci installs it)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -53,8 +54,15 @@ def get(url: str, cookie: str | None = None):
 def class_url():
     base = free_base()
     env = dict(os.environ, TFM_PORT=str(base), OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(["bash", "deploy/run_class.sh", "2"], cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        ["bash", "deploy/run_class.sh", "2"],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     said: list[str] = []  # what the script printed (read as it goes: a full pipe would block it)
     threading.Thread(target=lambda: said.extend(proc.stdout), daemon=True).start()
     try:
@@ -87,9 +95,9 @@ def test_a_cookie_keeps_a_browser_on_one_process_and_the_class_spreads(class_url
     cookie = headers["Set-Cookie"].split(";")[0].split("=", 1)[1]
     assert status == 200 and len(cookie) == 32
     first = {get(f"http://127.0.0.1:{class_url}/", cookie)[1]["X-TFM-Process"] for _ in range(5)}
-    assert len(first) == 1                                  # sticky: always the same process
+    assert len(first) == 1  # sticky: always the same process
     seen = {get(f"http://127.0.0.1:{class_url}/", f"{i:032x}")[1]["X-TFM-Process"] for i in range(40)}
-    assert len(seen) == 2                                   # 40 browsers land on both processes
+    assert len(seen) == 2  # 40 browsers land on both processes
 
 
 def test_sessions_work_through_nginx_and_see_only_their_own_prompt(class_url):
@@ -98,7 +106,7 @@ def test_sessions_work_through_nginx_and_see_only_their_own_prompt(class_url):
     students = [bench.Student(class_url, bench.prompt_for(i), 240) for i in range(2)]
     for s in students:
         run = s.run("attention")
-        assert not run.errors, run.errors                    # includes "another student's prompt"
+        assert not run.errors, run.errors  # includes "another student's prompt"
         assert run.charts > 0
         shown = run.widgets["sidebar.prompt"][1].value
         assert shown == s.prompt
@@ -107,16 +115,31 @@ def test_sessions_work_through_nginx_and_see_only_their_own_prompt(class_url):
 
 def test_warm_reports_a_process_it_could_not_warm(class_url):
     base, _ = class_url
-    with socket.socket() as s:                       # a port nothing listens on
+    with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
-    bad = subprocess.run([sys.executable, "deploy/warm.py", str(closed), "--timeout", "10"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "deploy/warm.py", str(closed), "--timeout", "10"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 1 and f"could not warm port {closed}" in bad.stderr
     # a model the page cannot load shows a warning (and falls back): not counted as warmed
-    wrong = subprocess.run([sys.executable, "deploy/warm.py", str(base + 1), "--model", "bogus:x"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=300)
+    wrong = subprocess.run(
+        [sys.executable, "deploy/warm.py", str(base + 1), "--model", "bogus:x"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert wrong.returncode == 1 and "could not be read" in wrong.stderr, wrong.stderr
-    good = subprocess.run([sys.executable, "deploy/warm.py", str(base + 1), "--model", "default"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    good = subprocess.run(
+        [sys.executable, "deploy/warm.py", str(base + 1), "--model", "default"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert good.returncode == 0 and f"warmed the process on port {base + 1}" in good.stdout, good.stderr

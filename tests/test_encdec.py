@@ -1,4 +1,5 @@
 """Encoder-decoder: config validation, shapes, trace names, masks, decoding, save/load."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,17 @@ import torch
 from tfm.teach.encdec import EncDecConfig, EncoderDecoder, greedy_decode, load_encdec, save_encdec
 from tfm.core.trace_names import axes_for
 
-BASE = dict(src_vocab_size=11, tgt_vocab_size=13, src_context_length=9, tgt_context_length=7, d_model=16,
-            n_enc_layer=2, n_dec_layer=3, n_head=4, d_ff=32)
+BASE = dict(
+    src_vocab_size=11,
+    tgt_vocab_size=13,
+    src_context_length=9,
+    tgt_context_length=7,
+    d_model=16,
+    n_enc_layer=2,
+    n_dec_layer=3,
+    n_head=4,
+    d_ff=32,
+)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny tensors, one thread
@@ -37,11 +47,19 @@ def batch(seed: int = 1):
     return src, tgt, pad
 
 
-@pytest.mark.parametrize("bad, message", [
-    (dict(n_head=3), "not divisible"), (dict(d_model=0), "d_model"), (dict(n_enc_layer=0), "n_enc_layer"),
-    (dict(pos_encoding="rope"), "pos_encoding"), (dict(norm_placement="middle"), "norm_placement"),
-    (dict(d_model=15, n_head=1), "must be even"), (dict(dropout=1.5), "dropout"), (dict(src_vocab_size=1), "src_vocab_size"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(n_head=3), "not divisible"),
+        (dict(d_model=0), "d_model"),
+        (dict(n_enc_layer=0), "n_enc_layer"),
+        (dict(pos_encoding="rope"), "pos_encoding"),
+        (dict(norm_placement="middle"), "norm_placement"),
+        (dict(d_model=15, n_head=1), "must be even"),
+        (dict(dropout=1.5), "dropout"),
+        (dict(src_vocab_size=1), "src_vocab_size"),
+    ],
+)
 def test_config_rejects_bad_values(bad, message):
     with pytest.raises(ValueError, match=message):
         EncDecConfig(**{**BASE, **bad})
@@ -65,9 +83,14 @@ def test_shapes_and_trace_names():
     for i in range(2):
         expected[f"enc.blocks.{i}.attn.pattern"] = (b, h, s, s)
     for i in range(3):
-        expected |= {f"dec.blocks.{i}.self.pattern": (b, h, t, t), f"dec.blocks.{i}.cross.pattern": (b, h, t, s),
-                     f"dec.blocks.{i}.cross.q": (b, h, t, d // h), f"dec.blocks.{i}.cross.k": (b, h, s, d // h),
-                     f"dec.blocks.{i}.cross_out": (b, t, d), f"dec.blocks.{i}.ln3.output": (b, t, d)}
+        expected |= {
+            f"dec.blocks.{i}.self.pattern": (b, h, t, t),
+            f"dec.blocks.{i}.cross.pattern": (b, h, t, s),
+            f"dec.blocks.{i}.cross.q": (b, h, t, d // h),
+            f"dec.blocks.{i}.cross.k": (b, h, s, d // h),
+            f"dec.blocks.{i}.cross_out": (b, t, d),
+            f"dec.blocks.{i}.ln3.output": (b, t, d),
+        }
     for name, shape in expected.items():
         assert tuple(trace[name].shape) == shape, name
     assert axes_for("dec.blocks.0.cross.pattern") == ("batch", "head", "query_pos", "src_pos")
@@ -77,8 +100,15 @@ def test_shapes_and_trace_names():
     assert merged and merged[0].shape == (b, t, d) and not merged[0].stored
 
 
-@pytest.mark.parametrize("variant", [{}, {"norm_placement": "pre"}, {"pos_encoding": "learned", "norm": "rmsnorm"},
-                                     {"activation": "swiglu", "bias": False}])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {},
+        {"norm_placement": "pre"},
+        {"pos_encoding": "learned", "norm": "rmsnorm"},
+        {"activation": "swiglu", "bias": False},
+    ],
+)
 def test_traced_equals_fused(variant):
     model, (src, tgt, pad) = make(**variant), batch()
     with torch.no_grad():
@@ -94,7 +124,7 @@ def test_masks_give_exact_zeros():
     for i in range(3):
         self_p, cross_p = trace[f"dec.blocks.{i}.self.pattern"], trace[f"dec.blocks.{i}.cross.pattern"]
         assert torch.all(self_p[..., future] == 0)
-        assert torch.all(self_p[..., ~future] > 0)                 # everything allowed gets some weight
+        assert torch.all(self_p[..., ~future] > 0)  # everything allowed gets some weight
         for row in range(3):
             assert torch.all(cross_p[row][..., pad[row]] == 0)
             assert torch.all(cross_p[row][..., ~pad[row]] > 0)
@@ -103,7 +133,7 @@ def test_masks_give_exact_zeros():
         enc_p = trace[f"enc.blocks.{i}.attn.pattern"]
         for row in range(3):
             assert torch.all(enc_p[row][..., pad[row]] == 0)
-        assert torch.all(enc_p[0] > 0)                             # no padding, no causal mask: all keys
+        assert torch.all(enc_p[0] > 0)  # no padding, no causal mask: all keys
 
 
 def test_padding_is_ignored_and_decoder_is_causal():
@@ -111,16 +141,16 @@ def test_padding_is_ignored_and_decoder_is_causal():
     with torch.no_grad():
         ref = model(src, tgt, pad).logits
         noisy = src.clone()
-        noisy[pad] = (noisy[pad] + 5) % 11                         # change only padded source tokens
+        noisy[pad] = (noisy[pad] + 5) % 11  # change only padded source tokens
         torch.testing.assert_close(model(noisy, tgt, pad).logits, ref)
-        short = model(src[2:, :3], tgt[2:]).logits                 # row 2 without its padding at all
+        short = model(src[2:, :3], tgt[2:]).logits  # row 2 without its padding at all
         torch.testing.assert_close(short, ref[2:], atol=1e-5, rtol=1e-5)
         later = tgt.clone()
-        later[:, 4:] = (later[:, 4:] + 1) % 13                     # change the future of position 3
+        later[:, 4:] = (later[:, 4:] + 1) % 13  # change the future of position 3
         changed = model(src, later, pad).logits
         torch.testing.assert_close(changed[:, :4], ref[:, :4])
         assert not torch.allclose(changed[:, 4:], ref[:, 4:])
-        other_src = model((src + 1) % 11, tgt, pad).logits         # the decoder does read the encoder
+        other_src = model((src + 1) % 11, tgt, pad).logits  # the decoder does read the encoder
         assert not torch.allclose(other_src, ref)
 
 
@@ -148,9 +178,9 @@ def test_greedy_decode_matches_step_by_step_argmax():
         for row in range(3):
             seq = torch.tensor([[1]])
             for pos in range(1, out.shape[1]):
-                nxt = model(src[row:row + 1], seq, pad[row:row + 1]).logits[0, -1].argmax()
+                nxt = model(src[row : row + 1], seq, pad[row : row + 1]).logits[0, -1].argmax()
                 if seq[0, -1] == 2 and pos > 1:
-                    nxt = torch.tensor(2)                            # finished rows repeat EOS
+                    nxt = torch.tensor(2)  # finished rows repeat EOS
                 assert int(out[row, pos]) == int(nxt), (row, pos)
                 seq = torch.cat([seq, nxt.view(1, 1)], dim=1)
 

@@ -2,6 +2,7 @@
 (a full eager trace, the whole vocabulary's probabilities, the full forward's logits), the
 offered examples are exactly the measured ones that reach the bar, and an untrained model is
 offered none."""
+
 from __future__ import annotations
 
 import pytest
@@ -50,11 +51,11 @@ def check_offer(offer: X.Offer, passes) -> None:
     """The offered examples are the measured ones that pass, best first, at most the page's number."""
     want, features = [], set()
     for e in offer.measured:
-        feature = e.settings.get("feature")   # the Features page: one example per feature
+        feature = e.settings.get("feature")  # the Features page: one example per feature
         if passes(e) and (feature is None or feature not in features):
             want.append(e)
             features.add(feature)
-    assert list(offer.examples) == want[:X.PAGES[offer.page]]
+    assert list(offer.examples) == want[: X.PAGES[offer.page]]
     assert all(e.page == offer.page for e in offer.measured)
 
 
@@ -87,7 +88,7 @@ def check_lens(lm, offer: X.Offer) -> None:
         ids, out = full_trace(lm, ex.prompt)
         answer = dict(X.LENS_TEXTS)[ex.prompt]
         lens = logit_lens(lm.model, out.trace, k=1, n_words=n_words(lm))
-        top5 = lens.probs[:, -1].topk(X.LENS_K, dim=-1).indices                # (L+1, 5)
+        top5 = lens.probs[:, -1].topk(X.LENS_K, dim=-1).indices  # (L+1, 5)
         inside = [bool((row == lm.tokenizer.encode(answer)[0]).any()) for row in top5]
         row = min([r for r in range(len(inside)) if all(inside[r:])], default=len(inside))
         assert ex.settings == {"position": len(ids) - 1, "row": row}, ex.prompt
@@ -101,8 +102,8 @@ def check_features(lm, fs, offer: X.Offer) -> None:
     top, freq = fs.data["hist_max"].float(), fs.data["freq"].float()
     for ex in offer.measured:
         ids, out = full_trace(lm, ex.prompt)
-        acts = fs.sae.encode(out.trace.residual_streams()[fs.layer][1].float())   # as the Features page
-        acts[:fs.skip] = 0
+        acts = fs.sae.encode(out.trace.residual_streams()[fs.layer][1].float())  # as the Features page
+        acts[: fs.skip] = 0
         share = acts / top.clamp_min(1e-12) * ((top > 0) & (freq <= X.FEATURE_SHARE))
         p, f = ex.settings["position"], ex.settings["feature"]
         assert float(share[p, f]) == pytest.approx(float(share.max()), abs=1e-5), ex.prompt
@@ -144,7 +145,7 @@ def test_untrained_model_is_offered_nothing_and_numbers_still_recompute(untraine
     offers = {page: X.for_page(lm, page) for page in X.PAGES}
     assert not any(o.examples for o in offers.values())
     assert offers["attention"].measured and max(e.score for e in offers["attention"].measured) < X.INDUCTION_MIN
-    assert offers["features"].measured == ()          # no SAE
+    assert offers["features"].measured == ()  # no SAE
     check_induction(lm, offers["attention"])
     check_ioi(lm, offers["why"])
     check_lens(lm, offers["logit_lens"])
@@ -165,8 +166,16 @@ def test_candidates_that_do_not_fit_are_left_out():
     assert all(len(lm.tokenizer.encode(t)) > 8 for t in X.INDUCTION_TEXTS)
 
 
-@pytest.mark.parametrize("bad", [dict(page="tour"), dict(prompt=" "), dict(score=float("nan")),
-                                 dict(settings={"layer": True}), dict(settings={1: 2})])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(page="tour"),
+        dict(prompt=" "),
+        dict(score=float("nan")),
+        dict(settings={"layer": True}),
+        dict(settings={1: 2}),
+    ],
+)
 def test_example_refuses_bad_values(bad):
     good = dict(page="attention", prompt="a b a b", settings={"layer": 0}, label="x", why="y", score=0.5)
     X.Example(**good)

@@ -1,4 +1,5 @@
 """The experiments return what they claim."""
+
 from __future__ import annotations
 
 import statistics
@@ -29,8 +30,8 @@ def test_no_residual_gradient_is_much_smaller_at_the_first_layer():
     res = ex.residual_gradients(n_layers=50)
     assert res["plain"].shape == res["residual"].shape == (50,)
     assert res["plain_first"] < 1e-4 * res["residual_first"]
-    assert float(res["residual"].max() / res["residual"].min()) < 3      # residual: even across depth
-    assert float(res["plain"][-1] / res["plain"][0]) > 1e4               # plain: decays toward the input
+    assert float(res["residual"].max() / res["residual"].min()) < 3  # residual: even across depth
+    assert float(res["plain"][-1] / res["plain"][0]) > 1e4  # plain: decays toward the input
 
 
 def test_norm_placement_reuses_depth_norms():
@@ -54,7 +55,7 @@ def test_layernorm_and_batchnorm_normalise_different_axes():
     torch.testing.assert_close(res["layernorm_row_std"], torch.ones(6), atol=1e-3, rtol=0)
     torch.testing.assert_close(res["batchnorm_col_mean"], torch.zeros(4), atol=1e-5, rtol=0)
     torch.testing.assert_close(res["batchnorm_col_std"], torch.ones(4), atol=1e-3, rtol=0)
-    assert float(res["layernorm_col_mean"].abs().max()) > 0.5      # the other axis is left alone
+    assert float(res["layernorm_col_mean"].abs().max()) > 0.5  # the other axis is left alone
     assert float(res["batchnorm_row_mean"].abs().max()) > 0.1
     manual = (x - x.mean(1, keepdim=True)) / (x.var(1, unbiased=False, keepdim=True) + 1e-5).sqrt()
     torch.testing.assert_close(res["layernorm"], manual, atol=1e-5, rtol=1e-5)
@@ -71,8 +72,9 @@ def test_norm_timing_reports_medians_of_its_samples():
         assert res["median_ms"][name] == statistics.median(samples)
     x = torch.randn(3, 8)
     torch.testing.assert_close(ex._rmsnorm_explicit(x, torch.ones(8)), torch.nn.functional.rms_norm(x, (8,), eps=1e-5))
-    torch.testing.assert_close(ex._layernorm_explicit(x, torch.ones(8), torch.zeros(8)),
-                               torch.nn.functional.layer_norm(x, (8,)))
+    torch.testing.assert_close(
+        ex._layernorm_explicit(x, torch.ones(8), torch.zeros(8)), torch.nn.functional.layer_norm(x, (8,))
+    )
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -95,10 +97,18 @@ def test_head_split_shapes_come_from_the_trace():
     res = ex.head_split_shapes(64, 4)
     shapes = {s["name"].removeprefix("blocks.0."): tuple(s["shape"]) for s in res["steps"]}
     assert res["d_head"] == 16 and res["n_tokens"] == 5
-    assert shapes == {"ln1.output": (1, 5, 64), "attn.qkv": (1, 5, 192), "attn.q": (1, 4, 5, 16),
-                      "attn.k": (1, 4, 5, 16), "attn.v": (1, 4, 5, 16), "attn.scores": (1, 4, 5, 5),
-                      "attn.pattern": (1, 4, 5, 5), "attn.z": (1, 4, 5, 16), "attn.z_merged": (1, 5, 64),
-                      "attn_out": (1, 5, 64)}
+    assert shapes == {
+        "ln1.output": (1, 5, 64),
+        "attn.qkv": (1, 5, 192),
+        "attn.q": (1, 4, 5, 16),
+        "attn.k": (1, 4, 5, 16),
+        "attn.v": (1, 4, 5, 16),
+        "attn.scores": (1, 4, 5, 5),
+        "attn.pattern": (1, 4, 5, 5),
+        "attn.z": (1, 4, 5, 16),
+        "attn.z_merged": (1, 5, 64),
+        "attn_out": (1, 5, 64),
+    }
     assert tuple(ex.head_split_shapes(96, 12)["steps"][2]["shape"]) == (1, 12, 5, 8)
     with pytest.raises(ValueError, match="not divisible"):
         ex.head_split_shapes(64, 5)

@@ -2,6 +2,7 @@
 models built with `transformers`, saved with `save_pretrained` (also fp16/bf16, sharded, and
 in the older config layout), loaded by `tfm.load`, give the same logits, every attention
 pattern, and the same greedy tokens with the KV cache."""
+
 from __future__ import annotations
 
 import json
@@ -23,19 +24,35 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread", "every_product_onednn")
 
-SMALL = dict(vocab_size=320, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-             intermediate_size=96, max_position_embeddings=64)
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 16}
+SMALL = dict(
+    vocab_size=320,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=96,
+    max_position_embeddings=64,
+)
+LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
 CASES = {  # name: (config class, config overrides)
     "llama-gqa": ("LlamaConfig", dict(num_key_value_heads=2)),
     "llama-mqa-tied": ("LlamaConfig", dict(num_key_value_heads=1, tie_word_embeddings=True)),
     "llama-llama3": ("LlamaConfig", dict(num_key_value_heads=2, rope_parameters={**LLAMA3, "rope_theta": 500000.0})),
-    "llama-linear": ("LlamaConfig", dict(rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0})),
+    "llama-linear": (
+        "LlamaConfig",
+        dict(rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}),
+    ),
     "qwen2-bias-tied": ("Qwen2Config", dict(num_key_value_heads=2, tie_word_embeddings=True)),
     "mistral-gqa": ("MistralConfig", dict(num_key_value_heads=2, sliding_window=None)),
-    "neox-parallel": ("GPTNeoXConfig", dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                                            "partial_rotary_factor": 0.25})),
+    "neox-parallel": (
+        "GPTNeoXConfig",
+        dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}),
+    ),
     "neox-sequential": ("GPTNeoXConfig", dict(use_parallel_residual=False, hidden_act="gelu_new")),
 }
 
@@ -60,8 +77,9 @@ def write_tokenizer(folder: Path) -> Path:
     merges up to 320 ids, as the tokenizer.json Hugging Face folders carry."""
     tokenizers = pytest.importorskip("tokenizers")
     bpe = tokenizers.ByteLevelBPETokenizer()
-    bpe.train_from_iterator(BPE_TEXT, vocab_size=SMALL["vocab_size"], special_tokens=["<|endoftext|>"],
-                            show_progress=False)  # the initial alphabet is all 256 bytes
+    bpe.train_from_iterator(
+        BPE_TEXT, vocab_size=SMALL["vocab_size"], special_tokens=["<|endoftext|>"], show_progress=False
+    )  # the initial alphabet is all 256 bytes
     bpe.save(str(folder / "tokenizer.json"))
     assert len(json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"]) == SMALL["vocab_size"]
     return folder
@@ -109,10 +127,17 @@ def test_greedy_generation_with_kv_cache_matches_hf_generate(case, gpt2_vocab_fo
     lm = tfm.load(save(hf, tmp_path / case, gpt2_vocab_folder), device="cpu")
     prompt = ids(8, seed=3)
     with torch.inference_mode():
-        want = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=20, do_sample=False,
-                           eos_token_id=None, pad_token_id=None)
-    steps = list(tfm.generate(lm, prompt[0].tolist(), max_new_tokens=20, temperature=0.0,
-                              use_cache=True, stop_at_eot=False))
+        want = hf.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=20,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=None,
+        )
+    steps = list(
+        tfm.generate(lm, prompt[0].tolist(), max_new_tokens=20, temperature=0.0, use_cache=True, stop_at_eot=False)
+    )
     assert [s.token_id for s in steps] == want[0, 8:].tolist()
 
 
@@ -164,8 +189,11 @@ def to_published_layout(data: dict) -> None:
 
 @pytest.mark.parametrize("case", ["llama-llama3", "llama-linear", "neox-parallel", "qwen2-bias-tied"])
 def test_published_config_layout_loads_the_same_model(case, gpt2_vocab_folder, tmp_path):
-    hf = hf_model(case, rope_parameters={"rope_type": "default", "rope_theta": 20000.0, "partial_rotary_factor": 0.5}) \
-        if case == "neox-parallel" else hf_model(case)
+    hf = (
+        hf_model(case, rope_parameters={"rope_type": "default", "rope_theta": 20000.0, "partial_rotary_factor": 0.5})
+        if case == "neox-parallel"
+        else hf_model(case)
+    )
     folder = save(hf, tmp_path / case, gpt2_vocab_folder)
     new = tfm.load(folder, device="cpu")
     rewrite_config(folder, to_published_layout)
@@ -202,12 +230,20 @@ def rewrite_weights(folder: Path, change) -> None:
     save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda s: s.__setitem__("model.layers.1.self_attn.k_proj.weight", torch.zeros(48, 64)),
-     "weight 'model.layers.1.self_attn.k_proj.weight' has shape (48, 64), the config expects (32, 64)"),
-    (lambda s: s.pop("model.layers.0.mlp.up_proj.weight"), "missing weight 'model.layers.0.mlp.up_proj.weight'"),
-    (lambda s: s.__setitem__("model.layers.0.extra.weight", torch.zeros(2)), "unexpected weights ['model.layers.0.extra.weight']"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda s: s.__setitem__("model.layers.1.self_attn.k_proj.weight", torch.zeros(48, 64)),
+            "weight 'model.layers.1.self_attn.k_proj.weight' has shape (48, 64), the config expects (32, 64)",
+        ),
+        (lambda s: s.pop("model.layers.0.mlp.up_proj.weight"), "missing weight 'model.layers.0.mlp.up_proj.weight'"),
+        (
+            lambda s: s.__setitem__("model.layers.0.extra.weight", torch.zeros(2)),
+            "unexpected weights ['model.layers.0.extra.weight']",
+        ),
+    ],
+)
 def test_broken_weights_are_named(change, message, gpt2_vocab_folder, tmp_path):
     folder = save(hf_model("llama-gqa"), tmp_path / "broken", gpt2_vocab_folder)
     rewrite_weights(folder, change)
@@ -215,23 +251,34 @@ def test_broken_weights_are_named(change, message, gpt2_vocab_folder, tmp_path):
         tfm.load(folder, device="cpu")
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda d: d.__setitem__("architectures", ["T5ForConditionalGeneration"]),
-     "architecture 'T5ForConditionalGeneration' is not supported; tfm loads BertForMaskedLM, BertModel, "
-     "GPTNeoXForCausalLM, Gemma3ForCausalLM, LlamaForCausalLM, MistralForCausalLM, Phi3ForCausalLM, "
-     "Qwen2ForCausalLM, Qwen3ForCausalLM (and GPT-2)"),
-    (lambda d: d["rope_parameters"].update(rope_type="yarn", factor=2.0),
-     "rope scaling type 'yarn' is not supported; tfm supports 'default', 'linear', 'llama3'"),
-    (lambda d: d.pop("rope_parameters") and d.update(rope_theta=1e4, rope_scaling={"type": "dynamic", "factor": 2.0}),
-     "rope scaling type 'dynamic' is not supported"),
-    (lambda d: d["rope_parameters"].update(rope_type="linear"), "rope scaling 'linear' needs ['factor']"),
-    (lambda d: d["rope_parameters"].update(rope_theta="fast"), "a RoPE setting is not a number"),
-    (lambda d: d.__setitem__("rope_scaling", [2.0]), "rope_scaling and rope_parameters must be JSON objects"),
-    (lambda d: d.__setitem__("num_key_value_heads", 3), "n_kv_head=3 must divide n_head=4"),
-    (lambda d: d.__setitem__("tie_word_embeddings", "yes"), "tied_embeddings must be true or false, got 'yes'"),
-    (lambda d: d.__setitem__("rms_norm_eps", None), "norm_eps must be a finite number, got None"),
-    (lambda d: d.__setitem__("hidden_act", "gelu"), "hidden_act 'gelu' is not supported"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda d: d.__setitem__("architectures", ["T5ForConditionalGeneration"]),
+            "architecture 'T5ForConditionalGeneration' is not supported; tfm loads BertForMaskedLM, BertModel, "
+            "GPTNeoXForCausalLM, Gemma3ForCausalLM, LlamaForCausalLM, MistralForCausalLM, Phi3ForCausalLM, "
+            "Qwen2ForCausalLM, Qwen3ForCausalLM (and GPT-2)",
+        ),
+        (
+            lambda d: d["rope_parameters"].update(rope_type="yarn", factor=2.0),
+            "rope scaling type 'yarn' is not supported; tfm supports 'default', 'linear', 'llama3'",
+        ),
+        (
+            lambda d: (
+                d.pop("rope_parameters") and d.update(rope_theta=1e4, rope_scaling={"type": "dynamic", "factor": 2.0})
+            ),
+            "rope scaling type 'dynamic' is not supported",
+        ),
+        (lambda d: d["rope_parameters"].update(rope_type="linear"), "rope scaling 'linear' needs ['factor']"),
+        (lambda d: d["rope_parameters"].update(rope_theta="fast"), "a RoPE setting is not a number"),
+        (lambda d: d.__setitem__("rope_scaling", [2.0]), "rope_scaling and rope_parameters must be JSON objects"),
+        (lambda d: d.__setitem__("num_key_value_heads", 3), "n_kv_head=3 must divide n_head=4"),
+        (lambda d: d.__setitem__("tie_word_embeddings", "yes"), "tied_embeddings must be true or false, got 'yes'"),
+        (lambda d: d.__setitem__("rms_norm_eps", None), "norm_eps must be a finite number, got None"),
+        (lambda d: d.__setitem__("hidden_act", "gelu"), "hidden_act 'gelu' is not supported"),
+    ],
+)
 def test_configs_tfm_cannot_compute_are_refused(change, message, gpt2_vocab_folder, tmp_path):
     folder = save(hf_model("llama-gqa"), tmp_path / "refused", gpt2_vocab_folder)
     rewrite_config(folder, change)
@@ -247,12 +294,41 @@ def test_pickled_weights_alone_are_refused(gpt2_vocab_folder, tmp_path):
 
 
 PRESET_TWINS = {  # preset: (HF config class, the same shape in HF's terms)
-    "smollm2-135m": ("LlamaConfig", dict(vocab_size=49152, hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
-                                         num_key_value_heads=3, intermediate_size=1536, tie_word_embeddings=True)),
-    "qwen2.5-0.5b": ("Qwen2Config", dict(vocab_size=151936, hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
-                                         num_key_value_heads=2, intermediate_size=4864, tie_word_embeddings=True)),
-    "pythia-160m": ("GPTNeoXConfig", dict(vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                                          intermediate_size=3072, tie_word_embeddings=False)),
+    "smollm2-135m": (
+        "LlamaConfig",
+        dict(
+            vocab_size=49152,
+            hidden_size=576,
+            num_hidden_layers=30,
+            num_attention_heads=9,
+            num_key_value_heads=3,
+            intermediate_size=1536,
+            tie_word_embeddings=True,
+        ),
+    ),
+    "qwen2.5-0.5b": (
+        "Qwen2Config",
+        dict(
+            vocab_size=151936,
+            hidden_size=896,
+            num_hidden_layers=24,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+            intermediate_size=4864,
+            tie_word_embeddings=True,
+        ),
+    ),
+    "pythia-160m": (
+        "GPTNeoXConfig",
+        dict(
+            vocab_size=50304,
+            hidden_size=768,
+            num_hidden_layers=12,
+            num_attention_heads=12,
+            intermediate_size=3072,
+            tie_word_embeddings=False,
+        ),
+    ),
 }
 
 
@@ -265,16 +341,22 @@ def test_family_presets_have_the_parameter_count_of_their_hf_twin(preset):
     assert ours.num_params() == sum(p.numel() for p in hf.parameters())
 
 
-@pytest.mark.parametrize("changes, message", [
-    (dict(n_kv_head=3), "n_kv_head=3 must divide n_head=4"),
-    (dict(n_kv_head=5), "n_kv_head=5 is out of range; it must be between 1 and 4"),
-    (dict(pos_encoding="rope", rotary_pct=0.2), "d_model/n_head=16 times rotary_pct=0.2, rounded down, = 3 must be even"),
-    (dict(rotary_pct=0.0), "rotary_pct=0.0 must be in (0, 1]"),
-    (dict(rope_scaling="yarn"), "rope_scaling='yarn' is not allowed; choose one of 'none', 'linear', 'llama3'"),
-    (dict(rope_scaling="linear", rope_factor=0.5), "rope_factor=0.5 must be >= 1"),
-    (dict(parallel_block=True, norm_placement="post"), "parallel_block=true needs norm_placement='pre'"),
-    (dict(qkv_bias=1), "qkv_bias must be true or false"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(n_kv_head=3), "n_kv_head=3 must divide n_head=4"),
+        (dict(n_kv_head=5), "n_kv_head=5 is out of range; it must be between 1 and 4"),
+        (
+            dict(pos_encoding="rope", rotary_pct=0.2),
+            "d_model/n_head=16 times rotary_pct=0.2, rounded down, = 3 must be even",
+        ),
+        (dict(rotary_pct=0.0), "rotary_pct=0.0 must be in (0, 1]"),
+        (dict(rope_scaling="yarn"), "rope_scaling='yarn' is not allowed; choose one of 'none', 'linear', 'llama3'"),
+        (dict(rope_scaling="linear", rope_factor=0.5), "rope_factor=0.5 must be >= 1"),
+        (dict(parallel_block=True, norm_placement="post"), "parallel_block=true needs norm_placement='pre'"),
+        (dict(qkv_bias=1), "qkv_bias must be true or false"),
+    ],
+)
 def test_new_config_fields_are_validated(changes, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         tfm.ModelConfig(vocab_size=300, context_length=16, d_model=64, n_layer=1, n_head=4, d_ff=64, **changes)

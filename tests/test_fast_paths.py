@@ -27,11 +27,11 @@ def test_per_head_results_are_deferred_and_equal_z_times_each_heads_slice_of_w_o
         tr = model(ids(), trace=True, lazy=False).trace
     assert isinstance(tr._tensors["blocks.1.attn.result"], Deferred)  # not computed by the forward
     for i in range(2):
-        z, w = tr[f"blocks.{i}.attn.z"], model.blocks[i].attn.proj.weight       # (B, H, T, hd), (D, D)
+        z, w = tr[f"blocks.{i}.attn.z"], model.blocks[i].attn.proj.weight  # (B, H, T, hd), (D, D)
         for h in range(4):
-            want = z[:, h] @ w[:, h * 8:(h + 1) * 8].T                          # (B, T, D)
+            want = z[:, h] @ w[:, h * 8 : (h + 1) * 8].T  # (B, T, D)
             torch.testing.assert_close(tr[f"blocks.{i}.attn.result"][:, h], want, atol=1e-6, rtol=0)
-    assert not isinstance(tr._tensors["blocks.1.attn.result"], Deferred)       # kept once read
+    assert not isinstance(tr._tensors["blocks.1.attn.result"], Deferred)  # kept once read
     assert tr["blocks.1.attn.result"] is tr["blocks.1.attn.result"]
 
 

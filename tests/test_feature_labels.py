@@ -3,6 +3,7 @@ equals a fresh computation; a "says X" label's X is the argmax of the decoder ro
 the final norm and the unembedding, recomputed here; an "on ..." label's first token is where
 its top contexts peak; the search finds a feature by the token it says; the steering check is
 recomputed through the Steer page's sweep; a damaged labels.json gets one clear message."""
+
 from __future__ import annotations
 
 import json
@@ -45,18 +46,21 @@ def test_says_token_is_the_argmax_of_the_decoder_read_out(each_sae):
     lm, fs = each_sae
     n_vocab = min(lm.tokenizer.vocab_size, lm.config.vocab_size)
     gain = lm.model.ln_final.weight.float()
-    scores = (fs.sae.W_dec.float() * gain) @ lm.model.unembed.weight.float()[:n_vocab].t()     # (F, V)
-    if lm.model.ln_final.kind == "layernorm":      # centred, as the final LayerNorm reads a direction
-        scores = (fs.sae.W_dec.float() * gain - (fs.sae.W_dec.float() * gain).mean(-1, keepdim=True)) \
-            @ lm.model.unembed.weight.float()[:n_vocab].t()
+    scores = (fs.sae.W_dec.float() * gain) @ lm.model.unembed.weight.float()[:n_vocab].t()  # (F, V)
+    if lm.model.ln_final.kind == "layernorm":  # centred, as the final LayerNorm reads a direction
+        scores = (
+            fs.sae.W_dec.float() * gain - (fs.sae.W_dec.float() * gain).mean(-1, keepdim=True)
+        ) @ lm.model.unembed.weight.float()[:n_vocab].t()
     top = scores.topk(2, dim=-1)
     margin = (top.values[:, 0] - top.values[:, 1]) / scores.std(-1)
     ids, read = steering.reading_ids(lm, steering.NEUTRAL_TEXT, "neutral", cut=True)
-    final = lm.model(torch.tensor([ids]), trace=True).trace.residual_streams()[-1][1][read].float()  # leaving the last block
+    final = (
+        lm.model(torch.tensor([ids]), trace=True).trace.residual_streams()[-1][1][read].float()
+    )  # leaving the last block
     if lm.model.ln_final.kind == "layernorm":
         final = final - final.mean(-1, keepdim=True)
     rms = float(final.pow(2).mean(-1).sqrt().median())
-    gain = fs.data["hist_max"].float() * (top.values[:, 0] - scores.mean(-1)) / rms      # nats at strength 1
+    gain = fs.data["hist_max"].float() * (top.values[:, 0] - scores.mean(-1)) / rms  # nats at strength 1
     says = [f for f, lab in enumerate(fs.labels.features) if lab.says_id is not None]
     assert says, "the SAE has no 'says' label"
     want = (margin >= fs.labels.says_margin) & (gain >= fs.labels.says_gain)
@@ -73,8 +77,11 @@ def test_on_label_names_where_the_top_contexts_peak(bundled):
     for f, lab in enumerate(fs.labels.features[:200]):
         if lab.says_id is not None or float(fs.data["freq"][f]) == 0:
             continue
-        peaks = [ids[int(acts.float().argmax())] for ids, acts in zip(fs.data["ctx_ids"][f].tolist(), fs.data["ctx_acts"][f])
-                 if max(ids) >= 0 and float(acts.float().max()) > 0]
+        peaks = [
+            ids[int(acts.float().argmax())]
+            for ids, acts in zip(fs.data["ctx_ids"][f].tolist(), fs.data["ctx_acts"][f])
+            if max(ids) >= 0 and float(acts.float().max()) > 0
+        ]
         token, n = Counter(peaks).most_common(1)[0]
         first = FL.piece(lm.tokenizer, token)
         assert lab.tokens[0] == first
@@ -124,14 +131,19 @@ def test_damaged_labels_file_gets_one_message(tmp_path, bundled):
     good = FL.labels_json(fs.labels)
     good["features"] = good["features"][:3]
     _write(tmp_path, good)
-    assert [lab.label for lab in FL.read_labels(tmp_path, 3, 100_000).features] == \
-        [lab.label for lab in fs.labels.features[:3]]
+    assert [lab.label for lab in FL.read_labels(tmp_path, 3, 100_000).features] == [
+        lab.label for lab in fs.labels.features[:3]
+    ]
     assert FL.read_labels(tmp_path / "none", 3, 100) is None
-    bad_cases = [({**good, "features": good["features"][:2]}, "one entry per feature"),
-                 ({**good, "features": [{**good["features"][0], "label": "x" * 81}] + good["features"][1:]}, "at most 80"),
-                 ({**good, "features": [{**good["features"][0], "extra": 1}] + good["features"][1:]}, "exactly the keys"),
-                 ({**good, "features": [{**good["features"][0], "says": "'a'", "says_id": 10**9}] + good["features"][1:]},
-                  "says_id")]
+    bad_cases = [
+        ({**good, "features": good["features"][:2]}, "one entry per feature"),
+        ({**good, "features": [{**good["features"][0], "label": "x" * 81}] + good["features"][1:]}, "at most 80"),
+        ({**good, "features": [{**good["features"][0], "extra": 1}] + good["features"][1:]}, "exactly the keys"),
+        (
+            {**good, "features": [{**good["features"][0], "says": "'a'", "says_id": 10**9}] + good["features"][1:]},
+            "says_id",
+        ),
+    ]
     for data, words in bad_cases:
         _write(tmp_path, data)
         with pytest.raises(ValueError, match=words) as err:

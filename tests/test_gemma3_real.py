@@ -7,6 +7,7 @@ with Unicode, code and special tokens; then every page of the app's matrix on th
 transformers' GGUF read of this file takes minutes: every test here runs in one module on one
 pytest-xdist worker (`xdist_group`, run_tests.sh's `--dist loadgroup`), which loads tfm's model and
 the oracle once (module fixtures) and hands the loaded model to the pages (the app's model cache)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,20 +18,33 @@ import torch
 import tfm
 from tfm.loaders.packaged import GEMMA3_INSTALL, gemma3_path
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gemma3"),
-              pytest.mark.skipif(gemma3_path() is None, reason=f"Gemma 3 is not installed ({GEMMA3_INSTALL})")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group("gemma3"),
+    pytest.mark.skipif(gemma3_path() is None, reason=f"Gemma 3 is not installed ({GEMMA3_INSTALL})"),
+]
 transformers = pytest.importorskip("transformers")
-TEXTS = ["The capital of France is", "naïve café — 日本語のテキスト, emoji 🙂🚀 and Ελληνικά", "  two  spaces\n\n\ttab",
-         "def f(x):\n    return {'a': [x ** 2 for x in range(10)]}  # code\n", "<start_of_turn>user\nHi<end_of_turn>",
-         "<bos>literal <eos> markers", "1234567890 3.14159 -42", "www.example.com/path?q=1&r=2", ""]
+TEXTS = [
+    "The capital of France is",
+    "naïve café — 日本語のテキスト, emoji 🙂🚀 and Ελληνικά",
+    "  two  spaces\n\n\ttab",
+    "def f(x):\n    return {'a': [x ** 2 for x in range(10)]}  # code\n",
+    "<start_of_turn>user\nHi<end_of_turn>",
+    "<bos>literal <eos> markers",
+    "1234567890 3.14159 -42",
+    "www.example.com/path?q=1&r=2",
+    "",
+]
 
 
 @pytest.fixture(scope="module")
 def hf():
     from transformers import AutoModelForCausalLM
+
     path = gemma3_path()
-    return AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, attn_implementation="eager",
-                                                dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, attn_implementation="eager", dtype=torch.float32
+    ).eval()
 
 
 @pytest.fixture(scope="module")
@@ -52,12 +66,12 @@ def check_forward(lm, hf, ids: list[int]) -> None:
         out = lm.model(idx, trace=True, last_only=True)
         got = torch.stack([out.trace.logits_at(p) for p in range(len(ids) - rows, len(ids))])
         assert (got - want.logits[0]).abs().max() <= 1e-3 * want.logits.abs().max()
-        for i, pattern in enumerate(want.attentions):            # (1, H, T, T) per layer
-            mine = out.trace.pattern(i)                            # (H, T, T)
+        for i, pattern in enumerate(want.attentions):  # (1, H, T, T) per layer
+            mine = out.trace.pattern(i)  # (H, T, T)
             assert (mine - pattern[0]).abs().max() <= 1e-4, f"layer {i}"
             if i in lm.config.local_layers and len(ids) > lm.config.sliding_window:
-                assert mine[:, -1, :len(ids) - lm.config.sliding_window].abs().max() == 0
-                assert pattern[0, :, -1, :len(ids) - lm.config.sliding_window].abs().max() == 0
+                assert mine[:, -1, : len(ids) - lm.config.sliding_window].abs().max() == 0
+                assert pattern[0, :, -1, : len(ids) - lm.config.sliding_window].abs().max() == 0
 
 
 def test_config_is_transformers_gemma3_text(lm, hf):
@@ -68,8 +82,14 @@ def test_config_is_transformers_gemma3_text(lm, hf):
 
 
 def test_logits_and_every_pattern_on_40_tokens(lm, hf):
-    check_forward(lm, hf, lm.tokenizer.prompt_ids("The capital of France is Paris. The capital of Italy is Rome, and "
-                                                  "the capital of Germany is Berlin. So the capital of Spain is")[:40])
+    check_forward(
+        lm,
+        hf,
+        lm.tokenizer.prompt_ids(
+            "The capital of France is Paris. The capital of Italy is Rome, and "
+            "the capital of Germany is Berlin. So the capital of Spain is"
+        )[:40],
+    )
 
 
 def test_logits_and_every_pattern_on_1100_tokens_past_the_window(lm, hf):
@@ -79,13 +99,16 @@ def test_logits_and_every_pattern_on_1100_tokens_past_the_window(lm, hf):
 def test_greedy_64_tokens_equal(lm, hf):
     prompt = lm.tokenizer.prompt_ids("The capital of France is")
     with torch.inference_mode():
-        want = hf.generate(torch.tensor([prompt]), max_new_tokens=64, do_sample=False, eos_token_id=None, pad_token_id=0)
+        want = hf.generate(
+            torch.tensor([prompt]), max_new_tokens=64, do_sample=False, eos_token_id=None, pad_token_id=0
+        )
     steps = list(tfm.generate(lm, prompt, max_new_tokens=64, temperature=0.0, use_cache=True, stop_at_eot=False))
-    assert [s.token_id for s in steps] == want[0, len(prompt):].tolist()
+    assert [s.token_id for s in steps] == want[0, len(prompt) :].tolist()
 
 
 def test_tokenizer_ids_equal_transformers(lm):
     from transformers import AutoTokenizer
+
     path = gemma3_path()
     theirs = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     for text in TEXTS:
@@ -100,6 +123,7 @@ def test_quantization_blocks_of_the_file_equal_gguf_dequantize():
     import numpy as np
     from tfm.analysis.quant import requantize as quant
     from tfm.loaders.gguf_file import read_gguf
+
     f = read_gguf(gemma3_path())
     assert set(quant.tensor_table(f).by_type()) == {"F32", "Q4_K", "Q5_0", "Q6_K", "Q8_0"}
     for qtype in ("Q4_K", "Q6_K", "Q5_0", "Q8_0"):
@@ -107,7 +131,7 @@ def test_quantization_blocks_of_the_file_equal_gguf_dequantize():
         size, full = quant.block_size(f, name), f.tensor(name)
         bv = quant.block_view(f, name, 3, 1)
         np.testing.assert_array_equal(bv.values, bv.dequantized)
-        np.testing.assert_array_equal(bv.values, full[3, size:2 * size])
+        np.testing.assert_array_equal(bv.values, full[3, size : 2 * size])
 
 
 def test_every_page_on_the_real_file(lm):
@@ -119,16 +143,17 @@ def test_every_page_on_the_real_file(lm):
     from tests.app.test_matrix import walk
     from services import server
     from ui import models
+
     models.clear_caches()
     st.cache_resource.clear()
     server.configure(None)
-    models.MODELS.get(("gemma3", "cpu"), lambda: lm)      # the app's cache: this module's model, not a second load
+    models.MODELS.get(("gemma3", "cpu"), lambda: lm)  # the app's cache: this module's model, not a second load
     try:
         pages = [page for page, p in PAGES.items() if not p.model_free]
         at = open_cell(pages[0], "gemma3", setup=PAGES[pages[0]].setup, timeout=600)
         assert at.session_state["app.model_spec"] == "gemma3", [e.value for e in at.error]
         for page in pages:
-            walk(at, page, "gguf-gemma3")   # (the matrix kind of the same loader: what each page may need)
+            walk(at, page, "gguf-gemma3")  # (the matrix kind of the same loader: what each page may need)
         assert models.MODELS.get(("gemma3", "cpu"), lambda: pytest.fail("the app loaded Gemma 3 again")) is lm
     finally:
         models.clear_caches()

@@ -1,5 +1,6 @@
 """Tests for tfm.generate: reproducibility, cache equivalence, thread safety, the shared model untouched
 (stop rules, prompts and streamed text: test_generate_stops.py)."""
+
 from __future__ import annotations
 
 import threading
@@ -19,8 +20,7 @@ VARIANTS = {
     "rope": dict(pos_encoding="rope"),
     "none": dict(pos_encoding="none"),
     "post-norm": dict(norm_placement="post", activation="relu"),
-    "llama-style": dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False,
-                        tied_embeddings=False),
+    "llama-style": dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, tied_embeddings=False),
 }
 
 
@@ -41,12 +41,13 @@ def full_logits(lm, prompt_ids, steps):
     """Last-position logits of one uncached forward over prompt + generated, per step."""
     seq = list(prompt_ids) + ids(steps)
     with torch.no_grad():
-        logits = lm.model(torch.tensor([seq])).logits[0]               # (T, V)
+        logits = lm.model(torch.tensor([seq])).logits[0]  # (T, V)
     n = len(prompt_ids)
-    return logits[n - 1:n - 1 + len(steps)]                              # (steps, V)
+    return logits[n - 1 : n - 1 + len(steps)]  # (steps, V)
 
 
 # ---- reproducibility ----------------------------------------------------------------
+
 
 def test_same_seed_same_tokens_and_different_seeds_differ(lm):
     a = run(lm, seed=1, max_new_tokens=20, stop_at_eot=False)
@@ -74,8 +75,9 @@ def test_trace_and_cache_do_not_change_tokens(lm):
         for trace in (True, False):  # traced steps use the model's unembedding, others a (D, V) copy
             steps = run(lm, use_cache=use_cache, trace=trace, **kw)
             assert ids(steps) == ids(base)
-            torch.testing.assert_close(torch.stack([s.logits for s in steps]),
-                                       torch.stack([s.logits for s in base]), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(
+                torch.stack([s.logits for s in steps]), torch.stack([s.logits for s in base]), atol=1e-5, rtol=1e-5
+            )
 
 
 def sharp_lm(make_model, **overrides):
@@ -128,33 +130,46 @@ def test_breakdown_and_step_numbers_match_the_full_forward(lm):
 
 def test_trace_with_cache_covers_only_the_new_position(lm):
     steps = run(lm, "Hello", trace=True, max_new_tokens=3, stop_at_eot=False)
-    assert steps[0].trace["blocks.0.attn.pattern"].shape[-2:] == (5, 5)      # prefill: whole prompt
-    assert steps[2].trace["blocks.0.attn.pattern"].shape[-2:] == (1, 7)      # one query, all keys
+    assert steps[0].trace["blocks.0.attn.pattern"].shape[-2:] == (5, 5)  # prefill: whole prompt
+    assert steps[2].trace["blocks.0.attn.pattern"].shape[-2:] == (1, 7)  # one query, all keys
     uncached = run(lm, "Hello", trace=True, use_cache=False, max_new_tokens=3, stop_at_eot=False)
-    torch.testing.assert_close(steps[2].trace["blocks.1.attn.pattern"][..., -1:, :],
-                               uncached[2].trace["blocks.1.attn.pattern"][..., -1:, :], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        steps[2].trace["blocks.1.attn.pattern"][..., -1:, :],
+        uncached[2].trace["blocks.1.attn.pattern"][..., -1:, :],
+        atol=1e-6,
+        rtol=1e-5,
+    )
     assert run(lm, "Hello", max_new_tokens=1)[0].trace is None
 
 
 def test_a_grouped_query_decode_step_traces_the_patterns_a_full_forward_does():
     """A cached decode step of a GQA model computes its scores per key head (no copy of every
     key); each pattern row equals the one a forward over the whole prefix computes."""
-    cfg = tfm.ModelConfig.preset("tiny").replace(pos_encoding="rope", norm="rmsnorm", activation="swiglu",
-                                                  bias=False, n_head=4, n_kv_head=2, tied_embeddings=False)
-    assert cfg.n_head // cfg.n_kv_head == 2                            # two query heads per key head
+    cfg = tfm.ModelConfig.preset("tiny").replace(
+        pos_encoding="rope",
+        norm="rmsnorm",
+        activation="swiglu",
+        bias=False,
+        n_head=4,
+        n_kv_head=2,
+        tied_embeddings=False,
+    )
+    assert cfg.n_head // cfg.n_kv_head == 2  # two query heads per key head
     lm = tfm.random_model(cfg, seed=5)
     kw = dict(seed=1, trace=True, stop_at_eot=False)
     cached = list(tfm.generate(lm, "Once upon a time", 5, 0.8, use_cache=True, **kw))
     full = list(tfm.generate(lm, "Once upon a time", 5, 0.8, use_cache=False, **kw))
     assert [s.token_id for s in cached] == [s.token_id for s in full]
     for a, b in zip(cached[1:], full[1:]):
-        assert a.trace.pattern(0).shape[-2] == 1                      # a decode step: one query
+        assert a.trace.pattern(0).shape[-2] == 1  # a decode step: one query
         for layer in range(cfg.n_layer):
-            torch.testing.assert_close(a.trace.pattern(layer)[:, -1], b.trace.pattern(layer)[:, -1],
-                                       atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(
+                a.trace.pattern(layer)[:, -1], b.trace.pattern(layer)[:, -1], atol=1e-6, rtol=1e-5
+            )
 
 
 # ---- the shared model is never touched ------------------------------------------------
+
 
 def test_global_rng_untouched(lm):
     torch.manual_seed(123)
@@ -164,8 +179,9 @@ def test_global_rng_untouched(lm):
 
 
 def test_threads_match_serial(lm):
-    settings = [dict(seed=s, temperature=0.8 + 0.1 * s, top_k=10 * s, max_new_tokens=15, stop_at_eot=False)
-                for s in range(4)]
+    settings = [
+        dict(seed=s, temperature=0.8 + 0.1 * s, top_k=10 * s, max_new_tokens=15, stop_at_eot=False) for s in range(4)
+    ]
     serial = [ids(run(lm, f"p{i}", **kw)) for i, kw in enumerate(settings)]
     results = [None] * len(settings)
 
@@ -227,17 +243,23 @@ def test_padded_vocabulary_rows_are_never_drawn():
 
 # ---- the timeline's record of a step ----------------------------------------------------
 
+
 def test_step_record_keeps_the_predicting_rows_of_a_full_forward(lm):
     from tfm.generation.timeline import step_record
+
     steps = list(tfm.generate(lm, "Hello there", max_new_tokens=3, seed=4, trace=True, stop_at_eot=False))
     for step in steps:
         rec = step_record(step)
-        assert (rec.token_id, rec.prob, rec.rank, rec.stop_reason) == (step.token_id, step.prob, step.rank,
-                                                                       step.stop_reason)
+        assert (rec.token_id, rec.prob, rec.rank, rec.stop_reason) == (
+            step.token_id,
+            step.prob,
+            step.rank,
+            step.stop_reason,
+        )
         assert rec.entropy_after == float(step.breakdown.entropy_after) and torch.equal(rec.logits, step.logits)
-        seq = list(prepare_prompt(lm, "Hello there").ids) + [s.token_id for s in steps[:step.index]]  # fed so far
+        seq = list(prepare_prompt(lm, "Hello there").ids) + [s.token_id for s in steps[: step.index]]  # fed so far
         with torch.no_grad():
-            full = lm.model(torch.tensor([seq]), trace=True, lazy=False).trace   # oracle: no cache
+            full = lm.model(torch.tensor([seq]), trace=True, lazy=False).trace  # oracle: no cache
         for layer in range(lm.config.n_layer):
             torch.testing.assert_close(rec.attn[layer], full.pattern(layer, 0)[:, -1, :], atol=1e-5, rtol=1e-5)
         want = torch.stack([s[-1] for _, s in full.residual_streams(0)])

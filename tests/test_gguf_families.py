@@ -1,6 +1,7 @@
 """GGUF files of `gemma3`, `qwen3` and `phi3` written with `gguf`'s GGUFWriter (random weights, as
 llama.cpp's converter lays them out), read by tfm and by `transformers` (`gguf_file=`, eager
 attention): the same logits and every attention pattern; Gemma's window shorter than the prompt."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,8 +24,12 @@ def layer_shapes(arch: str, hd: int, n_kv: int) -> tuple[dict, tuple[str, ...]]:
     shapes, skip, qd, kv = {}, [], H * hd, n_kv * hd
     for i in range(L):
         b = f"blk.{i}."
-        shapes |= {b + "attn_q.weight": (qd, D), b + "attn_k.weight": (kv, D), b + "attn_v.weight": (kv, D),
-                   b + "attn_output.weight": (D, qd)}
+        shapes |= {
+            b + "attn_q.weight": (qd, D),
+            b + "attn_k.weight": (kv, D),
+            b + "attn_v.weight": (kv, D),
+            b + "attn_output.weight": (D, qd),
+        }
         if arch in ("gemma3", "qwen3"):
             shapes |= {b + "attn_q_norm.weight": (hd,), b + "attn_k_norm.weight": (hd,)}
         if arch == "gemma3":
@@ -43,20 +48,40 @@ CASES = {"gemma3": (256, 1, {"attention.sliding_window": 5}), "qwen3": (128, 2, 
 def write(tmp_path, arch: str, seed: int = 0):
     hd, n_kv, extra = CASES[arch]
     shapes, skip = layer_shapes(arch, hd, n_kv)
-    kv = {f"{arch}.attention.key_length": (hd, GGUFValueType.UINT32), f"{arch}.attention.value_length": (hd, GGUFValueType.UINT32),
-          f"{arch}.rope.dimension_count": (hd, GGUFValueType.UINT32)}
+    kv = {
+        f"{arch}.attention.key_length": (hd, GGUFValueType.UINT32),
+        f"{arch}.attention.value_length": (hd, GGUFValueType.UINT32),
+        f"{arch}.rope.dimension_count": (hd, GGUFValueType.UINT32),
+    }
     kv |= {f"{arch}.{k}": (v, GGUFValueType.UINT32) for k, v in extra.items()}
-    kv["tokenizer.ggml.padding_token_id"] = (0, GGUFValueType.UINT32)   # (Phi3Config's default, 32000, is past the vocabulary)
-    return write_model(tmp_path / f"{arch}.gguf", arch, d=D, f=F, n_layer=L, n_head=H, n_kv=n_kv, ctx=64,
-                       tied=arch == "gemma3", seed=seed, extra_kv=kv, shapes=shapes, skip=skip)
+    kv["tokenizer.ggml.padding_token_id"] = (
+        0,
+        GGUFValueType.UINT32,
+    )  # (Phi3Config's default, 32000, is past the vocabulary)
+    return write_model(
+        tmp_path / f"{arch}.gguf",
+        arch,
+        d=D,
+        f=F,
+        n_layer=L,
+        n_head=H,
+        n_kv=n_kv,
+        ctx=64,
+        tied=arch == "gemma3",
+        seed=seed,
+        extra_kv=kv,
+        shapes=shapes,
+        skip=skip,
+    )
 
 
 @pytest.mark.parametrize("arch", sorted(CASES))
 def test_random_gguf_logits_and_patterns_equal_transformers(arch, tmp_path):
     path = write(tmp_path, arch)
     lm = tfm.load(path, device="cpu")
-    hf = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, attn_implementation="eager",
-                                              dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(
+        tmp_path, gguf_file=path.name, attn_implementation="eager", dtype=torch.float32
+    ).eval()
     idx = torch.randint(0, lm.config.vocab_size, (1, 20), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         want = hf(idx, output_attentions=True)
@@ -77,6 +102,7 @@ def test_gemma_merges_in_token_order_equal_the_sorted_scores():
     import random
 
     from tfm.text.gguf_tokenizer import ordered_merges, scores_to_merges
+
     tokens = ["".join(p) for n in (1, 2, 3) for p in itertools.product("ab▁", repeat=n)]
     random.Random(0).shuffle(tokens)
     for listed in (tokens, tokens[:20] + ["ab"] + tokens[20:]):

@@ -2,6 +2,7 @@
 changed): each gets one clear ValueError before anything large is read or allocated; and the
 size limit is checked from the header before any tensor is dequantized. Ollama manifests cannot
 point outside their blobs folder."""
+
 from __future__ import annotations
 
 import json
@@ -67,13 +68,13 @@ def test_absurd_counts_are_refused_before_reading_entries(good, tmp_path, offset
 
 
 def test_absurd_string_length(good, tmp_path):
-    refused(patched(good, tmp_path, 24, "<Q", 1 << 62), "metadata key", "at most")   # the first key's length
-    at = key_offset(good, "general.architecture") + 4           # past the value's type: the string's length
+    refused(patched(good, tmp_path, 24, "<Q", 1 << 62), "metadata key", "at most")  # the first key's length
+    at = key_offset(good, "general.architecture") + 4  # past the value's type: the string's length
     refused(patched(good, tmp_path, at, "<Q", 1 << 50), "past the end of the file")
 
 
 def test_absurd_array_length(good, tmp_path):
-    at = key_offset(good, "tokenizer.ggml.tokens") + 8          # type ARRAY, item type STRING, then the count
+    at = key_offset(good, "tokenizer.ggml.tokens") + 8  # type ARRAY, item type STRING, then the count
     refused(patched(good, tmp_path, at, "<Q", 1 << 58), "tokenizer.ggml.tokens", "more than the")
 
 
@@ -89,10 +90,12 @@ def test_tensor_data_past_the_end_of_the_file(good, tmp_path):
 
 def test_tensor_header_offsets_and_types(good, tmp_path):
     name = b"blk.1.ffn_down.weight"
-    at = good.read_bytes().index(name) + len(name)              # n_dims u32, dims 2 x u64, type u32, offset u64
+    at = good.read_bytes().index(name) + len(name)  # n_dims u32, dims 2 x u64, type u32, offset u64
     refused(patched(good, tmp_path, at, "<I", 9), "dimensions")
     refused(patched(good, tmp_path, at + 4, "<Q", 1 << 40), "far more numbers")
-    refused(patched(good, tmp_path, at + 20, "<I", 16), "IQ2_XXS", "cannot dequantize", "Q4_K")   # a type tfm does not read
+    refused(
+        patched(good, tmp_path, at + 20, "<I", 16), "IQ2_XXS", "cannot dequantize", "Q4_K"
+    )  # a type tfm does not read
     refused(patched(good, tmp_path, at + 24, "<Q", 1 << 40), "past the end of the file")
 
 
@@ -122,14 +125,18 @@ def test_bad_metadata_values_are_named(tmp_path):
     refused(path, "eos_token_id", "not a token id")
 
 
-@pytest.mark.parametrize("vocab, key, value, kind", [
-    ("sentencepiece", "tokenizer.ggml.merges", 7, GGUFValueType.UINT32),     # was TypeError: not iterable
-    ("bytelevel", "tokenizer.ggml.pre", ["a", "b"], GGUFValueType.ARRAY),   # was TypeError: unhashable
-    ("bytelevel", "llama.vocab_size", ["a", "b"], GGUFValueType.ARRAY),     # was TypeError from int()
-    ("bytelevel", "llama.vocab_size", float("inf"), GGUFValueType.FLOAT64),  # was OverflowError
-])
+@pytest.mark.parametrize(
+    "vocab, key, value, kind",
+    [
+        ("sentencepiece", "tokenizer.ggml.merges", 7, GGUFValueType.UINT32),  # was TypeError: not iterable
+        ("bytelevel", "tokenizer.ggml.pre", ["a", "b"], GGUFValueType.ARRAY),  # was TypeError: unhashable
+        ("bytelevel", "llama.vocab_size", ["a", "b"], GGUFValueType.ARRAY),  # was TypeError from int()
+        ("bytelevel", "llama.vocab_size", float("inf"), GGUFValueType.FLOAT64),  # was OverflowError
+    ],
+)
 def test_metadata_of_the_wrong_kind_is_a_valueerror_naming_the_file(tmp_path, vocab, key, value, kind):
     from tests.gguf_files import sentencepiece_vocab
+
     v = bytelevel_vocab() if vocab == "bytelevel" else sentencepiece_vocab()
     path = write_model(tmp_path / "m.gguf", vocab=v, extra_kv={key: (value, kind)})
     msg = refused(path, "m.gguf")
@@ -139,13 +146,14 @@ def test_metadata_of_the_wrong_kind_is_a_valueerror_naming_the_file(tmp_path, vo
 def test_the_limit_is_checked_from_the_header_before_anything_is_dequantized(good, monkeypatch):
     def no_reads(self, name):
         raise AssertionError(f"dequantized {name} before the size check")
+
     monkeypatch.setattr(GGUFFile, "tensor", no_reads)
     expanded = read_gguf(good).float_bytes()
     with pytest.raises(ValueError, match="once expanded to float32"):
         tfm_limits.check_folder(good, tfm_limits.Limits(max_model_bytes=expanded - 1))
-    tfm_limits.check_folder(good, tfm_limits.Limits(max_model_bytes=expanded))   # just fits: passes
+    tfm_limits.check_folder(good, tfm_limits.Limits(max_model_bytes=expanded))  # just fits: passes
     stored = sum(t.nbytes for t in read_gguf(good).tensors.values())
-    assert expanded > 3.5 * stored   # Q8_0 (34 bytes per 32 numbers) grows ~3.8x in float32
+    assert expanded > 3.5 * stored  # Q8_0 (34 bytes per 32 numbers) grows ~3.8x in float32
 
 
 def test_a_header_is_parsed_again_only_when_its_file_changes(good, tmp_path, monkeypatch):
@@ -166,7 +174,7 @@ def test_a_header_is_parsed_again_only_when_its_file_changes(good, tmp_path, mon
     assert len(parsed) == 1
     data = bytearray(good.read_bytes())
     struct.pack_into("<I", data, key_offset(good, "llama.block_count") + 4, 10**6)
-    path.write_bytes(bytes(data))                            # same size, a new modification time
+    path.write_bytes(bytes(data))  # same size, a new modification time
     with pytest.raises(ValueError, match="its header describes a model tfm cannot build: n_layer=1,000,000"):
         tfm_limits.check_folder(path, tfm_limits.Limits(max_model_bytes=expanded))
     assert len(parsed) == 2
@@ -179,16 +187,26 @@ def ollama_folder(root: Path, good: Path, manifests: dict[str, str]) -> Path:
     for rel, digest in manifests.items():
         m = root / "manifests" / rel
         m.parent.mkdir(parents=True, exist_ok=True)
-        m.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.license", "digest": "sha256:" + "0" * 64},
-                                            {"mediaType": "application/vnd.ollama.image.model", "digest": digest}]}))
+        m.write_text(
+            json.dumps(
+                {
+                    "layers": [
+                        {"mediaType": "application/vnd.ollama.image.license", "digest": "sha256:" + "0" * 64},
+                        {"mediaType": "application/vnd.ollama.image.model", "digest": digest},
+                    ]
+                }
+            )
+        )
     (root / "blobs" / ("sha256-" + "a" * 64)).write_bytes(good.read_bytes())
     return root
 
 
 def test_ollama_models_are_listed_by_name_and_load(good, tmp_path):
-    root = ollama_folder(tmp_path / "models", good, {
-        "registry.ollama.ai/library/tiny/latest": "sha256:" + "a" * 64,
-        "hf.co/user/repo/Q8_0": "sha256:" + "a" * 64})
+    root = ollama_folder(
+        tmp_path / "models",
+        good,
+        {"registry.ollama.ai/library/tiny/latest": "sha256:" + "a" * 64, "hf.co/user/repo/Q8_0": "sha256:" + "a" * 64},
+    )
     found = models(root)
     assert set(found) == {"tiny:latest", "hf.co/user/repo:Q8_0"}
     assert blob_of(found["tiny:latest"]).name == "sha256-" + "a" * 64

@@ -7,6 +7,7 @@ and heads 1-2 showed another head's keys. Query head h reads key/value head h //
 the key/value heads, with what `transformers` computes on the same weights (tests/hf_heads.py):
 random Llama folders with 9 query heads over 3 key/value heads and over 1 (multi-query), and
 SmolLM2-135M-Instruct's own GGUF file."""
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,10 @@ from tests.test_families import hf_model, save, write_tokenizer  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-SHAPES = {"gqa-9-3": dict(num_attention_heads=9, num_key_value_heads=3),
-          "mqa-9-1": dict(num_attention_heads=9, num_key_value_heads=1)}
+SHAPES = {
+    "gqa-9-3": dict(num_attention_heads=9, num_key_value_heads=3),
+    "mqa-9-1": dict(num_attention_heads=9, num_key_value_heads=1),
+}
 PROMPT_IDS = [5, 71, 200, 33, 71, 200, 9, 140, 71, 200, 33, 17, 250, 71]
 
 
@@ -58,11 +61,12 @@ def family(request, tmp_path_factory):
 
 # ---- the one mapping ------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("n_head,n_kv", [(9, 3), (9, 1), (14, 2), (4, 4), (6, 2)])
 def test_kv_head_and_query_heads_are_hugging_faces_repeat_kv(n_head, n_kv):
     cfg = ModelConfig.preset("tiny", d_model=2 * n_head * 2, n_head=n_head, n_kv_head=n_kv)
-    labels = torch.arange(n_kv, dtype=torch.float32).view(1, n_kv, 1, 1)          # kv head g holds g
-    read = repeat_kv(labels, n_head // n_kv)[0, :, 0, 0].long().tolist()            # (H,): kv head of each
+    labels = torch.arange(n_kv, dtype=torch.float32).view(1, n_kv, 1, 1)  # kv head g holds g
+    read = repeat_kv(labels, n_head // n_kv)[0, :, 0, 0].long().tolist()  # (H,): kv head of each
     assert [cfg.kv_head(h) for h in range(n_head)] == read
     for g in range(n_kv):
         assert list(cfg.query_heads(g)) == [h for h in range(n_head) if read[h] == g]
@@ -78,12 +82,15 @@ def test_kv_sharing_names_the_heads_that_share():
     cfg = ModelConfig.preset("smollm2-135m")
     assert cfg.kv_sharing(6) == "key/value head 2, shared by query heads 6, 7, 8"
     assert cfg.kv_sharing(0) == "key/value head 0, shared by query heads 0, 1, 2"
-    assert ModelConfig.preset("smollm2-135m", n_kv_head=1).kv_sharing(8) == \
-        "the model's one key/value head, shared by all 9 query heads"
+    assert (
+        ModelConfig.preset("smollm2-135m", n_kv_head=1).kv_sharing(8)
+        == "the model's one key/value head, shared by all 9 query heads"
+    )
     assert ModelConfig.preset("gpt2").kv_sharing(11) == ""
 
 
 # ---- trace accessors ------------------------------------------------------------------------
+
 
 def test_trace_reads_give_each_query_head_the_keys_and_values_it_attends_with(family):
     lm, hf, idx, want = family
@@ -92,7 +99,7 @@ def test_trace_reads_give_each_query_head_the_keys_and_values_it_attends_with(fa
         tr = lm.model(idx, trace=True, lazy=lazy).trace
         for layer in range(cfg.n_layer):
             w = want[layer]
-            assert tr[f"blocks.{layer}.attn.k"].shape[1] == cfg.n_kv_head     # stored per key/value head
+            assert tr[f"blocks.{layer}.attn.k"].shape[1] == cfg.n_kv_head  # stored per key/value head
             torch.testing.assert_close(kv_per_query_head(tr, "k", layer, cfg.n_head), w["k"], atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(kv_per_query_head(tr, "v", layer, cfg.n_head), w["v"], atol=1e-5, rtol=1e-5)
             for h in range(cfg.n_head):
@@ -106,15 +113,17 @@ def test_trace_reads_give_each_query_head_the_keys_and_values_it_attends_with(fa
 
 # ---- the Tour -------------------------------------------------------------------------------
 
+
 def assert_tour_equals_hf(lm, tr, ids, w, p: int, layer: int, h: int, atol: float) -> None:
     """The Tour's attention steps for (p, layer, h) show HF's numbers for query head h."""
     steps = {s.key: s for s in tour(lm, tr, ids, [f"t{i}" for i in range(len(ids))], Focus(p, layer, h))}
     close = lambda got, want, what: np.testing.assert_allclose(  # noqa: E731
-        got.values.numpy(), want.double().numpy(), rtol=1e-4, atol=atol, err_msg=f"L{layer} H{h} {what}")
+        got.values.numpy(), want.double().numpy(), rtol=1e-4, atol=atol, err_msg=f"L{layer} H{h} {what}"
+    )
     shown = steps["qkv"].tensors
     for n in "qkv":
         close(shown[n], w[n][h, p, :SHOW], n)
-    raw = w["k"][h, : p + 1] @ w["q"][h, p]                              # (p+1,) HF's q . k_j
+    raw = w["k"][h, : p + 1] @ w["q"][h, p]  # (p+1,) HF's q . k_j
     win = key_window(p)
     close(steps["scores"].tensors["q · k_j"], raw[win], "q . k")
     close(steps["scores"].tensors["s_j"], raw[win] / math.sqrt(lm.config.d_head), "scores")
@@ -125,8 +134,11 @@ def assert_tour_equals_hf(lm, tr, ids, w, p: int, layer: int, h: int, atol: floa
     if cfg.n_kv_head < cfg.n_head:
         g = kv_of(h, cfg.n_head, cfg.n_kv_head)
         sharing = [x for x in range(cfg.n_head) if kv_of(x, cfg.n_head, cfg.n_kv_head) == g]
-        words = (f"key/value head {g}, shared by query heads {', '.join(map(str, sharing))}" if cfg.n_kv_head > 1
-                 else f"one key/value head, shared by all {cfg.n_head} query heads")
+        words = (
+            f"key/value head {g}, shared by query heads {', '.join(map(str, sharing))}"
+            if cfg.n_kv_head > 1
+            else f"one key/value head, shared by all {cfg.n_head} query heads"
+        )
         for key in ("qkv", "scores", "weighted"):
             assert words in steps[key].text, (key, steps[key].text)
         assert rf"\lfloor {h} / {cfg.n_head // cfg.n_kv_head} \rfloor = {g}" in steps["qkv"].formula_latex
@@ -145,12 +157,13 @@ def test_tour_at_a_query_head_past_the_kv_heads_on_grouped_query_model(family):
 
 # ---- the pages' per-head analyses ----------------------------------------------------------
 
+
 def test_attention_rows_and_notebook_figures_at_every_query_head(family):
     lm, hf, idx, want = family
     tr = lm.model(idx, trace=True).trace
     t = len(PROMPT_IDS)
     for layer in range(lm.config.n_layer):
-        rows = pattern_rows(lm.model, tr, layer, 4, t)                 # the Attention page's window
+        rows = pattern_rows(lm.model, tr, layer, 4, t)  # the Attention page's window
         torch.testing.assert_close(rows, want[layer]["pattern"][:, 4:], atol=1e-5, rtol=0)
         for source in (tr, tuple(w["pattern"][None] for w in want.values())):
             fig = notebook.attention_pattern(source, [f"t{i}" for i in range(t)], layer, head=7)
@@ -164,11 +177,11 @@ def test_head_table_scores_equal_scores_of_hf_attentions(family):
     tr = lm.model(idx, trace=True).trace
     got = heads.head_scores(tr, PROMPT_IDS)
     tok = torch.tensor(PROMPT_IDS)
-    same = (tok[:, None] == tok[None, :]).tril(-1).float()              # key holds the query's token
+    same = (tok[:, None] == tok[None, :]).tril(-1).float()  # key holds the query's token
     induction = torch.zeros_like(same)
-    induction[:, 1:] = same[:, :-1]                                     # key right after such a copy
+    induction[:, 1:] = same[:, :-1]  # key right after such a copy
     for layer, w in want.items():
-        a = w["pattern"]                                                # (H, T, T), rows sum to 1
+        a = w["pattern"]  # (H, T, T), rows sum to 1
         t = a.shape[-1]
         torch.testing.assert_close(got["previous_token"][layer], a.diagonal(-1, -2, -1).sum(-1) / t, atol=1e-5, rtol=0)
         torch.testing.assert_close(got["first_token"][layer], a[..., 0].sum(-1) / t, atol=1e-5, rtol=0)
@@ -200,16 +213,18 @@ def test_why_head_contributions_split_by_source_equal_hf(family):
     d = final_direction(hf, idx, p, attr.token)
     hd, n_head = lm.config.d_head, lm.config.n_head
     for layer, w in want.items():
-        w_o = hf.model.layers[layer].self_attn.o_proj.weight.double()      # (D, H hd)
+        w_o = hf.model.layers[layer].self_attn.o_proj.weight.double()  # (D, H hd)
         for h in range(n_head):
-            out = w["v"][h].double() @ w_o[:, h * hd:(h + 1) * hd].T         # (T, D) what each source writes
+            out = w["v"][h].double() @ w_o[:, h * hd : (h + 1) * hd].T  # (T, D) what each source writes
             expected = w["pattern"][h, p].double() * (out @ d)
             torch.testing.assert_close(attr.by_source(layer, h), expected, atol=1e-6, rtol=1e-4)
     flow = attribution.flow(lm, lm.model(idx, trace=True).trace, 0, len(PROMPT_IDS))
-    layer, s = 1, 8                                                     # one edge: sum over heads of a * |v W_O,h|
+    layer, s = 1, 8  # one edge: sum over heads of a * |v W_O,h|
     w, w_o = want[layer], hf.model.layers[layer].self_attn.o_proj.weight
-    edge = sum(float(w["pattern"][h, p, s]) * float((w["v"][h, s] @ w_o[:, h * hd:(h + 1) * hd].T).norm())
-               for h in range(n_head))
+    edge = sum(
+        float(w["pattern"][h, p, s]) * float((w["v"][h, s] @ w_o[:, h * hd : (h + 1) * hd].T).norm())
+        for h in range(n_head)
+    )
     assert float(flow[layer, p, s]) == pytest.approx(edge, rel=1e-4)
 
 
@@ -219,8 +234,9 @@ def hf_logits_with_head(hf, idx, layer: int, head: int, z: torch.Tensor | None) 
 
     def edit(m, args):
         x = args[0].clone()
-        x[..., head * hd:(head + 1) * hd] = 0 if z is None else z
+        x[..., head * hd : (head + 1) * hd] = 0 if z is None else z
         return (x,)
+
     hook = hf.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(edit)
     try:
         with torch.inference_mode():
@@ -242,7 +258,8 @@ def test_head_ablation_and_patching_edit_the_query_head_not_the_shared_kv(family
         assert sweep.base == pytest.approx(base, abs=1e-4)
         for layer, h in ((0, 5), (1, 7)):
             assert float(sweep.heads[layer, h]) == pytest.approx(
-                float(hf_logits_with_head(hf, idx, layer, h, None)[-1, 17]), abs=1e-4)
+                float(hf_logits_with_head(hf, idx, layer, h, None)[-1, 17]), abs=1e-4
+            )
         corrupt = torch.tensor([[9] + PROMPT_IDS[1:]])
         clean_z = lm.model(idx, trace=True).trace["blocks.1.attn.z"][0]
         got = lm.model(corrupt, edits=[E.Patch("blocks.1.attn.z", clean_z, head=7)]).logits[0]
@@ -278,6 +295,7 @@ def test_quant_head_comparison_at_a_query_head_past_the_kv_heads(tmp_path):
     from tests.gguf_files import write_model
     from tests.test_gguf import hf_model as hf_gguf
     from tfm.analysis.quant import requantize as quant
+
     path = write_model(tmp_path / "gqa-q8_0.gguf", qtype="Q8_0", n_head=8, n_kv=2, seed=4)
     lm = tfm.load(path, device="cpu")
     assert (lm.config.n_head, lm.config.n_kv_head) == (8, 2)

@@ -3,6 +3,7 @@ pre-activation recomputed from the real model's trace (the bundled model: LayerN
 positions; SmolLM2: RMSNorm, RoPE, 9 query heads on 3 key/value heads), pruning keeps at least the
 asked shares, and the JSON file round-trips (interventions and predictions: test_graph_edit.py).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -37,8 +38,10 @@ def real_pre(lm, ts, ids, g) -> torch.Tensor:
     and the target logit (difference) from the real logits."""
     with torch.no_grad():
         tr = lm.model(torch.tensor([ids]), trace=True).trace
-    out = [ts.layers[l].W_enc[:, f].double() @ tr[f"blocks.{l}.ln2.output"][0, p].double() + ts.layers[l].b_enc[f].double()
-           for l, p, f in g.features.tolist()]
+    out = [
+        ts.layers[l].W_enc[:, f].double() @ tr[f"blocks.{l}.ln2.output"][0, p].double() + ts.layers[l].b_enc[f].double()
+        for l, p, f in g.features.tolist()
+    ]
     logits = tr.logits_at(-1).double()
     out.append(logits[g.target.token] - (logits[g.target.versus] if g.target.kind == "difference" else 0))
     return torch.stack(out)
@@ -58,8 +61,10 @@ def slope_by_differences(lm, ts, ids, g, j: int, eps: float = 0.05) -> float:
     its activation with the model's own blocks (edited_logits), not the graph's backward pass."""
     layer, pos, feat = g.features[j].tolist()
     a = float(g.activations[j])
-    up, down = (target_value(edited_logits(lm, ids, ts, [FeatureEdit(layer, pos, feat, a * (1 + s))]), g.target,
-                             n_words(lm))[0] for s in (eps, -eps))
+    up, down = (
+        target_value(edited_logits(lm, ids, ts, [FeatureEdit(layer, pos, feat, a * (1 + s))]), g.target, n_words(lm))[0]
+        for s in (eps, -eps)
+    )
     return (up - down) / (2 * eps * a)
 
 
@@ -80,26 +85,32 @@ def test_slopes_are_the_real_models_derivative(bundled):
     assert_slopes(lm, ts, ids, g)
     other = lm.tokenizer.encode(" dog")[0]
     diff = attribution_graph(lm, ids, ts, Target("difference", g.target.token, other))
-    torch.testing.assert_close(diff.slopes, g.slopes - attribution_graph(lm, ids, ts, Target("token", other)).slopes,
-                               rtol=1e-5, atol=1e-6)   # float32 backward passes
+    torch.testing.assert_close(
+        diff.slopes, g.slopes - attribution_graph(lm, ids, ts, Target("token", other)).slopes, rtol=1e-5, atol=1e-6
+    )  # float32 backward passes
 
 
 def test_exact_on_the_bundled_model(bundled):
     lm, ts, ids, g = bundled
     assert lm.config.norm == "layernorm" and lm.config.pos_encoding == "learned"
-    assert g.has_pos and g.n_features == g.n_active    # every active feature has its row
+    assert g.has_pos and g.n_features == g.n_active  # every active feature has its row
     assert_exact(lm, ts, ids, g)
     # position vectors are nodes of their own: some edge from them is non-zero
-    assert g.edges[:, g.token_start + g.n_pos:g.target_index].abs().sum() > 0
+    assert g.edges[:, g.token_start + g.n_pos : g.target_index].abs().sum() > 0
 
 
 def test_difference_target_and_capped_rows_stay_exact(bundled):
     lm, ts, ids, _ = bundled
     other = lm.tokenizer.encode(" dog")[0]
-    g = attribution_graph(lm, ids, ts, Target("difference", lm.tokenizer.encode(" mat")[0], other),
-                          GraphSettings(max_feature_nodes=40, max_active=300))
+    g = attribution_graph(
+        lm,
+        ids,
+        ts,
+        Target("difference", lm.tokenizer.encode(" mat")[0], other),
+        GraphSettings(max_feature_nodes=40, max_active=300),
+    )
     assert g.n_features <= 40 and g.n_active == 300
-    assert_exact(lm, ts, ids, g)   # features not visited (or not kept) are counted in their errors
+    assert_exact(lm, ts, ids, g)  # features not visited (or not kept) are counted in their errors
 
 
 def test_exact_on_smollm2_gqa_rmsnorm_rope():
@@ -133,7 +144,7 @@ def test_pruning_keeps_the_asked_shares(bundled):
         p = prune_graph(g, node_t, edge_t)
         assert p.node_share >= node_t and p.edge_share >= edge_t
         assert float(p.influence[p.nodes].sum()) >= node_t * float(p.influence.sum())
-        assert p.nodes[g.target_index] and p.nodes[g.token_start:].all()
+        assert p.nodes[g.target_index] and p.nodes[g.token_start :].all()
         assert not p.edges[:, ~p.nodes].any() and not p.edges[~p.nodes[g.row_nodes()]].any()
         assert 0 < p.replacement <= 1 and 0 < p.completeness <= 1
     assert prune_graph(g, 0.5).nodes.sum() < prune_graph(g, 0.9).nodes.sum()
@@ -145,7 +156,9 @@ def test_influence_is_the_series_of_the_normalised_matrix(bundled):
     a = a / a.sum(1, keepdim=True).clamp(min=1e-10)
     e = torch.zeros(g.n_nodes, dtype=torch.float64)
     e[g.target_index] = 1
-    want = e @ (torch.linalg.inv(torch.eye(g.n_nodes, dtype=torch.float64) - a) - torch.eye(g.n_nodes, dtype=torch.float64))
+    want = e @ (
+        torch.linalg.inv(torch.eye(g.n_nodes, dtype=torch.float64) - a) - torch.eye(g.n_nodes, dtype=torch.float64)
+    )
     torch.testing.assert_close(prune_graph(g).influence, want, rtol=1e-6, atol=1e-9)
 
 
@@ -168,26 +181,37 @@ def test_json_round_trip_and_figure(bundled):
     assert sum(len(tr.x) for tr in drawn) == len(back.nodes)
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d.update(format="other"), "not a tfm attribution graph"),
-    (lambda d: d["edges"].append([0, 10**6, 1.0]), "does not list"),
-    (lambda d: d["nodes"][0].update(kind="head"), "node kind"),
-    (lambda d: d.update(ids=[-1]), "token id"),
-    (lambda d: d["nodes"][0].update(pos=999), "positions within"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.update(format="other"), "not a tfm attribution graph"),
+        (lambda d: d["edges"].append([0, 10**6, 1.0]), "does not list"),
+        (lambda d: d["nodes"][0].update(kind="head"), "node kind"),
+        (lambda d: d.update(ids=[-1]), "token id"),
+        (lambda d: d["nodes"][0].update(pos=999), "positions within"),
+    ],
+)
 def test_bad_files_are_refused(bundled, mutate, message):
     lm, ts, ids, g = bundled
     data = graph_file(prune_graph(g), token_labels(lm.tokenizer, ids), lm.config, ts).to_dict()
     mutate(data)
     import json
+
     with pytest.raises(ValueError, match=message):
         load_graph_json(json.dumps(data))
 
 
 def test_bad_targets_and_long_prompts(bundled):
     lm, ts, ids, _ = bundled
-    for bad in (dict(kind="tok"), dict(kind="token"), dict(kind="difference", token=3), dict(kind="top", versus=2),
-                dict(kind="difference", token=5, versus=5), dict(kind="token", token=-1), dict(kind="token", token=True)):
+    for bad in (
+        dict(kind="tok"),
+        dict(kind="token"),
+        dict(kind="difference", token=3),
+        dict(kind="top", versus=2),
+        dict(kind="difference", token=5, versus=5),
+        dict(kind="token", token=-1),
+        dict(kind="token", token=True),
+    ):
         with pytest.raises(ValueError):
             Target(**bad)
     with pytest.raises(ValueError, match="in the vocabulary"):
@@ -200,14 +224,18 @@ def test_bad_targets_and_long_prompts(bundled):
         attribution_graph(lm, ids, random_transcoders(lm.config.replace(n_layer=2), 64, 4))
 
 
-@pytest.mark.parametrize("overrides", [
-    dict(parallel_block=True, n_head=4, n_kv_head=2, qkv_bias=True, pos_encoding="sinusoidal"),
-    dict(norm="rmsnorm", activation="swiglu", bias=False, pos_encoding="rope", n_head=4, n_kv_head=1),
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(parallel_block=True, n_head=4, n_kv_head=2, qkv_bias=True, pos_encoding="sinusoidal"),
+        dict(norm="rmsnorm", activation="swiglu", bias=False, pos_encoding="rope", n_head=4, n_kv_head=1),
+    ],
+)
 def test_exact_on_other_block_kinds(make_model, overrides):
     """A parallel block (the MLP reads the block's input) with grouped-query attention, qkv biases and
     sinusoidal positions; a Llama block with one key/value head: random weights, still exact."""
     from types import SimpleNamespace
+
     model = make_model("tiny", d_model=32, d_ff=64, **overrides)
     lm = SimpleNamespace(model=model, config=model.config, source="random")
     ts = random_transcoders(model.config, 64, 6, seed=3)
@@ -258,6 +286,7 @@ def test_total_prediction_is_the_frozen_ablation_with_the_trained_set():
     as the MLPs do; what the graph misses of the real model is the norms' and attention's response."""
     from tfm.analysis.graph.edit import spearman
     from tfm.analysis.dictionaries.transcoder import load_transcoders
+
     lm = tfm.load("default")
     ts = load_transcoders("assets/transcoders/default", lm)
     rhos = []
@@ -276,7 +305,7 @@ def test_total_prediction_is_the_frozen_ablation_with_the_trained_set():
         base = {m: _frozen_ablation(lm, ts, g, fz, stream0, errors, None, m) for m in ("linear", "real")}
         assert base["linear"] == pytest.approx(g.logit, rel=1e-5) and base["real"] == pytest.approx(g.logit, rel=1e-5)
         pred, real = [], []
-        for j in prune_graph(g).influence[:g.n_features].topk(10).indices.tolist():
+        for j in prune_graph(g).influence[: g.n_features].topk(10).indices.tolist():
             edit = tuple(g.features[j].tolist())
             pred.append(predicted_change(g, [FeatureEdit(*edit, 0.0)], "total"))
             want = _frozen_ablation(lm, ts, g, fz, stream0, errors, edit, "linear") - base["linear"]

@@ -3,6 +3,7 @@ before it is paid for and stops when nobody waits, whatever the page exports rea
 threshold of 1.0 keeps exactly the nodes with influence, repeated edits are refused, and a
 transcoder set where no feature fires is one ValueError. Oracles: the dense scores and influence
 recomputed from the whole matrix (the definitions in graph_prune's docstring)."""
+
 from __future__ import annotations
 
 import threading
@@ -44,9 +45,10 @@ def dense_scores(g: Graph, node_threshold: float) -> tuple[torch.Tensor, torch.T
     def influence(m):
         m = m / m.sum(1, keepdim=True).clamp(min=1e-10)
         return eye[g.target_index] @ (torch.linalg.inv(eye - m) - eye)
+
     inf = influence(a)
     nodes = (inf > 0) & (inf >= graph_prune.threshold(inf, node_threshold))
-    nodes[g.token_start:] = True
+    nodes[g.token_start :] = True
     sub = a * nodes[:, None] * nodes[None, :]
     weight = influence(sub)
     weight[g.target_index] += 1
@@ -64,11 +66,11 @@ def test_a_capped_view_keeps_the_strongest_edges_of_the_whole_matrix(small):
         assert bool((got > 0).all())
         positive = scores[scores > 0].sort(descending=True).values
         assert p.n_candidates == positive.numel()
-        chosen = got.sort(descending=True).values[:min(cap, positive.numel())]
-        if p.capped:   # the cap's edges are the strongest `cap` of the whole matrix (+ one per loose node)
+        chosen = got.sort(descending=True).values[: min(cap, positive.numel())]
+        if p.capped:  # the cap's edges are the strongest `cap` of the whole matrix (+ one per loose node)
             torch.testing.assert_close(chosen[:cap], positive[:cap], rtol=1e-9, atol=0)
             assert cap < positive.numel() and p.n_edges <= cap + g.n_nodes
-        else:          # uncapped: every edge over the share's threshold
+        else:  # uncapped: every edge over the share's threshold
             assert p.edge_share >= edge_t - 1e-12
         assert p.edge_share == pytest.approx(float(got.sum() / scores.sum()), rel=1e-9)
 
@@ -76,13 +78,26 @@ def test_a_capped_view_keeps_the_strongest_edges_of_the_whole_matrix(small):
 def test_node_threshold_one_keeps_exactly_the_nodes_with_influence():
     """A running sum of floats reaches the whole before its last terms (1 + 1e-17 == 1): the node of
     influence 1e-17 was dropped at 1.0; a node of influence 0 is never kept for influence."""
-    n_f, n_nodes = 3, 6            # features 0..2, error, token, target
+    n_f, n_nodes = 3, 6  # features 0..2, error, token, target
     edges = torch.zeros(n_f + 1, n_nodes, dtype=torch.float64)
-    edges[:n_f, 4] = 1.0           # each feature reads the token
-    edges[n_f, 0], edges[n_f, 1] = 1.0, 1e-17   # the target reads feature 0 and (barely) 1, never 2
-    g = Graph("", "", (1,), Target("top", 1, None), 0.0, 0.0, 1, False,
-              torch.tensor([[0, 0, 0], [0, 0, 1], [0, 0, 2]]), torch.ones(n_f), edges, torch.zeros(n_f + 1), n_f,
-              torch.zeros(n_f, dtype=torch.float64))
+    edges[:n_f, 4] = 1.0  # each feature reads the token
+    edges[n_f, 0], edges[n_f, 1] = 1.0, 1e-17  # the target reads feature 0 and (barely) 1, never 2
+    g = Graph(
+        "",
+        "",
+        (1,),
+        Target("top", 1, None),
+        0.0,
+        0.0,
+        1,
+        False,
+        torch.tensor([[0, 0, 0], [0, 0, 1], [0, 0, 2]]),
+        torch.ones(n_f),
+        edges,
+        torch.zeros(n_f + 1),
+        n_f,
+        torch.zeros(n_f, dtype=torch.float64),
+    )
     p = prune_graph(g, 1.0, 1.0)
     assert p.influence[1] > 0 and p.influence[2] == 0
     assert p.nodes[:n_f].tolist() == [True, True, False]
@@ -91,8 +106,10 @@ def test_node_threshold_one_keeps_exactly_the_nodes_with_influence():
 def test_repeated_edits_are_refused_by_the_model_and_the_graph(small):
     lm, ts, ids, g = small
     e = FeatureEdit(*g.features[0].tolist(), value=0.0)
-    for call in (lambda: intervene(lm, ids, ts, g.target, [e, e], graph=g),
-                 lambda: predicted_change(g, [e, FeatureEdit(e.layer, e.pos, e.feature, 2.0)])):
+    for call in (
+        lambda: intervene(lm, ids, ts, g.target, [e, e], graph=g),
+        lambda: predicted_change(g, [e, FeatureEdit(e.layer, e.pos, e.feature, 2.0)]),
+    ):
         with pytest.raises(ValueError, match="edited more than once"):
             call()
     once = intervene(lm, ids, ts, g.target, [e], graph=g)
@@ -103,7 +120,7 @@ def test_a_set_where_no_feature_fires_is_one_message(small):
     lm, _, ids, _ = small
     ts = random_transcoders(lm.config, 64, 4, seed=2)
     for tc in ts.layers:
-        tc.b_enc.fill_(-1e4)       # every pre-activation negative: TopK keeps k zeros
+        tc.b_enc.fill_(-1e4)  # every pre-activation negative: TopK keeps k zeros
     with pytest.raises(ValueError, match="no feature"):
         attribution_graph(lm, ids, ts)
 
@@ -158,6 +175,7 @@ def test_a_view_at_one_one_on_64_tokens_is_bounded_stops_and_reads_back():
     def stop() -> bool:
         asked.append(time.perf_counter())
         return len(asked) > 20
+
     start = time.perf_counter()
     with pytest.raises(Cancelled):
         prune_graph(g, 1.0, 1.0, should_stop=stop)
@@ -170,7 +188,7 @@ def test_pruning_tells_its_progress_and_stops_between_blocks(small, monkeypatch)
     seen = []
     prune_graph(g, 1.0, 1.0, progress=lambda f, text: seen.append(f))
     assert seen[0] == 0.0 and seen[-1] == 1.0 and seen == sorted(seen) and len(seen) >= 4
-    monkeypatch.setattr(graph_prune, "BLOCK", g.edges.shape[1] * 4)   # 4 rows a block: many blocks
+    monkeypatch.setattr(graph_prune, "BLOCK", g.edges.shape[1] * 4)  # 4 rows a block: many blocks
     asked = []
     with pytest.raises(Cancelled):
         prune_graph(g, 1.0, 1.0, should_stop=lambda: asked.append(1) or len(asked) > 3)
@@ -181,5 +199,7 @@ def test_node_names_at_once_are_each_nodes_name(small):
     lm, _, ids, g = small
     labels = token_labels(lm.tokenizer, ids)
     from tfm.analysis.graph import view as graph_view
-    assert graph_view.node_names(g, range(g.n_nodes), labels) == {i: graph_view.node_name(g, i, labels)
-                                                                 for i in range(g.n_nodes)}
+
+    assert graph_view.node_names(g, range(g.n_nodes), labels) == {
+        i: graph_view.node_name(g, i, labels) for i in range(g.n_nodes)
+    }

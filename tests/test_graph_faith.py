@@ -1,5 +1,6 @@
 """Attribution graphs beyond exactness: the features' slopes rank the real model's ablations on
 held-out prompts (the trained bundled set), and a graph file tells the app's caches its bytes."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,7 +14,7 @@ from tfm.text.token_view import token_labels
 
 from tests.test_graph import bundled  # noqa: F401 (the module's fixture: the bundled model and a graph)
 
-pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]   # faithfulness measured: CI only
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # faithfulness measured: CI only
 
 
 @torch.no_grad()
@@ -24,16 +25,21 @@ def test_first_order_ranks_real_ablations_on_held_out_prompts():
     the rest); the edges alone (frozen norm scales) do not reach it on every prompt."""
     from tfm.analysis.graph.edit import faithfulness
     from tfm.analysis.dictionaries.transcoder import load_transcoders
+
     lm = tfm.load("default")
     ts = load_transcoders("assets/transcoders/default", lm)
     rhos = []
-    for text in ("Once upon a time, there was a boy named Timmy. Timmy loved to play",
-                 "Once upon a time, there was a big, hot sun in the sky."):
+    for text in (
+        "Once upon a time, there was a boy named Timmy. Timmy loved to play",
+        "Once upon a time, there was a big, hot sun in the sky.",
+    ):
         ids = lm.tokenizer.prompt_ids(text)
         g = attribution_graph(lm, ids, ts)
         f = faithfulness(lm, ids, ts, g, prune_graph(g).influence, 10, "first_order")
-        torch.testing.assert_close(f.predicted, -(g.slopes * g.activations.double())[
-            [int(((g.features == row).all(1)).nonzero()) for row in f.features]])
+        torch.testing.assert_close(
+            f.predicted,
+            -(g.slopes * g.activations.double())[[int(((g.features == row).all(1)).nonzero()) for row in f.features]],
+        )
         rhos.append(f.spearman)
     assert sum(rhos) / len(rhos) >= 0.6, rhos
 
@@ -46,6 +52,7 @@ def test_a_graph_file_reports_its_bytes_and_the_cache_counts_them(bundled):  # n
     import tracemalloc
 
     from services.memory import sizeof
+
     lm, ts, ids, g = bundled
     p = prune_graph(g, 1.0, 1.0)
     tracemalloc.start()
@@ -55,4 +62,4 @@ def test_a_graph_file_reports_its_bytes_and_the_cache_counts_them(bundled):  # n
     assert len(gf.edges) > 1000 and allocated <= gf.nbytes <= 1.5 * allocated, (gf.nbytes, allocated)
     start = time.perf_counter()
     assert sizeof(gf) == gf.nbytes and sizeof({"graph": gf}) == gf.nbytes
-    assert time.perf_counter() - start < 0.5   # read, not walked (walking took seconds at 1.0 / 1.0)
+    assert time.perf_counter() - start < 0.5  # read, not walked (walking took seconds at 1.0 / 1.0)

@@ -3,6 +3,7 @@ feature nodes; each layer's error node at position 0 becomes a "sink" node holdi
 against the same graph built without folding (every row computed): the folded graph's edges from a
 sink node are exactly the unfolded graph's edges from that layer's position-0 features plus its
 error there, every other edge and each node's pre-activation (= the real model's) is unchanged."""
+
 from __future__ import annotations
 
 import pytest
@@ -27,7 +28,13 @@ def pair():
     lm = tfm.load("default")
     ts = random_transcoders(lm.config, 256, 12, seed=1)
     ids = lm.tokenizer.prompt_ids(PROMPT)
-    return lm, ts, ids, attribution_graph(lm, ids, ts), attribution_graph(lm, ids, ts, settings=GraphSettings(fold_sink=False))
+    return (
+        lm,
+        ts,
+        ids,
+        attribution_graph(lm, ids, ts),
+        attribution_graph(lm, ids, ts, settings=GraphSettings(fold_sink=False)),
+    )
 
 
 def test_folded_graph_is_exact_and_has_no_feature_at_position_0(pair):
@@ -45,7 +52,7 @@ def test_sink_columns_hold_what_was_folded(pair):
     _, _, _, g, whole = pair
     rows = [int(i) for i in (whole.features[:, 1] > 0).nonzero().squeeze(1)] + [whole.n_features]
     assert whole.features[rows[:-1]].equal(g.features)
-    w = whole.edges[rows].double()                                          # the same row nodes, unfolded
+    w = whole.edges[rows].double()  # the same row nodes, unfolded
     torch.testing.assert_close(g.pre(), whole.pre()[rows], rtol=1e-5, atol=1e-4)
     t = g.n_pos
     for layer in range(g.n_layer):
@@ -53,12 +60,15 @@ def test_sink_columns_hold_what_was_folded(pair):
         want = w[:, at0].sum(1) + w[:, whole.error_start + layer * t]
         torch.testing.assert_close(g.edges[:, g.error_start + layer * t].double(), want, rtol=1e-4, atol=1e-5)
         # the other errors of this layer and the tokens: unchanged
-        torch.testing.assert_close(g.edges[:, g.error_start + layer * t + 1:g.error_start + (layer + 1) * t].double(),
-                                   w[:, whole.error_start + layer * t + 1:whole.error_start + (layer + 1) * t],
-                                   rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            g.edges[:, g.error_start + layer * t + 1 : g.error_start + (layer + 1) * t].double(),
+            w[:, whole.error_start + layer * t + 1 : whole.error_start + (layer + 1) * t],
+            rtol=1e-4,
+            atol=1e-5,
+        )
     kept = torch.tensor(rows[:-1])
-    torch.testing.assert_close(g.edges[:, :g.n_features].double(), w[:, kept], rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(g.edges[:, g.token_start:].double(), w[:, whole.token_start:], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(g.edges[:, : g.n_features].double(), w[:, kept], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(g.edges[:, g.token_start :].double(), w[:, whole.token_start :], rtol=1e-4, atol=1e-5)
 
 
 def test_sink_nodes_are_named_and_round_trip(pair):

@@ -1,5 +1,6 @@
 """tfm.analysis.graph.view: what the Attribution graph page reads beside the engine, against the
 graph's dense adjacency, the tokenizer and the unembedding."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,13 +19,15 @@ PROMPT = "The cat sat on the mat. The cat"
 def setup():
     lm = tfm.load("default")
     ts = random_transcoders(lm.config, 96, 5, seed=1)
-    g = attribution_graph(lm, lm.tokenizer.prompt_ids(PROMPT), ts, Target(), GraphSettings(fold_sink=False))  # position 0 kept
+    g = attribution_graph(
+        lm, lm.tokenizer.prompt_ids(PROMPT), ts, Target(), GraphSettings(fold_sink=False)
+    )  # position 0 kept
     return lm, ts, g
 
 
 def test_inputs_and_outputs_are_the_strongest_edges_of_the_adjacency(setup):
     _, _, g = setup
-    a = g.adjacency().double()                       # A[target, source]
+    a = g.adjacency().double()  # A[target, source]
     for node in (0, g.n_features // 2, g.n_features - 1, g.error_start, g.token_start, g.target_index):
         ins, outs = graph_view.node_inputs(g, node, 5), graph_view.node_outputs(g, node, 5)
         for found, weights in ((ins, a[node]), (outs, a[:, node])):
@@ -32,8 +35,8 @@ def test_inputs_and_outputs_are_the_strongest_edges_of_the_adjacency(setup):
             want = nz[torch.argsort(-weights[nz].abs())][:5].tolist()
             assert [n for n, _ in found] == want
             assert [w for _, w in found] == weights[want].tolist()
-    assert graph_view.node_inputs(g, g.token_start, 5) == []        # sources have no inputs
-    assert graph_view.node_outputs(g, g.target_index, 5) == []      # the target feeds nothing
+    assert graph_view.node_inputs(g, g.token_start, 5) == []  # sources have no inputs
+    assert graph_view.node_outputs(g, g.target_index, 5) == []  # the target feeds nothing
 
 
 def test_targets_from_text(setup):
@@ -54,7 +57,7 @@ def test_decoder_tokens_read_the_row_through_the_final_norm_and_unembedding(setu
     lm, ts, _ = setup
     up, up_s, down, down_s = graph_view.decoder_tokens(lm, ts, 2, 7, 4)
     d = ts.layers[2].W_dec[7] * lm.model.ln_final.weight.float()
-    scores = lm.model.unembed.weight.float() @ (d - d.mean())             # LayerNorm: centred
+    scores = lm.model.unembed.weight.float() @ (d - d.mean())  # LayerNorm: centred
     assert up == scores.topk(4).indices.tolist() and down == (-scores).topk(4).indices.tolist()
     torch.testing.assert_close(torch.tensor(up_s), scores.topk(4).values)
 
@@ -80,7 +83,7 @@ def test_node_names(setup):
 
 def test_shipped_folder_only_for_plain_names_with_a_card(tmp_path):
     (tmp_path / "mine").mkdir()
-    assert graph_view.shipped_folder("mine", tmp_path) is None                  # no card
+    assert graph_view.shipped_folder("mine", tmp_path) is None  # no card
     cfg = TranscoderConfig(8, 1, 4, 2)
     save_layer(random_transcoders(cfg, 4, 2).layers[0], tmp_path / "mine")
     write_card(tmp_path / "mine", cfg, {})

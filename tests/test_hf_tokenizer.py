@@ -82,8 +82,9 @@ def test_pieces_stream_the_text(pair, text):
 def test_special_tokens_and_roles(pair):
     kind, ours, hf, _ = pair
     added = hf.backend_tokenizer.get_added_tokens_decoder()
-    assert ours.special_tokens == {t.content: i for i, t in added.items() if t.special
-                                   and not t.content.startswith("<0x")}
+    assert ours.special_tokens == {
+        t.content: i for i, t in added.items() if t.special and not t.content.startswith("<0x")
+    }
     assert ours.eot_id == hf.convert_tokens_to_ids(hf.eos_token) if hf.eos_token else ours.eot_id is None
     with_bos = hf("hi")["input_ids"]  # add_special_tokens=True: what HF puts around a text
     assert ours.add_bos == (with_bos[0] != hf("hi", add_special_tokens=False)["input_ids"][0])
@@ -118,7 +119,7 @@ def test_rank_merging_equals_hf_merges(tokenizer_pairs, kind):
     rng, data = random.Random(1), tokenizer_pairs.text.encode("utf-8")
     for _ in range(3000):
         start = rng.randrange(len(data) - 20)
-        pieces.append("".join(enc[b] for b in data[start:start + rng.randint(2, 20)]))
+        pieces.append("".join(enc[b] for b in data[start : start + rng.randint(2, 20)]))
     to_byte = {c: b for b, c in enc.items()}
     for piece in pieces:
         ranks = ours._enc._encode_single_piece(bytes(to_byte[c] for c in piece))
@@ -160,8 +161,12 @@ def test_prompt_ids_are_what_hugging_face_feeds_the_model(pair):
     kind, ours, _, hf_plain = pair
     for text in ("Once upon a time", "a <|endoftext|> b", " spaced  out\n"):
         want = hf_plain(text)["input_ids"]  # add_special_tokens=True
-        if hf_plain.eos_token_id is not None and want[-1] == hf_plain.eos_token_id and len(want) > 1 \
-                and not text.endswith(hf_plain.eos_token or "\0"):
+        if (
+            hf_plain.eos_token_id is not None
+            and want[-1] == hf_plain.eos_token_id
+            and len(want) > 1
+            and not text.endswith(hf_plain.eos_token or "\0")
+        ):
             want = want[:-1]  # a post-processor appending EOS: not part of a prompt to continue
         assert ours.prompt_ids(text) == want, (kind, text)
     assert (ours.prompt_ids("hi")[0] == ours.bos_id) == ours.add_bos

@@ -63,23 +63,31 @@ def test_missing_bad_and_huge_files(tmp_path, tokenizer_pairs, monkeypatch):
 def test_unsupported_decoder_is_refused_clearly(tokenizer_pairs, tmp_path):
     def wordpiece_decoder(data):
         data["decoder"] = {"type": "WordPiece", "prefix": "##", "cleanup": True}
+
     with pytest.raises(ValueError, match="decoder .* is not supported"):
         tokenizer_from_folder(copy_file(tokenizer_pairs, "llama2", tmp_path, wordpiece_decoder))
 
     def broken(data):  # a field the library requires is missing
         del data["pre_tokenizer"]["trim_offsets"]
+
     with pytest.raises(ValueError, match="the tokenizers library cannot read"):
         tokenizer_from_folder(copy_file(tokenizer_pairs, "gpt2-prefix-space", tmp_path / "b", broken))
 
 
 ODD_PRE_TOKENIZERS = {  # step before ByteLevel -> the back end that must serve it
     "WhitespaceSplit": ({"type": "WhitespaceSplit"}, "tokenizers"),
-    "MergedWithPrevious": ({"type": "Split", "pattern": {"Regex": r"\p{P}"}, "behavior": "MergedWithPrevious",
-                            "invert": False}, "tokenizers"),
-    "empty matches": ({"type": "Split", "pattern": {"Regex": r"\s*"}, "behavior": "Isolated", "invert": False},
-                      "tokenizers"),
-    "String split": ({"type": "Split", "pattern": {"String": "e"}, "behavior": "Isolated", "invert": False},
-                     "tiktoken"),
+    "MergedWithPrevious": (
+        {"type": "Split", "pattern": {"Regex": r"\p{P}"}, "behavior": "MergedWithPrevious", "invert": False},
+        "tokenizers",
+    ),
+    "empty matches": (
+        {"type": "Split", "pattern": {"Regex": r"\s*"}, "behavior": "Isolated", "invert": False},
+        "tokenizers",
+    ),
+    "String split": (
+        {"type": "Split", "pattern": {"String": "e"}, "behavior": "Isolated", "invert": False},
+        "tiktoken",
+    ),
     "Digits runs": ({"type": "Digits", "individual_digits": False}, "tiktoken"),
 }
 
@@ -91,8 +99,14 @@ def test_odd_pre_tokenizers_stay_exact(tokenizer_pairs, tmp_path, name):
     step, backend = ODD_PRE_TOKENIZERS[name]
 
     def edit(data):
-        data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
-            step, {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]}
+        data["pre_tokenizer"] = {
+            "type": "Sequence",
+            "pretokenizers": [
+                step,
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+            ],
+        }
+
     folder = copy_file(tokenizer_pairs, "gpt2", tmp_path, edit)
     tok = tokenizer_from_folder(folder)
     assert tok.backend == backend, tok.backend_note
@@ -106,8 +120,14 @@ def test_folder_code_is_never_run(tokenizer_pairs, tmp_path):
     folder = copy_file(tokenizer_pairs, "gpt2", tmp_path)
     marker = tmp_path / "ran"
     (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
-    (folder / "tokenizer_config.json").write_text(json.dumps({
-        "auto_map": {"AutoTokenizer": ["evil.EvilTokenizer", None]}, "tokenizer_class": "EvilTokenizer",
-        "eos_token": "<|endoftext|>"}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "auto_map": {"AutoTokenizer": ["evil.EvilTokenizer", None]},
+                "tokenizer_class": "EvilTokenizer",
+                "eos_token": "<|endoftext|>",
+            }
+        )
+    )
     tok = tokenizer_from_folder(folder)
     assert tok.encode("hi") and tok.eot_id == tokenizer_pairs("gpt2")[1].eot_id and not marker.exists()

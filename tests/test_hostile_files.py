@@ -5,6 +5,7 @@ wrong kind), `tfm.load` and the server's size check raise one ValueError that na
 its name (never the folder's server path), never RecursionError / TypeError / OverflowError.
 Before this, `"[" * 200000 + "]" * 200000` as config.json raised RecursionError through
 `tfm.load` and the app's model check."""
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,7 @@ from tfm.text.hf_tokenizer import tokenizer_from_folder
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 DEEP = "[" * 200_000 + "]" * 200_000
-HOSTILE_JSON = {   # name: file content
+HOSTILE_JSON = {  # name: file content
     "nested 200,000 deep": DEEP,
     "an object nested 100,000 deep": '{"a":' * 100_000 + "1" + "}" * 100_000,
     "nested 40 deep (Python reads it)": "[" * 40 + "]" * 40,
@@ -64,23 +65,26 @@ def write_folders(root: Path) -> Path:
     tokenizer_config.json). The app's tests open them too."""
     import tokenizers
     import transformers
+
     lm = tfm.random_model(ModelConfig.preset("tiny"), seed=1)
     save_model(root / "tfm", lm.model, lm.tokenizer)
     (root / "json").mkdir()
     bpe = tokenizers.ByteLevelBPETokenizer()
     bpe.train_from_iterator(BPE_TEXT, vocab_size=320, special_tokens=["<|endoftext|>"], show_progress=False)
     bpe.save(str(root / "json" / "tokenizer.json"))
-    bpe.save_model(str(root / "json"))                  # vocab.json + merges.txt of the same BPE
+    bpe.save_model(str(root / "json"))  # vocab.json + merges.txt of the same BPE
     tok = tokenizer_from_folder(root / "json")
     lm = tfm.random_model(ModelConfig.preset("tiny", vocab_size=320), tokenizer=tok, seed=1)
     save_model(root / "hf", lm.model, tok)
     gpt2 = root / "gpt2"
-    transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=16,
-                                                         vocab_size=320)).save_pretrained(gpt2)
+    transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=16, vocab_size=320)
+    ).save_pretrained(gpt2)
     for name in ("vocab.json", "merges.txt"):
         shutil.copy(root / "json" / name, gpt2 / name)
-    (gpt2 / "tokenizer_config.json").write_text(json.dumps(
-        {"added_tokens_decoder": {"0": {"content": "<|endoftext|>", "special": True}}}))
+    (gpt2 / "tokenizer_config.json").write_text(
+        json.dumps({"added_tokens_decoder": {"0": {"content": "<|endoftext|>", "special": True}}})
+    )
     return root
 
 
@@ -132,7 +136,7 @@ def test_hostile_gpt2_vocabulary_files_are_one_valueerror_naming_them(good, tmp_
 def test_a_hostile_tiktoken_file_is_one_valueerror_naming_it(good, tmp_path):
     folder = copy_of(good, "tfm", tmp_path)
     lines = (folder / "tokenizer.tiktoken").read_bytes().splitlines()
-    for bad in (b"\xff\xfe" + lines[0], lines[-1].split()[0] + b" " + b"9" * 30):   # tiktoken overflowed on the rank
+    for bad in (b"\xff\xfe" + lines[0], lines[-1].split()[0] + b" " + b"9" * 30):  # tiktoken overflowed on the rank
         (folder / "tokenizer.tiktoken").write_bytes(b"\n".join(lines[:-1] + [bad]))
         refused(lambda: tfm.load(folder, device="cpu"), "tokenizer.tiktoken", folder=folder)
 
@@ -144,9 +148,14 @@ def test_values_of_the_wrong_kind_anywhere_are_a_valueerror(good, tmp_path):
     the file, an unhashable pattern), tokenizer.json's sections AttributeError or TypeError, and
     a vocab.json id of 10**30 OverflowError."""
     cases = []
-    for kind, file, section in (("tfm", "config.json", None), ("tfm", "config.json", "tokenizer"),
-                                ("hf", "tokenizer.json", None), ("hf", "tokenizer.json", "model"),
-                                ("gpt2", "vocab.json", None), ("gpt2", "config.json", None)):
+    for kind, file, section in (
+        ("tfm", "config.json", None),
+        ("tfm", "config.json", "tokenizer"),
+        ("hf", "tokenizer.json", None),
+        ("hf", "tokenizer.json", "model"),
+        ("gpt2", "vocab.json", None),
+        ("gpt2", "config.json", None),
+    ):
         data = json.loads((good / kind / file).read_text())
         where = data[section] if section else data
         keys = list(where)[:8] if kind != "gpt2" or file != "vocab.json" else list(where)[:3] + ["<|endoftext|>"]
@@ -178,6 +187,7 @@ def test_a_tokenizer_spec_cannot_name_a_file_outside_the_folder(good, tmp_path):
 def test_an_ollama_manifest_or_an_sae_card_nested_deep_is_a_valueerror(tmp_path):
     from tfm.analysis.dictionaries.sae import read_card
     from tfm.loaders.ollama import blob_of
+
     manifest = tmp_path / "models" / "manifests" / "registry.ollama.ai" / "library" / "m" / "latest"
     manifest.parent.mkdir(parents=True)
     (tmp_path / "models" / "blobs").mkdir()
@@ -195,8 +205,20 @@ def test_an_uploaded_toy_model_zip_with_hostile_contents_is_a_valueerror():
     import zipfile
     from tfm.teach import toy
     from tfm.teach.encdec import EncDecConfig, EncoderDecoder
-    model = EncoderDecoder(EncDecConfig(src_vocab_size=16, tgt_vocab_size=16, src_context_length=8,
-                                        tgt_context_length=8, d_model=16, n_enc_layer=1, n_dec_layer=1, n_head=2, d_ff=32))
+
+    model = EncoderDecoder(
+        EncDecConfig(
+            src_vocab_size=16,
+            tgt_vocab_size=16,
+            src_context_length=8,
+            tgt_context_length=8,
+            d_model=16,
+            n_enc_layer=1,
+            n_dec_layer=1,
+            n_head=2,
+            d_ff=32,
+        )
+    )
     good = toy.to_zip(model, toy.ToySpec("reverse", 2, 5))
     assert toy.from_zip(good)[1] == toy.ToySpec("reverse", 2, 5)
     buf = io.BytesIO()
@@ -206,8 +228,8 @@ def test_an_uploaded_toy_model_zip_with_hostile_contents_is_a_valueerror():
     with pytest.raises(ValueError, match="^the uploaded zip's config.json nests its JSON deeper"):
         toy.from_zip(buf.getvalue(), "the uploaded zip")
     corrupt = bytearray(good)
-    start = corrupt.index(b"config.json") + len(b"config.json") + 5     # inside its compressed bytes
-    corrupt[start:start + 40] = bytes(b ^ 0x5A for b in corrupt[start:start + 40])
+    start = corrupt.index(b"config.json") + len(b"config.json") + 5  # inside its compressed bytes
+    corrupt[start : start + 40] = bytes(b ^ 0x5A for b in corrupt[start : start + 40])
     with pytest.raises(ValueError, match="^the uploaded zip could not be read: error: Error -3 while decompressing"):
         toy.from_zip(bytes(corrupt), "the uploaded zip")
 
@@ -236,18 +258,24 @@ def test_json_depth_equals_the_recursive_definition():
         value = random_value(rng, rng.randrange(9))
         assert json_depth(value, 64) == recursive_depth(value), value
     deep = json.loads("[" * 200 + "]" * 200)
-    assert json_depth(deep, 64) == 65 and recursive_depth(deep) == 200    # stops counting past the limit
+    assert json_depth(deep, 64) == 65 and recursive_depth(deep) == 200  # stops counting past the limit
 
 
 def test_parse_json_bounds_depth_and_numbers_and_reads_the_rest_as_json_does():
     inside = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
     assert parse_json(inside, "x.json") == json.loads(inside)
     text = '{"a": [1, 2.5, -3e-2, "é\\u00e9", null, true, {"b": 1000000000000000019884624838656}]}'
-    assert parse_json(text, "x.json") == json.loads(text)   # tokenizer_config's model_max_length reads as it is
-    for bad, words in (("[" + inside + "]", "more than 32 levels"), (DEEP, "deeper than Python can read"),
-                       ("[1e400]", "number tfm cannot read"), ("[NaN]", "number tfm cannot read"),
-                       ("[-Infinity]", "number tfm cannot read"), ("[" + "9" * 5000 + "]", "number tfm cannot read"),
-                       (b"[\"\xff\"]", "not UTF-8 text (byte 0xff at offset 2)"), ("[1,", "not valid JSON")):
+    assert parse_json(text, "x.json") == json.loads(text)  # tokenizer_config's model_max_length reads as it is
+    for bad, words in (
+        ("[" + inside + "]", "more than 32 levels"),
+        (DEEP, "deeper than Python can read"),
+        ("[1e400]", "number tfm cannot read"),
+        ("[NaN]", "number tfm cannot read"),
+        ("[-Infinity]", "number tfm cannot read"),
+        ("[" + "9" * 5000 + "]", "number tfm cannot read"),
+        (b'["\xff"]', "not UTF-8 text (byte 0xff at offset 2)"),
+        ("[1,", "not valid JSON"),
+    ):
         with pytest.raises(ValueError, match="^x.json ") as e:
             parse_json(bad, "x.json")
         assert words in str(e.value), str(e.value)

@@ -1,4 +1,5 @@
 """tfm.core.kernels: the linear maps' product choice (oneDNN or torch's BLAS) changes no result."""
+
 from __future__ import annotations
 
 import os
@@ -27,6 +28,7 @@ def spy(monkeypatch, every_product_onednn):
     def counted(*args):
         calls.append(tuple(args[0].shape))
         return real(*args)
+
     monkeypatch.setattr(kernels, "_onednn_linear", counted)
     return calls
 
@@ -55,7 +57,7 @@ def test_onednn_equals_f_linear(spy, x_shape, layout, with_bias):
 @needs_onednn
 def test_non_contiguous_input(spy):
     x, w, b = operands((3, 9, 32))
-    x = x[:, 1::2]                                                     # (3, 4, 32), strided
+    x = x[:, 1::2]  # (3, 4, 32), strided
     with torch.no_grad():
         torch.testing.assert_close(kernels.linear(x, w, b), F.linear(x, w, b), atol=1e-5, rtol=1e-5)
     assert spy == [(3, 4, 32)]
@@ -65,9 +67,9 @@ def test_non_contiguous_input(spy):
 def test_odd_inputs(spy):
     x, w, b = operands((1, 6, 32))
     with torch.no_grad():
-        wide = x.expand(3, 6, 32)                                     # stride 0 over the batch (patching sweeps)
+        wide = x.expand(3, 6, 32)  # stride 0 over the batch (patching sweeps)
         torch.testing.assert_close(kernels.linear(wide, w, b), F.linear(wide, w, b), atol=1e-5, rtol=1e-5)
-        vector = x[0, 0]                                               # (32,) -> (48,)
+        vector = x[0, 0]  # (32,) -> (48,)
         torch.testing.assert_close(kernels.linear(vector, w, b), F.linear(vector, w, b), atol=1e-5, rtol=1e-5)
         assert kernels.linear(x[:, :0], w, b).shape == (1, 0, 48)
     assert spy == [(3, 6, 32)]
@@ -86,15 +88,18 @@ def test_what_oneDNN_does_not_take_goes_to_f_linear(spy):
 
 
 @needs_onednn
-@pytest.mark.parametrize("rows, d_in, d_out, onednn", [
-    (1, 192, 576, False),     # the bundled model's decode step: oneDNN's call overhead loses
-    (128, 192, 192, False),   # little work
-    (128, 192, 576, True),    # enough work
-    (1, 768, 2304, True),     # a large matrix even on one row (GPT-2's qkv in a decode step)
-])
+@pytest.mark.parametrize(
+    "rows, d_in, d_out, onednn",
+    [
+        (1, 192, 576, False),  # the bundled model's decode step: oneDNN's call overhead loses
+        (128, 192, 192, False),  # little work
+        (128, 192, 576, True),  # enough work
+        (1, 768, 2304, True),  # a large matrix even on one row (GPT-2's qkv in a decode step)
+    ],
+)
 def test_size_rule(monkeypatch, rows, d_in, d_out, onednn):
     calls = []
-    monkeypatch.setattr(kernels, "_cpu_product", "onednn")   # the rule alone, no measuring
+    monkeypatch.setattr(kernels, "_cpu_product", "onednn")  # the rule alone, no measuring
     monkeypatch.setattr(kernels, "_onednn_linear", lambda *a: calls.append(1) or F.linear(*a[:3]))
     with torch.no_grad():
         kernels.linear(torch.zeros(rows, d_in), torch.zeros(d_out, d_in))
@@ -121,9 +126,15 @@ def test_unknown_choice_is_refused_and_setting_restored():
 
 
 @needs_onednn
-@pytest.mark.parametrize("cfg", [ModelConfig.preset("tiny"), ModelConfig.preset("llama-tiny", n_layer=2, n_kv_head=2),
-                                 ModelConfig.preset("tiny", pos_encoding="rope", parallel_block=True, qkv_bias=True)],
-                         ids=["gpt2-like", "llama-gqa", "neox-like"])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        ModelConfig.preset("tiny"),
+        ModelConfig.preset("llama-tiny", n_layer=2, n_kv_head=2),
+        ModelConfig.preset("tiny", pos_encoding="rope", parallel_block=True, qkv_bias=True),
+    ],
+    ids=["gpt2-like", "llama-gqa", "neox-like"],
+)
 def test_model_results_equal_under_both_products(spy, cfg):
     model = GPT(cfg).eval()
     idx = torch.randint(0, cfg.vocab_size, (2, 12), generator=torch.Generator().manual_seed(1))
@@ -164,8 +175,9 @@ def test_shape_caches_stay_bounded_whatever_the_prompt_lengths():
     """Unbounded, oneDNN's caches grew by ~235 MB on this probe (1024 entries each by default)."""
     env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
     env["LRU_CACHE_CAPACITY"] = ""  # an empty value crashes torch's first oneDNN product: replaced
-    done = subprocess.run([sys.executable, "-c", MEMORY_PROBE], env=env, capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", MEMORY_PROBE], env=env, capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     primitive_cap, lru_cap, grew_mib = done.stdout.split()
     assert primitive_cap == lru_cap == str(kernels.ONEDNN_CACHE_ENTRIES)
@@ -179,8 +191,14 @@ def test_an_operators_cache_setting_is_kept():
     assert done.stdout.strip() == "7", done.stderr[-2000:]
 
 
-@pytest.mark.parametrize("value, ok", [("blas", True), pytest.param("onednn", True, marks=pytest.mark.slow),
-                                       pytest.param("mkl", False, marks=pytest.mark.slow)])   # quick: one subprocess
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("blas", True),
+        pytest.param("onednn", True, marks=pytest.mark.slow),
+        pytest.param("mkl", False, marks=pytest.mark.slow),
+    ],
+)  # quick: one subprocess
 def test_the_server_wide_product_setting(value, ok):
     env = {**os.environ, "TFM_CPU_PRODUCT": value}
     code = "import tfm.core.kernels as k; print(k.cpu_product())"
@@ -194,7 +212,7 @@ def test_the_server_wide_product_setting(value, ok):
 @needs_onednn
 @pytest.mark.parametrize("onednn_wins", [True, False])
 def test_auto_measures_once_per_shape_and_bucket_and_keeps_the_winner(monkeypatch, onednn_wins):
-    """"auto" times both products the first time a weight meets a row bucket, then keeps that
+    """ "auto" times both products the first time a weight meets a row bucket, then keeps that
     product for the bucket; results equal F.linear's either way."""
     timed, calls = [], []
     real = kernels._onednn_linear
@@ -207,7 +225,7 @@ def test_auto_measures_once_per_shape_and_bucket_and_keeps_the_winner(monkeypatc
     with torch.no_grad():
         for rows in (1, 1, 5, 7, 128, 300, 20):
             torch.testing.assert_close(kernels.linear(x[:rows], w, b), F.linear(x[:rows], w, b), atol=1e-4, rtol=1e-5)
-    assert timed == [1, 8, 128, 32]                                  # buckets 1, 8, 128 (and over), 32
+    assert timed == [1, 8, 128, 32]  # buckets 1, 8, 128 (and over), 32
     assert calls == ([1, 1, 5, 7, 128, 300, 20] if onednn_wins else [])
     assert len(kernels.measured()) == 4 and set(kernels.measured().values()) == {winner}
 
@@ -220,10 +238,10 @@ def test_auto_really_times_and_stays_bounded(monkeypatch):
     x, w, _ = operands((64, 1024), out=1024)
     state = torch.get_rng_state()
     with torch.no_grad():
-        kernels.linear(x, w)                                   # measured: bucket 128
-        kernels.linear(x[:1], w)                               # the table is full: BLAS, unmeasured
+        kernels.linear(x, w)  # measured: bucket 128
+        kernels.linear(x[:1], w)  # the table is full: BLAS, unmeasured
     assert list(kernels.measured()) == [((1024, 1024), (1024, 1), False, 128)]
-    assert torch.equal(torch.get_rng_state(), state)            # measuring drew no random numbers
+    assert torch.equal(torch.get_rng_state(), state)  # measuring drew no random numbers
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -246,7 +264,7 @@ def test_auto_offers_the_sliced_product_to_vocabulary_sized_matrices_only(monkey
     monkeypatch.setattr(kernels, "_chosen", {})
     vocab = torch.zeros(kernels.SLICED_MIN_OUT, 64)
     assert kernels._candidates(128, vocab) == ("blas", "onednn", "sliced")
-    assert kernels._candidates(1, vocab) == ("blas", "onednn")               # a decode step: not tried
+    assert kernels._candidates(1, vocab) == ("blas", "onednn")  # a decode step: not tried
     assert kernels._candidates(128, torch.zeros(kernels.SLICED_MIN_OUT - 1, 64)) == ("blas", "onednn")
     # when it measures fastest, linear runs it, and the result is F.linear's
     monkeypatch.setattr(kernels, "_fastest", lambda rows, w, b: "sliced")

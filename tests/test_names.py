@@ -1,6 +1,7 @@
 """Every dotted `tfm.` / `ui.` / `services.` name written in the code, its strings and docstrings, the tests,
 benches, README, DEVELOPERS.md and docs/ resolves: it imports, and each attribute after the
 module exists (a dataclass field counts). Old paths live only in docs/moved.md's table."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,8 +19,11 @@ MADE_UP = {"tfm.core.fake"}  # tests/test_layers.py checks its walkers on a modu
 def text_files() -> list[Path]:
     found = [*ROOT.glob("*.py"), *ROOT.glob("*.md"), *ROOT.glob("docs/**/*.md")]
     for folder in FOLDERS:
-        found += [p for p in (ROOT / folder).rglob("*")
-                  if p.suffix in (".py", ".md", ".ipynb", ".sh") and "__pycache__" not in p.parts]
+        found += [
+            p
+            for p in (ROOT / folder).rglob("*")
+            if p.suffix in (".py", ".md", ".ipynb", ".sh") and "__pycache__" not in p.parts
+        ]
     return [p for p in found if p not in (MIGRATION, Path(__file__).resolve())]  # this file names stale ones
 
 
@@ -64,7 +68,10 @@ def test_every_dotted_name_in_the_tree_resolves():
 def test_the_check_finds_a_stale_name():
     assert resolves("tfm.core.kv_cache.KVCache") and resolves("tfm.text.chat.ChatPrompt.stop_ids")
     assert not resolves("tfm.cache.KVCache") and not resolves("ui.fig_why")
-    assert NAME.findall("see `tfm.core.lazy.LazyTrace`, ui/state.py and tfm.core.") == ["tfm.core.lazy.LazyTrace", "tfm.core"]
+    assert NAME.findall("see `tfm.core.lazy.LazyTrace`, ui/state.py and tfm.core.") == [
+        "tfm.core.lazy.LazyTrace",
+        "tfm.core",
+    ]
 
 
 def test_old_paths_are_listed_once_in_the_migration_table():

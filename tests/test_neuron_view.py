@@ -1,6 +1,7 @@
 """The neuron view (tfm.analysis.neuron_view) against the trace's own scores and pattern: the
 bundled model, SmolLM2-135M (grouped-query: 9 query heads read 3 key heads, RoPE) and MiniLM (a
 bidirectional encoder), every layer, heads and positions spread over the model."""
+
 from __future__ import annotations
 
 import math
@@ -14,9 +15,11 @@ from tfm.loaders.packaged import smollm2_path
 from tfm.loaders.packaged_minilm import minilm_path
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-PROMPTS = {"default": "Once upon a time, there was a little girl named Lily. Lily",
-           "smollm2": "The capital of France is Paris. The capital of Italy is",
-           "minilm": "The bank of the river was muddy. [SEP] She sat on the bank and fished."}
+PROMPTS = {
+    "default": "Once upon a time, there was a little girl named Lily. Lily",
+    "smollm2": "The capital of France is Paris. The capital of Italy is",
+    "minilm": "The bank of the river was muddy. [SEP] She sat on the bank and fished.",
+}
 
 
 def model(spec: str):
@@ -49,10 +52,10 @@ def test_score_and_pattern_row_equal_the_trace(spec):
                     assert math.isclose(v.dot * v.scale, v.score, rel_tol=1e-12)
                     assert math.isclose(float(v.products.sum()), v.dot, rel_tol=1e-12, abs_tol=1e-12)
                 assert (v.pattern_row.float() - pattern[query]).abs().max() <= 1e-6
-                assert v.products[v.order].diff().le(0).all()          # sorted, largest first
+                assert v.products[v.order].diff().le(0).all()  # sorted, largest first
                 checked += 1
     assert checked >= 40
-    if not cfg.causal:   # an encoder's query sees later keys too
+    if not cfg.causal:  # an encoder's query sees later keys too
         assert neuron_view(trace, cfg, 0, 0, 1, t - 1).visible
     else:
         assert not neuron_view(trace, cfg, 0, 0, 1, t - 1).visible

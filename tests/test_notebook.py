@@ -1,5 +1,6 @@
 """The example notebook runs top to bottom in a Jupyter kernel (nbclient + ipykernel, the venv's
 Python), draws every figure, and is stored without outputs."""
+
 from __future__ import annotations
 
 import json
@@ -27,6 +28,7 @@ def test_kernel_is_this_python():
     """The kernelspec `python3` (ipykernel's, in the venv) starts this interpreter, so the
     notebook sees the venv's packages."""
     from jupyter_client import KernelManager
+
     assert KernelManager(kernel_name="python3").format_kernel_cmd()[0] == sys.executable
 
 
@@ -35,8 +37,9 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    nbclient.NotebookClient(nb, kernel_name="python3", timeout=300,
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbclient.NotebookClient(
+        nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]

@@ -1,6 +1,7 @@
 """tfm as an installable package: pyproject.toml's metadata, the `tfm` console script (its `app`
 command serves the app), and a wheel built from the repository (~10 s on the shared 2-core
 machine, so it runs here). A fresh-virtualenv `pip install -e .` is checked by hand (README)."""
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,11 @@ META = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 
 
 def requirement_lines(path: Path) -> list[str]:
-    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and not line.lstrip().startswith(("#", "-r"))]
+    return [
+        line.strip()
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.lstrip().startswith(("#", "-r"))
+    ]
 
 
 def test_metadata_mirrors_requirements_and_names_the_script():
@@ -42,6 +46,7 @@ def test_metadata_mirrors_requirements_and_names_the_script():
 def test_every_engine_folder_is_a_package_and_nothing_else_is():
     """A folder of modules without __init__.py would be silently left out of the wheel."""
     from setuptools import find_packages
+
     found = set(find_packages(str(ROOT), **META["tool"]["setuptools"]["packages"]["find"]))
     folders = {str(p.parent.relative_to(ROOT)).replace(os.sep, ".") for p in (ROOT / "tfm").rglob("*.py")}
     assert found == folders
@@ -49,8 +54,15 @@ def test_every_engine_folder_is_a_package_and_nothing_else_is():
 
 
 def test_app_command_runs_the_checkouts_app(tmp_path, capsys):
-    assert cli.app_argv(["--server.port", "8600"]) == [sys.executable, "-m", "streamlit", "run",
-                                                        str(ROOT / "app.py"), "--server.port", "8600"]
+    assert cli.app_argv(["--server.port", "8600"]) == [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ROOT / "app.py"),
+        "--server.port",
+        "8600",
+    ]
     with pytest.raises(cli.UsageError, match="needs the tfm repository checkout.*pip install -e"):
         cli.app_argv([], checkout=tmp_path)  # what a wheel install (no app beside tfm/) says
     assert cli.main(["app", "--help"]) == 0
@@ -80,10 +92,29 @@ def test_tfm_app_serves_the_app(tmp_path):
     port = free_port()
     # run from another folder, tfm importable as an installed package would be
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "tfm", "app", "--server.headless", "true", "--server.port",
-                             str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-                             "--server.fileWatcherType", "none"], cwd=tmp_path, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tfm",
+            "app",
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--browser.gatherUsageStats",
+            "false",
+            "--server.fileWatcherType",
+            "none",
+        ],
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         body = _health(proc, port)
         assert body == b"ok", proc.stdout.read().decode() if proc.poll() is not None else "no answer"
@@ -102,9 +133,24 @@ def test_wheel_builds_with_the_engine_only(tmp_path):
     shutil.copytree(ROOT / "tfm", src / "tfm", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path / "out")], check=True, capture_output=True, timeout=300)
-    wheel, = (tmp_path / "out").glob("tfm-*.whl")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(src),
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "out"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = (tmp_path / "out").glob("tfm-*.whl")
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         entry = z.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()

@@ -2,6 +2,7 @@
 what they draw, so no page builds a cache key or hands a closure to a cache; no page branches on a
 model's name; `ui/` modules stay small; a page names what it imports; the attention window, the
 token-label format and the Markdown escape are each written once."""
+
 from __future__ import annotations
 
 import ast
@@ -11,7 +12,7 @@ from pathlib import Path
 from tfm.loaders.loading import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
-CACHE_CALLS = {"derived", "derived_status", "is_cached", "run_traced"}   # ui.cache: keys built by the caller
+CACHE_CALLS = {"derived", "derived_status", "is_cached", "run_traced"}  # ui.cache: keys built by the caller
 CACHES = {"PROMPTS", "MODELS"}
 MODEL_NAMES = {"smollm2", *REGISTRY}
 UI_MAX_LINES = 250
@@ -29,13 +30,19 @@ def cache_misuse(source: str) -> list[str]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Call):
             name, args = called_name(node), [*node.args, *(k.value for k in node.keywords)]
-            is_cache = name in CACHE_CALLS or (isinstance(node.func, ast.Attribute)
-                                               and isinstance(node.func.value, ast.Name) and node.func.value.id == "cache")
+            is_cache = name in CACHE_CALLS or (
+                isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "cache"
+            )
             if name in CACHE_CALLS:
                 found.append(f"{node.lineno}: {name}(...)")
             if is_cache and any(isinstance(a, (ast.Lambda, ast.Tuple)) for a in args):
                 found.append(f"{node.lineno}: a lambda or a key tuple given to {name}")
-        elif isinstance(node, (ast.Name, ast.Attribute)) and (getattr(node, "id", None) or getattr(node, "attr", None)) in CACHES:
+        elif (
+            isinstance(node, (ast.Name, ast.Attribute))
+            and (getattr(node, "id", None) or getattr(node, "attr", None)) in CACHES
+        ):
             found.append(f"{node.lineno}: the cache itself")
         elif isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
@@ -68,8 +75,8 @@ def test_no_page_builds_a_cache_key_or_passes_a_closure_or_branches_on_a_model_n
 
 
 def test_the_scan_sees_each_kind_of_misuse():
-    assert cache_misuse('x = state.derived("a", lambda lm: 1, spec, device)')            # a call and its lambda
-    assert cache_misuse('x = cache.finished(("induction", settings))')                   # a key tuple
+    assert cache_misuse('x = state.derived("a", lambda lm: 1, spec, device)')  # a call and its lambda
+    assert cache_misuse('x = cache.finished(("induction", settings))')  # a key tuple
     assert cache_misuse("n = models.PROMPTS.nbytes")
     assert cache_misuse('if run.spec == "smollm2":\n    pass') and cache_misuse('ok = "default" != spec')
     assert cache_misuse('big = spec in ("smollm2", "gpt2")')
@@ -77,9 +84,12 @@ def test_the_scan_sees_each_kind_of_misuse():
 
 
 def test_every_ui_module_is_small():
-    sizes = {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines())
-             for p in (ROOT / "ui").rglob("*.py")}
-    assert sizes and all(n <= UI_MAX_LINES for n in sizes.values()), {p: n for p, n in sizes.items() if n > UI_MAX_LINES}
+    sizes = {
+        str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines()) for p in (ROOT / "ui").rglob("*.py")
+    }
+    assert sizes and all(n <= UI_MAX_LINES for n in sizes.values()), {
+        p: n for p, n in sizes.items() if n > UI_MAX_LINES
+    }
 
 
 def test_pages_and_ui_name_what_they_import():
@@ -95,13 +105,17 @@ def code_files() -> list[Path]:
 
 def written(pattern: str) -> list[str]:
     rx = re.compile(pattern)
-    return [f"{p.relative_to(ROOT)}:{n}" for p in code_files()
-            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if rx.search(line)]
+    return [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in code_files()
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if rx.search(line)
+    ]
 
 
 def test_the_window_the_token_label_and_the_markdown_escape_are_written_once():
     assert [w.split(":")[0] for w in written(r"^\s*(KEY_)?WINDOW\s*=")] == ["tfm/viz/attention.py"]
-    assert [w.split(":")[0] for w in written(r"\} ·\{")] == ["tfm/text/token_view.py"]   # f"{piece} ·{position}"
+    assert [w.split(":")[0] for w in written(r"\} ·\{")] == ["tfm/text/token_view.py"]  # f"{piece} ·{position}"
     assert not written(r"def (md|md_escape|escape_md)\(")
     assert [w.split(":")[0] for w in written(r"def escape_markdown\(")] == ["tfm/core/escape.py"]
 
@@ -120,16 +134,23 @@ def engine_imports(source: str) -> list[str]:
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
         if isinstance(node, ast.ImportFrom):
             names = [node.module or ""] if node.module != "tfm" else [f"tfm.{a.name}" for a in node.names]
-        out += [f"{node.lineno}: {n}" for n in names
-                if n.split(".")[0] == "services" or n.split(".")[0] == "tfm" and not n.startswith("tfm.viz")]
+        out += [
+            f"{node.lineno}: {n}"
+            for n in names
+            if n.split(".")[0] == "services" or n.split(".")[0] == "tfm" and not n.startswith("tfm.viz")
+        ]
     return out
 
 
 def sidebar_keys(source: str) -> list[str]:
     """Session-state keys of the sidebar's values (`sidebar.*`, `app.model_spec`) named by a page."""
-    return [f"{node.lineno}: {node.value}" for node in ast.walk(ast.parse(source))
-            if isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and (node.value.startswith(("sidebar.", "keep.sidebar.")) or node.value == "app.model_spec")]
+    return [
+        f"{node.lineno}: {node.value}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and (node.value.startswith(("sidebar.", "keep.sidebar.")) or node.value == "app.model_spec")
+    ]
 
 
 def top_level_work(source: str) -> list[str]:
@@ -139,9 +160,17 @@ def top_level_work(source: str) -> list[str]:
     calls = [s for s in body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)]
     allowed = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
     out = [f"{s.lineno}: {type(s).__name__}" for s in body if not isinstance(s, allowed) and s not in calls[-1:]]
-    out += [f"{s.lineno}: a call in a constant" for s in body if isinstance(s, (ast.Assign, ast.AnnAssign))
-            and any(isinstance(n, ast.Call) and not called_name(n)[:1].isupper()   # a constant may build a settings
-                    and called_name(n) not in ("frozenset", "dict", "tuple") for n in ast.walk(s))]   # object
+    out += [
+        f"{s.lineno}: a call in a constant"
+        for s in body
+        if isinstance(s, (ast.Assign, ast.AnnAssign))
+        and any(
+            isinstance(n, ast.Call)
+            and not called_name(n)[:1].isupper()  # a constant may build a settings
+            and called_name(n) not in ("frozenset", "dict", "tuple")
+            for n in ast.walk(s)
+        )
+    ]  # object
     if not calls or calls[-1] is not body[-1]:
         out.append("the module does not end with one call (main())")
     return out
@@ -153,19 +182,25 @@ def rule_breaks(rule) -> dict[str, list[str]]:
 
 def test_pages_import_ui_and_tfm_viz_only():
     bad = rule_breaks(engine_imports)
-    assert set(bad) == ENGINE_IMPORTS_LEFT, ("re-export what a page needs through its ui module: "
-                                             f"{ {p: f for p, f in bad.items() if p not in ENGINE_IMPORTS_LEFT} }")
+    assert set(bad) == ENGINE_IMPORTS_LEFT, (
+        "re-export what a page needs through its ui module: "
+        f"{ {p: f for p, f in bad.items() if p not in ENGINE_IMPORTS_LEFT} }"
+    )
 
 
 def test_no_page_names_a_sidebar_key():
     bad = rule_breaks(sidebar_keys)
-    assert set(bad) == SIDEBAR_KEYS_LEFT, ("read the Sidebar that sidebar.render() returns: "
-                                           f"{ {p: f for p, f in bad.items() if p not in SIDEBAR_KEYS_LEFT} }")
+    assert set(bad) == SIDEBAR_KEYS_LEFT, (
+        "read the Sidebar that sidebar.render() returns: "
+        f"{ {p: f for p, f in bad.items() if p not in SIDEBAR_KEYS_LEFT} }"
+    )
 
 
 def test_page_bodies_live_in_functions():
     bad = rule_breaks(top_level_work)
-    assert set(bad) == TOP_LEVEL_LEFT, f"def main(): ... then main(): { {p: f for p, f in bad.items() if p not in TOP_LEVEL_LEFT} }"
+    assert set(bad) == TOP_LEVEL_LEFT, (
+        f"def main(): ... then main(): { {p: f for p, f in bad.items() if p not in TOP_LEVEL_LEFT} }"
+    )
 
 
 def test_the_scan_sees_engine_imports_sidebar_keys_and_top_level_work():
@@ -175,9 +210,11 @@ def test_the_scan_sees_engine_imports_sidebar_keys_and_top_level_work():
     assert not engine_imports("from tfm.viz import norms as norm_figs\nimport tfm.viz.figure_dicts\nfrom ui import run")
     assert sidebar_keys('seed = st.session_state["sidebar.seed"]') and sidebar_keys('ss.get("sidebar.prompt", "")')
     assert sidebar_keys('spec = ss["app.model_spec"]') and not sidebar_keys('layer = ss["norms.layer"]')
-    assert top_level_work('import streamlit as st\nst.title("x")\nmain()')            # work outside main
-    assert top_level_work("def main():\n    pass\nmain()\nx = 1")                     # not ending with the call
+    assert top_level_work('import streamlit as st\nst.title("x")\nmain()')  # work outside main
+    assert top_level_work("def main():\n    pass\nmain()\nx = 1")  # not ending with the call
     assert top_level_work("def main():\n    pass\nfor i in range(2):\n    pass\nmain()")
-    assert top_level_work("run = current_run()\ndef main():\n    pass\nmain()")       # a call hidden in a constant
+    assert top_level_work("run = current_run()\ndef main():\n    pass\nmain()")  # a call hidden in a constant
     assert not top_level_work("SETTINGS = GraphSettings(max_tokens=64)\ndef main():\n    pass\nmain()")
-    assert not top_level_work('"""Doc."""\nimport streamlit as st\nKEYS = ("a", "b")\n\ndef main():\n    pass\n\nmain()')
+    assert not top_level_work(
+        '"""Doc."""\nimport streamlit as st\nKEYS = ("a", "b")\n\ndef main():\n    pass\n\nmain()'
+    )

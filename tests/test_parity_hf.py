@@ -22,8 +22,13 @@ from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast  # noqa:
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest.one_thread
 
-TEXTS = ["The cat sat on the mat.", "hello there, world! 123", "café — “quotes” 你好 👍",
-         "  leading spaces\n\nand new lines\t tabs", "it's what they've done"]
+TEXTS = [
+    "The cat sat on the mat.",
+    "hello there, world! 123",
+    "café — “quotes” 你好 👍",
+    "  leading spaces\n\nand new lines\t tabs",
+    "it's what they've done",
+]
 
 
 def vocab_size_of(folder: Path) -> int:
@@ -34,8 +39,17 @@ def hf_model(vocab_size: int, seed: int = 0, **config) -> GPT2LMHeadModel:
     """A small GPT-2 with every weight perturbed well away from its N(0, 0.02) init, so attention
     patterns are far from uniform and mistakes in any weight would show."""
     torch.manual_seed(seed)
-    cfg = GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=64, vocab_size=vocab_size,
-                     bos_token_id=0, eos_token_id=0, attn_implementation="eager", **config)
+    cfg = GPT2Config(
+        n_layer=2,
+        n_head=4,
+        n_embd=64,
+        n_positions=64,
+        vocab_size=vocab_size,
+        bos_token_id=0,
+        eos_token_id=0,
+        attn_implementation="eager",
+        **config,
+    )
     model = GPT2LMHeadModel(cfg).eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -102,12 +116,15 @@ def test_token_ids_match_gpt2_tokenizer_fast(gpt2_vocab_folder):
 
 
 @pytest.mark.usefixtures("every_product_onednn")
-@pytest.mark.parametrize("hf_config, activation", [
-    (dict(activation_function="gelu"), "gelu"),
-    (dict(activation_function="relu"), "relu"),
-    (dict(tie_word_embeddings=False), "gelu_tanh"),
-    (dict(n_inner=96, layer_norm_epsilon=1e-3), "gelu_tanh"),
-])
+@pytest.mark.parametrize(
+    "hf_config, activation",
+    [
+        (dict(activation_function="gelu"), "gelu"),
+        (dict(activation_function="relu"), "relu"),
+        (dict(tie_word_embeddings=False), "gelu_tanh"),
+        (dict(n_inner=96, layer_norm_epsilon=1e-3), "gelu_tanh"),
+    ],
+)
 def test_hf_config_variants_load_with_parity(hf_config, activation, gpt2_vocab_folder, tmp_path):
     hf = hf_model(vocab_size_of(gpt2_vocab_folder), seed=1, **hf_config)
     lm = tfm.load(save_hf_folder(hf, tmp_path / "gpt2", gpt2_vocab_folder), device="cpu")
@@ -141,12 +158,19 @@ def test_hf_attention_variants_tfm_cannot_compute_are_refused(gpt2_vocab_folder,
 
 # ---- nanoGPT ------------------------------------------------------------------------------
 
+
 def nanogpt_state(model, prefix: str = "", mask_buffers: bool = False) -> dict[str, torch.Tensor]:
     """tfm weights under nanoGPT's names (nn.Linear layout, lm_head tied to wte)."""
     sd = model.state_dict()
     out = {"transformer.wte.weight": sd["tok_emb.weight"], "transformer.wpe.weight": sd["pos_emb.weight"]}
-    parts = {"ln1": "ln_1", "ln2": "ln_2", "attn.qkv": "attn.c_attn", "attn.proj": "attn.c_proj",
-             "mlp.fc": "mlp.c_fc", "mlp.proj": "mlp.c_proj"}
+    parts = {
+        "ln1": "ln_1",
+        "ln2": "ln_2",
+        "attn.qkv": "attn.c_attn",
+        "attn.proj": "attn.c_proj",
+        "mlp.fc": "mlp.c_fc",
+        "mlp.proj": "mlp.c_proj",
+    }
     t = model.config.context_length
     for i in range(model.config.n_layer):
         for ours, theirs in parts.items():
@@ -187,18 +211,28 @@ def nanogpt_forward(sd: dict[str, torch.Tensor], args: dict, idx: torch.Tensor) 
     return F.linear(ln(x, "transformer.ln_f"), sd["lm_head.weight"])
 
 
-@pytest.mark.parametrize("bias, prefix, mask_buffers", [
-    (True, "", False), (False, "", False), (True, "_orig_mod.", True), (False, "_orig_mod.", False),
-])
+@pytest.mark.parametrize(
+    "bias, prefix, mask_buffers",
+    [(True, "", False), (False, "", False), (True, "_orig_mod.", True), (False, "_orig_mod.", False)],
+)
 def test_nanogpt_checkpoint_loads_exactly(bias, prefix, mask_buffers, gpt2_vocab_folder, tmp_path, make_model):
     vocab = vocab_size_of(gpt2_vocab_folder)
-    cfg = ModelConfig(vocab_size=vocab, context_length=64, d_model=64, n_layer=2, n_head=4, d_ff=256,
-                      activation="gelu", bias=bias)
+    cfg = ModelConfig(
+        vocab_size=vocab, context_length=64, d_model=64, n_layer=2, n_head=4, d_ff=256, activation="gelu", bias=bias
+    )
     source = make_model(cfg, scale=0.25)
     args = dict(n_layer=2, n_head=4, n_embd=64, block_size=64, bias=bias, vocab_size=vocab, dropout=0.0)
     sd = nanogpt_state(source, prefix, mask_buffers)
-    torch.save({"model": sd, "model_args": args, "iter_num": 5, "best_val_loss": torch.tensor(3.2),
-                "config": {"dataset": "shakespeare"}}, tmp_path / "ckpt.pt")
+    torch.save(
+        {
+            "model": sd,
+            "model_args": args,
+            "iter_num": 5,
+            "best_val_loss": torch.tensor(3.2),
+            "config": {"dataset": "shakespeare"},
+        },
+        tmp_path / "ckpt.pt",
+    )
     for name in ("vocab.json", "merges.txt"):
         (tmp_path / name).write_bytes((gpt2_vocab_folder / name).read_bytes())
     for where in (tmp_path / "ckpt.pt", tmp_path):  # the file or its folder
@@ -222,7 +256,9 @@ def test_nanogpt_checkpoint_with_meta_pkl_and_no_vocab_says_pickle(tmp_path):
     marker = tmp_path / "unpickled"
     # If tfm ever unpickled meta.pkl, this would create the marker file.
     (tmp_path / "meta.pkl").write_bytes(pickle.dumps(_Touch(marker)))
-    with pytest.raises(FileNotFoundError, match=r"meta\.pkl is a pickle, which tfm never loads.*vocab\.json and merges\.txt"):
+    with pytest.raises(
+        FileNotFoundError, match=r"meta\.pkl is a pickle, which tfm never loads.*vocab\.json and merges\.txt"
+    ):
         tfm.load(tmp_path / "ckpt.pt", device="cpu")
     assert not marker.exists()
     (tmp_path / "meta.pkl").unlink()

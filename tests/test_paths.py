@@ -1,4 +1,5 @@
 """tfm.loaders.paths.resolve_allowed: only folders inside the allowed roots; one refusal for everything else."""
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,18 @@ def test_inside_a_root_is_resolved(tree):
 
 def test_every_path_outside_gets_the_same_message(tree):
     roots = [tree / "root"]
-    probes = ["/etc", "/root/.ssh", "/etc/passwd", "/no/such/path", str(tree / "secret"),
-              str(tree / "secret" / "file.txt"), "~", "", "   ", "a\0b"]
+    probes = [
+        "/etc",
+        "/root/.ssh",
+        "/etc/passwd",
+        "/no/such/path",
+        str(tree / "secret"),
+        str(tree / "secret" / "file.txt"),
+        "~",
+        "",
+        "   ",
+        "a\0b",
+    ]
     messages = {refusal(p, roots) for p in probes}
     assert len(messages) == 1, messages
     msg = messages.pop()
@@ -45,7 +56,7 @@ def test_dotdot_and_symlinks_cannot_escape(tree):
     root = tree / "root"
     os.symlink(tree / "secret", root / "link")
     os.symlink(tree / "secret" / "file.txt", root / "file-link")
-    os.symlink(root / "model", root / "inner-link")       # a link that stays inside is fine
+    os.symlink(root / "model", root / "inner-link")  # a link that stays inside is fine
     same = refusal("/etc", [root])
     assert refusal(str(root / ".." / "secret" / "model"), [root]) == same
     assert refusal(str(root / "link" / "model"), [root]) == same

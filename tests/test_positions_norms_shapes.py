@@ -1,6 +1,7 @@
 """tfm.analysis.positions, tfm.analysis.norms, tfm.analysis.shapes: the permutation check, the LayerNorm worked example, depth_norms, position
 helpers, shape traces, parameter formulas and KV-cache sizes, each against an independent
 computation."""
+
 from __future__ import annotations
 
 import itertools
@@ -25,6 +26,7 @@ def small(**kw) -> ModelConfig:
 
 
 # ---- permutation check -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", "none"])
 def test_attention_without_positions_is_permutation_equivariant_and_with_them_is_not(pos, make_model):
@@ -60,9 +62,17 @@ def test_permutation_check_rejects_a_single_token(make_model):
 
 # ---- LayerNorm worked example ------------------------------------------------------------
 
-@pytest.mark.parametrize("norm,placement,which", [
-    (n, p, w) for n in ("layernorm", "rmsnorm") for p in ("pre", "post") for w in ("ln1", "ln2", "ln_final")
-    if not (p == "post" and w == "ln_final")])
+
+@pytest.mark.parametrize(
+    "norm,placement,which",
+    [
+        (n, p, w)
+        for n in ("layernorm", "rmsnorm")
+        for p in ("pre", "post")
+        for w in ("ln1", "ln2", "ln_final")
+        if not (p == "post" and w == "ln_final")
+    ],
+)
 def test_worked_example_matches_torch_norm_functions(norm, placement, which, make_model):
     model = make_model(small(norm=norm, norm_placement=placement))
     with torch.no_grad():
@@ -98,6 +108,7 @@ def test_worked_example_rejects_bad_choices(make_model):
 
 # ---- depth_norms ------------------------------------------------------------------------
 
+
 def test_depth_norms_shapes_values_and_gradients_match_autograd():
     cfg = small(n_layer=6)
     res = norms.depth_norms(cfg, IDS.tolist(), seed=4)
@@ -114,7 +125,7 @@ def test_depth_norms_shapes_values_and_gradients_match_autograd():
     assert res.loss == pytest.approx(float(loss.detach()), rel=1e-5)
     for i, block in enumerate(model.blocks):
         grads = torch.autograd.grad(loss, list(block.parameters()), retain_graph=True)
-        assert float(res.grad_norm[i]) == pytest.approx(float(torch.sqrt(sum((g ** 2).sum() for g in grads))), rel=1e-4)
+        assert float(res.grad_norm[i]) == pytest.approx(float(torch.sqrt(sum((g**2).sum() for g in grads))), rel=1e-4)
     emb = (model.tok_emb(IDS) + model.pos_emb.weight[:17]).detach()
     assert float(res.resid_norm[0]) == pytest.approx(float(emb.norm(dim=-1).mean()), rel=1e-5)
 
@@ -145,6 +156,7 @@ def test_pre_norm_stream_grows_while_post_norm_stream_is_reset_each_block(norm):
 
 
 # ---- positions helpers -------------------------------------------------------------------
+
 
 def test_sinusoidal_dot_products_depend_only_on_offset():
     res = positions.sinusoidal_dots(100, 64, [0, 10, 40])
@@ -191,7 +203,10 @@ def test_pca_of_planar_points_recovers_their_plane():
 
 # ---- shapes, parameters, KV cache ---------------------------------------------------------
 
-@pytest.mark.parametrize("pos,act", [("learned", "gelu"), ("rope", "swiglu"), ("sinusoidal", "relu"), ("none", "gelu_tanh")])
+
+@pytest.mark.parametrize(
+    "pos,act", [("learned", "gelu"), ("rope", "swiglu"), ("sinusoidal", "relu"), ("none", "gelu_tanh")]
+)
 def test_meta_shape_trace_equals_a_real_run(pos, act, make_model):
     cfg = small(pos_encoding=pos, activation=act)
     model = make_model(cfg)
@@ -204,8 +219,19 @@ def test_meta_shape_trace_equals_a_real_run(pos, act, make_model):
         shapes.shape_trace(cfg, IDS, 1, 65)
 
 
-@pytest.mark.parametrize("variant", list(itertools.product(
-    ["learned", "rope"], ["layernorm", "rmsnorm"], ["pre", "post"], ["gelu", "swiglu"], [True, False], [True, False])))
+@pytest.mark.parametrize(
+    "variant",
+    list(
+        itertools.product(
+            ["learned", "rope"],
+            ["layernorm", "rmsnorm"],
+            ["pre", "post"],
+            ["gelu", "swiglu"],
+            [True, False],
+            [True, False],
+        )
+    ),
+)
 def test_param_formulas_equal_the_real_counts(variant):
     pos, norm, placement, act, bias, tied = variant
     cfg = small(pos_encoding=pos, norm=norm, norm_placement=placement, activation=act, bias=bias, tied_embeddings=tied)
@@ -213,19 +239,30 @@ def test_param_formulas_equal_the_real_counts(variant):
     assert {k: v for k, (_, v) in shapes.param_formulas(cfg).items()} == counts
 
 
-@pytest.mark.parametrize("extra", [dict(head_dim=12, qk_norm=True), dict(n_kv_head=2, head_dim=6, qkv_bias=True),
-                                   dict(n_kv_head=1, head_dim=16, qk_norm=True, post_norms=True, activation="geglu")])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        dict(head_dim=12, qk_norm=True),
+        dict(n_kv_head=2, head_dim=6, qkv_bias=True),
+        dict(n_kv_head=1, head_dim=16, qk_norm=True, post_norms=True, activation="geglu"),
+    ],
+)
 def test_param_formulas_equal_the_real_counts_with_gemma_and_qwen3_fields(extra):
     cfg = small(pos_encoding="rope", norm="rmsnorm", bias=False, **extra)
     assert {k: v for k, (_, v) in shapes.param_formulas(cfg).items()} == param_counts(GPT(cfg))
 
 
 def test_kv_cache_with_windows_counts_local_layers_up_to_their_window():
-    cfg = small(pos_encoding="rope", n_layer=6, n_kv_head=1, head_dim=16, sliding_window=10, local_layers=(0, 1, 2, 3, 4))
-    per_position = 2 * 1 * 16 * 4            # K and V, one head of 16, float32
+    cfg = small(
+        pos_encoding="rope", n_layer=6, n_kv_head=1, head_dim=16, sliding_window=10, local_layers=(0, 1, 2, 3, 4)
+    )
+    per_position = 2 * 1 * 16 * 4  # K and V, one head of 16, float32
     assert shapes.kv_window_bytes(cfg, 50, torch.float32) == per_position * (1 * 50 + 5 * 10)
-    assert shapes.kv_window_bytes(cfg, 8, torch.float32) == per_position * 6 * 8 == shapes.kv_cache_bytes(
-        cfg, 8, torch.float32).formula        # shorter than the window: nothing to drop
+    assert (
+        shapes.kv_window_bytes(cfg, 8, torch.float32)
+        == per_position * 6 * 8
+        == shapes.kv_cache_bytes(cfg, 8, torch.float32).formula
+    )  # shorter than the window: nothing to drop
 
 
 def test_gpt2_parameter_formula_total_is_124m():

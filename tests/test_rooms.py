@@ -2,6 +2,7 @@
 real redis-server (tests/rooms_fixtures.py). Hostile cases: a student doing teacher actions,
 forged and guessed codes, 10,000 answers from one client, a 1 MB nickname, markup in answers,
 and a process killed mid-question (every acknowledged answer is still there)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -59,8 +60,10 @@ def leftovers(store, code: str) -> int:
     if isinstance(store, RedisStore):
         return len(store.r.keys(store.prefix + code + "*"))
     db = store._db()
-    return sum(db.execute(f"SELECT count(*) FROM {t} WHERE code = ?", (code,)).fetchone()[0]
-               for t in ("rooms", "questions", "students", "answers"))
+    return sum(
+        db.execute(f"SELECT count(*) FROM {t} WHERE code = ?", (code,)).fetchone()[0]
+        for t in ("rooms", "questions", "students", "answers")
+    )
 
 
 def stored_teacher(store, code: str) -> str:
@@ -128,6 +131,7 @@ def test_the_teachers_preview_is_kept_for_the_processes_and_moves_no_student(sto
 def test_a_rooms_file_made_before_previews_is_opened_and_gets_them(tmp_path):
     import sqlite3
     from services.rooms import sqlite_store
+
     old = sqlite_store.SCHEMA.replace(", preview TEXT);", ");")
     assert old != sqlite_store.SCHEMA
     sqlite3.connect(tmp_path / "old.sqlite3").executescript(old)
@@ -151,15 +155,15 @@ def test_a_student_cannot_do_what_only_the_teacher_may(store):
         with pytest.raises(PermissionError):
             store.ask(made.code, key, {}, {})
     assert store.room(made.code).question.state == "open" and store.room(made.code).moment is None
-    with pytest.raises(PermissionError):   # and a stranger (no student id) cannot answer
+    with pytest.raises(PermissionError):  # and a stranger (no student id) cannot answer
         store.answer(made.code, "not-a-student", qid, "Paris")
 
 
 def test_one_answer_per_student_per_question_counts_only_and_the_truth_waits_for_reveal(store):
     made, sids, qid = asked(store)
-    assert store.room(made.code).question.truth is None   # students never read it before the reveal
+    assert store.room(made.code).question.truth is None  # students never read it before the reveal
     store.answer(made.code, sids[0], qid, " Paris")
-    store.answer(made.code, sids[0], qid, "London")       # replaces
+    store.answer(made.code, sids[0], qid, "London")  # replaces
     store.answer(made.code, sids[1], qid, "London")
     store.answer(made.code, sids[2], qid, "Paris")
     assert store.counts(made.code, qid) == {"London": 2, "Paris": 1}
@@ -196,12 +200,12 @@ def test_guessed_and_forged_codes_are_refused_and_limited_per_screen(store):
         with pytest.raises(RoomError) as e:
             store.join(rules.new_code(), "screen:attacker")
         assert not isinstance(e.value, RateLimited)
-    with pytest.raises(RateLimited):   # past the limit even the right code is refused on that screen: no hit shows
+    with pytest.raises(RateLimited):  # past the limit even the right code is refused on that screen: no hit shows
         store.join(made.code, "screen:attacker")
-    for i in range(61):                 # 61 more wrong tries, from screens sharing one school address
+    for i in range(61):  # 61 more wrong tries, from screens sharing one school address
         with pytest.raises(RoomError):
             store.join(rules.new_code(), f"screen:class{i // count}")
-    assert store.join(made.code, "screen:latecomer")[0] == made.code   # a correct code still gets in
+    assert store.join(made.code, "screen:latecomer")[0] == made.code  # a correct code still gets in
     assert store.rejoin(rules.shown_code(made.code), sid) == made.code  # and a student's own rejoin
     with pytest.raises(RoomError):
         store.rejoin(made.code, "not-a-student")
@@ -228,7 +232,7 @@ def test_the_teacher_sees_how_many_students_show_a_push_and_a_question_keeps_its
     store.showing(made.code, sids[1], mid)
     store.showing(made.code, "not-a-student", mid)
     assert store.shown(made.code, mid) == 2
-    store.showing(made.code, sids[0], mid + 1)   # (a later moment's report)
+    store.showing(made.code, sids[0], mid + 1)  # (a later moment's report)
     assert store.shown(made.code, mid) == 1
     qid = store.ask(made.code, made.teacher_key, {"kind": "estimate", "token": 1, "shown": "a"}, {"value": 0.5}, first)
     q = store.room(made.code).question
@@ -262,7 +266,7 @@ def test_nicknames_and_answers_are_bounded_one_line_text(store):
     code, sid = store.join(made.code, "ip", "  Eve\u202e\n\x00 <b>x</b> ")
     assert store.results(made.code, made.teacher_key) and store._students(code)[sid] == "Eve <b>x</b>"
     hostile = "<img src=x onerror=alert(1)> **b** [l](http://x)"
-    store.answer(code, sid, qid, hostile)   # kept as typed: pages show it through ui.text.plain
+    store.answer(code, sid, qid, hostile)  # kept as typed: pages show it through ui.text.plain
     assert store.counts(code, qid) == {hostile: 1}
     with pytest.raises(ValueError, match="over 24,000 bytes"):
         Moment("tour", (("prompt", "x" * 30_000),))
@@ -295,9 +299,9 @@ def test_sqlite_deletes_every_ended_room_while_another_is_in_use(tmp_path, clock
     made, _, _ = asked(store)
     clock.now += rules.ROOM_SECONDS - 30
     other = store.create("someone")
-    clock.now += 31                      # the first room ended; nobody asks for it
-    store.room(other.code)               # a student of another room polls
-    assert leftovers(store, made.code) > 0   # (not yet: at most one purge a minute)
+    clock.now += 31  # the first room ended; nobody asks for it
+    store.room(other.code)  # a student of another room polls
+    assert leftovers(store, made.code) > 0  # (not yet: at most one purge a minute)
     clock.now += store.PURGE_SECONDS
     store.room(other.code)
     assert leftovers(store, made.code) == 0 and leftovers(store, other.code) > 0
@@ -309,7 +313,7 @@ def test_redis_deletes_an_ended_room_by_itself(redis_url):
     made, sids, qid = asked(store)
     store.answer(made.code, sids[0], qid, "Paris")
     keys = store.r.keys(store.prefix + made.code + "*")
-    assert len(keys) == 4 and all(store.r.ttl(k) > 0 for k in keys)   # room, students, question, answers
+    assert len(keys) == 4 and all(store.r.ttl(k) > 0 for k in keys)  # room, students, question, answers
     time.sleep(2.2)
     assert store.r.keys(store.prefix + made.code + "*") == []
 
@@ -332,16 +336,23 @@ def test_killing_one_of_two_processes_mid_question_loses_no_acknowledged_answer(
     made = store.create("t")
     qid = store.ask(made.code, made.teacher_key, {"kind": "next_token"}, {})
     target = where.get("redis_url") or str(where["db"])
-    procs = [subprocess.Popen([sys.executable, "-c", ANSWERER, target, made.code, str(qid), name],
-                              cwd=ROOT, stdout=subprocess.PIPE, text=True) for name in "ab"]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", ANSWERER, target, made.code, str(qid), name],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name in "ab"
+    ]
     acked = [procs[0].stdout.readline().split() for _ in range(5)]
-    procs[0].send_signal(signal.SIGKILL)   # killed mid-question, between or inside writes
+    procs[0].send_signal(signal.SIGKILL)  # killed mid-question, between or inside writes
     procs[0].wait()
     acked += [line.split() for line in procs[0].stdout.read().splitlines() if line.strip()]
     out, _ = procs[1].communicate(timeout=120)
     acked += [line.split() for line in out.splitlines()]
     assert procs[1].returncode == 0 and len(acked) >= 30
-    fresh = open_store(**where)   # a process that never saw these answers
+    fresh = open_store(**where)  # a process that never saw these answers
     for sid, text in acked:
         assert fresh.my_answer(made.code, sid, qid) == text
     assert sum(fresh.counts(made.code, qid).values()) >= len(acked)

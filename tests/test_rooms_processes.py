@@ -11,6 +11,7 @@ the bundled model), driven by Streamlit's websocket protocol as phones drive it
 Whether a screen computed something is what the page itself shows: a status line ("Running the
 model on N tokens…", "Decoding positions…") is drawn only for work that is not cached yet
 (ui.progress.with_status). Skipped where nginx is not installed (.ci installs it)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -52,8 +53,15 @@ def klass(tmp_path_factory):
     base, db = free_base(), tmp_path_factory.mktemp("rooms") / "rooms.sqlite3"
     env = dict(os.environ, TFM_PORT=str(base), OMP_NUM_THREADS="1", TFM_ROOMS_DB=str(db), TFM_WARM_MODEL=MODEL)
     env.pop("TFM_ROOMS_REDIS", None)
-    proc = subprocess.Popen(["bash", "deploy/run_class.sh", "2", "--", "--default-model", MODEL], cwd=ROOT, env=env,
-                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        ["bash", "deploy/run_class.sh", "2", "--", "--default-model", MODEL],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     said: list[str] = []
     threading.Thread(target=lambda: said.extend(proc.stdout), daemon=True).start()
     try:
@@ -93,10 +101,12 @@ def joined(bench, port: int, code: str, nick: str):
 
 def follow(s, done, seconds: float = 120) -> None:
     """Poll as the phone's banner does (its fragment, every second) until `done()`."""
+
     def polled():
         if not done():
             s.rerun(fragment=s.fragment)
         return done()
+
     until(polled, seconds, every=0)
 
 
@@ -104,8 +114,8 @@ def test_the_other_process_opens_the_teachers_view_before_the_push(klass):
     bench = load_bench()
     _, (a, b), store, logs, _ = klass
     made = store.create("teacher")
-    ada = joined(bench, b, made.code, "Ada")   # on the process the teacher's screen is not on
-    control = bench.RoomStudent(b, made.code, 240)   # the oracle: a never-seen prompt computes on b
+    ada = joined(bench, b, made.code, "Ada")  # on the process the teacher's screen is not on
+    control = bench.RoomStudent(b, made.code, 240)  # the oracle: a never-seen prompt computes on b
     control.page, control.query = "logit_lens", urlencode({"model": MODEL, "prompt": "Nobody showed this prompt."})
     control.rerun()
     assert any(w.startswith("Running the model on") for w in control.waited), control.waited
@@ -113,10 +123,10 @@ def test_the_other_process_opens_the_teachers_view_before_the_push(klass):
     params = {"model": MODEL, "prompt": "The teacher looks at the lens of this prompt first.", "seed": "0"}
     teacher = bench.RoomStudent(a, made.code, 240)
     teacher.query = urlencode({"room": made.code, "teacher": made.teacher_key, **params})
-    teacher.rerun()   # the teacher link: this session is the room's teacher
+    teacher.rerun()  # the teacher link: this session is the room's teacher
     teacher.page, teacher.page_hash, teacher.query = "logit_lens", "", urlencode(params)
     teacher.rerun()
-    assert any(w.startswith("Running the model on") for w in teacher.waited)   # a's first sight of it
+    assert any(w.startswith("Running the model on") for w in teacher.waited)  # a's first sight of it
     until(lambda: len(re.findall(r"opened logit_lens for the class", (logs / f"app-{b}.log").read_text())) > opened)
     ada.waited = []
     teacher.rerun([bench.WidgetState(id=teacher.widgets["room.push"], trigger_value=True)])
@@ -125,12 +135,16 @@ def test_the_other_process_opens_the_teachers_view_before_the_push(klass):
     follow(ada, lambda: params["prompt"] in ada.shown)
     assert ada.page == "logit_lens" and not ada.errors, ada.errors
     assert ada.waited == [], f"b computed the pushed view for its student: {ada.waited}"
-    before = store.room(made.code)   # a student's screen sending the teacher's push button does nothing
+    before = store.room(made.code)  # a student's screen sending the teacher's push button does nothing
     ada.query = urlencode({**parse_qs_one(ada.query), "prompt": "A student's own prompt."})
     ada.rerun([bench.WidgetState(id=teacher.widgets["room.push"], trigger_value=True)])
     after = store.room(made.code)
-    assert (after.moment, after.moment_id, after.version, after.preview) == \
-        (before.moment, before.moment_id, before.version, before.preview)
+    assert (after.moment, after.moment_id, after.version, after.preview) == (
+        before.moment,
+        before.moment_id,
+        before.version,
+        before.preview,
+    )
 
 
 def parse_qs_one(query: str) -> dict[str, str]:
@@ -156,8 +170,9 @@ def _answer_each(phones, qid) -> dict[int, str]:
 
 def _kill_server(proc, port: int) -> None:
     """SIGKILL the app process (a child of `proc`) serving `port`."""
-    victim = next(p for p in psutil.Process(proc.pid).children(recursive=True) if f"--server.port {port}" in
-                  " ".join(p.cmdline()))
+    victim = next(
+        p for p in psutil.Process(proc.pid).children(recursive=True) if f"--server.port {port}" in " ".join(p.cmdline())
+    )
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
 
@@ -175,21 +190,23 @@ def test_killing_one_process_mid_question_loses_no_answer_and_its_students_come_
     picks = _answer_each(phones, qid)
     before = store.counts(made.code, qid)
     assert sum(before.values()) == 4
-    _kill_server(proc, a)   # mid-question: the question is still open
+    _kill_server(proc, a)  # mid-question: the question is still open
     for i, s in enumerate(phones[:2]):
-        back = bench.RoomStudent(port, made.code, 240, s.cookies)   # through nginx: only b is left
-        back.page, back.query = "classroom", s.query     # the phone's own address (room=) and its cookie
+        back = bench.RoomStudent(port, made.code, 240, s.cookies)  # through nginx: only b is left
+        back.page, back.query = "classroom", s.query  # the phone's own address (room=) and its cookie
         back.rerun()
-        assert not back.errors and any(f"Your answer: **{picks[i]}**" in n.replace("\\", "") for n in back.notes), \
+        assert not back.errors and any(f"Your answer: **{picks[i]}**" in n.replace("\\", "") for n in back.notes), (
             back.notes
+        )
         again = next(o for o in back.options if o != picks[i])
-        back.answer(qid, back.options.index(again))   # still in the room: the answer can change
+        back.answer(qid, back.options.index(again))  # still in the room: the answer can change
         picks[i] = again
     after = store.counts(made.code, qid)
     want: dict[str, int] = {}
     for pick in picks.values():
         want[pick] = want.get(pick, 0) + 1
     assert after == want and sum(after.values()) == 4
-    assert all("me=" not in s.query for s in phones)   # who a phone is never shows in its address
-    assert [store.my_answer(made.code, s.cookies["tfm_student"].split(".")[1], qid) for s in phones] == \
-        [picks[i] for i in range(4)]
+    assert all("me=" not in s.query for s in phones)  # who a phone is never shows in its address
+    assert [store.my_answer(made.code, s.cookies["tfm_student"].split(".")[1], qid) for s in phones] == [
+        picks[i] for i in range(4)
+    ]

@@ -2,6 +2,7 @@
 order, once each, and that a view the teacher left is stopped. (tests/test_rooms_processes.py
 checks the real thing: two app processes, the second one's students computing nothing.) With
 TFM_ROOMS_WARM=off the app runs without it: two real processes, a student's view computed cold."""
+
 from __future__ import annotations
 
 import time
@@ -25,14 +26,14 @@ def test_a_process_opens_the_pushed_view_then_the_previewed_one_once_each_on_its
     opened = []
     warmer = Warmer(lambda: store, {"tour", "logit_lens"}, lambda m, wanted: opened.append(m) or True)
     warmer.warm(code)
-    assert opened == []                                   # nothing shown yet
+    assert opened == []  # nothing shown yet
     store.push(code, key, Moment("tour", (("prompt", "a"),)))
     store.preview(code, key, Moment("logit_lens", (("prompt", "b"),)))
     warmer.warm(code)
     warmer.warm(code)
     assert opened == [Moment("tour", (("prompt", "a"),)), Moment("logit_lens", (("prompt", "b"),))]
-    store.preview(code, key, Moment("secrets", (("prompt", "c"),)))   # not one of this app's pages
-    warmer.shown_here(Moment("tour", (("prompt", "d"),)).to_json())     # the teacher's own screen is here
+    store.preview(code, key, Moment("secrets", (("prompt", "c"),)))  # not one of this app's pages
+    warmer.shown_here(Moment("tour", (("prompt", "d"),)).to_json())  # the teacher's own screen is here
     store.preview(code, key, Moment("tour", (("prompt", "d"),)))
     warmer.warm(code)
     assert len(opened) == 2
@@ -46,10 +47,11 @@ def test_a_view_the_teacher_left_is_no_longer_wanted_and_is_opened_again_if_show
     def opener(moment, wanted):
         asked.append((moment, wanted()))
         if moment == first and len(asked) == 1:
-            store.preview(code, key, second)   # the teacher moves on while it opens
+            store.preview(code, key, second)  # the teacher moves on while it opens
             asked.append((moment, wanted()))
-            return False                       # (open_view stops when wanted() is False)
+            return False  # (open_view stops when wanted() is False)
         return True
+
     warmer = Warmer(lambda: store, {"tour"}, opener)
     store.preview(code, key, first)
     warmer.warm(code)
@@ -57,7 +59,7 @@ def test_a_view_the_teacher_left_is_no_longer_wanted_and_is_opened_again_if_show
     assert asked == [(first, True), (first, False), (second, True)]
     store.preview(code, key, first)
     warmer.warm(code)
-    assert asked[-1] == (first, True)   # stopped before, so opened when it is shown again
+    assert asked[-1] == (first, True)  # stopped before, so opened when it is shown again
 
 
 def test_an_ended_room_is_no_longer_watched(tmp_path):
@@ -85,13 +87,13 @@ def test_with_the_warm_up_off_a_watched_room_starts_no_watcher_and_opens_nothing
     off.watch(code)
     assert off.thread is None and off.codes == {} and opened == []
     on = Warmer(lambda: store, {"tour"}, lambda m, wanted: opened.append(m) or True, on=lambda: True)
-    on.watch(code)   # the same room with it on: watched, and its view opened by the thread
+    on.watch(code)  # the same room with it on: watched, and its view opened by the thread
     assert on.thread is not None and code in on.codes
     deadline = time.monotonic() + 30
     while not opened and time.monotonic() < deadline:
         time.sleep(0.05)
     assert opened == [Moment("tour", (("prompt", "a"),))]
-    on.codes.clear()   # the thread ends at its next look
+    on.codes.clear()  # the thread ends at its next look
 
 
 @pytest.mark.slow
@@ -122,10 +124,10 @@ def test_a_class_on_two_processes_runs_with_the_warm_up_off(tmp_path, monkeypatc
         teacher.rerun([bench.WidgetState(id=teacher.widgets["room.push"], trigger_value=True)])
         follow(ada, lambda: params["prompt"] in ada.shown)
         assert ada.page == "logit_lens" and not ada.errors, ada.errors
-        assert any(w.startswith("Running the model on") for w in ada.waited), ada.waited   # cold on b
+        assert any(w.startswith("Running the model on") for w in ada.waited), ada.waited  # cold on b
     log_b = (SHOTS / "server-warm-off-b.log").read_text()
     assert "room warm-up is off (TFM_ROOMS_WARM=off)" in log_b
-    assert "for the class" not in log_b   # b never opened a view itself
+    assert "for the class" not in log_b  # b never opened a view itself
 
 
 @pytest.mark.parametrize("switch", ["off", "on"])
@@ -135,7 +137,7 @@ def test_the_teachers_screen_says_when_the_warm_up_is_off(tmp_path, monkeypatch,
     monkeypatch.setenv("TFM_ROOMS_DB", str(tmp_path / "rooms.sqlite3"))
     monkeypatch.setenv(warm.SWITCH, switch)
     at = open_page("classroom")
-    assert not any(c.value.startswith("Class warm-up is off") for c in at.sidebar.caption)   # in no room yet
+    assert not any(c.value.startswith("Class warm-up is off") for c in at.sidebar.caption)  # in no room yet
     at.button(key="room.open").click().run()
     at.run()
     assert not at.exception, at.exception
@@ -151,5 +153,6 @@ def test_a_wrong_switch_is_a_wrong_server_setting(monkeypatch):
     monkeypatch.setenv(warm.SWITCH, "maybe")
     at = AppTest.from_file(APP, default_timeout=120).run()
     assert not at.exception, at.exception
-    assert [e.value.replace("\\", "") for e in at.error] == [   # (Markdown escapes removed)
-        "The server's settings are wrong: TFM_ROOMS_WARM is 'maybe': set it to 'on' (the default) or 'off'."]
+    assert [e.value.replace("\\", "") for e in at.error] == [  # (Markdown escapes removed)
+        "The server's settings are wrong: TFM_ROOMS_WARM is 'maybe': set it to 'on' (the default) or 'off'."
+    ]

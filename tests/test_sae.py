@@ -3,6 +3,7 @@ encode / decode / TopK against a direct computation, files round-trip (fp16) and
 files get one clear message, the feature attribution adds up to the model's logit, the
 training command writes a measured card, and the shipped SAE meets its targets on held-out
 text measured here again."""
+
 from __future__ import annotations
 
 import json
@@ -103,13 +104,36 @@ def test_token_features_are_the_top_activations(lm):
         FT.token_features(sae, trace, n=99)
 
 
-@pytest.mark.slow   # a training run: CI only
+@pytest.mark.slow  # a training run: CI only
 def test_training_command_writes_a_measured_card(tmp_path):
     out = tmp_path / "sae"
-    rc = train_sae.main(["train", "--model", "default", "--layer", "2", "--features", "64", "--k", "8",
-                         "--data", f"{CORPUS}/tinystories_train.txt", "--eval-file", f"{CORPUS}/tinystories_valid.txt",
-                         "--max-tokens", "4096", "--eval-tokens", "1040", "--epochs", "1", "--batch", "256",
-                         "--out", str(out)])
+    rc = train_sae.main(
+        [
+            "train",
+            "--model",
+            "default",
+            "--layer",
+            "2",
+            "--features",
+            "64",
+            "--k",
+            "8",
+            "--data",
+            f"{CORPUS}/tinystories_train.txt",
+            "--eval-file",
+            f"{CORPUS}/tinystories_valid.txt",
+            "--max-tokens",
+            "4096",
+            "--eval-tokens",
+            "1040",
+            "--epochs",
+            "1",
+            "--batch",
+            "256",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     card = json.loads((out / "card.json").read_text())
     m = card["metrics"]
@@ -130,16 +154,19 @@ def _tagged_contexts_in_their_domain(fs, held: dict) -> int:
     return tagged
 
 
-@pytest.mark.slow   # a training run: CI only
+@pytest.mark.slow  # a training run: CI only
 def test_mix_training_measures_every_domain_and_tags_contexts(tmp_path, lm):
     """--mix: the card's per-domain metrics equal a recomputation on that domain's held-out
     tokens, the overall ones combine them, and every shipped context lies in the held-out text
     of the domain it is tagged with."""
     from tfm.train.mix import DOMAINS, domain_ids
     from tfm.train.sae_eval import finish, metric_sums
+
     out = tmp_path / "mix"
-    argv = ("train --model default --layer 2 --features 64 --k 8 --max-tokens 4096 --eval-tokens 2080 --ctx 64 "
-            "--epochs 1 --batch 256 --skip-first").split()
+    argv = (
+        "train --model default --layer 2 --features 64 --k 8 --max-tokens 4096 --eval-tokens 2080 --ctx 64 "
+        "--epochs 1 --batch 256 --skip-first"
+    ).split()
     assert train_sae.main(argv + ["--mix", CORPUS, "--out", str(out)]) == 0
     fs = FT.load_features(out, lm)
     card, per = fs.card, fs.card["domain_metrics"]
@@ -149,10 +176,13 @@ def test_mix_training_measures_every_domain_and_tags_contexts(tmp_path, lm):
     for key in ("l0", "fvu", "ce_clean", "ce_recon", "ce_zero", "ce_recovered"):
         assert per["python"][key] == pytest.approx(again[key], rel=1e-4)
     assert card["eval_tokens"] == sum(m["tokens"] for m in per.values())
-    assert min(m["ce_recovered"] for m in per.values()) <= card["metrics"]["ce_recovered"] <= \
-        max(m["ce_recovered"] for m in per.values())
+    assert (
+        min(m["ce_recovered"] for m in per.values())
+        <= card["metrics"]["ce_recovered"]
+        <= max(m["ce_recovered"] for m in per.values())
+    )
     assert _tagged_contexts_in_their_domain(fs, held) > 64 and "| python |" in (out / "README.md").read_text()
-    with pytest.raises(SystemExit):          # --mix or --data/--eval-file, not both
+    with pytest.raises(SystemExit):  # --mix or --data/--eval-file, not both
         train_sae.main(["train", "--mix", CORPUS, "--data", "x", "--layer", "2", "--out", str(tmp_path)])
 
 
@@ -163,7 +193,7 @@ def test_shipped_sae_meets_its_targets_measured_again(lm):
     m = fs.card["metrics"]
     assert m["l0"] <= 32 and m["dead_share"] <= 0.10 and m["ce_recovered"] >= 0.95
     eval_ids = train_sae.token_ids(lm, [f"{CORPUS}/tinystories_valid.txt"], 8 * 129)
-    again = metrics(lm, fs.sae, np.asarray(eval_ids), 128)   # a slice of the same held-out text
+    again = metrics(lm, fs.sae, np.asarray(eval_ids), 128)  # a slice of the same held-out text
     assert again["l0"] <= 32 and again["ce_recovered"] >= 0.9
     ctx = fs.contexts(int(fs.data["freq"].argmax()))
     assert ctx and max(ctx[0][1]) > 0
@@ -175,6 +205,7 @@ def test_smollm2_sae_meets_its_targets_on_every_held_out_domain():
     each held-out domain at L0 <= 64 with at most 5% dead features, its files within 16 MB; a
     slice of the held-out Python, measured here again, agrees with the card."""
     from tfm.train.mix import DOMAINS, domain_ids
+
     smol = tfm.load("smollm2", device="cpu")
     fs = FT.bundled(smol, "smollm2")
     per, folder = fs.card["domain_metrics"], FT.bundled_folder("smollm2")
@@ -187,5 +218,6 @@ def test_smollm2_sae_meets_its_targets_on_every_held_out_domain():
     held = domain_ids(smol.tokenizer, CORPUS, "heldout", 2 * 129)["python"]
     again = metrics(smol, fs.sae, held, 128, fs.skip)
     assert again["l0"] <= 64 and again["ce_recovered"] >= 0.85
-    assert set(fs.data["ctx_domain"].flatten().tolist()) == {-1, 0, 1, 2, 3} - ({-1} if bool(
-        (fs.data["ctx_domain"] >= 0).all()) else set())
+    assert set(fs.data["ctx_domain"].flatten().tolist()) == {-1, 0, 1, 2, 3} - (
+        {-1} if bool((fs.data["ctx_domain"] >= 0).all()) else set()
+    )

@@ -10,8 +10,15 @@ import math
 import pytest
 import torch
 
-from tfm.generation.sampling import (SamplingSettings, apply_temperature, breakdown, filter_mask, sample, top_k_mask,
-                                     top_p_mask)
+from tfm.generation.sampling import (
+    SamplingSettings,
+    apply_temperature,
+    breakdown,
+    filter_mask,
+    sample,
+    top_k_mask,
+    top_p_mask,
+)
 
 hf = pytest.importorskip("transformers.generation.logits_process")
 
@@ -74,8 +81,7 @@ def test_edge_cases_kept_set(logits, settings, expected):
 
 
 @pytest.mark.parametrize(
-    "logits, k",
-    [(torch.tensor([3.0, 2.0, 2.0, 1.0]), 2), (torch.tensor([1.0, 4.0, 1.0, 1.0, 0.0]), 3)],
+    "logits, k", [(torch.tensor([3.0, 2.0, 2.0, 1.0]), 2), (torch.tensor([1.0, 4.0, 1.0, 1.0, 0.0]), 3)]
 )
 def test_ties_at_kth_match_hf(logits, k):
     hf_out = hf.TopKLogitsWarper(top_k=k)(None, logits[None])[0]
@@ -190,7 +196,7 @@ def test_bad_logits_raise(logits):
 def test_one_bad_row_among_good_rows_raises(bad, where):
     """The check reads each row's max: one bad value anywhere in one row of a batch is found."""
     x = torch.randn(3, 4096, generator=torch.Generator().manual_seed(where))
-    x[0, :100] = -math.inf                                               # masked tokens are fine
+    x[0, :100] = -math.inf  # masked tokens are fine
     breakdown(x)
     if bad == "all_neg_inf":
         x[1] = -math.inf
@@ -215,6 +221,7 @@ def test_settings_defaults_and_greedy():
 
 def test_usable_settings_clamps_link_values_and_refuses_non_numbers():
     from tfm.generation.sampling import usable_settings
+
     assert usable_settings(float("nan"), -3, 1.5, 100) == SamplingSettings(1.0, 0, 1.0)
     assert usable_settings(-2, 10**9, -0.1, 100) == SamplingSettings(1.0, 100, 1.0)
     assert usable_settings("0.5", "7", 0.25, 100) == SamplingSettings(0.5, 7, 0.25)
@@ -224,13 +231,14 @@ def test_usable_settings_clamps_link_values_and_refuses_non_numbers():
 
 def test_next_token_masks_padding_rows_and_draw_matches_sample():
     from tfm.generation.sampling import draw, mask_padding, next_token
+
     logits = torch.randn(60, generator=torch.Generator().manual_seed(3))
-    logits[50:] += 10.0                                                    # padding rows would win if drawn
+    logits[50:] += 10.0  # padding rows would win if drawn
     s = SamplingSettings(0.9, 20, 0.95)
     bd = next_token(logits, s, 50)
     assert bd.kept[50:].sum() == 0 and bd.final[50:].sum() == 0
     assert torch.isinf(bd.logits[50:]).all() and torch.equal(bd.logits[:50], logits[:50])
-    assert torch.isfinite(logits).all()                                    # the input is not written to
+    assert torch.isfinite(logits).all()  # the input is not written to
     ref = breakdown(mask_padding(logits, 50), settings=s)
     torch.testing.assert_close(bd.final, ref.final, rtol=0, atol=0)
     for seed in range(5):

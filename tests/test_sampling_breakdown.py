@@ -9,8 +9,15 @@ import pytest
 import torch
 
 from tests.test_sampling import logits_for, random_logits
-from tfm.generation.sampling import (Breakdown, SamplingSettings, apply_temperature, breakdown, sample, top_k_mask,
-                                     top_p_mask)
+from tfm.generation.sampling import (
+    Breakdown,
+    SamplingSettings,
+    apply_temperature,
+    breakdown,
+    sample,
+    top_k_mask,
+    top_p_mask,
+)
 
 
 # --------------------------------------------------------------------------- #
@@ -47,17 +54,21 @@ def test_breakdown_invariants(t, k, p):
         assert int(b.n_kept) == int(b.kept.sum())
 
 
-@pytest.mark.parametrize("t, k, p", [(1.0, 0, 1.0), (0.8, 0, 1.0), (1.0, 7, 1.0), (1.0, 0, 0.8), (0.0, 0, 1.0),
-                                     (0.7, 20, 0.9)])
+@pytest.mark.parametrize(
+    "t, k, p", [(1.0, 0, 1.0), (0.8, 0, 1.0), (1.0, 7, 1.0), (1.0, 0, 0.8), (0.0, 0, 1.0), (0.7, 20, 0.9)]
+)
 def test_breakdown_equals_each_stage_computed_in_full(t, k, p):
     """The reuses that make breakdown cheap (x / 1 is x; with nothing filtered every mask is all
     True, every cut mass 0, log_final the log_softmax) give the stage-by-stage values bit for bit."""
     x = torch.randn(3, 500, generator=torch.Generator().manual_seed(3)) * 4
-    x[1, 450:] = -math.inf                                                # padded rows, as next_token masks them
+    x[1, 450:] = -math.inf  # padded rows, as next_token masks them
     b = breakdown(x, temperature=t, top_k=k, top_p=p)
     scaled = apply_temperature(x, t)
-    kept_k = torch.zeros_like(x, dtype=torch.bool).scatter_(-1, scaled.argmax(-1, keepdim=True), True) if t == 0 \
+    kept_k = (
+        torch.zeros_like(x, dtype=torch.bool).scatter_(-1, scaled.argmax(-1, keepdim=True), True)
+        if t == 0
         else top_k_mask(scaled, k)
+    )
     kept = kept_k if t == 0 else kept_k & top_p_mask(scaled.masked_fill(~kept_k, -math.inf), p)
     probs_t = kept.float() if t == 0 else scaled.softmax(-1)
     log_final = torch.log_softmax(scaled.masked_fill(~kept, -math.inf), -1)
@@ -65,14 +76,23 @@ def test_breakdown_equals_each_stage_computed_in_full(t, k, p):
     def ent(lp):
         q = lp.exp()
         return -torch.where(q > 0, q * lp, torch.zeros_like(q)).sum(-1)
-    want = dict(probs=x.softmax(-1), probs_t=probs_t, kept_after_top_k=kept_k, kept=kept, final=log_final.exp(),
-                mass_removed_top_k=torch.where(kept_k, torch.zeros_like(probs_t), probs_t).sum(-1),
-                mass_removed_top_p=torch.where(kept_k & ~kept, probs_t, torch.zeros_like(probs_t)).sum(-1),
-                entropy_before=ent(torch.log_softmax(x, -1)), entropy_after=ent(log_final), n_kept=kept.sum(-1))
+
+    want = dict(
+        probs=x.softmax(-1),
+        probs_t=probs_t,
+        kept_after_top_k=kept_k,
+        kept=kept,
+        final=log_final.exp(),
+        mass_removed_top_k=torch.where(kept_k, torch.zeros_like(probs_t), probs_t).sum(-1),
+        mass_removed_top_p=torch.where(kept_k & ~kept, probs_t, torch.zeros_like(probs_t)).sum(-1),
+        entropy_before=ent(torch.log_softmax(x, -1)),
+        entropy_after=ent(log_final),
+        n_kept=kept.sum(-1),
+    )
     for name, value in want.items():
         got = getattr(b, name)
         assert got.dtype == value.dtype and torch.equal(got, value), name
-    assert b.kept is not b.kept_after_top_k or t == 0                     # two fields, two tensors
+    assert b.kept is not b.kept_after_top_k or t == 0  # two fields, two tensors
 
 
 def test_breakdown_masses_known_values():

@@ -1,4 +1,5 @@
 """services.server.parse: the owner's flags (after `--`) over TFM_* environment variables over defaults."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,11 @@ def test_defaults_allow_the_bundled_and_models_folders_only():
 
 
 def test_flags_win_over_the_environment(tmp_path):
-    env = {"TFM_MAX_NEW_TOKENS": "64", "TFM_MAX_MODEL_BYTES": "1GB",
-           server.ROOTS_ENV: f"{tmp_path / 'a'}{os.pathsep}{tmp_path / 'b'}"}
+    env = {
+        "TFM_MAX_NEW_TOKENS": "64",
+        "TFM_MAX_MODEL_BYTES": "1GB",
+        server.ROOTS_ENV: f"{tmp_path / 'a'}{os.pathsep}{tmp_path / 'b'}",
+    }
     s = server.parse(["--max-new-tokens", "16", "--allow-models", str(tmp_path / "c"), "--heavy-slots", "3"], env)
     assert (s.limits.max_new_tokens, s.limits.max_model_bytes, s.limits.heavy_slots) == (16, 10**9, 3)
     assert s.model_roots[-3:] == tuple((tmp_path / n).resolve() for n in "abc")

@@ -1,4 +1,5 @@
 """tfm.core.stats.entropy: the one entropy of attention rows, experiments and sampling."""
+
 import math
 
 import pytest
@@ -9,7 +10,7 @@ from tfm.core.stats import entropy
 
 def test_entropy_equals_torch_categorical_from_probs_and_from_log_probs():
     logits = torch.randn(4, 7, 50, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 5
-    want = torch.distributions.Categorical(logits=logits).entropy()         # (4, 7)
+    want = torch.distributions.Categorical(logits=logits).entropy()  # (4, 7)
     torch.testing.assert_close(entropy(logits.softmax(-1)), want)
     torch.testing.assert_close(entropy(log_probs=logits.log_softmax(-1)), want)
 
@@ -20,7 +21,7 @@ def test_zero_probabilities_count_zero_and_keep_gradients_finite():
     torch.testing.assert_close(h.detach(), torch.tensor([math.log(2), 0.0]))
     h.sum().backward()
     assert torch.isfinite(p.grad).all()
-    log_p = torch.tensor([0.0, -math.inf, -math.inf])                        # a one-hot distribution
+    log_p = torch.tensor([0.0, -math.inf, -math.inf])  # a one-hot distribution
     assert entropy(log_probs=log_p).item() == 0.0
 
 

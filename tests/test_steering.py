@@ -3,6 +3,7 @@ edit, a steer equals writing the steered stream in by hand (Patch), positions ar
 across KV-cached generation steps, steered generation is reproducible per seed, the batched
 sweep equals one forward per strength, the shared model's weights never change, and bad input
 gets one clear message."""
+
 from __future__ import annotations
 
 import hashlib
@@ -54,7 +55,7 @@ def test_strength_zero_is_bit_identical(model):
 def test_steer_equals_patching_the_steered_stream(model):
     v, s = torch.randn(16), 2.5
     with torch.no_grad():
-        x = stream_at(model, IDS, 2)[0]                                  # (T, D) entering block 2
+        x = stream_at(model, IDS, 2)[0]  # (T, D) entering block 2
     want = x.clone()
     want[4:7] += s * v
     got = _logits(model, [E.Steer(2, v, s, start=4, stop=7)])
@@ -78,12 +79,12 @@ def test_steer_skips_positions_as_patching_them_would(model):
     with torch.no_grad():
         x = stream_at(model, IDS, 1)[0]
     want = x.clone()
-    for p in (1, 2, 4, 6, 7, 8, 9):                                      # 3 and 5 skipped, 0 before start
+    for p in (1, 2, 4, 6, 7, 8, 9):  # 3 and 5 skipped, 0 before start
         want[p] += s * v
     got = _logits(model, [E.Steer(1, v, s, start=1, skip=(5, 3, 5))])
     assert torch.allclose(got, _logits(model, [E.Patch("blocks.1.resid_pre", want)]), atol=1e-6)
     assert E.Steer(1, v, s, skip=(5, 3, 5)).skip == (3, 5)
-    assert E.Steer(0, v, s, start=2, stop=3, skip=(2,)).window(0, 10) is None   # nothing left to steer
+    assert E.Steer(0, v, s, start=2, stop=3, skip=(2,)).window(0, 10) is None  # nothing left to steer
     with pytest.raises(ValueError, match="skip must be integers"):
         E.Steer(0, v, s, skip=(-1,))
 
@@ -109,18 +110,18 @@ def test_steered_generation_reproducible_cached_and_model_unchanged(lm):
     before = _weights_hash(lm.model)
     vec = steering.pair_vector(lm, "The dog ran to the park", "The cat sat", 2, how="mean")
     n = len(lm.tokenizer.prompt_ids("Once upon a time"))
-    edits = [vec.edit(6.0, start=n)]                         # the generated tokens only
+    edits = [vec.edit(6.0, start=n)]  # the generated tokens only
 
     def text(use_cache=True, edits=edits):
         g = tfm.generate(lm, "Once upon a time", 12, temperature=1.0, seed=7, use_cache=use_cache, edits=edits)
         return [s.token_id for s in g]
 
     a = text()
-    assert a == text()                                       # same seed, same steered tokens
-    assert a == text(use_cache=False)                        # absolute positions across cached steps
-    assert a != text(edits=())                               # and the steering did something
+    assert a == text()  # same seed, same steered tokens
+    assert a == text(use_cache=False)  # absolute positions across cached steps
+    assert a != text(edits=())  # and the steering did something
     plain, steered = steering.steered_pair(lm, "Once upon a time", vec, 0.0, seed=3, max_new_tokens=10)
-    assert plain == steered                                  # strength 0: the same text
+    assert plain == steered  # strength 0: the same text
     steering.sweep(lm, lm.tokenizer.prompt_ids("Hi"), vec, [1.0, 5.0], 5)
     assert _weights_hash(lm.model) == before
 
@@ -159,7 +160,7 @@ def _read(lm, text: str, layer: int) -> torch.Tensor:
     prefix = lm.tokenizer.encode(steering.NEUTRAL_PREFIX)
     ids = prefix + lm.tokenizer.prompt_ids(text)
     with torch.no_grad():
-        return stream_at(lm.model, torch.tensor([ids]), layer)[0, len(prefix):]
+        return stream_at(lm.model, torch.tensor([ids]), layer)[0, len(prefix) :]
 
 
 def test_pairs_of_any_lengths_are_read_after_a_prefix_and_scaled_to_the_stream(lm):
@@ -172,7 +173,7 @@ def test_pairs_of_any_lengths_are_read_after_a_prefix_and_scaled_to_the_stream(l
     for v, want in ((v_last, want_last), (v_mean, want_mean)):
         assert math.isclose(v.raw_length, float(want.norm()), rel_tol=1e-5)
         torch.testing.assert_close(v.vector, want / want.norm() * norms[3], rtol=1e-5, atol=1e-6)
-        assert math.isclose(float(v.vector.norm()), norms[3], rel_tol=1e-5)   # strength 1: one typical stream
+        assert math.isclose(float(v.vector.norm()), norms[3], rel_tol=1e-5)  # strength 1: one typical stream
     with pytest.raises(ValueError, match="same stream"):
         steering.pair_vector(lm, "happy", "happy", 2)
 
@@ -182,8 +183,8 @@ def test_stream_norms_are_each_layers_median_off_the_sink(lm):
     assert read == list(range(1, len(ids))) and ids[0] == lm.tokenizer.encode(steering.NEUTRAL_PREFIX)[0]
     with torch.no_grad():
         trace = lm.model(torch.tensor([ids]), trace=True).trace
-    streams = trace.residual_streams()                      # entering block 0, leaving every block
-    want = [float(x[1:].norm(dim=-1).median()) for _, x in streams[:lm.config.n_layer]]
+    streams = trace.residual_streams()  # entering block 0, leaving every block
+    want = [float(x[1:].norm(dim=-1).median()) for _, x in streams[: lm.config.n_layer]]
     assert steering.stream_norms(lm) == pytest.approx(want, rel=1e-5)
 
 
@@ -198,8 +199,9 @@ def test_love_hate_is_a_stream_sized_direction_at_every_layer_and_steers(lm):
     v = steering.pair_vector(lm, " Love", " Hate", 3, norms=norms)
     ids = lm.tokenizer.prompt_ids("I looked at him and felt")
     tokens = [lm.tokenizer.encode(w)[0] for w in (" Love", " Hate", " love")]
-    (l_away, h_away, love_away), (l0, h0, love0), (l_to, h_to, love_to) = \
-        steering.sweep_tokens(lm, ids, v, [-0.6, 0.0, 0.6], tokens).tolist()
+    (l_away, h_away, love_away), (l0, h0, love0), (l_to, h_to, love_to) = steering.sweep_tokens(
+        lm, ids, v, [-0.6, 0.0, 0.6], tokens
+    ).tolist()
     assert l_to > 3 * l0 > 3 * l_away and h_away > 3 * h0 > 3 * h_to and love_to > 1.5 * love0 > 1.5 * love_away
     for seed in range(3):
         _, text = steering.steered_pair(lm, "I looked at him and felt", v, 0.6, seed, 30, 0.8)
@@ -219,6 +221,7 @@ def test_steering_skips_the_sink_and_special_tokens_unless_asked(lm):
 
     def tokens(edits):
         return [s.token_id for s in tfm.generate(lm, "Once upon a time", 8, 1.0, seed=4, edits=edits)]
+
     plain, steered = steering.steered_pair(lm, "Once upon a time", vec, 0.8, seed=4, max_new_tokens=8)
     assert steered == tok.decode(tokens([vec.edit(0.8, start=1)])) != plain
     _, first = steering.steered_pair(lm, "Once upon a time", vec, 0.8, seed=4, max_new_tokens=8, include_first=True)
@@ -255,7 +258,7 @@ def test_batched_rows_draw_what_tfm_generate_draws(lm):
     for r, (seed, edit) in enumerate(zip(seeds, [None, vec.edit(0.6, start=1), vec.edit(-0.6, start=1)])):
         steps = list(tfm.generate(lm, ids, 12, 0.8, seed=seed, edits=[edit] if edit else []))
         assert rows[r] == [s.token_id for s in steps if s.token_id != eot]
-        if len(steps) == 12:                    # no end of text: the mean over all 12 steps
+        if len(steps) == 12:  # no end of text: the mean over all 12 steps
             want = [sum(float(s.breakdown.probs[lx].sum()) for s in steps) / 12 for lx in lex]
             assert mass[r].tolist() == pytest.approx(want, rel=1e-4)
     assert rows[0] != rows[1] != rows[2]
@@ -269,6 +272,7 @@ def test_damage_is_the_extra_loss_on_neutral_text(lm):
         with torch.no_grad():
             logits = lm.model(torch.tensor([ids]), edits=edits).logits[0, 1:-1]
         return float(torch.nn.functional.cross_entropy(logits, torch.tensor(ids[2:])))
+
     got = calib.damage(lm, [vec], [0.3, 0.9])
     for s, d in zip([0.3, 0.9], got[0]):
         want = max(loss([vec.edit(s, start=1)]), loss([vec.edit(-s, start=1)])) - loss([])
@@ -278,11 +282,11 @@ def test_damage_is_the_extra_loss_on_neutral_text(lm):
 
 def test_affordable_strength_interpolates_to_the_budget():
     assert calib.affordable([0.2, 0.4, 0.8], [0.1, 0.3, 0.9], 0.6) == (0.6, pytest.approx(0.6))
-    assert calib.affordable([0.2, 0.4], [0.1, 0.3], 0.6) == (0.4, 0.3)           # never reached: the largest
+    assert calib.affordable([0.2, 0.4], [0.1, 0.3], 0.6) == (0.4, 0.3)  # never reached: the largest
     s, d = calib.affordable([0.5], [1.0], 0.6)
-    assert s == 0.3 and d == pytest.approx(0.6)                                   # from 0 at strength 0
+    assert s == 0.3 and d == pytest.approx(0.6)  # from 0 at strength 0
     s, d = calib.affordable([0.2, 0.4], [0.1, 0.37], 0.3)
-    assert s == 0.34 and d <= 0.3                                                 # cut down to a STEP
+    assert s == 0.34 and d <= 0.3  # cut down to a STEP
 
 
 def test_calibration_stays_within_budget_and_picks_the_best_moving_trial(lm, calibration):
@@ -292,11 +296,11 @@ def test_calibration_stays_within_budget_and_picks_the_best_moving_trial(lm, cal
     assert cal.moves and cal.chosen.moves and cal.chosen == max(cal.trials, key=calib.Trial.rank)
     vec = steering.pair_vector(lm, *cal.pair, cal.layer)
     at, above = calib.damage(lm, [vec], [cal.strength, cal.strength + 0.05])[0].tolist()
-    assert at <= calib.MAX_DAMAGE + 0.02 < above                     # as strong as the budget allows
+    assert at <= calib.MAX_DAMAGE + 0.02 < above  # as strong as the budget allows
     assert cal.strength == round(cal.strength, 2) and 0 < cal.strength < 2
 
 
-@pytest.mark.slow   # generated text with and without steering: CI only
+@pytest.mark.slow  # generated text with and without steering: CI only
 def test_calibrated_defaults_move_the_mood_of_generated_text(lm, calibration):
     """The Steer page's defaults on the bundled model, six seeds: steered texts carry clearly more
     words of the positive mood than plain ones, negated clearly more of the negative, and none of

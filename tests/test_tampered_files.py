@@ -1,6 +1,7 @@
 """Files that decode but break things (issue #51): every field of a shipped or user-given file is
 checked after decoding, and each failure is one short ValueError. The cases are the fuzzer's
 generators (tests/app/fuzz_files.py), each applied to a copy of a shipped file of the bundled model."""
+
 from __future__ import annotations
 
 import os
@@ -51,7 +52,7 @@ def test_the_figure_draws_any_finite_weights(graph_json, weight):
     lines = [t for t in fig.data if t.mode == "lines"]
     assert sum(len(t.x) for t in lines) == 3 * min(len(gf.edges), 400)
     widths = {t.line.width for t in lines}
-    assert widths == ({0.5} if weight == 0 else {5.0})   # all equal: all the thinnest, or all the strongest
+    assert widths == ({0.5} if weight == 0 else {5.0})  # all equal: all the thinnest, or all the strongest
 
 
 def test_the_shipped_files_pass_every_check(lm):

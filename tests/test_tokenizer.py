@@ -11,11 +11,27 @@ from tfm.train.bpe import train_bpe
 from tfm.text.bpe_files import EOT, write_ranks_file
 from tfm.text.tokenizer import Tokenizer
 
-WORDS = ("the a little girl named Lily boy Tom dog cat sun played ran saw happy big red "
-         "tree park ball mom said went home day friend wanted to and was with they "
-         "café naïve façade").split()
-EXTRAS = ["—", "…", "“quoted”", "’s", "你好，世界。", "日本語のテキスト", "👍", "🙂",
-          "👩‍👩‍👧‍👦", "\t", "  ", "\n\n", "1999", "!?"]
+WORDS = (
+    "the a little girl named Lily boy Tom dog cat sun played ran saw happy big red "
+    "tree park ball mom said went home day friend wanted to and was with they "
+    "café naïve façade"
+).split()
+EXTRAS = [
+    "—",
+    "…",
+    "“quoted”",
+    "’s",
+    "你好，世界。",
+    "日本語のテキスト",
+    "👍",
+    "🙂",
+    "👩‍👩‍👧‍👦",
+    "\t",
+    "  ",
+    "\n\n",
+    "1999",
+    "!?",
+]
 
 HARD_TEXTS = [
     "",
@@ -172,15 +188,18 @@ def test_missing_file(tmp_path):
         Tokenizer.from_tiktoken_file(tmp_path / "nope.tiktoken", {EOT: 256})
 
 
-@pytest.mark.parametrize("bad_line, message", [
-    ("QQ==", "expected 'base64token rank'"),
-    ("QQ== 12 extra", "expected 'base64token rank'"),
-    ("!!notb64 300", "bad base64"),
-    ("QUI= x", "bad base64"),
-    ("QUI= -3", r"a rank outside 0\.\.999,999"),
-    ("QUI= 1000000", r"a rank outside 0\.\.999,999"),     # no vocabulary tfm can embed is that large
-    ("QUI= " + "9" * 30, r"a rank outside 0\.\.999,999"),   # (tiktoken overflowed on it)
-])
+@pytest.mark.parametrize(
+    "bad_line, message",
+    [
+        ("QQ==", "expected 'base64token rank'"),
+        ("QQ== 12 extra", "expected 'base64token rank'"),
+        ("!!notb64 300", "bad base64"),
+        ("QUI= x", "bad base64"),
+        ("QUI= -3", r"a rank outside 0\.\.999,999"),
+        ("QUI= 1000000", r"a rank outside 0\.\.999,999"),  # no vocabulary tfm can embed is that large
+        ("QUI= " + "9" * 30, r"a rank outside 0\.\.999,999"),  # (tiktoken overflowed on it)
+    ],
+)
 def test_malformed_line_names_file_and_line(tmp_path, bad_line, message):
     path = tmp_path / "bad.tiktoken"
     write_ranks_file(path, _byte_ranks())
@@ -235,8 +254,7 @@ def hf_folder(tmp_path_factory, corpus):
     folder = tmp_path_factory.mktemp("hf_gpt2")
     bl = ByteLevelBPETokenizer(add_prefix_space=False)
     # Special token first: the trainer gives it id 0, so ids differ from tiktoken ranks.
-    bl.train([str(corpus)], vocab_size=700, min_frequency=2, special_tokens=[EOT],
-             show_progress=False)
+    bl.train([str(corpus)], vocab_size=700, min_frequency=2, special_tokens=[EOT], show_progress=False)
     bl.save_model(str(folder))
     return folder
 
@@ -244,8 +262,7 @@ def hf_folder(tmp_path_factory, corpus):
 def test_hf_folder_matches_transformers(hf_folder):
     from transformers import GPT2TokenizerFast
 
-    ref = GPT2TokenizerFast(vocab=str(hf_folder / "vocab.json"),
-                            merges=str(hf_folder / "merges.txt"))
+    ref = GPT2TokenizerFast(vocab=str(hf_folder / "vocab.json"), merges=str(hf_folder / "merges.txt"))
     tok = Tokenizer.from_hf_gpt2_folder(hf_folder)
     assert tok.eot_id == 0 == ref.convert_tokens_to_ids(EOT)
     assert tok._rank_to_id is not None  # really exercises the id <-> rank translation
@@ -305,11 +322,23 @@ def test_bundled_vocabulary():
     specials = json.loads((folder / "special_tokens.json").read_text())
     tok = Tokenizer.from_tiktoken_file(folder / "tokenizer.tiktoken", specials)
     assert tok.vocab_size == 4096 and tok.eot_id == 4095 == tok.n_ranks
-    text = "Once upon a time, there was a little girl named Lily.\n\nShe said, \"Hi!\""
+    text = 'Once upon a time, there was a little girl named Lily.\n\nShe said, "Hi!"'
     ids = tok.encode(text)
     assert tok.display_pieces(ids[:13]) == [
-        "Once", "␣upon", "␣a", "␣time", ",", "␣there", "␣was", "␣a", "␣little", "␣girl",
-        "␣named", "␣Lily", "."]
+        "Once",
+        "␣upon",
+        "␣a",
+        "␣time",
+        ",",
+        "␣there",
+        "␣was",
+        "␣a",
+        "␣little",
+        "␣girl",
+        "␣named",
+        "␣Lily",
+        ".",
+    ]
     assert tok.decode(ids) == text
     for hard in HARD_TEXTS:
         assert tok.decode(tok.encode(hard)) == hard

@@ -1,4 +1,5 @@
 """Toy tasks: data, training to the accuracy bar, learned alignment, save/load as zip."""
+
 from __future__ import annotations
 
 import io
@@ -12,10 +13,16 @@ import torch
 from tfm.teach import toy
 
 
-@pytest.mark.parametrize("task, src, want", [
-    ("reverse", [1, 2, 3, 4], [4, 3, 2, 1]), ("sort", [3, 1, 4, 1, 5], [1, 1, 3, 4, 5]),
-    ("copy", [9, 0, 9], [9, 0, 9]), ("shift", [1, 2, 3, 4, 5], [3, 4, 5, 1, 2]), ("shift", [7], [7]),
-])
+@pytest.mark.parametrize(
+    "task, src, want",
+    [
+        ("reverse", [1, 2, 3, 4], [4, 3, 2, 1]),
+        ("sort", [3, 1, 4, 1, 5], [1, 1, 3, 4, 5]),
+        ("copy", [9, 0, 9], [9, 0, 9]),
+        ("shift", [1, 2, 3, 4, 5], [3, 4, 5, 1, 2]),
+        ("shift", [7], [7]),
+    ],
+)
 def test_targets(task, src, want):
     assert toy.target_of(task, src) == want
 
@@ -48,24 +55,26 @@ def test_random_batches_are_reproducible_and_vary_in_length():
         assert toy.decode_text(a.tgt_out[row].tolist()) == "".join(map(str, sorted(digits)))
 
 
-@pytest.mark.slow   # a whole training run: CI only
+@pytest.mark.slow  # a whole training run: CI only
 def test_reversal_trains_to_the_bar_with_an_antidiagonal_alignment():
     """The page's model and settings: 300 steps of batch 64 (about 10 s of CPU)."""
     spec = toy.ToySpec("reverse")
     start = time.process_time()
     result = toy.train(spec, 300, seed=0, snapshot_every=100)
     acc = toy.exact_match(result.model, spec, n=500)
-    print(f"reversal: 300 steps in {result.seconds:.1f} s wall, {time.process_time() - start:.1f} s CPU, exact match {acc:.3f}")
+    print(
+        f"reversal: 300 steps in {result.seconds:.1f} s wall, {time.process_time() - start:.1f} s CPU, exact match {acc:.3f}"
+    )
     assert acc >= 0.95
     assert len(result.losses) == 300 and result.losses[-1] < 0.1 < result.losses[0]
     assert [s.step for s in result.snapshots] == [0, 100, 200, 300]
     probe = toy.probe_batch(spec)
     n = int((~probe.src_pad[0]).sum())
-    last = result.snapshots[-1].cross[-1, :, :n, :n]                   # last decoder layer (H, n, n)
-    anti = last.flip(-1).diagonal(dim1=-2, dim2=-1).mean(-1)           # mass on source n-1-i per head
+    last = result.snapshots[-1].cross[-1, :, :n, :n]  # last decoder layer (H, n, n)
+    anti = last.flip(-1).diagonal(dim1=-2, dim2=-1).mean(-1)  # mass on source n-1-i per head
     first = result.snapshots[0].cross[-1, :, :n, :n].flip(-1).diagonal(dim1=-2, dim2=-1).mean(-1)
-    assert float(anti.max()) > 0.5 > float(first.max())                # learned, not there at step 0
-    assert torch.all(result.snapshots[-1].cross[:, :, :, n:] == 0)     # padded source columns
+    assert float(anti.max()) > 0.5 > float(first.max())  # learned, not there at step 0
+    assert torch.all(result.snapshots[-1].cross[:, :, :, n:] == 0)  # padded source columns
 
 
 def test_training_is_reproducible_and_restores_threads():
@@ -87,7 +96,7 @@ def test_answer_trace_rows_are_the_steps_that_wrote_each_token():
     with torch.no_grad():
         fed = torch.tensor([[toy.BOS] + written[:-1]])
         logits = model(batch.src, fed, batch.src_pad).logits[0]
-    assert logits.argmax(-1).tolist() == written                       # row i wrote written[i]
+    assert logits.argmax(-1).tolist() == written  # row i wrote written[i]
     assert trace["dec.blocks.0.cross.pattern"].shape[-2] == len(written)
 
 
@@ -99,8 +108,9 @@ def test_zip_round_trip_and_errors(tmp_path):
     assert spec2 == spec
     batch = toy.make_batch(spec, [[1, 2, 3, 4]])
     with torch.no_grad():
-        torch.testing.assert_close(loaded(batch.src, batch.tgt_in, batch.src_pad).logits,
-                                   model(batch.src, batch.tgt_in, batch.src_pad).logits)
+        torch.testing.assert_close(
+            loaded(batch.src, batch.tgt_in, batch.src_pad).logits, model(batch.src, batch.tgt_in, batch.src_pad).logits
+        )
     toy.save_folder(tmp_path / "f", model, spec)
     assert toy.load_folder(tmp_path / "f")[1] == spec
     with pytest.raises(ValueError, match="not a saved toy model"):

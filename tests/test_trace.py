@@ -159,8 +159,10 @@ PINNED_AXES = {
 
 CONFIGS = {
     "learned-layernorm-pre": (dict(), LEARNED_LAYERNORM_PRE),
-    "rope-rmsnorm-swiglu-post": (dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", norm_placement="post"),
-                                 ROPE_RMSNORM_SWIGLU_POST),
+    "rope-rmsnorm-swiglu-post": (
+        dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", norm_placement="post"),
+        ROPE_RMSNORM_SWIGLU_POST,
+    ),
 }
 
 
@@ -181,8 +183,13 @@ def test_names_shapes_and_order_are_pinned(key, make_model):
         assert len(e.axes) == len(e.shape), e.name
         if e.name in PINNED_AXES:
             assert e.axes == tuple(PINNED_AXES[e.name].split()), e.name
-        assert e.as_dict() == {"name": e.name, "shape": list(e.shape), "axes": list(e.axes),
-                               "dtype": "float32", "stored": e.stored}
+        assert e.as_dict() == {
+            "name": e.name,
+            "shape": list(e.shape),
+            "axes": list(e.axes),
+            "dtype": "float32",
+            "stored": e.stored,
+        }
 
 
 @pytest.mark.parametrize("key", list(CONFIGS))
@@ -258,8 +265,9 @@ def test_per_head_results_sum_to_the_attention_output(bias, make_model):
         total = tr[f"blocks.{i}.attn.result"].sum(1) + (proj_bias if bias else 0)
         torch.testing.assert_close(total, tr[f"blocks.{i}.attn_out"], atol=1e-5, rtol=0)
         # z is pattern @ v, per head
-        torch.testing.assert_close(tr[f"blocks.{i}.attn.z"], tr[f"blocks.{i}.attn.pattern"] @ tr[f"blocks.{i}.attn.v"],
-                                   atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            tr[f"blocks.{i}.attn.z"], tr[f"blocks.{i}.attn.pattern"] @ tr[f"blocks.{i}.attn.v"], atol=1e-6, rtol=0
+        )
 
 
 def test_residual_identities_pre_norm(make_model):
@@ -315,8 +323,13 @@ def test_norm_statistics_are_what_the_doc_says(make_model):
 
 
 def _all_hooks_empty(model) -> bool:
-    return all(not m._forward_hooks and not m._forward_pre_hooks and not m._backward_hooks
-               and not getattr(m, "_forward_hooks_with_kwargs", {}) for m in model.modules())
+    return all(
+        not m._forward_hooks
+        and not m._forward_pre_hooks
+        and not m._backward_hooks
+        and not getattr(m, "_forward_hooks_with_kwargs", {})
+        for m in model.modules()
+    )
 
 
 def test_eight_threads_tracing_one_shared_model_match_serial_runs(make_model):

@@ -61,8 +61,12 @@ def test_accessors_equal_the_raw_entries(placement, make_model):
 def test_rmsnorm_stats_and_range_errors(make_model):
     tr = _trace(make_model("tiny", norm="rmsnorm")).trace
     assert set(tr.norm_stats(0, "ln1")) == {"input", "output", "rms"}
-    for call, match in ((lambda: tr.pattern(2), "layer 2 does not exist"), (lambda: tr.pattern(0, 2), "batch 2"),
-                        (lambda: tr.attention_row(0, 2, 0), "head 2"), (lambda: tr.logits_at(6), "position 6"),
-                        (lambda: tr.norm_stats(None, "ln1"), "layer -1 does not exist")):
+    for call, match in (
+        (lambda: tr.pattern(2), "layer 2 does not exist"),
+        (lambda: tr.pattern(0, 2), "batch 2"),
+        (lambda: tr.attention_row(0, 2, 0), "head 2"),
+        (lambda: tr.logits_at(6), "position 6"),
+        (lambda: tr.norm_stats(None, "ln1"), "layer -1 does not exist"),
+    ):
         with pytest.raises(ValueError, match=match):
             call()

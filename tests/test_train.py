@@ -1,4 +1,5 @@
 """End-to-end tests of `python -m tfm.train` on tiny texts and a byte-level tokenizer."""
+
 from __future__ import annotations
 
 import base64
@@ -36,11 +37,24 @@ def files(tmp_path_factory):
 
 
 def argv(files, run, *extra):
-    base = (["--run", str(run)] if run else []) + ["--tokenizer", str(files / "tok"),
-            "--data", f"{files / 'a.txt'}:3", str(files / "b.txt.gz"), "--eval-file", str(files / "valid.txt")]
-    return base + ("--eval-bytes 300 --val-frac 0.05 --d-model 32 --n-layer 2 --n-head 2 --d-ff 64 "
-                   "--context-length 32 --batch-size 8 --lr 3e-3 --warmup-steps 3 --log-every 1 --eval-every 5 "
-                   "--ckpt-every 5 --threads 1 --device cpu").split() + list(extra)
+    base = (["--run", str(run)] if run else []) + [
+        "--tokenizer",
+        str(files / "tok"),
+        "--data",
+        f"{files / 'a.txt'}:3",
+        str(files / "b.txt.gz"),
+        "--eval-file",
+        str(files / "valid.txt"),
+    ]
+    return (
+        base
+        + (
+            "--eval-bytes 300 --val-frac 0.05 --d-model 32 --n-layer 2 --n-head 2 --d-ff 64 "
+            "--context-length 32 --batch-size 8 --lr 3e-3 --warmup-steps 3 --log-every 1 --eval-every 5 "
+            "--ckpt-every 5 --threads 1 --device cpu"
+        ).split()
+        + list(extra)
+    )
 
 
 def train_losses(run) -> list[float]:
@@ -90,26 +104,31 @@ def test_same_seed_same_losses_and_resume_equals_uninterrupted(files, tmp_path):
 
 def test_json_config_equals_flags(files, tmp_path):
     config = tmp_path / "run.json"
-    config.write_text(json.dumps({"run": str(tmp_path / "json"), "max_steps": 3, "eval-every": 0,
-                                  "bias": False, "seed": 3}))
+    config.write_text(
+        json.dumps({"run": str(tmp_path / "json"), "max_steps": 3, "eval-every": 0, "bias": False, "seed": 3})
+    )
     assert main(argv(files, None, "--config", str(config))) == 0
-    assert main(argv(files, tmp_path / "flags", "--max-steps", "3", "--eval-every", "0",
-                     "--no-bias", "--seed", "3")) == 0
+    assert (
+        main(argv(files, tmp_path / "flags", "--max-steps", "3", "--eval-every", "0", "--no-bias", "--seed", "3")) == 0
+    )
     assert train_losses(tmp_path / "json") == train_losses(tmp_path / "flags")
     assert json.loads((tmp_path / "json/model/config.json").read_text())["model"]["bias"] is False
 
 
-@pytest.mark.parametrize("extra, config, message", [
-    (["--max-steps", "2", "--d-modle", "8"], None, "unrecognized arguments"),
-    ([], None, "--max-steps or --max-tokens"),
-    (["--max-steps", "2", "--pos-encoding", "alibi"], None, "invalid choice"),
-    (["--max-steps", "2", "--batch-size", "0"], None, "must be positive"),
-    ([], {"max_steps": 2, "d_modle": 8}, "unknown key 'd_modle'"),
-    ([], {"max_steps": "2"}, "expected an integer"),
-    ([], {"max_steps": 2, "bias": "no"}, "expected true or false"),
-    ([], [1, 2], "expected a JSON object"),
-    ([], {"max_steps": 2, "run": None}, "--run is required"),
-])
+@pytest.mark.parametrize(
+    "extra, config, message",
+    [
+        (["--max-steps", "2", "--d-modle", "8"], None, "unrecognized arguments"),
+        ([], None, "--max-steps or --max-tokens"),
+        (["--max-steps", "2", "--pos-encoding", "alibi"], None, "invalid choice"),
+        (["--max-steps", "2", "--batch-size", "0"], None, "must be positive"),
+        ([], {"max_steps": 2, "d_modle": 8}, "unknown key 'd_modle'"),
+        ([], {"max_steps": "2"}, "expected an integer"),
+        ([], {"max_steps": 2, "bias": "no"}, "expected true or false"),
+        ([], [1, 2], "expected a JSON object"),
+        ([], {"max_steps": 2, "run": None}, "--run is required"),
+    ],
+)
 def test_bad_flags_and_json_keys_exit_with_usage_errors(files, tmp_path, capsys, extra, config, message):
     if config is not None:
         (tmp_path / "c.json").write_text(json.dumps(config))
@@ -119,12 +138,15 @@ def test_bad_flags_and_json_keys_exit_with_usage_errors(files, tmp_path, capsys,
     assert e.value.code == 2 and message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--vocab-size", "300"], "does not match the tokenizer"),
-    (["--n-head", "5"], "not divisible by n_head"),
-    (["--context-length", "4096"], "need at least"),
-    (["--eval-file", "/nonexistent.txt"], "file not found"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--vocab-size", "300"], "does not match the tokenizer"),
+        (["--n-head", "5"], "not divisible by n_head"),
+        (["--context-length", "4096"], "need at least"),
+        (["--eval-file", "/nonexistent.txt"], "file not found"),
+    ],
+)
 def test_bad_values_give_clear_errors(files, tmp_path, capsys, extra, message):
     assert main(argv(files, tmp_path / "run", "--max-steps", "2", *extra)) == 2
     assert message in capsys.readouterr().err
@@ -193,18 +215,19 @@ def test_stop_at_step_keeps_the_full_schedule(files, tmp_path):
 
 def test_repeat_frac_rows_restart_their_text_and_zero_keeps_the_old_batches(files):
     from tfm.train.data import IGNORE, MIN_SPAN, Mix, Source
-    arr = np.arange(1000, dtype=np.int64)                 # distinct ids: a repeat is unambiguous
+
+    arr = np.arange(1000, dtype=np.int64)  # distinct ids: a repeat is unambiguous
     src = [Source("a", files / "a.txt", 1.0, arr, arr[:40])]
     x, y = Mix(src, 32, repeat_frac=1.0).batch(torch.Generator().manual_seed(0), 16)
     for row, nxt in zip(x, y):
-        full = torch.cat([row, nxt[-1:]])                  # the ctx+1 tokens of the row (last is never the jump)
+        full = torch.cat([row, nxt[-1:]])  # the ctx+1 tokens of the row (last is never the jump)
         n = int((full[1:] != full[:-1] + 1).nonzero()[0]) + 1  # where the text jumps back
         assert MIN_SPAN <= n <= 16
-        assert torch.equal(full[n:2 * n], full[:n])        # A B C | A B C: the span again
+        assert torch.equal(full[n : 2 * n], full[:n])  # A B C | A B C: the span again
         assert torch.equal(full[n:], full[0] + torch.arange(33 - n))  # then the text goes on
-        assert nxt[n - 1] == IGNORE and (nxt != IGNORE).sum() == 31   # only the jump is not learned
+        assert nxt[n - 1] == IGNORE and (nxt != IGNORE).sum() == 31  # only the jump is not learned
     assert torch.equal(torch.where(y[:, :-1] == IGNORE, x[:, 1:], y[:, :-1]), x[:, 1:])
-    plain = Mix(src, 32).batch(torch.Generator().manual_seed(0), 16)   # no extra draws at 0
+    plain = Mix(src, 32).batch(torch.Generator().manual_seed(0), 16)  # no extra draws at 0
     zero = Mix(src, 32, repeat_frac=0.0).batch(torch.Generator().manual_seed(0), 16)
     assert torch.equal(plain[0], zero[0])
     assert all(bool((r[1:] == r[:-1] + 1).all()) for r in plain[0])
@@ -216,20 +239,42 @@ def test_init_from_starts_at_the_exported_weights_and_refuses_other_shapes(files
     first = tmp_path / "first"
     assert main(argv(files, first, "--max-steps", "5")) == 0
     second = tmp_path / "second"
-    assert main(argv(files, second, "--max-steps", "5", "--init-from", str(first / "model"), "--lr", "0",
-                     "--warmup-steps", "0", "--min-lr-frac", "1")) == 0   # lr 0: weights stay put
+    assert (
+        main(
+            argv(
+                files,
+                second,
+                "--max-steps",
+                "5",
+                "--init-from",
+                str(first / "model"),
+                "--lr",
+                "0",
+                "--warmup-steps",
+                "0",
+                "--min-lr-frac",
+                "1",
+            )
+        )
+        == 0
+    )  # lr 0: weights stay put
     a, b = load(str(first / "model")).model.state_dict(), load(str(second / "model")).model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     ckpt = torch.load(second / "ckpt.pt", weights_only=True)
-    assert ckpt["step"] == 5                                              # a new run, own schedule
-    assert main(argv(files, tmp_path / "third", "--max-steps", "5", "--init-from", str(first / "model"),
-                     "--d-model", "64")) == 2
+    assert ckpt["step"] == 5  # a new run, own schedule
+    assert (
+        main(
+            argv(files, tmp_path / "third", "--max-steps", "5", "--init-from", str(first / "model"), "--d-model", "64")
+        )
+        == 2
+    )
     assert "--init-from" in capsys.readouterr().err
 
 
 def write_card(run, tmp_path) -> tuple:
     """`python -m tfm.train.model_card RUN` with a small stand-in corpus; (card text, out folder)."""
     from tfm.train import model_card
+
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "tinystories_valid.txt").write_text(STORY * 200)
@@ -255,15 +300,16 @@ def test_model_card_reports_the_runs_own_figures(files, tmp_path):
 
 def test_copy_frac_rows_repeat_random_tokens_and_learn_only_the_repeats(files):
     from tfm.train.data import IGNORE, MIN_SPAN, Mix, Source
+
     arr = np.arange(1000, dtype=np.int64)
     src = [Source("a", files / "a.txt", 1.0, arr, arr[:40])]
     x, y = Mix(src, 32, copy_frac=1.0, vocab=50).batch(torch.Generator().manual_seed(0), 16)
-    assert int(x.max()) < 50                                       # drawn from the ordinary tokens
+    assert int(x.max()) < 50  # drawn from the ordinary tokens
     for row, tgt in zip(x, y):
-        n = int((tgt != IGNORE).nonzero()[0])                      # the period: first learned target
+        n = int((tgt != IGNORE).nonzero()[0])  # the period: first learned target
         assert MIN_SPAN <= n <= 16 and bool((tgt[:n] == IGNORE).all())
-        assert torch.equal(row[n:], row[:32 - n])                  # it repeats with period n
-        assert torch.equal(tgt[n:-1], row[n + 1:])                 # targets are the next tokens
+        assert torch.equal(row[n:], row[: 32 - n])  # it repeats with period n
+        assert torch.equal(tgt[n:-1], row[n + 1 :])  # targets are the next tokens
     with pytest.raises(ValueError, match="--copy-frac 2.0: must be in"):
         Mix(src, 32, copy_frac=2.0, vocab=50)
 
@@ -281,4 +327,4 @@ def test_model_card_of_a_two_stage_run_lists_both_stages_and_commands(files, tmp
     assert "--init-from runs/first/model" in cmds[1] and cmds[1].endswith("--stop-at-step 4")
     assert cmds[2].endswith("tfm.train.model_card runs/second --out assets/models/default")
     evals = json.loads((out / "card.json").read_text())["evals"]
-    assert [e["step"] for e in evals] == [5, 6, 10]             # stage 2's evals counted after stage 1
+    assert [e["step"] for e in evals] == [5, 6, 10]  # stage 2's evals counted after stage 1

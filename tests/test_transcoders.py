@@ -4,6 +4,7 @@ forward's losses equal the model's own forward with the transcoders' outputs pat
 error terms give back the clean loss); files round-trip in fp16 and int8 and wrong ones get one
 clear message; the trainer writes a card and a rerun goes on where it stopped; the shipped set
 loads and meets its card measured here again."""
+
 from __future__ import annotations
 
 import json
@@ -68,11 +69,11 @@ def test_replaced_losses_equal_the_models_forward_with_patches(lm):
     ce = TE.domain_ce(lm.model, ts.layers, rows, skip=0, rows=2)
     clean = _patched_ce(lm, ts, rows, [])
     assert abs(ce["clean"] - clean) < 1e-4
-    assert abs(ce["with_errors"] - clean) < 1e-4          # error terms restore the model
+    assert abs(ce["with_errors"] - clean) < 1e-4  # error terms restore the model
     assert abs(ce["replaced"] - _patched_ce(lm, ts, rows, range(6))) < 1e-3
     for layer in (0, 4):
         assert abs(ce["one_layer"][layer] - _patched_ce(lm, ts, rows, [layer])) < 1e-3
-    assert abs(ce["replaced"] - clean) > 0.1              # random transcoders change the loss: the checks can fail
+    assert abs(ce["replaced"] - clean) > 0.1  # random transcoders change the loss: the checks can fail
 
 
 @pytest.mark.parametrize("storage", ["fp16", "int8"])
@@ -88,7 +89,7 @@ def test_files_round_trip_in_each_storage(tmp_path, lm, storage):
     ts = T.load_transcoders(tmp_path, lm)
     assert ts.cfg == cfg and ts.card["note"] == "x"
     for a, b, c in zip(base.layers, ts.layers, copies):
-        step = a.W_enc.abs().amax(0) / 127 if storage == "int8" else a.W_enc.abs() * 2 ** -10
+        step = a.W_enc.abs().amax(0) / 127 if storage == "int8" else a.W_enc.abs() * 2**-10
         assert ((a.W_enc - b.W_enc).abs() <= step * 0.501 + 1e-7).all()
         assert torch.equal(b.W_dec, T.stored_copy(c).W_dec) and torch.equal(b.W_enc, T.stored_copy(c).W_enc)
     size = sum(p.stat().st_size for p in tmp_path.glob("layer_*"))
@@ -102,10 +103,10 @@ def test_wrong_files_are_refused_with_one_message(tmp_path, lm, monkeypatch):
         T.save_layer(tc, tmp_path)
     T.write_card(tmp_path, cfg, {})
     T.load_transcoders(tmp_path, lm)
-    T.write_card(tmp_path, cfg.replace(n_features=32, k=4), {})        # a card of another width
+    T.write_card(tmp_path, cfg.replace(n_features=32, k=4), {})  # a card of another width
     with pytest.raises(ValueError, match="layer_00.safetensors holds .* but the card's config"):
         T.load_transcoders(tmp_path, lm)
-    T.write_card(tmp_path, cfg.replace(d_model=576, n_layer=30), {})   # a card of another model
+    T.write_card(tmp_path, cfg.replace(d_model=576, n_layer=30), {})  # a card of another model
     with pytest.raises(ValueError, match="for a model 576 wide with 30 layers, but this one is 192 wide with 6"):
         T.load_transcoders(tmp_path, lm)
     T.write_card(tmp_path, cfg, {})
@@ -116,15 +117,17 @@ def test_wrong_files_are_refused_with_one_message(tmp_path, lm, monkeypatch):
         cfg.replace(storage="int4")
 
 
-needs_corpus = pytest.mark.skipif(not (CORPUS / "tinyshakespeare.txt").is_file(),
-                                  reason="../shared/corpus is beside the repo in CI")
+needs_corpus = pytest.mark.skipif(
+    not (CORPUS / "tinyshakespeare.txt").is_file(), reason="../shared/corpus is beside the repo in CI"
+)
 
 
 @needs_corpus
 def test_training_writes_layers_and_a_rerun_goes_on(tmp_path, capsys):
     out = tmp_path / "tc"
-    args = ("--model default --features 64 --k 8 --tokens 512 --eval-tokens 264 --ctx 32 --epochs 1 "
-            "--batch 128").split() + ["--corpus", str(CORPUS), "--out", str(out)]
+    args = (
+        "--model default --features 64 --k 8 --tokens 512 --eval-tokens 264 --ctx 32 --epochs 1 --batch 128"
+    ).split() + ["--corpus", str(CORPUS), "--out", str(out)]
     assert train_tc.main(args + ["--layers", "1,3"]) == 0
     card = json.loads((out / "card.json").read_text())
     assert sorted(card["layers"]) == ["1", "3"] and "ce" not in card
@@ -133,7 +136,7 @@ def test_training_writes_layers_and_a_rerun_goes_on(tmp_path, capsys):
     assert sorted(p.name for p in out.glob("layer_*")) == ["layer_01.safetensors", "layer_03.safetensors"]
     before = (out / "layer_01.safetensors").read_bytes()
     capsys.readouterr()
-    assert train_tc.main(args) == 0                                   # all layers: 1 and 3 are skipped
+    assert train_tc.main(args) == 0  # all layers: 1 and 3 are skipped
     assert "layers done [1, 3], to train [0, 2, 4, 5]" in capsys.readouterr().out
     assert (out / "layer_01.safetensors").read_bytes() == before
     card = json.loads((out / "card.json").read_text())
@@ -141,7 +144,7 @@ def test_training_writes_layers_and_a_rerun_goes_on(tmp_path, capsys):
     for c in card["ce"].values():
         assert abs(c["with_errors"] - c["clean"]) < 1e-4 and len(c["one_layer"]) == 6
     assert "| stories |" in (out / "README.md").read_text()
-    assert train_tc.main(args[:-1] + [str(out), "--k", "4"]) == 2    # other settings: refused, not mixed
+    assert train_tc.main(args[:-1] + [str(out), "--k", "4"]) == 2  # other settings: refused, not mixed
     assert "pass the same settings to go on" in capsys.readouterr().err
 
 
@@ -168,10 +171,10 @@ def test_shipped_smollm2_set_fits_its_budget_and_loads():
     folder = ROOT / "assets" / "transcoders" / "smollm2"
     files = sorted(folder.glob("layer_*.safetensors"))
     assert len(files) == 30 and sum(p.stat().st_size for p in files) <= 60_000_000
-    ts = T.load_transcoders(folder)                       # names, shapes, dtypes checked against the card
+    ts = T.load_transcoders(folder)  # names, shapes, dtypes checked against the card
     assert (ts.cfg.d_model, ts.cfg.n_layer, ts.cfg.storage) == (576, 30, "int8")
     assert ts.card["settings"]["skipped_first_positions"] == 1
-    for key, m in ts.card["layers"].items():              # int8 storage costs next to nothing
+    for key, m in ts.card["layers"].items():  # int8 storage costs next to nothing
         assert abs(m["fvu"] - m["fvu_before_storage"]) < 0.01 * m["fvu_before_storage"] + 1e-3, key
     for c in ts.card["ce"].values():
         assert abs(c["with_errors"] - c["clean"]) < 1e-3 and c["replaced"] > c["clean"]

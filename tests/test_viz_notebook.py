@@ -1,5 +1,6 @@
 """tfm.viz's notebook figures: every number drawn equals the trace's (or Hugging Face's attention
 tensors, or a direct recomputation), and bad inputs get one clear ValueError."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -56,13 +57,13 @@ def test_every_head_grid_holds_every_pattern(run):
     z = viz.all_heads(trace, toks).data[0].z
     for layer in range(lm.config.n_layer):
         for head in range(lm.config.n_head):
-            cell = z[layer * step:layer * step + n, head * step:head * step + n]
+            cell = z[layer * step : layer * step + n, head * step : head * step + n]
             np.testing.assert_array_equal(cell, masked(trace.pattern(layer)[head]))
     one = viz.layer_heads(trace, toks, 4).data[0].z
-    np.testing.assert_array_equal(one[:n, step + 0:step + n], masked(trace.pattern(4)[1]))
+    np.testing.assert_array_equal(one[:n, step + 0 : step + n], masked(trace.pattern(4)[1]))
     assert one.shape[0] == n
     two = viz.all_heads(trace, toks, [2, 4])
-    np.testing.assert_array_equal(two.data[0].z[step:step + n, :n], masked(trace.pattern(4)[0]))
+    np.testing.assert_array_equal(two.data[0].z[step : step + n, :n], masked(trace.pattern(4)[0]))
     assert two.data[0].y[step] == f"L4 query {toks[0]} ·0" and two.layout.yaxis.ticktext == ("layer 2", "layer 4")
 
 
@@ -86,14 +87,19 @@ def _peaked_gpt2_attentions(tr, vocab_folder):
     """A random 2-layer GPT-2 with weights scaled far from uniform attention, its tokenizer, two
     9-token rows and their attentions (a tuple of (B, H, T, T), as BertViz takes them)."""
     torch.manual_seed(0)
-    hf = tr.GPT2LMHeadModel(tr.GPT2Config(n_layer=2, n_head=4, n_embd=32, n_positions=32, vocab_size=320,
-                                          attn_implementation="eager")).eval()
+    hf = tr.GPT2LMHeadModel(
+        tr.GPT2Config(n_layer=2, n_head=4, n_embd=32, n_positions=32, vocab_size=320, attn_implementation="eager")
+    ).eval()
     with torch.no_grad():
         for p in hf.parameters():
             p.mul_(8)  # far from uniform attention
     tok = tr.GPT2TokenizerFast(str(vocab_folder / "vocab.json"), str(vocab_folder / "merges.txt"))
-    enc = tok(["The cat sat on the mat. The dog sat on the log.", "hello world, hello there! 123 456 7890"],
-              return_tensors="pt", max_length=9, truncation=True)  # both longer: no padding needed
+    enc = tok(
+        ["The cat sat on the mat. The dog sat on the log.", "hello world, hello there! 123 456 7890"],
+        return_tensors="pt",
+        max_length=9,
+        truncation=True,
+    )  # both longer: no padding needed
     assert enc["input_ids"].shape == (2, 9)
     with torch.no_grad():
         att = hf(enc["input_ids"], output_attentions=True).attentions
@@ -105,8 +111,10 @@ def test_attention_figures_take_hugging_face_attentions(gpt2_vocab_folder, tmp_p
     the same model converted into tfm draws the same figure from its trace."""
     hf, tok, enc, att = _peaked_gpt2_attentions(pytest.importorskip("transformers"), gpt2_vocab_folder)
     names = tok.convert_ids_to_tokens(enc["input_ids"][1])
-    for fig, want in ((viz.attention_pattern(att, names, 1, 2, batch=1), att[1][1, 2]),
-                      (viz.attention_pattern(torch.stack(att), names, 0, 3, batch=1), att[0][1, 3])):
+    for fig, want in (
+        (viz.attention_pattern(att, names, 1, 2, batch=1), att[1][1, 2]),
+        (viz.attention_pattern(torch.stack(att), names, 0, 3, batch=1), att[0][1, 3]),
+    ):
         np.testing.assert_array_equal(fig.data[0].z, masked(want))
         assert fig.data[0].x[0] == f"{names[0]} ·0"
     grid = viz.all_heads(att, names, batch=1).data[0].z
@@ -135,7 +143,8 @@ def test_bad_inputs_are_refused_clearly(run):
         viz.attention_pattern({"a": 1}, toks)
     with pytest.raises(ValueError, match="at most 64"):
         viz.attention_pattern(trace, toks, positions=(0, 10)) and None or viz.head_view(
-            (torch.rand(1, 2, 80, 80),), ["x"] * 80, positions=(0, 79))
+            (torch.rand(1, 2, 80, 80),), ["x"] * 80, positions=(0, 79)
+        )
     with pytest.raises(ValueError, match="stacked attention tensor"):
         viz.attention_pattern(torch.rand(2, 4, 5, 5), ["a"] * 5)
 
@@ -145,7 +154,7 @@ def test_logit_lens_cells_equal_a_direct_decoding(run):
     fig = viz.logit_lens(lm, trace, ids)
     m = lm.model
     with torch.no_grad():
-        streams = torch.stack([x for _, x in trace.residual_streams(0)])     # (L+1, T, D)
+        streams = torch.stack([x for _, x in trace.residual_streams(0)])  # (L+1, T, D)
         probs = m.unembed(m.ln_final(streams)).softmax(-1)
     top = probs.max(-1)
     np.testing.assert_allclose(fig.data[0].z, top.values.numpy(), rtol=1e-5)

@@ -1,5 +1,6 @@
 """Figures built without plotly's validation (tfm.viz.figure_dicts) are validated here, on the bundled
 model's real numbers: `go.Figure(fig.to_dict())` raises on any invalid property or value."""
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,7 @@ def run():
 def valid(fig: go.Figure) -> go.Figure:
     """Validated, and sent to the browser exactly as its validated twin would be: a value the
     validator would coerce (a colorscale name plotly.js reads reversed, a bare title) differs."""
-    checked = go.Figure(fig.to_dict())   # validation: raises ValueError on anything invalid
+    checked = go.Figure(fig.to_dict())  # validation: raises ValueError on anything invalid
     assert checked.data, "the figure has no trace"
     sent, twin = (pruned(json.loads(pio.to_json(f, validate=False))) for f in (fig, checked))
     assert sent == twin
@@ -48,14 +49,22 @@ def pruned(x):
     return [pruned(v) for v in x] if isinstance(x, list) else x
 
 
-@pytest.mark.parametrize("settings", [SamplingSettings(0.8, 0, 0.9), SamplingSettings(0.0, 0, 1.0),
-                                      SamplingSettings(1.5, 20, 1.0)])
+@pytest.mark.parametrize(
+    "settings", [SamplingSettings(0.8, 0, 0.9), SamplingSettings(0.0, 0, 1.0), SamplingSettings(1.5, 20, 1.0)]
+)
 def test_the_next_token_chart_is_valid(run, settings):
     lm, ids, out = run
     logits = out.logits[0, -1]
     shown = fs.shown_ids(logits, 15)
-    fig = valid(fs.next_token_figure(breakdown(logits, settings=settings), shown,
-                                     lm.tokenizer.display_pieces(shown), "next token", chosen=shown[3]))
+    fig = valid(
+        fs.next_token_figure(
+            breakdown(logits, settings=settings),
+            shown,
+            lm.tokenizer.display_pieces(shown),
+            "next token",
+            chosen=shown[3],
+        )
+    )
     assert "chosen" in [a.text for a in fig.layout.annotations]
 
 
@@ -64,19 +73,27 @@ def test_the_generation_step_charts_are_valid(run):
     steps = list(tfm.generate(lm, ids, 3, 0.8, seed=1, trace=True, stop_at_eot=False))
     r = step_record(steps[-1])
     labels = [lm.tokenizer.display_piece(i) for i in ids + [s.token_id for s in steps]]
-    fig, hidden = fs.step_attention_figure(r.attn, labels[:r.attn.shape[-1]], 8, "step attention")
+    fig, hidden = fs.step_attention_figure(r.attn, labels[: r.attn.shape[-1]], 8, "step attention")
     assert hidden is not None and 0 <= hidden <= 1
-    assert len(valid(fig).data[0].y) == lm.config.n_layer * lm.config.n_head   # a row per (layer, head)
+    assert len(valid(fig).data[0].y) == lm.config.n_layer * lm.config.n_head  # a row per (layer, head)
     with torch.no_grad():
         lens = decode_streams(lm.model, r.resid[:, None], k=5, keep_probs=False, n_words=lm.tokenizer.vocab_size)
     top = lens.top_ids[:, 0]
-    valid(fs.step_lens_figure(top, lens.top_probs[:, 0].float(), lens.labels,
-                              [lm.tokenizer.display_pieces(row.tolist()) for row in top], r.token_id, "lens"))
+    valid(
+        fs.step_lens_figure(
+            top,
+            lens.top_probs[:, 0].float(),
+            lens.labels,
+            [lm.tokenizer.display_pieces(row.tolist()) for row in top],
+            r.token_id,
+            "lens",
+        )
+    )
 
 
 def test_the_attention_figures_are_valid(run):
     lm, ids, out = run
-    pattern = out.trace["blocks.1.attn.pattern"][0]                      # (H, T, T)
+    pattern = out.trace["blocks.1.attn.pattern"][0]  # (H, T, T)
     labels = [lm.tokenizer.display_piece(i) for i in ids]
     cells = fa.window(pattern, 0, len(ids) - 1)
     valid(fa.heatmap(cells[0], labels, "one head"))
@@ -97,9 +114,9 @@ def test_the_why_figures_are_valid(run):
     both = valid(fw.contrib_bars(order, np.concatenate([heads.ravel(), attr.mlps.numpy()]), "beside", effects))
     assert [t.name for t in both.data] == ["direct attribution", "− change when zero-ablated"]
     grid = valid(fw.head_heatmap(heads, "every head", clickable=True))
-    assert grid.data[0].zmax == pytest.approx(float(np.abs(heads).max()))   # centred on 0
-    assert len(grid.data[1].x) == heads.size                                 # a click target per cell
-    valid(fw.head_heatmap(np.zeros_like(heads), "no signal"))                # all zero: a ±1 colour range
+    assert grid.data[0].zmax == pytest.approx(float(np.abs(heads).max()))  # centred on 0
+    assert len(grid.data[1].x) == heads.size  # a click target per cell
+    valid(fw.head_heatmap(np.zeros_like(heads), "no signal"))  # all zero: a ±1 colour range
     labels = [lm.tokenizer.display_piece(i) for i in ids]
     src = valid(fw.source_bars(attr.by_source(1, 0).numpy(), labels, "sources"))
     assert len(src.data[0].x) == len(ids)
@@ -118,30 +135,35 @@ def test_the_tour_bar_chart_is_valid(run):
 
 def test_class_room_figures_are_valid_and_escape_what_students_typed():
     from tfm.viz import classroom as fc
+
     counts = {f"answer {i}": i for i in range(1, 16)} | {"<b>x</b>": 20}
     fig = valid(fc.answer_bars(counts, "16 of 30 students answered", model="answer 15"))
     bar = fig.data[0]
     assert list(bar.y[:2]) == ["&lt;b&gt;x&lt;/b&gt;", "answer 15"] and list(bar.x[:2]) == [20, 15]
-    assert bar.y[-1] == "other (4 answers)" and bar.x[-1] == 1 + 2 + 3 + 4   # beyond the 12 most common
+    assert bar.y[-1] == "other (4 answers)" and bar.x[-1] == 1 + 2 + 3 + 4  # beyond the 12 most common
     assert bar.marker.color[1] == fc.MODEL and bar.marker.color[0] == fc.ANSWER and bar.marker.color[-1] == fc.OTHER
     bins = [f"{i / 10:.1f}–{(i + 1) / 10:.1f}" for i in range(10)]
     fig = valid(fc.answer_bars({"0.3–0.4": 2}, "t", order=bins))
     assert list(fig.data[0].y) == bins and list(fig.data[0].x) == [0, 0, 0, 2, 0, 0, 0, 0, 0, 0]
-    grid = valid(fc.head_grid(30, 9, chosen=(4, 2)))   # the picked head dark, never the model's red
+    grid = valid(fc.head_grid(30, 9, chosen=(4, 2)))  # the picked head dark, never the model's red
     colours = list(grid.data[0].marker.color)
     assert len(grid.data[0].x) == 270 and colours[4 * 9 + 2] == fc.PICKED and fc.MODEL not in colours
-    assert set(valid(fc.head_grid(30, 9)).data[0].marker.color) == {fc.ANSWER}   # nothing picked until a click
+    assert set(valid(fc.head_grid(30, 9)).data[0].marker.color) == {fc.ANSWER}  # nothing picked until a click
 
 
 def test_the_lens_comparison_chart_is_valid(run):
     from tfm.analysis.lens.compare import prompt_fits
     from tfm.analysis.lens.tuned import shipped_lens
     from tfm.viz import lens as fl
+
     lm, ids, out = run
     fits = prompt_fits(lm.model, out.trace, shipped_lens("default", lm))
     kl = {k: f.mean_kl() for k, f in fits.items()}
     fig = valid(fl.lens_fit_figure(kl, {k: f.agreement() for k, f in fits.items()}, fits["logit"].labels, "t"))
-    assert fig.layout.yaxis.range[1] < kl["logit"][0]          # the embedding's KL is written, off the scale
+    assert fig.layout.yaxis.range[1] < kl["logit"][0]  # the embedding's KL is written, off the scale
     assert f"{kl['logit'][0]:.1f}" in fig.layout.annotations[0].text
-    valid(fl.lens_fit_figure({"logit": [0.5, 0.2, 0.0]}, {"logit": [0.1, 0.5, 1.0]}, ["embed", "block 0", "block 1"],
-                             "<b>x</b>"))
+    valid(
+        fl.lens_fit_figure(
+            {"logit": [0.5, 0.2, 0.0]}, {"logit": [0.1, 0.5, 1.0]}, ["embed", "block 0", "block 1"], "<b>x</b>"
+        )
+    )

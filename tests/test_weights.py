@@ -46,11 +46,17 @@ def rewrite_config(folder: Path, change) -> None:
 
 # ---- round trip -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("overrides", [
-    dict(), dict(tied_embeddings=False),
-    dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, tied_embeddings=False),
-    dict(pos_encoding="sinusoidal", norm_placement="post", activation="relu"),
-], ids=["gpt2-like", "untied", "llama-like", "2017-like"])
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(),
+        dict(tied_embeddings=False),
+        dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, tied_embeddings=False),
+        dict(pos_encoding="sinusoidal", norm_placement="post", activation="relu"),
+    ],
+    ids=["gpt2-like", "untied", "llama-like", "2017-like"],
+)
 def test_tfm_folder_round_trip(overrides, tmp_path, make_model):
     model = make_model("tiny", **overrides)
     folder = save_model(tmp_path / "m", model, bytes_tokenizer(), meta={"steps": 3})
@@ -93,12 +99,13 @@ def test_loading_never_mutates_or_aliases_the_callers_model(saved):
 
 # ---- broken folders: each error names the file and, where there is one, the key -----------
 
+
 def test_missing_config_json(saved):
     folder, _ = saved
     (folder / "config.json").unlink()
     with pytest.raises(ValueError, match=f"^{folder.name} is not a model folder"):
         tfm.load(folder, device="cpu")
-    with pytest.raises(FileNotFoundError, match="^config.json is missing") as e:   # by its name, never a server path
+    with pytest.raises(FileNotFoundError, match="^config.json is missing") as e:  # by its name, never a server path
         load_tfm_folder(folder)
     assert str(folder) not in str(e.value)
 
@@ -129,7 +136,7 @@ def test_unknown_or_bad_config_values_name_the_file_and_key(saved):
     with pytest.raises(ValueError, match="tfm format version 9; this tfm reads version 1"):
         tfm.load(folder, device="cpu")
     rewrite_config(folder, lambda d: (d.update(version=1), d.pop("tokenizer")))
-    with pytest.raises(ValueError, match="config.json has no \"tokenizer\" section"):
+    with pytest.raises(ValueError, match='config.json has no "tokenizer" section'):
         tfm.load(folder, device="cpu")
 
 
@@ -154,8 +161,12 @@ def test_corrupt_or_truncated_weights_file(damage, saved):
 def test_weight_with_the_wrong_shape_names_key_and_both_shapes(saved):
     folder, _ = saved
     rewrite_weights(folder, lambda s: s.update({"blocks.1.mlp.fc.weight": torch.zeros(33, 16)}))
-    with pytest.raises(ValueError, match=re.escape("model.safetensors: weight 'blocks.1.mlp.fc.weight' has shape "
-                                                   "(33, 16), the config expects (32, 16)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "model.safetensors: weight 'blocks.1.mlp.fc.weight' has shape (33, 16), the config expects (32, 16)"
+        ),
+    ):
         tfm.load(folder, device="cpu")
 
 
@@ -164,7 +175,9 @@ def test_missing_and_unexpected_weights_are_named(saved):
     rewrite_weights(folder, lambda s: s.pop("blocks.0.ln2.bias"))
     with pytest.raises(ValueError, match=re.escape("model.safetensors: missing weights ['blocks.0.ln2.bias']")):
         tfm.load(folder, device="cpu")
-    rewrite_weights(folder, lambda s: s.update({"blocks.0.ln2.bias": torch.zeros(16), "blocks.0.attn.gate.weight": torch.zeros(2)}))
+    rewrite_weights(
+        folder, lambda s: s.update({"blocks.0.ln2.bias": torch.zeros(16), "blocks.0.attn.gate.weight": torch.zeros(2)})
+    )
     with pytest.raises(ValueError, match=re.escape("unexpected weights ['blocks.0.attn.gate.weight'] for this config")):
         tfm.load(folder, device="cpu")
 
@@ -206,7 +219,9 @@ def test_pickled_objects_are_refused_not_executed(tmp_path, gpt2_vocab_folder):
     data = (folder / "pytorch_model.bin").read_bytes()
     for bad in (data[: len(data) // 2], b"not a zip or pickle" * 10):
         (folder / "pytorch_model.bin").write_bytes(bad)
-        with pytest.raises(ValueError, match=r"^pytorch_model.bin could not be read as plain tensors .*corrupt or truncated"):
+        with pytest.raises(
+            ValueError, match=r"^pytorch_model.bin could not be read as plain tensors .*corrupt or truncated"
+        ):
             tfm.load(folder, device="cpu")
     # the same for a nanoGPT checkpoint
     torch.save({"model": {}, "model_args": _Touch(marker)}, tmp_path / "ckpt.pt")
@@ -220,9 +235,11 @@ def test_pickled_objects_are_refused_not_executed(tmp_path, gpt2_vocab_folder):
 
 
 def test_things_that_are_not_models(tmp_path):
-    with pytest.raises(ValueError, match=re.escape(f"{tmp_path.name} is not a model folder") + ".*tfm folder.*Hugging Face.*nanoGPT") as e:
+    with pytest.raises(
+        ValueError, match=re.escape(f"{tmp_path.name} is not a model folder") + ".*tfm folder.*Hugging Face.*nanoGPT"
+    ) as e:
         tfm.load(tmp_path, device="cpu")
-    assert str(tmp_path.parent) not in str(e.value)       # by its name, never the server's path
+    assert str(tmp_path.parent) not in str(e.value)  # by its name, never the server's path
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(ValueError, match="is not a model folder"):
         tfm.load(tmp_path, device="cpu")
@@ -238,12 +255,14 @@ def test_things_that_are_not_models(tmp_path):
 
 def test_default_model_missing_says_where_to_get_it(tmp_path, monkeypatch):
     from tfm.loaders import loading
+
     monkeypatch.setitem(loading.REGISTRY, "default", tmp_path / "absent")
     with pytest.raises(FileNotFoundError, match="the bundled model 'default' is not at .*python -m tfm.train"):
         tfm.load("default", device="cpu")
 
 
 # ---- random models and devices ----------------------------------------------------------------
+
 
 def test_random_tiny():
     a, b = tfm.load("random:tiny", device="cpu"), tfm.load("random:tiny", device="cpu")
@@ -277,8 +296,20 @@ def test_pick_device():
 def _saved_encdec(folder):
     """A tiny toy encoder-decoder saved to `folder`, and the size of its weights file."""
     from tfm.teach.encdec import EncDecConfig, EncoderDecoder, save_encdec
-    ed = EncoderDecoder(EncDecConfig(src_vocab_size=16, tgt_vocab_size=16, src_context_length=8, tgt_context_length=8,
-                                     d_model=16, n_enc_layer=1, n_dec_layer=1, n_head=2, d_ff=32))
+
+    ed = EncoderDecoder(
+        EncDecConfig(
+            src_vocab_size=16,
+            tgt_vocab_size=16,
+            src_context_length=8,
+            tgt_context_length=8,
+            d_model=16,
+            n_enc_layer=1,
+            n_dec_layer=1,
+            n_head=2,
+            d_ff=32,
+        )
+    )
     save_encdec(folder, ed, {"toy_task": "reverse", "min_len": 2, "max_len": 5})
     return ed, (folder / "model.safetensors").stat().st_size
 
@@ -294,7 +325,7 @@ def test_one_folder_reader_bounds_sizes_before_reading_for_gpt_and_encoder_decod
     monkeypatch.setattr(W, "read_safetensors", lambda path: read.append(path) or load_file(str(path)))
     with pytest.raises(ValueError, match=f"holds {size:,} bytes, over the limit of {size - 1:,}"):
         load_tfm_folder(folder, max_weight_bytes=size - 1)
-    assert read == []                                                   # refused before reading the weights
+    assert read == []  # refused before reading the weights
     got, _, _ = load_tfm_folder(folder, max_weight_bytes=size)
     assert read and all(torch.equal(a, b) for a, b in zip(got.state_dict().values(), model.state_dict().values()))
 
@@ -303,10 +334,12 @@ def test_one_folder_reader_bounds_sizes_before_reading_for_gpt_and_encoder_decod
         toy.load_folder(tmp_path / "ed", max_weight_bytes=ed_size - 1)
     loaded, meta = load_encdec(tmp_path / "ed", max_weight_bytes=ed_size)
     assert meta["toy_task"] == "reverse" and loaded.config == ed.config
-    with pytest.raises(ValueError, match="is not a tfm config"):           # each format reads only its own
+    with pytest.raises(ValueError, match="is not a tfm config"):  # each format reads only its own
         load_tfm_folder(tmp_path / "ed")
     with pytest.raises(ValueError, match="is not an encoder-decoder config"):
         load_encdec(folder)
     (folder / "config.json").write_text(" " * (W.MAX_CONFIG_BYTES + 1))
-    with pytest.raises(ValueError, match=f"config.json holds {W.MAX_CONFIG_BYTES + 1:,} bytes; tfm reads such a file up to"):
+    with pytest.raises(
+        ValueError, match=f"config.json holds {W.MAX_CONFIG_BYTES + 1:,} bytes; tfm reads such a file up to"
+    ):
         load_tfm_folder(folder)

@@ -10,6 +10,7 @@
 Packages, lowest first; a package imports only from those before it (tests/test_layers.py):
 core, text, loaders, generation, analysis, teach, train, viz. This file and cli.py sit on top.
 """
+
 import sys
 
 from .core import model as _model
@@ -26,5 +27,16 @@ for _old, _mod in (("model", _model), ("trace", _trace), ("sampling", _sampling)
     sys.modules[f"{__name__}.{_old}"] = _mod
     globals()[_old] = _mod
 
-__all__ = ["LM", "GPT", "ModelConfig", "ModelOutput", "PRESETS", "Trace", "available_devices", "generate",
-           "load", "pick_device", "random_model"]
+__all__ = [
+    "LM",
+    "GPT",
+    "ModelConfig",
+    "ModelOutput",
+    "PRESETS",
+    "Trace",
+    "available_devices",
+    "generate",
+    "load",
+    "pick_device",
+    "random_model",
+]

@@ -5,6 +5,7 @@ GPT-2 folder or a nanoGPT ckpt.pt. Problems the user can fix (a bad folder, a ba
 print one line `error: ...` to stderr and exit with status 2, never a traceback.
 `tfm app [STREAMLIT ARGS]` starts the web app of the checkout tfm was installed from.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,10 @@ EXIT_USAGE = 2
 # The web app lives beside the package in a checkout (an editable install points there); a wheel
 # carries the engine only.
 CHECKOUT = Path(__file__).resolve().parents[1]
-APP_HELP = ("start the web app (the checkout's app.py); arguments go to `streamlit run`, "
-            "e.g. `tfm app --server.port 8600 -- --max-new-tokens 256`")
+APP_HELP = (
+    "start the web app (the checkout's app.py); arguments go to `streamlit run`, "
+    "e.g. `tfm app --server.port 8600 -- --max-new-tokens 256`"
+)
 
 
 class UsageError(Exception):
@@ -49,8 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     lens = sub.add_parser("lens", help="per layer: the logit and tuned lens against the final prediction")
     sub.add_parser("app", help=APP_HELP, add_help=False)  # listed here; main() runs it before parsing
     for p in (info, trace, gen, lens):
-        p.add_argument("source", nargs="?", default="default",
-                       help='"default", "random:<preset>", or a model folder (default: %(default)s)')
+        p.add_argument(
+            "source",
+            nargs="?",
+            default="default",
+            help='"default", "random:<preset>", or a model folder (default: %(default)s)',
+        )
         p.add_argument("--device", default="auto", choices=DEVICES, help="default: %(default)s")
     for p in (info, trace, lens):
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -60,8 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=0, help="0 = off (default: %(default)s)")
     gen.add_argument("--top-p", type=float, default=1.0, help="1 = off (default: %(default)s)")
     gen.add_argument("--seed", type=int, default=0, help="default: %(default)s")
-    gen.add_argument("--max-new-tokens", type=int, default=None,
-                     help="default: 64, or the context length if smaller")
+    gen.add_argument("--max-new-tokens", type=int, default=None, help="default: 64, or the context length if smaller")
     gen.add_argument("--no-cache", action="store_true", help="recompute the whole prefix every step")
     return parser
 
@@ -80,10 +86,14 @@ def _table(rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
 
 def info_data(lm: LM) -> dict:
     counts = param_counts(lm.model)
-    return {"source": lm.source, "device": str(lm.device), "config": lm.config.to_dict(),
-            "tokenizer": {"name": lm.tokenizer.name, "vocab_size": lm.tokenizer.vocab_size,
-                          "eot_id": lm.tokenizer.eot_id},
-            "parameters": counts, "total": sum(counts.values())}
+    return {
+        "source": lm.source,
+        "device": str(lm.device),
+        "config": lm.config.to_dict(),
+        "tokenizer": {"name": lm.tokenizer.name, "vocab_size": lm.tokenizer.vocab_size, "eot_id": lm.tokenizer.eot_id},
+        "parameters": counts,
+        "total": sum(counts.values()),
+    }
 
 
 def cmd_info(lm: LM, args) -> None:
@@ -111,9 +121,12 @@ def trace_data(lm: LM, prompt: str) -> dict:
         print(f"note: {info.notice}", file=sys.stderr)
     idx = torch.tensor([info.ids], device=lm.device)
     out = lm.model(idx, trace=True)
-    return {"source": lm.source, "tokens": list(info.ids),
-            "pieces": lm.tokenizer.display_pieces(info.ids),
-            "shapes": [entry.as_dict() for entry in out.trace.shapes]}
+    return {
+        "source": lm.source,
+        "tokens": list(info.ids),
+        "pieces": lm.tokenizer.display_pieces(info.ids),
+        "shapes": [entry.as_dict() for entry in out.trace.shapes],
+    }
 
 
 def cmd_trace(lm: LM, args) -> None:
@@ -142,10 +155,18 @@ def lens_data(lm: LM, prompt: str, source: str) -> dict:
     rows = {}
     for name, fit in fits.items():
         grid = lens_grid(lm.model, trace, lens if name == "tuned" else None, 1, slice(len(ids) - 1, None), False, words)
-        rows[name] = {"kl": fit.mean_kl(), "top1_agreement": fit.agreement(),
-                      "last_top": lm.tokenizer.display_pieces(grid.top_ids[:, 0, 0].tolist())}
-    return {"source": lm.source, "tokens": ids, "layers": fits["logit"].labels, "lenses": rows,
-            "tuned_lens": "shipped" if lens else f"none: train one with {TRAIN_COMMAND}"}
+        rows[name] = {
+            "kl": fit.mean_kl(),
+            "top1_agreement": fit.agreement(),
+            "last_top": lm.tokenizer.display_pieces(grid.top_ids[:, 0, 0].tolist()),
+        }
+    return {
+        "source": lm.source,
+        "tokens": ids,
+        "layers": fits["logit"].labels,
+        "lenses": rows,
+        "tuned_lens": "shipped" if lens else f"none: train one with {TRAIN_COMMAND}",
+    }
 
 
 def cmd_lens(lm: LM, args) -> None:
@@ -155,9 +176,19 @@ def cmd_lens(lm: LM, args) -> None:
         return
     names = list(data["lenses"])
     head = ["layer"] + [f"{n} {what}" for n in names for what in ("KL", "top-1=final", "last top")]
-    rows = [head] + [[label] + [cell for n in names for cell in (
-        f"{data['lenses'][n]['kl'][r]:.3f}", f"{100 * data['lenses'][n]['top1_agreement'][r]:.0f}%",
-        repr(data["lenses"][n]["last_top"][r]))] for r, label in enumerate(data["layers"])]
+    rows = [head] + [
+        [label]
+        + [
+            cell
+            for n in names
+            for cell in (
+                f"{data['lenses'][n]['kl'][r]:.3f}",
+                f"{100 * data['lenses'][n]['top1_agreement'][r]:.0f}%",
+                repr(data["lenses"][n]["last_top"][r]),
+            )
+        ]
+        for r, label in enumerate(data["layers"])
+    ]
     print(_table(rows, [False] + [True, True, False] * len(names)))
     print(f"\nKL in nats, mean over positions after the first; tuned lens: {data['tuned_lens']}")
 
@@ -168,8 +199,16 @@ _TTY_SAFE = {c: f"\\x{c:02x}" for c in (*range(32), 127) if c not in (9, 10)}
 
 def cmd_generate(lm: LM, args) -> None:
     safe = _TTY_SAFE if sys.stdout.isatty() else {}
-    gen = generate(lm, args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                   top_k=args.top_k, top_p=args.top_p, seed=args.seed, use_cache=not args.no_cache)
+    gen = generate(
+        lm,
+        args.prompt,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        use_cache=not args.no_cache,
+    )
     if gen.prompt.notice:
         print(f"note: {gen.prompt.notice}", file=sys.stderr, flush=True)
     step = None
@@ -180,17 +219,21 @@ def cmd_generate(lm: LM, args) -> None:
         sys.stdout.write("\n")
     sys.stdout.flush()
     n, seconds = step.index + 1, max(step.elapsed_s, 1e-9)
-    print(f"stop: {step.stop_reason} after {n} tokens in {seconds:.2f} s "
-          f"({n / seconds:.1f} tokens/s, prefill included)", file=sys.stderr)
+    print(
+        f"stop: {step.stop_reason} after {n} tokens in {seconds:.2f} s ({n / seconds:.1f} tokens/s, prefill included)",
+        file=sys.stderr,
+    )
 
 
 def app_argv(args: Sequence[str], checkout: Path = CHECKOUT) -> list[str]:
     """The command `tfm app` runs: this Python's streamlit on the checkout's app.py."""
     app = checkout / "app.py"
     if not (app.is_file() and all((checkout / d).is_dir() for d in ("ui", "services", "pages"))):
-        raise UsageError(f"`tfm app` needs the tfm repository checkout (app.py, pages/, ui/, services/, assets/); tfm was "
-                         f"installed from {checkout}, which has no app. Clone the repository and run "
-                         "`pip install -e .` there (or `./run_app.sh`); a wheel holds the engine only")
+        raise UsageError(
+            f"`tfm app` needs the tfm repository checkout (app.py, pages/, ui/, services/, assets/); tfm was "
+            f"installed from {checkout}, which has no app. Clone the repository and run "
+            "`pip install -e .` there (or `./run_app.sh`); a wheel holds the engine only"
+        )
     return [sys.executable, "-m", "streamlit", "run", str(app), *args]
 
 
@@ -198,8 +241,10 @@ def cmd_app(args: Sequence[str]) -> int:
     """Run the app in the checkout (its relative default folders, e.g. models/, are read from
     there, as with run_app.sh); returns streamlit's exit status."""
     if list(args[:1]) in (["-h"], ["--help"]):
-        print(f"usage: tfm app [STREAMLIT ARGS] [-- APP ARGS]\n\n{APP_HELP}.\n"
-              "App flags after `--`: `python -m services.server --help` in the checkout lists them.")
+        print(
+            f"usage: tfm app [STREAMLIT ARGS] [-- APP ARGS]\n\n{APP_HELP}.\n"
+            "App flags after `--`: `python -m services.server --help` in the checkout lists them."
+        )
         return 0
     argv = app_argv(args)
     print("running: " + " ".join(argv), file=sys.stderr, flush=True)

@@ -6,6 +6,7 @@ a finished run under its frozen settings (`finished(settings)`).
 The trace of a prompt is computed once per (model, device, token ids) and reused by every
 page and session; traces and derived values are read-only.
 """
+
 from __future__ import annotations
 
 import threading
@@ -30,6 +31,7 @@ def run_traced(spec: str, device: str, ids: tuple[int, ...]) -> Trace:
     Eager when the whole trace fits the server's `eager_trace_bytes` (and `max_trace_bytes`):
     a short prompt's pages read every block, which a lazy trace would compute a second time.
     Lazy (`tfm.core.lazy`) above that."""
+
     def compute() -> Trace:
         lm = load_lm(spec, device)  # before taking a slot (ui.heavy: never load while holding one)
         limits = server.limits()
@@ -38,6 +40,7 @@ def run_traced(spec: str, device: str, ids: tuple[int, ...]) -> Trace:
             # lazy: no (T, V) logits in the forward (1 GB for Gemma 3 at 1,024 tokens); rows when read
             out = lm.model(torch.tensor([ids], device=lm.device), trace=True, lazy=lazy, last_only=lazy)
         return out.trace.to("cpu", torch.float32)
+
     return PROMPTS.get(("trace", spec, device, ids), compute)
 
 
@@ -57,6 +60,7 @@ def derived(name: str, fn, spec: str, device: str, *args, alone: bool = False, s
     waits for the result any more (every run that asked for it was superseded, or its tab closed);
     the run then ends as Streamlit ends a stopped run, and nothing is cached.
     """
+
     def compute(stop=None):
         lm = load_lm(spec, device)  # before taking a slot
         with _ALONE if alone else nullcontext(), heavy.slot(name, quiet=True, should_stop=stop):
@@ -65,17 +69,29 @@ def derived(name: str, fn, spec: str, device: str, *args, alone: bool = False, s
             finally:
                 if alone:
                     memory.release_freed()
+
     try:
         return PROMPTS.get(("derived", spec, device, name, *args), compute, stopping.page_stop())
     except Cancelled as e:
         stopping.end_run(e)
 
 
-def derived_status(label: str, name: str, fn, spec: str, device: str, *args, alone: bool = False,
-                   stoppable: bool = False):
+def derived_status(
+    label: str, name: str, fn, spec: str, device: str, *args, alone: bool = False, stoppable: bool = False
+):
     """`derived(...)` with a status line while it computes (for work that takes seconds)."""
-    return with_status(label, is_cached("derived", spec, device, name, *args), derived, name, fn, spec, device,
-                       *args, alone=alone, stoppable=stoppable)
+    return with_status(
+        label,
+        is_cached("derived", spec, device, name, *args),
+        derived,
+        name,
+        fn,
+        spec,
+        device,
+        *args,
+        alone=alone,
+        stoppable=stoppable,
+    )
 
 
 def is_cached(kind: str, *key) -> bool:

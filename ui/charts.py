@@ -5,6 +5,7 @@ or SVG (a per-chart choice) named after the chart, the model, the prompt and the
 settings, and offers the chart as a standalone interactive HTML file. That file embeds
 plotly.js (~4 MB), so it is built only when the button is pressed (a callable `data`).
 """
+
 from __future__ import annotations
 
 import html
@@ -46,11 +47,18 @@ def describe(settings: dict | None) -> str:
 def standalone_html(fig: go.Figure, title: str, config: dict) -> str:
     """The figure as one self-contained interactive page (plotly.js embedded: works offline)."""
     page = fig.to_html(include_plotlyjs=True, full_html=True, config=config)
-    return page.replace("<head>", f"<head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>", 1)
+    return page.replace("<head>", f'<head><meta charset="utf-8"><title>{html.escape(title)}</title>', 1)
 
 
-def show(fig: go.Figure, name: str | None = None, settings: dict | None = None, key: str | None = None,
-         config: dict | None = None, where=st, **kwargs) -> None:
+def show(
+    fig: go.Figure,
+    name: str | None = None,
+    settings: dict | None = None,
+    key: str | None = None,
+    config: dict | None = None,
+    where=st,
+    **kwargs,
+) -> None:
     """Draw `fig` in `where` (a column or container; default: the page), with PNG/SVG saving from the
     modebar and an interactive HTML download. `name` (default: the widget key) goes into the file
     name with the model, prompt and `settings`."""
@@ -61,8 +69,11 @@ def show(fig: go.Figure, name: str | None = None, settings: dict | None = None, 
     fname = file_name(name, settings)
     fmt = st.session_state.get(f"{base}.format", "png")
     fmt = fmt if fmt in FORMATS else "png"
-    config = {**(config or {}), "displaylogo": False,
-              "toImageButtonOptions": {"format": fmt, "filename": fname, "scale": 2}}
+    config = {
+        **(config or {}),
+        "displaylogo": False,
+        "toImageButtonOptions": {"format": fmt, "filename": fname, "scale": 2},
+    }
     where.plotly_chart(fig, key=key, config=config, **kwargs)
     _save_popover(fig, where, base, fname, f"tfm · {name} · {describe(settings)}", config)
 
@@ -70,8 +81,18 @@ def show(fig: go.Figure, name: str | None = None, settings: dict | None = None, 
 def _save_popover(fig: go.Figure, where, base: str, fname: str, title: str, config: dict) -> None:
     """The chart's 💾 popover: the camera button's format, and the interactive HTML download."""
     with where.popover("Save this chart", icon="💾"):
-        st.segmented_control("The camera button in the chart's toolbar saves", FORMATS, key=f"{base}.format",
-                             format_func=str.upper, default="png")
-        st.download_button("Interactive HTML file (~4 MB, works offline)",
-                           lambda: standalone_html(fig, title, config), file_name=f"{fname}.html",
-                           mime="text/html", key=f"{base}.html", on_click="ignore")
+        st.segmented_control(
+            "The camera button in the chart's toolbar saves",
+            FORMATS,
+            key=f"{base}.format",
+            format_func=str.upper,
+            default="png",
+        )
+        st.download_button(
+            "Interactive HTML file (~4 MB, works offline)",
+            lambda: standalone_html(fig, title, config),
+            file_name=f"{fname}.html",
+            mime="text/html",
+            key=f"{base}.html",
+            on_click="ignore",
+        )

@@ -1,5 +1,6 @@
 """The Attention page's panels that work out how attention is made: the neuron view (every
 model) and a sentence pair's head view (encoders: sentence A against sentence B)."""
+
 from __future__ import annotations
 
 import streamlit as st
@@ -32,18 +33,31 @@ def neuron(run, layer: int, head: int) -> None:
     v = run.neuron_view(layer, head, query, key)
     rope = " after RoPE" if cfg.pos_encoding == "rope" else ""
     shared = f" Under grouped-query attention this head reads {cfg.kv_sharing(head)}." if cfg.group_size > 1 else ""
-    st.caption(f"Layer {layer}, head {head}: the query vector q of position {query} and the key vector k of position "
-               f"{key}{rope}, {cfg.d_head} dimensions each.{shared} The score is their dot product, the sum of the "
-               f"{cfg.d_head} products q_i × k_i, scaled by 1/√{cfg.d_head}; the softmax over the query's whole row "
-               "turns scores into the attention weights.")
+    st.caption(
+        f"Layer {layer}, head {head}: the query vector q of position {query} and the key vector k of position "
+        f"{key}{rope}, {cfg.d_head} dimensions each.{shared} The score is their dot product, the sum of the "
+        f"{cfg.d_head} products q_i × k_i, scaled by 1/√{cfg.d_head}; the softmax over the query's whole row "
+        "turns scores into the attention weights."
+    )
     if not v.visible:
         st.info(f"Key {key} comes after query {query}: the causal mask sets its score to −∞, so its weight is 0.")
     _score_steps(v)
     shown = min(SHOWN_DIMS, cfg.d_head)
-    charts.show(encoder_figs.neuron_figure(v, shown, f"q × k, dimension by dimension: the {shown} largest terms of "
-                                           f"{cfg.d_head} (blue adds to the score, red subtracts)"), key="attn.neuron")
-    charts.show(encoder_figs.softmax_row_figure(v, run.labels, f"Query {query}'s row: softmax of every key's score "
-                                                f"(key {key} outlined)"), key="attn.neuron_row")
+    charts.show(
+        encoder_figs.neuron_figure(
+            v,
+            shown,
+            f"q × k, dimension by dimension: the {shown} largest terms of "
+            f"{cfg.d_head} (blue adds to the score, red subtracts)",
+        ),
+        key="attn.neuron",
+    )
+    charts.show(
+        encoder_figs.softmax_row_figure(
+            v, run.labels, f"Query {query}'s row: softmax of every key's score (key {key} outlined)"
+        ),
+        key="attn.neuron_row",
+    )
 
 
 def _score_steps(v) -> None:
@@ -61,8 +75,9 @@ def pair_choice(run) -> tuple[range, range] | None:
     if pair is None:
         return None
     st.session_state.setdefault("attn.pair", "ab")
-    view = st.radio("Sentence pair", list(PAIR_VIEWS), format_func=PAIR_VIEWS.get, horizontal=True,
-                    **links.keep("attn.pair"))
+    view = st.radio(
+        "Sentence pair", list(PAIR_VIEWS), format_func=PAIR_VIEWS.get, horizontal=True, **links.keep("attn.pair")
+    )
     if view == "all":
         return None
     a, b = pair
@@ -71,11 +86,19 @@ def pair_choice(run) -> tuple[range, range] | None:
 
 def pair_head_view(run, layer: int, heads: list[int], queries: range, keys: range) -> None:
     """The pattern's block from one sentence's tokens (left) to the other's (right)."""
-    rows = run.pattern_rows(layer, queries.start, queries.stop - 1)            # (H, q, stop) keys 0..q.stop-1
+    rows = run.pattern_rows(layer, queries.start, queries.stop - 1)  # (H, q, stop) keys 0..q.stop-1
     if keys.stop > rows.shape[-1]:
-        rows = run.pattern_rows(layer, queries.start, keys.stop - 1)[:, :len(queries)]
-    cells = rows[:, :, keys.start:keys.stop].numpy()
+        rows = run.pattern_rows(layer, queries.start, keys.stop - 1)[:, : len(queries)]
+    cells = rows[:, :, keys.start : keys.stop].numpy()
     labels = run.labels
-    charts.show(encoder_figs.pair_head_view(cells, sorted(heads), [labels[i] for i in queries], [labels[i] for i in keys],
-                                            f"Layer {layer}: sentence tokens {queries.start}–{queries.stop - 1} looking at "
-                                            f"{keys.start}–{keys.stop - 1}"), key="attn.pair_view")
+    charts.show(
+        encoder_figs.pair_head_view(
+            cells,
+            sorted(heads),
+            [labels[i] for i in queries],
+            [labels[i] for i in keys],
+            f"Layer {layer}: sentence tokens {queries.start}–{queries.stop - 1} looking at "
+            f"{keys.start}–{keys.stop - 1}",
+        ),
+        key="attn.pair_view",
+    )

@@ -4,6 +4,7 @@ page on what was measured.
 
     examples.offer("attention", run)      # one line, after the page's `run = current_run()`
 """
+
 from __future__ import annotations
 
 import streamlit as st
@@ -12,9 +13,12 @@ from tfm.teach.examples import Example
 from ui.text import plain
 
 # A setting of an example (tfm.teach.examples.Example.settings) -> the page's widget it goes to.
-WIDGETS = {"attention": {"layer": "attn.layer", "head": "attn.head"},
-           "why": {"position": "why.pos", "token": "why.token", "versus": "why.versus"},
-           "logit_lens": {}, "features": {"feature": "features.feature"}}
+WIDGETS = {
+    "attention": {"layer": "attn.layer", "head": "attn.head"},
+    "why": {"position": "why.pos", "token": "why.token", "versus": "why.versus"},
+    "logit_lens": {},
+    "features": {"feature": "features.feature"},
+}
 # What the page shows the example with: the one head's pattern; the attribution tab.
 SHOWN = {"attention": {"attn.mode": "head", "attn.view": "Pattern"}, "why": {"why.tab": "Attribution"}}
 # Settings an example forgets so the page opens on its default: the lens window at the prompt's
@@ -27,8 +31,11 @@ def _apply(page: str, example: Example) -> None:
     the copies pages restore after a page switch (`ui.links.keep`)."""
     ss = st.session_state
     widgets = WIDGETS[page]
-    values = {"sidebar.prompt": example.prompt, **SHOWN.get(page, {}),
-              **{widgets[name]: value for name, value in example.settings.items() if name in widgets}}
+    values = {
+        "sidebar.prompt": example.prompt,
+        **SHOWN.get(page, {}),
+        **{widgets[name]: value for name, value in example.settings.items() if name in widgets},
+    }
     for key, value in values.items():
         ss[key] = ss["keep." + key] = value
     for key in FORGOTTEN.get(page, ()):
@@ -43,11 +50,18 @@ def offer(page: str, run) -> None:
     if found.examples:
         with st.container(horizontal=True):
             for i, example in enumerate(found.examples):
-                st.button(f"Try: {plain(example.label, 100)}", key=f"{page}.example.{i}", help=plain(example.why, 300),
-                          on_click=_apply, args=(page, example))
+                st.button(
+                    f"Try: {plain(example.label, 100)}",
+                    key=f"{page}.example.{i}",
+                    help=plain(example.why, 300),
+                    on_click=_apply,
+                    args=(page, example),
+                )
         loaded = [e for e in found.examples if e.prompt == st.session_state.get("sidebar.prompt")]
         if loaded:
             st.caption(f"Example: {plain(loaded[0].why, 300)}")
     elif found.measured:
-        st.caption(f"No example prompt here for this model: none of the candidates shows {plain(found.bar, 200)}. "
-                   f"The best: {plain(found.measured[0].why, 300)}")
+        st.caption(
+            f"No example prompt here for this model: none of the candidates shows {plain(found.bar, 200)}. "
+            f"The best: {plain(found.measured[0].why, 300)}"
+        )

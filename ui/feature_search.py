@@ -1,5 +1,6 @@
 """The Features page's search box: features found by a word or a token in their label, their
 top tokens or the token they say (`tfm.analysis.dictionaries.labels`); a match opens on a click."""
+
 from __future__ import annotations
 
 import streamlit as st
@@ -34,8 +35,12 @@ def box(key: str, prompt: str, search, table, named, target_key: str) -> None:
         return
     st.dataframe(table(found), hide_index=True, height=min(300, 36 * len(found) + 40), key=f"{key}.found")
     c1, c2 = st.columns([3, 1])
-    c1.selectbox(f"{len(found)} match(es){' (the first 50)' if len(found) == MAX_SHOWN else ''}: open one",
-                 found, format_func=named, key=f"{key}.match")
+    c1.selectbox(
+        f"{len(found)} match(es){' (the first 50)' if len(found) == MAX_SHOWN else ''}: open one",
+        found,
+        format_func=named,
+        key=f"{key}.match",
+    )
     c2.button("Open", key=f"{key}.open", on_click=_open, args=(f"{key}.match", target_key))
 
 
@@ -43,10 +48,16 @@ def render(fs) -> None:
     """The Features page's box and its matches (nothing when the SAE ships no labels)."""
     if fs.labels is None:
         return
-    box("features", "Search features by a word or a token (label, top tokens, the token it says)",
-        fs.labels.search, lambda found: feature_figs.search_table(found, [fs.label(f) for f in found],
-                                                                  [float(fs.data["freq"][f]) for f in found]),
-        fs.named, "features.feature")
+    box(
+        "features",
+        "Search features by a word or a token (label, top tokens, the token it says)",
+        fs.labels.search,
+        lambda found: feature_figs.search_table(
+            found, [fs.label(f) for f in found], [float(fs.data["freq"][f]) for f in found]
+        ),
+        fs.named,
+        "features.feature",
+    )
 
 
 def check_note(fs, feature: int) -> str:
@@ -54,9 +65,12 @@ def check_note(fs, feature: int) -> str:
     check = fs.labels.features[feature].check if fs.labels is not None else None
     if check is None:
         return ""
-    return (" (checked: steering with it at strength 1 raises that token's probability after each neutral prompt)"
-            if check else " (its steering check failed: at strength 1 it does not raise that token's probability "
-                          "after every neutral prompt)")
+    return (
+        " (checked: steering with it at strength 1 raises that token's probability after each neutral prompt)"
+        if check
+        else " (its steering check failed: at strength 1 it does not raise that token's probability "
+        "after every neutral prompt)"
+    )
 
 
 def held_out(fs) -> str:
@@ -65,10 +79,12 @@ def held_out(fs) -> str:
 
 
 def domain_note(card: dict) -> str:
-    """" Per held-out domain: books 95.1%, ..." for an SAE measured on the text mix, else ""."""
+    """ " Per held-out domain: books 95.1%, ..." for an SAE measured on the text mix, else ""."""
     per = card.get("domain_metrics")
     if not isinstance(per, dict) or not per:
         return ""
-    parts = [f"{plain(d, 20)} {100 * float(m['ce_recovered']):.1f}% (L0 {float(m['l0']):.0f}, FVU {float(m['fvu']):.3f})"
-             for d, m in per.items()]
+    parts = [
+        f"{plain(d, 20)} {100 * float(m['ce_recovered']):.1f}% (L0 {float(m['l0']):.0f}, FVU {float(m['fvu']):.3f})"
+        for d, m in per.items()
+    ]
     return " CE loss recovered per held-out domain: " + ", ".join(parts) + "."

@@ -1,6 +1,7 @@
 """The generation page's chat mode: system and user messages through the model's own chat
 template (tfm.text.chat), the rendered prompt as tokens with the special tokens marked, and the
 tokens that end the assistant's turn (generation stops at them)."""
+
 from __future__ import annotations
 
 import streamlit as st
@@ -26,9 +27,14 @@ def chat_controls(lm: tfm.LM) -> ChatPrompt | None:
     links.restore(*KEYS)
     for key, value in DEFAULTS.items():
         ss.setdefault(key, value)
-    mode = st.radio("Prompt", MODES, horizontal=True, **links.keep("gen.mode"),
-                    help="Chat: your messages go through the model's chat template, as a chat app sends them. "
-                         "Plain text: the sidebar's prompt, continued as it is.")
+    mode = st.radio(
+        "Prompt",
+        MODES,
+        horizontal=True,
+        **links.keep("gen.mode"),
+        help="Chat: your messages go through the model's chat template, as a chat app sends them. "
+        "Plain text: the sidebar's prompt, continued as it is.",
+    )
     if mode != "Chat":
         return None
     cap = server.limits().max_prompt_chars
@@ -51,10 +57,13 @@ def chat_controls(lm: tfm.LM) -> ChatPrompt | None:
 def show_prompt(lm: tfm.LM, prompt: ChatPrompt) -> None:
     tok = lm.tokenizer
     stops = ", ".join(f"`{tok.display_piece(i)}`" for i in sorted(prompt.stop_ids)) or "none"
-    with st.expander(f"What the model reads: {len(prompt.ids)} tokens, "
-                     f"{sum(prompt.special)} of them special", expanded=True):
+    with st.expander(
+        f"What the model reads: {len(prompt.ids)} tokens, {sum(prompt.special)} of them special", expanded=True
+    ):
         st.html(chat_chips(tok.display_pieces(prompt.ids), list(prompt.ids), list(prompt.special)))
-        st.caption("Dark chips are special tokens, the template's turn markers. Text you type that spells one "
-                   "(say `<|im_end|>`) becomes that special token too, as with Hugging Face's apply_chat_template: "
-                   f"this is how typed turn markers can fool a chat model. Generation stops when the model writes "
-                   f"{stops}: the end of its turn.")
+        st.caption(
+            "Dark chips are special tokens, the template's turn markers. Text you type that spells one "
+            "(say `<|im_end|>`) becomes that special token too, as with Hugging Face's apply_chat_template: "
+            f"this is how typed turn markers can fool a chat model. Generation stops when the model writes "
+            f"{stops}: the end of its turn."
+        )

@@ -2,6 +2,7 @@
 session state and one step's views (the temperature comparison and the KV-cache timing:
 ui/gen_compare.py).
 pages/generate.py owns the controls and passes what they chose as a GenPage."""
+
 from __future__ import annotations
 
 import contextlib
@@ -23,6 +24,7 @@ from tfm.viz import sampling as sampling_figs
 from tfm.viz.attention import WINDOW
 from ui import charts, heavy, models
 from services import server
+
 REDRAW_S = 0.2  # redraw a streaming column at most 5 times a second: each redraw resends the whole text,
 # and with a class generating at once those messages were a real share of the server's CPU
 
@@ -30,6 +32,7 @@ REDRAW_S = 0.2  # redraw a streaming column at most 5 times a second: each redra
 @dataclass(frozen=True)
 class GenPage:
     """What the page's controls chose, for one script run."""
+
     lm: tfm.LM
     model: tuple[str, str]  # (spec, device): stored results are shown only with this model
     prompt: str | tuple[int, ...]  # the sidebar's text, or a rendered chat's ids
@@ -52,8 +55,10 @@ def _next(run, slot, note: list, i: int):
     if step is None and note[i] != (ahead := run.queued):
         note[i] = ahead
         if ahead:  # a click still lands: the poll returns every REDRAW_S and this is an st call
-            slot.info(f"⏳ Every generation row of this server is taken: {ahead} request(s) ahead of this one. "
-                      "It starts at the next free step; Stop still works.")
+            slot.info(
+                f"⏳ Every generation row of this server is taken: {ahead} request(s) ahead of this one. "
+                "It starts at the next free step; Stop still works."
+            )
     return step, step is None
 
 
@@ -84,10 +89,35 @@ def start_runs(g: GenPage, settings_list: list, seeds: list, keep_tensors: bool,
     batches (with the KV cache), else the session's own loop."""
     if use_cache and server.settings().batching:
         b, sid = models.batcher(g.model[0], g.model[1], g.lm), models.session_id()
-        return [b.submit(g.prompt, g.max_new, s.temperature, s.top_k, s.top_p, seed=sd, trace=keep_tensors,
-                         owner=sid, stop_ids=g.stop_ids) for s, sd in zip(settings_list, seeds)]
-    return [tfm.generate(g.lm, g.prompt, g.max_new, s.temperature, s.top_k, s.top_p, seed=sd, use_cache=use_cache,
-                         trace=keep_tensors, stop_ids=g.stop_ids) for s, sd in zip(settings_list, seeds)]
+        return [
+            b.submit(
+                g.prompt,
+                g.max_new,
+                s.temperature,
+                s.top_k,
+                s.top_p,
+                seed=sd,
+                trace=keep_tensors,
+                owner=sid,
+                stop_ids=g.stop_ids,
+            )
+            for s, sd in zip(settings_list, seeds)
+        ]
+    return [
+        tfm.generate(
+            g.lm,
+            g.prompt,
+            g.max_new,
+            s.temperature,
+            s.top_k,
+            s.top_p,
+            seed=sd,
+            use_cache=use_cache,
+            trace=keep_tensors,
+            stop_ids=g.stop_ids,
+        )
+        for s, sd in zip(settings_list, seeds)
+    ]
 
 
 def generation_slot(use_cache: bool):
@@ -96,13 +126,22 @@ def generation_slot(use_cache: bool):
     return contextlib.nullcontext() if use_cache and server.settings().batching else heavy.slot("generation")
 
 
-def run_all(g: GenPage, settings_list: list, seeds: list, keep_tensors: bool, use_cache: bool, slots: list,
-            out: dict) -> None:
+def run_all(
+    g: GenPage, settings_list: list, seeds: list, keep_tensors: bool, use_cache: bool, slots: list, out: dict
+) -> None:
     """Generate each (settings, seed) into `out` (a session_state dict), timing the whole run."""
     runs = start_runs(g, settings_list, seeds, keep_tensors, use_cache)
     start = time.perf_counter()
-    out.update(settings=settings_list, seeds=seeds, use_cache=use_cache, prompt_ids=g.info.ids, samples=[],
-               seconds=0.0, done=False, model=g.model)
+    out.update(
+        settings=settings_list,
+        seeds=seeds,
+        use_cache=use_cache,
+        prompt_ids=g.info.ids,
+        samples=[],
+        seconds=0.0,
+        done=False,
+        model=g.model,
+    )
     try:
         for records in stream(runs, slots, keep_tensors, g.lm.tokenizer.decode(list(g.info.ids))):
             out.update(samples=records, seconds=time.perf_counter() - start)
@@ -137,9 +176,16 @@ def step_views(g: GenPage, i: int, r: StepRecord, settings_used: SamplingSetting
     if r.rank_original >= 15:  # the drawn token sits far down the ranking: say so on its bar
         pieces[-1] = f"… {pieces[-1]} (rank {r.rank_original + 1:,})"
     drawn = sampling_figs.esc(r.display)
-    charts.show(sampling_figs.next_token_figure(breakdown(r.logits, settings=settings_used), ids, pieces,
-                                                f"Step {i}: the distribution '{drawn}' was drawn from",
-                                                chosen=r.token_id), key="gen.step_chart")
+    charts.show(
+        sampling_figs.next_token_figure(
+            breakdown(r.logits, settings=settings_used),
+            ids,
+            pieces,
+            f"Step {i}: the distribution '{drawn}' was drawn from",
+            chosen=r.token_id,
+        ),
+        key="gen.step_chart",
+    )
     _step_attention(tok, i, r, seq)
     _step_lens(lm, i, r, drawn)
 
@@ -148,23 +194,36 @@ def _step_attention(tok, i: int, r: StepRecord, seq: list[int]) -> None:
     """Every layer and head's attention from the query that predicted step i's token."""
     q = r.attn.shape[-1] - 1  # the query that predicted this token: the position before it
     fig, hidden = sampling_figs.step_attention_figure(
-        r.attn, token_labels(tok, seq[:q + 1]), WINDOW,
+        r.attn,
+        token_labels(tok, seq[: q + 1]),
+        WINDOW,
         f"Step {i}: where the last position (·{q}, '{sampling_figs.esc(tok.display_piece(seq[q]))}') looked, "
-        "every layer and head")
+        "every layer and head",
+    )
     charts.show(fig, key="gen.attn")
     if hidden is not None:
-        st.caption(f"Showing the last {WINDOW} keys; averaged over heads, {hidden:.1%} of the attention "
-                   f"went to the {q + 1 - WINDOW} earlier positions.")
+        st.caption(
+            f"Showing the last {WINDOW} keys; averaged over heads, {hidden:.1%} of the attention "
+            f"went to the {q + 1 - WINDOW} earlier positions."
+        )
 
 
 def _step_lens(lm, i: int, r: StepRecord, drawn: str) -> None:
     """The logit lens at the predicting position: what each layer would have drawn."""
     tok = lm.tokenizer
     with torch.inference_mode():  # one position through the final norm and unembedding: cheap
-        lens = decode_streams(lm.model, r.resid[:, None], k=5, keep_probs=False,
-                              n_words=min(tok.vocab_size, lm.config.vocab_size))
+        lens = decode_streams(
+            lm.model, r.resid[:, None], k=5, keep_probs=False, n_words=min(tok.vocab_size, lm.config.vocab_size)
+        )
     top_ids = lens.top_ids[:, 0].cpu()
-    charts.show(sampling_figs.step_lens_figure(top_ids, lens.top_probs[:, 0].float().cpu(), lens.labels,
-                                               [tok.display_pieces(row.tolist()) for row in top_ids], r.token_id,
-                                               f"Step {i}: logit lens, what each layer would predict "
-                                               f"(bold = '{drawn}', the token drawn)"), key="gen.lens")
+    charts.show(
+        sampling_figs.step_lens_figure(
+            top_ids,
+            lens.top_probs[:, 0].float().cpu(),
+            lens.labels,
+            [tok.display_pieces(row.tolist()) for row in top_ids],
+            r.token_id,
+            f"Step {i}: logit lens, what each layer would predict (bold = '{drawn}', the token drawn)",
+        ),
+        key="gen.lens",
+    )

@@ -3,6 +3,7 @@ shipped transcoder set, a target and the graph's settings. It owns the cache key
 page draws (the graph, its pruned view and file, interventions), each keyed by the set's folder
 and its files' sizes and times, so a set trained again while the server runs is read again.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,8 +51,11 @@ class GraphRun:
         """The set's shipped labels and top contexts (`transcoder_features.read_features`), None
         without them; ValueError when a file is broken."""
         ts = self.transcoders()
-        return self._derived("graph.features", lambda lm, folder, _stamp: read_features(folder, ts, lm),
-                             status="Reading the features' labels…")
+        return self._derived(
+            "graph.features",
+            lambda lm, folder, _stamp: read_features(folder, ts, lm),
+            status="Reading the features' labels…",
+        )
 
     def graph(self) -> Graph:
         """The whole graph (before pruning), with a progress bar; stopped once no page waits."""
@@ -62,6 +66,7 @@ class GraphRun:
             g = attribution_graph(lm, ids, ts, target, settings, progress=bar, should_stop=should_stop)
             bar(1.0)
             return g
+
         return self._derived("graph.graph", compute, self.run.ids, self.target, self.settings, stoppable=True)
 
     def pruned(self, node_threshold: float, edge_threshold: float) -> Pruned:
@@ -74,40 +79,66 @@ class GraphRun:
             try:
                 return prune_graph(g, node_threshold, edge_threshold, progress=bar, should_stop=should_stop)
             finally:
-                memory.release_freed()   # its blocks of rows (tens of MB each) stay in the heap's arenas otherwise
-        return self._derived("graph.pruned", compute, self.run.ids, self.target, self.settings, node_threshold,
-                             edge_threshold, stoppable=True)
+                memory.release_freed()  # its blocks of rows (tens of MB each) stay in the heap's arenas otherwise
+
+        return self._derived(
+            "graph.pruned",
+            compute,
+            self.run.ids,
+            self.target,
+            self.settings,
+            node_threshold,
+            edge_threshold,
+            stoppable=True,
+        )
 
     def file(self, node_threshold: float, edge_threshold: float) -> GraphFile:
         """The pruned graph as its JSON export holds it (what the figure draws), with a status line;
         stopped once no page waits."""
         pruned, ts = self.pruned(node_threshold, edge_threshold), self.transcoders()
-        return self._derived("graph.file", lambda lm, *_, should_stop=None: graph_file(
-            pruned, self.run.labels, lm.config, ts, should_stop), self.run.ids, self.target, self.settings,
-            node_threshold, edge_threshold, stoppable=True, status=f"Listing {pruned.n_edges:,} edges…")
+        return self._derived(
+            "graph.file",
+            lambda lm, *_, should_stop=None: graph_file(pruned, self.run.labels, lm.config, ts, should_stop),
+            self.run.ids,
+            self.target,
+            self.settings,
+            node_threshold,
+            edge_threshold,
+            stoppable=True,
+            status=f"Listing {pruned.n_edges:,} edges…",
+        )
 
     def off_effects(self, node: int) -> dict[str, float]:
         """`graph_view.off_effects`: the graph's predictions for switching feature `node` off."""
         g = self.graph()
-        return self._derived("graph.off", lambda lm, *_: graph_view.off_effects(g, node), self.run.ids, self.target,
-                             self.settings, node)
+        return self._derived(
+            "graph.off", lambda lm, *_: graph_view.off_effects(g, node), self.run.ids, self.target, self.settings, node
+        )
 
     def intervention(self, edits: tuple[FeatureEdit, ...]) -> Intervention:
         """The target before and after `edits` in the real model (this call only), beside the graph's
         prediction."""
         g, ts = self.graph(), self.transcoders()
-        return self._derived("graph.intervene", lambda lm, *_: intervene(lm, g.ids, ts, g.target, edits, graph=g),
-                             self.run.ids, self.target, self.settings, edits)
+        return self._derived(
+            "graph.intervene",
+            lambda lm, *_: intervene(lm, g.ids, ts, g.target, edits, graph=g),
+            self.run.ids,
+            self.target,
+            self.settings,
+            edits,
+        )
 
 
 def open_run(run: PromptRun, target: Target, settings: GraphSettings) -> GraphRun | None:
     """The page's graph run, or None with one info saying how to train a set for this model."""
     folder = graph_view.shipped_folder(run.spec)
     if folder is None:
-        st.info("This model ships no transcoder set, and an attribution graph needs one (a transcoder per "
-                "block that rewrites its MLP as sparse features). Train one with "
-                f"`{graph_view.TRAIN_COMMAND}` (the bundled model and SmolLM2 ship theirs under "
-                "assets/transcoders).")
+        st.info(
+            "This model ships no transcoder set, and an attribution graph needs one (a transcoder per "
+            "block that rewrites its MLP as sparse features). Train one with "
+            f"`{graph_view.TRAIN_COMMAND}` (the bundled model and SmolLM2 ship theirs under "
+            "assets/transcoders)."
+        )
         return None
     try:
         missing = graph_view.missing_layers(folder)
@@ -115,9 +146,11 @@ def open_run(run: PromptRun, target: Target, settings: GraphSettings) -> GraphRu
         st.error(f"This model's transcoder set cannot be read: {message(e)}")
         return None
     if missing:
-        st.info(f"This model's transcoder set is not finished: {len(missing)} of its layers are still to be trained "
-                f"(from block {missing[0]}). Finish it with `{graph_view.TRAIN_COMMAND}` (a rerun trains only the "
-                "missing layers).")
+        st.info(
+            f"This model's transcoder set is not finished: {len(missing)} of its layers are still to be trained "
+            f"(from block {missing[0]}). Finish it with `{graph_view.TRAIN_COMMAND}` (a rerun trains only the "
+            "missing layers)."
+        )
         return None
     return GraphRun(run, str(folder), graph_view.folder_stamp(Path(folder)), target, settings)
 

@@ -9,6 +9,7 @@ Rule: never call a cached loader while holding a slot (load first, then take the
 loader waits for a slot inside its cache lock, so holders waiting on that lock would deadlock.
 Re-entrant per thread: nested `heavy` blocks in one thread share the outer slot.
 """
+
 from __future__ import annotations
 
 import threading
@@ -32,8 +33,8 @@ class Gate:
         self._sem = threading.BoundedSemaphore(slots)
         self._lock = threading.Lock()
         self._local = threading.local()
-        self.running: dict[int, str] = {}     # thread id -> what it runs (script threads share one name)
-        self.sessions: set[str] = set()       # sessions holding or waiting for a slot
+        self.running: dict[int, str] = {}  # thread id -> what it runs (script threads share one name)
+        self.sessions: set[str] = set()  # sessions holding or waiting for a slot
         self.waiting = 0
 
     def busy(self) -> bool:
@@ -56,8 +57,10 @@ class Gate:
             if session is not None and not twice:
                 self.sessions.add(session)
         if twice:
-            st.warning(f"This browser session is already running a heavy computation: wait for it to finish "
-                       f"before starting {what}.")
+            st.warning(
+                f"This browser session is already running a heavy computation: wait for it to finish "
+                f"before starting {what}."
+            )
             st.stop()
         try:
             self._acquire(what, quiet, should_stop)
@@ -85,9 +88,11 @@ class Gate:
                 return
             box, start = st.empty(), time.perf_counter()
             while not self._sem.acquire(timeout=POLL_S):  # each redraw is a point where a click interrupts
-                box.info(f"⏳ The server is busy ({len(self.running)} heavy computations running, "
-                         f"{self.waiting} waiting): {what} starts when a slot frees up… "
-                         f"{time.perf_counter() - start:.0f} s")
+                box.info(
+                    f"⏳ The server is busy ({len(self.running)} heavy computations running, "
+                    f"{self.waiting} waiting): {what} starts when a slot frees up… "
+                    f"{time.perf_counter() - start:.0f} s"
+                )
             box.empty()
         finally:
             with self._lock:

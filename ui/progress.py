@@ -1,5 +1,6 @@
 """Status lines and progress bars on the page while work of seconds runs: a long prompt on a
 big model takes seconds, and a frozen page looks broken."""
+
 from __future__ import annotations
 
 import streamlit as st
@@ -20,6 +21,7 @@ def progress_bar(label: str):
             box.empty()
         else:
             box.progress(done / total, text=f"{label}: {done} of {total}")
+
     return update
 
 
@@ -46,4 +48,5 @@ def fraction_bar(label: str):
             box.empty()
         else:
             box.progress(min(max(float(fraction), 0.0), 1.0), text=f"{label}: {text}" if text else label)
+
     return update

@@ -1,4 +1,5 @@
 """The sidebar every page shares: model, device, prompt, seed. Writes them into the URL."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,11 +19,16 @@ from ui.views import Sidebar
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 DEFAULT_PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play with her ball. One day, Lily"
-REAL_PROMPT = "The capital of France is"   # a fact a pretrained model knows (SmolLM2: " Paris", p 0.77)
-PAIR_PROMPT = "The bank of the river was muddy. [SEP] She sat on the bank and fished."   # an encoder's pair
-KINDS = {"smollm2": "SmolLM2-135M (real)", "gemma3": "Gemma 3 270M (real)", "minilm": "MiniLM (encoder)",
-         "default": "Bundled tiny",
-         "random": "Random model", "folder": "Model folder / GGUF"}
+REAL_PROMPT = "The capital of France is"  # a fact a pretrained model knows (SmolLM2: " Paris", p 0.77)
+PAIR_PROMPT = "The bank of the river was muddy. [SEP] She sat on the bank and fished."  # an encoder's pair
+KINDS = {
+    "smollm2": "SmolLM2-135M (real)",
+    "gemma3": "Gemma 3 270M (real)",
+    "minilm": "MiniLM (encoder)",
+    "default": "Bundled tiny",
+    "random": "Random model",
+    "folder": "Model folder / GGUF",
+}
 
 
 def _spec_from_url() -> None:
@@ -53,11 +59,10 @@ def _spec_from_url() -> None:
             return
         st.session_state["sidebar.model_kind"] = "folder"
         st.session_state["sidebar.folder"] = spec.path
-    else:   # a model known by name: "default", "smollm2", "gemma3", "minilm"
+    else:  # a model known by name: "default", "smollm2", "gemma3", "minilm"
         st.session_state["sidebar.model_kind"] = spec.kind
     st.session_state["app.model_spec"] = format_spec(spec)
     links.remember(*PERSISTENT)
-
 
 
 def _use_found_folder() -> None:
@@ -86,17 +91,33 @@ def _choose_model() -> None:
     else:
         found = st.session_state["app.found"] = models.found_model_folders()
         if found:
-            st.selectbox("Found models", [""] + list(found), key="sidebar.found", on_change=_use_found_folder,
-                         format_func=models.shown_folder)  # named as the app sees them, not by install path
-        folder = st.text_input("Folder or file (tfm; Hugging Face GPT-2, Llama, Qwen2, Mistral or GPT-NeoX; a .gguf "
-                               "file or an Ollama manifest; nanoGPT ckpt.pt)", **links.keep("sidebar.folder"))
+            st.selectbox(
+                "Found models",
+                [""] + list(found),
+                key="sidebar.found",
+                on_change=_use_found_folder,
+                format_func=models.shown_folder,
+            )  # named as the app sees them, not by install path
+        folder = st.text_input(
+            "Folder or file (tfm; Hugging Face GPT-2, Llama, Qwen2, Mistral or GPT-NeoX; a .gguf "
+            "file or an Ollama manifest; nanoGPT ckpt.pt)",
+            **links.keep("sidebar.folder"),
+        )
         if folder.strip():
             spec = "path:" + folder.strip()
     st.session_state["app.model_spec"] = spec
 
 
-PERSISTENT = ("sidebar.model_kind", "sidebar.device", "sidebar.prompt", "sidebar.seed", "sidebar.folder",
-              "sidebar.preset", "sidebar.random_seed", *(f"sidebar.{n}" for n in FIELDS))
+PERSISTENT = (
+    "sidebar.model_kind",
+    "sidebar.device",
+    "sidebar.prompt",
+    "sidebar.seed",
+    "sidebar.folder",
+    "sidebar.preset",
+    "sidebar.random_seed",
+    *(f"sidebar.{n}" for n in FIELDS),
+)
 
 
 def leave_legacy_pages_mode() -> None:
@@ -113,7 +134,9 @@ def leave_legacy_pages_mode() -> None:
 def _defaults() -> None:
     """What a session starts with; a link's prompt cut to the server's limit and a device this
     server lacks replaced, each saying so."""
-    st.session_state.setdefault("sidebar.model_kind", "smollm2" if models.default_model_spec() == "smollm2" else "default")
+    st.session_state.setdefault(
+        "sidebar.model_kind", "smollm2" if models.default_model_spec() == "smollm2" else "default"
+    )
     st.session_state.setdefault("sidebar.prompt", default_prompt())
     max_chars = server.limits().max_prompt_chars
     # A link or a paste can carry any length: the widget has no max_chars (the browser would drop
@@ -121,9 +144,11 @@ def _defaults() -> None:
     links.cap_text("sidebar.prompt", "prompt", max_chars)
     st.session_state.setdefault("sidebar.seed", 0)
     if st.session_state.get("sidebar.device") not in available_devices():
-        if "sidebar.device" in st.session_state:   # only a link can hold another
-            st.warning(f"Ignored the link's device={plain(st.session_state['sidebar.device'])}: this server has "
-                       f"{', '.join(available_devices())}.")
+        if "sidebar.device" in st.session_state:  # only a link can hold another
+            st.warning(
+                f"Ignored the link's device={plain(st.session_state['sidebar.device'])}: this server has "
+                f"{', '.join(available_devices())}."
+            )
         st.session_state["sidebar.device"] = available_devices()[-1]
 
 
@@ -139,15 +164,21 @@ def render() -> Sidebar:
     with st.sidebar:
         _choose_model()
         st.selectbox("Device", available_devices(), **links.keep("sidebar.device"))
-        st.text_area("Prompt", **links.keep("sidebar.prompt"), height=140,
-                     help="Typed text is always plain text: '<|endoftext|>' here is not the control token.")
+        st.text_area(
+            "Prompt",
+            **links.keep("sidebar.prompt"),
+            height=140,
+            help="Typed text is always plain text: '<|endoftext|>' here is not the control token.",
+        )
         st.number_input("Seed (sampling)", 0, SEED_MAX, **links.keep("sidebar.seed"))
     links.remember(*PERSISTENT)
     ss = st.session_state
     shown = Sidebar(ss["app.model_spec"], ss["sidebar.prompt"], int(ss["sidebar.seed"]), ss["sidebar.device"])
-    links.url_set(**shown.link(), defaults=Sidebar(models.default_model_spec(), default_prompt(), 0,
-                                                   available_devices()[-1]).link())
-    live.banner()   # a class room: the teacher's push button, or a student following the teacher
+    links.url_set(
+        **shown.link(),
+        defaults=Sidebar(models.default_model_spec(), default_prompt(), 0, available_devices()[-1]).link(),
+    )
+    live.banner()  # a class room: the teacher's push button, or a student following the teacher
     return shown
 
 

@@ -9,6 +9,7 @@ as `ScriptRequests.on_scriptrunner_yield` decides whether to interrupt, without 
 request (ui.st_private.asked_to_stop: Streamlit's internals, fenced there). tests/app/test_stopping.py
 checks this against streamlit's own class, so a streamlit upgrade that renames it fails there.
 """
+
 from __future__ import annotations
 
 from functools import partial

@@ -1,6 +1,7 @@
 """Echoed values as plain text: every value from a link, a widget, a file or an engine message
 that quotes one goes through `plain` before any Markdown-rendering st.* call (alerts, captions,
 markdown, help, labels, chart titles). See tfm.core.escape for what it escapes and why."""
+
 from __future__ import annotations
 
 from tfm.core.escape import LIMIT, escape_markdown, plain as _plain

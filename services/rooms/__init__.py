@@ -6,6 +6,7 @@ Streamlit, so it can be tested, benchmarked and reused without the app.
 the default) and `redis_store.py` (a class spread over machines) store it; `export.py` writes a
 room's results as CSV. The Class page and the live banner are `ui.rooms`.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,20 @@ from services.rooms.protocol import Created, Question, Results, Room, RoomStore
 
 DB_ENV, REDIS_ENV = "TFM_ROOMS_DB", "TFM_ROOMS_REDIS"
 
-__all__ = ["Created", "Moment", "Question", "RateLimited", "Results", "Room", "RoomError", "RoomStore",
-           "default_db", "open_store", "DB_ENV", "REDIS_ENV"]
+__all__ = [
+    "Created",
+    "Moment",
+    "Question",
+    "RateLimited",
+    "Results",
+    "Room",
+    "RoomError",
+    "RoomStore",
+    "default_db",
+    "open_store",
+    "DB_ENV",
+    "REDIS_ENV",
+]
 
 
 def default_db(env: dict[str, str] | None = None) -> Path:
@@ -37,5 +50,6 @@ def open_store(db: str | Path | None = None, redis_url: str | None = None, **kw)
         # Imported here: the redis package takes ~0.5 s to import, which every app process would
         # pay at start whether or not its class uses Redis.
         from services.rooms.redis_store import RedisStore
+
         return RedisStore(redis_url, **kw)
     return SqliteStore(db or default_db(), **kw)

@@ -1,5 +1,6 @@
 """A room's results as CSV for its teacher: one row per answer, graded against the model's own
 answer as the students saw it at the reveal (tfm.teach.questions.grade)."""
+
 from __future__ import annotations
 
 import csv
@@ -10,8 +11,18 @@ from tfm.teach import questions
 
 from services.rooms.protocol import Results
 
-COLUMNS = ("question", "kind", "asked", "nickname", "student", "answer", "correct", "closeness",
-           "model's answer", "answered")
+COLUMNS = (
+    "question",
+    "kind",
+    "asked",
+    "nickname",
+    "student",
+    "answer",
+    "correct",
+    "closeness",
+    "model's answer",
+    "answered",
+)
 
 
 def cell(value) -> str:
@@ -38,6 +49,21 @@ def results_csv(results: Results) -> str:
             correct, closeness = ("yes" if g.correct else "no"), f"{g.closeness:.3f}"
         except (ValueError, IndexError):
             correct, closeness = "?", ""
-        w.writerow([cell(v) for v in (f"{qid}: {question.text}", question.kind, _when(q.asked), nick, sid[:6],
-                                      text, correct, closeness, truth.summary, _when(at))])
+        w.writerow(
+            [
+                cell(v)
+                for v in (
+                    f"{qid}: {question.text}",
+                    question.kind,
+                    _when(q.asked),
+                    nick,
+                    sid[:6],
+                    text,
+                    correct,
+                    closeness,
+                    truth.summary,
+                    _when(at),
+                )
+            ]
+        )
     return out.getvalue()

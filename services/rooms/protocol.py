@@ -1,5 +1,6 @@
 """The room store's one interface, `RoomStore`, and what it returns. `store.Rules` implements
 it over a back end's few primitives (sqlite_store.py, redis_store.py)."""
+
 from __future__ import annotations
 
 import json
@@ -12,18 +13,18 @@ from services.rooms import rules
 @dataclass(frozen=True)
 class Created:
     code: str
-    teacher_key: str     # shown once to its teacher; the store keeps only its hash
+    teacher_key: str  # shown once to its teacher; the store keeps only its hash
     expires: float
 
 
 @dataclass(frozen=True)
 class Question:
     qid: int
-    spec: dict           # what was asked (tfm.teach.questions' JSON form)
-    state: str           # "open" or "revealed"
-    truth: dict | None   # the engine's answer: None in `room()` until revealed
+    spec: dict  # what was asked (tfm.teach.questions' JSON form)
+    state: str  # "open" or "revealed"
+    truth: dict | None  # the engine's answer: None in `room()` until revealed
     asked: float
-    moment: rules.Moment | None = None   # what it is about: both screens show it, it is graded on it
+    moment: rules.Moment | None = None  # what it is about: both screens show it, it is graded on it
 
     @classmethod
     def stored(cls, q: dict, truth: bool) -> "Question":
@@ -31,8 +32,14 @@ class Question:
         if `truth` (students read it only once revealed)."""
         spec = json.loads(q["spec"])
         on = spec.pop("on", None)
-        return cls(q["qid"], spec, q["state"], json.loads(q["truth"]) if truth else None, q["asked"],
-                   rules.Moment.from_json(on) if on else None)
+        return cls(
+            q["qid"],
+            spec,
+            q["state"],
+            json.loads(q["truth"]) if truth else None,
+            q["asked"],
+            rules.Moment.from_json(on) if on else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -40,18 +47,19 @@ class Room:
     code: str
     created: float
     expires: float
-    version: int         # grows on every push, question and reveal (students poll it)
-    moment_id: int       # grows on every push only (students follow it)
+    version: int  # grows on every push, question and reveal (students poll it)
+    moment_id: int  # grows on every push only (students follow it)
     moment: rules.Moment | None
     question: Question | None
     students: int
-    preview: rules.Moment | None = None   # what the teacher's screen shows now, pushed or not (for warming)
+    preview: rules.Moment | None = None  # what the teacher's screen shows now, pushed or not (for warming)
 
 
 @dataclass(frozen=True)
 class Results:
     """Everything a room collected, for its teacher's export: each question with the engine's
     answer, and each answer as (qid, student id, nickname, answer, time)."""
+
     questions: tuple[Question, ...]
     answers: tuple[tuple[int, str, str, str, float], ...]
 

@@ -6,6 +6,7 @@ JSON) hashes. Every key of a room expires with
 the room (EXPIREAT), so Redis deletes its data when it ends without anyone asking. Counters
 (versions, question ids, rate windows) are Redis's atomic HINCRBY / INCR.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ class RedisStore(Rules):
         super().__init__(**kw)
         self.r = redis.Redis.from_url(url, decode_responses=True, socket_timeout=10, health_check_interval=30)
         self.prefix = prefix
-        self.r.ping()   # a wrong URL fails when the store is opened, not on a student's first answer
+        self.r.ping()  # a wrong URL fails when the store is opened, not on a student's first answer
 
     def _k(self, code: str, *parts) -> str:
         return ":".join((self.prefix + code, *map(str, parts)))
@@ -64,19 +65,29 @@ class RedisStore(Rules):
         pipe.hgetall(self._k(code))
         pipe.hlen(self._k(code, "students"))
         row, students = pipe.execute()
-        if "expires" not in row:   # none, or a half-made one
+        if "expires" not in row:  # none, or a half-made one
             return None
-        out = {"teacher": row["teacher"], "created": float(row["created"]), "expires": float(row["expires"]),
-               "version": int(row["version"]), "moment_id": int(row["moment_id"]), "moment": row.get("moment"),
-               "preview": row.get("preview"),
-               "question": int(row["question"]), "students": students}
+        out = {
+            "teacher": row["teacher"],
+            "created": float(row["created"]),
+            "expires": float(row["expires"]),
+            "version": int(row["version"]),
+            "moment_id": int(row["moment_id"]),
+            "moment": row.get("moment"),
+            "preview": row.get("preview"),
+            "question": int(row["question"]),
+            "students": students,
+        }
         out["q"] = self._question(code, out["question"]) if out["question"] else None
         return out
 
     def _question(self, code: str, qid: int) -> dict | None:
         q = self.r.hgetall(self._k(code, "q", qid))
-        return {"qid": qid, "spec": q["spec"], "state": q["state"], "truth": q["truth"],
-                "asked": float(q["asked"])} if q else None
+        return (
+            {"qid": qid, "spec": q["spec"], "state": q["state"], "truth": q["truth"], "asked": float(q["asked"])}
+            if q
+            else None
+        )
 
     def _set_moment(self, code, moment) -> int:
         pipe = self.r.pipeline()
@@ -146,8 +157,12 @@ class RedisStore(Rules):
 
     def _delete(self, code) -> None:
         n = int(self.r.hget(self._k(code), "question") or 0)
-        keys = [self._k(code), self._k(code, "students"), self._k(code, "shown"),
-                *(self._k(code, part, qid) for qid in range(1, n + 1) for part in ("q", "a"))]
+        keys = [
+            self._k(code),
+            self._k(code, "students"),
+            self._k(code, "shown"),
+            *(self._k(code, part, qid) for qid in range(1, n + 1) for part in ("q", "a")),
+        ]
         self.r.delete(*keys)
 
     def _purge(self, now) -> None:

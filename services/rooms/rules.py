@@ -4,6 +4,7 @@ moment may be, how long a room lives, and how often a client may try things.
 Everything here comes from a browser (or a link) and is untrusted: each value is bounded and
 checked before a store touches it, and every refusal is one `ValueError` saying what to change.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,24 +25,24 @@ from dataclasses import dataclass
 # not guessable at all, so a rejoin or the real key is never limited by anyone's tries.
 CODE_ALPHABET = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"
 CODE_LEN = 10
-KEY_BYTES = 24              # the teacher key: 192 random bits, stored only as its SHA-256
-STUDENT_BYTES = 12          # a student's id (in the student's browser session cookie, never the address)
-NICK_MAX = 24               # characters of a nickname
-ANSWER_MAX = 64             # characters of an answer
-MOMENT_MAX = 24_000         # bytes of a moment's JSON (a prompt of up to 20,000 characters and a view)
-SPEC_MAX = 40_000           # bytes of a question's JSON (with the moment it is about)
-TRUTH_MAX = 64_000          # bytes of the engine's answer (top tokens, every head's score)
-STUDENTS_MAX = 200          # students in one room
-QUESTIONS_MAX = 500         # questions in one room's life
-ROOM_SECONDS = 4 * 3600     # a room's life; its data is deleted then
+KEY_BYTES = 24  # the teacher key: 192 random bits, stored only as its SHA-256
+STUDENT_BYTES = 12  # a student's id (in the student's browser session cookie, never the address)
+NICK_MAX = 24  # characters of a nickname
+ANSWER_MAX = 64  # characters of an answer
+MOMENT_MAX = 24_000  # bytes of a moment's JSON (a prompt of up to 20,000 characters and a view)
+SPEC_MAX = 40_000  # bytes of a question's JSON (with the moment it is about)
+TRUTH_MAX = 64_000  # bytes of the engine's answer (top tokens, every head's score)
+STUDENTS_MAX = 200  # students in one room
+QUESTIONS_MAX = 500  # questions in one room's life
+ROOM_SECONDS = 4 * 3600  # a room's life; its data is deleted then
 # (count, seconds): at most `count` in any fixed window of `seconds`, per address ("create"),
 # per screen (a browser session: "join", "join_fail", "teacher_fail") or per student ("answer").
 RATES = {
-    "create": (20, 3600),       # rooms one address opens
-    "join": (20, 3600),         # joins from one screen (filling a room with fake students takes a screen each)
-    "join_fail": (10, 600),     # wrong or malformed codes from one screen
+    "create": (20, 3600),  # rooms one address opens
+    "join": (20, 3600),  # joins from one screen (filling a room with fake students takes a screen each)
+    "join_fail": (10, 600),  # wrong or malformed codes from one screen
     "teacher_fail": (10, 600),  # wrong teacher keys from one screen
-    "answer": (30, 60),         # answers from one student (a later answer replaces the earlier)
+    "answer": (30, 60),  # answers from one student (a later answer replaces the earlier)
 }
 
 
@@ -125,6 +126,7 @@ _NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 class Moment:
     """What the teacher's screen shows, for every student to follow: a page (its file stem) and
     its link parameters (the prompt, the model, the view: a Tour step, a head, a temperature)."""
+
     page: str
     params: tuple[tuple[str, str], ...] = ()
 

@@ -5,6 +5,7 @@ file before the call returns, so killing a process loses nothing it acknowledged
 One connection per thread (Streamlit runs each session's script in a thread of its own); each
 write is one `BEGIN IMMEDIATE` transaction, and a busy file is waited for (busy_timeout).
 """
+
 from __future__ import annotations
 
 import sqlite3
@@ -40,16 +41,16 @@ class SqliteStore(Rules):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         db = self._db()
-        db.executescript(SCHEMA)   # (its own transaction: executescript commits first)
+        db.executescript(SCHEMA)  # (its own transaction: executescript commits first)
         if "preview" not in {r["name"] for r in db.execute("PRAGMA table_info(rooms)")}:
-            db.execute("ALTER TABLE rooms ADD COLUMN preview TEXT")   # a file made before previews
+            db.execute("ALTER TABLE rooms ADD COLUMN preview TEXT")  # a file made before previews
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
             db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")   # WAL: durable against a killed process
+            db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable against a killed process
             db.execute("PRAGMA busy_timeout=10000")
             db.row_factory = sqlite3.Row
             self._local.db = db
@@ -68,8 +69,10 @@ class SqliteStore(Rules):
 
     def _hit(self, name: str, count: int, seconds: int) -> bool:
         with self._write() as db:
-            db.execute("INSERT INTO rate (name, n, until) VALUES (?, 1, ?) ON CONFLICT(name) DO UPDATE SET n = n + 1",
-                       (name, self.clock() + seconds))
+            db.execute(
+                "INSERT INTO rate (name, n, until) VALUES (?, 1, ?) ON CONFLICT(name) DO UPDATE SET n = n + 1",
+                (name, self.clock() + seconds),
+            )
             return db.execute("SELECT n FROM rate WHERE name = ?", (name,)).fetchone()[0] <= count
 
     def _count(self, name: str) -> int:
@@ -78,14 +81,18 @@ class SqliteStore(Rules):
 
     def _create(self, code, teacher, now, expires) -> bool:
         with self._write() as db:
-            cur = db.execute("INSERT OR IGNORE INTO rooms (code, teacher, created, expires) VALUES (?, ?, ?, ?)",
-                             (code, teacher, now, expires))
+            cur = db.execute(
+                "INSERT OR IGNORE INTO rooms (code, teacher, created, expires) VALUES (?, ?, ?, ?)",
+                (code, teacher, now, expires),
+            )
             return cur.rowcount == 1
 
     def _load(self, code):
         db = self._db()
-        row = db.execute("SELECT *, (SELECT count(*) FROM students s WHERE s.code = r.code) AS students "
-                         "FROM rooms r WHERE code = ?", (code,)).fetchone()
+        row = db.execute(
+            "SELECT *, (SELECT count(*) FROM students s WHERE s.code = r.code) AS students FROM rooms r WHERE code = ?",
+            (code,),
+        ).fetchone()
         if row is None:
             return None
         out = dict(row)
@@ -124,23 +131,31 @@ class SqliteStore(Rules):
             return True
 
     def _has_student(self, code, sid) -> bool:
-        return self._db().execute("SELECT 1 FROM students WHERE code = ? AND sid = ?", (code, sid)).fetchone() is not None
+        return (
+            self._db().execute("SELECT 1 FROM students WHERE code = ? AND sid = ?", (code, sid)).fetchone() is not None
+        )
 
     def _students(self, code):
         return dict(self._db().execute("SELECT sid, nick FROM students WHERE code = ?", (code,)).fetchall())
 
     def _set_shown(self, code, sid, moment_id) -> None:
         with self._write() as db:
-            db.execute("INSERT INTO shown VALUES (?, ?, ?) ON CONFLICT(code, sid) DO UPDATE SET moment_id = "
-                       "excluded.moment_id", (code, sid, moment_id))
+            db.execute(
+                "INSERT INTO shown VALUES (?, ?, ?) ON CONFLICT(code, sid) DO UPDATE SET moment_id = "
+                "excluded.moment_id",
+                (code, sid, moment_id),
+            )
 
     def _shown(self, code):
         return dict(self._db().execute("SELECT sid, moment_id FROM shown WHERE code = ?", (code,)).fetchall())
 
     def _put_answer(self, code, qid, sid, text, now) -> None:
         with self._write() as db:
-            db.execute("INSERT INTO answers VALUES (?, ?, ?, ?, ?) ON CONFLICT(code, qid, sid) "
-                       "DO UPDATE SET text = excluded.text, at = excluded.at", (code, qid, sid, text, now))
+            db.execute(
+                "INSERT INTO answers VALUES (?, ?, ?, ?, ?) ON CONFLICT(code, qid, sid) "
+                "DO UPDATE SET text = excluded.text, at = excluded.at",
+                (code, qid, sid, text, now),
+            )
 
     def _answers(self, code, qid):
         rows = self._db().execute("SELECT sid, text, at FROM answers WHERE code = ? AND qid = ?", (code, qid))

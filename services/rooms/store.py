@@ -6,6 +6,7 @@ teacher key, expiry, bounds and rate limits, and calls the back end's few primit
 against both (tests/test_rooms.py). Nothing lives in a process's memory: every call reads the
 store, so any app process of a class can serve any student.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,7 @@ def _per(seconds: int) -> str:
 class Rules:
     """The checks of every RoomStore method; back ends implement the `_` primitives."""
 
-    PURGE_SECONDS = 60   # how often a store deletes every ended room (on a poll, a join or a create)
+    PURGE_SECONDS = 60  # how often a store deletes every ended room (on a poll, a join or a create)
 
     def __init__(self, clock: Callable[[], float] = time.time, room_seconds: int = rules.ROOM_SECONDS) -> None:
         self.clock, self.room_seconds = clock, room_seconds
@@ -69,7 +70,7 @@ class Rules:
         if row is None:
             return None
         if row["expires"] <= self.clock():
-            self._delete(code)   # its data goes as soon as anyone asks after it ended
+            self._delete(code)  # its data goes as soon as anyone asks after it ended
             return None
         return row
 
@@ -90,7 +91,7 @@ class Rules:
         self.limit("create", client)
         self._purge_due()
         key, now = rules.new_key(), self.clock()
-        for _ in range(8):   # a clash of 8-symbol codes is ~never; retried anyway
+        for _ in range(8):  # a clash of 8-symbol codes is ~never; retried anyway
             code = rules.new_code()
             if self._create(code, rules.key_hash(key), now, now + self.room_seconds):
                 return Created(code, key, now + self.room_seconds)
@@ -104,17 +105,27 @@ class Rules:
             return None
         q = row["q"]
         question = None if q is None else Question.stored(q, q["state"] == "revealed")
-        return Room(code, row["created"], row["expires"], row["version"], row["moment_id"],
-                    rules.Moment.from_json(row["moment"]) if row["moment"] else None, question, row["students"],
-                    rules.Moment.from_json(row["preview"]) if row.get("preview") else None)
+        return Room(
+            code,
+            row["created"],
+            row["expires"],
+            row["version"],
+            row["moment_id"],
+            rules.Moment.from_json(row["moment"]) if row["moment"] else None,
+            question,
+            row["students"],
+            rules.Moment.from_json(row["preview"]) if row.get("preview") else None,
+        )
 
     def take_up(self, code: str, key: str, screen: str) -> str:
         """A teacher link opened on another screen (or the teacher's own screen reloaded): its
         code if the key is the room's. Wrong keys are limited per screen like wrong codes."""
+
         def attempt() -> str:
             room = rules.parse_code(code)
             self._teacher(room, key)
             return room
+
         return self._guarded("teacher_fail", screen, attempt)
 
     def join(self, code: str, screen: str, nick: str = "") -> tuple[str, str]:
@@ -126,6 +137,7 @@ class Rules:
             room = rules.parse_code(code)
             self._needed(room)
             return room
+
         room = self._guarded("join_fail", screen, attempt)
         self.limit("join", screen)
         sid = rules.new_student()
@@ -178,8 +190,12 @@ class Rules:
         if "on" in spec:
             raise ValueError("a question's fields cannot be named 'on'")
         kept = {**spec, "on": moment.to_json()} if moment is not None else spec
-        return self._add_question(code, rules.bounded_json(kept, "question", rules.SPEC_MAX),
-                                  rules.bounded_json(truth, "model's answer", rules.TRUTH_MAX), self.clock())
+        return self._add_question(
+            code,
+            rules.bounded_json(kept, "question", rules.SPEC_MAX),
+            rules.bounded_json(truth, "model's answer", rules.TRUTH_MAX),
+            self.clock(),
+        )
 
     def reveal(self, code: str, key: str, qid: int) -> dict:
         row = self._teacher(code, key)
@@ -192,9 +208,9 @@ class Rules:
         """A student's answer to the open question; a later one replaces it."""
         text = rules.answer_text(text)
         if not (isinstance(sid, str) and len(sid) <= 40 and self._has_student(code, sid)):
-            self._needed(code)   # an ended room says so
+            self._needed(code)  # an ended room says so
             raise PermissionError("only the room's students can answer: join with the code first")
-        self.limit("answer", sid)   # before reading the room: a flood costs two small reads a try
+        self.limit("answer", sid)  # before reading the room: a flood costs two small reads a try
         row = self._needed(code)
         if qid != row["question"] or row["q"] is None or row["q"]["state"] != "open":
             raise RoomError("this question is closed: the answer was not counted")
@@ -219,9 +235,11 @@ class Rules:
         self._teacher(code, key)
         names = self._students(code)
         questions = tuple(Question.stored(q, True) for q in self._questions(code))
-        answers = tuple((q.qid, sid, names.get(sid, ""), text, at)
-                        for q in questions for sid, (text, at) in sorted(self._answers(code, q.qid).items(),
-                                                                          key=lambda kv: kv[1][1]))
+        answers = tuple(
+            (q.qid, sid, names.get(sid, ""), text, at)
+            for q in questions
+            for sid, (text, at) in sorted(self._answers(code, q.qid).items(), key=lambda kv: kv[1][1])
+        )
         return Results(questions, answers)
 
     def close(self, code: str, key: str) -> None:
@@ -229,21 +247,56 @@ class Rules:
         self._delete(code)
 
     # ---- what a back end provides ----
-    def _hit(self, name: str, count: int, seconds: int) -> bool: raise NotImplementedError
-    def _count(self, name: str) -> int: raise NotImplementedError
-    def _create(self, code: str, teacher: str, now: float, expires: float) -> bool: raise NotImplementedError
-    def _load(self, code: str) -> dict | None: raise NotImplementedError
-    def _set_moment(self, code: str, moment: str) -> int: raise NotImplementedError
-    def _set_preview(self, code: str, moment: str) -> None: raise NotImplementedError
-    def _add_question(self, code: str, spec: str, truth: str, now: float) -> int: raise NotImplementedError
-    def _reveal(self, code: str, qid: int) -> None: raise NotImplementedError
-    def _add_student(self, code: str, sid: str, nick: str, now: float, most: int) -> bool: raise NotImplementedError
-    def _has_student(self, code: str, sid: str) -> bool: raise NotImplementedError
-    def _students(self, code: str) -> dict[str, str]: raise NotImplementedError
-    def _set_shown(self, code: str, sid: str, moment_id: int) -> None: raise NotImplementedError
-    def _shown(self, code: str) -> dict[str, int]: raise NotImplementedError
-    def _put_answer(self, code: str, qid: int, sid: str, text: str, now: float) -> None: raise NotImplementedError
-    def _answers(self, code: str, qid: int) -> dict[str, tuple[str, float]]: raise NotImplementedError
-    def _questions(self, code: str) -> list[dict]: raise NotImplementedError
-    def _delete(self, code: str) -> None: raise NotImplementedError
-    def _purge(self, now: float) -> None: raise NotImplementedError
+    def _hit(self, name: str, count: int, seconds: int) -> bool:
+        raise NotImplementedError
+
+    def _count(self, name: str) -> int:
+        raise NotImplementedError
+
+    def _create(self, code: str, teacher: str, now: float, expires: float) -> bool:
+        raise NotImplementedError
+
+    def _load(self, code: str) -> dict | None:
+        raise NotImplementedError
+
+    def _set_moment(self, code: str, moment: str) -> int:
+        raise NotImplementedError
+
+    def _set_preview(self, code: str, moment: str) -> None:
+        raise NotImplementedError
+
+    def _add_question(self, code: str, spec: str, truth: str, now: float) -> int:
+        raise NotImplementedError
+
+    def _reveal(self, code: str, qid: int) -> None:
+        raise NotImplementedError
+
+    def _add_student(self, code: str, sid: str, nick: str, now: float, most: int) -> bool:
+        raise NotImplementedError
+
+    def _has_student(self, code: str, sid: str) -> bool:
+        raise NotImplementedError
+
+    def _students(self, code: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _set_shown(self, code: str, sid: str, moment_id: int) -> None:
+        raise NotImplementedError
+
+    def _shown(self, code: str) -> dict[str, int]:
+        raise NotImplementedError
+
+    def _put_answer(self, code: str, qid: int, sid: str, text: str, now: float) -> None:
+        raise NotImplementedError
+
+    def _answers(self, code: str, qid: int) -> dict[str, tuple[str, float]]:
+        raise NotImplementedError
+
+    def _questions(self, code: str) -> list[dict]:
+        raise NotImplementedError
+
+    def _delete(self, code: str) -> None:
+        raise NotImplementedError
+
+    def _purge(self, now: float) -> None:
+        raise NotImplementedError

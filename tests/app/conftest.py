@@ -1,4 +1,5 @@
 """AppTest helpers: run a page headless and read plotly charts back as numbers."""
+
 from __future__ import annotations
 
 import copy
@@ -91,7 +92,9 @@ def chart_by_title(at: AppTest, text: str) -> dict:
         title = title.get("text", "") if isinstance(title, dict) else str(title)
         if text in title:
             return fig
-    raise AssertionError(f"no chart titled with {text!r}; titles: {[str(f['layout'].get('title')) for f in charts(at)]}")
+    raise AssertionError(
+        f"no chart titled with {text!r}; titles: {[str(f['layout'].get('title')) for f in charts(at)]}"
+    )
 
 
 def allow_models(*folders, **limits) -> None:
@@ -121,8 +124,16 @@ def experiments_once(monkeypatch):
     (a fragment), AppTest reruns every section, so a test moving one control recomputed the rest at
     every step. For tests of the page's behaviour, never of the numbers (test_experiments_page.py)."""
     from tfm.teach import experiments
-    for name in ("softmax_scaling", "residual_gradients", "norm_placement_depth", "norm_axes", "norm_timing",
-                 "mask_demo", "head_split_shapes"):
+
+    for name in (
+        "softmax_scaling",
+        "residual_gradients",
+        "norm_placement_depth",
+        "norm_axes",
+        "norm_timing",
+        "mask_demo",
+        "head_split_shapes",
+    ):
         monkeypatch.setattr(experiments, name, _once(getattr(experiments, name)))
 
 
@@ -135,8 +146,8 @@ def _once(fn):
         if key not in done:
             done[key] = fn(*args, **kwargs)
         return copy.deepcopy(done[key])
-    return wrapper
 
+    return wrapper
 
 
 @pytest.fixture

@@ -1,11 +1,22 @@
 """A page's keyed controls as AppTest sees them, and how to set one as a browser would: shared by
 test_widget_extremes.py (every control at its extremes) and fuzz.py (random walks over them)."""
+
 from __future__ import annotations
 
 from ui.st_private import take_label_as_sent
 
-KINDS = ("slider", "select_slider", "number_input", "selectbox", "radio", "multiselect", "text_input",
-         "text_area", "checkbox", "toggle")
+KINDS = (
+    "slider",
+    "select_slider",
+    "number_input",
+    "selectbox",
+    "radio",
+    "multiselect",
+    "text_input",
+    "text_area",
+    "checkbox",
+    "toggle",
+)
 SKIP_PREFIXES = ("sidebar.",)  # except the ones below: the model config is the matrix's job
 KEEP = ("sidebar.prompt", "sidebar.seed")
 

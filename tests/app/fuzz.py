@@ -9,6 +9,7 @@ crash becomes a regression test. From the command line (longer walks than CI's):
 
     python -m tests.app.fuzz --steps 500 --seed 7 --page tour --model smollm2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,17 @@ from tests.app import fuzz_values as fv  # noqa: E402
 from tests.app.conftest import allow_models, as_shown  # noqa: E402
 from tests.app.controls import choose, control, keyed  # noqa: E402
 from tests.app.judge import long_messages, markup_problems, own_markup  # noqa: E402
-from tests.app.matrix import (EXPECTED, HOSTILE, LINK_PARAMS, PAGES, PROMPT, needs, open_cell,  # noqa: E402
-                              set_view, spec_of)
+from tests.app.matrix import (
+    EXPECTED,
+    HOSTILE,
+    LINK_PARAMS,
+    PAGES,
+    PROMPT,
+    needs,
+    open_cell,  # noqa: E402
+    set_view,
+    spec_of,
+)
 
 # Every page on these model kinds (tests/app/matrix.py MODELS); the model-free pages on the first only.
 WALK_MODELS = ("bundled", "smollm2-gqa", "mqa", "gemma3-window")
@@ -43,7 +53,7 @@ REAL_PAGES = ("tour", "attention", "why", "steer", "features", "logit_lens")  # 
 # Encoders (issue #54): MiniLM and a random BERT shape, on the pages that read attention and its
 # inputs, the encoder's own pages, and one that needs a language-model head (it says so).
 ENCODER_MODELS = ("minilm", "bert-random")
-SIDEBAR_PARAMS = ("model", "prompt", "seed", "device")   # read on every page, before it decides it can run
+SIDEBAR_PARAMS = ("model", "prompt", "seed", "device")  # read on every page, before it decides it can run
 ENCODER_PAGES = ("tokens", "attention", "tour", "similarity", "look_at", "next_token", "logit_lens")
 # Steps per (page, model) in CI (test_fuzz.py), sized so the whole fuzzer takes a few minutes on a
 # 2-core machine: a step of the small models is ~0.1-0.5 s, of these pages ~1.5-2 s, of SmolLM2 1-3 s.
@@ -58,6 +68,7 @@ ALIASES = {"default": "bundled", "smollm2": "real", "gqa": "smollm2-gqa"}
 class Link:
     """Open `page` on `model` (a MODELS name) from a link with these parameters (text, as in a URL);
     `illegal`: the parameters given an illegal value (each must be named in a message)."""
+
     page: str
     model: str
     params: dict
@@ -72,6 +83,7 @@ class Link:
 @dataclass(frozen=True)
 class Move:
     """Set one control (`kind` as AppTest names it, or "tabs" for a keyed st.tabs) to `value`."""
+
     kind: str
     key: str
     value: object
@@ -87,14 +99,15 @@ def _literal(value) -> str:
 @dataclass
 class Session:
     """One walk's page and model, what its page shows untouched, and the session now."""
+
     page: str
     model: str
     spec: str
     shape: fv.Shape
-    baseline: set       # markup the page writes itself
-    values: dict        # each control's value as the page first showed it, untouched
+    baseline: set  # markup the page writes itself
+    values: dict  # each control's value as the page first showed it, untouched
     at: object = None
-    dirty: set = field(default_factory=set)    # text fields holding a value the page may refuse
+    dirty: set = field(default_factory=set)  # text fields holding a value the page may refuse
     touched: set = field(default_factory=set)  # controls this session's link or moves have set
 
     @classmethod
@@ -179,8 +192,11 @@ def problems(s: Session, step: Link | Move) -> list[str]:
         said = [as_shown(m.value).lower() for m in [*at.error, *at.warning, *at.info]]
         # a page that says it needs what this model lacks (matrix.NEEDS) reads only the sidebar's values
         unread = () if not needs(s.page, s.model) else tuple(n for n in step.illegal if n not in SIDEBAR_PARAMS)
-        out += [f"no message names the illegal link value {name}={_literal(step.params[name])[:80]}"
-                for name in step.illegal if name not in unread and not any(w in m for w in fv.named(name) for m in said)]
+        out += [
+            f"no message names the illegal link value {name}={_literal(step.params[name])[:80]}"
+            for name in step.illegal
+            if name not in unread and not any(w in m for w in fv.named(name) for m in said)
+        ]
     out += [f"markup from a value: {found} in {text!r}" for found, text in markup_problems(at, s.baseline)]
     out += [f"message of {n:,} characters: {start!r}" for n, start in long_messages(at)]
     return out
@@ -198,9 +214,11 @@ class Walk:
     def report(self) -> str:
         if not self.failure:
             return f"{self.page} on {self.model}, seed {self.seed}: {len(self.steps)} steps, {self.seconds:.1f} s, ok"
-        return (f"{self.page} on {self.model}, seed {self.seed}: failed at step {len(self.steps)} "
-                f"({self.seconds:.1f} s): {'; '.join(self.failure)}\n"
-                f"replay(steps) with steps = {self.steps!r}")
+        return (
+            f"{self.page} on {self.model}, seed {self.seed}: failed at step {len(self.steps)} "
+            f"({self.seconds:.1f} s): {'; '.join(self.failure)}\n"
+            f"replay(steps) with steps = {self.steps!r}"
+        )
 
 
 def cell_seed(seed: int, page: str, model: str, again: int = 0) -> int:
@@ -262,10 +280,17 @@ def ci_steps(page: str, model: str) -> int:
 
 def cells() -> list[tuple[str, str]]:
     """(page, model) of every walk CI runs."""
-    out = [(page, model) for model in WALK_MODELS for page, p in PAGES.items()
-           if not (p.model_free and model != WALK_MODELS[0])]
-    return (out + [(page, "real") for page in REAL_PAGES]
-            + [(page, model) for model in ENCODER_MODELS for page in ENCODER_PAGES])
+    out = [
+        (page, model)
+        for model in WALK_MODELS
+        for page, p in PAGES.items()
+        if not (p.model_free and model != WALK_MODELS[0])
+    ]
+    return (
+        out
+        + [(page, "real") for page in REAL_PAGES]
+        + [(page, model) for model in ENCODER_MODELS for page in ENCODER_PAGES]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,7 @@ opens the pages on tampered folders; tests/test_tampered_files.py runs every cas
 
 Each TAMPERED_* maps a name to (tamper, match): graph and calibration tampers change the decoded
 JSON (a dict) in place; folder tampers get (the copied folder, a scratch folder beside it)."""
+
 from __future__ import annotations
 
 import gzip
@@ -25,7 +26,7 @@ from tfm.analysis.dictionaries import transcoder_features as TF
 SAE_DEFAULT = Path(__file__).resolve().parents[2] / "assets" / "sae" / "default"
 TRANSCODERS_DEFAULT = Path(__file__).resolve().parents[2] / "assets" / "transcoders" / "default"
 STEER_DEFAULT = Path(__file__).resolve().parents[2] / "assets" / "steer" / "default.json"
-HUGE = "k" * 3_000_000   # a 3 MB text where a short name belongs
+HUGE = "k" * 3_000_000  # a 3 MB text where a short name belongs
 
 
 def _node(d: dict, **change) -> None:
@@ -66,8 +67,17 @@ def _int8_scale(folder: Path, _scratch: Path) -> None:
         (enc, enc_s), (dec, dec_s) = T.quantize(t["W_enc"].float(), 1), T.quantize(t["W_dec"].float(), 0)
         if i == 0:
             enc_s = torch.full_like(enc_s, 3e38)
-        save_file({"W_enc_q": enc, "W_enc_scale": enc_s, "W_dec_q": dec, "W_dec_scale": dec_s,
-                   "b_enc": t["b_enc"], "b_dec": t["b_dec"]}, _layer(folder, i))
+        save_file(
+            {
+                "W_enc_q": enc,
+                "W_enc_scale": enc_s,
+                "W_dec_q": dec,
+                "W_dec_scale": dec_s,
+                "b_enc": t["b_enc"],
+                "b_dec": t["b_dec"],
+            },
+            _layer(folder, i),
+        )
     (folder / T.CARD_FILE).write_text(json.dumps(card))
 
 
@@ -94,6 +104,7 @@ def _tensors(name: str, change):
         t = load_file(folder / name)
         change(t)
         save_file({k: v.contiguous() for k, v in t.items()}, folder / name)
+
     return tamper
 
 
@@ -102,17 +113,24 @@ def _labels_card(**change):
         card = json.loads((folder / T.CARD_FILE).read_text())
         card["labels"].update(change)
         (folder / T.CARD_FILE).write_text(json.dumps(card))
+
     return tamper
 
 
 TAMPERED_TRANSCODERS = {
     "labels-gzip-bomb": (_labels_bomb, "unpacks past"),
-    "labels-out-of-folder": (lambda f, s: _replace(f / TF.labels_file(0), lambda p: os.symlink("/etc/hostname", p)),
-                             "link out of its folder"),
-    "labels-token-past-vocab": (_tensors(TF.CONTEXTS_FILE, lambda t: t["tokens"].__setitem__(0, 10**6)),
-                                "token ids must lie below"),
-    "labels-context-past-text": (_tensors(TF.features_file(1), lambda t: t["ctx_pos"].__setitem__((0, 0), 10**7)),
-                                 "ctx_pos must be"),
+    "labels-out-of-folder": (
+        lambda f, s: _replace(f / TF.labels_file(0), lambda p: os.symlink("/etc/hostname", p)),
+        "link out of its folder",
+    ),
+    "labels-token-past-vocab": (
+        _tensors(TF.CONTEXTS_FILE, lambda t: t["tokens"].__setitem__(0, 10**6)),
+        "token ids must lie below",
+    ),
+    "labels-context-past-text": (
+        _tensors(TF.features_file(1), lambda t: t["ctx_pos"].__setitem__((0, 0), 10**7)),
+        "ctx_pos must be",
+    ),
     "labels-identity-a-number": (_labels_card(identity=3), "naming the set's identity"),
     "int8-scale-3e38": (_int8_scale, "beyond"),
     "no-feature-fires": (_no_feature_fires, "no feature of this transcoder set fires"),
@@ -130,6 +148,7 @@ def _card(**change):
         for k, v in change.items():
             card.pop(k, None) if v is None else card.__setitem__(k, v)
         (folder / "card.json").write_text(json.dumps(card))
+
     return tamper
 
 
@@ -138,6 +157,7 @@ def _data(change):
         t = load_file(folder / "features.safetensors")
         change(t)
         save_file({k: v.contiguous() for k, v in t.items()}, folder / "features.safetensors")
+
     return tamper
 
 
@@ -158,8 +178,10 @@ TAMPERED_SAES = {
     "nan-hist-max": (_data(_nan_top), "hist_max"),
     "float-ctx-ids": (_data(lambda t: t.update(ctx_ids=t["ctx_ids"].float())), "ctx_ids"),
     "ctx-id-past-vocab": (_data(_past_vocab), "ctx_ids"),
-    "labels-out-of-folder": (lambda f, s: _replace(f / "labels.json", lambda p: os.symlink("/etc/hostname", p)),
-                             "link out of its folder"),
+    "labels-out-of-folder": (
+        lambda f, s: _replace(f / "labels.json", lambda p: os.symlink("/etc/hostname", p)),
+        "link out of its folder",
+    ),
     "weights-a-directory": (lambda f, s: _replace(f / "sae.safetensors", lambda p: p.mkdir()), "not a regular file"),
 }
 
@@ -175,15 +197,16 @@ TAMPERED_CALIBRATIONS = {
     "trial-strength-negative": (lambda d: _trial(d, strength=-2.0), "strength"),
     "version-true": (lambda d: d.update(version=True), "not a steering calibration"),
 }
-MAX_MESSAGE = 400   # a refusal is one short sentence or two
-CI_FILES = 12       # tampered files per CI run (of len(CASES); ~0.2 s each on the bundled model)
+MAX_MESSAGE = 400  # a refusal is one short sentence or two
+CI_FILES = 12  # tampered files per CI run (of len(CASES); ~0.2 s each on the bundled model)
 
 
 def tampered_folder(kind: str, name: str, scratch: Path) -> Path:
     """A copy of the bundled model's transcoder set ("transcoders") or SAE ("sae") under `scratch`
     with tamper `name` applied."""
-    source, cases = (TRANSCODERS_DEFAULT, TAMPERED_TRANSCODERS) if kind == "transcoders" else (SAE_DEFAULT,
-                                                                                              TAMPERED_SAES)
+    source, cases = (
+        (TRANSCODERS_DEFAULT, TAMPERED_TRANSCODERS) if kind == "transcoders" else (SAE_DEFAULT, TAMPERED_SAES)
+    )
     folder = scratch / "default"
     shutil.copytree(source, folder)
     cases[name][0](folder, scratch)
@@ -193,6 +216,7 @@ def tampered_folder(kind: str, name: str, scratch: Path) -> Path:
 def read_set(folder: Path, lm) -> None:
     """A transcoder folder as the Attribution graph page reads it: the set, its labels, a graph."""
     from tfm.analysis.graph.build import attribution_graph
+
     ts = T.load_transcoders(folder, lm)
     TF.read_features(folder, ts, lm)
     attribution_graph(lm, lm.tokenizer.prompt_ids("The cat sat"), ts)
@@ -204,6 +228,7 @@ def check(kind: str, name: str, lm, graph_json: str, scratch: Path) -> str | Non
     from tfm.analysis.dictionaries.features import load_features
     from tfm.analysis.graph.files import load_graph_json
     from tfm.analysis.steering.files import load_calibration
+
     if kind in ("graph", "calibration"):
         tamper, match = (TAMPERED_GRAPHS if kind == "graph" else TAMPERED_CALIBRATIONS)[name]
         data = json.loads(graph_json if kind == "graph" else STEER_DEFAULT.read_text())
@@ -214,7 +239,7 @@ def check(kind: str, name: str, lm, graph_json: str, scratch: Path) -> str | Non
     else:
         match = (TAMPERED_TRANSCODERS if kind == "transcoders" else TAMPERED_SAES)[name][1]
         folder = tampered_folder(kind, name, scratch)
-        read = ((lambda: read_set(folder, lm)) if kind == "transcoders" else (lambda: load_features(folder, lm)))
+        read = (lambda: read_set(folder, lm)) if kind == "transcoders" else (lambda: load_features(folder, lm))
     try:
         read()
     except ValueError as e:
@@ -225,9 +250,16 @@ def check(kind: str, name: str, lm, graph_json: str, scratch: Path) -> str | Non
     return f"{kind}/{name}: accepted"
 
 
-CASES = [(kind, name) for kind, cases in (("graph", TAMPERED_GRAPHS), ("transcoders", TAMPERED_TRANSCODERS),
-                                          ("sae", TAMPERED_SAES), ("calibration", TAMPERED_CALIBRATIONS))
-         for name in cases]
+CASES = [
+    (kind, name)
+    for kind, cases in (
+        ("graph", TAMPERED_GRAPHS),
+        ("transcoders", TAMPERED_TRANSCODERS),
+        ("sae", TAMPERED_SAES),
+        ("calibration", TAMPERED_CALIBRATIONS),
+    )
+    for name in cases
+]
 
 
 def walk(seed: int, n: int, lm, graph_json: str) -> list[str]:

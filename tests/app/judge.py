@@ -1,6 +1,7 @@
 """What a page may show of an untrusted value (issue #29), shared by test_hostile_links.py and
 fuzz.py: no link, image or HTML made from the value in any Markdown the page renders, and every
 message bounded."""
+
 from __future__ import annotations
 
 import re
@@ -40,5 +41,8 @@ def markup_problems(at, baseline: set[str]) -> list[tuple[set[str], str]]:
 
 def long_messages(at) -> list[tuple[int, str]]:
     """(length, start) of every alert or caption longer than MAX_MESSAGE."""
-    return [(len(el.value), el.value[:200]) for el in [*at.error, *at.warning, *at.info, *at.caption]
-            if len(el.value) > MAX_MESSAGE]
+    return [
+        (len(el.value), el.value[:200])
+        for el in [*at.error, *at.warning, *at.info, *at.caption]
+        if len(el.value) > MAX_MESSAGE
+    ]

@@ -1,4 +1,5 @@
 """Attention page: every number drawn equals the engine's attention tensors."""
+
 from __future__ import annotations
 
 import io
@@ -25,7 +26,7 @@ RTOL, ATOL = 1e-5, 1e-7
 def engine(prompt: str):
     """The default model's own forward of the prompt, computed here, not by the page."""
     lm = models.load_lm(models.default_model_spec(), "cpu")
-    ids = lm.tokenizer.encode(prompt)[-lm.config.context_length:]
+    ids = lm.tokenizer.encode(prompt)[-lm.config.context_length :]
     with torch.inference_mode():
         out = lm.model(torch.tensor([ids]), trace=True)
     return lm, ids, out.trace
@@ -80,7 +81,7 @@ def test_single_head_equals_engine_and_changes_with_layer_and_head():
     assert list(fig["data"][0]["x"]) == labels and list(fig["data"][0]["y"]) == labels
     assert "query" in fig["data"][0]["hovertemplate"] and "key" in fig["data"][0]["hovertemplate"]
     # weight 0 is drawn light and weight 1 dark, whatever plotly.js would make of a scale name
-    brightness = [sum(map(int, c[c.index("(") + 1:-1].split(","))) for _, c in fig["data"][0]["colorscale"]]
+    brightness = [sum(map(int, c[c.index("(") + 1 : -1].split(","))) for _, c in fig["data"][0]["colorscale"]]
     assert brightness == sorted(brightness, reverse=True) and brightness[0] > 700 > 300 > brightness[-1]
 
     n_layer, n_head = lm.config.n_layer, lm.config.n_head
@@ -103,9 +104,11 @@ def test_aggregations_equal_direct_computation(mode):
     at.radio(key="attn.mode").set_value(mode).run()
     assert not at.exception, at.exception
     pat = trace[f"blocks.{layer}.attn.pattern"][0]
-    direct = {"mean": lambda: pat.sum(0) / pat.shape[0],
-              "max": lambda: torch.stack(list(pat)).max(0).values,
-              "rollout": lambda: analysis.rollout(trace)[layer]}[mode]()
+    direct = {
+        "mean": lambda: pat.sum(0) / pat.shape[0],
+        "max": lambda: torch.stack(list(pat)).max(0).values,
+        "rollout": lambda: analysis.rollout(trace)[layer],
+    }[mode]()
     assert_matrix(single(at)["data"][0]["z"], masked_expected(direct))
 
 
@@ -156,12 +159,12 @@ def test_long_prompt_shows_a_window_of_positions():
     t = len(ids)
     fig = single(at)
     pat = trace["blocks.0.attn.pattern"][0, 0]
-    assert_matrix(fig["data"][0]["z"], masked_expected(pat[t - 64:, t - 64:]))
+    assert_matrix(fig["data"][0]["z"], masked_expected(pat[t - 64 :, t - 64 :]))
     at.slider(key="attn.window").set_value((10, 49)).run()
     assert not at.exception, at.exception
     assert_matrix(single(at)["data"][0]["z"], masked_expected(pat[10:50, 10:50]))
     at.slider(key="attn.window").set_value((0, t - 1)).run()  # too wide: the last 64 of the range
-    assert_matrix(single(at)["data"][0]["z"], masked_expected(pat[t - 64:, t - 64:]))
+    assert_matrix(single(at)["data"][0]["z"], masked_expected(pat[t - 64 :, t - 64 :]))
     assert any("At most 64" in c.value for c in at.caption)
 
 
@@ -173,7 +176,7 @@ def test_model_view_cells_equal_each_head_and_open_a_head():
     t, step = len(ids), len(ids) + 1
     for layer in range(lm.config.n_layer):
         for head in range(lm.config.n_head):
-            cell = big[layer * step:layer * step + t, head * step:head * step + t]
+            cell = big[layer * step : layer * step + t, head * step : head * step + t]
             expected = masked_expected(trace[f"blocks.{layer}.attn.pattern"][0, head])
             np.testing.assert_allclose(cell, expected, rtol=RTOL, atol=ATOL, equal_nan=True)
     at.selectbox(key="attn.open").set_value((1, 2)).run()
@@ -197,7 +200,7 @@ def test_head_view_lines_carry_the_weights_of_the_chosen_token():
         assert len(marks) == 1
         data = decode(marks[0]["customdata"])
         order = np.argsort(data[:, 0])
-        expected = trace["blocks.0.attn.pattern"][0, head, tok, :tok + 1].numpy()
+        expected = trace["blocks.0.attn.pattern"][0, head, tok, : tok + 1].numpy()
         np.testing.assert_array_equal(data[order, 0], np.arange(tok + 1))
         np.testing.assert_allclose(data[order, 1], expected, rtol=RTOL, atol=ATOL)
 
@@ -213,7 +216,9 @@ def test_head_table_equals_head_scores_and_probe():
     for name in ("entropy", "previous_token", "first_token", "duplicate_token", "induction"):
         np.testing.assert_allclose(table[name].to_numpy(), scores[name].flatten().numpy(), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(table["repeat_induction"], probe["induction"].flatten().numpy(), rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(table["repeat_previous_token"], probe["previous_token"].flatten().numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        table["repeat_previous_token"], probe["previous_token"].flatten().numpy(), rtol=1e-5, atol=1e-7
+    )
     assert list(table["head"][:2]) == ["L0 H0", "L0 H1"]
     assert any("induction" in m.value for m in at.markdown), "the scores are explained"
 
@@ -239,8 +244,10 @@ def test_export_contains_the_tensors(downloads):
     assert settings["prompt"] == PROMPT and settings["layer"] == 1 and settings["mode"] == "mean"
 
 
-@pytest.mark.parametrize("prompt", ["<img src=x onerror=alert(1)> <b>bold</b> &amp;",
-                                    "Emoji 🙂🚀 and CJK 你好世界 テスト", "a <|endoftext|> b"])
+@pytest.mark.parametrize(
+    "prompt",
+    ["<img src=x onerror=alert(1)> <b>bold</b> &amp;", "Emoji 🙂🚀 and CJK 你好世界 テスト", "a <|endoftext|> b"],
+)
 def test_odd_prompts_are_shown_as_text(prompt):
     lm, ids, trace = engine(prompt)
     assert lm.tokenizer.eot_id not in ids, "typed <|endoftext|> must not become the control token"
@@ -273,8 +280,18 @@ def test_a_local_layer_wider_than_the_view_draws_where_its_window_ends():
     """Gemma 3's window (512 keys) is wider than the 64-position square: a local layer also draws
     what the last query reads over every key, equal to the engine's pattern row, 0 left of the window."""
     from tfm.core.config import ModelConfig
-    cfg = ModelConfig.preset("tiny").replace(pos_encoding="rope", norm="rmsnorm", n_head=4, n_kv_head=1, head_dim=16,
-                                             qk_norm=True, sliding_window=70, local_layers=(0,), context_length=256)
+
+    cfg = ModelConfig.preset("tiny").replace(
+        pos_encoding="rope",
+        norm="rmsnorm",
+        n_head=4,
+        n_kv_head=1,
+        head_dim=16,
+        qk_norm=True,
+        sliding_window=70,
+        local_layers=(0,),
+        context_length=256,
+    )
     spec = models.random_spec(cfg, seed=4)
     lm = models.load_lm(spec, "cpu")
     at = AppTest.from_file(APP, default_timeout=120)
@@ -286,12 +303,12 @@ def test_a_local_layer_wider_than_the_view_draws_where_its_window_ends():
     t = len(ids)
     assert t > 70 + 1
     with torch.inference_mode():
-        want = lm.model(torch.tensor([ids]), trace=True, lazy=False).trace.pattern(0)[2, -1]   # (T,)
+        want = lm.model(torch.tensor([ids]), trace=True, lazy=False).trace.pattern(0)[2, -1]  # (T,)
     fig = chart_by_title(at, f"what query {t - 1} reads, every key")
     got = np.asarray(decode(fig["data"][0]["y"]), dtype=np.float64)
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-7)
-    assert (got[:t - 70] == 0).all() and (got[t - 70:] > 0).all()
+    assert (got[: t - 70] == 0).all() and (got[t - 70 :] > 0).all()
     assert "outside the 70-key window" in json.dumps(fig["layout"])
-    at.session_state["attn.layer"] = at.session_state["keep.attn.layer"] = 1   # a global layer: no such chart
+    at.session_state["attn.layer"] = at.session_state["keep.attn.layer"] = 1  # a global layer: no such chart
     at.run()
     assert not any("every key" in str(f["layout"].get("title")) for f in charts(at))

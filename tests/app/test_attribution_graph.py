@@ -3,6 +3,7 @@
 clear box. The bundled model's trained set is used once it ships (assets/transcoders/default);
 until then a random set of its shape written to a temporary folder (exactness does not depend on
 training)."""
+
 from __future__ import annotations
 
 import json
@@ -17,15 +18,20 @@ from tfm.analysis.graph.build import GraphSettings, Target, attribution_graph
 from tfm.analysis.graph.edit import FeatureEdit, intervene, predicted_change
 from tfm.analysis.graph.files import graph_file
 from tfm.analysis.graph.prune import prune_graph
-from tfm.analysis.dictionaries.transcoder import (TranscoderConfig, load_transcoders, random_transcoders, save_layer,
-                                     write_card)
+from tfm.analysis.dictionaries.transcoder import (
+    TranscoderConfig,
+    load_transcoders,
+    random_transcoders,
+    save_layer,
+    write_card,
+)
 from tfm.text.token_view import token_labels
 
 from tests.app.conftest import as_shown
 from tests.app.matrix import open_cell
 
 PROMPT = "The cat sat on the mat. The cat"
-SETTINGS = GraphSettings(max_tokens=64)   # the page's
+SETTINGS = GraphSettings(max_tokens=64)  # the page's
 
 
 def write_random_set(folder, cfg, n_features=128, k=6, d_model=None):
@@ -80,43 +86,56 @@ def test_the_page_draws_the_engines_graph_and_a_node_shows_its_edges(root, lm):
     assert metrics["Replacement score"] == f"{pruned.replacement:.3f}"
     assert metrics["Completeness score"] == f"{pruned.completeness:.3f}"
     gf = graph_file(pruned, token_labels(lm.tokenizer, g.ids), lm.config, ts)
-    drawn = {n for t in at.get("plotly_chart") for d in json.loads(t.proto.spec)["data"]
-             for n in (d.get("customdata") or [])}
+    drawn = {
+        n for t in at.get("plotly_chart") for d in json.loads(t.proto.spec)["data"] for n in (d.get("customdata") or [])
+    }
     assert drawn == {n.id for n in gf.nodes}
     features = feature_nodes(gf)
     node = features[min(2, len(features) - 1)]
     at.selectbox(key="graph.node").set_value(node).run()
     edit = [FeatureEdit(*g.features[node].tolist(), value=0.0)]
-    said = (f"predicted change: direct edges {predicted_change(g, edit, 'direct'):+.3f} · "
-            f"all edges {predicted_change(g, edit, 'total'):+.3f} · "
-            f"slopes {predicted_change(g, edit, 'first_order'):+.3f}")
+    said = (
+        f"predicted change: direct edges {predicted_change(g, edit, 'direct'):+.3f} · "
+        f"all edges {predicted_change(g, edit, 'total'):+.3f} · "
+        f"slopes {predicted_change(g, edit, 'first_order'):+.3f}"
+    )
     assert any(said in c.value for c in at.caption), [c.value for c in at.caption]
-    ins, outs = (t.value for t in at.dataframe)      # inputs, then outputs
+    ins, outs = (t.value for t in at.dataframe)  # inputs, then outputs
     row = g.edges[int((g.row_nodes() == node).nonzero()[0, 0])]
-    want_in = torch.argsort(-row.abs())[:len(ins)]
+    want_in = torch.argsort(-row.abs())[: len(ins)]
     assert ins["id"].tolist() == want_in.tolist()
-    torch.testing.assert_close(torch.tensor(ins["weight"].tolist(), dtype=torch.float64), row[want_in].double(), rtol=1e-5, atol=1e-9)
+    torch.testing.assert_close(
+        torch.tensor(ins["weight"].tolist(), dtype=torch.float64), row[want_in].double(), rtol=1e-5, atol=1e-9
+    )
     col = g.edges[:, node]
-    want_out = torch.argsort(-col.abs())[:len(outs)]
+    want_out = torch.argsort(-col.abs())[: len(outs)]
     assert outs["id"].tolist() == g.row_nodes()[want_out].tolist()
-    torch.testing.assert_close(torch.tensor(outs["weight"].tolist(), dtype=torch.float64), col[want_out].double(), rtol=1e-5, atol=1e-9)
+    torch.testing.assert_close(
+        torch.tensor(outs["weight"].tolist(), dtype=torch.float64), col[want_out].double(), rtol=1e-5, atol=1e-9
+    )
 
 
 def test_switching_features_off_shows_the_engines_intervention(root, lm):
     ts, g, pruned = engine(lm)
     at = open_page("attribution_graph", PROMPT)
-    chosen = [int(i) for i in (pruned.influence[:g.n_features]).topk(2).indices if pruned.nodes[int(i)]][:2]
+    chosen = [int(i) for i in (pruned.influence[: g.n_features]).topk(2).indices if pruned.nodes[int(i)]][:2]
     at.multiselect(key="graph.edit_nodes").set_value(chosen).run()
     edits = [FeatureEdit(*g.features[i].tolist(), value=0.0) for i in chosen]
     want = intervene(lm, g.ids, ts, g.target, edits, graph=g)
     metrics = [(m.label, m.value) for m in at.metric][-6:]
-    assert [v for _, v in metrics] == [f"{want.prob_before:.4f}", f"{want.prob_after:.4f}", f"{want.logit_before:.3f}",
-                                       f"{want.logit_after:.3f}", f"{want.predicted_after:.3f}",
-                                       f"{want.predicted_first_order:.3f}"], metrics
+    assert [v for _, v in metrics] == [
+        f"{want.prob_before:.4f}",
+        f"{want.prob_after:.4f}",
+        f"{want.logit_before:.3f}",
+        f"{want.logit_after:.3f}",
+        f"{want.predicted_after:.3f}",
+        f"{want.predicted_first_order:.3f}",
+    ], metrics
     assert [label for label, _ in metrics[-2:]] == ["Predicted by direct edges", "Predicted by slopes"]
-    assert any("Predicted by all edges (" in c.value and f"): {want.predicted_total:.3f}" in c.value
-               for c in at.caption)
-    assert want.logit_after != want.logit_before    # the features did something
+    assert any(
+        "Predicted by all edges (" in c.value and f"): {want.predicted_total:.3f}" in c.value for c in at.caption
+    )
+    assert want.logit_after != want.logit_before  # the features did something
 
 
 def test_the_download_is_the_engines_graph_file(root, lm, downloads):
@@ -127,7 +146,10 @@ def test_the_download_is_the_engines_graph_file(root, lm, downloads):
     ts, g, pruned = engine(lm, node=0.9)
     data = captured["graph.download"]
     data = data() if callable(data) else data
-    got, want = json.loads(data), json.loads(graph_file(pruned, token_labels(lm.tokenizer, g.ids), lm.config, ts).to_json())
+    got, want = (
+        json.loads(data),
+        json.loads(graph_file(pruned, token_labels(lm.tokenizer, g.ids), lm.config, ts).to_json()),
+    )
     # edges are listed strongest first: equal weights may swap places between two computations
     got["edges"], want["edges"] = ({f"{s}-{t}": w for s, t, w in d["edges"]} for d in (got, want))
     assert_close_json(got, want)
@@ -156,7 +178,7 @@ def test_a_typed_target_and_a_logit_difference(root, lm):
     at = open_page("attribution_graph", PROMPT)
     at.radio(key="graph.target_kind").set_value("difference").run()
     at.text_input(key="graph.token").set_value(" sat").run()
-    assert not boxes(at) and "the one to compare it with" in at.info[0].value    # not an error: not typed yet
+    assert not boxes(at) and "the one to compare it with" in at.info[0].value  # not an error: not typed yet
     at.text_input(key="graph.versus").set_value(" cat").run()
     assert not at.exception and not boxes(at), boxes(at)
     words = lm.tokenizer.encode
@@ -165,7 +187,7 @@ def test_a_typed_target_and_a_logit_difference(root, lm):
 
 
 def test_hostile_inputs_give_one_clear_box_each(root, lm, tmp_path, monkeypatch):
-    at = open_page("attribution_graph", "word " * 2000)              # over the page's 64 tokens
+    at = open_page("attribution_graph", "word " * 2000)  # over the page's 64 tokens
     assert not at.exception
     assert len(boxes(at)) == 1 and "at most 64" in boxes(at)[0], boxes(at)
     at = open_page("attribution_graph", PROMPT)
@@ -173,7 +195,7 @@ def test_hostile_inputs_give_one_clear_box_each(root, lm, tmp_path, monkeypatch)
     at.text_input(key="graph.token").set_value(" catapult mat").run()  # not one token
     assert not at.exception
     assert len(boxes(at)) == 1 and "not one token" in boxes(at)[0], boxes(at)
-    wrong = tmp_path / "wrong"                                       # a set 64 wide for a 192-wide model
+    wrong = tmp_path / "wrong"  # a set 64 wide for a 192-wide model
     write_random_set(wrong / "default", lm.config, d_model=64)
     monkeypatch.setattr(graph_view, "TRANSCODER_ROOT", wrong)
     at = open_page("attribution_graph", PROMPT)
@@ -192,11 +214,11 @@ def test_supernodes_are_drawn_as_named_boxes(root, lm):
     layout = json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]
     assert [s["type"] for s in layout["shapes"]].count("rect") == 1
     assert any("&lt;b&gt;**say cat**&lt;/b&gt;" in a["text"] for a in layout["annotations"])
-    assert any("\\*\\*say cat\\*\\*" in m.value for m in at.markdown)   # escaped where Markdown renders it
+    assert any("\\*\\*say cat\\*\\*" in m.value for m in at.markdown)  # escaped where Markdown renders it
 
 
 def test_a_model_without_a_set_gets_one_info(tmp_path, monkeypatch):
-    monkeypatch.setattr(graph_view, "TRANSCODER_ROOT", tmp_path)     # nothing shipped
+    monkeypatch.setattr(graph_view, "TRANSCODER_ROOT", tmp_path)  # nothing shipped
     at = open_page("attribution_graph", PROMPT)
     assert not at.exception and not boxes(at), boxes(at)
     assert len(at.info) == 1 and "python -m tfm.train.transcoders" in at.info[0].value
@@ -210,10 +232,10 @@ def test_active_features_beside_kept_and_lowering_the_threshold_keeps_chosen_fea
     at = open_page("attribution_graph", PROMPT)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Active features"] == f"{g.n_active:,}"
-    assert metrics["Features kept"] == f"{int(pruned.nodes[:g.n_features].sum()):,} / {g.n_features:,}"
+    assert metrics["Features kept"] == f"{int(pruned.nodes[: g.n_features].sum()):,} / {g.n_features:,}"
     assert metrics["Edges kept"] == f"{pruned.n_edges:,}"
     low = prune_graph(g, 0.5, 0.98)
-    hidden = [i for i in pruned.nodes[:g.n_features].nonzero().squeeze(1).tolist() if not low.nodes[i]]
+    hidden = [i for i in pruned.nodes[: g.n_features].nonzero().squeeze(1).tolist() if not low.nodes[i]]
     assert hidden
     at.multiselect(key="graph.edit_nodes").set_value([hidden[0]]).run()
     at.slider(key="graph.node_threshold").set_value(0.5).run()

@@ -1,5 +1,6 @@
 """Figure export: every chart's camera saves PNG or SVG under a name saying what it shows, and the
 interactive HTML file is a full plotly page of the same figure."""
+
 from __future__ import annotations
 
 import json

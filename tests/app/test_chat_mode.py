@@ -1,6 +1,7 @@
 """The Generation page's chat mode on a Hugging Face Llama folder whose tokenizer carries a ChatML
 template: the rendered prompt's tokens (special ones marked) equal tfm.text.chat's and HF's, and
 generation stops at the template's end-of-turn token, which the model here always writes first."""
+
 from __future__ import annotations
 
 import html
@@ -20,8 +21,10 @@ from tests.app.conftest import allow_models, open_page, as_shown
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
-          "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
@@ -32,6 +35,7 @@ def chat_folder(tmp_path_factory):
     <|endoftext|>, so only the template can say that <|im_end|> ends a turn."""
     from tests.conftest import BPE_TEXT
     from tests.test_families import SMALL, hf_model
+
     folder = tmp_path_factory.mktemp("chatml")
     bpe = tokenizers.ByteLevelBPETokenizer()
     bpe.train_from_iterator(BPE_TEXT, vocab_size=SMALL["vocab_size"], special_tokens=SPECIALS, show_progress=False)
@@ -46,9 +50,16 @@ def chat_folder(tmp_path_factory):
         model.lm_head.weight[:, 0] = 0
         model.lm_head.weight[end, 0] = 100.0
     model.save_pretrained(folder)
-    (folder / "tokenizer_config.json").write_text(json.dumps(
-        {"chat_template": CHATML, "eos_token": "<|endoftext|>", "bos_token": "<|im_start|>",
-         "tokenizer_class": "PreTrainedTokenizerFast"}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "chat_template": CHATML,
+                "eos_token": "<|endoftext|>",
+                "bos_token": "<|im_start|>",
+                "tokenizer_class": "PreTrainedTokenizerFast",
+            }
+        )
+    )
     return folder
 
 
@@ -78,14 +89,20 @@ def test_chat_mode_renders_marks_and_stops_at_end_of_turn(chat_folder):
     messages = [ChatMessage("system", "Be brief <b>."), ChatMessage("user", "Hi 😀 <|im_end|> typed")]
     want = chat_prompt(lm.tokenizer, messages, 20_000)
     hf = transformers.AutoTokenizer.from_pretrained(chat_folder)
-    hf_ids = hf.apply_chat_template([{"role": m.role, "content": m.content} for m in messages],
-                                    add_generation_prompt=True, tokenize=True, return_dict=False)
+    hf_ids = hf.apply_chat_template(
+        [{"role": m.role, "content": m.content} for m in messages],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+    )
     assert list(want.ids) == list(hf_ids)
     end = lm.tokenizer.special_tokens["<|im_end|>"]
     assert want.stop_ids == {end, lm.tokenizer.eot_id} and lm.tokenizer.eot_id != end
     drawn = chips(at)
     assert [i for _, i, _ in drawn] == list(want.ids)
-    assert [s for _, _, s in drawn] == list(want.special) and sum(want.special) == 6  # 3 starts, 3 ends (the typed one too)
+    assert [s for _, _, s in drawn] == list(want.special) and sum(
+        want.special
+    ) == 6  # 3 starts, 3 ends (the typed one too)
     assert [p for p, _, _ in drawn] == lm.tokenizer.display_pieces(want.ids)
 
     at.number_input(key="gen.max_new").set_value(6).run()
@@ -122,7 +139,9 @@ def test_a_hostile_template_is_one_message(chat_folder, tmp_path):
     (bad / "tokenizer_config.json").write_text(json.dumps(config))
     at, _ = open_chat(bad, errors_ok=True)
     assert len(at.error) == 1
-    assert as_shown(at.error[0].value).startswith("This chat cannot be sent to the model: the chat template was stopped: it ran")
+    assert as_shown(at.error[0].value).startswith(
+        "This chat cannot be sent to the model: the chat template was stopped: it ran"
+    )
     assert not at.exception
 
 

@@ -3,6 +3,7 @@
 question's answer and each student's result are checked against the engine; hostile cases: a
 student with a forged teacher key, guessed codes, a 1 MB nickname, markup in answers, an
 answer flood, a forged teacher link."""
+
 from __future__ import annotations
 
 import csv
@@ -49,8 +50,12 @@ def student(code: str, nick: str = "", timeout: float = 120) -> AppTest:
 
 
 def texts(at: AppTest) -> str:
-    return "\n".join(as_shown(e.value) for kind in ("markdown", "success", "warning", "info", "error", "caption")
-                     for e in at.get(kind) if isinstance(getattr(e, "value", None), str))
+    return "\n".join(
+        as_shown(e.value)
+        for kind in ("markdown", "success", "warning", "info", "error", "caption")
+        for e in at.get(kind)
+        if isinstance(getattr(e, "value", None), str)
+    )
 
 
 def ask(at: AppTest, kind: str, **settings) -> None:
@@ -75,8 +80,11 @@ def engine_top(prompt: str) -> tuple[str, float, list[str]]:
     n = min(lm.tokenizer.vocab_size, lm.config.vocab_size)
     probs = logits[:n].double().softmax(-1)
     order = torch.argsort(probs, descending=True)
-    return lm.tokenizer.display_piece(int(order[0])), float(probs[order[0]]), \
-        [lm.tokenizer.display_piece(int(i)) for i in order[:3]]
+    return (
+        lm.tokenizer.display_piece(int(order[0])),
+        float(probs[order[0]]),
+        [lm.tokenizer.display_piece(int(i)) for i in order[:3]],
+    )
 
 
 def test_predict_then_reveal_counts_every_answer_and_grades_each_student_against_the_engine():
@@ -85,7 +93,7 @@ def test_predict_then_reveal_counts_every_answer_and_grades_each_student_against
     prompt = teacher.session_state["sidebar.prompt"]
     top, p, top3 = engine_top(prompt)
     ada, bob = student(code, "Ada"), student(code, "Bob")
-    for at in (ada, bob):   # joined, then followed the teacher's moment: the Class page, the same prompt
+    for at in (ada, bob):  # joined, then followed the teacher's moment: the Class page, the same prompt
         assert at.session_state["app.page"] == "classroom" and at.session_state["sidebar.prompt"] == prompt
         assert set(top3) <= set(at.radio(key="room.answer.1").options)
     wrong = next(o for o in ada.radio(key="room.answer.1").options if o != top)
@@ -95,27 +103,30 @@ def test_predict_then_reveal_counts_every_answer_and_grades_each_student_against
         assert "Your answer" in texts(at)
     teacher.run()
     assert histogram(teacher) == {top: 1, wrong: 1}
-    assert "Ada" not in texts(bob) and top not in texts(bob).replace(wrong, "")   # no names, no truth yet
+    assert "Ada" not in texts(bob) and top not in texts(bob).replace(wrong, "")  # no names, no truth yet
     teacher.button(key="room.reveal").click().run()
     assert f"{p:.3f}" in texts(teacher)
     ada.run(), bob.run()
     assert "Right!" in texts(ada) and f"{p:.3f}" in texts(ada)
     assert "Not quite" in texts(bob) and f"its top is {top!r} at {p:.3f}" in texts(bob)
-    teacher.button(key="room.export").click().run()   # the CSV is built at the click, from the store
+    teacher.button(key="room.export").click().run()  # the CSV is built at the click, from the store
     assert [b.label for b in teacher.get("download_button") if b.label.startswith(f"Download class-{code}.csv")]
     assert teacher.session_state["room.csv"][0] == export.results_csv(live.store().results(code, key))
     rows = list(csv.DictReader(io.StringIO(teacher.session_state["room.csv"][0])))
-    assert sorted((r["nickname"], r["answer"], r["correct"]) for r in rows) == [("Ada", top, "yes"), ("Bob", wrong, "no")]
+    assert sorted((r["nickname"], r["answer"], r["correct"]) for r in rows) == [
+        ("Ada", top, "yes"),
+        ("Bob", wrong, "no"),
+    ]
     assert all(f"{p:.3f}" in r["model's answer"] for r in rows)
 
 
 def test_the_export_cannot_run_formulas_in_a_spreadsheet():
     teacher, code, key = teacher_room()
     ask(teacher, "next_typed")
-    sid = live.store().join(code, "x", "=HYPERLINK(\"http://x\")")[1]
+    sid = live.store().join(code, "x", '=HYPERLINK("http://x")')[1]
     live.store().answer(code, sid, 1, "@SUM(1)")
     row = next(csv.DictReader(io.StringIO(export.results_csv(live.store().results(code, key)))))
-    assert row["nickname"] == "'=HYPERLINK(\"http://x\")" and row["answer"] == "'@SUM(1)"
+    assert row["nickname"] == '\'=HYPERLINK("http://x")' and row["answer"] == "'@SUM(1)"
 
 
 def test_a_student_with_a_forged_teacher_key_gets_no_teacher_controls():
@@ -123,11 +134,11 @@ def test_a_student_with_a_forged_teacher_key_gets_no_teacher_controls():
     ada = student(code)
     sid = ada.session_state["room.sid"]
     for forged in ("guess", sid, key[:-2]):
-        ada.session_state["room.code"], ada.session_state["room.key"] = code, forged   # (a refusal leaves the room)
+        ada.session_state["room.code"], ada.session_state["room.key"] = code, forged  # (a refusal leaves the room)
         ada.run()
         assert not ada.exception and "teacher key is not the room's" in texts(ada)
         assert not [b for b in ada.button if b.key in ("room.push", "room.ask", "room.reveal", "room.close")]
-    assert live.store().room(code).moment is None   # nothing was pushed
+    assert live.store().room(code).moment is None  # nothing was pushed
 
 
 def test_guessed_codes_and_a_1mb_nickname_are_refused_with_a_message():
@@ -154,7 +165,7 @@ def test_markup_in_answers_shows_as_text_and_a_flood_counts_once():
     for _ in range(rules.RATES["answer"][0] + 3):
         eve.button(key="room.send.1").click().run()
     assert "too many tries" in texts(eve) and not eve.exception
-    assert f"Your answer: **{hostile}**" in texts(eve)   # escaped: shown as typed, no image, no link
+    assert f"Your answer: **{hostile}**" in texts(eve)  # escaped: shown as typed, no image, no link
     echoed = [m.value for m in [*eve.markdown, *eve.success] if hostile[:4] in as_shown(m.value)]
     assert echoed and not any(re.search(r"(?<!\\)[<\[]", v) for v in echoed)
     teacher.run()
@@ -170,7 +181,7 @@ def test_typed_tokens_count_together_and_show_as_most_students_typed_them():
         at.text_input(key="room.answer.1").set_value(typed).run()
         at.button(key="room.send.1").click().run()
     teacher.run()
-    assert histogram(teacher) == {"Paris": 3, "Lyon": 1}   # not lowercased "paris"
+    assert histogram(teacher) == {"Paris": 3, "Lyon": 1}  # not lowercased "paris"
 
 
 def test_a_teacher_link_takes_the_room_up_on_another_screen_and_a_forged_one_does_not():
@@ -204,20 +215,20 @@ def test_students_follow_each_pushed_view_and_one_who_steps_away_comes_back_on_r
     assert not teacher.exception
     browse(ada)
     assert ada.session_state["app.page"] == "next_token" and ada.session_state["sidebar.prompt"] == "The cat sat on the"
-    assert ada.query_params["room"] == code and "me" not in ada.query_params   # who this is: a cookie, never the address
+    assert ada.query_params["room"] == code and "me" not in ada.query_params  # who this is: a cookie, never the address
     assert ada.session_state["room.cookies"]["tfm_student"] == f"{code}.{ada.session_state['room.sid']}"
     teacher.switch_page("pages/tour.py").run()
     teacher.text_area(key="sidebar.prompt").set_value("Once upon a time").run()
     teacher.button(key="room.push").click().run()
     browse(ada)
     assert ada.session_state["app.page"] == "tour" and ada.session_state["sidebar.prompt"] == "Once upon a time"
-    ada.text_area(key="sidebar.prompt").set_value("My own prompt").run()   # stepping away to explore
+    ada.text_area(key="sidebar.prompt").set_value("My own prompt").run()  # stepping away to explore
     browse(ada)
     assert [b for b in ada.button if b.key == "room.back"]
     teacher.text_area(key="sidebar.prompt").set_value("The dog ran to the").run()
     teacher.button(key="room.push").click().run()
     browse(ada)
-    assert ada.session_state["sidebar.prompt"] == "My own prompt"   # not pulled back while away
+    assert ada.session_state["sidebar.prompt"] == "My own prompt"  # not pulled back while away
     ada.button(key="room.back").click()
     browse(ada)
     assert ada.session_state["app.page"] == "tour" and ada.session_state["sidebar.prompt"] == "The dog ran to the"
@@ -227,7 +238,7 @@ def test_students_follow_each_pushed_view_and_one_who_steps_away_comes_back_on_r
 def send_and_reveal(teacher, pupil, n: int) -> None:
     """The student sends answer n, the teacher's screen draws it and reveals; the student looks."""
     pupil.button(key=f"room.send.{n}").click().run()
-    teacher.run()   # (the run that asked drew the answers before asking)
+    teacher.run()  # (the run that asked drew the answers before asking)
     teacher.button(key="room.reveal").click().run()
     browse(pupil)
 
@@ -235,6 +246,7 @@ def send_and_reveal(teacher, pupil, n: int) -> None:
 def test_head_sampling_and_estimate_questions_are_graded_by_the_engine():
     from tfm.analysis import head_table
     from tfm.generation.sampling import SamplingSettings, next_token
+
     teacher, code, _ = teacher_room()
     ada = student(code)
     lm = models.load_lm(models.bundled_model_spec(), "cpu")
@@ -277,7 +289,7 @@ def test_a_teacher_projecting_the_tour_pushes_and_reveals_from_the_page_itself()
     teacher.switch_page("pages/tour.py").run()
     assert [b.key for b in teacher.sidebar.button if b.key == "room.push"] == ["room.push"]
     teacher.toggle(key="tour.present").set_value(True).run()
-    assert not teacher.exception and any("stSidebar" in md.value for md in teacher.markdown)   # projecting
+    assert not teacher.exception and any("stSidebar" in md.value for md in teacher.markdown)  # projecting
     assert not [b for b in teacher.sidebar.button if b.key.startswith("room.")]
     assert {b.key for b in teacher.main.button if b.key.startswith("room.")} == {"room.push", "room.reveal_here"}
     teacher.selectbox(key="tour.step").set_value(teacher.selectbox(key="tour.step").options[3]).run()
@@ -287,7 +299,7 @@ def test_a_teacher_projecting_the_tour_pushes_and_reveals_from_the_page_itself()
     assert live.store().room(code).moment.page == "tour" and "present" not in moment
     browse(ada)
     assert ada.session_state["app.page"] == "tour" and ada.selectbox(key="tour.step").value == moment["step"]
-    assert not ada.toggle(key="tour.present").value   # a phone is not put into presentation mode
+    assert not ada.toggle(key="tour.present").value  # a phone is not put into presentation mode
     teacher.button(key="room.reveal_here").click()
     browse(teacher)
     assert live.store().room(code).question.state == "revealed"
@@ -298,7 +310,7 @@ def test_a_teacher_projecting_the_tour_pushes_and_reveals_from_the_page_itself()
 def test_a_link_that_opens_the_tour_projected_shows_the_teachers_controls_on_its_first_run():
     teacher, code, key = teacher_room()
     teacher.query_params["present"] = "1"
-    teacher.session_state["app.url_loaded"] = set()   # (as a freshly opened link reads it)
+    teacher.session_state["app.url_loaded"] = set()  # (as a freshly opened link reads it)
     teacher.switch_page("pages/tour.py").run()
     assert not teacher.exception and teacher.toggle(key="tour.present").value is True
     assert [b.key for b in teacher.main.button if b.key == "room.push"] == ["room.push"]

@@ -1,5 +1,6 @@
 """Many sessions at once: each sees its own prompt's numbers, the same seed gives the same text
 whatever else runs, and no more heavy computations run at once than the server allows."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,8 +18,10 @@ from ui.heavy import Gate
 
 from tests.app.conftest import allow_models, open_page
 
-PROMPTS = [f"Student {i} writes about {w} and the {w} again." for i, w in
-           enumerate(["rivers", "cats", "numbers", "storms", "bread", "maps"])]
+PROMPTS = [
+    f"Student {i} writes about {w} and the {w} again."
+    for i, w in enumerate(["rivers", "cats", "numbers", "storms", "bread", "maps"])
+]
 
 
 def generate_ids(lm, text: str, seed: int) -> list[int]:
@@ -43,10 +46,10 @@ def test_the_same_seed_gives_the_same_text_whatever_else_runs():
 def test_sessions_at_once_each_get_their_own_prompts_trace():
     spec = models.default_model_spec()
     lm = models.load_lm(spec, "cpu")
-    ids = [tuple(lm.tokenizer.encode(p)) for p in PROMPTS] * 2    # each prompt twice: one compute, one hit
+    ids = [tuple(lm.tokenizer.encode(p)) for p in PROMPTS] * 2  # each prompt twice: one compute, one hit
     with ThreadPoolExecutor(8) as pool:
         outs = list(pool.map(lambda i: cache.run_traced(spec, "cpu", i), ids))
-    assert len({id(o) for o in outs}) == len(PROMPTS)              # computed once per prompt, then shared
+    assert len({id(o) for o in outs}) == len(PROMPTS)  # computed once per prompt, then shared
     for i, out in zip(ids, outs):
         with torch.inference_mode():
             ref = lm.model(torch.tensor([i]), trace=True)
@@ -82,7 +85,7 @@ def test_a_page_from_cached_work_is_not_blocked_while_every_slot_is_busy():
     """One session's long heavy job holds the only slot: another session's page whose trace is
     cached still renders; a new prompt's trace waits for the slot, then renders."""
     allow_models(heavy_slots=1)
-    open_page("attention", PROMPTS[0])                  # warms the trace and derived numbers
+    open_page("attention", PROMPTS[0])  # warms the trace and derived numbers
     held, release = threading.Event(), threading.Event()
 
     def long_job():
@@ -99,9 +102,9 @@ def test_a_page_from_cached_work_is_not_blocked_while_every_slot_is_busy():
         timer = threading.Timer(1.0, release.set)
         timer.start()
         start = time.perf_counter()
-        at.text_area(key="sidebar.prompt").set_value(PROMPTS[1]).run()   # a new trace: needs the slot
+        at.text_area(key="sidebar.prompt").set_value(PROMPTS[1]).run()  # a new trace: needs the slot
         assert not at.exception, at.exception
-        assert time.perf_counter() - start >= 0.9            # it waited for the long job to end
+        assert time.perf_counter() - start >= 0.9  # it waited for the long job to end
     finally:
         release.set()
         job.join()

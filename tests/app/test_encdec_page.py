@@ -1,4 +1,5 @@
 """Encoder-decoder page: train a few steps with the button; charts equal the engine's tensors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +11,7 @@ from tfm.teach.encdec import EncoderDecoder
 
 from tests.app.conftest import allow_models, chart_by_title, decode, open_page
 
-pytestmark = pytest.mark.slow   # a model trained on the page: CI only (the quick tier's matrix opens the page)
+pytestmark = pytest.mark.slow  # a model trained on the page: CI only (the quick tier's matrix opens the page)
 
 STEPS = 20
 
@@ -56,7 +57,7 @@ def test_cross_attention_grid_is_the_models_trace(trained, reference):
         want = trace[f"dec.blocks.{layer}.cross.pattern"][0].numpy()
         np.testing.assert_allclose(z, want, rtol=1e-5, atol=1e-7)
         pad = batch.src_pad[0].numpy()
-        assert pad.any() and np.all(z[:, :, pad] == 0)           # padded source columns: exactly 0
+        assert pad.any() and np.all(z[:, :, pad] == 0)  # padded source columns: exactly 0
     assert any(f"Model's answer: **{answer or '(empty)'}**" in m.value for m in at.markdown)
 
 
@@ -103,5 +104,5 @@ def test_model_and_choices_survive_a_page_switch(trained):
     at.switch_page("pages/tokens.py").run()
     at.switch_page("pages/encdec.py").run()
     assert not at.exception
-    assert [s.value for s in at.success] == before                  # the session's model is still there
+    assert [s.value for s in at.success] == before  # the session's model is still there
     assert at.selectbox(key="encdec.head").value == 3

@@ -1,6 +1,7 @@
 """Encoder pages on MiniLM and a random BertForMaskedLM folder: the charts equal the engine's
 numbers (fill the [MASK], similarity, what heads look at, the neuron view), and a page that
 needs a language-model head says so in one line and switches to a model that has one."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,11 +35,11 @@ def test_fill_the_mask_on_a_bert_for_masked_lm_folder(tmp_path):
     ids = lm.tokenizer.prompt_ids("the cat sat on the [MASK].")
     with torch.inference_mode():
         logits = lm.model(torch.tensor([ids]), trace=True).logits[0, ids.index(lm.tokenizer.mask_id)]
-    want = logits[:n_words(lm)].softmax(-1)   # the page samples over the tokenizer's ids
+    want = logits[: n_words(lm)].softmax(-1)  # the page samples over the tokenizer's ids
     fig = chart_by_title(at, "Next-token probabilities")
     orig = next(tr for tr in fig["data"] if tr.get("meta") == "original")
     shown = decode(orig["y"])
-    assert np.abs(np.sort(shown)[::-1] - torch.sort(want, descending=True).values[:len(shown)].numpy()).max() <= 1e-5
+    assert np.abs(np.sort(shown)[::-1] - torch.sort(want, descending=True).values[: len(shown)].numpy()).max() <= 1e-5
     assert "[MASK]" in fig["layout"]["xaxis"]["title"]["text"]
 
 
@@ -49,7 +50,7 @@ def test_lm_pages_say_what_they_need_and_switch():
     assert any("needs a language-model head" in i.value for i in at.info)
     at.button(key="needs.switch").click().run()
     assert not at.exception and at.session_state["app.model_spec"] != "minilm"
-    assert at.get("plotly_chart")   # the logit lens drawn on the language model
+    assert at.get("plotly_chart")  # the logit lens drawn on the language model
 
 
 @minilm
@@ -75,8 +76,9 @@ def test_similarity_and_what_heads_look_at_equal_the_engine():
 
 @minilm
 def test_neuron_view_and_pair_head_view_on_minilm():
-    at = open_cell("attention", "minilm", params={"prompt": PAIR, "layer": "1", "head": "4"},
-                   setup={"attn.view": "Neuron view"})
+    at = open_cell(
+        "attention", "minilm", params={"prompt": PAIR, "layer": "1", "head": "4"}, setup={"attn.view": "Neuron view"}
+    )
     assert not at.exception and not at.error, [e.value for e in at.error]
     lm = models.load_lm("minilm", "cpu")
     ids = lm.tokenizer.prompt_ids(PAIR)
@@ -85,16 +87,19 @@ def test_neuron_view_and_pair_head_view_on_minilm():
     v = neuron_view(trace, lm.config, 1, 4, len(ids) - 1, len(ids) - 2)
     metric = {m.label: m.value for m in at.metric}
     assert float(metric["= score"]) == pytest.approx(v.score, abs=1e-4)
-    assert np.abs(decode(chart_by_title(at, "softmax of every key")["data"][0]["y"]) - v.pattern_row.numpy()).max() <= 1e-6
+    assert (
+        np.abs(decode(chart_by_title(at, "softmax of every key")["data"][0]["y"]) - v.pattern_row.numpy()).max() <= 1e-6
+    )
     at.session_state["attn.view"] = "Head view"
     at.run()
     fig = chart_by_title(at, "looking at")
     sep = ids.index(lm.tokenizer.sep_id)
     left, right = (list(t["text"]) for t in fig["data"] if t.get("mode") == "text")
-    assert len(left) == sep + 1 and len(right) == len(ids) - sep - 1   # sentence A against sentence B
+    assert len(left) == sep + 1 and len(right) == len(ids) - sep - 1  # sentence A against sentence B
 
 
 def test_contribution_labels_stay_distinct_when_words_repeat():
     from tfm.viz.encoder import contribution_figure
+
     fig = contribution_figure(np.zeros((3, 4)), ["a", "a", "b"], ["x", "a", "x", "a"], "t")
     assert len(set(fig.data[0].x)) == 4 and len(set(fig.data[0].y)) == 3

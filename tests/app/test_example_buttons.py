@@ -2,6 +2,7 @@
 opens the page on what it claims, and the page's own chart shows the claimed number (its head's
 induction score, the row where the answer surfaces, the feature's activation, the logit
 difference), recomputed here from what the page drew."""
+
 from __future__ import annotations
 
 import re
@@ -56,7 +57,7 @@ def check_attention(at, spec: str) -> float:
 
 def test_attention_example_opens_on_its_induction_head():
     at = open_page("attention")
-    assert cache.is_cached("derived", "default", "cpu", "examples", "attention", False)   # once per model
+    assert cache.is_cached("derived", "default", "cpu", "examples", "attention", False)  # once per model
     assert check_attention(at, "default") >= 0.5
     ex = engine_offer("default", "attention").examples[0]
     assert (at.query_params["layer"], at.query_params["head"]) == (str(ex.settings["layer"]), str(ex.settings["head"]))
@@ -71,9 +72,9 @@ def test_logit_lens_example_shows_the_answer_surfacing_at_its_row():
         answer = esc(lm.tokenizer.display_piece(lm.tokenizer.encode(dict(X.LENS_TEXTS)[ex.prompt])[0]))
         last = [row[ex.settings["position"]].split("<br>")[1:] for row in grid["customdata"]]  # top 5 per row
         inside = [answer in [line.rsplit(": ", 1)[0] for line in top5] for top5 in last]
-        assert inside[ex.settings["row"]:] == [True] * (len(inside) - ex.settings["row"])
+        assert inside[ex.settings["row"] :] == [True] * (len(inside) - ex.settings["row"])
         assert not inside[ex.settings["row"] - 1]
-        assert grid["text"][-1][ex.settings["position"]] == answer        # the model's top prediction
+        assert grid["text"][-1][ex.settings["position"]] == answer  # the model's top prediction
 
 
 def test_features_example_opens_on_its_feature():
@@ -96,8 +97,10 @@ def test_why_without_an_example_says_what_was_measured():
     at = open_page("why")
     assert not [b for b in at.button if ".example." in (b.key or "")]
     line = [as_shown(c.value) for c in at.caption if "No example prompt" in c.value]
-    assert line == [f"No example prompt here for this model: none of the candidates shows {offer.bar}. "
-                    f"The best: {offer.measured[0].why}"]
+    assert line == [
+        f"No example prompt here for this model: none of the candidates shows {offer.bar}. "
+        f"The best: {offer.measured[0].why}"
+    ]
 
 
 def test_no_sae_no_example_buttons():
@@ -113,8 +116,10 @@ def test_smollm2_attention_and_why_examples():
     ex = engine_offer("smollm2", "why").examples[0]
     at.switch_page("pages/why.py").run()
     press(at, "why", ex)
-    assert (at.session_state["why.token"], at.session_state["why.versus"]) == (ex.settings["token"],
-                                                                               ex.settings["versus"])
+    assert (at.session_state["why.token"], at.session_state["why.versus"]) == (
+        ex.settings["token"],
+        ex.settings["versus"],
+    )
     shown = [m.value for m in at.markdown if "Explaining" in m.value]
     target = float(re.search(r"= \*\*(-?[\d.]+)\*\*", shown[0]).group(1))
     assert target == pytest.approx(ex.score, abs=1e-3)

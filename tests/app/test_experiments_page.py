@@ -1,4 +1,5 @@
 """Experiments page: every chart shows the numbers tfm.teach.experiments computes."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,7 +28,7 @@ def test_softmax_residual_and_depth_charts_equal_the_experiments(page):
         res = ex.residual_gradients(n_layers=50)
         depth = ex.norm_placement_depth(n_layer=12)
     fig = chart_by_title(page, "Softmax over 32 keys")
-    ys = [decode(t["y"]) for t in fig["data"]]                    # panels x {scaled, unscaled}
+    ys = [decode(t["y"]) for t in fig["data"]]  # panels x {scaled, unscaled}
     for i, key in enumerate(("max_weight", "entropy", "grad_norm")):
         np.testing.assert_allclose(ys[2 * i], soft["scaled"][key].numpy(), rtol=1e-6)
         np.testing.assert_allclose(ys[2 * i + 1], soft["unscaled"][key].numpy(), rtol=1e-6)
@@ -36,7 +37,9 @@ def test_softmax_residual_and_depth_charts_equal_the_experiments(page):
     np.testing.assert_allclose(decode(fig["data"][1]["y"]), res["plain"].numpy(), rtol=1e-5)
     assert any(f"{res['plain_first']:.3g}" in m.value for m in page.markdown)
     fig = chart_by_title(page, "Pre-norm vs post-norm")
-    for i, (variant, key) in enumerate([("pre", "resid_norm"), ("pre", "grad_norm"), ("post", "resid_norm"), ("post", "grad_norm")]):
+    for i, (variant, key) in enumerate(
+        [("pre", "resid_norm"), ("pre", "grad_norm"), ("post", "resid_norm"), ("post", "grad_norm")]
+    ):
         np.testing.assert_allclose(decode(fig["data"][i]["y"]), getattr(depth[variant], key).numpy(), rtol=1e-5)
 
 
@@ -49,10 +52,10 @@ def test_norm_axes_timing_and_shapes(page):
     assert stats["LayerNorm output"][1] == ", ".join(f"{v:+.3f}" for v in axes["layernorm_row_std"].tolist())
     fig = chart_by_title(page, "Time per call")
     medians = decode(fig["data"][0]["y"])
-    for i, median in enumerate(medians):                           # bar = median of the dots drawn
+    for i, median in enumerate(medians):  # bar = median of the dots drawn
         assert median == pytest.approx(np.median(decode(fig["data"][i + 1]["y"])))
     notice = next(m.value for m in page.markdown if "RMSNorm skips the mean" in m.value)
-    assert all(f"{m:.3f}" in notice for m in medians)               # the sentence quotes the same run
+    assert all(f"{m:.3f}" in notice for m in medians)  # the sentence quotes the same run
     table = frame_with(page, "tensor")
     want = ex.head_split_shapes(64, 4)["steps"]
     assert list(table["tensor"]) == [s["name"] for s in want]
@@ -65,7 +68,7 @@ def test_mask_chart_follows_the_controls(page):
         fig = chart_by_title(page, "One head, step by step")
         np.testing.assert_array_equal(decode(fig["data"][0]["z"]), res["mask"].numpy().astype(float))
         masked = decode(fig["data"][2]["z"]).astype(float)
-        assert np.all(np.isnan(masked) == ~res["mask"].numpy())    # -inf drawn as empty cells
+        assert np.all(np.isnan(masked) == ~res["mask"].numpy())  # -inf drawn as empty cells
         pattern = decode(fig["data"][3]["z"])
         np.testing.assert_allclose(pattern, res["pattern"].numpy(), rtol=1e-6)
         assert np.all(pattern[~res["mask"].numpy()] == 0)

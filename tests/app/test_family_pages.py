@@ -1,5 +1,6 @@
 """The Attention, Shapes, Positions and LayerNorm pages on a random model with today's pieces:
 grouped-query attention, partial rotary and a parallel block. Every number equals the engine's."""
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,9 @@ from tests.app.test_attention import assert_matrix, masked_expected, single
 from tests.app.test_shapes import assert_table_is, frame
 
 PROMPT = "The cat sat on the mat. The cat sat on the"
-FAMILY = dict(preset="tiny", d_model=32, n_head=4, n_kv_head=2, pos_encoding="rope", rotary_pct=0.5,
-              parallel_block=True)
+FAMILY = dict(
+    preset="tiny", d_model=32, n_head=4, n_kv_head=2, pos_encoding="rope", rotary_pct=0.5, parallel_block=True
+)
 
 
 def family_page(page: str, **extra):
@@ -29,7 +31,7 @@ def family_page(page: str, **extra):
     lm = models.load_lm(at.session_state["app.model_spec"], "cpu")
     cfg = lm.config
     assert (cfg.n_head, cfg.n_kv_head, cfg.rotary_dim, cfg.d_head, cfg.parallel_block) == (4, 2, 4, 8, True)
-    ids = lm.tokenizer.encode(PROMPT)[-cfg.context_length:]
+    ids = lm.tokenizer.encode(PROMPT)[-cfg.context_length :]
     with torch.inference_mode():
         trace = lm.model(torch.tensor([ids]), trace=True).trace
     return at, lm, ids, trace
@@ -80,14 +82,32 @@ def test_norms_page_statistics_and_the_parallel_block():
     # the parallel block's ln2 reads the block input, as ln1 does
     torch.testing.assert_close(trace["blocks.1.ln2.input"], trace["blocks.1.resid_pre"])
     res = residual_norms(trace)
-    np.testing.assert_allclose(decode(chart_by_title(at, "Residual-stream L2 norm per token")["data"][0]["z"]),
-                               res["resid"].numpy(), rtol=1e-5)
+    np.testing.assert_allclose(
+        decode(chart_by_title(at, "Residual-stream L2 norm per token")["data"][0]["z"]), res["resid"].numpy(), rtol=1e-5
+    )
     assert any("parallel" in i.value for i in at.info)
     assert not at.exception, at.exception
 
 
-@pytest.mark.parametrize("page", ["attention", *(pytest.param(p, marks=pytest.mark.slow) for p in (   # quick: one
-    "tokens", "positions", "norms", "shapes", "logit_lens", "next_token", "generate", "home"))])
+@pytest.mark.parametrize(
+    "page",
+    [
+        "attention",
+        *(
+            pytest.param(p, marks=pytest.mark.slow)
+            for p in (  # quick: one
+                "tokens",
+                "positions",
+                "norms",
+                "shapes",
+                "logit_lens",
+                "next_token",
+                "generate",
+                "home",
+            )
+        ),
+    ],
+)
 def test_every_model_page_renders_for_the_family_model(page):
     at = open_page(page, PROMPT)
     use_random(at, **FAMILY, norm="rmsnorm", activation="swiglu", qkv_bias=True, bias=False)
@@ -98,6 +118,7 @@ def test_every_model_page_renders_for_the_family_model(page):
 def test_a_hugging_face_llama_folder_opens_on_the_attention_page(tmp_path):
     """A real LlamaForCausalLM folder (GQA), typed into the sidebar: the page draws its patterns."""
     from tests.test_families import hf_model, save, write_tokenizer  # the parity tests' builders
+
     folder = save(hf_model("llama-gqa"), tmp_path / "llama", write_tokenizer(tmp_path))
     allow_models(tmp_path)  # as a server started with --allow-models TMP
     at = open_page("attention", PROMPT)

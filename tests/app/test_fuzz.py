@@ -3,6 +3,7 @@ a fixed number of steps each (fuzz.ci_steps), then the crashes it found, each re
 
 Longer walks: TFM_FUZZ_STEPS=200 TFM_FUZZ_SEED=7 pytest tests/app/test_fuzz.py -k tour, or
 python -m tests.app.fuzz --steps 500 --seed 7 --page tour --model smollm2 (every failure, not the first)."""
+
 from __future__ import annotations
 
 import json
@@ -40,6 +41,7 @@ def graph_json():
     from tfm.analysis.graph.prune import prune_graph
     from tfm.analysis.dictionaries.transcoder import random_transcoders
     from tfm.text.token_view import token_labels
+
     lm = tfm.load("default")
     ts = random_transcoders(lm.config, 64, 6, seed=1)
     ids = lm.tokenizer.prompt_ids(PROMPT)
@@ -56,20 +58,25 @@ def test_tampered_files(graph_json, tmp_path):
 
 @pytest.fixture
 def fresh_cache():
-    models.PROMPTS.clear()     # the pages' SAE and calibration are cached by model: read the tampered ones
+    models.PROMPTS.clear()  # the pages' SAE and calibration are cached by model: read the tampered ones
     yield
     models.PROMPTS.clear()
 
 
-@pytest.mark.parametrize(("page", "kind"), [("attribution_graph", "transcoders"), ("features", "sae"),
-                                            ("steer", "calibration")])
+@pytest.mark.parametrize(
+    ("page", "kind"), [("attribution_graph", "transcoders"), ("features", "sae"), ("steer", "calibration")]
+)
 def test_a_page_on_a_tampered_file_shows_one_short_message(tmp_path, monkeypatch, fresh_cache, page, kind):
     """A random tamper of the file the page reads (seeded as the walks are): a message, no traceback."""
     from tfm.analysis.dictionaries import features
     from tfm.analysis.graph import view as graph_view
     from tfm.analysis.steering import files as steer_files
-    cases = {"transcoders": fuzz_files.TAMPERED_TRANSCODERS, "sae": fuzz_files.TAMPERED_SAES,
-             "calibration": fuzz_files.TAMPERED_CALIBRATIONS}[kind]
+
+    cases = {
+        "transcoders": fuzz_files.TAMPERED_TRANSCODERS,
+        "sae": fuzz_files.TAMPERED_SAES,
+        "calibration": fuzz_files.TAMPERED_CALIBRATIONS,
+    }[kind]
     name = random.Random(fuzz.cell_seed(SEED, page, kind)).choice(sorted(cases))
     if kind == "calibration":
         data = json.loads(fuzz_files.STEER_DEFAULT.read_text())
@@ -104,11 +111,13 @@ def test_replay_reports_an_illegal_link_value_the_page_says_nothing_about():
 
 # --- crashes and silent changes the fuzzer found (issue #40), as it found them
 
+
 def test_link_to_a_device_the_server_lacks_says_so():
     """device=<anything but this server's> was replaced by the CPU without a word."""
     at = replay([Link("tokens", "bundled", {"device": "inf"}, "illegal", ("device",))])
-    assert any("Ignored the link's device=inf" in w.value and "cpu" in w.value for w in at.warning), \
-        [w.value for w in at.warning]
+    assert any("Ignored the link's device=inf" in w.value and "cpu" in w.value for w in at.warning), [
+        w.value for w in at.warning
+    ]
     assert at.session_state["sidebar.device"] == "cpu"
 
 
@@ -129,6 +138,7 @@ def test_steer_from_an_sae_feature_on_a_model_without_an_sae_is_an_info():
 
 # Grouped-query attention: the Tour indexed k and v by the query head (worktree gqa fixes it).
 
+
 def test_tour_at_head_3_on_the_gqa_model():
     replay([Link("tour", "smollm2-gqa", {"head": "3"}, "legal")])
 
@@ -140,8 +150,14 @@ def test_tour_at_head_1_on_the_mqa_model():
 def test_graph_thresholds_at_their_extremes():
     """Issue #51: both graph sliders at 1.0 (every edge of the graph between kept nodes) and at 0.5,
     as the walks draw them (fuzz_values.EXTREMES), on the bundled model and its trained set."""
-    at = replay([Link("attribution_graph", "bundled", {}, "legal"),
-                 Move("slider", "graph.node_threshold", 1.0), Move("slider", "graph.edge_threshold", 1.0),
-                 Move("slider", "graph.node_threshold", 0.5), Move("slider", "graph.edge_threshold", 0.5)])
+    at = replay(
+        [
+            Link("attribution_graph", "bundled", {}, "legal"),
+            Move("slider", "graph.node_threshold", 1.0),
+            Move("slider", "graph.edge_threshold", 1.0),
+            Move("slider", "graph.node_threshold", 0.5),
+            Move("slider", "graph.edge_threshold", 0.5),
+        ]
+    )
     assert at.slider(key="graph.edge_threshold").value == 0.5
     assert any(m.label == "Features kept" for m in at.metric)

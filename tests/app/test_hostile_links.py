@@ -2,6 +2,7 @@
 LINK_PARAMS) gets every hostile value (HOSTILE): no exception, no link, image or HTML from the
 value in any Markdown the page renders, every message bounded, and the session still serving.
 One session per (page, value) carries that value in all of the page's parameters at once."""
+
 from __future__ import annotations
 
 import re
@@ -37,8 +38,17 @@ def test_hostile_value_in_every_parameter_of_the_page(page, name, baseline):
 
 
 # Every integer a link may carry, and the words a page uses for it (clamp_int names the setting).
-INTEGER_PARAMS = [("attention", "layer"), ("attention", "head"), ("next_token", "top_k"), ("tour", "pos"),
-                  ("tour", "layer"), ("tour", "head"), ("why", "pos"), ("tokens", "seed"), ("features", "feature")]
+INTEGER_PARAMS = [
+    ("attention", "layer"),
+    ("attention", "head"),
+    ("next_token", "top_k"),
+    ("tour", "pos"),
+    ("tour", "layer"),
+    ("tour", "head"),
+    ("why", "pos"),
+    ("tokens", "seed"),
+    ("features", "feature"),
+]
 
 
 @pytest.mark.parametrize("value", ["-1", "9" * 20])
@@ -55,6 +65,7 @@ def test_an_integer_out_of_range_in_a_link_is_never_changed_silently(page, param
 
 def test_a_device_this_server_lacks_is_ignored_with_a_word():
     from tfm.loaders.loading import available_devices
+
     at = open_cell("tokens", None, params={"device": "tpu"})
     assert not at.exception
     said = f"Ignored the link's device=tpu: this server has {', '.join(available_devices())}."

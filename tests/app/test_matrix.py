@@ -4,6 +4,7 @@ valid setup should not show, the page's main charts drawn. The tables live in te
 
 One session per model kind walks every page (the model is loaded and the prompt traced once, as a
 student's session would), so a failure names its page and view in the message."""
+
 from __future__ import annotations
 
 import pytest
@@ -40,7 +41,7 @@ def check(at, page: str, kind: str, view: dict, want_charts: int) -> None:
         assert errors and all(expected in e for e in errors), (where, errors)
         return
     assert not errors, (where, errors)
-    if needs(page, kind):   # the page says in one line what it needs, and offers what fixes it
+    if needs(page, kind):  # the page says in one line what it needs, and offers what fixes it
         words, button = needs(page, kind)
         assert any(words in i.value for i in at.info), (where, [i.value for i in at.info])
         assert any(b.key == button for b in at.button), where
@@ -61,7 +62,7 @@ def walk(at, page: str, kind: str) -> None:
         check(at, page, kind, {"pressed": p.press}, p.views[-1][1])
     example = f"{page}.example.0"
     if p.example is not None and not EXPECTED.get((page, kind)) and any(b.key == example for b in at.button):
-        at.button(key=example).click().run()     # a prompt measured on this model, and the page's settings
+        at.button(key=example).click().run()  # a prompt measured on this model, and the page's settings
         check(at, page, kind, {"pressed": example}, p.example)
         at.session_state["sidebar.prompt"] = at.session_state["keep.sidebar.prompt"] = PROMPT  # the next page's
 

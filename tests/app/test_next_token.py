@@ -1,5 +1,6 @@
 """Next-token explorer: the bars, colours and numbers equal tfm.sampling.breakdown on the
 model's own logits, slider changes never run the model, and bad input shows no traceback."""
+
 from __future__ import annotations
 
 import html

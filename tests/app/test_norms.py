@@ -1,4 +1,5 @@
 """LayerNorm & residual-stream page: heatmaps, worked example and depth curves equal the engine's numbers."""
+
 from __future__ import annotations
 
 import itertools
@@ -17,11 +18,10 @@ from tests.app.conftest import chart_by_title, charts, decode, open_page, use_ra
 PROMPT = "The cat sat on the mat. The cat sat on the"
 
 
-
 def engine(at):
     """The page's model (the same cached object), its prompt ids and a trace computed here."""
     lm = models.load_lm(at.session_state["app.model_spec"], "cpu")
-    ids = lm.tokenizer.encode(at.session_state["sidebar.prompt"])[-lm.config.context_length:]
+    ids = lm.tokenizer.encode(at.session_state["sidebar.prompt"])[-lm.config.context_length :]
     with torch.no_grad():
         trace = lm.model(torch.tensor([ids]), trace=True).trace
     return lm, ids, trace
@@ -40,8 +40,9 @@ def test_norm_statistics_and_residual_charts_equal_the_engine():
             np.testing.assert_allclose(decode(fig["data"][0]["z"]), stats[key].numpy(), rtol=1e-5, atol=1e-7)
             assert fig["data"][0]["y"] == [f"block {i}" for i in range(lm.config.n_layer)]
     res = residual_norms(trace)
-    np.testing.assert_allclose(decode(chart_by_title(at, "Residual-stream L2 norm per token")["data"][0]["z"]),
-                               res["resid"].numpy(), rtol=1e-5)
+    np.testing.assert_allclose(
+        decode(chart_by_title(at, "Residual-stream L2 norm per token")["data"][0]["z"]), res["resid"].numpy(), rtol=1e-5
+    )
     growth = chart_by_title(at, "across layers")["data"]
     np.testing.assert_allclose(decode(growth[0]["y"]), res["resid"].mean(1).numpy(), rtol=1e-5)
     np.testing.assert_allclose(decode(growth[1]["y"]), res["resid"].max(1).values.numpy(), rtol=1e-5)
@@ -69,8 +70,9 @@ def test_worked_example_matches_layer_norm_on_the_page():
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["mean"] == f"{float(x.mean()):.5f}"
     assert float(metrics["max |ours − F.layer_norm|"]) <= 1e-6
-    np.testing.assert_array_equal(decode(chart_by_title(at, "Gain of block 3 ln2")["data"][0]["x"]),
-                                  mod.weight.detach().double().numpy())
+    np.testing.assert_array_equal(
+        decode(chart_by_title(at, "Gain of block 3 ln2")["data"][0]["x"]), mod.weight.detach().double().numpy()
+    )
     boxes = chart_by_title(at, "Gain of every norm")["data"]
     norms = [n for b in lm.model.blocks for n in (b.ln1, b.ln2)] + [lm.model.ln_final]
     assert len(boxes) == len(norms)
@@ -103,20 +105,22 @@ def test_rmsnorm_post_norm_model():
     lm, ids, trace = engine(at)
     assert at.selectbox(key="norms.which").options == ["ln1", "ln2"]  # post-norm: no final norm
     stats = norm_stats(trace)
-    np.testing.assert_allclose(decode(chart_by_title(at, "ln1.input_rms")["data"][0]["z"]),
-                               stats["ln1.input_rms"].numpy(), rtol=1e-5)
+    np.testing.assert_allclose(
+        decode(chart_by_title(at, "ln1.input_rms")["data"][0]["z"]), stats["ln1.input_rms"].numpy(), rtol=1e-5
+    )
     assert float({m.label: m.value for m in at.metric}["max |ours − F.rms_norm|"]) <= 1e-6
     assert not any("Bias" in str(f["layout"].get("title")) for f in charts(at))  # RMSNorm has no bias
 
 
-@pytest.mark.slow   # 4 x 16 model variants: CI only
+@pytest.mark.slow  # 4 x 16 model variants: CI only
 @pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", "none"])
 def test_every_variant_renders(pos):
     at = open_page("norms", PROMPT)
     use_random(at, pos_encoding=pos)
     at.slider(key="norms.cmp_layers").set_value(2).run()  # keeps 64 forward+backward passes quick
-    for norm, placement, act in itertools.product(("layernorm", "rmsnorm"), ("pre", "post"),
-                                                  ("gelu", "gelu_tanh", "relu", "swiglu")):
+    for norm, placement, act in itertools.product(
+        ("layernorm", "rmsnorm"), ("pre", "post"), ("gelu", "gelu_tanh", "relu", "swiglu")
+    ):
         for name, value in (("norm", norm), ("norm_placement", placement), ("activation", act)):
             at.selectbox(key=f"sidebar.{name}").set_value(value)
         at.run()
@@ -125,7 +129,7 @@ def test_every_variant_renders(pos):
         assert len(at.success) == 1 and chart_by_title(at, "Gradient norm per block")
 
 
-@pytest.mark.slow   # GPT-2 small's widths: the quick tier's other tests draw every chart on small models
+@pytest.mark.slow  # GPT-2 small's widths: the quick tier's other tests draw every chart on small models
 def test_gpt2_shaped_model_renders():
     """GPT-2 small's widths (768, 12 heads) with 2 layers and a smaller vocabulary."""
     at = open_page("norms", PROMPT)
@@ -133,8 +137,9 @@ def test_gpt2_shaped_model_renders():
     lm, ids, trace = engine(at)
     assert lm.config.d_model == 768
     stats = norm_stats(trace)
-    np.testing.assert_allclose(decode(chart_by_title(at, "ln1.input_std")["data"][0]["z"]),
-                               stats["ln1.input_std"].numpy(), rtol=1e-5)
+    np.testing.assert_allclose(
+        decode(chart_by_title(at, "ln1.input_std")["data"][0]["z"]), stats["ln1.input_std"].numpy(), rtol=1e-5
+    )
     assert not [f for f in charts(at) if "Gradient norm" in str(f["layout"].get("title"))]  # big: waits for the button
     at.button(key="norms.cmp_run").click().run()
     assert not at.exception, at.exception

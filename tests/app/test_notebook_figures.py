@@ -1,5 +1,6 @@
 """The app and notebooks draw with the same builders: tfm.viz's notebook functions, called on the
 prompt's trace, give the same chart as the page (numbers, labels, cell text, hover)."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,9 @@ def prompt_run(at):
 
 def same(page: dict, ours, keys=("x", "y", "text", "customdata")) -> None:
     got, want = page["data"][0], json.loads(ours.to_json())["data"][0]  # both as the browser gets them
-    np.testing.assert_allclose(decode(got["z"]).astype(float), decode(want["z"]).astype(float), rtol=1e-6,
-                               equal_nan=True)
+    np.testing.assert_allclose(
+        decode(got["z"]).astype(float), decode(want["z"]).astype(float), rtol=1e-6, equal_nan=True
+    )
     for key in keys:
         assert (key in got) == (key in want), key
         if key in want:
@@ -47,6 +49,7 @@ def test_logit_lens_page_and_notebook_draw_the_same_grid():
 
 def test_tuned_lens_page_and_notebook_draw_the_same_grid_and_kl_chart():
     from tfm.analysis.lens.tuned import shipped_lens
+
     at = open_page("logit_lens")
     at.radio(key="lens.kind").set_value("tuned").run()
     assert not at.exception, at.exception

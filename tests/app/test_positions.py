@@ -1,4 +1,5 @@
 """Positional-encodings page: every chart equals the running model's tensors; every variant renders."""
+
 from __future__ import annotations
 
 import itertools
@@ -18,11 +19,10 @@ from tests.app.conftest import chart_by_title, charts, decode, open_page, use_ra
 PROMPT = "The cat sat on the mat. The cat sat on the"
 
 
-
 def engine(at):
     """The page's model (the same cached object) and its prompt ids, computed here."""
     lm = models.load_lm(at.session_state["app.model_spec"], "cpu")
-    ids = lm.tokenizer.encode(at.session_state["sidebar.prompt"])[-lm.config.context_length:]
+    ids = lm.tokenizer.encode(at.session_state["sidebar.prompt"])[-lm.config.context_length :]
     return lm, ids
 
 
@@ -113,13 +113,14 @@ def test_formula_explorer_follows_its_sliders():
     assert bits.shape == (50, 6) and bits[37].tolist() == [1, 0, 1, 0, 0, 1]  # 37 = 100101b
 
 
-@pytest.mark.slow   # 4 x 16 model variants: CI only
+@pytest.mark.slow  # 4 x 16 model variants: CI only
 @pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", "none"])
 def test_every_variant_renders(pos):
     at = open_page("positions", PROMPT)
     use_random(at, pos_encoding=pos)
-    for norm, placement, act in itertools.product(("layernorm", "rmsnorm"), ("pre", "post"),
-                                                  ("gelu", "gelu_tanh", "relu", "swiglu")):
+    for norm, placement, act in itertools.product(
+        ("layernorm", "rmsnorm"), ("pre", "post"), ("gelu", "gelu_tanh", "relu", "swiglu")
+    ):
         for name, value in (("norm", norm), ("norm_placement", placement), ("activation", act)):
             at.selectbox(key=f"sidebar.{name}").set_value(value)
         at.run()
@@ -128,12 +129,13 @@ def test_every_variant_renders(pos):
         assert len(at.table) == 1 and charts(at)
 
 
-@pytest.mark.slow   # GPT-2 small's widths: CI only
+@pytest.mark.slow  # GPT-2 small's widths: CI only
 def test_gpt2_shaped_model_renders():
     """GPT-2 small's widths (768, 12 heads, 1024 positions) with fewer layers and a smaller vocabulary."""
     at = open_page("positions", PROMPT)
     use_random(at, preset="gpt2", n_layer=2, vocab_size=4096)
     lm, _ = engine(at)
     assert lm.config.d_model == 768 and lm.config.context_length == 1024
-    np.testing.assert_array_equal(z_of(chart_by_title(at, "Positional vectors")),
-                                  lm.model.pos_emb.weight[:128].detach().numpy())
+    np.testing.assert_array_equal(
+        z_of(chart_by_title(at, "Positional vectors")), lm.model.pos_emb.weight[:128].detach().numpy()
+    )

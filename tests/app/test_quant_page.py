@@ -1,6 +1,7 @@
 """The Quantization page on a small Q4_1 GGUF file written here: the tables come from the header,
 the block chart's numbers are the block's bytes decoded (equal to gguf.quants.dequantize), and
 the re-quantized comparison equals tfm.analysis.quant.requantize.compare on a fresh re-quantized copy."""
+
 from __future__ import annotations
 
 import threading
@@ -69,7 +70,9 @@ def test_tables_block_and_requantized_comparison(gguf_file):
     pats = chart_by_title(at, "Layer 1, head 3")["data"]
     for trace, m in zip(pats[:2], (want.pattern_original, want.pattern_requantized)):
         z = decode(trace["z"]).astype(float)
-        np.testing.assert_allclose(np.nan_to_num(z, nan=-1), np.where(np.triu(np.ones_like(m), 1) > 0, -1, m), rtol=1e-6)
+        np.testing.assert_allclose(
+            np.nan_to_num(z, nan=-1), np.where(np.triu(np.ones_like(m), 1) > 0, -1, m), rtol=1e-6
+        )
     top = frame(at, "p Q8_0")
     assert top["token"].tolist() == lm.tokenizer.display_pieces(want.top_ids)
     np.testing.assert_allclose(top["p Q8_0"], want.p_requantized, rtol=1e-6)
@@ -100,7 +103,7 @@ def test_a_requantized_model_is_not_kept_in_the_shared_cache(gguf_file, monkeypa
         at.slider(key="quant.layer").set_value(layer)
         at.slider(key="quant.head").set_value(head).run()
         assert not at.exception, at.exception
-    assert made == ["Q5_1", "Q4_0"]                       # once per type, none for the sliders
+    assert made == ["Q5_1", "Q4_0"]  # once per type, none for the sliders
     grown = models.PROMPTS.nbytes + models.MODELS.nbytes - cached
     assert 0 < grown < quant.copy_bytes(lm) / 4, (grown, models.PROMPTS.sizes())
     ids = prepare_prompt(lm, PROMPT, room=0, max_tokens=48).ids
@@ -116,7 +119,7 @@ def test_two_sessions_requantizing_at_once_hold_one_copy_at_a_time(gguf_file, mo
     once). `derived(..., alone=True)` runs them one after the other."""
     at, lm = open_quant(gguf_file)
     spec = at.session_state["app.model_spec"]
-    assert server.limits().heavy_slots >= 2             # the heavy gate alone would let both run
+    assert server.limits().heavy_slots >= 2  # the heavy gate alone would let both run
     live, most, lock = [0], [0], threading.Lock()
     requantize = quant.requantize
 
@@ -126,14 +129,16 @@ def test_two_sessions_requantizing_at_once_hold_one_copy_at_a_time(gguf_file, mo
             live[0] += 1
             most[0] = max(most[0], live[0])
         weakref.finalize(copy.model, lambda: live.__setitem__(0, live[0] - 1))
-        time.sleep(0.3)                                 # time for the other session to start its copy
+        time.sleep(0.3)  # time for the other session to start its copy
         return copy
+
     monkeypatch.setattr(quant, "requantize", slow)
     ids = tuple(prepare_prompt(lm, PROMPT, room=0, max_tokens=48).ids)
     results = {}
 
     def session(qtype):
         results[qtype] = cache.derived("quant.effects", quant.requantized_effects, spec, "cpu", qtype, ids, alone=True)
+
     threads = [threading.Thread(target=session, args=(q,)) for q in ("Q8_0", "Q4_0")]
     for t in threads:
         t.start()

@@ -1,5 +1,6 @@
 """Shapes & parameters page: the table and flow are the engine's shape trace, the parameter table
 adds up to num_params, and the KV-cache size equals KVCache.nbytes()."""
+
 from __future__ import annotations
 
 import itertools
@@ -18,10 +19,9 @@ from tests.app.conftest import chart_by_title, decode, open_page, use_random
 PROMPT = "The cat sat on the mat. The cat sat on the"
 
 
-
 def engine(at):
     lm = models.load_lm(at.session_state["app.model_spec"], "cpu")
-    ids = lm.tokenizer.encode(at.session_state["sidebar.prompt"])[-lm.config.context_length:]
+    ids = lm.tokenizer.encode(at.session_state["sidebar.prompt"])[-lm.config.context_length :]
     return lm, ids
 
 
@@ -108,13 +108,14 @@ def test_gpt2_preset_renders_with_its_124m_parameters():
     assert frame(at, "axes")["shape"].tolist()[-1] == "8 × 1024 × 50257"
 
 
-@pytest.mark.slow   # 4 x 16 model variants: CI only
+@pytest.mark.slow  # 4 x 16 model variants: CI only
 @pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", "none"])
 def test_every_variant_renders(pos):
     at = open_page("shapes", PROMPT)
     use_random(at, pos_encoding=pos)
-    for norm, placement, act in itertools.product(("layernorm", "rmsnorm"), ("pre", "post"),
-                                                  ("gelu", "gelu_tanh", "relu", "swiglu")):
+    for norm, placement, act in itertools.product(
+        ("layernorm", "rmsnorm"), ("pre", "post"), ("gelu", "gelu_tanh", "relu", "swiglu")
+    ):
         for name, value in (("norm", norm), ("norm_placement", placement), ("activation", act)):
             at.selectbox(key=f"sidebar.{name}").set_value(value)
         at.run()

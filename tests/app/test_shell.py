@@ -1,4 +1,5 @@
 """The app shell: pages render, the sidebar state and links carry over, bad input is explained."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -52,7 +53,7 @@ def test_link_opens_the_same_view():
     assert at.text_area(key="sidebar.prompt").value == prompt
     assert at.select_slider(key="attn.layer").value == 1 and at.select_slider(key="attn.head").value == 1
     lm = models.load_lm(spec, "cpu")
-    ids = lm.tokenizer.encode(prompt)[-lm.config.context_length:]
+    ids = lm.tokenizer.encode(prompt)[-lm.config.context_length :]
     with torch.inference_mode():
         expected = lm.model(torch.tensor([ids]), trace=True).trace["blocks.1.attn.pattern"][0, 1].numpy().copy()
     expected[np.triu_indices(len(ids), 1)] = np.nan
@@ -113,6 +114,7 @@ def test_too_long_prompt_is_cut_from_the_left():
 
 def test_home_names_the_models_own_heads_and_opens_the_induction_head():
     from tfm import analysis
+
     lm = models.load_lm(models.default_model_spec(), "cpu")
     with torch.inference_mode():
         scores = analysis.induction_probe(lm.model, seq_len=40, bos=lm.tokenizer.eot_id)
@@ -122,8 +124,9 @@ def test_home_names_the_models_own_heads_and_opens_the_induction_head():
     assert f"**layer {pl}, head {ph}** puts {pv:.0%}" in text
     assert f"**layer {il}, head {ih}** puts {iv:.0%}" in text
     from ui import nav
+
     n_pages = sum(len(pages) for pages in nav.SECTIONS.values())
-    assert len([l for l in at.get("page_link")]) == n_pages - 1        # every page but home, once
+    assert len([l for l in at.get("page_link")]) == n_pages - 1  # every page but home, once
     at.button(key="home.show_induction").click().run()
     assert not at.exception, at.exception
     assert at.select_slider(key="attn.layer").value == il and at.select_slider(key="attn.head").value == ih
@@ -138,7 +141,8 @@ def test_opening_a_link_adds_no_settings_to_it(page):
     entry, so a link's page needed two Backs to leave (tests/e2e/test_history_browser.py). A
     link without a setting shows its default, so the page leaves it out; a change goes in."""
     from tests.app.matrix import PROMPT, open_cell
-    at = open_cell(page, None)                          # the prompt is the link's only setting
+
+    at = open_cell(page, None)  # the prompt is the link's only setting
     assert not at.exception, at.exception
     assert set(at.query_params) == {"prompt"}, dict(at.query_params)
     at.number_input(key="sidebar.seed").set_value(7).run()

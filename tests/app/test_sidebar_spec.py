@@ -1,5 +1,6 @@
 """The sidebar reads and writes model specs through tfm.loaders.spec: a link's random model shows the
 preset it came from (or "custom"), its fields, and loads exactly the link's config."""
+
 from __future__ import annotations
 
 import json
@@ -44,10 +45,10 @@ def test_a_gpt2_shaped_link_shows_the_gpt2_preset():
 
 def test_an_old_full_config_link_names_its_preset_or_custom():
     tiny = ModelConfig.preset("tiny")
-    at = link("random:" + json.dumps({"config": tiny.to_dict(), "seed": 0}, sort_keys=True))   # the old form
+    at = link("random:" + json.dumps({"config": tiny.to_dict(), "seed": 0}, sort_keys=True))  # the old form
     shown(at, tiny, "tiny")
     assert at.query_params["model"] == "random:tiny"
-    odd = ModelConfig.preset("tiny", n_layer=3, rope_original_context=4096)   # a field no widget holds
+    odd = ModelConfig.preset("tiny", n_layer=3, rope_original_context=4096)  # a field no widget holds
     at = link("random:" + json.dumps({"config": odd.to_dict(), "seed": 1}, sort_keys=True))
     shown(at, odd, "custom")
     assert parse_spec(at.query_params["model"]).config == odd
@@ -62,14 +63,17 @@ def test_a_preset_chosen_in_the_sidebar_travels_in_the_link():
     assert at.query_params["model"] == format_spec(spec)
     again = link(at.query_params["model"])
     assert again.selectbox(key="sidebar.preset").value == "gpt2"
-    again.selectbox(key="sidebar.preset").set_value("tiny").run()    # another preset: its fields, its base
+    again.selectbox(key="sidebar.preset").set_value("tiny").run()  # another preset: its fields, its base
     assert not again.exception, again.exception
     assert parse_spec(again.session_state["app.model_spec"]) == random_spec(ModelConfig.preset("tiny"), preset="tiny")
 
 
 def test_a_bad_or_oversized_link_spec_says_why_and_opens_the_default():
-    for text, why in (('random:{"preset":"tiny","evil":1}', "unknown keys ['evil']"),
-                      ("random:{" + " " * 5000 + "}", "at most 4,096 are read"), ("nonsense", "is not known")):
+    for text, why in (
+        ('random:{"preset":"tiny","evil":1}', "unknown keys ['evil']"),
+        ("random:{" + " " * 5000 + "}", "at most 4,096 are read"),
+        ("nonsense", "is not known"),
+    ):
         at = link(text)
         warnings = [w.value for w in at.warning if "The link's model setting could not be read" in w.value]
         assert len(warnings) == 1 and why in as_shown(warnings[0]), [w.value for w in at.warning]
@@ -81,6 +85,7 @@ def test_every_model_known_by_name_is_described_in_words():
     """ui.models.describe_spec names each NAMED model (it raised AttributeError for gemma3, whose
     spec has no config, on the home page of the real model)."""
     from tfm.loaders.spec import NAMED
+
     words = {"default": "bundled", "smollm2": "SmolLM2", "minilm": "MiniLM", "gemma3": "Gemma 3"}
     assert set(words) == set(NAMED)
     for kind in NAMED:

@@ -2,6 +2,7 @@
 strength and prompt, never the model's name); the texts, the read-out and the mood-word sweep equal
 the engine's (same seed, same vector); feature steering uses the shipped SAE; bad input gives one
 message, no traceback."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -47,7 +48,7 @@ def test_the_page_opens_where_the_calibration_of_this_model_says():
     assert table["strength"].tolist() == [t.strength for t in cal.trials]
     assert table["words +"].tolist() == [t.toward for t in cal.trials]
     source = PAGE.read_text()
-    assert "smollm2" not in source.lower() and "run.spec ==" not in source   # nothing decided by a name
+    assert "smollm2" not in source.lower() and "run.spec ==" not in source  # nothing decided by a name
 
 
 def test_texts_readout_and_mood_sweep_equal_the_engine():

@@ -3,6 +3,7 @@ each superseded run's generation ran to its end inside its cached computation, w
 stop request never reached it. Now a superseded run's computation stops within a token, unless
 another session still waits for the same result, nothing half made is cached, and the page
 shows the latest setting's result."""
+
 from __future__ import annotations
 
 import threading
@@ -33,12 +34,12 @@ def asked(requests: ScriptRequests) -> tuple[bool, bool]:
 def test_the_stop_probe_answers_as_streamlits_own_yield_point_decides():
     running = ScriptRequests()
     running.request_rerun(RerunData())
-    running.on_scriptrunner_ready()                      # the run started: nothing pending
+    running.on_scriptrunner_ready()  # the run started: nothing pending
     assert asked(running) == (False, False)
     rerun = ScriptRequests()
     rerun.request_rerun(RerunData())
     rerun.on_scriptrunner_ready()
-    rerun.request_rerun(RerunData(query_string="a=1"))   # fastReruns off: a click asks for a rerun
+    rerun.request_rerun(RerunData(query_string="a=1"))  # fastReruns off: a click asks for a rerun
     assert asked(rerun) == (True, True)
     fragment = ScriptRequests()
     fragment.request_rerun(RerunData())
@@ -46,7 +47,7 @@ def test_the_stop_probe_answers_as_streamlits_own_yield_point_decides():
     fragment.request_rerun(RerunData(fragment_id="f"))  # a fragment's rerun does not end the page
     assert asked(fragment) == (False, False)
     stopped = ScriptRequests()
-    stopped.request_stop()                               # fastReruns (the default): the old run is stopped
+    stopped.request_stop()  # fastReruns (the default): the old run is stopped
     assert asked(stopped) == (True, True)
 
 
@@ -64,19 +65,21 @@ class Slow:
                 self.made.append(time.perf_counter())
                 time.sleep(self.delay)
                 yield step
+
         return Generation(gen.prompt, gen.settings, steps())
 
 
 def _session(left: dict, texts, strength: float, flag: Waiter, out: list) -> threading.Thread:
     """A thread standing for one browser session: it asks the cache for `texts` at `strength`, with
     `flag` as its "my page moved on" signal (`left`, by thread); `out` gets the texts or Cancelled."""
+
     def run():
         left[threading.get_ident()] = flag
         try:
-            out.append(cache.derived("test.texts", texts, models.default_model_spec(), "cpu", strength,
-                                     stoppable=True))
+            out.append(cache.derived("test.texts", texts, models.default_model_spec(), "cpu", strength, stoppable=True))
         except Cancelled as e:
             out.append(e)
+
     t = threading.Thread(target=run)
     t.start()
     return t
@@ -100,9 +103,9 @@ def test_a_steering_text_goes_on_while_another_session_waits_and_stops_when_none
         ta = _session(left, texts, strength, a, out_a)
         while len(slow.made) < 2:
             time.sleep(0.01)
-        tb = _session(left, texts, strength, b, out_b)   # a second session asks for the same texts
-        assert b.asked.wait(10)                          # and waits for them
-        a.left.set()                                     # the first one's student clicked again
+        tb = _session(left, texts, strength, b, out_b)  # a second session asks for the same texts
+        assert b.asked.wait(10)  # and waits for them
+        a.left.set()  # the first one's student clicked again
         if both_leave:
             b.left.set()
         ta.join(30), tb.join(30)
@@ -120,7 +123,7 @@ def test_a_superseded_steer_run_stops_and_the_latest_strength_shows(monkeypatch)
     new = 16
     at = open_page("steer", PROMPT)
     at.number_input(key="steer.new").set_value(new).run()  # the calibration, vector and sweep are cached now
-    slow = Slow(0.25)                                      # the texts alone would take >= 8 s
+    slow = Slow(0.25)  # the texts alone would take >= 8 s
     monkeypatch.setattr(steering, "generate", slow)
     at.slider(key="steer.strength").set_value(1.0)
     start = time.perf_counter()
@@ -134,6 +137,6 @@ def test_a_superseded_steer_run_stops_and_the_latest_strength_shows(monkeypatch)
     lm, ss = models.load_lm(models.default_model_spec(), "cpu"), at.session_state
     vec = steering.pair_vector(lm, *calib.PAIR, int(ss["steer.layer"]), "mean")
     plain, steered = steering.steered_pair(lm, ss["steer.prompt"], vec, 1.2, int(ss["sidebar.seed"]), new, 0.8)
-    shown = [" ".join(m.value.split()) for m in at.markdown]   # Streamlit trims blank lines
+    shown = [" ".join(m.value.split()) for m in at.markdown]  # Streamlit trims blank lines
     assert " ".join(escape_markdown(plain).split()) in shown and " ".join(escape_markdown(steered).split()) in shown
     assert "Steered (strength +1.20)" in [h.value for h in at.subheader]

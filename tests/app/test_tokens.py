@@ -1,4 +1,5 @@
 """Tokens page: the table is the tokenizer's output, and odd text stays text."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """Tour page: every step's numbers equal the engine's tensors (recomputed here from the trace and
 the weights with torch's own functions), on the bundled model and on a RoPE/RMSNorm/SwiGLU model;
 the checks grade the engine's answer right and another wrong."""
+
 from __future__ import annotations
 
 import math
@@ -24,7 +25,7 @@ PROMPT = "Lily saw a ball. Lily took the ball and gave it to"
 
 def engine(at):
     lm = models.load_lm(at.session_state["app.model_spec"], "cpu")
-    ids = lm.tokenizer.encode(at.session_state["sidebar.prompt"])[-lm.config.context_length:]
+    ids = lm.tokenizer.encode(at.session_state["sidebar.prompt"])[-lm.config.context_length :]
     with torch.no_grad():
         tr = lm.model(torch.tensor([ids]), trace=True).trace
     return lm, ids, tr
@@ -83,7 +84,7 @@ def _attention_steps(lm, ids, tr, p, layer, head, first) -> tuple[dict, torch.Te
     full = (q @ k.T) / math.sqrt(cfg.d_head)
     full = full.masked_fill(torch.ones_like(full, dtype=torch.bool).triu(1), float("-inf"))
     lo = max(0, min(p - 5, len(ids) - 6))
-    out[("mask", "scores, rows = queries")] = full[lo:lo + 6, lo:lo + 6]
+    out[("mask", "scores, rows = queries")] = full[lo : lo + 6, lo : lo + 6]
     a = full[p].softmax(-1)
     out[("softmax", "a_j")] = a[first]
     out[("weighted", "z")] = (a @ v)[W8]
@@ -121,8 +122,11 @@ def _output_steps(lm, tr, p, seed) -> dict:
     """The stream's size through the blocks, the final norm, the logits and the drawn token."""
     cfg, m = lm.config, lm.model
     last = tr[f"blocks.{cfg.n_layer - 1}.resid_post"][0, p]
-    out = {("blocks", "‖x‖"): torch.stack([tr[f"blocks.{i}.resid_pre"][0, p].norm() for i in range(cfg.n_layer)]
-                                          + [last.norm()])}
+    out = {
+        ("blocks", "‖x‖"): torch.stack(
+            [tr[f"blocks.{i}.resid_pre"][0, p].norm() for i in range(cfg.n_layer)] + [last.norm()]
+        )
+    }
     xl = norm_oracle(m.ln_final, last, cfg)
     out[("final_norm", "LN_f(x_L)")] = xl[W8]
     logits = (m.unembed.weight @ xl)[: lm.tokenizer.vocab_size]
@@ -136,7 +140,7 @@ def _output_steps(lm, tr, p, seed) -> dict:
 
 def shown_tables(at) -> dict[str, np.ndarray]:
     names = [md.value for md in at.markdown if md.value.startswith("**") and " · shape (" in md.value]
-    names = [n[2:n.index("**", 2)].replace("\\", "") for n in names]
+    names = [n[2 : n.index("**", 2)].replace("\\", "") for n in names]
     assert len(names) == len(at.table), (names, len(at.table))
     return {n: t.value.map(shown_number).to_numpy(dtype=float) for n, t in zip(names, at.table)}
 
@@ -164,8 +168,13 @@ def walk(at, p, layer, head):
         for name, values in shown_tables(at).items():
             if (step, name) in exp:
                 # shown with four decimals: equal to the engine's value rounded there
-                np.testing.assert_allclose(values.ravel(), np.asarray(exp[(step, name)]).ravel(),
-                                           rtol=1e-6, atol=5.1e-5, err_msg=f"{step}: {name}")
+                np.testing.assert_allclose(
+                    values.ravel(),
+                    np.asarray(exp[(step, name)]).ravel(),
+                    rtol=1e-6,
+                    atol=5.1e-5,
+                    err_msg=f"{step}: {name}",
+                )
                 seen.add((step, name))
         if i < len(keys) - 1:
             at.button(key="tour.next").click().run()

@@ -1,5 +1,6 @@
 """Why-this-token page: every number drawn equals the engine's attribution, ablation sweep,
 intervention and patching results; bad input gives a message, never a traceback."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -103,7 +104,7 @@ def test_other_tabs_on_a_random_model(tab_name):
     at = tab(at, tab_name)
     assert not at.error
     lm = models.load_lm(at.session_state["app.model_spec"], "cpu")
-    ids = lm.tokenizer.encode("The cat sat on the mat. The cat")[-lm.config.context_length:]
+    ids = lm.tokenizer.encode("The cat sat on the mat. The cat")[-lm.config.context_length :]
     attr = attribution.direct(lm, ids)
     if tab_name == "MLP neurons":
         table = at.dataframe[0].value
@@ -131,6 +132,7 @@ def test_position_and_link_settings():
     assert at.query_params["pos"] == ["3"] or at.query_params["pos"] == "3"
     from streamlit.testing.v1 import AppTest
     from tests.app.conftest import APP
+
     at = AppTest.from_file(APP, default_timeout=120)
     at.query_params["pos"] = "999"
     at.run()
@@ -141,9 +143,17 @@ def test_position_and_link_settings():
 def test_patching_and_tab_from_a_link():
     from streamlit.testing.v1 import AppTest
     from tests.app.conftest import APP
+
     at = AppTest.from_file(APP, default_timeout=120)
-    at.query_params.update({"tab": "Activation patching", "clean": "The cat saw the dog", "corrupt": "The dog saw the cat",
-                            "answer": " dog", "wrong": " cat"})
+    at.query_params.update(
+        {
+            "tab": "Activation patching",
+            "clean": "The cat saw the dog",
+            "corrupt": "The dog saw the cat",
+            "answer": " dog",
+            "wrong": " cat",
+        }
+    )
     at.run()
     at.switch_page("pages/why.py").run()
     assert not at.exception

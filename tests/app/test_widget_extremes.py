@@ -4,6 +4,7 @@ PAGES) moved to its extremes once: sliders and numbers to both ends, every optio
 or radio (a long list: its first, middle and last), text empty and over the size limit, check
 boxes both ways. No exception. The sidebar's model-config
 controls are left to the matrix's model kinds (a preset there is a whole model to build)."""
+
 from __future__ import annotations
 
 import pytest
@@ -38,17 +39,24 @@ def extremes(kind: str, el) -> list:
 
 # The bundled model, and a random model of the default model's shape (SmolLM2: 9 query heads sharing
 # 3 key/value heads), where the Tour once crashed at head 3; pages that ignore the model run once.
-CELLS = [(page, kind) for page in PAGES for kind in ("bundled", "smollm2-gqa")
-         if kind == "bundled" or not PAGES[page].model_free]
-CELLS += [(page, "minilm") for page in ("attention", "similarity", "tokens")]   # an encoder's own controls
+CELLS = [
+    (page, kind)
+    for page in PAGES
+    for kind in ("bundled", "smollm2-gqa")
+    if kind == "bundled" or not PAGES[page].model_free
+]
+CELLS += [(page, "minilm") for page in ("attention", "similarity", "tokens")]  # an encoder's own controls
 
 
 # The quick tier (-m "not slow") moves the Attention page's controls; CI every page's.
 QUICK_PAGES = ("attention",)
 
 
-@pytest.mark.parametrize(("page", "kind"), [c if c[0] in QUICK_PAGES else pytest.param(*c, marks=pytest.mark.slow)
-                                            for c in CELLS], ids=[f"{p}-{k}" for p, k in CELLS])
+@pytest.mark.parametrize(
+    ("page", "kind"),
+    [c if c[0] in QUICK_PAGES else pytest.param(*c, marks=pytest.mark.slow) for c in CELLS],
+    ids=[f"{p}-{k}" for p, k in CELLS],
+)
 def test_every_control_at_its_extremes(page, kind, experiments_once):
     at = open_cell(page, MODELS[kind], setup=PAGES[page].setup)
     assert not at.exception, [e.value for e in at.exception]

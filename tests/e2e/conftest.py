@@ -2,6 +2,7 @@
 
 Without chromium these tests skip locally; with REQUIRE_E2E=1 (CI) that is an error instead.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,9 +28,17 @@ os.environ.setdefault("TFM_ROOMS_DB", os.path.join(tempfile.mkdtemp(prefix="tfm-
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "screenshots"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 
 
 # Spinners, status icons and transitions repaint every frame while a page runs: Chromium's
@@ -60,9 +69,23 @@ def _free_port() -> int:
 def streamlit_server(log_name: str = "server"):
     """Start `streamlit run app.py` in its own process group; yield its URL; stop it after."""
     port = _free_port()
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-           "--server.port", str(port), "--server.address", "127.0.0.1",
-           "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        "app.py",
+        "--server.headless",
+        "true",
+        "--server.port",
+        str(port),
+        "--server.address",
+        "127.0.0.1",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+    ]
     SHOTS.mkdir(exist_ok=True)
     log = open(SHOTS / f"{log_name}.log", "w")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -151,10 +174,12 @@ def wait_rerun(page, timeout: float = 60_000, seen_within: float = 5_000) -> Non
 def wait_drawn(page, timeout: float = 60_000) -> None:
     """Plotly charts and data grids paint after the script is idle: wait until every plot has its
     drawn layers and every grid its canvas."""
-    page.wait_for_function("""() => [...document.querySelectorAll('.js-plotly-plot')]
+    page.wait_for_function(
+        """() => [...document.querySelectorAll('.js-plotly-plot')]
         .every(p => p._fullLayout && p.querySelector('.main-svg'))
         && [...document.querySelectorAll('[data-testid="stDataFrame"] canvas')].every(c => c.width > 0)""",
-                           timeout=timeout)
+        timeout=timeout,
+    )
 
 
 def shot(page, name: str) -> Path:

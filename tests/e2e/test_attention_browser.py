@@ -1,4 +1,5 @@
 """The Attention page in real Chromium: what the browser draws equals the engine's tensors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,7 +20,7 @@ def idle(page) -> None:
 
 def expected_pattern(prompt: str, layer: int, head: int) -> np.ndarray:
     lm = models.load_lm(models.default_model_spec(), "cpu")
-    ids = lm.tokenizer.encode(prompt)[-lm.config.context_length:]
+    ids = lm.tokenizer.encode(prompt)[-lm.config.context_length :]
     with torch.inference_mode():
         pat = lm.model(torch.tensor([ids]), trace=True).trace[f"blocks.{layer}.attn.pattern"][0, head].numpy()
     out = pat.astype(np.float64, copy=True)
@@ -100,15 +101,18 @@ def _open_home_and_tokens(page, app_url) -> None:
 
 def _assert_draws_head(page, layer: int, head: int) -> None:
     """The drawn heatmap is the engine's pattern of that head on the default prompt."""
-    np.testing.assert_allclose(drawn_z(page), expected_pattern(sidebar.DEFAULT_PROMPT, layer, head),
-                               rtol=1e-5, atol=1e-7, equal_nan=True)
+    np.testing.assert_allclose(
+        drawn_z(page), expected_pattern(sidebar.DEFAULT_PROMPT, layer, head), rtol=1e-5, atol=1e-7, equal_nan=True
+    )
 
 
 def _visit_the_other_tabs(page) -> None:
     """Every head, the head view (one chart each) and the head table (no chart), ending on the table."""
-    for tab, title, name in (("All heads", "Every head", "attention_model_view"),
-                             ("Head view", "who looks at whom", "attention_head_view"),
-                             ("Head table", None, "attention_head_table")):
+    for tab, title, name in (
+        ("All heads", "Every head", "attention_model_view"),
+        ("Head view", "who looks at whom", "attention_head_view"),
+        ("Head table", None, "attention_head_table"),
+    ):
         page.get_by_role("tab", name=tab).click()
         if title:
             expect_title(page, title)
@@ -158,8 +162,9 @@ def test_long_prompt_shows_a_readable_window(page, app_url):
     lm = models.load_lm(models.default_model_spec(), "cpu")
     t = min(len(lm.tokenizer.encode(prompt)), lm.config.context_length)
     assert t > 64
-    np.testing.assert_allclose(drawn_z(page), expected_pattern(prompt, 0, 0)[t - 64:, t - 64:],
-                               rtol=1e-5, atol=1e-7, equal_nan=True)
+    np.testing.assert_allclose(
+        drawn_z(page), expected_pattern(prompt, 0, 0)[t - 64 :, t - 64 :], rtol=1e-5, atol=1e-7, equal_nan=True
+    )
     expect(page.get_by_role("slider", name="Positions shown (query and key)").first).to_be_visible()
     shot(page, "attention_long_prompt")
 
@@ -168,6 +173,7 @@ def test_home_button_opens_the_models_induction_head_on_a_repeated_sentence(page
     """The new user's path: the home page names the strongest induction head (measured on the
     running model) and one click shows it on a repeated sentence, drawn from the engine."""
     from tfm import analysis
+
     lm = models.load_lm(models.default_model_spec(), "cpu")
     with torch.inference_mode():
         probe = analysis.induction_probe(lm.model, seq_len=40, bos=lm.tokenizer.eot_id)

@@ -1,6 +1,7 @@
 """Attribution graph page in a real browser, on the bundled model and its shipped transcoders: the
 nodes the browser drew are the engine's pruned graph, and clicking a feature node opens it (the
 node picker and its details follow the click)."""
+
 from __future__ import annotations
 
 from urllib.parse import quote
@@ -19,8 +20,12 @@ PROMPT = "The cat sat on the mat. The cat"
 
 def test_clicking_a_feature_node_opens_it(page, app_url):
     lm = tfm.load("default")
-    g = attribution_graph(lm, lm.tokenizer.prompt_ids(PROMPT),
-                          load_transcoders(graph_view.shipped_folder("default"), lm), settings=GraphSettings(max_tokens=64))
+    g = attribution_graph(
+        lm,
+        lm.tokenizer.prompt_ids(PROMPT),
+        load_transcoders(graph_view.shipped_folder("default"), lm),
+        settings=GraphSettings(max_tokens=64),
+    )
     kept = set(prune_graph(g).nodes.nonzero().squeeze(1).tolist())
     page.set_viewport_size({"width": 1400, "height": 1600})
     page.goto(f"{app_url}/attribution_graph?prompt={quote(PROMPT)}")
@@ -36,14 +41,18 @@ def test_clicking_a_feature_node_opens_it(page, app_url):
         return {id: t.customdata[i], x: r.left + xa.l2p(t.x[i]), y: r.top + ya.l2p(t.y[i])}; }""")
     name = graph_view.node_name(g, target["id"], token_labels(lm.tokenizer, g.ids))
     opened = page.get_by_text(f"{name} · activation")
-    assert opened.count() == 0                       # the page opened another feature first
+    assert opened.count() == 0  # the page opened another feature first
     watch_rerun(page)
     page.mouse.click(target["x"], target["y"])
     wait_rerun(page)
-    opened.wait_for(timeout=30_000)                  # its details, from the click alone
+    opened.wait_for(timeout=30_000)  # its details, from the click alone
     picker = page.locator('[data-testid="stMain"] [data-testid="stSelectbox"] input').first
-    assert name in (picker.get_attribute("aria-label") or "") + (picker.input_value() or "") + \
-        page.locator('[data-testid="stMain"] [data-testid="stSelectbox"]').first.inner_html()   # the picker follows
+    assert (
+        name
+        in (picker.get_attribute("aria-label") or "")
+        + (picker.input_value() or "")
+        + page.locator('[data-testid="stMain"] [data-testid="stSelectbox"]').first.inner_html()
+    )  # the picker follows
     assert page.locator('[data-testid="stException"]').count() == 0
     shot(page, "attribution_graph_click")
 
@@ -55,7 +64,10 @@ def test_both_thresholds_at_one_draw_a_capped_view(page, app_url):
     page.goto(f"{app_url}/attribution_graph?prompt={quote(PROMPT)}")
     wait_idle(page)
     wait_drawn(page)
-    names = ("Keep the nodes holding this share of the influence", "Keep the edges holding this share of the edge scores")
+    names = (
+        "Keep the nodes holding this share of the influence",
+        "Keep the edges holding this share of the edge scores",
+    )
     for name in names:
         watch_rerun(page)
         thumb = page.get_by_role("slider", name=name)

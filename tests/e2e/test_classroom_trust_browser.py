@@ -3,6 +3,7 @@ a browser context of their own. Each test fails on the code before #50: a defaul
 left a student on their own prompt; a reload lost the teacher's room; the CSV was built when the
 page last ran; one address's 60 wrong codes locked out the class; `me=` in a copied address
 signed its opener in as that student."""
+
 from __future__ import annotations
 
 import csv
@@ -32,7 +33,7 @@ def engine_top(prompt: str) -> tuple[str, float]:
     lm = models.load_lm(models.default_model_spec(), "cpu")
     with torch.inference_mode():
         logits = lm.model(torch.tensor([lm.tokenizer.prompt_ids(prompt)])).logits[0, -1]
-    probs = logits[:min(lm.tokenizer.vocab_size, lm.config.vocab_size)].double().softmax(-1)
+    probs = logits[: min(lm.tokenizer.vocab_size, lm.config.vocab_size)].double().softmax(-1)
     best = int(probs.argmax())
     return lm.tokenizer.display_piece(best), float(probs[best])
 
@@ -76,7 +77,7 @@ def test_a_default_prompt_push_replaces_a_students_own_prompt(browser, app_url):
     try:
         code = open_room(teacher, app_url)
         joined(pupil, app_url, code)
-        type_prompt(pupil, OWN)   # the student explores on a prompt of their own
+        type_prompt(pupil, OWN)  # the student explores on a prompt of their own
         teacher.get_by_test_id("stSidebarNav").get_by_role("link", name="Next-token sampling").click()
         wait_idle(teacher)
         assert teacher.get_by_label("Prompt", exact=True).input_value() == sidebar.DEFAULT_PROMPT
@@ -86,8 +87,8 @@ def test_a_default_prompt_push_replaces_a_students_own_prompt(browser, app_url):
         assert "/next_token" in pupil.url
         moment = dict(store().room(code.replace("-", "")).moment.params)
         assert moment["prompt"] == sidebar.DEFAULT_PROMPT and moment["model"] == models.default_model_spec()
-        assert {"seed", "t", "top_k", "top_p"} <= set(moment)   # the view's defaults too
-        expect(teacher.get_by_text("1 of 1 students show it")).to_be_visible(timeout=SLOW)   # the push's steps
+        assert {"seed", "t", "top_k", "top_p"} <= set(moment)  # the view's defaults too
+        expect(teacher.get_by_text("1 of 1 students show it")).to_be_visible(timeout=SLOW)  # the push's steps
         shot(teacher, "classroom_push_status")
     finally:
         for c in ctxs:
@@ -101,15 +102,17 @@ def test_a_teacher_reload_keeps_the_room_and_a_question_shows_and_grades_one_pro
         code = open_room(teacher, app_url)
         joined(pupil, app_url, code, "Ada")
         type_prompt(teacher, EIFFEL)
-        teacher.reload()   # F5 on the projected screen
+        teacher.reload()  # F5 on the projected screen
         wait_idle(teacher)
         expect(teacher.get_by_role("heading", name=re.compile(f"Join with code {code}"))).to_be_visible(timeout=SLOW)
         key = teacher_key(ctxs[0])
         assert key not in teacher.url and key not in teacher.inner_text("body").replace("\n", "")
         teacher.get_by_role("button", name="Ask the class").click()
-        for page in (teacher, pupil):   # both screens say which prompt the question is about
+        for page in (teacher, pupil):  # both screens say which prompt the question is about
             expect(page.get_by_text(re.compile("About this prompt"))).to_be_visible(timeout=SLOW)
-            expect(page.get_by_test_id("stMainBlockContainer").get_by_text(EIFFEL, exact=True)).to_be_visible(timeout=SLOW)
+            expect(page.get_by_test_id("stMainBlockContainer").get_by_text(EIFFEL, exact=True)).to_be_visible(
+                timeout=SLOW
+            )
         radio = pupil.get_by_role("radiogroup", name="Your answer")
         radio.get_by_text(top, exact=True).click()
         pupil.get_by_role("button", name="Send my answer").click()
@@ -135,13 +138,17 @@ def test_the_export_holds_what_the_store_holds_at_the_click(browser, app_url):
             page.get_by_role("button", name="Send my answer").click()
             expect(page.get_by_text("Your answer:")).to_be_visible(timeout=SLOW)
         expect(teacher.locator(".gtitle", has_text="2 of 2 answered")).to_be_visible(timeout=SLOW)
-        teacher.get_by_role("button", name="Reveal the model's answer").click()   # in the live panel: no page run
+        teacher.get_by_role("button", name="Reveal the model's answer").click()  # in the live panel: no page run
         expect(teacher.get_by_text(re.compile("The model:"))).to_be_visible(timeout=SLOW)
         text = exported(teacher)
         want = export.results_csv(store().results(code.replace("-", ""), private_key(teacher)))
         rows = list(csv.DictReader(io.StringIO(text)))
-        assert list(csv.reader(io.StringIO(text))) == list(csv.reader(io.StringIO(want))) and len(rows) == 2 and {r["nickname"] for r in rows} == {"s0", "s1"}
-        assert all(r["correct"] in ("yes", "no") for r in rows)   # graded: the reveal is in it
+        assert (
+            list(csv.reader(io.StringIO(text))) == list(csv.reader(io.StringIO(want)))
+            and len(rows) == 2
+            and {r["nickname"] for r in rows} == {"s0", "s1"}
+        )
+        assert all(r["correct"] in ("yes", "no") for r in rows)  # graded: the reveal is in it
     finally:
         for c in ctxs:
             c.close()
@@ -178,7 +185,7 @@ def wrong_tries(page, app_url: str, n: int) -> None:
             wait_idle(page)
 
 
-SCHOOL = {"X-Forwarded-For": "203.0.113.7"}   # one school's public address, as nginx passes it on
+SCHOOL = {"X-Forwarded-For": "203.0.113.7"}  # one school's public address, as nginx passes it on
 
 
 def test_61_wrong_codes_from_one_address_lock_out_no_latecomer_nor_a_reloading_student(browser, app_url):
@@ -187,7 +194,7 @@ def test_61_wrong_codes_from_one_address_lock_out_no_latecomer_nor_a_reloading_s
     try:
         code = open_room(teacher, app_url)
         joined(early, app_url, code, "early")
-        wrong_tries(guesser, app_url, 61)   # every browser here comes from the school's one address
+        wrong_tries(guesser, app_url, 61)  # every browser here comes from the school's one address
         joined(late, app_url, code, "late")
         early.reload()
         wait_idle(early)
@@ -204,11 +211,11 @@ def test_a_copied_student_address_opened_elsewhere_is_not_that_student(browser, 
         code = open_room(teacher, app_url)
         joined(ada, app_url, code, "Ada")
         assert "me=" not in ada.url
-        other.goto(ada.url)   # the address bar, copied and shared
+        other.goto(ada.url)  # the address bar, copied and shared
         wait_idle(other)
         expect(other.get_by_role("button", name="Join the class")).to_be_visible(timeout=SLOW)
         assert "Waiting for your teacher" not in other.inner_text("body")
-        ada.reload()          # while Ada's own browser is still Ada
+        ada.reload()  # while Ada's own browser is still Ada
         wait_idle(ada)
         expect(ada.get_by_text("Waiting for your teacher's first question")).to_be_visible(timeout=SLOW)
         assert store().room(code.replace("-", "")).students == 1
@@ -229,7 +236,7 @@ def test_f5_on_the_teachers_screen_keeps_the_room_and_closing_asks_first(browser
         teacher.get_by_role("button", name=re.compile("Close the room")).click()
         confirm = teacher.get_by_role("button", name="Yes: close it and delete its answers")
         expect(confirm).to_be_visible(timeout=SLOW)
-        assert store().room(code.replace("-", "")) is not None   # nothing closed by the first click
+        assert store().room(code.replace("-", "")) is not None  # nothing closed by the first click
         shot(teacher, "classroom_close_confirm")
         confirm.click()
         expect(teacher.get_by_text("The room is closed")).to_be_visible(timeout=SLOW)

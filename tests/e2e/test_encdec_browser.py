@@ -1,5 +1,6 @@
 """Browser: train the reversal model on the page, check the drawn cross-attention against the
 downloaded model's own tensors, and load that download back through the upload box."""
+
 from __future__ import annotations
 
 import re
@@ -38,7 +39,7 @@ def test_train_reversal_and_read_the_alignment(page, app_url, tmp_path):
     np.testing.assert_allclose(drawn, want, rtol=1e-5, atol=1e-7)
     n = len(text)
     assert answer == text[::-1]
-    anti = want[:, np.arange(n), n - 1 - np.arange(n)].mean(-1)     # weight on source n-1-i per head
+    anti = want[:, np.arange(n), n - 1 - np.arange(n)].mean(-1)  # weight on source n-1-i per head
     assert anti.max() > 0.5
 
     page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(path))
@@ -59,13 +60,13 @@ def _train_on_the_page(page, app_url) -> float:
     expect(page.get_by_role("button", name="Train a fresh model")).to_be_visible(timeout=120_000)
     wait_idle(page)
     steps = page.get_by_role("spinbutton", name="Training steps")
-    expect(steps).to_have_value("400")                                  # the page's default
+    expect(steps).to_have_value("400")  # the page's default
     steps.fill(str(STEPS))
     steps.press("Enter")
     wait_idle(page)
     expect(steps).to_have_value(str(STEPS))
     page.get_by_role("button", name="Train a fresh model").click()
-    page.get_by_test_id("stProgress").first.wait_for(timeout=120_000)   # the live progress bar
+    page.get_by_test_id("stProgress").first.wait_for(timeout=120_000)  # the live progress bar
     wait_idle(page, timeout=900_000)
     success = page.get_by_test_id("stAlert").filter(has_text="exact-match accuracy").inner_text()
     acc = float(re.search(r"accuracy ([\d.]+)%", success).group(1)) / 100

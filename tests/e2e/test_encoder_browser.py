@@ -1,6 +1,7 @@
 """An encoder (MiniLM, the `minilm` package) in real Chromium: a sentence pair's head view draws
 sentence A against sentence B, the neuron view's score is the engine's, and the similarity page's
 cosine matrix is the engine's. Screenshots: screenshots/encoder_*.png."""
+
 from __future__ import annotations
 
 from urllib.parse import quote
@@ -44,10 +45,10 @@ def test_pair_head_view_and_neuron_view(page, app_url):
     lm = models.load_lm("minilm", "cpu")
     ids = lm.tokenizer.prompt_ids(PAIR)
     sep = ids.index(lm.tokenizer.sep_id)
-    pieces = token_labels(lm.tokenizer, ids)   # the page's axis labels: piece ·position
+    pieces = token_labels(lm.tokenizer, ids)  # the page's axis labels: piece ·position
     view = page.locator(PLOT).filter(has_text="looking at").first
     texts = view.evaluate("el => el._fullData.filter(t => t.mode === 'text').map(t => Array.from(t.text))")
-    assert texts[0] == pieces[:sep + 1] and texts[1] == pieces[sep + 1:]      # sentence A left, sentence B right
+    assert texts[0] == pieces[: sep + 1] and texts[1] == pieces[sep + 1 :]  # sentence A left, sentence B right
     view.scroll_into_view_if_needed()
     view.screenshot(path=str(shot(page, "encoder_head_view_pair").with_name("encoder_head_view_pair_chart.png")))
     tab(page, "Neuron view")
@@ -85,6 +86,7 @@ def test_similarity_page(page, app_url):
 
 def test_what_heads_look_at(page, app_url):
     from tfm.analysis.encoders.bert_heads import KINDS, SAMPLE_TEXTS, look_at
+
     open_page(page, app_url, "look_at", "What heads look at")
     wait_drawn(page, timeout=SLOW)
     lm = models.load_lm("minilm", "cpu")

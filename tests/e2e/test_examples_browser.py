@@ -1,6 +1,7 @@
 """The example buttons in real Chromium: the Attention page's "Try: …" button puts the repeated
 sequence in the sidebar and draws its induction head, whose drawn pattern scores what the button
 said. Screenshots: screenshots/examples_attention_before.png, examples_attention_after.png."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,10 +14,13 @@ from tests.e2e.conftest import shot, wait_drawn, wait_idle, wait_rerun, watch_re
 
 
 def drawn_z(page, title: str):
-    return page.evaluate("""t => { for (const el of document.querySelectorAll('.js-plotly-plot')) {
+    return page.evaluate(
+        """t => { for (const el of document.querySelectorAll('.js-plotly-plot')) {
         const name = el.querySelector('.gtitle');
         if (name && name.textContent.startsWith(t)) return el._fullData[0].z.map(r => Array.from(r)); }
-        return null; }""", title)
+        return null; }""",
+        title,
+    )
 
 
 def test_attention_example_button(page, app_url):

@@ -1,6 +1,7 @@
 """A GQA + partial-rotary + parallel-block model opened by a shared link in real Chromium: the
 Positions page draws only the rotated pairs (equal to the engine's angles), the Shapes page
 counts KV heads, and the sidebar shows the new fields. Screenshots for a human to look at."""
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,19 @@ from ui import models
 from tests.e2e.conftest import shot, wait_drawn, wait_idle
 
 PLOT = '[data-testid="stPlotlyChart"] .js-plotly-plot'
-CFG = ModelConfig.preset("tiny", d_model=32, n_head=4, n_kv_head=2, pos_encoding="rope", rotary_pct=0.5,
-                      parallel_block=True, norm="rmsnorm", activation="swiglu", bias=False, qkv_bias=True)
+CFG = ModelConfig.preset(
+    "tiny",
+    d_model=32,
+    n_head=4,
+    n_kv_head=2,
+    pos_encoding="rope",
+    rotary_pct=0.5,
+    parallel_block=True,
+    norm="rmsnorm",
+    activation="swiglu",
+    bias=False,
+    qkv_bias=True,
+)
 
 
 def open_link(page, url: str, path: str, heading: str) -> None:

@@ -6,6 +6,7 @@ write the settings a link left out (`&model=default&prompt=...&seed=0&device=cpu
 the page's first run: a second entry, and Back needed two presses. Now settings at their
 defaults stay out of the address (`ui.links.url_set(defaults=...)`); a change the user makes
 still goes into it, so the address stays a link to what is shown."""
+
 from __future__ import annotations
 
 from playwright.sync_api import expect
@@ -18,13 +19,13 @@ def test_one_back_leaves_a_page_opened_by_link(page, app_url):
     page.goto("about:blank")
     page.goto(f"{app_url}/attention?layer=1")
     expect_title(page, "Layer 1, head 0")
-    page.wait_for_timeout(1500)              # a late address update would come within this
+    page.wait_for_timeout(1500)  # a late address update would come within this
     assert page.url == f"{app_url}/attention?layer=1"
     assert page.evaluate("history.length") == 2
     page.go_back()
     expect(page).to_have_url("about:blank")
 
-    page.go_forward()                        # the link again: a change the user makes goes into the address
+    page.go_forward()  # the link again: a change the user makes goes into the address
     expect_title(page, "Layer 1, head 0")
     press(page, "Head", "ArrowRight", 2)
     expect_title(page, "Layer 1, head 2")

@@ -1,5 +1,6 @@
 """Induction lesson in real Chromium: train on the page, then the drawn charts hold the numbers of the
 same run recomputed here (training is reproducible for a seed). Screenshot: screenshots/induction_trained.png."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,11 +13,14 @@ SLOW = 240_000
 
 def drawn(page, title: str) -> list[dict]:
     """The plotly traces (x, y) of the chart whose title starts with `title`."""
-    return page.evaluate("""t => { for (const el of document.querySelectorAll('.js-plotly-plot')) {
+    return page.evaluate(
+        """t => { for (const el of document.querySelectorAll('.js-plotly-plot')) {
         const name = el.querySelector('.gtitle');
         if (name && name.textContent.startsWith(t))
             return el._fullData.map(d => ({name: d.name, x: Array.from(d.x || []), y: Array.from(d.y || [])})); }
-        return null; }""", title)
+        return null; }""",
+        title,
+    )
 
 
 def test_training_on_the_page_draws_the_plateau_the_drop_and_the_head(browser, app_url):
@@ -36,6 +40,7 @@ def test_training_on_the_page_draws_the_plateau_the_drop_and_the_head(browser, a
     assert f"at step {step} " in page.locator('[data-testid="stAlertContentSuccess"]').inner_text()
     np.testing.assert_allclose(drawn(page, "Loss on the copied partners")[0]["y"], res.losses, rtol=1e-5)
     scores = {d["name"]: d for d in drawn(page, "Induction score per head")}
-    np.testing.assert_allclose(scores[f"layer {layer} head {head}"]["y"],
-                               [float(s.induction[layer, head]) for s in res.snapshots], rtol=1e-5)
+    np.testing.assert_allclose(
+        scores[f"layer {layer} head {head}"]["y"], [float(s.induction[layer, head]) for s in res.snapshots], rtol=1e-5
+    )
     ctx.close()

@@ -1,5 +1,6 @@
 """Positional encodings, LayerNorm & residual stream, Shapes & parameters in real Chromium:
 the drawn numbers equal the engine's, and screenshots for a human to look at."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,7 +17,7 @@ PLOT = '[data-testid="stPlotlyChart"] .js-plotly-plot'
 
 def engine():
     lm = models.load_lm(models.default_model_spec(), "cpu")
-    ids = lm.tokenizer.encode(sidebar.DEFAULT_PROMPT)[-lm.config.context_length:]
+    ids = lm.tokenizer.encode(sidebar.DEFAULT_PROMPT)[-lm.config.context_length :]
     with torch.inference_mode():
         trace = lm.model(torch.tensor([ids]), trace=True).trace
     return lm, ids, trace
@@ -54,8 +55,9 @@ def test_positions_page(page, app_url):
 
 def test_norms_page(page, app_url):
     lm, ids, trace = engine()
-    open_page(page, app_url, "LayerNorm & residual stream", "LayerNorm & the residual stream", 4500,
-              "Gradient norm per block")
+    open_page(
+        page, app_url, "LayerNorm & residual stream", "LayerNorm & the residual stream", 4500, "Gradient norm per block"
+    )
     stats = norm_stats(trace)
     np.testing.assert_allclose(drawn_z(page, "ln1.input_std"), stats["ln1.input_std"].double().numpy(), rtol=1e-5)
     expect(page.get_by_text("≤ 1e-6", exact=False).first).to_be_visible()

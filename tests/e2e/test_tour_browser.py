@@ -1,5 +1,6 @@
 """Tour in real Chromium: presentation mode walked with the keyboard, the normal page on a tall
 window, and the checks on a phone-sized window. Screenshots go to screenshots/ (look at them)."""
+
 from __future__ import annotations
 
 from tests.e2e.conftest import context, shot
@@ -31,15 +32,17 @@ def test_presentation_mode_walks_with_the_arrow_keys(browser, app_url):
     shot(page, "tour_present_01")
     for i in range(2, 8):
         page.keyboard.press("ArrowRight")
-        page.wait_for_function("h => document.querySelector('[data-testid=\"stHeading\"] h2')?.innerText !== h",
-                               arg=seen[-1], timeout=SLOW)
+        page.wait_for_function(
+            "h => document.querySelector('[data-testid=\"stHeading\"] h2')?.innerText !== h", arg=seen[-1], timeout=SLOW
+        )
         wait_idle(page)
         seen.append(header(page))
         shot(page, f"tour_present_{i:02d}")
     assert len(set(seen)) == len(seen)
     page.keyboard.press("ArrowLeft")
-    page.wait_for_function("h => document.querySelector('[data-testid=\"stHeading\"] h2')?.innerText === h",
-                           arg=seen[-2], timeout=SLOW)
+    page.wait_for_function(
+        "h => document.querySelector('[data-testid=\"stHeading\"] h2')?.innerText === h", arg=seen[-2], timeout=SLOW
+    )
     assert "step=" in page.url and "present=1" in page.url
     assert page.locator('[data-testid="stException"]').count() == 0
     ctx.close()
@@ -60,8 +63,9 @@ def test_normal_page_on_a_tall_window(browser, app_url):
 
 
 def test_the_check_fits_a_phone(browser, app_url):
-    ctx = context(browser, viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True,
-                              has_touch=True)
+    ctx = context(
+        browser, viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True, has_touch=True
+    )
     page = ctx.new_page()
     page.set_default_timeout(SLOW)
     page.goto(f"{app_url}/tour?step=logits")
@@ -70,6 +74,6 @@ def test_the_check_fits_a_phone(browser, app_url):
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390 + 1, f"the page is {width}px wide on a 390px phone"
     form = page.locator('[data-testid="stForm"]')
-    assert form.count() == 1 and form.bounding_box()["width"] <= 390          # the check fits the phone
+    assert form.count() == 1 and form.bounding_box()["width"] <= 390  # the check fits the phone
     assert "most likely next token" in form.inner_text()
     ctx.close()

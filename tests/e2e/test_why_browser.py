@@ -1,5 +1,6 @@
 """Why-this-token page in a real browser: the head heatmap the browser drew equals the
 engine's attribution; clicking a head cell opens its source split; tabs render without errors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,10 @@ def test_why_page_draws_the_engines_numbers(page, app_url):
     page.goto(f"{app_url}/why")
     wait_idle(page)
     # by its title, drawn: a first run after the server starts may mount the charts one by one
-    plot = page.locator('[data-testid="stPlotlyChart"] .js-plotly-plot',
-                        has=page.locator(".gtitle", has_text="Every head's direct contribution"))
+    plot = page.locator(
+        '[data-testid="stPlotlyChart"] .js-plotly-plot',
+        has=page.locator(".gtitle", has_text="Every head's direct contribution"),
+    )
     page.wait_for_function("el => !!el._fullData?.[0]?.z", arg=plot.element_handle())
     drawn = np.array(plot.evaluate("el => Array.from(el._fullData[0].z, r => Array.from(r))"))
     np.testing.assert_allclose(drawn, attr.heads.numpy(), rtol=1e-5, atol=1e-7)

@@ -8,6 +8,7 @@ norm, `split_qkv` (heads, QK-norm, RoPE), the trace's stored angles (a local lay
 window and `attention_scores`, so the rows equal the trace's pattern rows up to
 float rounding (tests/test_attention_rows.py compares them).
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,17 +27,17 @@ def pattern_rows(model: GPT, trace: Trace, layer: int, start: int, stop: int, ba
     cfg = model.config
     if not 0 <= layer < cfg.n_layer:
         raise ValueError(f"layer {layer} does not exist; the model has {cfg.n_layer} blocks")
-    x = trace[name("resid_pre", layer)][batch]                         # (T, D)
+    x = trace[name("resid_pre", layer)][batch]  # (T, D)
     if not 0 <= start < stop <= x.shape[0]:
         raise ValueError(f"rows {start}..{stop - 1} are outside the prompt's {x.shape[0]} positions")
     block, p = model.blocks[layer], next(model.parameters())
-    n_keys = stop if cfg.causal else x.shape[0]                        # an encoder's rows read every key
-    x = x[:n_keys].to(p.device, p.dtype)[None]                         # (1, S, D)
-    a_in = block.ln1(x) if block.pre else x                            # post-norm: ln1 follows attention
+    n_keys = stop if cfg.causal else x.shape[0]  # an encoder's rows read every key
+    x = x[:n_keys].to(p.device, p.dtype)[None]  # (1, S, D)
+    a_in = block.ln1(x) if block.pre else x  # post-norm: ln1 follows attention
     window, scale = block.attn.window, block.attn.scale
     angles = _angles(trace, window)[:n_keys].to(p.device) if cfg.pos_encoding == "rope" else None  # (S, rd/2)
     # the block's own projection and head split (grouped-query, partial rotary, QK-norm, RoPE as in the forward)
-    q, k, _ = block.attn.split_qkv(block.attn.qkv(a_in), angles)       # (1, H, S, hd), (1, Hkv, S, hd)
+    q, k, _ = block.attn.split_qkv(block.attn.qkv(a_in), angles)  # (1, H, S, hd), (1, Hkv, S, hd)
     if not cfg.causal:
         return attention_scores(q[:, :, start:stop], k, None, scale)[0].softmax(-1)[..., :stop].float().cpu()
     # queries are the last rows; a local layer's reach only its window (keys further back get exactly 0)
@@ -46,4 +47,8 @@ def pattern_rows(model: GPT, trace: Trace, layer: int, start: int, stop: int, ba
 
 def _angles(trace: Trace, window: int | None) -> torch.Tensor:
     """The RoPE angles a layer used: a local layer's own base when the model has one (Gemma 3)."""
-    return trace["rope.local_angles"] if window is not None and "rope.local_angles" in trace else trace[name("rope_angles")]
+    return (
+        trace["rope.local_angles"]
+        if window is not None and "rope.local_angles" in trace
+        else trace[name("rope_angles")]
+    )

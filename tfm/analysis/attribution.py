@@ -9,6 +9,7 @@ gain * W_U[token] / scale, plus the final norm's bias term, which is counted in 
 tfm has no unembedding bias. Post-norm models are refused: every block's norm rescales
 the whole running sum, so the final stream is not a sum of what each part wrote.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,18 +27,18 @@ class Attribution:
     """Direct contributions to `target` (the logit of `token`, or logit(token) - logit(versus))
     at `position`. `values` (float64) follow `components` and add up to `target`."""
 
-    components: tuple[str, ...]   # embed, pos_embed, blocks.{l}.attn.head.{h}, blocks.{l}.mlp, bias
-    values: torch.Tensor          # (N,) float64
+    components: tuple[str, ...]  # embed, pos_embed, blocks.{l}.attn.head.{h}, blocks.{l}.mlp, bias
+    values: torch.Tensor  # (N,) float64
     position: int
     token: int
     versus: int | None
-    target: float                 # the model's own logit (difference) at `position`
-    scale: float                  # the final norm's std or rms at `position`, frozen
-    heads: torch.Tensor           # (L, H) the head entries of `values`
-    mlps: torch.Tensor            # (L,) the MLP entries of `values` (without their output bias)
-    sources: torch.Tensor         # (L, H, T) each head's value split over the positions it read
-    neurons: torch.Tensor         # (L, F) each MLP neuron's share: activation x output direction
-    activations: torch.Tensor     # (L, F) mlp.post at `position`
+    target: float  # the model's own logit (difference) at `position`
+    scale: float  # the final norm's std or rms at `position`, frozen
+    heads: torch.Tensor  # (L, H) the head entries of `values`
+    mlps: torch.Tensor  # (L,) the MLP entries of `values` (without their output bias)
+    sources: torch.Tensor  # (L, H, T) each head's value split over the positions it read
+    neurons: torch.Tensor  # (L, F) each MLP neuron's share: activation x output direction
+    activations: torch.Tensor  # (L, F) mlp.post at `position`
 
     def by_source(self, layer: int, head: int) -> torch.Tensor:
         """(T,) how much of head (layer, head)'s contribution came from each source position:
@@ -106,8 +107,7 @@ def direction(model: GPT, trace, position: int, token: int, versus: int | None) 
 
 
 @torch.no_grad()
-def direct(lm, ids, position: int = -1, token: int | None = None, versus: int | None = None,
-           trace=None) -> Attribution:
+def direct(lm, ids, position: int = -1, token: int | None = None, versus: int | None = None, trace=None) -> Attribution:
     """Direct logit attribution of every component writing to the residual stream, with the final
     norm's scale frozen at its value for `position`. `token` defaults to the model's top
     prediction there; with `versus` the target is the logit difference token - versus.
@@ -133,8 +133,20 @@ def direct(lm, ids, position: int = -1, token: int | None = None, versus: int | 
     names.append("bias")
     vals.append(torch.tensor(bias, dtype=torch.float64))
     target = float(logits[token] - (logits[versus] if versus is not None else 0))
-    return Attribution(tuple(names), torch.stack(vals), p, token, versus, target, scale, torch.stack(heads),
-                       torch.stack(mlps), torch.stack(sources), torch.stack(neurons), torch.stack(acts))
+    return Attribution(
+        tuple(names),
+        torch.stack(vals),
+        p,
+        token,
+        versus,
+        target,
+        scale,
+        torch.stack(heads),
+        torch.stack(mlps),
+        torch.stack(sources),
+        torch.stack(neurons),
+        torch.stack(acts),
+    )
 
 
 def _prepare(lm, ids, position: int, token: int | None, versus: int | None, trace):
@@ -142,8 +154,10 @@ def _prepare(lm, ids, position: int, token: int | None, versus: int | None, trac
     model = _model(lm)
     cfg = model.config
     if cfg.norm_placement == "post":
-        raise ValueError("direct attribution needs a pre-norm model: with post-norm every block's norm "
-                         "rescales the running sum, so the output is not a sum of what each part wrote")
+        raise ValueError(
+            "direct attribution needs a pre-norm model: with post-norm every block's norm "
+            "rescales the running sum, so the output is not a sum of what each part wrote"
+        )
     x = _ids(model, ids)
     p = check_position(position, x.shape[1])
     tr = trace if trace is not None else model(x, trace=True).trace
@@ -161,13 +175,13 @@ def _block_shares(block, tr, i: int, p: int, d: torch.Tensor, n_head: int, bias:
     """Block i's direct shares along d at position p: per head (H,), per head and source
     position (H, T), per neuron (F,), the neurons' activations (F,), and `bias` plus the
     output biases' share (added in the same order as ever, so sums stay bit-identical)."""
-    wod = _head_directions(block.attn, d)                          # (H, hd)
+    wod = _head_directions(block.attn, d)  # (H, hd)
     res = (_f64(tr[f"blocks.{i}.attn.z"][0, :, p]) * wod).sum(-1)  # (H,) = z_h W_O_h^T . d
-    mlp_w = _f64(block.mlp.proj.weight)                            # (D, F)
-    post = _f64(tr[f"blocks.{i}.mlp.post"][0, p])                  # (F,)
-    v = _f64(kv_per_query_head(tr, "v", i, n_head))                 # (H, T, hd): kv head of each
-    pattern = _f64(tr[f"blocks.{i}.attn.pattern"][0, :, p])        # (H, T)
-    source = pattern * torch.einsum("hsd,hd->hs", v, wod)          # (H, T): sums to res
+    mlp_w = _f64(block.mlp.proj.weight)  # (D, F)
+    post = _f64(tr[f"blocks.{i}.mlp.post"][0, p])  # (F,)
+    v = _f64(kv_per_query_head(tr, "v", i, n_head))  # (H, T, hd): kv head of each
+    pattern = _f64(tr[f"blocks.{i}.attn.pattern"][0, :, p])  # (H, T)
+    source = pattern * torch.einsum("hsd,hd->hs", v, wod)  # (H, T): sums to res
     for b in (block.attn.proj.bias, block.mlp.proj.bias):
         bias = bias + (float(_f64(b) @ d) if b is not None else 0.0)
     return res, source, post * (d @ mlp_w), post, bias
@@ -176,7 +190,7 @@ def _block_shares(block, tr, i: int, p: int, d: torch.Tensor, n_head: int, bias:
 def _head_directions(attn, d: torch.Tensor) -> torch.Tensor:
     """(H, hd): W_O_h^T d for every head, so that head h's share is z_h . row h."""
     w_o = _f64(attn.proj.weight)
-    w_o = w_o.reshape(w_o.shape[0], attn.n_head, attn.d_head)          # (D, H, hd)
+    w_o = w_o.reshape(w_o.shape[0], attn.n_head, attn.d_head)  # (D, H, hd)
     return torch.einsum("ehd,e->hd", w_o, d)
 
 
@@ -184,8 +198,8 @@ def _head_directions(attn, d: torch.Tensor) -> torch.Tensor:
 class Neuron:
     layer: int
     index: int
-    activation: float          # mlp.post at the position
-    value: float               # its direct contribution (activation x output direction . d)
+    activation: float  # mlp.post at the position
+    value: float  # its direct contribution (activation x output direction . d)
     promotes: tuple[int, ...]  # token ids its output direction raises most (through the final gain)
     suppresses: tuple[int, ...]
 
@@ -204,10 +218,18 @@ def top_neurons(lm, attr: Attribution, k: int = 10, n_tokens: int = 8) -> list[N
         out_dir = model.blocks[layer].mlp.proj.weight.detach()[:, n] * norm.weight.detach()  # (D,)
         if norm.kind == "layernorm":
             out_dir = out_dir - out_dir.mean()
-        scores = (w_u @ out_dir)[:n_words(lm)]                         # (V,): tokens only
+        scores = (w_u @ out_dir)[: n_words(lm)]  # (V,): tokens only
         kk = min(n_tokens, scores.numel())
-        out.append(Neuron(layer, n, float(attr.activations[layer, n]), float(flat[j]),
-                          tuple(scores.topk(kk).indices.tolist()), tuple((-scores).topk(kk).indices.tolist())))
+        out.append(
+            Neuron(
+                layer,
+                n,
+                float(attr.activations[layer, n]),
+                float(flat[j]),
+                tuple(scores.topk(kk).indices.tolist()),
+                tuple((-scores).topk(kk).indices.tolist()),
+            )
+        )
     return out
 
 
@@ -217,13 +239,17 @@ def token_id(tokenizer, text: str, vocab_size: int) -> int:
     shortened (`tfm.core.escape.short`), as a link may carry any length."""
     ids = tokenizer.encode(text)
     if len(ids) == 1 and not 0 <= ids[0] < vocab_size:
-        raise ValueError(f"{short(text)!r} is a token of the tokenizer but not of this model, which has "
-                         f"{vocab_size:,} tokens: pick another")
+        raise ValueError(
+            f"{short(text)!r} is a token of the tokenizer but not of this model, which has "
+            f"{vocab_size:,} tokens: pick another"
+        )
     if len(ids) != 1:
         pieces = " | ".join(tokenizer.display_piece(i) for i in ids[:12] if 0 <= i < tokenizer.vocab_size)
         more = f" | … {len(ids) - 12:,} more" if len(ids) > 12 else ""
-        raise ValueError(f"{short(text)!r} is not one token of the vocabulary: it splits into {len(ids):,} "
-                         f"({pieces or 'nothing'}{more}); pick a single token (a leading space is often part of it)")
+        raise ValueError(
+            f"{short(text)!r} is not one token of the vocabulary: it splits into {len(ids):,} "
+            f"({pieces or 'nothing'}{more}); pick a single token (a leading space is often part of it)"
+        )
     return ids[0]
 
 
@@ -238,21 +264,22 @@ def flow(lm, trace, start: int, stop: int) -> torch.Tensor:
     for i, block in enumerate(model.blocks):
         attn = block.attn
         w_o = attn.proj.weight.detach().float().cpu()
-        w_o = w_o.reshape(w_o.shape[0], attn.n_head, attn.d_head)      # (D, H, hd)
+        w_o = w_o.reshape(w_o.shape[0], attn.n_head, attn.d_head)  # (D, H, hd)
         v = kv_per_query_head(trace, "v", i, attn.n_head)[:, start:stop].float()  # (H, W, hd)
-        size = torch.einsum("hsd,ehd->hse", v, w_o).norm(dim=-1)       # (H, W)
+        size = torch.einsum("hsd,ehd->hse", v, w_o).norm(dim=-1)  # (H, W)
         pattern = trace[f"blocks.{i}.attn.pattern"][0, :, start:stop, start:stop].float()  # (H, W, W)
-        out.append((pattern * size[:, None, :]).sum(0))                # (W, W)
+        out.append((pattern * size[:, None, :]).sum(0))  # (W, W)
     return torch.stack(out)
 
 
 def head_and_mlp_names(n_layer: int, n_head: int) -> list[str]:
     """Component names of every head (layer by layer) then every MLP: the order of a sweep's
     `head_effects.ravel()` followed by `mlp_effects`."""
-    return ([f"blocks.{i}.attn.head.{h}" for i in range(n_layer) for h in range(n_head)]
-            + [f"blocks.{i}.mlp" for i in range(n_layer)])
+    return [f"blocks.{i}.attn.head.{h}" for i in range(n_layer) for h in range(n_head)] + [
+        f"blocks.{i}.mlp" for i in range(n_layer)
+    ]
 
 
 def top_token(lm, trace, pos: int) -> int:
     """The model's top prediction after position `pos` of a trace, among real tokens (`n_words`)."""
-    return int(trace.logits_at(pos)[:n_words(lm)].argmax())
+    return int(trace.logits_at(pos)[: n_words(lm)].argmax())

@@ -1,12 +1,15 @@
 """What a page needs of a model, by capability (never by name): a next-token head, a masked-LM
 head, bidirectional attention. Each answer is one line a page shows instead of its content."""
+
 from __future__ import annotations
 
 from ..core.config import ModelConfig
 
-WHAT = {"next": "a language-model head that predicts the next token",
-        "masked": "a masked-language-model head that fills [MASK]",
-        "none": "no language-model head (an encoder that makes sentence embeddings)"}
+WHAT = {
+    "next": "a language-model head that predicts the next token",
+    "masked": "a masked-language-model head that fills [MASK]",
+    "none": "no language-model head (an encoder that makes sentence embeddings)",
+}
 
 
 def has_next_token_head(cfg: ModelConfig) -> bool:
@@ -22,8 +25,10 @@ def missing_next_token_head(cfg: ModelConfig, page: str) -> str | None:
     """None when `page` (its name in words) can run on this model; else the one line why not."""
     if has_next_token_head(cfg):
         return None
-    return (f"{page} needs {WHAT['next']}; this model has {WHAT[cfg.lm_head]}. "
-            "Pick a language model (SmolLM2 or the bundled one) in the sidebar.")
+    return (
+        f"{page} needs {WHAT['next']}; this model has {WHAT[cfg.lm_head]}. "
+        "Pick a language model (SmolLM2 or the bundled one) in the sidebar."
+    )
 
 
 def missing_encoder(cfg: ModelConfig, page: str) -> str | None:
@@ -37,8 +42,10 @@ def missing_token_head(cfg: ModelConfig, page: str) -> str | None:
     """None when the model predicts tokens (next-token or fill-mask); else the one line why not."""
     if has_token_head(cfg):
         return None
-    return (f"{page} needs {WHAT['next']} (or one that fills [MASK]); this model has {WHAT[cfg.lm_head]}. "
-            "Pick a language model (SmolLM2 or the bundled one) in the sidebar.")
+    return (
+        f"{page} needs {WHAT['next']} (or one that fills [MASK]); this model has {WHAT[cfg.lm_head]}. "
+        "Pick a language model (SmolLM2 or the bundled one) in the sidebar."
+    )
 
 
 def predicted_position(cfg: ModelConfig, ids, mask_id: int | None) -> int:
@@ -50,7 +57,9 @@ def predicted_position(cfg: ModelConfig, ids, mask_id: int | None) -> int:
         raise ValueError(f"this model has {WHAT[cfg.lm_head]}: it predicts no token")
     found = [i for i, t in enumerate(ids) if mask_id is not None and int(t) == mask_id]
     if not found:
-        raise ValueError("type [MASK] in the prompt where a word should be filled in, e.g. 'The capital of France is [MASK].'")
+        raise ValueError(
+            "type [MASK] in the prompt where a word should be filled in, e.g. 'The capital of France is [MASK].'"
+        )
     return found[0]
 
 

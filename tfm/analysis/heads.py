@@ -5,6 +5,7 @@ Head detection scores follow TransformerLens's `detect_head` with its default
 i.e. the average attention mass each query puts on the positions the head type predicts.
 All functions read batch element 0 unless they say otherwise.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -59,30 +60,44 @@ def patterns(trace: Trace) -> torch.Tensor:
     return torch.stack([trace.pattern(i) for i in range(trace.n_layers())])
 
 
-def head_scores(trace: Trace, tokens: torch.Tensor | list[int], progress: Progress | None = None,
-                should_stop: cancel.ShouldStop = None) -> dict[str, torch.Tensor]:
+def head_scores(
+    trace: Trace,
+    tokens: torch.Tensor | list[int],
+    progress: Progress | None = None,
+    should_stop: cancel.ShouldStop = None,
+) -> dict[str, torch.Tensor]:
     """Per-head (L, H) scores: previous_token, first_token, duplicate_token, induction, entropy.
     One layer's (H, T, T) pattern is read at a time; only the (L, H) scores are kept.
     `should_stop` (tfm.core.cancel) is asked before each layer."""
     tok = torch.as_tensor(tokens).flatten().cpu()
     t, n = len(tok), trace.n_layers()
-    dets = {"previous_token": previous_token_detection(t), "first_token": first_token_detection(t),
-            "duplicate_token": duplicate_token_detection(tok), "induction": induction_detection(tok)}
+    dets = {
+        "previous_token": previous_token_detection(t),
+        "first_token": first_token_detection(t),
+        "duplicate_token": duplicate_token_detection(tok),
+        "induction": induction_detection(tok),
+    }
     rows: dict[str, list[torch.Tensor]] = {name: [] for name in (*dets, "entropy")}
     for layer in range(n):
         cancel.check(should_stop, "the head scores")
-        pat = trace.pattern(layer).float()                         # (H, T, T)
+        pat = trace.pattern(layer).float()  # (H, T, T)
         for name, det in dets.items():
             rows[name].append(detection_score(pat, det))
         rows["entropy"].append(entropy(pat).mean(-1))
         if progress is not None:
             progress(layer + 1, n)
-    return {name: torch.stack(r) for name, r in rows.items()}        # (L, H) each
+    return {name: torch.stack(r) for name, r in rows.items()}  # (L, H) each
 
 
 @torch.no_grad()
-def induction_probe(model: GPT, seq_len: int = 40, seed: int = 0, bos: int | None = None,
-                    progress: Progress | None = None, should_stop: cancel.ShouldStop = None) -> dict[str, torch.Tensor]:
+def induction_probe(
+    model: GPT,
+    seq_len: int = 40,
+    seed: int = 0,
+    bos: int | None = None,
+    progress: Progress | None = None,
+    should_stop: cancel.ShouldStop = None,
+) -> dict[str, torch.Tensor]:
     """Head scores on a random token sequence repeated twice, where only induction can predict
     the second half (the standard induction-head test). Returns head_scores plus `tokens`."""
     cfg = model.config
@@ -106,18 +121,18 @@ def top_head(scores: torch.Tensor) -> tuple[int, int, float]:
 
 
 # ---- the head table: every page, the home page and the model card read heads through this ----
-PROBE_LEN, PROBE_SEED = 40, 0   # the repeated-random-tokens probe: tokens per half, their seed
+PROBE_LEN, PROBE_SEED = 40, 0  # the repeated-random-tokens probe: tokens per half, their seed
 SCORES = {  # name -> what it measures: the prompt's scores, then the probe's ("repeat_" + prompt name)
     "entropy": "How spread out the head's attention is, in nats, averaged over queries: 0 = every "
-               "token looks at exactly one token; ln(T) = looks at all earlier tokens equally.",
+    "token looks at exactly one token; ln(T) = looks at all earlier tokens equally.",
     "previous_token": "Share of attention each token puts on the token right before it.",
     "first_token": "Share put on position 0. Heads with nothing useful to do often park their "
-                   "attention there (an 'attention sink').",
+    "attention there (an 'attention sink').",
     "duplicate_token": "Share put on earlier copies of the same token.",
     "induction": "Share put on the token right after an earlier copy of the current token "
-                 "(… A B … A → look at B): the head that continues repeated text.",
+    "(… A B … A → look at B): the head that continues repeated text.",
     "repeat_induction": "Induction score on random tokens repeated twice, where only induction can "
-                        "predict the second half: the cleanest test, independent of your prompt.",
+    "predict the second half: the cleanest test, independent of your prompt.",
     "repeat_previous_token": "Previous-token score on the same repeated random tokens.",
     **{f"to_{k}": v for k, v in bert_heads.HELP.items() if k in ("cls", "sep", "punctuation", "self")},
     "next_token": bert_heads.HELP["next"],
@@ -125,7 +140,7 @@ SCORES = {  # name -> what it measures: the prompt's scores, then the probe's ("
 ENCODER_SCORES = ("to_cls", "to_sep", "to_punctuation", "to_self", "next_token")  # bidirectional models only
 INDUCTION_SHOWN = 0.2  # a probe induction score that is a real induction head: an untrained model's strongest
 # is a few hundredths, a trained model's induction head several tenths
-BROWSABLE_HEADS = 64   # heads a student browses from layer 0 head 0; a larger model opens where something shows
+BROWSABLE_HEADS = 64  # heads a student browses from layer 0 head 0; a larger model opens where something shows
 PROMPT_SCORES = ("entropy", "previous_token", "first_token", "duplicate_token", "induction")
 PROBE_SCORES = ("repeat_induction", "repeat_previous_token")
 
@@ -134,6 +149,7 @@ PROBE_SCORES = ("repeat_induction", "repeat_previous_token")
 class ProbeSettings:
     """The repeated-random-tokens probe: `seq_len` random tokens drawn with `seed`, twice,
     after the start token `bos` (the tokenizer's end-of-text, when the model has a row for it)."""
+
     seq_len: int
     seed: int
     bos: int | None
@@ -143,6 +159,7 @@ class ProbeSettings:
 class HeadTable:
     """(L, H) CPU float32 scores by name (`SCORES` order; only those measured), how many prompt
     tokens were scored (0: probe only) and the probe used (None: the context is too short)."""
+
     scores: dict[str, torch.Tensor]
     n_tokens: int
     probe: ProbeSettings | None
@@ -156,13 +173,14 @@ def probe_settings(lm) -> ProbeSettings | None:
     """The probe that fits `lm` (an `LM`): PROBE_LEN tokens per half, fewer in a short context;
     None when not even 2 fit."""
     cfg, eot = lm.config, lm.tokenizer.eot_id
-    seq_len = min(PROBE_LEN, (cfg.context_length - 1) // 2)   # room for the start token
+    seq_len = min(PROBE_LEN, (cfg.context_length - 1) // 2)  # room for the start token
     bos = eot if eot is not None and eot < cfg.vocab_size else None
     return ProbeSettings(seq_len, PROBE_SEED, bos) if seq_len >= 2 else None
 
 
-def head_table(lm, trace: Trace | None = None, ids=None, progress: Progress | None = None,
-               should_stop: cancel.ShouldStop = None) -> HeadTable:
+def head_table(
+    lm, trace: Trace | None = None, ids=None, progress: Progress | None = None, should_stop: cancel.ShouldStop = None
+) -> HeadTable:
     """Every head's scores on the traced prompt `ids` (left out without a trace) and on the
     repeated-random-tokens probe. Cost: one layer's (H, T, T) pattern is read at a time (GPT-2
     at 1024 tokens: ~50 MB, plus the block a lazy trace recomputes), then the probe's forward
@@ -174,11 +192,12 @@ def head_table(lm, trace: Trace | None = None, ids=None, progress: Progress | No
 
     def step(start: int) -> Progress | None:  # one count over both loops
         return None if progress is None else lambda done, _: progress(start + done, total)
+
     scores: dict[str, torch.Tensor] = {}
     if trace is not None:
         got = head_scores(trace, ids, step(0), should_stop)
         scores |= {name: got[name].cpu().float() for name in PROMPT_SCORES}
-        if not lm.config.causal:   # Clark et al.'s: [CLS], [SEP], punctuation, itself, the next token
+        if not lm.config.causal:  # Clark et al.'s: [CLS], [SEP], punctuation, itself, the next token
             look = bert_heads.prompt_scores(trace, lm.tokenizer, list(ids))
             scores |= {name: look[name.removeprefix("to_").replace("next_token", "next")] for name in ENCODER_SCORES}
     if probe is not None:
@@ -198,7 +217,7 @@ def rollout(trace: Trace, head_reduce: str = "mean", progress: Progress | None =
     out, acc = [], None
     for layer in range(trace.n_layers()):  # one layer's (H, T, T) at a time
         pat = trace.pattern(layer).float()
-        a = pat.mean(0) if head_reduce == "mean" else pat.amax(0)         # (T, T)
+        a = pat.mean(0) if head_reduce == "mean" else pat.amax(0)  # (T, T)
         eye = torch.eye(a.shape[-1], device=a.device)
         a = 0.5 * a + 0.5 * eye
         a = a / a.sum(-1, keepdim=True)
@@ -206,7 +225,7 @@ def rollout(trace: Trace, head_reduce: str = "mean", progress: Progress | None =
         out.append(acc)
         if progress is not None:
             progress(layer + 1, trace.n_layers())
-    return torch.stack(out)                                            # (L, T, T)
+    return torch.stack(out)  # (L, T, T)
 
 
 def strongest_heads(lm) -> dict[str, tuple[int, int, float]]:

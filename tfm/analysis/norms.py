@@ -1,5 +1,6 @@
 """Norms: per-layer statistics of every norm in a trace (the LayerNorm page's main figure), norms
 across depth of a fresh model, and one norm call redone step by step."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,15 +19,20 @@ from .shapes import ids_tensor
 @dataclass(frozen=True)
 class DepthNorms:
     resid_norm: torch.Tensor  # (n_layer+1,) mean L2 norm per token entering block 0 and leaving each block
-    grad_norm: torch.Tensor   # (n_layer,) L2 norm of the LM loss's gradient w.r.t. each block's parameters
+    grad_norm: torch.Tensor  # (n_layer,) L2 norm of the LM loss's gradient w.r.t. each block's parameters
     loss: float
 
 
 def depth_config(config: ModelConfig, placement: str, norm: str, n_layer: int) -> ModelConfig:
     """A fresh model of `config`'s size with another norm placement, norm and depth, no dropout.
     A parallel block has no post-norm form: post-norm runs it as the sequential block."""
-    return config.replace(norm_placement=placement, norm=norm, n_layer=n_layer, dropout=0.0,
-                          parallel_block=config.parallel_block and placement == "pre")
+    return config.replace(
+        norm_placement=placement,
+        norm=norm,
+        n_layer=n_layer,
+        dropout=0.0,
+        parallel_block=config.parallel_block and placement == "pre",
+    )
 
 
 def depth_norms(config: ModelConfig, ids: list[int] | torch.Tensor, seed: int = 0) -> DepthNorms:
@@ -39,14 +45,16 @@ def depth_norms(config: ModelConfig, ids: list[int] | torch.Tensor, seed: int = 
     model.eval()
     with torch.enable_grad():
         out = model(ids_t[None], trace=True)
-        loss = F.cross_entropy(out.logits[0, :-1], ids_t[1:])       # predict each next token
+        loss = F.cross_entropy(out.logits[0, :-1], ids_t[1:])  # predict each next token
         loss.backward()
     tr = out.trace
     resid = torch.stack([s.norm(dim=-1).mean() for _, s in tr.residual_streams(0)])  # (L+1,)
-    grads = torch.stack([
-        torch.sqrt(sum((p.grad.double() ** 2).sum() for p in block.parameters() if p.grad is not None)).float()
-        for block in model.blocks
-    ])                                                                 # (L,)
+    grads = torch.stack(
+        [
+            torch.sqrt(sum((p.grad.double() ** 2).sum() for p in block.parameters() if p.grad is not None)).float()
+            for block in model.blocks
+        ]
+    )  # (L,)
     return DepthNorms(resid.detach(), grads, float(loss.detach()))
 
 
@@ -72,16 +80,17 @@ def pick_norm(model: GPT, layer: int, which: str) -> tuple[Norm, str]:
 @dataclass(frozen=True)
 class NormExample:
     """One norm call redone in float64. LayerNorm fills mean, var, std; RMSNorm mean_square, rms."""
+
     kind: str
     eps: float
-    x: torch.Tensor            # (D,) the norm's input for the token
-    weight: torch.Tensor       # (D,) gain
+    x: torch.Tensor  # (D,) the norm's input for the token
+    weight: torch.Tensor  # (D,) gain
     bias: torch.Tensor | None  # (D,) or None (RMSNorm, bias-free models)
-    normalized: torch.Tensor   # (D,) before the gain
-    output: torch.Tensor       # (D,) ours
-    reference: torch.Tensor    # (D,) torch's F.layer_norm / F.rms_norm on the same input
-    max_abs_diff: float        # ours vs torch's function
-    trace_diff: float          # ours vs the model's own float32 output in the trace
+    normalized: torch.Tensor  # (D,) before the gain
+    output: torch.Tensor  # (D,) ours
+    reference: torch.Tensor  # (D,) torch's F.layer_norm / F.rms_norm on the same input
+    max_abs_diff: float  # ours vs torch's function
+    trace_diff: float  # ours vs the model's own float32 output in the trace
     mean: float | None = None
     var: float | None = None
     std: float | None = None
@@ -102,22 +111,31 @@ def layernorm_worked_example(model: GPT, trace: Trace, layer: int, token: int, w
     b = norm.bias.detach().double().cpu() if norm.bias is not None else None
     if norm.kind == "layernorm":
         mean = x.mean()
-        var = ((x - mean) ** 2).mean()                                  # biased, as LayerNorm uses
+        var = ((x - mean) ** 2).mean()  # biased, as LayerNorm uses
         std = torch.sqrt(var + norm.eps)
         normalized = (x - mean) / std
         reference = F.layer_norm(x, x.shape, w, b, norm.eps)
         stats = dict(mean=float(mean), var=float(var), std=float(std))
     else:
-        mean_square = (x ** 2).mean()
+        mean_square = (x**2).mean()
         rms = torch.sqrt(mean_square + norm.eps)
         normalized = x / rms
         reference = F.rms_norm(x, x.shape, w, norm.eps)
         stats = dict(mean_square=float(mean_square), rms=float(rms))
     output = normalized * w + (b if b is not None else 0.0)
-    return NormExample(norm.kind, norm.eps, x, w, b, normalized, output, reference,
-                       max_abs_diff=float((output - reference).abs().max()),
-                       trace_diff=float((output - trace[f"{name}.output"][0, token].double()).abs().max()),
-                       **stats)
+    return NormExample(
+        norm.kind,
+        norm.eps,
+        x,
+        w,
+        b,
+        normalized,
+        output,
+        reference,
+        max_abs_diff=float((output - reference).abs().max()),
+        trace_diff=float((output - trace[f"{name}.output"][0, token].double()).abs().max()),
+        **stats,
+    )
 
 
 def layer_summaries(trace: Trace, progress: Progress | None = None) -> tuple[dict, dict]:
@@ -130,17 +148,22 @@ def layer_summaries(trace: Trace, progress: Progress | None = None) -> tuple[dic
         for norm in ("ln1", "ln2"):
             got = trace.norm_stats(layer, norm)
             row = {f"input_{part}": got[part] for part in ("mean", "std", "rms") if part in got}
-            row |= {"output_mean": got["output"].mean(-1), "output_std": got["output"].std(-1, unbiased=False),
-                    "input_norm": got["input"].norm(dim=-1)}
+            row |= {
+                "output_mean": got["output"].mean(-1),
+                "output_std": got["output"].std(-1, unbiased=False),
+                "input_norm": got["input"].norm(dim=-1),
+            }
             for key, value in row.items():
                 stats.setdefault(f"{norm}.{key}", []).append(value)
         for key in subs:
             subs[key].append(trace[trace_name(key, layer)][0].norm(dim=-1))
         if progress is not None:
             progress(layer + 1, n)
-    resid = torch.stack([x.norm(dim=-1) for _, x in trace.residual_streams(0)])   # (L+1, T)
-    return ({k: torch.stack(v) for k, v in stats.items()},
-            {"resid": resid} | {k: torch.stack(v) for k, v in subs.items()})
+    resid = torch.stack([x.norm(dim=-1) for _, x in trace.residual_streams(0)])  # (L+1, T)
+    return (
+        {k: torch.stack(v) for k, v in stats.items()},
+        {"resid": resid} | {k: torch.stack(v) for k, v in subs.items()},
+    )
 
 
 def norm_stats(trace: Trace) -> dict[str, torch.Tensor]:
@@ -161,27 +184,36 @@ def residual_norms(trace: Trace) -> dict[str, torch.Tensor]:
 @dataclass(frozen=True)
 class StatPanel:
     """One heatmap of the norms page's first part: a statistic of a norm's input or output, (L, T)."""
-    name: str            # e.g. "ln1.input_std"
-    side: str            # "input" or "output"
-    stat: str            # "mean", "std" or "rms"
+
+    name: str  # e.g. "ln1.input_std"
+    side: str  # "input" or "output"
+    stat: str  # "mean", "std" or "rms"
     values: torch.Tensor
 
 
 @dataclass(frozen=True)
 class Summaries:
     """`layer_summaries` typed: every block's norm statistics and the stream's norms per token."""
-    stats: dict[str, torch.Tensor]   # "ln1.input_mean", ... (L, T): `norm_stats`' names
-    resid: torch.Tensor              # (L+1, T) the stream entering each block and leaving the last
-    attn_out: torch.Tensor           # (L, T) what each attention writes
-    mlp_out: torch.Tensor            # (L, T) what each MLP writes
+
+    stats: dict[str, torch.Tensor]  # "ln1.input_mean", ... (L, T): `norm_stats`' names
+    resid: torch.Tensor  # (L+1, T) the stream entering each block and leaving the last
+    attn_out: torch.Tensor  # (L, T) what each attention writes
+    mlp_out: torch.Tensor  # (L, T) what each MLP writes
 
     def panels(self, norm: str, kind: str) -> list[StatPanel]:
         """`norm`'s (ln1, ln2) input mean and scale (std for LayerNorm `kind`, else rms), then
         its output mean and std: the statistics the trace holds, in the page's order."""
-        wanted = [("input", "mean"), ("input", "std" if kind == "layernorm" else "rms"), ("output", "mean"),
-                  ("output", "std")]
-        return [StatPanel(f"{norm}.{side}_{stat}", side, stat, self.stats[f"{norm}.{side}_{stat}"])
-                for side, stat in wanted if f"{norm}.{side}_{stat}" in self.stats]
+        wanted = [
+            ("input", "mean"),
+            ("input", "std" if kind == "layernorm" else "rms"),
+            ("output", "mean"),
+            ("output", "std"),
+        ]
+        return [
+            StatPanel(f"{norm}.{side}_{stat}", side, stat, self.stats[f"{norm}.{side}_{stat}"])
+            for side, stat in wanted
+            if f"{norm}.{side}_{stat}" in self.stats
+        ]
 
 
 def summaries(trace: Trace, progress: Progress | None = None) -> Summaries:
@@ -198,9 +230,10 @@ def norm_choices(model: GPT) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class NormParameter:
     """One parameter ("weight", the gain, or "bias") of a chosen norm, and the same of every norm."""
+
     kind: str
-    chosen: torch.Tensor               # CPU float32
-    labels: tuple[str, ...]            # every norm: "block.norm" or "final"
+    chosen: torch.Tensor  # CPU float32
+    labels: tuple[str, ...]  # every norm: "block.norm" or "final"
     every: tuple[torch.Tensor, ...]
 
 
@@ -212,12 +245,18 @@ def norm_parameters(model: GPT, layer: int, which: str) -> tuple[NormParameter, 
     out = []
     for kind in ("weight", "bias"):
         if getattr(chosen, kind) is not None:
-            out.append(NormParameter(kind, getattr(chosen, kind).detach().float().cpu(), tuple(n for n, _ in every),
-                                     tuple(getattr(m, kind).detach().float().cpu() for _, m in every)))
+            out.append(
+                NormParameter(
+                    kind,
+                    getattr(chosen, kind).detach().float().cpu(),
+                    tuple(n for n, _ in every),
+                    tuple(getattr(m, kind).detach().float().cpu() for _, m in every),
+                )
+            )
     return tuple(out)
 
 
 def fresh_parameters(config: ModelConfig, n_layer: int) -> int:
     """About how many parameters a fresh `depth_config` model of `n_layer` layers has (blocks and
     embedding): what decides whether the page builds it at once or on a button press."""
-    return n_layer * 12 * config.d_model ** 2 + config.vocab_size * config.d_model
+    return n_layer * 12 * config.d_model**2 + config.vocab_size * config.d_model

@@ -1,6 +1,7 @@
 """The computations behind the positional-encoding page (no Streamlit here): the model's own
 position vectors or RoPE angles, their similarities and PCA, the sinusoidal table and its
 dot-product identity, and the check that attention without positions ignores token order."""
+
 from __future__ import annotations
 
 import math
@@ -14,6 +15,7 @@ from .shapes import ids_tensor
 
 
 # ---- permutation check -------------------------------------------------------------------
+
 
 def block0_attention(model: GPT, h: torch.Tensor, angles: torch.Tensor | None, causal: bool) -> torch.Tensor:
     """Block 0's attention sublayer (its own norm and `Attention`) on a (B, T, D) input.
@@ -36,6 +38,7 @@ def _shuffle(t: int, g: torch.Generator) -> torch.Tensor:
 class PermutationCheck:
     """max |differences| of block 0's attention output when the prompt is shuffled (see
     `permutation_check`). The `*_with` values are None when the model has no positions."""
+
     pos_encoding: str
     perm: list[int]
     perm_prefix: list[int]
@@ -60,7 +63,7 @@ def permutation_check(model: GPT, ids, seed: int = 0) -> PermutationCheck:
     t = ids_t.numel()
     g = torch.Generator().manual_seed(seed)
     perm, perm_prefix = _shuffle(t, g), torch.cat([_shuffle(t - 1, g), torch.tensor([t - 1])])
-    x = model.tok_emb(ids_t[None])                                       # (1, T, D)
+    x = model.tok_emb(ids_t[None])  # (1, T, D)
     pos, angles = model.positions(0, t)
 
     def run(tokens_x, with_pos: bool, causal: bool):
@@ -74,11 +77,20 @@ def permutation_check(model: GPT, ids, seed: int = 0) -> PermutationCheck:
 
     without = measure(False)
     with_pos = measure(True) if model.config.pos_encoding != "none" else (None, None)
-    return PermutationCheck(model.config.pos_encoding, perm.tolist(), perm_prefix.tolist(), without[0], with_pos[0],
-                            without[1], with_pos[1], float(run(x, True, False).abs().max()))
+    return PermutationCheck(
+        model.config.pos_encoding,
+        perm.tolist(),
+        perm_prefix.tolist(),
+        without[0],
+        with_pos[0],
+        without[1],
+        with_pos[1],
+        float(run(x, True, False).abs().max()),
+    )
 
 
 # ---- the model's positions -----------------------------------------------------------------
+
 
 def position_vectors(model: GPT, length: int | None = None) -> torch.Tensor | None:
     """The model's own added positional vectors (first `length` positions), or None for
@@ -113,26 +125,27 @@ def pca_2d(table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     _, s, vh = torch.linalg.svd(centered, full_matrices=False)
     # SVD signs are arbitrary: make each component's largest loading positive, so it is stable.
     vh = vh * vh.gather(1, vh.abs().argmax(-1, keepdim=True)).sign()
-    share = (s ** 2) / (s ** 2).sum().clamp_min(1e-300)
+    share = (s**2) / (s**2).sum().clamp_min(1e-300)
     coords = centered @ vh[:2].T
     return coords.float(), share[:2].float()
 
 
 # ---- the sinusoidal formula -----------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class SinusoidalDots:
-    k: torch.Tensor                     # (K,) offsets 0..K-1
-    dots: dict[int, torch.Tensor]       # start p -> (K,) PE(p) . PE(p + k)
-    formula: torch.Tensor               # (K,) sum_i cos(k w_i), which predicts every p's curve
-    periods: torch.Tensor               # (D/2,) 2π / w_i
+    k: torch.Tensor  # (K,) offsets 0..K-1
+    dots: dict[int, torch.Tensor]  # start p -> (K,) PE(p) . PE(p + k)
+    formula: torch.Tensor  # (K,) sum_i cos(k w_i), which predicts every p's curve
+    periods: torch.Tensor  # (D/2,) 2π / w_i
 
 
 def sinusoidal_dots(length: int, d_model: int, starts: list[int]) -> SinusoidalDots:
     """PE(p) . PE(p + k) for k = 0.. for each start p, and sum_i cos(k w_i)."""
     if d_model < 2 or d_model % 2 or length < 2:
         raise ValueError("need an even d_model >= 2 and a length >= 2")
-    table = sinusoidal_table(length, d_model).double()                  # (T, D)
+    table = sinusoidal_table(length, d_model).double()  # (T, D)
     span = length - max(starts)
     if span < 1:
         raise ValueError(f"start positions {starts} must be below the length {length}")
@@ -149,7 +162,7 @@ def doubling_dims(d_model: int, n: int) -> tuple[list[int], list[float]]:
     periods = 2 * math.pi * torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     pairs: list[int] = []
     for b in range(n):
-        i = int((periods.log() - math.log(2 * math.pi * 2 ** b)).abs().argmin())
+        i = int((periods.log() - math.log(2 * math.pi * 2**b)).abs().argmin())
         if i not in pairs:
             pairs.append(i)
     return [2 * i for i in pairs], [float(periods[i]) for i in pairs]
@@ -163,9 +176,10 @@ def binary_bits(length: int, n_bits: int) -> torch.Tensor:
 @dataclass(frozen=True)
 class PositionTable:
     """A model's added position vectors for positions 0..n-1 and what the page draws of them."""
-    table: torch.Tensor               # (n, d_model)
-    similarity: torch.Tensor          # (n, n) cosine similarity between positions
-    pca: tuple[torch.Tensor, torch.Tensor] | None   # ((n, 2) coords, (2,) variance share); None under 3 positions
+
+    table: torch.Tensor  # (n, d_model)
+    similarity: torch.Tensor  # (n, n) cosine similarity between positions
+    pca: tuple[torch.Tensor, torch.Tensor] | None  # ((n, 2) coords, (2,) variance share); None under 3 positions
 
 
 def position_table(model: GPT, n: int) -> PositionTable:
@@ -177,9 +191,10 @@ def position_table(model: GPT, n: int) -> PositionTable:
 @dataclass(frozen=True)
 class RopeTable:
     """A RoPE model's rotation angles per position and pair, and each pair's speed."""
-    angles: torch.Tensor              # (n, rotary_dim/2)
-    inv_freq: torch.Tensor            # (rotary_dim/2,) CPU float32
-    local_freq: torch.Tensor | None   # the local layers' own (`local_rope_freq`)
+
+    angles: torch.Tensor  # (n, rotary_dim/2)
+    inv_freq: torch.Tensor  # (rotary_dim/2,) CPU float32
+    local_freq: torch.Tensor | None  # the local layers' own (`local_rope_freq`)
 
 
 def rope_table(model: GPT, n: int) -> RopeTable:
@@ -190,6 +205,7 @@ def rope_table(model: GPT, n: int) -> RopeTable:
 class SinusoidDemo:
     """The sinusoidal formula at a chosen size: its table, offset dot products from three starts,
     and the first (up to 64) positions as a binary clock beside the dims whose periods double."""
+
     table: torch.Tensor
     dots: SinusoidalDots
     clock_table: torch.Tensor
@@ -202,5 +218,11 @@ def sinusoid_demo(length: int, d_model: int) -> SinusoidDemo:
     clock_len = min(length, 64)
     n_bits = max(1, (clock_len - 1).bit_length())
     dims, periods = doubling_dims(d_model, n_bits)
-    return SinusoidDemo(sinusoidal_table(length, d_model), sinusoidal_dots(length, d_model, [0, length // 4, length // 2]),
-                        sinusoidal_table(clock_len, d_model), binary_bits(clock_len, n_bits), dims, periods)
+    return SinusoidDemo(
+        sinusoidal_table(length, d_model),
+        sinusoidal_dots(length, d_model, [0, length // 4, length // 2]),
+        sinusoidal_table(clock_len, d_model),
+        binary_bits(clock_len, n_bits),
+        dims,
+        periods,
+    )

@@ -1,5 +1,6 @@
 """Shapes, parameter counts and KV-cache sizes of a config (the shapes page), and the prompt
 ids as a validated tensor (shared by the positions and norms analyses); parameters by component."""
+
 from __future__ import annotations
 
 import math
@@ -62,16 +63,22 @@ def param_formulas(cfg: ModelConfig) -> dict[str, tuple[str, int]]:
     # ln1, ln2 (+ two post-norms) per block (+ final, + an encoder's embedding norm)
     n_norms = (4 if cfg.post_norms else 2) * L + (cfg.norm_placement == "pre") + cfg.embed_norm
     per_norm = 2 * d if (cfg.norm == "layernorm" and cfg.bias) else d
-    head = d * d + d + per_norm + v if cfg.lm_head == "masked" else 0     # BERT's transform (dense, norm) and bias
+    head = d * d + d + per_norm + v if cfg.lm_head == "masked" else 0  # BERT's transform (dense, norm) and bias
     unembed = "0 (tied to the embedding)" if cfg.tied_embeddings else "V·d"
     return {
-        "embeddings": ("V·d" + (" + T·d" if learned else "") + (f" + {types}·d (segments)" if types else ""),
-                       v * d + (cfg.context_length * d if learned else 0) + types * d),
+        "embeddings": (
+            "V·d" + (" + T·d" if learned else "") + (f" + {types}·d (segments)" if types else ""),
+            v * d + (cfg.context_length * d if learned else 0) + types * d,
+        ),
         "attention": (f"L·({attn_text})", L * attn),
         "mlp": (f"L·({mlp_text})", L * mlp),
         "norms": (f"{n_norms} norms · {'2·d' if per_norm == 2 * d else 'd'}", n_norms * per_norm),
-        "unembedding": ((f"d·d + d + {'2·d' if per_norm == 2 * d else 'd'} + V (masked-LM transform, bias); " + unembed)
-                        if head else unembed, head + (0 if cfg.tied_embeddings else v * d)),
+        "unembedding": (
+            (f"d·d + d + {'2·d' if per_norm == 2 * d else 'd'} + V (masked-LM transform, bias); " + unembed)
+            if head
+            else unembed,
+            head + (0 if cfg.tied_embeddings else v * d),
+        ),
     }
 
 
@@ -79,23 +86,29 @@ def _attention_formula(cfg: ModelConfig) -> tuple[str, int]:
     """One block's attention parameters: (formula text, value)."""
     d, b = cfg.d_model, int(cfg.bias)
     kv, qkv_b, qd = cfg.n_kv_head * cfg.d_head, int(cfg.bias or cfg.qkv_bias), cfg.d_attn
-    attn = d * (qd + 2 * kv) + qd * d + (qd + 2 * kv) * qkv_b + d * b     # qkv (d x (q + 2kv)) + proj (q x d)
-    attn += 2 * cfg.d_head if cfg.qk_norm else 0                          # QK-norm gains, one per head dim
+    attn = d * (qd + 2 * kv) + qd * d + (qd + 2 * kv) * qkv_b + d * b  # qkv (d x (q + 2kv)) + proj (q x d)
+    attn += 2 * cfg.d_head if cfg.qk_norm else 0  # QK-norm gains, one per head dim
     if qd != d:  # heads of their own size (Gemma 3, Qwen3): q = n_head·d_head
-        return (f"2·d·q + 2·d·kv{' + q + 2·kv' if qkv_b else ''}{' + d' if b else ''}"
-                f"{' + 2·d_head' if cfg.qk_norm else ''}, q = {cfg.n_head}·{cfg.d_head}, kv = {cfg.n_kv_head}·{cfg.d_head}",
-                attn)
+        return (
+            f"2·d·q + 2·d·kv{' + q + 2·kv' if qkv_b else ''}{' + d' if b else ''}"
+            f"{' + 2·d_head' if cfg.qk_norm else ''}, q = {cfg.n_head}·{cfg.d_head}, kv = {cfg.n_kv_head}·{cfg.d_head}",
+            attn,
+        )
     if kv == d:
         return f"4·d²{' + 4·d' if b else (' + 3·d' if qkv_b else '')}", attn
     # grouped-query: k and v are kv = n_kv_head·d_head wide
-    return (f"2·d² + 2·d·kv{' + d + 2·kv' if qkv_b else ''}{' + d' if b else ''}, "
-            f"kv = {cfg.n_kv_head}·{cfg.d_head}" + (" + 2·d_head" if cfg.qk_norm else ""), attn)
+    return (
+        f"2·d² + 2·d·kv{' + d + 2·kv' if qkv_b else ''}{' + d' if b else ''}, "
+        f"kv = {cfg.n_kv_head}·{cfg.d_head}" + (" + 2·d_head" if cfg.qk_norm else ""),
+        attn,
+    )
 
 
 @dataclass(frozen=True)
 class KVCacheSize:
     """A KV cache's size in bytes: by the formula, and as `KVCache.nbytes()` of one allocated
     (on the meta device); `shape` is its K (and V) tensor's shape."""
+
     formula: int
     nbytes: int
     bytes_per_value: int
@@ -132,25 +145,26 @@ def param_counts(model: GPT) -> dict[str, int]:
         if id(p) in seen:
             continue
         seen.add(id(p))
-        if name.startswith(("tok_emb", "pos_emb", "type_emb")):   # an encoder's segments too
+        if name.startswith(("tok_emb", "pos_emb", "type_emb")):  # an encoder's segments too
             counts["embeddings"] += p.numel()
         elif ".attn." in name:
             counts["attention"] += p.numel()
         elif ".mlp." in name:
             counts["mlp"] += p.numel()
-        elif name.startswith(("unembed", "mlm.")):   # a masked-LM head's transform is part of its unembedding
+        elif name.startswith(("unembed", "mlm.")):  # a masked-LM head's transform is part of its unembedding
             counts["unembedding"] += p.numel()
         else:
             counts["norms"] += p.numel()
     return counts
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}   # by the name a page shows
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # by the name a page shows
 
 
 @dataclass(frozen=True)
 class ParamRow:
     """One component's parameters: by `param_formulas` and counted from the model's tensors."""
+
     component: str
     formula: str
     by_formula: int
@@ -171,18 +185,23 @@ def param_rows(model: GPT) -> tuple[ParamRow, ...]:
 @dataclass(frozen=True)
 class KVWhatIf:
     """The KV cache of this model's shape at another depth, KV-head count, context, precision and batch."""
+
     size: KVCacheSize
-    window_bytes: int | None   # with sliding windows kept as windows (the model's own depth only), else None
+    window_bytes: int | None  # with sliding windows kept as windows (the model's own depth only), else None
 
 
 def kv_what_if(cfg: ModelConfig, context: int, layers: int, kv_heads: int, dtype: str, batch: int) -> KVWhatIf:
     """`kv_cache_bytes` of `cfg` changed to `layers` and `kv_heads` (as many query heads per KV head as
     `cfg`); other depths drop the local windows. ValueError for a combination that is no model."""
     group = cfg.group_size  # query heads per KV head, as in this model
-    what_if = cfg.replace(n_layer=layers, n_head=kv_heads * group, n_kv_head=kv_heads,
-                          d_model=kv_heads * group * cfg.d_head, context_length=max(cfg.context_length, context),
-                          **({} if layers == cfg.n_layer else dict(local_layers=(), sliding_window=None,
-                                                                   rope_local_base=None)))  # other depths: no windows
+    what_if = cfg.replace(
+        n_layer=layers,
+        n_head=kv_heads * group,
+        n_kv_head=kv_heads,
+        d_model=kv_heads * group * cfg.d_head,
+        context_length=max(cfg.context_length, context),
+        **({} if layers == cfg.n_layer else dict(local_layers=(), sliding_window=None, rope_local_base=None)),
+    )  # other depths: no windows
     size = kv_cache_bytes(what_if, context, DTYPES[dtype], batch)
     windows = bool(cfg.local_layers) and layers == cfg.n_layer
     return KVWhatIf(size, kv_window_bytes(what_if, context, DTYPES[dtype], batch) if windows else None)

@@ -12,6 +12,7 @@ loop (the batcher's own thread for its rows), often: it must be cheap and must n
     except Cancelled:
         ...   # the page that asked is gone: nothing to show
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -4,6 +4,7 @@ Nothing here executes code from a file: configs come from keyword arguments, a p
 or a plain JSON dict (`ModelConfig.from_dict`), and every bad value raises `ValueError`
 with a message that says what is allowed.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -158,10 +159,14 @@ class ModelConfig(JsonConfig):
         if self.sep_token_id is not None:
             check_int("sep_token_id", self.sep_token_id, 0, self.vocab_size - 1, " (an id of the vocabulary)")
         if (self.lm_head == "next") != (self.causal is True):
-            raise ValueError(f"lm_head={self.lm_head!r} with causal={self.causal!r}: next-token prediction needs causal "
-                             "attention, and a bidirectional encoder has lm_head 'masked' or 'none'")
+            raise ValueError(
+                f"lm_head={self.lm_head!r} with causal={self.causal!r}: next-token prediction needs causal "
+                "attention, and a bidirectional encoder has lm_head 'masked' or 'none'"
+            )
         if self.lm_head == "none" and not self.tied_embeddings:
-            raise ValueError("lm_head='none' keeps only the tied embedding as its unembedding: set tied_embeddings=true")
+            raise ValueError(
+                "lm_head='none' keeps only the tied embedding as its unembedding: set tied_embeddings=true"
+            )
 
     @property
     def segments(self) -> bool:
@@ -173,8 +178,10 @@ class ModelConfig(JsonConfig):
             object.__setattr__(self, "n_kv_head", self.n_head)  # resolved once: to_dict holds the number
         check_int("n_kv_head", self.n_kv_head, 1, self.n_head)
         if self.n_head % self.n_kv_head:
-            raise ValueError(f"n_kv_head={self.n_kv_head} must divide n_head={self.n_head}: each key/value head "
-                             "serves the same number of query heads")
+            raise ValueError(
+                f"n_kv_head={self.n_kv_head} must divide n_head={self.n_head}: each key/value head "
+                "serves the same number of query heads"
+            )
 
     def _check_rope(self) -> None:
         _check_choice("rope_scaling", self.rope_scaling, RopeScaling)
@@ -182,16 +189,26 @@ class ModelConfig(JsonConfig):
             check_number(name, getattr(self, name))
         check_int("rope_original_context", self.rope_original_context, 1, 10_000_000)
         if not (0 < self.rotary_pct <= 1):
-            raise ValueError(f"rotary_pct={self.rotary_pct} must be in (0, 1]: the fraction of each head's dims RoPE rotates")
+            raise ValueError(
+                f"rotary_pct={self.rotary_pct} must be in (0, 1]: the fraction of each head's dims RoPE rotates"
+            )
         if self.pos_encoding == "rope" and (self.rotary_dim < 2 or self.rotary_dim % 2):
-            part = "" if self.rotary_pct == 1 else f" times rotary_pct={self.rotary_pct}, rounded down, = {self.rotary_dim}"
-            raise ValueError(f"RoPE rotates pairs of dimensions: d_model/n_head={self.d_head}{part} must be even "
-                             "(and at least 2); change d_model, n_head or rotary_pct")
+            part = (
+                ""
+                if self.rotary_pct == 1
+                else f" times rotary_pct={self.rotary_pct}, rounded down, = {self.rotary_dim}"
+            )
+            raise ValueError(
+                f"RoPE rotates pairs of dimensions: d_model/n_head={self.d_head}{part} must be even "
+                "(and at least 2); change d_model, n_head or rotary_pct"
+            )
         if self.rope_factor < 1:
             raise ValueError(f"rope_factor={self.rope_factor} must be >= 1 (it stretches the wavelengths)")
         if not (0 < self.rope_low_freq_factor < self.rope_high_freq_factor):
-            raise ValueError(f"need 0 < rope_low_freq_factor ({self.rope_low_freq_factor}) < rope_high_freq_factor "
-                             f"({self.rope_high_freq_factor}) (Llama 3.1 uses 1 and 4)")
+            raise ValueError(
+                f"need 0 < rope_low_freq_factor ({self.rope_low_freq_factor}) < rope_high_freq_factor "
+                f"({self.rope_high_freq_factor}) (Llama 3.1 uses 1 and 4)"
+            )
         self._check_freq_factors()
 
     def _check_freq_factors(self) -> None:
@@ -205,8 +222,10 @@ class ModelConfig(JsonConfig):
                 raise ValueError(f"rope_freq_factors[{i}]={f} must be positive (it divides a frequency)")
         want = self.rotary_dim // 2 if self.rope_scaling == "factors" else 0
         if len(factors) != want:
-            raise ValueError(f"rope_freq_factors has {len(factors)} entries; rope_scaling={self.rope_scaling!r} needs "
-                             f"{want}" + (" (one per rotated pair)" if want else " (they are used only with 'factors')"))
+            raise ValueError(
+                f"rope_freq_factors has {len(factors)} entries; rope_scaling={self.rope_scaling!r} needs "
+                f"{want}" + (" (one per rotated pair)" if want else " (they are used only with 'factors')")
+            )
 
     @property
     def d_head(self) -> int:
@@ -231,7 +250,10 @@ class ModelConfig(JsonConfig):
     # consecutive query heads share one); `tfm.core.functional.expand_kv` is its tensor form.
     def kv_head(self, head: int) -> int:
         """The key/value head that query head `head` reads: head // group_size."""
-        return check_int("head", head, 0, self.n_head - 1, f" (the model has {self.n_head} query heads)") // self.group_size
+        return (
+            check_int("head", head, 0, self.n_head - 1, f" (the model has {self.n_head} query heads)")
+            // self.group_size
+        )
 
     def query_heads(self, kv_head: int) -> range:
         """The query heads that share key/value head `kv_head`."""
@@ -262,32 +284,90 @@ PRESETS: dict[str, dict[str, Any]] = {
     "gpt2-medium": dict(vocab_size=50257, context_length=1024, d_model=1024, n_layer=24, n_head=16, d_ff=4096),
     # "Attention Is All You Need" base sizes, as a decoder-only stack: sinusoidal, post-LN, ReLU.
     "transformer-base": dict(
-        vocab_size=37000, context_length=512, d_model=512, n_layer=6, n_head=8, d_ff=2048,
-        pos_encoding="sinusoidal", norm_placement="post", activation="relu", tied_embeddings=True,
+        vocab_size=37000,
+        context_length=512,
+        d_model=512,
+        n_layer=6,
+        n_head=8,
+        d_ff=2048,
+        pos_encoding="sinusoidal",
+        norm_placement="post",
+        activation="relu",
+        tied_embeddings=True,
     ),
     # Llama-style block at toy size: RoPE, RMSNorm, SwiGLU, no biases, untied head.
     "llama-tiny": dict(
-        vocab_size=4096, context_length=256, d_model=128, n_layer=4, n_head=4, d_ff=344,
-        pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, tied_embeddings=False,
+        vocab_size=4096,
+        context_length=256,
+        d_model=128,
+        n_layer=4,
+        n_head=4,
+        d_ff=344,
+        pos_encoding="rope",
+        norm="rmsnorm",
+        activation="swiglu",
+        bias=False,
+        tied_embeddings=False,
     ),
     # Shaped like today's small open models (random weights; context capped at 2048 for the app).
     "smollm2-135m": dict(
-        vocab_size=49152, context_length=2048, d_model=576, n_layer=30, n_head=9, n_kv_head=3, d_ff=1536,
-        pos_encoding="rope", rope_base=100000.0, norm="rmsnorm", activation="swiglu", bias=False,
+        vocab_size=49152,
+        context_length=2048,
+        d_model=576,
+        n_layer=30,
+        n_head=9,
+        n_kv_head=3,
+        d_ff=1536,
+        pos_encoding="rope",
+        rope_base=100000.0,
+        norm="rmsnorm",
+        activation="swiglu",
+        bias=False,
     ),
     "qwen2.5-0.5b": dict(
-        vocab_size=151936, context_length=2048, d_model=896, n_layer=24, n_head=14, n_kv_head=2, d_ff=4864,
-        pos_encoding="rope", rope_base=1000000.0, norm="rmsnorm", norm_eps=1e-6, activation="swiglu",
-        bias=False, qkv_bias=True,
+        vocab_size=151936,
+        context_length=2048,
+        d_model=896,
+        n_layer=24,
+        n_head=14,
+        n_kv_head=2,
+        d_ff=4864,
+        pos_encoding="rope",
+        rope_base=1000000.0,
+        norm="rmsnorm",
+        norm_eps=1e-6,
+        activation="swiglu",
+        bias=False,
+        qkv_bias=True,
     ),
     "pythia-160m": dict(
-        vocab_size=50304, context_length=2048, d_model=768, n_layer=12, n_head=12, d_ff=3072,
-        pos_encoding="rope", rotary_pct=0.25, parallel_block=True, activation="gelu", tied_embeddings=False,
+        vocab_size=50304,
+        context_length=2048,
+        d_model=768,
+        n_layer=12,
+        n_head=12,
+        d_ff=3072,
+        pos_encoding="rope",
+        rotary_pct=0.25,
+        parallel_block=True,
+        activation="gelu",
+        tied_embeddings=False,
     ),
     # BERT-style encoder shaped like all-MiniLM-L6-v2: bidirectional, post-LN, exact GELU, segments.
     "minilm-l6": dict(
-        vocab_size=30522, context_length=512, d_model=384, n_layer=6, n_head=12, d_ff=1536, norm_placement="post",
-        activation="gelu", norm_eps=1e-12, causal=False, embed_norm=True, type_vocab_size=2, sep_token_id=102,
+        vocab_size=30522,
+        context_length=512,
+        d_model=384,
+        n_layer=6,
+        n_head=12,
+        d_ff=1536,
+        norm_placement="post",
+        activation="gelu",
+        norm_eps=1e-12,
+        causal=False,
+        embed_norm=True,
+        type_vocab_size=2,
+        sep_token_id=102,
         lm_head="none",
     ),
     # The shape of the bundled default model.

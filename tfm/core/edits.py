@@ -13,6 +13,7 @@ any tensor of another call changes: the same cached model can run different edit
 threads at once. `row` restricts an edit to one batch row (batched sweeps, `tfm.analysis.patching`);
 None edits every row.
 """
+
 from __future__ import annotations
 
 import copy
@@ -79,7 +80,7 @@ class AblateHead(_Ablation):
             raise ValueError(f"head {self.head} does not exist: layer {self.layer} has heads 0..{cfg.n_head - 1}")
         self._check_mean(cfg.d_head, "a head's")
 
-    def write(self, x: torch.Tensor) -> None:                          # x (B, H, T, hd)
+    def write(self, x: torch.Tensor) -> None:  # x (B, H, T, hd)
         _fill(_rows(x, self.row)[..., self.head, :, :], self.mean, self.mode, -2)
 
 
@@ -97,7 +98,7 @@ class AblateMLP(_Ablation):
     def check(self, cfg: ModelConfig, shape: tuple[int, int]) -> None:
         self._check_mean(cfg.d_model, "an MLP's")
 
-    def write(self, x: torch.Tensor) -> None:                          # x (B, T, D)
+    def write(self, x: torch.Tensor) -> None:  # x (B, T, D)
         _fill(_rows(x, self.row), self.mean, self.mode, -2)
 
 
@@ -121,9 +122,9 @@ class AblateNeurons:
         if bad or not self.neurons:
             raise ValueError(f"neurons {bad or '()'} are not in layer {self.layer}'s 0..{cfg.d_ff - 1}")
 
-    def write(self, x: torch.Tensor) -> None:                          # x (B, T, F)
+    def write(self, x: torch.Tensor) -> None:  # x (B, T, F)
         target, idx = _rows(x, self.row), list(self.neurons)
-        sel = target[..., idx]                                          # (..., T, n): a copy
+        sel = target[..., idx]  # (..., T, n): a copy
         _fill(sel, None, self.mode, -2)
         target[..., idx] = sel
 
@@ -144,8 +145,9 @@ class Patch:
     def __post_init__(self) -> None:
         parts = self.name.split(".", 2)
         if len(parts) != 3 or parts[0] != "blocks" or not parts[1].isdigit() or parts[2] not in get_args(Point):
-            raise ValueError(f"cannot patch {self.name!r}: use blocks.<layer>.<point> with point one of "
-                             f"{', '.join(get_args(Point))}")
+            raise ValueError(
+                f"cannot patch {self.name!r}: use blocks.<layer>.<point> with point one of {', '.join(get_args(Point))}"
+            )
         if self.head is not None and parts[2] != "attn.z":
             raise ValueError("`head` only applies to attn.z patches")
         if self.positions is not None:
@@ -163,8 +165,10 @@ class Patch:
         t = shape[1]
         want = {"attn.z": (cfg.n_head, t, cfg.d_head), "mlp.post": (t, cfg.d_ff)}.get(self.point, (t, cfg.d_model))
         if tuple(self.value.shape) != want:
-            raise ValueError(f"patch value for {self.name} must have shape {want} (one row of a run of the same "
-                             f"length), got {tuple(self.value.shape)}")
+            raise ValueError(
+                f"patch value for {self.name} must have shape {want} (one row of a run of the same "
+                f"length), got {tuple(self.value.shape)}"
+            )
         if self.head is not None and not 0 <= self.head < cfg.n_head:
             raise ValueError(f"head {self.head} does not exist (0..{cfg.n_head - 1})")
         if self.positions is not None and any(not 0 <= p < t for p in self.positions):
@@ -202,7 +206,9 @@ class Steer:
         if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
             raise ValueError(f"steering strength must be a finite number, got {s!r}")
         if abs(s) > MAX_STEER_STRENGTH:
-            raise ValueError(f"steering strength {s:g} is too large: use -{MAX_STEER_STRENGTH:g}..{MAX_STEER_STRENGTH:g}")
+            raise ValueError(
+                f"steering strength {s:g} is too large: use -{MAX_STEER_STRENGTH:g}..{MAX_STEER_STRENGTH:g}"
+            )
         if self.point not in get_args(StreamPoint):
             raise ValueError(f"steering point {self.point!r}: choose 'resid_pre' or 'resid_post'")
         if not isinstance(self.vector, torch.Tensor) or self.vector.dim() != 1:
@@ -218,8 +224,10 @@ class Steer:
 
     def check(self, cfg: ModelConfig, shape: tuple[int, int]) -> None:
         if tuple(self.vector.shape) != (cfg.d_model,):
-            raise ValueError(f"the steering vector has {self.vector.shape[0]} entries; this model's residual "
-                             f"stream has {cfg.d_model}")
+            raise ValueError(
+                f"the steering vector has {self.vector.shape[0]} entries; this model's residual "
+                f"stream has {cfg.d_model}"
+            )
 
     def window(self, offset: int, t: int) -> "Steer | None":
         """This edit for a forward of positions offset..offset+t-1, in its local positions;
@@ -231,17 +239,17 @@ class Steer:
         skip = tuple(p - offset for p in self.skip if lo <= p - offset < hi)
         if len(skip) == hi - lo:
             return None
-        local = copy.copy(self)              # not dataclasses.replace: no second validation per decode step
+        local = copy.copy(self)  # not dataclasses.replace: no second validation per decode step
         object.__setattr__(local, "start", lo)
         object.__setattr__(local, "stop", hi)
         object.__setattr__(local, "skip", skip)
         return local
 
-    def write(self, x: torch.Tensor) -> None:                          # x (B, T, D)
+    def write(self, x: torch.Tensor) -> None:  # x (B, T, D)
         add = (float(self.strength) * self.vector.to(x.device, torch.float32)).to(x.dtype)
         target = _rows(x, self.row)
         if not self.skip:
-            target[..., self.start:self.stop, :] += add
+            target[..., self.start : self.stop, :] += add
             return
         stop = target.shape[-2] if self.stop is None else self.stop
         steered = [p for p in range(self.start, stop) if p not in self.skip]
@@ -258,8 +266,7 @@ class Edits:
         self.by_layer = by_layer
 
     @classmethod
-    def of(cls, edits: Iterable[Edit] | "Edits", cfg: ModelConfig, idx_shape: Sequence[int],
-           start: int = 0) -> "Edits":
+    def of(cls, edits: Iterable[Edit] | "Edits", cfg: ModelConfig, idx_shape: Sequence[int], start: int = 0) -> "Edits":
         """`start`: the absolute position of the forward's first token (a KV cache's length),
         for edits with absolute positions (Steer)."""
         if isinstance(edits, Edits):

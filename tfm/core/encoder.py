@@ -7,6 +7,7 @@ Segments come from the ids themselves ([CLS] A [SEP] B [SEP]: every position aft
 [SEP] is segment 1, as Hugging Face's pair template gives them), so a cache keyed by the ids
 stays right; `token_types` passed explicitly win (library users, padded batches).
 """
+
 from __future__ import annotations
 
 import torch
@@ -43,8 +44,8 @@ def head_parameters(model: nn.Module) -> list[torch.Tensor]:
 def segment_ids(idx: torch.Tensor, sep_id: int) -> torch.Tensor:
     """(B, T) segment of each position: 0 up to and including the first `sep_id`, 1 after it."""
     is_sep = (idx == sep_id).to(torch.int64)
-    before = is_sep.cumsum(-1) - is_sep                                # [SEP]s strictly before each position
-    return (before > 0).to(torch.int64)                                # (B, T)
+    before = is_sep.cumsum(-1) - is_sep  # [SEP]s strictly before each position
+    return (before > 0).to(torch.int64)  # (B, T)
 
 
 def check_token_types(cfg: ModelConfig, idx: torch.Tensor, token_types) -> torch.Tensor | None:
@@ -68,10 +69,14 @@ def key_mask(cfg: ModelConfig, attention_mask, idx: torch.Tensor, cache=None) ->
     if attention_mask is None:
         return None
     if cfg.causal:
-        raise ValueError("attention_mask is an encoder's padding mask; a causal model pads on the right "
-                         "without one (its queries never see later keys)")
+        raise ValueError(
+            "attention_mask is an encoder's padding mask; a causal model pads on the right "
+            "without one (its queries never see later keys)"
+        )
     if not isinstance(attention_mask, torch.Tensor) or tuple(attention_mask.shape) != tuple(idx.shape):
-        raise ValueError(f"attention_mask must be a tensor shaped like the ids {tuple(idx.shape)} (1 = token, 0 = padding)")
+        raise ValueError(
+            f"attention_mask must be a tensor shaped like the ids {tuple(idx.shape)} (1 = token, 0 = padding)"
+        )
     mask = attention_mask.to(device=idx.device, dtype=torch.bool)
     if not bool(mask.any(-1).all()):
         raise ValueError("attention_mask hides every token of a row: each row needs at least one real token")
@@ -81,7 +86,7 @@ def key_mask(cfg: ModelConfig, attention_mask, idx: torch.Tensor, cache=None) ->
 def embed_extras(model: nn.Module, x: torch.Tensor, types: torch.Tensor | None, rec: Recorder | None) -> torch.Tensor:
     """Token + position embeddings `x` -> plus the type embeddings, then the embedding norm."""
     if types is not None and model.type_emb is not None:
-        t = model.type_emb(types)                                      # (B, T, D)
+        t = model.type_emb(types)  # (B, T, D)
         if rec is not None:
             rec.add("type_embed", t)
         x = x + t
@@ -102,6 +107,6 @@ class MaskedLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
 
     def transform(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.dense(x)                                              # (B, T, D)
+        h = self.dense(x)  # (B, T, D)
         h = {"gelu": F.gelu, "relu": F.relu}.get(self.activation, lambda v: F.gelu(v, approximate="tanh"))(h)
         return self.norm(h)

@@ -7,6 +7,7 @@ draws a working link, or `![x](http://host/pixel)` fetches an image, inside the 
     plain("[Log in](https://x)")  -> '\\[Log in\\](https\\://x)'   (renders as typed)
     short("a" * 50_000)            -> 'aaaa…a… (50,000 characters)'
 """
+
 from __future__ import annotations
 
 import re

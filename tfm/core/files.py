@@ -12,6 +12,7 @@ by a server path, and says what to do. A missing file stays FileNotFoundError.
     with reading("tokenizer.json"):                # interpret it: any failure named
         ...
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 MAX_JSON_BYTES = 128 << 20  # Qwen2's tokenizer.json is ~7 MB, Gemma's ~34 MB
-MAX_JSON_DEPTH = 32         # published configs and tokenizer.json nest at most ~6 levels
+MAX_JSON_DEPTH = 32  # published configs and tokenizer.json nest at most ~6 levels
 FIX = "re-export or re-copy that file"
 
 
@@ -67,7 +68,7 @@ def read_bytes(path: Path | str, max_bytes: int) -> bytes:
         if size > max_bytes:
             raise ValueError(f"{path.name} holds {size:,} bytes; tfm reads such a file up to {max_bytes:,} bytes")
         with open(path, "rb") as fh:
-            data = fh.read(max_bytes + 1)   # a file that grew since stat() is cut here, not read whole
+            data = fh.read(max_bytes + 1)  # a file that grew since stat() is cut here, not read whole
     if len(data) > max_bytes:
         raise ValueError(f"{path.name} grew past {max_bytes:,} bytes while it was read")
     return data
@@ -83,8 +84,7 @@ def decode(raw: bytes, name: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{name} is not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start:,}); "
-                         f"{FIX}") from None
+        raise ValueError(f"{name} is not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start:,}); {FIX}") from None
 
 
 def read_json(path: Path | str, max_bytes: int = MAX_JSON_BYTES) -> Any:
@@ -102,11 +102,12 @@ def parse_json(text: str | bytes, name: str, max_depth: int = MAX_JSON_DEPTH) ->
     try:
         data = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except RecursionError:
-        raise ValueError(f"{name} nests its JSON deeper than Python can read; tfm reads up to {max_depth} "
-                         f"levels: {FIX}") from None
+        raise ValueError(
+            f"{name} nests its JSON deeper than Python can read; tfm reads up to {max_depth} levels: {FIX}"
+        ) from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{name} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); {FIX}") from None
-    except ValueError as e:   # a number json cannot hold here (ours, or int's 4300-digit limit)
+    except ValueError as e:  # a number json cannot hold here (ours, or int's 4300-digit limit)
         raise ValueError(f"{name} holds a number tfm cannot read ({str(e).split(':')[0][:80]}); {FIX}") from None
     depth = json_depth(data, max_depth)
     if depth > max_depth:
@@ -153,7 +154,7 @@ def reading(name: str, hint: str = FIX, name_values: bool = True) -> Iterator[No
         if not name_values or name in str(e):
             raise
         raise ValueError(f"{name}: {e}") from e
-    except Exception as e:   # RecursionError, MemoryError, TypeError, KeyError, OSError, ...
+    except Exception as e:  # RecursionError, MemoryError, TypeError, KeyError, OSError, ...
         raise ValueError(f"{name} could not be read: {why(e)}; {hint}") from e
 
 

@@ -1,5 +1,6 @@
 """The attention and unembedding arithmetic the model and its lazy trace share, as plain
 functions (as torch.nn.functional is to torch.nn): nothing here holds parameters."""
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,8 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, mask, scale: float | None
         scores = (q.reshape(b, k.shape[1], group, hd) @ k.transpose(-2, -1)).view(b, h, 1, -1)  # (B, H, 1, S)
         _scaled(scores, hd, scale)
     else:
-        k = expand_kv(k, group)                                       # (B, H, S, hd)
-        scores = _scaled(q @ k.transpose(-2, -1), hd, scale)          # (B, H, T, S), a new tensor: in place
+        k = expand_kv(k, group)  # (B, H, S, hd)
+        scores = _scaled(q @ k.transpose(-2, -1), hd, scale)  # (B, H, T, S), a new tensor: in place
     if isinstance(mask, str):  # "causal", T = S: adding 0 / -inf is far faster on CPU than masked_fill with a bool mask
         return scores.add_(torch.full((t, t), float("-inf"), dtype=scores.dtype, device=q.device).triu(1))
     return scores if mask is None else scores.masked_fill_(~mask, float("-inf"))
@@ -68,12 +69,12 @@ def attend(q, k, v, mask, rec: Recorder | None, dropout_p: float = 0.0, scale: f
     else:
         z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, **gqa)
     if rec is None:
-        return z                                                       # (B, H, T, hd)
-    shape = (*q.shape[:-1], k.shape[-2])                               # (B, H, T, S)
+        return z  # (B, H, T, hd)
+    shape = (*q.shape[:-1], k.shape[-2])  # (B, H, T, S)
     if rec.stores("scores") or rec.stores("pattern"):
-        scores = attention_scores(q, k, mask, scale)                  # (B, H, T, S)
+        scores = attention_scores(q, k, mask, scale)  # (B, H, T, S)
         rec.add("scores", scores)
-        rec.add("pattern", scores.softmax(dim=-1))                    # undropped: rows sum to 1
+        rec.add("pattern", scores.softmax(dim=-1))  # undropped: rows sum to 1
     else:
         rec.add_lazy("scores", shape, q.dtype)
         rec.add_lazy("pattern", shape, q.dtype)
@@ -89,10 +90,13 @@ def head_results(z: torch.Tensor, w_out: torch.Tensor, n_head: int):
 
     def compute() -> torch.Tensor:
         if w_out._version != version:
-            raise RuntimeError("the model's weights changed after this trace was recorded; "
-                               "run the forward again to trace the new weights")
-        w_o = w_out.view(w_out.shape[0], n_head, -1)                  # (D, H, hd)
-        return torch.einsum("bhtd,ehd->bhte", z, w_o)                  # (B, H, T, D)
+            raise RuntimeError(
+                "the model's weights changed after this trace was recorded; "
+                "run the forward again to trace the new weights"
+            )
+        w_o = w_out.view(w_out.shape[0], n_head, -1)  # (D, H, hd)
+        return torch.einsum("bhtd,ehd->bhte", z, w_o)  # (B, H, T, D)
+
     return compute
 
 

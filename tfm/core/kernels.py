@@ -12,6 +12,7 @@ the process. GPUs, other dtypes, training, attribution's
 gradients and small products always use F.linear. Both compute the same sums in a different
 order (|diff| ~1e-6).
 """
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,9 @@ def _checked(choice: str) -> CpuProduct:
 
 
 # TFM_CPU_PRODUCT=blas (or onednn) fixes the product server-wide instead of measuring.
-_cpu_product: CpuProduct = _checked(os.environ.get("TFM_CPU_PRODUCT", "").strip()
-                                    or ("auto" if ONEDNN_AVAILABLE else "blas"))
+_cpu_product: CpuProduct = _checked(
+    os.environ.get("TFM_CPU_PRODUCT", "").strip() or ("auto" if ONEDNN_AVAILABLE else "blas")
+)
 
 
 def cpu_product() -> CpuProduct:
@@ -73,8 +75,8 @@ def using_cpu_product(choice: CpuProduct):
 # step of GPT-2's 768x2304 or SmolLM2's 576x1536), or for much work (192x576 at 128 rows); not for
 # small matrices on few rows (the bundled model's decode steps). bench/bench_kernels.py; the
 # figures are in docs/benchmarks.md.
-ONEDNN_MIN_WEIGHT = 1 << 19   # in x out
-ONEDNN_MIN_MACS = 1 << 23     # rows x in x out
+ONEDNN_MIN_WEIGHT = 1 << 19  # in x out
+ONEDNN_MIN_MACS = 1 << 23  # rows x in x out
 
 
 Product = Literal["blas", "onednn", "sliced"]  # what one call runs; "sliced": BLAS over column slices
@@ -120,7 +122,7 @@ def _measured(rows: int, weight: torch.Tensor, bias: torch.Tensor | None) -> Pro
     key = (tuple(weight.shape), weight.stride(), bias is not None, bucket)
     product = _chosen.get(key)
     if product is None:
-        with _measuring:   # one measurement at a time, each once
+        with _measuring:  # one measurement at a time, each once
             product = _chosen.get(key)
             if product is None:
                 if len(_chosen) >= MAX_MEASURED:
@@ -164,11 +166,11 @@ def sliced_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     out = x.new_empty(*x.shape[:-1], weight.shape[0])
     rows, cols = x.reshape(-1, x.shape[-1]), out.view(-1, weight.shape[0])  # (N, in), (N, out)
     for j in range(0, weight.shape[0], SLICE):
-        w = weight[j:j + SLICE].t()                                    # (in, <=SLICE)
+        w = weight[j : j + SLICE].t()  # (in, <=SLICE)
         if bias is None:
-            torch.mm(rows, w, out=cols[:, j:j + SLICE])
+            torch.mm(rows, w, out=cols[:, j : j + SLICE])
         else:
-            torch.addmm(bias[j:j + SLICE], rows, w, out=cols[:, j:j + SLICE])
+            torch.addmm(bias[j : j + SLICE], rows, w, out=cols[:, j : j + SLICE])
     return out
 
 

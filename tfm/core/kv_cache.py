@@ -4,6 +4,7 @@ It is passed to `GPT.forward(..., cache=cache)` and never stored on the model, s
 cached model stays untouched. Buffers are preallocated to `max_len` so each decode step
 writes in place instead of concatenating.
 """
+
 from __future__ import annotations
 
 import torch
@@ -17,8 +18,15 @@ class KVCache:
     layers every position: Gemma 3's cache at 32k positions is ~5x smaller. A local layer's
     `update` then returns just the keys it can read, in order (the window mask needs no more)."""
 
-    def __init__(self, cfg: ModelConfig, batch: int = 1, max_len: int | None = None,
-                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, windows: bool = False) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        batch: int = 1,
+        max_len: int | None = None,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        windows: bool = False,
+    ) -> None:
         max_len = cfg.context_length if max_len is None else max_len
         if not 1 <= max_len <= cfg.context_length:
             raise ValueError(f"max_len={max_len} must be between 1 and the context length {cfg.context_length}")
@@ -29,7 +37,7 @@ class KVCache:
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         kept = (len(self.local), batch, cfg.n_kv_head, (w or 1) - 1 if self.local else 0, cfg.d_head)
-        self.k_local = torch.zeros(kept, device=device, dtype=dtype)          # (L_local, B, Hkv, W - 1, hd)
+        self.k_local = torch.zeros(kept, device=device, dtype=dtype)  # (L_local, B, Hkv, W - 1, hd)
         self.v_local = torch.zeros(kept, device=device, dtype=dtype)
         self.length = 0  # positions already cached, the same for every layer
         self.max_len = max_len
@@ -42,8 +50,8 @@ class KVCache:
         if layer in self.local:
             return self._update_local(self.local[layer], k, v)
         i = self.slot[layer]
-        self.k[i, :, :, self.length:end] = k
-        self.v[i, :, :, self.length:end] = v
+        self.k[i, :, :, self.length : end] = k
+        self.v[i, :, :, self.length : end] = v
         return self.k[i, :, :, :end], self.v[i, :, :, :end]  # (B, Hkv, S, hd)
 
     def _update_local(self, i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,8 +62,8 @@ class KVCache:
         values = torch.cat([self.v_local[i, :, :, :b], v], dim=-2)
         keep = min(keys.shape[-2], self.k_local.shape[-2])
         if keep:
-            self.k_local[i, :, :, :keep] = keys[..., keys.shape[-2] - keep:, :]
-            self.v_local[i, :, :, :keep] = values[..., values.shape[-2] - keep:, :]
+            self.k_local[i, :, :, :keep] = keys[..., keys.shape[-2] - keep :, :]
+            self.v_local[i, :, :, :keep] = values[..., values.shape[-2] - keep :, :]
         return keys, values
 
     def advance(self, n: int) -> None:
@@ -84,8 +92,14 @@ class RaggedKVCache:
     A forward over the first `rows` rows feeds one new token per row (T = 1) at that row's own
     position; keys past a row's length are masked out. Created per batcher, never on the model."""
 
-    def __init__(self, cfg: ModelConfig, capacity: int, max_len: int, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        capacity: int,
+        max_len: int,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         if not 1 <= max_len <= cfg.context_length:
             raise ValueError(f"max_len={max_len} must be between 1 and the context length {cfg.context_length}")
         shape = (cfg.n_layer, capacity, cfg.n_kv_head, max_len, cfg.d_head)  # (L, R, Hkv, S, hd)
@@ -98,11 +112,11 @@ class RaggedKVCache:
     @property
     def length(self) -> int:
         """The longest active row (what the model checks against the context)."""
-        return int(self.lengths[:self.rows].max()) if self.rows else 0
+        return int(self.lengths[: self.rows].max()) if self.rows else 0
 
     @property
     def starts(self) -> torch.Tensor:
-        return self.lengths[:self.rows]                                       # (B,)
+        return self.lengths[: self.rows]  # (B,)
 
     def _shared(self) -> tuple[int, torch.Tensor, torch.Tensor]:
         """(keys after this step, row indices (B,), mask (B, 1, 1, S)) for the step about to run:
@@ -127,10 +141,10 @@ class RaggedKVCache:
             raise ValueError(f"the batch cache holds {self.max_len} positions; {n} were asked for")
         self.k[layer, rows, :, self.starts] = k[:, :, 0]
         self.v[layer, rows, :, self.starts] = v[:, :, 0]
-        return self.k[layer, :self.rows, :, :n], self.v[layer, :self.rows, :, :n]
+        return self.k[layer, : self.rows, :, :n], self.v[layer, : self.rows, :, :n]
 
     def advance(self, n: int) -> None:
-        self.lengths[:self.rows] += n
+        self.lengths[: self.rows] += n
         self._edits += 1
 
     def batch_size(self) -> int:

@@ -29,6 +29,7 @@ Reading is thread-safe: a group is computed once however many threads ask (one l
 group; different blocks compute in parallel). A group refuses to compute if the model's
 weights changed in place after the forward. A lazy trace keeps a reference to its model.
 """
+
 from __future__ import annotations
 
 import threading
@@ -48,8 +49,9 @@ from .window import attention_mask
 Getter = Callable[[str], torch.Tensor]
 
 
-def traced_forward(model: nn.Module, idx: torch.Tensor, last_only: bool, keep: tuple[str, ...] = (),
-                   token_types=None) -> ModelOutput:
+def traced_forward(
+    model: nn.Module, idx: torch.Tensor, last_only: bool, keep: tuple[str, ...] = (), token_types=None
+) -> ModelOutput:
     """The explicit traced forward, storing only each block's `resid_pre`, the entries named by
     `keep` (every block's: `keep=("pattern",)` gives every attention pattern without a
     recomputation) and what the module doc lists."""
@@ -57,12 +59,12 @@ def traced_forward(model: nn.Module, idx: torch.Tensor, last_only: bool, keep: t
     final = f"blocks.{n - 1}.resid_post" if post else "ln_final.output"
     suffixes = (".resid_pre", *suffixes)
     rec = Recorder(keep=lambda name: not name.startswith("blocks.") or name.endswith(suffixes) or name == final)
-    x = model.hidden(idx, None, rec, token_types=token_types)          # (B, T, D)
+    x = model.hidden(idx, None, rec, token_types=token_types)  # (B, T, D)
     recipes = {f"blocks.{i}": block_recipe(model, i) for i in range(n)}
     # the entry is every position's logits, computed when read, whatever `last_only` says (the trace
     # is the same for every caller); the caller's copy is not kept: (B, T, V) is the largest entry
     # (1 GB for Gemma 3 at 1,024 tokens), and with `last_only` never computed in the forward at all
-    logits = head_logits(model, x[:, -1:] if last_only else x)        # (B, 1 or T, V)
+    logits = head_logits(model, x[:, -1:] if last_only else x)  # (B, 1 or T, V)
     rec.add_lazy("logits", (*x.shape[:2], logits.shape[-1]), logits.dtype)
     recipes["logits"] = logits_recipe(model, final)
     specs = {k: (v.device, v.dtype) for k, v in rec._tensors.items() if isinstance(v, torch.Tensor)}
@@ -77,8 +79,11 @@ def _versions(params: list[torch.Tensor]) -> Callable[[], None]:
 
     def check() -> None:
         if [p._version for p in params] != before:
-            raise RuntimeError("the model's weights changed after this trace was recorded; "
-                               "run the forward again to trace the new weights")
+            raise RuntimeError(
+                "the model's weights changed after this trace was recorded; "
+                "run the forward again to trace the new weights"
+            )
+
     return check
 
 
@@ -114,6 +119,7 @@ def block_recipe(model: nn.Module, i: int) -> Callable[[Getter], dict]:
         values[f"{key}.attn.scores"] = Deferred(lambda: attention_scores(q, k, mask(), scale))
         values[f"{key}.attn.pattern"] = Deferred(lambda: attention_scores(q, k, mask(), scale).softmax(dim=-1))
         return values
+
     return compute
 
 
@@ -123,7 +129,8 @@ def _unembedding(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     def logits(x: torch.Tensor) -> torch.Tensor:
         check()
         with torch.no_grad():
-            return head_logits(model, x)                               # (B, T, V)
+            return head_logits(model, x)  # (B, T, V)
+
     return logits
 
 
@@ -137,10 +144,10 @@ def logits_recipe(model: nn.Module, final: str) -> Callable[[Getter], dict]:
 class Lazy:
     """What a lazy trace needs to compute its groups, shared by its `to()` copies."""
 
-    recipes: dict[str, Callable[[Getter], dict]]    # group key -> compute(get) -> {name: value}
+    recipes: dict[str, Callable[[Getter], dict]]  # group key -> compute(get) -> {name: value}
     specs: dict[str, tuple[torch.device, torch.dtype]]  # stored entry -> where the model made it
-    final: str                                      # the stored final hidden state's name
-    last_logits: torch.Tensor                       # (B, V) logits of the last position
+    final: str  # the stored final hidden state's name
+    last_logits: torch.Tensor  # (B, V) logits of the last position
     row_logits: Callable[[torch.Tensor], torch.Tensor]  # (B, T, D) final hidden -> logits
 
 
@@ -156,8 +163,12 @@ def _group_key(name: str) -> str:
 
 
 def _lossless(old: torch.dtype, new: torch.dtype | None) -> bool:
-    return new is None or new == old or new == torch.float64 or (
-        new == torch.float32 and old in (torch.float16, torch.bfloat16))
+    return (
+        new is None
+        or new == old
+        or new == torch.float64
+        or (new == torch.float32 and old in (torch.float16, torch.bfloat16))
+    )
 
 
 class LazyTrace(Trace):
@@ -165,8 +176,9 @@ class LazyTrace(Trace):
 
     max_lazy_bytes: int = 128 * 2**20  # groups kept beyond the one read last (instance may override)
 
-    def __init__(self, tensors: dict, shapes: tuple, lazy: Lazy, moves: tuple = (),
-                 inputs: dict[str, torch.Tensor] | None = None) -> None:
+    def __init__(
+        self, tensors: dict, shapes: tuple, lazy: Lazy, moves: tuple = (), inputs: dict[str, torch.Tensor] | None = None
+    ) -> None:
         super().__init__(tensors, shapes)
         self._lazy, self._moves, self._inputs = lazy, moves, inputs or {}
         self._groups = {k: _Group(c) for k, c in lazy.recipes.items()}
@@ -188,6 +200,7 @@ class LazyTrace(Trace):
             t = self._get_input(name)
             fed[t.data_ptr()] = self._tensors[name]
             return t
+
         values = {}
         for k, v in group.compute(get).items():
             if self._tensors.get(k) is not LAZY:
@@ -219,9 +232,12 @@ class LazyTrace(Trace):
             if group.values is not values:
                 return  # dropped meanwhile by another reader: the caller still has its value
             stored = {(t.device, t.untyped_storage().data_ptr()) for t in self._stored()}
-            group.nbytes = storage_bytes(v for v in values.values() if isinstance(v, torch.Tensor)
-                                         and (v.device, v.untyped_storage().data_ptr()) not in stored)
-            self._version += 1   # held groups change: nbytes measures again
+            group.nbytes = storage_bytes(
+                v
+                for v in values.values()
+                if isinstance(v, torch.Tensor) and (v.device, v.untyped_storage().data_ptr()) not in stored
+            )
+            self._version += 1  # held groups change: nbytes measures again
             self._lru[key] = None
             self._lru.move_to_end(key)
             total = sum(self._groups[k].nbytes for k in self._lru)
@@ -238,8 +254,9 @@ class LazyTrace(Trace):
 
     def _held(self) -> list[torch.Tensor]:
         with self._lock:
-            resident = [v for k in self._lru for v in (self._groups[k].values or {}).values()
-                        if isinstance(v, torch.Tensor)]
+            resident = [
+                v for k in self._lru for v in (self._groups[k].values or {}).values() if isinstance(v, torch.Tensor)
+            ]
             return self._stored() + resident + [self._lazy.last_logits] + list(self._inputs.values())
 
     def logits_at(self, pos: int, batch: int = 0) -> torch.Tensor:
@@ -254,7 +271,7 @@ class LazyTrace(Trace):
         values = self._groups["logits"].values if "logits" in self._groups else None
         if values is not None:
             return values["logits"][batch, pos]
-        x = self._get_input(self._lazy.final)[batch, pos]             # (D,)
+        x = self._get_input(self._lazy.final)[batch, pos]  # (D,)
         return self._out(self._lazy.row_logits(x[None, None])[0, 0])
 
     def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "LazyTrace":
@@ -264,11 +281,23 @@ class LazyTrace(Trace):
         moved = {k: _move(v, device, dtype) if isinstance(v, torch.Tensor) else v for k, v in self._tensors.items()}
         if all(moved[k] is v for k, v in self._tensors.items() if isinstance(v, torch.Tensor)):
             return self
-        inputs = [k for k in self._tensors if k.endswith(".resid_pre") or k in ("rope.angles", "rope.local_angles", self._lazy.final)]
-        keep = {k: self._inputs.get(k, self._tensors[k]).to(device) for k in inputs
-                if not _lossless(self._lazy.specs[k][1], dtype)}
-        lazy = Lazy(self._lazy.recipes, self._lazy.specs, self._lazy.final,
-                    _move(self._lazy.last_logits, device, dtype), self._lazy.row_logits)
+        inputs = [
+            k
+            for k in self._tensors
+            if k.endswith(".resid_pre") or k in ("rope.angles", "rope.local_angles", self._lazy.final)
+        ]
+        keep = {
+            k: self._inputs.get(k, self._tensors[k]).to(device)
+            for k in inputs
+            if not _lossless(self._lazy.specs[k][1], dtype)
+        }
+        lazy = Lazy(
+            self._lazy.recipes,
+            self._lazy.specs,
+            self._lazy.final,
+            _move(self._lazy.last_logits, device, dtype),
+            self._lazy.row_logits,
+        )
         new = LazyTrace(moved, self.shapes, lazy, self._moves + ((device, dtype),), keep)
         new.max_lazy_bytes = self.max_lazy_bytes
         return new

@@ -6,6 +6,7 @@ bias, tied embeddings) is one code path with small switches. `forward(idx, trace
 records named intermediates into a per-call `Recorder` (see `tfm.trace`), so the module is
 never mutated: no hooks, no caches installed on it.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,7 +40,7 @@ class Attention(nn.Module):
         super().__init__()
         self.n_head, self.d_head, self.dropout, self.window = cfg.n_head, cfg.d_head, cfg.dropout, window
         self.causal = cfg.causal
-        self.kv_dim, self.scale = cfg.n_kv_head * cfg.d_head, cfg.attn_scalar and cfg.attn_scalar ** -0.5
+        self.kv_dim, self.scale = cfg.n_kv_head * cfg.d_head, cfg.attn_scalar and cfg.attn_scalar**-0.5
         self.qkv = Linear(cfg.d_model, cfg.d_attn + 2 * self.kv_dim, bias=cfg.bias or cfg.qkv_bias)
         self.proj = Linear(cfg.d_attn, cfg.d_model, bias=cfg.bias)
         self.q_norm, self.k_norm = (Norm(cfg, cfg.d_head), Norm(cfg, cfg.d_head)) if cfg.qk_norm else (None, None)
@@ -54,21 +55,25 @@ class Attention(nn.Module):
         if self.q_norm is not None:  # QK-norm: each head's q and k normalised before RoPE
             q, k, v = qkv.split([h * self.d_head, self.kv_dim, self.kv_dim], dim=-1)
             q, k = self.q_norm(self.split_heads(q)), self.k_norm(self.split_heads(k))
-            return *((apply_rope(q, angles), apply_rope(k, angles)) if angles is not None else (q, k)), self.split_heads(v)
+            return *(
+                (apply_rope(q, angles), apply_rope(k, angles)) if angles is not None else (q, k)
+            ), self.split_heads(v)
         if angles is not None:  # q and k rotated together: one pass of RoPE's elementwise ops
-            qk = apply_rope(self.split_heads(qkv[..., :qk_width]), angles)   # (B, H + Hkv, T, hd)
+            qk = apply_rope(self.split_heads(qkv[..., :qk_width]), angles)  # (B, H + Hkv, T, hd)
             return qk[:, :h], qk[:, h:], self.split_heads(qkv[..., qk_width:])
         return tuple(self.split_heads(part) for part in qkv.split([h * self.d_head, self.kv_dim, self.kv_dim], dim=-1))
 
-    def forward(self, x, rec: Recorder | None, angles=None, cache=None, layer=0, edits=None, causal=True, key_mask=None):
+    def forward(
+        self, x, rec: Recorder | None, angles=None, cache=None, layer=0, edits=None, causal=True, key_mask=None
+    ):
         """`causal=False`: no mask at all, the bare self-attention (tfm.analysis.positions' permutation check).
         An encoder (`cfg.causal` false) masks only `key_mask`'s padding, (B, 1, 1, S) bool."""
-        qkv = self.qkv(x)                                              # (B, T, H hd + 2 Hkv hd)
+        qkv = self.qkv(x)  # (B, T, H hd + 2 Hkv hd)
         if rec is not None:
             rec.shape_only("qkv", qkv)
-        q, k, v = self.split_qkv(qkv, angles)                         # (B, H, T, hd), k, v (B, Hkv, T, hd)
+        q, k, v = self.split_qkv(qkv, angles)  # (B, H, T, hd), k, v (B, Hkv, T, hd)
         if cache is not None:
-            k, v = cache.update(layer, k, v)                           # (B, Hkv, S, hd), S = cached + T
+            k, v = cache.update(layer, k, v)  # (B, Hkv, S, hd), S = cached + T
         if rec is not None:
             for name, t in (("q", q), ("k", k), ("v", v)):
                 rec.add(name, t)
@@ -76,7 +81,7 @@ class Attention(nn.Module):
         z = attend(q, k, v, mask, rec, self.dropout if self.training else 0.0, self.scale)
         if edits is not None:  # per-call interventions (tfm.core.edits); the trace's "z" is the unedited one
             z = edits.apply("attn.z", z)
-        merged = z.transpose(1, 2).reshape(*x.shape[:-1], -1)          # (B, T, H hd)
+        merged = z.transpose(1, 2).reshape(*x.shape[:-1], -1)  # (B, T, H hd)
         if rec is not None:
             rec.shape_only("z_merged", merged)
             b, h, t, _ = z.shape
@@ -96,10 +101,10 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor, rec: Recorder | None, edits=None) -> torch.Tensor:
         if self.gate is not None:
-            pre, up = self.gate(x), self.fc(x)                         # (B, T, F) each
+            pre, up = self.gate(x), self.fc(x)  # (B, T, F) each
             post = (F.silu(pre) if self.activation == "swiglu" else F.gelu(pre, approximate="tanh")) * up
         else:
-            pre, up = self.fc(x), None                                 # (B, T, F)
+            pre, up = self.fc(x), None  # (B, T, F)
             post = {"gelu": F.gelu, "relu": F.relu}.get(self.activation, lambda h: F.gelu(h, approximate="tanh"))(pre)
         if edits is not None:
             post = edits.apply("mlp.post", post)
@@ -211,16 +216,24 @@ class GPT(nn.Module):
         if not isinstance(idx, torch.Tensor):
             raise ValueError(f"token ids must be a torch tensor of shape (batch, seq), got {type(idx).__name__}")
         if idx.dtype not in (torch.int64, torch.int32) or idx.dim() != 2:
-            raise ValueError(f"token ids must be an integer tensor of shape (batch, seq), got {idx.dtype} {tuple(idx.shape)}")
+            raise ValueError(
+                f"token ids must be an integer tensor of shape (batch, seq), got {idx.dtype} {tuple(idx.shape)}"
+            )
         if idx.shape[1] == 0 or idx.shape[0] == 0:
             raise ValueError(f"the token batch {tuple(idx.shape)} is empty: give at least one sequence of one token")
         if start + idx.shape[1] > self.config.context_length:
-            raise ValueError(f"{start + idx.shape[1]} positions exceed the context length "
-                             f"{self.config.context_length}; cut the prompt from the left")
+            raise ValueError(
+                f"{start + idx.shape[1]} positions exceed the context length "
+                f"{self.config.context_length}; cut the prompt from the left"
+            )
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.config.vocab_size):
-            raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got {int(idx.min())}..{int(idx.max())}")
+            raise ValueError(
+                f"token ids must be in [0, {self.config.vocab_size}), got {int(idx.min())}..{int(idx.max())}"
+            )
         if cache is not None and idx.shape[0] != cache.batch_size():
-            raise ValueError(f"the KV cache was made for batch {cache.batch_size()}, the tokens have batch {idx.shape[0]}")
+            raise ValueError(
+                f"the KV cache was made for batch {cache.batch_size()}, the tokens have batch {idx.shape[0]}"
+            )
         return start
 
     def positions(self, start, length: int):
@@ -231,9 +244,9 @@ class GPT(nn.Module):
     def embed(self, idx: torch.Tensor, start: int, rec: Recorder | None, token_types=None):
         """Token embedding plus additive positions (and an encoder's segments and embedding norm);
         returns (x, rope angles or None)."""
-        x = self.tok_emb(idx)                                          # (B, T, D)
+        x = self.tok_emb(idx)  # (B, T, D)
         if self.config.scale_embeddings:  # Gemma: times sqrt(d_model), rounded to the embedding's dtype first
-            x = x * torch.tensor(self.config.d_model ** 0.5).to(x.dtype)
+            x = x * torch.tensor(self.config.d_model**0.5).to(x.dtype)
         pos, angles = self.positions(start, idx.shape[1])
         if rec is not None:
             rec.add("embed", x)
@@ -244,11 +257,22 @@ class GPT(nn.Module):
                 rec.add("rope.angles", angles)
         x = x + pos if pos is not None else x
         types = encoder.check_token_types(self.config, idx, token_types)
-        return (encoder.embed_extras(self, x, types, rec) if types is not None or self.ln_embed is not None else x), angles
+        return (
+            encoder.embed_extras(self, x, types, rec) if types is not None or self.ln_embed is not None else x
+        ), angles
 
-    def forward(self, idx: torch.Tensor, trace: bool = False, cache: KVCache | None = None,
-                last_only: bool = False, lazy: bool | None = None, edits=None, keep: tuple[str, ...] = (),
-                attention_mask=None, token_types=None) -> ModelOutput:
+    def forward(
+        self,
+        idx: torch.Tensor,
+        trace: bool = False,
+        cache: KVCache | None = None,
+        last_only: bool = False,
+        lazy: bool | None = None,
+        edits=None,
+        keep: tuple[str, ...] = (),
+        attention_mask=None,
+        token_types=None,
+    ) -> ModelOutput:
         """Logits (B, T, V), or (B, 1, V) for the last position only with `last_only` (what
         generation needs: a prefill skips T-1 vocabulary-sized products). The trace always
         covers every position up to the final norm; its "logits" entry matches `logits`
@@ -270,15 +294,23 @@ class GPT(nn.Module):
             rec.add("logits", logits)
         return ModelOutput(logits, rec.finish() if rec else None)
 
-    def hidden(self, idx: torch.Tensor, cache: KVCache | None = None, rec: Recorder | None = None,
-               edits=None, should_stop: cancel.ShouldStop = None, attention_mask=None, token_types=None) -> torch.Tensor:
+    def hidden(
+        self,
+        idx: torch.Tensor,
+        cache: KVCache | None = None,
+        rec: Recorder | None = None,
+        edits=None,
+        should_stop: cancel.ShouldStop = None,
+        attention_mask=None,
+        token_types=None,
+    ) -> torch.Tensor:
         """The residual stream after the final norm, (B, T, D): what the unembedding reads.
         Advances `cache` by T. `edits` as in `forward`. `should_stop` is asked before each block
         (`tfm.core.cancel`: a long batched forward stops within a block; `cache` is then unusable)."""
         start = self._check_input(idx, cache)
         starts = cache.starts if cache is not None else 0
-        x, angles = self.embed(idx, starts, rec, token_types)           # per row for a RaggedKVCache
-        local = local_angles(self, starts, idx.shape[1], rec)          # local layers' own RoPE base, or None
+        x, angles = self.embed(idx, starts, rec, token_types)  # per row for a RaggedKVCache
+        local = local_angles(self, starts, idx.shape[1], rec)  # local layers' own RoPE base, or None
         mask = encoder.key_mask(self.config, attention_mask, idx, cache)
         x, edits = self.drop(x), Edits.of(edits, self.config, idx.shape, start) if edits is not None else None
         for i, block in enumerate(self.blocks):

@@ -1,6 +1,7 @@
 """Positions: how GPT builds and reads its position information (`add_embeddings`,
 `position_inputs`) and the sinusoidal table. What the positional-encoding page computes from
 them lives in tfm.analysis.positions."""
+
 from __future__ import annotations
 
 import torch
@@ -39,14 +40,17 @@ def add_embeddings(module: nn.Module, cfg: ModelConfig) -> None:
     module.pos_emb = _embedding(cfg.context_length, cfg.d_model) if cfg.pos_encoding == "learned" else None
     meta = _on_meta()
     if cfg.pos_encoding == "sinusoidal":
-        table = torch.empty(cfg.context_length, cfg.d_model) if meta else sinusoidal_table(cfg.context_length, cfg.d_model)
+        table = (
+            torch.empty(cfg.context_length, cfg.d_model) if meta else sinusoidal_table(cfg.context_length, cfg.d_model)
+        )
         module.register_buffer("pos_table", table, persistent=False)
     if cfg.pos_encoding == "rope":
         freq = torch.empty(cfg.rotary_dim // 2) if meta else rope_inv_freq(cfg)
         module.register_buffer("inv_freq", freq, persistent=False)  # (rotary_dim/2,)
     if cfg.pos_encoding == "rope" and cfg.rope_local_base is not None:
-        module.register_buffer("local_inv_freq", torch.empty(cfg.rotary_dim // 2) if meta else local_inv_freq(cfg),
-                               persistent=False)
+        module.register_buffer(
+            "local_inv_freq", torch.empty(cfg.rotary_dim // 2) if meta else local_inv_freq(cfg), persistent=False
+        )
 
 
 def local_inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -62,9 +66,9 @@ def local_angles(module: nn.Module, start, length: int, rec=None):
     if freq is None:
         return None
     if isinstance(start, torch.Tensor):
-        pos = start[:, None] + torch.arange(length, device=start.device)          # (B, T)
-        return (pos.to(freq.dtype)[..., None] * freq)[:, None]                     # (B, 1, T, rd/2)
-    angles = rope_angles(freq, start, length)                                      # (T, rd/2)
+        pos = start[:, None] + torch.arange(length, device=start.device)  # (B, T)
+        return (pos.to(freq.dtype)[..., None] * freq)[:, None]  # (B, 1, T, rd/2)
+    angles = rope_angles(freq, start, length)  # (T, rd/2)
     if rec is not None:
         rec.add("rope.local_angles", angles)
     return angles
@@ -80,20 +84,20 @@ def position_inputs(module: nn.Module, start: int, length: int):
     if module.pos_emb is not None:
         return module.pos_emb(torch.arange(start, start + length, device=module.pos_emb.weight.device)), None
     if module.config.pos_encoding == "sinusoidal":
-        return module.pos_table[start:start + length], None             # (T, D)
+        return module.pos_table[start : start + length], None  # (T, D)
     if module.config.pos_encoding == "rope":
-        return None, rope_angles(module.inv_freq, start, length)        # (T, rotary_dim/2)
+        return None, rope_angles(module.inv_freq, start, length)  # (T, rotary_dim/2)
     return None, None
 
 
 def _row_positions(module: nn.Module, start: torch.Tensor, length: int):
     """position_inputs with one start per row; each row's values equal the int-start ones."""
-    pos = start[:, None] + torch.arange(length, device=start.device)          # (B, T)
+    pos = start[:, None] + torch.arange(length, device=start.device)  # (B, T)
     if module.pos_emb is not None:
-        return module.pos_emb(pos), None                                       # (B, T, D)
+        return module.pos_emb(pos), None  # (B, T, D)
     if module.config.pos_encoding == "sinusoidal":
-        return module.pos_table[pos], None                                     # (B, T, D)
+        return module.pos_table[pos], None  # (B, T, D)
     if module.config.pos_encoding == "rope":
-        angles = pos.to(module.inv_freq.dtype)[..., None] * module.inv_freq    # (B, T, rd/2)
-        return None, angles[:, None]                                           # (B, 1, T, rd/2)
+        angles = pos.to(module.inv_freq.dtype)[..., None] * module.inv_freq  # (B, T, rd/2)
+        return None, angles[:, None]  # (B, 1, T, rd/2)
     return None, None

@@ -1,5 +1,6 @@
 """The engine's one entropy: attention rows (tfm.analysis), softmax experiments
 (tfm.teach.experiments) and sampling distributions (tfm.sampling) all measure it here."""
+
 from __future__ import annotations
 
 import torch

@@ -35,6 +35,7 @@ and an explicit batch row:
     tr.norm_stats(3, "ln1")            # {"input", "output", "mean", "std"} (RMSNorm: "rms")
     tr.logits_at(-1)                   # (V,): stored for the last position
 """
+
 from __future__ import annotations
 
 import functools
@@ -60,8 +61,13 @@ class ShapeEntry:
     stored: bool  # False for reshapes listed only in the shape trace
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "shape": list(self.shape), "axes": list(self.axes),
-                "dtype": self.dtype, "stored": self.stored}
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "axes": list(self.axes),
+            "dtype": self.dtype,
+            "stored": self.stored,
+        }
 
 
 @functools.lru_cache(maxsize=None)
@@ -115,11 +121,13 @@ class Recorder:
     def add(self, name: str, tensor: torch.Tensor) -> None:
         if self._skipped(name):
             return
-        self._store(self._entry(name, tuple(tensor.shape), tensor.dtype),
-                    tensor.detach() if tensor.requires_grad else tensor)  # no graph to cut: the tensor itself
+        self._store(
+            self._entry(name, tuple(tensor.shape), tensor.dtype), tensor.detach() if tensor.requires_grad else tensor
+        )  # no graph to cut: the tensor itself
 
-    def add_deferred(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
-                     compute: Callable[[], torch.Tensor]) -> None:
+    def add_deferred(
+        self, name: str, shape: tuple[int, ...], dtype: torch.dtype, compute: Callable[[], torch.Tensor]
+    ) -> None:
         """An entry computed on first read from tensors the run already recorded (see `Deferred`)."""
         if self._skipped(name):
             return
@@ -207,7 +215,7 @@ class Trace(Mapping):
         memory (a view, the same residual stream under two names) count once."""
         version, size = self._sized
         if version != self._version:
-            version = self._version   # read before measuring: a change meanwhile makes this stale
+            version = self._version  # read before measuring: a change meanwhile makes this stale
             size = storage_bytes(self._held())
             self._sized = (version, size)
         return size
@@ -216,8 +224,10 @@ class Trace(Mapping):
         """A trace with every held tensor moved (floating ones cast to `dtype`); entries not
         computed yet stay so and are moved when computed (they keep what they were derived
         from). Returns this trace itself when nothing would change. Shapes stay the run's."""
-        moved = {k: _move(v, device, dtype) if isinstance(v, torch.Tensor) else _moved_deferred(v, device, dtype)
-                 for k, v in self._tensors.items()}
+        moved = {
+            k: _move(v, device, dtype) if isinstance(v, torch.Tensor) else _moved_deferred(v, device, dtype)
+            for k, v in self._tensors.items()
+        }
         if all(moved[k] is v for k, v in self._tensors.items() if isinstance(v, torch.Tensor)):
             return self  # pending entries are computed where the held ones are
         return Trace(moved, self.shapes)
@@ -233,8 +243,9 @@ class Trace(Mapping):
 
     def n_layers(self) -> int:
         if self._n_layers is None:
-            self._n_layers = 1 + max((int(m.group(1)) for k in self._tensors if (m := re.match(r"blocks\.(\d+)\.", k))),
-                                     default=-1)
+            self._n_layers = 1 + max(
+                (int(m.group(1)) for k in self._tensors if (m := re.match(r"blocks\.(\d+)\.", k))), default=-1
+            )
         return self._n_layers
 
     def stack(self, suffix: str) -> torch.Tensor:
@@ -261,9 +272,11 @@ class Trace(Mapping):
 
     def attention_row(self, layer: int, head: int, pos: int, batch: int = 0) -> torch.Tensor:
         """What query `pos` of `head` attends to, (S,); sums to 1."""
-        pat = self.pattern(layer, batch)                                  # (H, T, S)
+        pat = self.pattern(layer, batch)  # (H, T, S)
         if not 0 <= head < pat.shape[0] or not 0 <= pos < pat.shape[1]:
-            raise ValueError(f"head {head} / position {pos} out of range: {pat.shape[0]} heads, {pat.shape[1]} positions")
+            raise ValueError(
+                f"head {head} / position {pos} out of range: {pat.shape[0]} heads, {pat.shape[1]} positions"
+            )
         return pat[head, pos]
 
     def residual_streams(self, batch: int = 0) -> list[tuple[str, torch.Tensor]]:
@@ -280,8 +293,9 @@ class Trace(Mapping):
     def _stream_keys(self) -> list[tuple[str, str]]:
         n = self.n_layers()
         keys = [name("resid_pre", i) for i in range(n)]
-        keys.append(name("norm_input", norm="ln_final") if "ln_final.input" in self._tensors
-                    else name("resid_post", n - 1))
+        keys.append(
+            name("norm_input", norm="ln_final") if "ln_final.input" in self._tensors else name("resid_post", n - 1)
+        )
         return list(zip(["embed"] + [f"after block {i}" for i in range(n)], keys))
 
     def norm_stats(self, layer: int | None, which: str, batch: int = 0) -> dict[str, torch.Tensor]:
@@ -298,7 +312,7 @@ class Trace(Mapping):
 
     def logits_at(self, pos: int, batch: int = 0) -> torch.Tensor:
         """Next-token logits at one position, (V,); negative positions count from the end."""
-        logits = self._row("logits", batch)                               # (T, V)
+        logits = self._row("logits", batch)  # (T, V)
         if not -logits.shape[0] <= pos < logits.shape[0]:
             raise ValueError(f"position {pos} out of range for {logits.shape[0]} positions")
         return logits[pos]
@@ -310,5 +324,6 @@ class Trace(Mapping):
 @dataclass(frozen=True)
 class ModelOutput:
     """What a forward returns."""
+
     logits: torch.Tensor  # (B, T, V): next-token logits at every position
-    trace: Trace | None   # named intermediates when called with trace=True
+    trace: Trace | None  # named intermediates when called with trace=True

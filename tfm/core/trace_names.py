@@ -36,6 +36,7 @@ F d_ff, V vocab; `{i}` is the block index, `{n}` is `ln1`, `ln2` or, at the end,
     ln_final.*               as above     the final norm
     logits                   (B, T, V)
 """
+
 from __future__ import annotations
 
 import functools
@@ -79,27 +80,50 @@ AXES: dict[str, tuple[str, ...]] = {
 def _encdec_axes(part: str, keys: str) -> dict[str, tuple[str, ...]]:
     """Encoder-decoder (tfm.teach.encdec) attention entries: decoder self-attention reads its own
     positions (`key_pos`), cross-attention the source's (`src_pos`)."""
-    per_head = {"q": ("pos", "d_head"), "k": (keys, "d_head"), "v": (keys, "d_head"),
-                "scores": ("query_pos", keys), "pattern": ("query_pos", keys), "z": ("query_pos", "d_head")}
+    per_head = {
+        "q": ("pos", "d_head"),
+        "k": (keys, "d_head"),
+        "v": (keys, "d_head"),
+        "scores": ("query_pos", keys),
+        "pattern": ("query_pos", keys),
+        "z": ("query_pos", "d_head"),
+    }
     axes = {f"{part}.{k}": ("batch", "head") + rest for k, rest in per_head.items()}
     return axes | {f"{part}.z_merged": ("batch", "pos", "d_model"), f"{part}_out": ("batch", "pos", "d_model")}
 
 
-AXES |= _encdec_axes("self", "key_pos") | _encdec_axes("cross", "src_pos") | {"resid_cross": ("batch", "pos", "d_model")}
+AXES |= (
+    _encdec_axes("self", "key_pos") | _encdec_axes("cross", "src_pos") | {"resid_cross": ("batch", "pos", "d_model")}
+)
 
 
 # Concept -> trace name, the one table the typed accessors (and pages) build names from.
 NAMES: dict[str, str] = {
-    "embed": "embed", "pos_embed": "pos_embed", "rope_angles": "rope.angles", "logits": "logits",
-    "resid_pre": "blocks.{layer}.resid_pre", "resid_mid": "blocks.{layer}.resid_mid",
-    "resid_post": "blocks.{layer}.resid_post", "attn_out": "blocks.{layer}.attn_out",
+    "embed": "embed",
+    "pos_embed": "pos_embed",
+    "rope_angles": "rope.angles",
+    "logits": "logits",
+    "resid_pre": "blocks.{layer}.resid_pre",
+    "resid_mid": "blocks.{layer}.resid_mid",
+    "resid_post": "blocks.{layer}.resid_post",
+    "attn_out": "blocks.{layer}.attn_out",
     "mlp_out": "blocks.{layer}.mlp_out",
-    "q": "blocks.{layer}.attn.q", "k": "blocks.{layer}.attn.k", "v": "blocks.{layer}.attn.v",
-    "scores": "blocks.{layer}.attn.scores", "pattern": "blocks.{layer}.attn.pattern",
-    "z": "blocks.{layer}.attn.z", "result": "blocks.{layer}.attn.result",
-    "mlp_pre": "blocks.{layer}.mlp.pre", "mlp_up": "blocks.{layer}.mlp.up", "mlp_post": "blocks.{layer}.mlp.post",
-    "norm_input": "{norm}.input", "norm_mean": "{norm}.mean", "norm_std": "{norm}.std",
-    "norm_rms": "{norm}.rms", "norm_normalized": "{norm}.normalized", "norm_output": "{norm}.output",
+    "q": "blocks.{layer}.attn.q",
+    "k": "blocks.{layer}.attn.k",
+    "v": "blocks.{layer}.attn.v",
+    "scores": "blocks.{layer}.attn.scores",
+    "pattern": "blocks.{layer}.attn.pattern",
+    "z": "blocks.{layer}.attn.z",
+    "result": "blocks.{layer}.attn.result",
+    "mlp_pre": "blocks.{layer}.mlp.pre",
+    "mlp_up": "blocks.{layer}.mlp.up",
+    "mlp_post": "blocks.{layer}.mlp.post",
+    "norm_input": "{norm}.input",
+    "norm_mean": "{norm}.mean",
+    "norm_std": "{norm}.std",
+    "norm_rms": "{norm}.rms",
+    "norm_normalized": "{norm}.normalized",
+    "norm_output": "{norm}.output",
 }
 
 
@@ -111,7 +135,9 @@ def name(concept: str, layer: int | None = None, norm: str | None = None) -> str
     template = NAMES[concept]
     if "{norm}" in template:
         if norm not in ("ln1", "ln2", "ln_final", "ln1_post", "ln2_post"):
-            raise ValueError(f"norm={norm!r}: choose ln1, ln2 or ln_final (or ln1_post, ln2_post: norms after each sublayer)")
+            raise ValueError(
+                f"norm={norm!r}: choose ln1, ln2 or ln_final (or ln1_post, ln2_post: norms after each sublayer)"
+            )
         template = template.replace("{norm}", "ln_final" if norm == "ln_final" else "blocks.{layer}." + norm)
     if "{layer}" in template:
         if not isinstance(layer, int):

@@ -3,6 +3,7 @@
 
 The names are the engine's business (`tfm.trace.NAMES`); everything here builds them from there.
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,17 +26,16 @@ def split_name(full: str) -> tuple[int | None, str]:
     return None, full
 
 
-
 def kv_per_query_head(trace: Trace, which: str, layer: int, n_head: int, batch: int = 0) -> torch.Tensor:
     """Block `layer`'s keys ("k") or values ("v") repeated for the query heads that read them,
     (n_head, S, hd): row h is key/value head h // (n_head / n_kv_head) (`expand_kv`). The trace
     stores them per key/value head; indexing that with a query head is the grouped-query bug."""
     if which not in ("k", "v"):
         raise ValueError(f"which={which!r}: choose 'k' or 'v'")
-    x = trace[name(which, layer)][batch]                               # (Hkv, S, hd)
+    x = trace[name(which, layer)][batch]  # (Hkv, S, hd)
     if n_head % x.shape[0]:
         raise ValueError(f"n_head={n_head} is not a multiple of the trace's {x.shape[0]} key/value heads")
-    return expand_kv(x, n_head // x.shape[0])                          # (H, S, hd)
+    return expand_kv(x, n_head // x.shape[0])  # (H, S, hd)
 
 
 def head_qkv(trace: Trace, config: ModelConfig, layer: int, head: int, batch: int = 0):

@@ -6,6 +6,7 @@ the allowed range.
     check_int("n_head", True, 1)                                -> ValueError (bools are not ints)
     check_number("temperature", -1, low=0)                      -> ValueError
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,8 +50,7 @@ def check_int(name: str, value: Any, low: int, high: int | None = None, hint: st
     return n
 
 
-def check_number(name: str, value: Any, low: float | None = None, high: float | None = None,
-                 hint: str = "") -> float:
+def check_number(name: str, value: Any, low: float | None = None, high: float | None = None, hint: str = "") -> float:
     """`value` as a finite float in [low, high] (each bound optional), or a ValueError naming the
     allowed range and `hint`. Bools and NaN/inf are refused."""
     try:
@@ -75,10 +75,13 @@ def from_json_object(cls: type[D], data: Any, what: str) -> D:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        shown = [k if len(k) <= 60 else k[:57] + "..." for k in unknown[:8]]   # a key may be megabytes long
+        shown = [k if len(k) <= 60 else k[:57] + "..." for k in unknown[:8]]  # a key may be megabytes long
         raise ValueError(f"unknown config keys {shown}; allowed keys are {sorted(fields)}")
-    missing = sorted(n for n, f in fields.items() if n not in data
-                     and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+    missing = sorted(
+        n
+        for n, f in fields.items()
+        if n not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
     if missing:
         raise ValueError(f"config is missing required keys {missing}")
     return cls(**data)

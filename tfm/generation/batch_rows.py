@@ -1,6 +1,7 @@
 """One request in a `tfm.generation.batcher.Batcher`'s shared decode batch: its `Row` (what
 `tfm.generate`'s loop keeps per call: settings, generator, stop rule, text stream, plus the outbox
 its consumer reads) and what a traced batch step keeps of it (`RowTrace`, made by `row_traces`)."""
+
 from __future__ import annotations
 
 import queue
@@ -55,18 +56,30 @@ def row_traces(trace, n_keys: list[int], wanted: list[bool]) -> list[RowTrace | 
     """The RowTrace of each row that `wanted` one, from one batched decode step's trace: the
     batch's patterns and streams stacked once, then one copy each per row (a copy per layer and
     row was a large share of a traced 30-row step)."""
-    attn = trace.stack("attn.pattern")[:, :, :, -1]                    # (L, B, H, S)
-    labels, streams = trace.residual_stack()                           # (L+1, B, 1, D)
-    return [RowTrace(attn[:, b, :, :n].clone(), labels, streams[:, b, -1].clone()) if w else None
-            for b, (n, w) in enumerate(zip(n_keys, wanted))]
+    attn = trace.stack("attn.pattern")[:, :, :, -1]  # (L, B, H, S)
+    labels, streams = trace.residual_stack()  # (L+1, B, 1, D)
+    return [
+        RowTrace(attn[:, b, :, :n].clone(), labels, streams[:, b, -1].clone()) if w else None
+        for b, (n, w) in enumerate(zip(n_keys, wanted))
+    ]
 
 
 class Row:
     """One request: everything `tfm.generate`'s loop keeps per call, plus its outbox."""
 
-    def __init__(self, lm: LM, info: PromptInfo, settings: SamplingSettings, max_new: int, seed: int,
-                 trace: bool, stop_at_eot: bool, owner: str, stop_ids: frozenset[int] = frozenset(),
-                 should_stop: cancel.ShouldStop = None) -> None:
+    def __init__(
+        self,
+        lm: LM,
+        info: PromptInfo,
+        settings: SamplingSettings,
+        max_new: int,
+        seed: int,
+        trace: bool,
+        stop_at_eot: bool,
+        owner: str,
+        stop_ids: frozenset[int] = frozenset(),
+        should_stop: cancel.ShouldStop = None,
+    ) -> None:
         self.lm, self.info, self.settings, self.max_new, self.trace = lm, info, settings, max_new, trace
         self.stop_at_eot, self.owner, self.tokens = stop_at_eot, owner, list(info.ids)
         self.stop_ids, self.should_stop = stop_ids, should_stop
@@ -74,7 +87,7 @@ class Row:
         self.out: queue.SimpleQueue = queue.SimpleQueue()
         self.cancelled = threading.Event()
         self.elapsed, self.carry, self.done = 0.0, 0.0, False
-        self.noise = Noise()   # its next draw's noise, drawn during the step's forward
+        self.noise = Noise()  # its next draw's noise, drawn during the step's forward
 
     def leaves(self) -> bool:
         """Closed, or its `should_stop` says yes (its consumer then reads Cancelled): the batch
@@ -94,8 +107,7 @@ class Row:
         bd, token, (prob, rank, prob0, rank0, kept) = choice
         self.tokens.append(token)
         index = len(self.tokens) - len(self.info.ids) - 1
-        reason = stop_reason(token, index + 1, len(self.tokens), self.lm, self.max_new, self.stop_at_eot,
-                              self.stop_ids)
+        reason = stop_reason(token, index + 1, len(self.tokens), self.lm, self.max_new, self.stop_at_eot, self.stop_ids)
         tok = self.lm.tokenizer
         piece = tok.piece_bytes(token)
         new_text, so_far = self.text.add(piece, final=reason is not None)
@@ -103,8 +115,25 @@ class Row:
         self.carry = 0.0
         self.elapsed += took
         self.done = reason is not None
-        step = Step(index, len(self.tokens) - 1, token, piece.decode("utf-8", errors="replace"),
-                    tok.display_piece(token), new_text, so_far, prob, int(rank), prob0, int(rank0), int(kept),
-                    bd.logits, bd, tr, self.elapsed, took, reason)
+        step = Step(
+            index,
+            len(self.tokens) - 1,
+            token,
+            piece.decode("utf-8", errors="replace"),
+            tok.display_piece(token),
+            new_text,
+            so_far,
+            prob,
+            int(rank),
+            prob0,
+            int(rank0),
+            int(kept),
+            bd.logits,
+            bd,
+            tr,
+            self.elapsed,
+            took,
+            reason,
+        )
         self.out.put(step)
         return step

@@ -26,6 +26,7 @@ traced when any of its rows asked for a trace (then every row takes the traced a
 its Step.trace is a `RowTrace`, that row's attention rows and streams, which
 `timeline.step_record` reads).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -134,24 +135,36 @@ class Batcher:
         self.lm, self.config = lm, config
         self._cond = threading.Condition()
         self._waiting: deque[Row] = deque()
-        self._active: list[Row] = []                # row b of the cache is _active[b]
-        self._joining: list[Row] = []               # being prefilled, outside the lock
+        self._active: list[Row] = []  # row b of the cache is _active[b]
+        self._joining: list[Row] = []  # being prefilled, outside the lock
         self._cache: RaggedKVCache | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
-        self.steps = 0                               # batched decode steps run (tests, benches)
-        self.prefills = 0                            # prefill forwards run
-        self.widest = 0                              # most rows seen in one step
+        self.steps = 0  # batched decode steps run (tests, benches)
+        self.prefills = 0  # prefill forwards run
+        self.widest = 0  # most rows seen in one step
 
-    def submit(self, prompt: str | Sequence[int], max_new_tokens: int | None = None, temperature: float = 1.0,
-               top_k: int = 0, top_p: float = 1.0, seed: int = 0, trace: bool = False, stop_at_eot: bool = True,
-               owner: str = "", stop_ids=(), should_stop: cancel.ShouldStop = None) -> BatchedGeneration:
+    def submit(
+        self,
+        prompt: str | Sequence[int],
+        max_new_tokens: int | None = None,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        trace: bool = False,
+        stop_at_eot: bool = True,
+        owner: str = "",
+        stop_ids=(),
+        should_stop: cancel.ShouldStop = None,
+    ) -> BatchedGeneration:
         """Queue a generation; arguments as `tfm.generate` (always with the KV cache). Checked now.
         `should_stop` is asked by the batch thread before each step (cheap, never blocking): yes
         drops this row alone, and its consumer reads `Cancelled`."""
         settings = SamplingSettings(temperature, top_k, top_p)
-        row = self._checked_row(prompt, settings, max_new_tokens, seed, trace, stop_at_eot, owner, stop_ids,
-                                should_stop)
+        row = self._checked_row(
+            prompt, settings, max_new_tokens, seed, trace, stop_at_eot, owner, stop_ids, should_stop
+        )
         with self._cond:
             if self._closed:
                 raise ValueError("this batcher was shut down (its model left the cache): ask for the model again")
@@ -163,16 +176,41 @@ class Batcher:
             self._cond.notify()
         return BatchedGeneration(self, row)
 
-    def _checked_row(self, prompt, settings: SamplingSettings, max_new_tokens: int | None, seed: int, trace: bool,
-                     stop_at_eot: bool, owner: str, stop_ids, should_stop: cancel.ShouldStop) -> Row:
+    def _checked_row(
+        self,
+        prompt,
+        settings: SamplingSettings,
+        max_new_tokens: int | None,
+        seed: int,
+        trace: bool,
+        stop_at_eot: bool,
+        owner: str,
+        stop_ids,
+        should_stop: cancel.ShouldStop,
+    ) -> Row:
         """`submit`'s arguments checked (a ValueError names the bad one) and made into a queued row."""
         ctx = self.lm.config.context_length
-        max_new = check_int("max_new_tokens", min(DEFAULT_NEW_TOKENS, ctx) if max_new_tokens is None
-                            else max_new_tokens, 1, ctx, f" (the context length of this model is {ctx})")
+        max_new = check_int(
+            "max_new_tokens",
+            min(DEFAULT_NEW_TOKENS, ctx) if max_new_tokens is None else max_new_tokens,
+            1,
+            ctx,
+            f" (the context length of this model is {ctx})",
+        )
         seed = check_int("seed", seed, 0, 2**64 - 1)
         stops = frozenset(check_int("stop token id", i, 0, self.lm.config.vocab_size - 1) for i in stop_ids)
-        return Row(self.lm, prepare_prompt(self.lm, prompt), settings, max_new, seed, bool(trace),
-                   bool(stop_at_eot), str(owner), stops, should_stop)
+        return Row(
+            self.lm,
+            prepare_prompt(self.lm, prompt),
+            settings,
+            max_new,
+            seed,
+            bool(trace),
+            bool(stop_at_eot),
+            str(owner),
+            stops,
+            should_stop,
+        )
 
     def queued(self, row: Row) -> int:
         """Requests ahead of `row` in the queue (0 when it has a row)."""
@@ -209,7 +247,7 @@ class Batcher:
         while True:
             with self._cond:
                 while not self._waiting and not self._active:
-                    self._cache = None               # idle: the batch cache's memory goes back
+                    self._cache = None  # idle: the batch cache's memory goes back
                     if self._closed:
                         return
                     self._cond.wait()
@@ -267,7 +305,7 @@ class Batcher:
         self.prefills += 1
         took = time.perf_counter() - t0
         for g, r in enumerate(rows):
-            r.carry = took   # its first step's time includes the prefill, as in tfm.generate
+            r.carry = took  # its first step's time includes the prefill, as in tfm.generate
             with self._cond:
                 self._cache = self._room(r.fed_length())
                 self._cache.put(len(self._active), cache, g, len(r.tokens) - 1)
@@ -292,14 +330,14 @@ class Batcher:
         t0 = time.perf_counter()
         rows, model = self._active, self.lm.model
         device = next(model.parameters()).device
-        idx = torch.tensor([[r.tokens[-1]] for r in rows], dtype=torch.long, device=device)   # (B, 1)
-        width = model.unembed.weight.shape[0]                                               # the logits' V
+        idx = torch.tensor([[r.tokens[-1]] for r in rows], dtype=torch.long, device=device)  # (B, 1)
+        width = model.unembed.weight.shape[0]  # the logits' V
         for r in rows:
             r.noise.start(width, r.settings, r.gen)
-        n_keys = (self._cache.starts + 1).tolist()                                          # per row, after this step
+        n_keys = (self._cache.starts + 1).tolist()  # per row, after this step
         rec = Recorder(keep=row_entry, listed=False) if any(r.trace for r in rows) else None
-        x = model.hidden(idx, self._cache, rec)                                              # (B, 1, D)
-        logits = unembed(x, model.unembed.weight)[:, -1].float()                             # (B, V)
+        x = model.hidden(idx, self._cache, rec)  # (B, 1, D)
+        logits = unembed(x, model.unembed.weight)[:, -1].float()  # (B, V)
         took = time.perf_counter() - t0
         self.steps, self.widest = self.steps + 1, max(self.widest, len(rows))
         traces = row_traces(rec.finish(), n_keys, [r.trace for r in rows]) if rec else [None] * len(rows)

@@ -14,6 +14,7 @@ ids) costs less than handing it to another thread: those draw after the forward.
 A row is any object with `settings` (SamplingSettings), `words` (ids that are tokens), `gen` (its
 torch.Generator) and `noise` (its Noise).
 """
+
 from __future__ import annotations
 
 import functools
@@ -45,10 +46,10 @@ def draw_with(final: torch.Tensor, noise: torch.Tensor) -> torch.Tensor | None:
     """(G,) token ids: for each row, what torch.multinomial(final[g], 1, generator) gives when
     that generator's noise is noise[g]. None if a row holds NaN (then multinomial itself must
     run, to raise its own error)."""
-    final = final.to(noise.device, torch.float32)                      # (G, V)
+    final = final.to(noise.device, torch.float32)  # (G, V)
     if torch.isnan(final).any():
         return None
-    return (final / noise).argmax(dim=-1)                              # (G,)
+    return (final / noise).argmax(dim=-1)  # (G,)
 
 
 class Noise:
@@ -79,22 +80,30 @@ def choose_rows(logits: torch.Tensor, rows: list) -> list[tuple]:
     """`decode.choose` for rows with the same settings at once: one breakdown of their (G, V)
     logits (per-row ops on a large vocabulary were most of a wide step), then each row's own
     draw with its own generator. Per row: (its Breakdown, token, [prob, rank, prob0, rank0, kept])."""
-    bd = next_token(logits, rows[0].settings, rows[0].words)                     # fields (G, V) / (G,)
+    bd = next_token(logits, rows[0].settings, rows[0].words)  # fields (G, V) / (G,)
     cols = [(f, getattr(bd, f).unbind(0)) for f in _BREAKDOWN_TENSORS]  # one op per field, not one per row
     parts = [Breakdown(**{f: col[g] for f, col in cols}, settings=bd.settings) for g in range(len(rows))]
     width = logits.shape[-1]
     ahead = [r.noise.take(width) for r in rows]
     ids = None
     if any(q is not None for q in ahead):  # a row without noise yet draws it now, from its own generator
-        ids = draw_with(bd.final, torch.stack([exp_noise(width, r.gen) if q is None else q
-                                               for q, r in zip(ahead, rows)]))     # (G, V) noise
+        ids = draw_with(
+            bd.final, torch.stack([exp_noise(width, r.gen) if q is None else q for q, r in zip(ahead, rows)])
+        )  # (G, V) noise
     if ids is None:  # drawn here: greedy, a small vocabulary, or NaN (multinomial raises its own error)
         ids = torch.tensor([draw(part, r.gen) for part, r in zip(parts, rows)])
-    tokens = ids.to(logits.device)[:, None]                                                 # (G, 1)
-    above = bd.logits > bd.logits.gather(-1, tokens)                                       # (G, V)
-    numbers = torch.stack([bd.final.gather(-1, tokens)[:, 0].double(), (above & bd.kept).sum(-1).double(),
-                           bd.probs.gather(-1, tokens)[:, 0].double(), above.sum(-1).double(),
-                           bd.n_kept.double()], dim=1).tolist()                            # (G, 5)
+    tokens = ids.to(logits.device)[:, None]  # (G, 1)
+    above = bd.logits > bd.logits.gather(-1, tokens)  # (G, V)
+    numbers = torch.stack(
+        [
+            bd.final.gather(-1, tokens)[:, 0].double(),
+            (above & bd.kept).sum(-1).double(),
+            bd.probs.gather(-1, tokens)[:, 0].double(),
+            above.sum(-1).double(),
+            bd.n_kept.double(),
+        ],
+        dim=1,
+    ).tolist()  # (G, 5)
     return [(part, int(t), n) for part, t, n in zip(parts, tokens[:, 0].tolist(), numbers)]
 
 

@@ -53,6 +53,7 @@ Behaviour, decided once here:
   ~1 MB at GPT-2's 50k vocabulary) and, when traced, a Trace. A long timeline should keep
   `step.summary()` (plain numbers and text) and drop the tensors it no longer shows.
 """
+
 from __future__ import annotations
 
 import time
@@ -79,11 +80,11 @@ DEFAULT_NEW_TOKENS = 64
 class PromptInfo:
     """The token ids the model will actually see, and why they may differ from the input."""
 
-    ids: tuple[int, ...]          # the kept prompt ids, in order
-    original_length: int          # tokens in the prompt as given (0 for an empty prompt)
-    truncated_from: int | None    # original_length when the left part was cut, else None
-    from_eot: bool                # True when an empty prompt was replaced by end-of-text
-    notice: str | None            # one line for the user when the prompt was changed
+    ids: tuple[int, ...]  # the kept prompt ids, in order
+    original_length: int  # tokens in the prompt as given (0 for an empty prompt)
+    truncated_from: int | None  # original_length when the left part was cut, else None
+    from_eot: bool  # True when an empty prompt was replaced by end-of-text
+    notice: str | None  # one line for the user when the prompt was changed
 
     @property
     def dropped(self) -> int:
@@ -95,33 +96,45 @@ class PromptInfo:
 class Step:
     """One generated token and everything the timeline shows about how it was chosen."""
 
-    index: int                    # 0 for the first generated token
-    position: int                 # its position in the sequence: len(prompt ids) + index
+    index: int  # 0 for the first generated token
+    position: int  # its position in the sequence: len(prompt ids) + index
     token_id: int
-    text: str                     # the token's own text (a partial UTF-8 character shows U+FFFD)
-    display: str                  # readable piece for tables (Tokenizer.display_piece)
-    new_text: str                 # text completed by this token, for streaming: joining all
-                                  # new_text gives the final text_so_far, multi-byte safe
-    text_so_far: str              # decode of all generated ids (errors="replace")
-    prob: float                   # chosen token's probability under the final (sampled) distribution
-    rank: int                     # its rank there: 0 = most likely (number of kept tokens above it;
-                                  # equals rank_original but for ties, as the filters keep a top set)
-    prob_original: float          # under the model's own softmax (T = 1, no top-k / top-p)
-    rank_original: int            # its rank there (number of tokens with a higher logit)
-    n_kept: int                   # tokens left after top-k and top-p
-    logits: torch.Tensor          # (V,) float32 last-position logits this token was drawn from
-                                  # (-inf on rows the tokenizer cannot decode; see module doc)
-    breakdown: Breakdown          # tfm.sampling.next_token(raw logits, settings, n_words(lm))
-    trace: Trace | None           # this step's forward trace when trace=True (see module doc)
-    elapsed_s: float              # seconds spent generating so far, prefill included (the sum
-                                  # of step_s: time the consumer spends between steps is not counted)
-    step_s: float                 # seconds this step took (forward, sampling, record)
-    stop_reason: str | None       # None, or one of STOP_REASONS on the last Step
+    text: str  # the token's own text (a partial UTF-8 character shows U+FFFD)
+    display: str  # readable piece for tables (Tokenizer.display_piece)
+    new_text: str  # text completed by this token, for streaming: joining all
+    # new_text gives the final text_so_far, multi-byte safe
+    text_so_far: str  # decode of all generated ids (errors="replace")
+    prob: float  # chosen token's probability under the final (sampled) distribution
+    rank: int  # its rank there: 0 = most likely (number of kept tokens above it;
+    # equals rank_original but for ties, as the filters keep a top set)
+    prob_original: float  # under the model's own softmax (T = 1, no top-k / top-p)
+    rank_original: int  # its rank there (number of tokens with a higher logit)
+    n_kept: int  # tokens left after top-k and top-p
+    logits: torch.Tensor  # (V,) float32 last-position logits this token was drawn from
+    # (-inf on rows the tokenizer cannot decode; see module doc)
+    breakdown: Breakdown  # tfm.sampling.next_token(raw logits, settings, n_words(lm))
+    trace: Trace | None  # this step's forward trace when trace=True (see module doc)
+    elapsed_s: float  # seconds spent generating so far, prefill included (the sum
+    # of step_s: time the consumer spends between steps is not counted)
+    step_s: float  # seconds this step took (forward, sampling, record)
+    stop_reason: str | None  # None, or one of STOP_REASONS on the last Step
 
     def summary(self) -> dict:
         """Plain numbers and text (no tensors): what a long timeline should keep."""
-        keep = ("index", "position", "token_id", "text", "display", "prob", "rank",
-                "prob_original", "rank_original", "n_kept", "elapsed_s", "stop_reason")
+        keep = (
+            "index",
+            "position",
+            "token_id",
+            "text",
+            "display",
+            "prob",
+            "rank",
+            "prob_original",
+            "rank_original",
+            "n_kept",
+            "elapsed_s",
+            "stop_reason",
+        )
         return {name: getattr(self, name) for name in keep}
 
 
@@ -167,16 +180,17 @@ def _prompt_ids(lm: LM, prompt) -> list[int]:
     return [check_int("prompt token id", i, 0, vocab - 1, " (the model's vocabulary)") for i in prompt]
 
 
-def prepare_prompt(lm: LM, prompt: str | Sequence[int], *, room: int = 1,
-                   max_tokens: int | None = None) -> PromptInfo:
+def prepare_prompt(lm: LM, prompt: str | Sequence[int], *, room: int = 1, max_tokens: int | None = None) -> PromptInfo:
     """The ids the model will see for `prompt`, and the one notice saying how they were changed:
     empty -> end-of-text; longer than the context less `room` positions (1 for generation, so one
     new token fits; 0 for a view of the prompt alone), or than `max_tokens`, -> its last tokens.
     Generation, the command line and every page of the app prepare prompts here."""
     ctx = lm.config.context_length
     if isinstance(room, int) and room > ctx - 1 >= 0:  # in the user's words, not the parameter's
-        raise ValueError(f"this model's context holds {ctx:,} token{'s' if ctx > 1 else ''}: no room for a new "
-                         "token after the prompt; use a model with a longer context_length")
+        raise ValueError(
+            f"this model's context holds {ctx:,} token{'s' if ctx > 1 else ''}: no room for a new "
+            "token after the prompt; use a model with a longer context_length"
+        )
     room = check_int("room", room, 0, ctx - 1)
     limit = ctx - room if max_tokens is None else min(ctx - room, check_int("max_tokens", max_tokens, 1))
     ids = _prompt_ids(lm, prompt)
@@ -184,15 +198,22 @@ def prepare_prompt(lm: LM, prompt: str | Sequence[int], *, room: int = 1,
     if n == 0:
         eot = lm.tokenizer.eot_id
         if eot is None:
-            raise ValueError("the prompt is empty and this tokenizer has no end-of-text token "
-                             "to start from; give at least one token of text")
+            raise ValueError(
+                "the prompt is empty and this tokenizer has no end-of-text token "
+                "to start from; give at least one token of text"
+            )
         ids, notice = [eot], "the prompt is empty: starting from the end-of-text token"
     elif n > limit:
         ids = ids[-limit:]
-        why = (f"this view shows at most {limit}" if limit < ctx - room else
-               f"the context holds {ctx}" + (" and a new token needs room" if room else ""))
-        notice = (f"the prompt has {n} tokens but {why}: kept its last {limit} tokens "
-                  f"(the first {n - limit} were cut from the left)")
+        why = (
+            f"this view shows at most {limit}"
+            if limit < ctx - room
+            else f"the context holds {ctx}" + (" and a new token needs room" if room else "")
+        )
+        notice = (
+            f"the prompt has {n} tokens but {why}: kept its last {limit} tokens "
+            f"(the first {n - limit} were cut from the left)"
+        )
     return PromptInfo(tuple(ids), n, n if n > limit else None, n == 0, notice)
 
 
@@ -201,9 +222,19 @@ def prepare_prompt(lm: LM, prompt: str | Sequence[int], *, room: int = 1,
 # --------------------------------------------------------------------------- #
 
 
-def _steps(lm: LM, info: PromptInfo, settings: SamplingSettings, max_new: int, seed: int,
-           use_cache: bool, trace: bool, stop_at_eot: bool, stop_ids: frozenset[int],
-           edits: tuple = (), should_stop: cancel.ShouldStop = None) -> Iterator[Step]:
+def _steps(
+    lm: LM,
+    info: PromptInfo,
+    settings: SamplingSettings,
+    max_new: int,
+    seed: int,
+    use_cache: bool,
+    trace: bool,
+    stop_at_eot: bool,
+    stop_ids: frozenset[int],
+    edits: tuple = (),
+    should_stop: cancel.ShouldStop = None,
+) -> Iterator[Step]:
     tokens = list(info.ids)
     forward = Forward(lm, len(tokens), max_new, use_cache, trace, edits)
     gen, text, words = torch.Generator().manual_seed(seed), TextStream(), n_words(lm)
@@ -224,19 +255,57 @@ def _steps(lm: LM, info: PromptInfo, settings: SamplingSettings, max_new: int, s
             return
 
 
-def _step(lm: LM, index: int, position: int, token: int, piece: bytes, texts: tuple[str, str], numbers: list,
-          bd: Breakdown, tr: Trace | None, times: tuple[float, float], reason: str | None) -> Step:
+def _step(
+    lm: LM,
+    index: int,
+    position: int,
+    token: int,
+    piece: bytes,
+    texts: tuple[str, str],
+    numbers: list,
+    bd: Breakdown,
+    tr: Trace | None,
+    times: tuple[float, float],
+    reason: str | None,
+) -> Step:
     """One step's record: `texts` (new stable text, all so far) from the text stream, `numbers`
     (prob, rank, original prob, original rank, kept) from `decode.choose`, `times` (elapsed, took)."""
     prob, rank, prob0, rank0, kept = numbers
-    return Step(index, position, token, piece.decode("utf-8", errors="replace"), lm.tokenizer.display_piece(token),
-                *texts, prob, int(rank), prob0, int(rank0), int(kept), bd.logits, bd, tr, *times, reason)
+    return Step(
+        index,
+        position,
+        token,
+        piece.decode("utf-8", errors="replace"),
+        lm.tokenizer.display_piece(token),
+        *texts,
+        prob,
+        int(rank),
+        prob0,
+        int(rank0),
+        int(kept),
+        bd.logits,
+        bd,
+        tr,
+        *times,
+        reason,
+    )
 
 
-def generate(lm: LM, prompt: str | Sequence[int], max_new_tokens: int | None = None, temperature: float = 1.0,
-             top_k: int = 0, top_p: float = 1.0, seed: int = 0, use_cache: bool = True,
-             trace: bool = False, stop_at_eot: bool = True, stop_ids: Iterable[int] = (),
-             edits=(), should_stop: cancel.ShouldStop = None) -> Generation:
+def generate(
+    lm: LM,
+    prompt: str | Sequence[int],
+    max_new_tokens: int | None = None,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    use_cache: bool = True,
+    trace: bool = False,
+    stop_at_eot: bool = True,
+    stop_ids: Iterable[int] = (),
+    edits=(),
+    should_stop: cancel.ShouldStop = None,
+) -> Generation:
     """Generate up to `max_new_tokens` tokens after `prompt`, one `Step` per token.
 
     `max_new_tokens=None` means DEFAULT_NEW_TOKENS, or the context length if that is
@@ -251,8 +320,9 @@ def generate(lm: LM, prompt: str | Sequence[int], max_new_tokens: int | None = N
     info = prepare_prompt(lm, prompt)
     edits = tuple(edits)
     Edits.of(edits, lm.config, (1, len(info.ids)))  # bad edits raise now, before any step
-    steps = _steps(lm, info, settings, max_new, seed, bool(use_cache), bool(trace), bool(stop_at_eot), stops,
-                   edits, should_stop)
+    steps = _steps(
+        lm, info, settings, max_new, seed, bool(use_cache), bool(trace), bool(stop_at_eot), stops, edits, should_stop
+    )
     return Generation(info, settings, steps)
 
 
@@ -260,16 +330,21 @@ def _checked(lm: LM, max_new_tokens: int | None, seed: int, stop_ids: Iterable[i
     """`generate`'s model and counts checked: a decoder in eval mode (an encoder, or dropout in training
     mode, is refused); (max_new, seed, stop ids) in range."""
     if lm.config.lm_head != "next":
-        raise ValueError("this model has no next-token head (an encoder reads the whole text at once): it cannot "
-                         "generate; use a causal language model")
+        raise ValueError(
+            "this model has no next-token head (an encoder reads the whole text at once): it cannot "
+            "generate; use a causal language model"
+        )
     if lm.model.training and lm.config.dropout > 0:  # dropout would draw from the global RNG
-        raise ValueError("the model is in training mode, so dropout would make generation random; "
-                         "generate from an eval-mode model (tfm.load returns one)")
+        raise ValueError(
+            "the model is in training mode, so dropout would make generation random; "
+            "generate from an eval-mode model (tfm.load returns one)"
+        )
     ctx = lm.config.context_length
     if max_new_tokens is None:
         max_new_tokens = min(DEFAULT_NEW_TOKENS, ctx)
-    max_new = check_int("max_new_tokens", max_new_tokens, 1, ctx,
-                         f" (the context length of this model; at most {ctx} tokens can fit)")
+    max_new = check_int(
+        "max_new_tokens", max_new_tokens, 1, ctx, f" (the context length of this model; at most {ctx} tokens can fit)"
+    )
     seed = check_int("seed", seed, 0, 2**64 - 1)
     stops = frozenset(check_int("stop token id", i, 0, lm.config.vocab_size - 1) for i in stop_ids)
     return max_new, seed, stops

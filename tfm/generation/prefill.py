@@ -6,6 +6,7 @@ keeps them out of every real position. The pads' keys and values land in the cac
 start at once costs one forward of G x T tokens instead of G forwards of T: the weights are
 read once (what bounds a small prefill on CPU), not G times.
 """
+
 from __future__ import annotations
 
 import torch
@@ -28,6 +29,6 @@ def prefill_keys(lm: LM, prompts: list[list[int]], max_len: int) -> KVCache:
         return cache
     idx = torch.zeros(len(prompts), longest, dtype=torch.long, device=param.device)  # (G, T), pad id 0
     for g, p in enumerate(prompts):
-        idx[g, :len(p)] = torch.tensor(p, dtype=torch.long)
-    lm.model.hidden(idx, cache)                                                      # fills the cache
+        idx[g, : len(p)] = torch.tensor(p, dtype=torch.long)
+    lm.model.hidden(idx, cache)  # fills the cache
     return cache

@@ -294,8 +294,9 @@ def _unfiltered(s: SamplingSettings) -> bool:
     return not s.greedy and s.top_k == 0 and s.top_p == 1.0
 
 
-def _log_final_of(x: torch.Tensor, scaled: torch.Tensor, kept: torch.Tensor, s: SamplingSettings,
-                  log_probs: torch.Tensor) -> torch.Tensor:
+def _log_final_of(
+    x: torch.Tensor, scaled: torch.Tensor, kept: torch.Tensor, s: SamplingSettings, log_probs: torch.Tensor
+) -> torch.Tensor:
     """The final log-probabilities: with nothing filtered the tempered log-softmax (`log_probs`
     itself at temperature 1), else the kept tokens' renormalised."""
     if not _unfiltered(s):
@@ -333,8 +334,9 @@ def sample(logits: torch.Tensor, settings: SamplingSettings, generator: torch.Ge
     gives the same tokens whatever device produced the logits.
     """
     if not isinstance(generator, torch.Generator):
-        raise TypeError("sample() needs a torch.Generator (e.g. torch.Generator().manual_seed(0)); "
-                        "the global RNG is never used")
+        raise TypeError(
+            "sample() needs a torch.Generator (e.g. torch.Generator().manual_seed(0)); the global RNG is never used"
+        )
     scaled = apply_temperature(logits, settings.temperature)
     if settings.greedy:
         ids = scaled.argmax(dim=-1)  # (...)

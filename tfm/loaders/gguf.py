@@ -17,6 +17,7 @@ The tokenizer comes from the metadata
 (`tfm.text.gguf_tokenizer`); `lm.tokenizer.chat_template` is the file's chat template (or
 None), `lm.tokenizer.bos_id` / `.eot_id` / `.special_tokens` its special ids.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -50,7 +51,9 @@ def _get(meta: dict, key: str, source: str, kind=int, default: Any = None):
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or isinstance(value, bool):
-        raise ValueError(f"{source}: metadata {key!r} = {str(value)[:40]!r} is not a{'n integer' if kind is int else ' number'}")
+        raise ValueError(
+            f"{source}: metadata {key!r} = {str(value)[:40]!r} is not a{'n integer' if kind is int else ' number'}"
+        )
     return value
 
 
@@ -61,13 +64,24 @@ def config_fields(f: GGUFFile, arch: str, source: str) -> dict[str, Any]:
     emb = f.tensors.get("token_embd.weight")
     if emb is None or len(emb.shape) != 2:
         raise ValueError(f"{source}: the file has no 2-D token_embd.weight tensor")
-    common = dict(vocab_size=int(m.get(p + "vocab_size", emb.shape[0])), d_model=d, n_head=h,
-                  context_length=_get(m, p + "context_length", source), n_layer=_get(m, p + "block_count", source),
-                  d_ff=_get(m, p + "feed_forward_length", source))
+    common = dict(
+        vocab_size=int(m.get(p + "vocab_size", emb.shape[0])),
+        d_model=d,
+        n_head=h,
+        context_length=_get(m, p + "context_length", source),
+        n_layer=_get(m, p + "block_count", source),
+        d_ff=_get(m, p + "feed_forward_length", source),
+    )
     if arch == "gpt2":
-        return dict(common, norm="layernorm", activation="gelu_tanh", bias=True, pos_encoding="learned",
-                    norm_eps=_get(m, p + "attention.layer_norm_epsilon", source, float, 1e-5),
-                    tied_embeddings="output.weight" not in f.tensors)
+        return dict(
+            common,
+            norm="layernorm",
+            activation="gelu_tanh",
+            bias=True,
+            pos_encoding="learned",
+            norm_eps=_get(m, p + "attention.layer_norm_epsilon", source, float, 1e-5),
+            tied_embeddings="output.weight" not in f.tensors,
+        )
     return common | _rope_fields(f, arch, common, source)
 
 
@@ -77,16 +91,31 @@ def _rope_fields(f: GGUFFile, arch: str, common: dict[str, Any], source: str) ->
     head = _get(m, p + "attention.key_length", source, int, d // h if h else 0)
     rope_dim = m.get(p + "rope.dimension_count", head)
     if not h or rope_dim != head:
-        raise ValueError(f"{source}: rope.dimension_count {rope_dim} differs from the head size {head}; "
-                         "tfm rotates whole heads for this architecture")
-    extra = gguf_arch.config_fields(m, arch, common["n_layer"], head, lambda k, kind, default: _get(
-        m, p + k, source, kind, default)) if arch in gguf_arch.ARCHS else {}
-    fields = dict(norm="rmsnorm", activation="swiglu", bias=False, pos_encoding="rope",
-                  head_dim=head if head * h != d else None, qkv_bias=arch == "qwen2",
-                  tied_embeddings="output.weight" not in f.tensors)
-    fields |= dict(n_kv_head=_get(m, p + "attention.head_count_kv", source, int, h),
-                   norm_eps=_get(m, p + "attention.layer_norm_rms_epsilon", source, float, 1e-6),
-                   rope_base=_get(m, p + "rope.freq_base", source, float, 10000.0))
+        raise ValueError(
+            f"{source}: rope.dimension_count {rope_dim} differs from the head size {head}; "
+            "tfm rotates whole heads for this architecture"
+        )
+    extra = (
+        gguf_arch.config_fields(
+            m, arch, common["n_layer"], head, lambda k, kind, default: _get(m, p + k, source, kind, default)
+        )
+        if arch in gguf_arch.ARCHS
+        else {}
+    )
+    fields = dict(
+        norm="rmsnorm",
+        activation="swiglu",
+        bias=False,
+        pos_encoding="rope",
+        head_dim=head if head * h != d else None,
+        qkv_bias=arch == "qwen2",
+        tied_embeddings="output.weight" not in f.tensors,
+    )
+    fields |= dict(
+        n_kv_head=_get(m, p + "attention.head_count_kv", source, int, h),
+        norm_eps=_get(m, p + "attention.layer_norm_rms_epsilon", source, float, 1e-6),
+        rope_base=_get(m, p + "rope.freq_base", source, float, 10000.0),
+    )
     return fields | _rope_scaling(f, p, rope_dim, source) | extra
 
 
@@ -95,15 +124,19 @@ def _rope_scaling(f: GGUFFile, p: str, rope_dim: int, source: str) -> dict[str, 
     divisor per rotated pair, the llama3 rescaling precomputed) or `rope.scaling.type` linear."""
     kind = f.metadata.get(p + "rope.scaling.type", "none")
     if kind not in ("none", "linear"):
-        raise ValueError(f"{source}: RoPE scaling {str(kind)[:20]!r} is not supported; tfm reads plain RoPE, "
-                         "linear scaling and a rope_freqs tensor")
+        raise ValueError(
+            f"{source}: RoPE scaling {str(kind)[:20]!r} is not supported; tfm reads plain RoPE, "
+            "linear scaling and a rope_freqs tensor"
+        )
     t = f.tensors.get("rope_freqs.weight")
     if t is not None:
         if kind != "none":
             raise ValueError(f"{source}: both rope.scaling.type and a rope_freqs tensor: which applies is unclear")
         if t.shape != (rope_dim // 2,) or t.qtype.name != "F32":
-            raise ValueError(f"{source}: rope_freqs.weight must be F32 of shape ({rope_dim // 2},), "
-                             f"one per rotated pair; it is {t.qtype.name} {t.shape}")
+            raise ValueError(
+                f"{source}: rope_freqs.weight must be F32 of shape ({rope_dim // 2},), "
+                f"one per rotated pair; it is {t.qtype.name} {t.shape}"
+            )
         return dict(rope_scaling="factors", rope_freq_factors=tuple(float(x) for x in f.tensor(t.name)))
     if kind == "linear":
         return dict(rope_scaling="linear", rope_factor=_get(f.metadata, p + "rope.scaling.factor", source, float))
@@ -132,8 +165,9 @@ class Tensors:
     def finish(self) -> None:
         extra = sorted(set(self.f.tensors) - self.used)
         if extra:
-            raise ValueError(f"{self.source}: unexpected tensors {extra[:5]}{' ...' if len(extra) > 5 else ''} "
-                             "for this architecture")
+            raise ValueError(
+                f"{self.source}: unexpected tensors {extra[:5]}{' ...' if len(extra) > 5 else ''} for this architecture"
+            )
 
 
 def _plan(cfg: ModelConfig, arch: str) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -147,18 +181,26 @@ def _plan(cfg: ModelConfig, arch: str) -> dict[str, tuple[str, tuple[int, ...]]]
         plan["ln_final.bias"] = ("output_norm.bias", (d,))
     for i in range(cfg.n_layer):
         g, o = f"blk.{i}.", f"blocks.{i}."
-        plan |= {o + "ln1.weight": (g + "attn_norm.weight", (d,)), o + "ln2.weight": (g + "ffn_norm.weight", (d,)),
-                 o + "attn.proj.weight": (g + "attn_output.weight", (d, qd)), o + "mlp.proj.weight": (g + "ffn_down.weight", (d, f))}
-        if arch != "phi3":   # phi3's ffn_up holds gate and up (gguf_arch.fused)
+        plan |= {
+            o + "ln1.weight": (g + "attn_norm.weight", (d,)),
+            o + "ln2.weight": (g + "ffn_norm.weight", (d,)),
+            o + "attn.proj.weight": (g + "attn_output.weight", (d, qd)),
+            o + "mlp.proj.weight": (g + "ffn_down.weight", (d, f)),
+        }
+        if arch != "phi3":  # phi3's ffn_up holds gate and up (gguf_arch.fused)
             plan[o + "mlp.fc.weight"] = (g + "ffn_up.weight", (f, d))
         if arch in gguf_arch.ARCHS:
             plan |= gguf_arch.plan(cfg, arch, i)
         if arch == "gpt2":
-            plan |= {o + "ln1.bias": (g + "attn_norm.bias", (d,)), o + "ln2.bias": (g + "ffn_norm.bias", (d,)),
-                     o + "attn.proj.bias": (g + "attn_output.bias", (d,)), o + "mlp.fc.bias": (g + "ffn_up.bias", (f,)),
-                     o + "mlp.proj.bias": (g + "ffn_down.bias", (d,)),
-                     o + "attn.qkv.weight": (g + "attn_qkv.weight", (3 * d, d)),
-                     o + "attn.qkv.bias": (g + "attn_qkv.bias", (3 * d,))}
+            plan |= {
+                o + "ln1.bias": (g + "attn_norm.bias", (d,)),
+                o + "ln2.bias": (g + "ffn_norm.bias", (d,)),
+                o + "attn.proj.bias": (g + "attn_output.bias", (d,)),
+                o + "mlp.fc.bias": (g + "ffn_up.bias", (f,)),
+                o + "mlp.proj.bias": (g + "ffn_down.bias", (d,)),
+                o + "attn.qkv.weight": (g + "attn_qkv.weight", (3 * d, d)),
+                o + "attn.qkv.bias": (g + "attn_qkv.bias", (3 * d,)),
+            }
         elif arch != "phi3":
             plan[o + "mlp.gate.weight"] = (g + "ffn_gate.weight", (f, d))
     return plan
@@ -170,7 +212,9 @@ def _attention(t: Tensors, cfg: ModelConfig, arch: str, i: int, check: bool) -> 
         return gguf_arch.fused(t, cfg, i, check)
     d, kv, g, qd = cfg.d_model, cfg.n_kv_head * cfg.d_head, f"blk.{i}.", cfg.d_attn
     names = [(g + "attn_q.weight", (qd, d)), (g + "attn_k.weight", (kv, d)), (g + "attn_v.weight", (kv, d))]
-    biases = [(g + "attn_q.bias", (qd,)), (g + "attn_k.bias", (kv,)), (g + "attn_v.bias", (kv,))] if cfg.qkv_bias else []
+    biases = (
+        [(g + "attn_q.bias", (qd,)), (g + "attn_k.bias", (kv,)), (g + "attn_v.bias", (kv,))] if cfg.qkv_bias else []
+    )
     if check:
         for name, shape in names + biases:
             t.check(name, *shape)
@@ -193,7 +237,7 @@ def convert(f: GGUFFile, cfg: ModelConfig, arch: str, source: str) -> dict[str, 
         for i in range(cfg.n_layer):
             _attention(t, cfg, arch, i, check=True)
     if cfg.rope_scaling == "factors":
-        t.check("rope_freqs.weight", cfg.rotary_dim // 2)   # read into the config already
+        t.check("rope_freqs.weight", cfg.rotary_dim // 2)  # read into the config already
     t.finish()
     state = {ours: t.take(name, *shape) for ours, (name, shape) in plan.items()}
     if arch != "gpt2":
@@ -209,7 +253,7 @@ def build_in_place(cfg: ModelConfig, state: dict[str, torch.Tensor], tokenizer, 
     check_vocab(cfg, tokenizer, source)
     with torch.device("meta"):
         model = GPT(cfg)
-    params = dict(model.named_parameters())   # a tied head appears once, as tok_emb.weight
+    params = dict(model.named_parameters())  # a tied head appears once, as tok_emb.weight
     check_state(params, {k: v for k, v in state.items() if k in params or k != "unembed.weight"}, source)
     with torch.no_grad():
         for name, p in params.items():
@@ -218,8 +262,11 @@ def build_in_place(cfg: ModelConfig, state: dict[str, torch.Tensor], tokenizer, 
             setattr(model.get_submodule(module), attr, torch.nn.Parameter(t, requires_grad=p.requires_grad))
     if cfg.tied_embeddings:
         model.unembed.weight = model.tok_emb.weight
-    fresh = {"pos_table": lambda: sinusoidal_table(cfg.context_length, cfg.d_model), "inv_freq": lambda: rope_inv_freq(cfg),
-             "local_inv_freq": lambda: local_inv_freq(cfg)}
+    fresh = {
+        "pos_table": lambda: sinusoidal_table(cfg.context_length, cfg.d_model),
+        "inv_freq": lambda: rope_inv_freq(cfg),
+        "local_inv_freq": lambda: local_inv_freq(cfg),
+    }
     for name, _ in list(model.named_buffers()):
         if name not in fresh:
             raise ValueError(f"GPT has a buffer {name!r} this loader does not know how to fill")
@@ -237,8 +284,10 @@ def read_checked(path: str | Path, dtype: str = "float32") -> tuple[GGUFFile, st
     f = read_gguf(path)
     arch = f.metadata.get("general.architecture")
     if not isinstance(arch, str) or arch not in ARCHITECTURES:
-        raise ValueError(f"{source}: architecture {str(arch)[:40]!r} is not supported; tfm loads GGUF files of "
-                         f"{', '.join(ARCHITECTURES)}")
+        raise ValueError(
+            f"{source}: architecture {str(arch)[:40]!r} is not supported; tfm loads GGUF files of "
+            f"{', '.join(ARCHITECTURES)}"
+        )
     with reading(source):
         return f, arch, make_config(source, "its header", **config_fields(f, arch, source))
 
@@ -251,9 +300,16 @@ def load_gguf(path: str | Path, dtype: str = "float32") -> tuple[GPT, Any, dict]
         tokenizer = tokenizer_from_gguf(f.metadata, Path(path).stem, source)
         state = convert(f, cfg, arch, source)
     if arch == "gpt2" and not cfg.tied_embeddings and torch.equal(state["unembed.weight"], state["tok_emb.weight"]):
-        cfg = cfg.replace(tied_embeddings=True)   # llama.cpp writes GPT-2's tied head out as a copy
+        cfg = cfg.replace(tied_embeddings=True)  # llama.cpp writes GPT-2's tied head out as a copy
         del state["unembed.weight"]
     model = build_in_place(cfg, state, tokenizer, source, dtype)
-    meta = {"source_format": "gguf", "architecture": arch, "dtype": dtype, "gguf_types": f.types(),
-            "gguf_bytes": f.size, "name": f.metadata.get("general.name"), "license": f.metadata.get("general.license")}
+    meta = {
+        "source_format": "gguf",
+        "architecture": arch,
+        "dtype": dtype,
+        "gguf_types": f.types(),
+        "gguf_bytes": f.size,
+        "name": f.metadata.get("general.name"),
+        "license": f.metadata.get("general.license"),
+    }
     return model, tokenizer, meta

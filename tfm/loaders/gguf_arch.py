@@ -12,6 +12,7 @@
 - phi3: the fused `attn_qkv` (rows [q | k | v], tfm's own) and `ffn_up` holding [gate | up];
   `attention.sliding_window` applies to every layer.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -21,8 +22,8 @@ import torch
 from ..core.config import ModelConfig
 
 ARCHS = ("gemma3", "qwen3", "phi3")
-GEMMA3_GLOBAL_EVERY = 6          # llama.cpp's and transformers' sliding_window_pattern for Gemma 3
-GEMMA3_LOCAL_BASE = 10000.0       # the RoPE base of local layers (rope_local_base_freq)
+GEMMA3_GLOBAL_EVERY = 6  # llama.cpp's and transformers' sliding_window_pattern for Gemma 3
+GEMMA3_LOCAL_BASE = 10000.0  # the RoPE base of local layers (rope_local_base_freq)
 
 
 def config_fields(meta: dict, arch: str, n_layer: int, head: int, get) -> dict[str, Any]:
@@ -33,8 +34,14 @@ def config_fields(meta: dict, arch: str, n_layer: int, head: int, get) -> dict[s
     if arch == "phi3":
         return dict(sliding_window=window, local_layers=tuple(range(n_layer))) if window else {}
     local = tuple(i for i in range(n_layer) if (i + 1) % GEMMA3_GLOBAL_EVERY) if window else ()
-    return dict(activation="geglu", qk_norm=True, post_norms=True, scale_embeddings=True, attn_scalar=float(head),
-                **(dict(sliding_window=window, local_layers=local, rope_local_base=GEMMA3_LOCAL_BASE) if local else {}))
+    return dict(
+        activation="geglu",
+        qk_norm=True,
+        post_norms=True,
+        scale_embeddings=True,
+        attn_scalar=float(head),
+        **(dict(sliding_window=window, local_layers=local, rope_local_base=GEMMA3_LOCAL_BASE) if local else {}),
+    )
 
 
 def plan(cfg: ModelConfig, arch: str, i: int) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -42,11 +49,15 @@ def plan(cfg: ModelConfig, arch: str, i: int) -> dict[str, tuple[str, tuple[int,
     g, o, d, hd = f"blk.{i}.", f"blocks.{i}.", cfg.d_model, cfg.d_head
     out = {}
     if cfg.qk_norm:
-        out |= {o + "attn.q_norm.weight": (g + "attn_q_norm.weight", (hd,)),
-                o + "attn.k_norm.weight": (g + "attn_k_norm.weight", (hd,))}
+        out |= {
+            o + "attn.q_norm.weight": (g + "attn_q_norm.weight", (hd,)),
+            o + "attn.k_norm.weight": (g + "attn_k_norm.weight", (hd,)),
+        }
     if arch == "gemma3":
-        out |= {o + "ln1_post.weight": (g + "post_attention_norm.weight", (d,)),
-                o + "ln2_post.weight": (g + "post_ffw_norm.weight", (d,))}
+        out |= {
+            o + "ln1_post.weight": (g + "post_attention_norm.weight", (d,)),
+            o + "ln2_post.weight": (g + "post_ffw_norm.weight", (d,)),
+        }
     return out
 
 

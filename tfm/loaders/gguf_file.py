@@ -14,6 +14,7 @@ by `GGUFFile.tensor`, one tensor at a time, after the caller has checked `float_
     f.float_bytes()                    # the float32 size of every tensor, from the header
     f.tensor("blk.0.attn_q.weight")   # float32 numpy array, shape (rows, cols)
 """
+
 from __future__ import annotations
 
 import mmap
@@ -33,12 +34,22 @@ MAGIC = b"GGUF"
 VERSIONS = (2, 3)
 MAX_KEY_CHARS = 1 << 16
 MAX_DIMS = 4
-MAX_ARRAY = 1 << 22   # metadata array items (the largest vocabularies have ~262k tokens): bounds Python objects made
+MAX_ARRAY = 1 << 22  # metadata array items (the largest vocabularies have ~262k tokens): bounds Python objects made
 DEFAULT_ALIGNMENT = 32
 # Scalar metadata types: GGUF type code -> (struct format, numpy dtype).
-SCALARS = {0: ("<B", "<u1"), 1: ("<b", "<i1"), 2: ("<H", "<u2"), 3: ("<h", "<i2"), 4: ("<I", "<u4"),
-           5: ("<i", "<i4"), 6: ("<f", "<f4"), 7: ("<?", "<u1"), 10: ("<Q", "<u8"), 11: ("<q", "<i8"),
-           12: ("<d", "<f8")}
+SCALARS = {
+    0: ("<B", "<u1"),
+    1: ("<b", "<i1"),
+    2: ("<H", "<u2"),
+    3: ("<h", "<i2"),
+    4: ("<I", "<u4"),
+    5: ("<i", "<i4"),
+    6: ("<f", "<f4"),
+    7: ("<?", "<u1"),
+    10: ("<Q", "<u8"),
+    11: ("<q", "<i8"),
+    12: ("<d", "<f8"),
+}
 STRING, ARRAY = 8, 9
 # Tensor types tfm dequantizes (with the gguf package's own numpy code), by GGML type name.
 TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
@@ -49,6 +60,7 @@ SUPPORTED = {GGMLQuantizationType[n] for n in TYPES}
 class TensorInfo:
     """One tensor of the table. `shape` is numpy order (GGUF lists dims fastest first, so it is
     reversed); `offset` is absolute in the file; `nbytes` what the stored form takes."""
+
     name: str
     shape: tuple[int, ...]
     qtype: GGMLQuantizationType
@@ -77,11 +89,11 @@ class GGUFFile:
         t = self.tensors[name]
         with open(self.path, "rb") as fh:
             fh.seek(t.offset)
-            raw = np.empty(t.nbytes, dtype=np.uint8)   # writable: torch decodes Q8_0 / Q5_0 from it
+            raw = np.empty(t.nbytes, dtype=np.uint8)  # writable: torch decodes Q8_0 / Q5_0 from it
             got = fh.readinto(memoryview(raw))
         if got != t.nbytes:
             raise ValueError(f"{self.path} changed or was truncated while being read (tensor {name!r})")
-        fast = gguf_dequant.dequantize(raw, t.qtype.name, t.shape)   # Q8_0, Q5_0: torch, the same numbers
+        fast = gguf_dequant.dequantize(raw, t.qtype.name, t.shape)  # Q8_0, Q5_0: torch, the same numbers
         if fast is not None:
             return fast
         block, type_size = GGML_QUANT_SIZES[t.qtype]
@@ -110,9 +122,10 @@ class _Cursor:
 
     def take(self, n: int, what: str) -> bytes:
         if n < 0 or n > self.left():
-            raise self.fail(f"{what} needs {n:,} bytes at offset {self.pos:,}, past the end of the file "
-                            "(truncated or corrupt)")
-        out = self.buf[self.pos:self.pos + n]   # a bytes copy: nothing keeps the map open
+            raise self.fail(
+                f"{what} needs {n:,} bytes at offset {self.pos:,}, past the end of the file (truncated or corrupt)"
+            )
+        out = self.buf[self.pos : self.pos + n]  # a bytes copy: nothing keeps the map open
         self.pos += n
         return out
 
@@ -164,8 +177,9 @@ def _parse(cur: _Cursor, path: Path, size: int) -> GGUFFile:
     n_kv = cur.scalar("<Q", "the metadata count")
     # smallest entries: a tensor has a name length, n_dims, type and offset (24 bytes); a key/value 8 + 4 + 1
     if n_tensors * 24 > cur.left() or n_kv * 13 > cur.left():
-        raise cur.fail(f"it claims {n_tensors:,} tensors and {n_kv:,} metadata entries, more than its "
-                       f"{size:,} bytes can hold")
+        raise cur.fail(
+            f"it claims {n_tensors:,} tensors and {n_kv:,} metadata entries, more than its {size:,} bytes can hold"
+        )
     metadata: dict[str, Any] = {}
     for _ in range(n_kv):
         key = cur.string("a metadata key", MAX_KEY_CHARS)
@@ -188,8 +202,10 @@ def _placed(cur: _Cursor, infos: list, metadata: dict[str, Any], size: int) -> d
             raise cur.fail(f"tensor {name[:80]!r} appears twice")
         start = data_start + offset
         if start + nbytes > size:
-            raise cur.fail(f"tensor {name[:80]!r}'s data ({nbytes:,} bytes at {start:,}) runs past the end "
-                           f"of the file ({size:,} bytes): truncated or corrupt")
+            raise cur.fail(
+                f"tensor {name[:80]!r}'s data ({nbytes:,} bytes at {start:,}) runs past the end "
+                f"of the file ({size:,} bytes): truncated or corrupt"
+            )
         tensors[name] = TensorInfo(name, shape, qtype, start, nbytes)
     return tensors
 
@@ -230,14 +246,16 @@ def _tensor_info(cur: _Cursor):
     except ValueError:
         raise cur.fail(f"tensor {name[:80]!r} has unknown type {code}") from None
     if qtype not in SUPPORTED:
-        raise ValueError(f"{cur.source}: tensor {name[:80]!r} is stored as {qtype.name}, which tfm cannot "
-                         f"dequantize; supported types: {', '.join(TYPES)}")
+        raise ValueError(
+            f"{cur.source}: tensor {name[:80]!r} is stored as {qtype.name}, which tfm cannot "
+            f"dequantize; supported types: {', '.join(TYPES)}"
+        )
     block, type_size = GGML_QUANT_SIZES[qtype]
     if any(d == 0 for d in dims) or dims[0] % block:
         raise cur.fail(f"tensor {name[:80]!r} has dims {list(dims)}; {qtype.name} rows are whole blocks of {block}")
     n = 1
     for d in dims:
         n *= d
-        if n > cur.end * 256:   # no real file has more numbers than ~8 per byte it holds
+        if n > cur.end * 256:  # no real file has more numbers than ~8 per byte it holds
             raise cur.fail(f"tensor {name[:80]!r} has dims {list(dims)}, far more numbers than the file can hold")
     return name, tuple(reversed(dims)), qtype, offset, n // block * type_size

@@ -5,6 +5,7 @@ a number), so a config that would exhaust the machine is refused with both numbe
 change, instead of getting the server killed. `Limits` holds the owner's choices; the app reads
 them from environment variables or command-line flags (README, "Running for a class").
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -57,19 +58,19 @@ class Limits:
     """Per-request bounds of a shared server. Defaults fit a 2-core / 24 GB machine and let GPT-2
     small and medium shapes (124M / 355M parameters) load and trace at their full 1024 tokens."""
 
-    max_model_bytes: int = 2 * GB      # float32 weights: GPT-2 medium is 1.42 GB
-    max_trace_bytes: int = 8 * GB      # one traced forward, every entry read: GPT-2 medium at 1024 is 7.2 GB
+    max_model_bytes: int = 2 * GB  # float32 weights: GPT-2 medium is 1.42 GB
+    max_trace_bytes: int = 8 * GB  # one traced forward, every entry read: GPT-2 medium at 1024 is 7.2 GB
     # Prompts whose full trace fits are traced eagerly (tfm.core.lazy.prefer_lazy): one forward instead
     # of a lazy one plus every block again when a page reads them all (the Attention page does),
     # and about the bytes a lazy trace holds once read. SmolLM2 up to 52 tokens, GPT-2 small up to 80.
     eager_trace_bytes: int = 128_000_000
     max_prompt_chars: int = 20_000
-    max_new_tokens: int = 512          # per generation (each of up to 4 samples)
+    max_new_tokens: int = 512  # per generation (each of up to 4 samples)
     max_generation_bytes: int = GB // 2  # one session's generation timeline: GPT-2 small, 512 tokens
-    max_train_steps: int = 3_000       # toy training on the encoder-decoder page
-    heavy_slots: int = 2               # heavy computations running at once, server-wide
-    batch_rows: int = 32               # generations in one batched decode step (tfm.generation.batcher)
-    batch_rows_per_session: int = 4    # of those, one browser session's (every sample of a run is a row)
+    max_train_steps: int = 3_000  # toy training on the encoder-decoder page
+    heavy_slots: int = 2  # heavy computations running at once, server-wide
+    batch_rows: int = 32  # generations in one batched decode step (tfm.generation.batcher)
+    batch_rows_per_session: int = 4  # of those, one browser session's (every sample of a run is a row)
     torch_threads: int = dataclasses.field(default_factory=lambda: max(1, (os.cpu_count() or 1) // 2))
     # ^ intra-op threads per computation: cores / heavy_slots, so concurrent forwards do not thrash
 
@@ -77,15 +78,22 @@ class Limits:
         for f in dataclasses.fields(self):
             check_int(f"limit {f.name}", getattr(self, f.name), 1, hint=" (a positive integer)")
         if self.batch_rows_per_session > self.batch_rows:
-            raise ValueError(f"limit batch_rows_per_session={self.batch_rows_per_session} is more than batch_rows="
-                             f"{self.batch_rows}: a session's rows are part of the batch; lower it or raise batch_rows")
+            raise ValueError(
+                f"limit batch_rows_per_session={self.batch_rows_per_session} is more than batch_rows="
+                f"{self.batch_rows}: a session's rows are part of the batch; lower it or raise batch_rows"
+            )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Limits":
         """Defaults overridden by TFM_MAX_MODEL_BYTES=2GB, TFM_MAX_NEW_TOKENS=256, ... (see ENV)."""
         env = os.environ if env is None else env
-        return cls(**{name: (parse_bytes if name.endswith("bytes") else _parse_int)(env[var])
-                      for name, var in ENV.items() if env.get(var, "").strip()})
+        return cls(
+            **{
+                name: (parse_bytes if name.endswith("bytes") else _parse_int)(env[var])
+                for name, var in ENV.items()
+                if env.get(var, "").strip()
+            }
+        )
 
     def replace(self, **changes) -> "Limits":
         return dataclasses.replace(self, **changes)
@@ -119,10 +127,10 @@ class TraceCost:
     entry of every block read at once would hold (`lazy=False`)."""
 
     tokens: int
-    per_block: int     # one block's entries once read, per-head results and normalised inputs included
-    stored: int        # what the lazy forward keeps
-    logits: int        # the full (T, V) logits, one more lazy group when read
-    held: int          # the most a lazy trace holds however its entries are read
+    per_block: int  # one block's entries once read, per-head results and normalised inputs included
+    stored: int  # what the lazy forward keeps
+    logits: int  # the full (T, V) logits, one more lazy group when read
+    held: int  # the most a lazy trace holds however its entries are read
     eager: int
 
 
@@ -149,7 +157,8 @@ def check_model(cfg: ModelConfig, limits: Limits, tokens: int | None = None) -> 
         raise ValueError(
             f"this model has {n:,} parameters ({fmt_bytes(weights)} in float32), over this server's limit of "
             f"{fmt_bytes(limits.max_model_bytes)} (~{limits.max_model_bytes // FLOAT_BYTES:,} parameters); "
-            "make n_layer, d_model, d_ff or vocab_size smaller")
+            "make n_layer, d_model, d_ff or vocab_size smaller"
+        )
     check_trace(cfg, limits, tokens)
 
 
@@ -162,7 +171,8 @@ def check_trace(cfg: ModelConfig, limits: Limits, tokens: int | None = None) -> 
             f"tracing {cost.tokens:,} tokens through this model can hold {fmt_bytes(cost.held)} "
             f"({fmt_bytes(cost.per_block)} per block read, mostly the {cfg.n_head} heads' {cost.tokens}×{cost.tokens} "
             f"attention scores and patterns), over this server's limit of {fmt_bytes(limits.max_trace_bytes)}; "
-            "use a shorter context_length (or prompt), fewer heads or layers, or a smaller d_model")
+            "use a shorter context_length (or prompt), fewer heads or layers, or a smaller d_model"
+        )
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
@@ -173,7 +183,7 @@ def check_folder(path: Path, limits: Limits) -> None:
     shape, exceed the limits: checked from file sizes and config.json before any weight is read
     or allocated. (A nanoGPT ckpt.pt keeps its shape inside the pickle-free torch file: only its
     size is checked here.) A GGUF file (or folder / Ollama manifest naming one): `check_gguf`."""
-    with reading(path.name or str(path), name_values=False):   # whatever a reader missed: one ValueError
+    with reading(path.name or str(path), name_values=False):  # whatever a reader missed: one ValueError
         _check_files(path, limits)
 
 
@@ -185,9 +195,11 @@ def _check_files(path: Path, limits: Limits) -> None:
     files = [path] if path.is_file() else [p for p in path.glob("*") if p.suffix in WEIGHT_SUFFIXES and p.is_file()]
     size = sum(p.stat().st_size for p in files)
     if size > limits.max_model_bytes:
-        raise ValueError(f"its weight files hold {fmt_bytes(size)}, over this server's limit of "
-                         f"{fmt_bytes(limits.max_model_bytes)}; use a smaller model, or raise the limit "
-                         "(README, 'Running for a class')")
+        raise ValueError(
+            f"its weight files hold {fmt_bytes(size)}, over this server's limit of "
+            f"{fmt_bytes(limits.max_model_bytes)}; use a smaller model, or raise the limit "
+            "(README, 'Running for a class')"
+        )
     cfg = _folder_config(path) if path.is_dir() else None
     if cfg is not None:
         check_model(cfg, limits)
@@ -209,10 +221,12 @@ def check_gguf(path: Path, limits: Limits) -> None:
     st = Path(path).stat()
     size, on_disk, cfg = _gguf_header(str(path), st.st_size, st.st_mtime_ns)
     if size > limits.max_model_bytes:
-        raise ValueError(f"its {count_params(cfg):,} parameters take {fmt_bytes(size)} once expanded to float32 "
-                         f"({fmt_bytes(on_disk)} on disk), over this server's limit of "
-                         f"{fmt_bytes(limits.max_model_bytes)}; use a smaller model, or raise the limit "
-                         "(README, 'Running for a class')")
+        raise ValueError(
+            f"its {count_params(cfg):,} parameters take {fmt_bytes(size)} once expanded to float32 "
+            f"({fmt_bytes(on_disk)} on disk), over this server's limit of "
+            f"{fmt_bytes(limits.max_model_bytes)}; use a smaller model, or raise the limit "
+            "(README, 'Running for a class')"
+        )
 
 
 def _folder_config(folder: Path) -> ModelConfig | None:
@@ -242,9 +256,11 @@ def check_generation(cfg: ModelConfig, limits: Limits, prompt_tokens: int, new_t
     check_count("new tokens", new_tokens, limits.max_new_tokens)
     size = generation_bytes(cfg, prompt_tokens, new_tokens, samples)
     if size > limits.max_generation_bytes:
-        raise ValueError(f"keeping the timeline of {samples} × {new_tokens} new tokens takes up to {fmt_bytes(size)}, "
-                         f"over this server's limit of {fmt_bytes(limits.max_generation_bytes)} per generation; "
-                         "ask for fewer new tokens or samples")
+        raise ValueError(
+            f"keeping the timeline of {samples} × {new_tokens} new tokens takes up to {fmt_bytes(size)}, "
+            f"over this server's limit of {fmt_bytes(limits.max_generation_bytes)} per generation; "
+            "ask for fewer new tokens or samples"
+        )
 
 
 def check_count(what: str, value: int, high: int, low: int = 1) -> int:

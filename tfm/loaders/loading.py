@@ -1,4 +1,5 @@
 """`tfm.load(source)`: one entry point for every model tfm can run, and device choice."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,7 +55,7 @@ def available_devices() -> list[str]:
 
 
 def pick_device(choice: str | None = "auto") -> torch.device:
-    """"auto" prefers CUDA, then MPS, then CPU; an explicit choice must be available."""
+    """ "auto" prefers CUDA, then MPS, then CPU; an explicit choice must be available."""
     choice = choice or "auto"
     if choice not in DEVICES:
         raise ValueError(f"device {choice!r} is not known; choose one of {', '.join(DEVICES)}")
@@ -87,11 +88,14 @@ def default_tokenizer_for(vocab_size: int) -> Tokenizer:
         return tok
     if vocab_size >= 257:
         return bytes_tokenizer()
-    raise ValueError(f"vocab_size={vocab_size} is too small for any tokenizer here; use at least 257 (bytes + end-of-text)")
+    raise ValueError(
+        f"vocab_size={vocab_size} is too small for any tokenizer here; use at least 257 (bytes + end-of-text)"
+    )
 
 
-def random_model(config: ModelConfig | str, tokenizer: Tokenizer | None = None, seed: int = 0,
-                 device: str | None = "cpu") -> LM:
+def random_model(
+    config: ModelConfig | str, tokenizer: Tokenizer | None = None, seed: int = 0, device: str | None = "cpu"
+) -> LM:
     """A randomly initialised model of any config (or preset name), reproducible by `seed`."""
     cfg = ModelConfig.preset(config) if isinstance(config, str) else config
     tok = tokenizer or default_tokenizer_for(cfg.vocab_size)
@@ -122,10 +126,12 @@ def detect_format(path: Path) -> str:
             return "hf-family"
     if (path / "ckpt.pt").is_file():
         return "nanogpt"
-    raise ValueError(f"{path.name or path} is not a model folder: expected a tfm folder (config.json with \"format\": \"tfm\" "
-                     "and model.safetensors), a Hugging Face folder (GPT-2, Llama, Qwen2, Mistral, GPT-NeoX, Gemma 3, Qwen3, "
-                     "Phi-3, BERT), "
-                     "a GGUF file or an Ollama models folder, or a nanoGPT ckpt.pt")
+    raise ValueError(
+        f'{path.name or path} is not a model folder: expected a tfm folder (config.json with "format": "tfm" '
+        "and model.safetensors), a Hugging Face folder (GPT-2, Llama, Qwen2, Mistral, GPT-NeoX, Gemma 3, Qwen3, "
+        "Phi-3, BERT), "
+        "a GGUF file or an Ollama models folder, or a nanoGPT ckpt.pt"
+    )
 
 
 def load(source: str | Path | ModelSpec = "default", device: str | None = "auto", dtype: str = "float32") -> LM:
@@ -142,8 +148,10 @@ def load(source: str | Path | ModelSpec = "default", device: str | None = "auto"
     if spec.kind == "default":
         path, src = REGISTRY["default"], "default"
         if not path.is_dir():
-            raise FileNotFoundError(f"the bundled model {src!r} is not at {path}; restore it from git, or train it "
-                                    "with python -m tfm.train (README.md, 'The bundled model')")
+            raise FileNotFoundError(
+                f"the bundled model {src!r} is not at {path}; restore it from git, or train it "
+                "with python -m tfm.train (README.md, 'The bundled model')"
+            )
     elif spec.kind == "smollm2":
         path, src = require_smollm2(), "smollm2"
     elif spec.kind == "minilm":
@@ -153,7 +161,7 @@ def load(source: str | Path | ModelSpec = "default", device: str | None = "auto"
     else:
         src = spec.path
         path = Path(src).expanduser()
-    with reading(path.name or str(path), name_values=False):   # whatever a reader missed: one ValueError
+    with reading(path.name or str(path), name_values=False):  # whatever a reader missed: one ValueError
         model, tok, meta = load_files(path, dtype)
     dev = pick_device(device)
     return LM(model.to(dev, DTYPES[dtype]).eval(), tok, model.config, dev, src, meta)

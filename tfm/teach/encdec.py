@@ -23,6 +23,7 @@ convention); they are masked as keys in encoder self-attention and in cross-atte
 Target padding sits at the end of each sequence, so the causal mask already keeps real
 queries from seeing it, and the loss ignores those positions.
 """
+
 from __future__ import annotations
 
 import json
@@ -80,8 +81,10 @@ class EncDecConfig(JsonConfig):
         check_int("n_head", self.n_head, 1, 1_024)
         check_int("d_ff", self.d_ff, 1, 1_000_000)
         if self.d_model % self.n_head:
-            raise ValueError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}; "
-                             "pick n_head among the divisors of d_model")
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_head={self.n_head}; "
+                "pick n_head among the divisors of d_model"
+            )
         _check_choice("pos_encoding", self.pos_encoding, EncDecPos)
         _check_choice("norm", self.norm, NormType)
         _check_choice("norm_placement", self.norm_placement, NormPlacement)
@@ -124,14 +127,14 @@ class MultiHeadAttention(nn.Module):
         return x.view(b, t, self.n_head, self.d_head).transpose(1, 2)  # (B, T, D) -> (B, H, T, hd)
 
     def forward(self, x_q, x_kv, mask, rec: Recorder | None) -> torch.Tensor:
-        q = self.split_heads(self.q(x_q))                              # (B, H, T, hd)
-        k = self.split_heads(self.k(x_kv))                             # (B, H, S, hd)
-        v = self.split_heads(self.v(x_kv))                             # (B, H, S, hd)
+        q = self.split_heads(self.q(x_q))  # (B, H, T, hd)
+        k = self.split_heads(self.k(x_kv))  # (B, H, S, hd)
+        v = self.split_heads(self.v(x_kv))  # (B, H, S, hd)
         if rec is not None:
             for name, t in (("q", q), ("k", k), ("v", v)):
                 rec.add(name, t)
         z = attend(q, k, v, mask, rec, self.dropout if self.training else 0.0)  # (B, H, T, hd)
-        merged = z.transpose(1, 2).reshape(x_q.shape)                  # (B, H, T, hd) -> (B, T, D)
+        merged = z.transpose(1, 2).reshape(x_q.shape)  # (B, H, T, hd) -> (B, T, D)
         if rec is not None:
             rec.shape_only("z_merged", merged)
         return self.proj(merged)
@@ -175,7 +178,9 @@ class EncoderBlock(ResidualBlock):
     def forward(self, x, keep, rec: Recorder | None):
         sub = _sub(rec)
         _add(rec, "resid_pre", x)
-        x = self.sublayer(x, self.ln1, "ln1", lambda h: self.attn(h, h, keep, sub("attn")), "attn_out", "resid_mid", rec)
+        x = self.sublayer(
+            x, self.ln1, "ln1", lambda h: self.attn(h, h, keep, sub("attn")), "attn_out", "resid_mid", rec
+        )
         return self.sublayer(x, self.ln2, "ln2", lambda h: self.mlp(h, sub("mlp")), "mlp_out", "resid_post", rec)
 
 
@@ -191,11 +196,19 @@ class DecoderBlock(ResidualBlock):
     def forward(self, x, memory, keep_src, rec: Recorder | None):
         sub = _sub(rec)
         _add(rec, "resid_pre", x)
-        x = self.sublayer(x, self.ln1, "ln1", lambda h: self.self_attn(h, h, "causal", sub("self")),
-                          "self_out", "resid_mid", rec)
+        x = self.sublayer(
+            x, self.ln1, "ln1", lambda h: self.self_attn(h, h, "causal", sub("self")), "self_out", "resid_mid", rec
+        )
         # queries from the decoder stream, keys and values from the encoder's memory
-        x = self.sublayer(x, self.ln2, "ln2", lambda h: self.cross_attn(h, memory, keep_src, sub("cross")),
-                          "cross_out", "resid_cross", rec)
+        x = self.sublayer(
+            x,
+            self.ln2,
+            "ln2",
+            lambda h: self.cross_attn(h, memory, keep_src, sub("cross")),
+            "cross_out",
+            "resid_cross",
+            rec,
+        )
         return self.sublayer(x, self.ln3, "ln3", lambda h: self.mlp(h, sub("mlp")), "mlp_out", "resid_post", rec)
 
 
@@ -211,7 +224,7 @@ class Embedding(nn.Module):
             self.register_buffer("table", sinusoidal_table(length, cfg.d_model), persistent=False)
 
     def forward(self, idx: torch.Tensor, rec: Recorder | None) -> torch.Tensor:
-        x = self.tok(idx) * self.scale                                 # (B, T, D)
+        x = self.tok(idx) * self.scale  # (B, T, D)
         t = idx.shape[1]
         pos = self.pos.weight[:t] if self.pos is not None else self.table[:t]  # (T, D)
         if rec is not None:
@@ -248,7 +261,7 @@ class EncoderDecoder(nn.Module):
             elif p.dim() == 1:
                 p.fill_(1.0)
             elif name.endswith("tok.weight"):
-                p.normal_(0.0, self.config.d_model ** -0.5, generator=generator)  # x sqrt(D) -> unit scale
+                p.normal_(0.0, self.config.d_model**-0.5, generator=generator)  # x sqrt(D) -> unit scale
             else:
                 bound = math.sqrt(6.0 / (p.shape[0] + p.shape[1]))
                 p.uniform_(-bound, bound, generator=generator)
@@ -269,11 +282,13 @@ class EncoderDecoder(nn.Module):
         if src_pad_mask is None:
             return None
         if tuple(src_pad_mask.shape) != tuple(src_shape) or src_pad_mask.dtype != torch.bool:
-            raise ValueError(f"src_pad_mask must be a bool tensor shaped like src {tuple(src_shape)}, "
-                             f"got {src_pad_mask.dtype} {tuple(src_pad_mask.shape)}")
+            raise ValueError(
+                f"src_pad_mask must be a bool tensor shaped like src {tuple(src_shape)}, "
+                f"got {src_pad_mask.dtype} {tuple(src_pad_mask.shape)}"
+            )
         if bool(src_pad_mask.all(-1).any()):
             raise ValueError("a source sequence is all padding: every source needs at least one real token")
-        return ~src_pad_mask[:, None, None, :]                         # (B, S) -> (B, 1, 1, S)
+        return ~src_pad_mask[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
 
     def encode(self, src, src_pad_mask=None, rec: Recorder | None = None) -> torch.Tensor:
         """Source ids (B, S) -> memory (B, S, D)."""
@@ -297,7 +312,7 @@ class EncoderDecoder(nn.Module):
             x = block(x, memory, keep, rec.scoped(f"dec.blocks.{i}") if rec else None)
         if self.dec_ln_final is not None:
             x = self.dec_ln_final(x, rec.scoped("dec.ln_final") if rec else None)
-        logits = self.unembed(x)                                       # (B, T, V_tgt)
+        logits = self.unembed(x)  # (B, T, V_tgt)
         if rec is not None:
             rec.add("logits", logits)
         return logits
@@ -315,8 +330,9 @@ class EncoderDecoder(nn.Module):
 
 
 @torch.no_grad()
-def greedy_decode(model: EncoderDecoder, src, src_pad_mask=None, *, bos_id: int, eos_id: int,
-                  max_len: int | None = None) -> torch.Tensor:
+def greedy_decode(
+    model: EncoderDecoder, src, src_pad_mask=None, *, bos_id: int, eos_id: int, max_len: int | None = None
+) -> torch.Tensor:
     """Encode once, then append the argmax token until every row has emitted `eos_id`.
 
     Returns (B, 1 + n) ids starting with `bos_id`; after a row's EOS it continues with EOS.

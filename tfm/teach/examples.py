@@ -14,6 +14,7 @@ what was measured.
 Cost: one forward per candidate, at most 6 per page (SmolLM2: a few tenths of a second each);
 `should_stop` (tfm.core.cancel) is asked before each.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,34 @@ LENS_K = 5  # the logit lens page's hover lists the top 5
 
 # Induction: common words (one token with a leading space in most vocabularies), each candidate
 # six of them in a fixed random order, three times.
-WORDS = ("cat", "dog", "tree", "ball", "house", "sun", "bird", "cake", "red", "blue", "green", "apple", "water",
-         "happy", "big", "fish", "hat", "box", "car", "milk", "book", "door", "bed", "girl", "boy", "park")
+WORDS = (
+    "cat",
+    "dog",
+    "tree",
+    "ball",
+    "house",
+    "sun",
+    "bird",
+    "cake",
+    "red",
+    "blue",
+    "green",
+    "apple",
+    "water",
+    "happy",
+    "big",
+    "fish",
+    "hat",
+    "box",
+    "car",
+    "milk",
+    "book",
+    "door",
+    "bed",
+    "girl",
+    "boy",
+    "park",
+)
 
 
 def repeated_words(seed: int, n: int = 6, copies: int = 3) -> str:
@@ -58,17 +85,28 @@ def repeated_words(seed: int, n: int = 6, copies: int = 3) -> str:
 
 INDUCTION_TEXTS = tuple(repeated_words(seed) for seed in range(4))
 # Indirect object identification (Wang et al. 2022): (text, indirect object, repeated subject).
-IOI_TEXTS = (("When Mary and John went to the store, John gave a drink to", " Mary", " John"),
-             ("Then, Anna and Tom went to the park. Tom gave a flower to", " Anna", " Tom"),
-             ("When Tom and Lily went to the park, Lily gave the ball to", " Tom", " Lily"),
-             ("Tom and Sue went to the park. Tom gave the ball to", " Sue", " Tom"))
+IOI_TEXTS = (
+    ("When Mary and John went to the store, John gave a drink to", " Mary", " John"),
+    ("Then, Anna and Tom went to the park. Tom gave a flower to", " Anna", " Tom"),
+    ("When Tom and Lily went to the park, Lily gave the ball to", " Tom", " Lily"),
+    ("Tom and Sue went to the park. Tom gave the ball to", " Sue", " Tom"),
+)
 # Facts and story endings a model may know: (text, the answer that comes next).
-LENS_TEXTS = (("The capital of France is", " Paris"), ("A, B, C, D,", " E"),
-              ('She was very happy. She smiled and said, "Thank', " you"), ("They lived happily ever", " after"),
-              ("The dog wagged its", " tail"), ("Tom was sad. He started to", " cry"))
+LENS_TEXTS = (
+    ("The capital of France is", " Paris"),
+    ("A, B, C, D,", " E"),
+    ('She was very happy. She smiled and said, "Thank', " you"),
+    ("They lived happily ever", " after"),
+    ("The dog wagged its", " tail"),
+    ("Tom was sad. He started to", " cry"),
+)
 # Sentences in the words of the shipped SAEs' training text (children's stories).
-FEATURE_TEXTS = ("Tom saw a big red ball under the tree.", "The cat sat on the mat and looked at the bird.",
-                 'Mom said, "Wash your hands before dinner!"', "The sun was hot, so they ate cold ice cream.")
+FEATURE_TEXTS = (
+    "Tom saw a big red ball under the tree.",
+    "The cat sat on the mat and looked at the bird.",
+    'Mom said, "Wash your hands before dinner!"',
+    "The sun was hot, so they ate cold ice cream.",
+)
 
 
 @dataclass(frozen=True)
@@ -90,8 +128,9 @@ class Example:
         if not isinstance(self.prompt, str) or not self.prompt.strip():
             raise ValueError("an example needs a prompt with some text")
         if not isinstance(self.settings, dict) or not all(
-                isinstance(k, str) and isinstance(v, (int, str)) and not isinstance(v, bool)
-                for k, v in self.settings.items()):
+            isinstance(k, str) and isinstance(v, (int, str)) and not isinstance(v, bool)
+            for k, v in self.settings.items()
+        ):
             raise ValueError(f"an example's settings are names to whole numbers or text, got {self.settings!r}")
         if not math.isfinite(self.score):
             raise ValueError(f"an example's score must be a finite number, got {self.score!r}")
@@ -109,8 +148,13 @@ class Offer:
     bar: str
 
 
-def _offer(page: str, found: list[tuple[Example, bool]], order: Callable[[Example], float], bar: str,
-           distinct: str | None = None) -> Offer:
+def _offer(
+    page: str,
+    found: list[tuple[Example, bool]],
+    order: Callable[[Example], float],
+    bar: str,
+    distinct: str | None = None,
+) -> Offer:
     """Sort by `order` (smaller first); keep those that passed, one per `distinct` setting."""
     found = sorted(found, key=lambda pair: order(pair[0]))
     passed, seen = [], set()
@@ -119,7 +163,7 @@ def _offer(page: str, found: list[tuple[Example, bool]], order: Callable[[Exampl
         if ok and (value is None or value not in seen):
             passed.append(example)
             seen.add(value)
-    return Offer(page, tuple(passed[:PAGES[page]]), tuple(e for e, _ in found), bar)
+    return Offer(page, tuple(passed[: PAGES[page]]), tuple(e for e, _ in found), bar)
 
 
 def prompt_ids(lm, text: str) -> tuple[int, ...] | None:
@@ -136,11 +180,12 @@ def _batch(lm, ids) -> torch.Tensor:
 def _token(lm, text: str) -> int | None:
     try:
         return token_id(lm.tokenizer, text, n_words(lm))
-    except ValueError:   # two tokens in this vocabulary: the candidate does not fit the model
+    except ValueError:  # two tokens in this vocabulary: the candidate does not fit the model
         return None
 
 
 # ---- induction: the Attention page -------------------------------------------------------------
+
 
 def later_copy_scores(trace, ids) -> torch.Tensor:
     """(L, H) each head's induction score on the queries whose token came before (a repeated
@@ -150,8 +195,9 @@ def later_copy_scores(trace, ids) -> torch.Tensor:
     rows = det.sum(-1) > 0
     if not bool(rows.any()):
         raise ValueError("no token of the prompt repeats an earlier one followed by another: nothing to induct")
-    return torch.stack([detection_score(trace.pattern(layer).float().cpu()[:, rows], det[rows])
-                        for layer in range(trace.n_layers())])
+    return torch.stack(
+        [detection_score(trace.pattern(layer).float().cpu()[:, rows], det[rows]) for layer in range(trace.n_layers())]
+    )
 
 
 @torch.no_grad()
@@ -165,17 +211,27 @@ def induction(lm, should_stop: cancel.ShouldStop = None) -> Offer:
             continue
         trace = lm.model(_batch(lm, ids), trace=True, keep=("pattern",)).trace
         layer, head, score = top_head(later_copy_scores(trace, ids))
-        ex = Example("attention", text, {"layer": layer, "head": head},
-                     f"a repeated sequence (induction: {head_label(layer, head)} scores {score:.2f})",
-                     f"The same words three times: on the later copies head {head_label(layer, head)} puts {score:.0%} of its "
-                     "attention on the word that followed the current word last time, the most of any head.", score)
+        ex = Example(
+            "attention",
+            text,
+            {"layer": layer, "head": head},
+            f"a repeated sequence (induction: {head_label(layer, head)} scores {score:.2f})",
+            f"The same words three times: on the later copies head {head_label(layer, head)} puts {score:.0%} of its "
+            "attention on the word that followed the current word last time, the most of any head.",
+            score,
+        )
         found.append((ex, score >= INDUCTION_MIN))
-    return _offer("attention", found, lambda e: -e.score,
-                  f"a head putting at least {INDUCTION_MIN:.0%} of a repeated word's attention on the word after "
-                  "its earlier copy")
+    return _offer(
+        "attention",
+        found,
+        lambda e: -e.score,
+        f"a head putting at least {INDUCTION_MIN:.0%} of a repeated word's attention on the word after "
+        "its earlier copy",
+    )
 
 
 # ---- indirect object: Why this token? ----------------------------------------------------------
+
 
 @torch.no_grad()
 def logit_difference(lm, ids, answer: int, versus: int) -> float:
@@ -194,16 +250,26 @@ def indirect_object(lm, should_stop: cancel.ShouldStop = None) -> Offer:
         if ids is None or a is None or b is None:
             continue
         diff = logit_difference(lm, ids, a, b)
-        ex = Example("why", text, {"position": len(ids) - 1, "token": io, "versus": subject},
-                     f"who gets it? ({io.strip()} over {subject.strip()} by {diff:.1f} logits)",
-                     f"{io.strip()} is the indirect object and {subject.strip()} the repeated subject: after the last "
-                     f"token the model prefers {io!r} to {subject!r} by {diff:.2f} logits.", diff)
+        ex = Example(
+            "why",
+            text,
+            {"position": len(ids) - 1, "token": io, "versus": subject},
+            f"who gets it? ({io.strip()} over {subject.strip()} by {diff:.1f} logits)",
+            f"{io.strip()} is the indirect object and {subject.strip()} the repeated subject: after the last "
+            f"token the model prefers {io!r} to {subject!r} by {diff:.2f} logits.",
+            diff,
+        )
         found.append((ex, diff >= IOI_MIN))
-    return _offer("why", found, lambda e: -e.score,
-                  f"a sentence where the model prefers the indirect object's name by at least {IOI_MIN:g} logits")
+    return _offer(
+        "why",
+        found,
+        lambda e: -e.score,
+        f"a sentence where the model prefers the indirect object's name by at least {IOI_MIN:g} logits",
+    )
 
 
 # ---- an answer surfacing: the Logit lens -------------------------------------------------------
+
 
 @torch.no_grad()
 def surfacing(lm, ids, answer: int, k: int = LENS_K) -> tuple[int, int, float]:
@@ -213,7 +279,7 @@ def surfacing(lm, ids, answer: int, k: int = LENS_K) -> tuple[int, int, float]:
     t = len(ids)
     trace = lm.model(_batch(lm, ids), trace=True, last_only=True).trace
     lens = logit_lens(lm.model, trace, k=k, positions=slice(t - 1, t), keep_probs=False, n_words=n_words(lm))
-    inside = (lens.top_ids[:, 0, :] == answer).any(-1).tolist()       # (L+1,)
+    inside = (lens.top_ids[:, 0, :] == answer).any(-1).tolist()  # (L+1,)
     row = len(inside)
     while row > 0 and inside[row - 1]:
         row -= 1
@@ -236,27 +302,41 @@ def surfacing_answers(lm, should_stop: cancel.ShouldStop = None) -> Offer:
         row, top, p = surfacing(lm, ids, a)
         depth = row / n
         said = f"{short(lm.tokenizer.display_piece(top), 20)!r} (p {p:.2f})"
-        why = (f"After the last token the model predicts {answer!r} (p {p:.2f}); read through the final norm, the "
-               f"stream holds it in its top {LENS_K} from {_where(row)} on, of {n} blocks." if top == a else
-               f"The model predicts {said}, not {answer!r}.")
+        why = (
+            f"After the last token the model predicts {answer!r} (p {p:.2f}); read through the final norm, the "
+            f"stream holds it in its top {LENS_K} from {_where(row)} on, of {n} blocks."
+            if top == a
+            else f"The model predicts {said}, not {answer!r}."
+        )
         label = f"top {LENS_K} from {_where(row)}" if top == a else "not predicted"
-        ex = Example("logit_lens", text, {"position": len(ids) - 1, "row": row},
-                     f"{answer.strip()!r} surfacing ({label})", why, depth)
+        ex = Example(
+            "logit_lens",
+            text,
+            {"position": len(ids) - 1, "row": row},
+            f"{answer.strip()!r} surfacing ({label})",
+            why,
+            depth,
+        )
         found.append((ex, top == a and row < n))
-    return _offer("logit_lens", found, lambda e: abs(e.score - 0.5),
-                  f"a prompt whose answer the model predicts and the lens shows in its top {LENS_K} before the end")
+    return _offer(
+        "logit_lens",
+        found,
+        lambda e: abs(e.score - 0.5),
+        f"a prompt whose answer the model predicts and the lens shows in its top {LENS_K} before the end",
+    )
 
 
 # ---- a feature firing: Features (SAE) ----------------------------------------------------------
+
 
 @torch.no_grad()
 def strongest_feature(lm, fs: FeatureSet, ids) -> tuple[int, int, float, float]:
     """(position, feature, activation, share): the feature firing hardest on the prompt as a
     share of its strongest held-out activation, among those that fired on held-out text on at
     most FEATURE_SHARE of tokens; positions the SAE was not trained on (`fs.skip`) left out."""
-    x = stream_at(lm.model, _batch(lm, ids), fs.layer)[0].float().cpu()     # (T, D)
-    acts = fs.sae.encode(x)                                                 # (T, F)
-    acts[:fs.skip] = 0
+    x = stream_at(lm.model, _batch(lm, ids), fs.layer)[0].float().cpu()  # (T, D)
+    acts = fs.sae.encode(x)  # (T, F)
+    acts[: fs.skip] = 0
     top, freq = fs.data["hist_max"].float(), fs.data["freq"].float()
     usable = (top > 0) & (freq <= FEATURE_SHARE)
     share = torch.where(usable, acts / top.clamp_min(1e-12), torch.zeros(()))
@@ -275,14 +355,23 @@ def firing_features(lm, fs: FeatureSet | None, should_stop: cancel.ShouldStop = 
         position, feature, act, share = strongest_feature(lm, fs, ids)
         piece = short(lm.tokenizer.display_piece(ids[position]), 20)
         freq = float(fs.data["freq"][feature])
-        ex = Example("features", text, {"feature": feature, "position": position},
-                     f"feature {feature} on {piece!r} ({share:.0%} of its top)",
-                     f"F{fs.named(feature)[1:]} fires {act:.2f} on {piece!r} (position {position}), {share:.0%} of its "
-                     f"strongest held-out activation; it fires on {freq:.1%} of held-out tokens.", share)
+        ex = Example(
+            "features",
+            text,
+            {"feature": feature, "position": position},
+            f"feature {feature} on {piece!r} ({share:.0%} of its top)",
+            f"F{fs.named(feature)[1:]} fires {act:.2f} on {piece!r} (position {position}), {share:.0%} of its "
+            f"strongest held-out activation; it fires on {freq:.1%} of held-out tokens.",
+            share,
+        )
         found.append((ex, share >= FEATURE_MIN))
-    return _offer("features", found, lambda e: -e.score,
-                  f"a sparse autoencoder, and a feature firing at {FEATURE_MIN:.0%} of its strongest held-out "
-                  "activation", distinct="feature")
+    return _offer(
+        "features",
+        found,
+        lambda e: -e.score,
+        f"a sparse autoencoder, and a feature firing at {FEATURE_MIN:.0%} of its strongest held-out activation",
+        distinct="feature",
+    )
 
 
 def for_page(lm, page: str, fs: FeatureSet | None = None, should_stop: cancel.ShouldStop = None) -> Offer:

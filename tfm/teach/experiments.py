@@ -10,6 +10,7 @@ runs in well under a few seconds on a CPU, and returns plain tensors / numbers:
 - `mask_demo`: causal and padding masks through the engine's `attend`.
 - `head_split_shapes`: the multi-head split/merge, read from a real run's shape trace.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,14 +45,20 @@ def softmax_scaling(d_ks=(4, 16, 64, 256, 1024), n_keys: int = 32, n_queries: in
         q = torch.randn(n_queries, d_k, generator=g, dtype=torch.float64)
         k = torch.randn(n_keys, d_k, generator=g, dtype=torch.float64)
         for name, factor in (("scaled", 1 / math.sqrt(d_k)), ("unscaled", 1.0)):
-            scores = (q @ k.T * factor).requires_grad_(True)            # (Nq, Nk)
+            scores = (q @ k.T * factor).requires_grad_(True)  # (Nq, Nk)
             with torch.enable_grad():
                 pattern = scores.softmax(-1)
                 (pattern * upstream).sum().backward()
-            rows[name].append([pattern.max(-1).values.mean().detach(), entropy(pattern).mean().detach(),
-                               scores.grad.norm(dim=-1).mean(), scores.detach().std()])
+            rows[name].append(
+                [
+                    pattern.max(-1).values.mean().detach(),
+                    entropy(pattern).mean().detach(),
+                    scores.grad.norm(dim=-1).mean(),
+                    scores.detach().std(),
+                ]
+            )
     for name, vals in rows.items():
-        t = torch.tensor([[v.item() for v in row] for row in vals])     # (len(d_ks), 4)
+        t = torch.tensor([[v.item() for v in row] for row in vals])  # (len(d_ks), 4)
         out[name] = dict(zip(("max_weight", "entropy", "grad_norm", "score_std"), t.T))
     return out
 
@@ -71,12 +78,13 @@ def residual_gradients(n_layers: int = 50, d_model: int = 64, seed: int = 0, tex
     sublayers without the additions. Returns per-block (n_layers,) tensors and block 0's.
     """
     ids = list(text.encode("utf-8"))
-    cfg = ModelConfig(vocab_size=257, context_length=max(64, len(ids)), d_model=d_model, n_layer=n_layers,
-                      n_head=4, d_ff=4 * d_model)
+    cfg = ModelConfig(
+        vocab_size=257, context_length=max(64, len(ids)), d_model=d_model, n_layer=n_layers, n_head=4, d_ff=4 * d_model
+    )
     g = torch.Generator().manual_seed(seed)
     model = GPT(cfg, g)
     model.eval()
-    x0 = model.embed(torch.tensor([ids]), 0, None)[0].detach()         # (1, T, D)
+    x0 = model.embed(torch.tensor([ids]), 0, None)[0].detach()  # (1, T, D)
     readout = torch.randn(d_model, generator=g)
     out = {"n_layers": n_layers}
     for name in ("plain", "residual"):
@@ -86,9 +94,12 @@ def residual_gradients(n_layers: int = 50, d_model: int = 64, seed: int = 0, tex
             for block in model.blocks:
                 x = block(x, None) if name == "residual" else _without_residual(block, x)
             (x @ readout).mean().backward()
-        out[name] = torch.stack([
-            torch.sqrt(sum(p.grad.double().pow(2).sum() for p in b.parameters() if p.grad is not None)).float()
-            for b in model.blocks])                                    # (n_layers,)
+        out[name] = torch.stack(
+            [
+                torch.sqrt(sum(p.grad.double().pow(2).sum() for p in b.parameters() if p.grad is not None)).float()
+                for b in model.blocks
+            ]
+        )  # (n_layers,)
         out[f"{name}_first"] = float(out[name][0])
     return out
 
@@ -98,10 +109,12 @@ def norm_placement_depth(n_layer: int = 12, seed: int = 0, text: str = DEFAULT_T
 
     Returns {"pre": ..., "post": ..., "config": ModelConfig of the pre-norm model}."""
     ids = list(text.encode("utf-8"))
-    cfg = ModelConfig(vocab_size=257, context_length=max(64, len(ids)), d_model=64, n_layer=n_layer,
-                      n_head=4, d_ff=256)
-    return {"pre": depth_norms(cfg, ids, seed), "post": depth_norms(cfg.replace(norm_placement="post"), ids, seed),
-            "config": cfg}
+    cfg = ModelConfig(vocab_size=257, context_length=max(64, len(ids)), d_model=64, n_layer=n_layer, n_head=4, d_ff=256)
+    return {
+        "pre": depth_norms(cfg, ids, seed),
+        "post": depth_norms(cfg.replace(norm_placement="post"), ids, seed),
+        "config": cfg,
+    }
 
 
 def norm_axes(batch: int = 2, seq: int = 3, d: int = 4, seed: int = 0) -> dict:
@@ -112,13 +125,13 @@ def norm_axes(batch: int = 2, seq: int = 3, d: int = 4, seed: int = 0) -> dict:
     means / stds (population, as both norms use) over rows ("col_*") and columns ("row_*").
     """
     g = torch.Generator().manual_seed(seed)
-    scale = torch.tensor([1.0, 5.0, 0.5, 2.0]).repeat(d)[:d]            # features on different scales
+    scale = torch.tensor([1.0, 5.0, 0.5, 2.0]).repeat(d)[:d]  # features on different scales
     x = torch.randn(batch, seq, d, generator=g) * scale + torch.arange(d) * 3.0
     ln = F.layer_norm(x, (d,))
     bn = F.batch_norm(x.reshape(-1, d), None, None, training=True).reshape(batch, seq, d)
     out = {"labels": [f"seq {b} · pos {t}" for b in range(batch) for t in range(seq)]}
     for name, t in (("x", x), ("layernorm", ln), ("batchnorm", bn)):
-        flat = t.reshape(-1, d)                                        # (batch*seq, d)
+        flat = t.reshape(-1, d)  # (batch*seq, d)
         out[name] = flat
         out[f"{name}_row_mean"], out[f"{name}_row_std"] = flat.mean(1), flat.std(1, unbiased=False)
         out[f"{name}_col_mean"], out[f"{name}_col_std"] = flat.mean(0), flat.std(0, unbiased=False)
@@ -161,8 +174,12 @@ def norm_timing(shape=(8, 128, 512), repeats: int = 21, seed: int = 0) -> dict:
                 start = time.perf_counter()
                 fn()
                 samples[name].append((time.perf_counter() - start) * 1e3)
-    return {"names": list(fns), "shape": tuple(shape), "samples_ms": samples,
-            "median_ms": {n: statistics.median(s) for n, s in samples.items()}}
+    return {
+        "names": list(fns),
+        "shape": tuple(shape),
+        "samples_ms": samples,
+        "median_ms": {n: statistics.median(s) for n, s in samples.items()},
+    }
 
 
 def mask_demo(t: int = 6, n_pad: int = 2, causal: bool = True, d_head: int = 8, seed: int = 0) -> dict:
@@ -176,15 +193,20 @@ def mask_demo(t: int = 6, n_pad: int = 2, causal: bool = True, d_head: int = 8, 
         raise ValueError(f"need 1 <= t <= 32 and 0 <= n_pad < t (at least one real token), got t={t}, n_pad={n_pad}")
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(1, 1, t, d_head, generator=g) for _ in range(3))  # (B=1, H=1, T, hd)
-    keys_real = torch.arange(t) < t - n_pad                            # (S,) False at padding
+    keys_real = torch.arange(t) < t - n_pad  # (S,) False at padding
     causal_part = causal_mask(t, t, q.device) if causal else torch.ones(t, t, dtype=torch.bool)
-    mask = causal_part & keys_real[None, :]                            # (T, S)
+    mask = causal_part & keys_real[None, :]  # (T, S)
     rec = Recorder()
-    attend(q, k, v, mask[None, None], rec.scoped("attn"))             # mask -> (1, 1, T, S)
+    attend(q, k, v, mask[None, None], rec.scoped("attn"))  # mask -> (1, 1, T, S)
     tr = rec.finish()
-    return {"scores": (q @ k.transpose(-2, -1))[0, 0] / math.sqrt(d_head), "mask": mask,
-            "causal": causal_part, "keys_real": keys_real,
-            "masked_scores": tr["attn.scores"][0, 0], "pattern": tr["attn.pattern"][0, 0]}
+    return {
+        "scores": (q @ k.transpose(-2, -1))[0, 0] / math.sqrt(d_head),
+        "mask": mask,
+        "causal": causal_part,
+        "keys_real": keys_real,
+        "masked_scores": tr["attn.scores"][0, 0],
+        "pattern": tr["attn.pattern"][0, 0],
+    }
 
 
 HEAD_STEPS = {
@@ -211,8 +233,9 @@ def head_split_shapes(d_model: int, n_head: int, text: str = "Hello", seed: int 
     if not (1 <= d_model <= 2048):
         raise ValueError(f"d_model={d_model}: choose 1 to 2048 for this demo")
     ids = list(text.encode("utf-8"))
-    cfg = ModelConfig(vocab_size=257, context_length=max(8, len(ids)), d_model=d_model, n_layer=1,
-                      n_head=n_head, d_ff=4 * d_model)
+    cfg = ModelConfig(
+        vocab_size=257, context_length=max(8, len(ids)), d_model=d_model, n_layer=1, n_head=n_head, d_ff=4 * d_model
+    )
     model = GPT(cfg, torch.Generator().manual_seed(seed))
     trace = model.eval()(torch.tensor([ids]), trace=True).trace
     steps = []

@@ -13,6 +13,7 @@ temperature / top-p does: the top token's probability after it, or how many toke
 `Estimate` (a number: the probability of one token). Questions and truths travel as JSON
 (`to_json`, `from_json`), checked on the way back in.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,17 +29,17 @@ from ..core.validate import check_int, check_number
 from ..core.trace_names import head_label
 from ..generation.sampling import SamplingSettings, next_token
 
-TOP = 50            # the model's top tokens a next-token truth keeps (answers are graded among them)
-N_OPTIONS = 4       # options of a multiple-choice next-token question
-ODDS_RATIO = 1.5    # a probability whose odds are within this factor of the model's is counted right
-ODDS_FLOOR = 1e-4   # answers of 0 or 1 are graded as this far from them (their odds are 0 or infinite)
-KEPT_RATIO = 1.5    # a kept-token count within this factor of the model's is counted right
+TOP = 50  # the model's top tokens a next-token truth keeps (answers are graded among them)
+N_OPTIONS = 4  # options of a multiple-choice next-token question
+ODDS_RATIO = 1.5  # a probability whose odds are within this factor of the model's is counted right
+ODDS_FLOOR = 1e-4  # answers of 0 or 1 are graded as this far from them (their odds are 0 or infinite)
+KEPT_RATIO = 1.5  # a kept-token count within this factor of the model's is counted right
 
 
 @dataclass(frozen=True)
 class NextToken:
     kind: ClassVar[str] = "next_token"
-    options: tuple[str, ...] = ()   # tokens as shown (␣ for a space); empty: the answer is typed
+    options: tuple[str, ...] = ()  # tokens as shown (␣ for a space); empty: the answer is typed
 
     @property
     def text(self) -> str:
@@ -68,25 +69,28 @@ class Sampling:
     kind: ClassVar[str] = "sampling"
     temperature: float
     top_p: float
-    measure: str    # "top_prob": the top token's probability after them; "kept": how many tokens stay
+    measure: str  # "top_prob": the top token's probability after them; "kept": how many tokens stay
 
     def __post_init__(self) -> None:
-        SamplingSettings(self.temperature, 0, self.top_p)   # the same checks as the sliders'
+        SamplingSettings(self.temperature, 0, self.top_p)  # the same checks as the sliders'
         if self.measure not in ("top_prob", "kept"):
             raise ValueError(f"measure {self.measure!r}: choose top_prob or kept")
 
     @property
     def text(self) -> str:
         where = f"temperature {self.temperature:g}" + (f" and top-p {self.top_p:g}" if self.top_p < 1 else "")
-        return (f"With {where}, what is the most likely token's probability (0 to 1)?" if self.measure == "top_prob"
-                else f"With {where}, how many tokens can the model still draw?")
+        return (
+            f"With {where}, what is the most likely token's probability (0 to 1)?"
+            if self.measure == "top_prob"
+            else f"With {where}, how many tokens can the model still draw?"
+        )
 
 
 @dataclass(frozen=True)
 class Estimate:
     kind: ClassVar[str] = "estimate"
     token: int
-    shown: str   # the token as shown
+    shown: str  # the token as shown
 
     @property
     def text(self) -> str:
@@ -102,6 +106,7 @@ class Truth:
     """The model's answer. `top`: (shown token, raw text, probability) by rank (next-token
     questions); `scores`: every head's score, (layer, head) (head questions); `value`: the number
     (sampling and estimate questions); `summary`: one sentence for the reveal."""
+
     summary: str
     top: tuple[tuple[str, str, float], ...] = ()
     scores: tuple[tuple[float, ...], ...] = ()
@@ -111,8 +116,8 @@ class Truth:
 @dataclass(frozen=True)
 class Grade:
     correct: bool
-    closeness: float   # 1 = the model's answer, toward 0 = far from it
-    text: str          # what the student sees privately
+    closeness: float  # 1 = the model's answer, toward 0 = far from it
+    text: str  # what the student sees privately
 
 
 def _probs(lm, logits: torch.Tensor, settings: SamplingSettings = SamplingSettings()):
@@ -129,10 +134,12 @@ def ask_next_token(lm, logits: torch.Tensor, typed: bool) -> tuple[NextToken, Tr
     top = tuple((tok.display_piece(int(i)), tok.piece(int(i)), float(q)) for q, i in zip(p, ids))
     picks = [top[r][0] for r in (0, 1, 2, 9) if r < len(top)]
     options = () if typed else tuple(sorted(dict.fromkeys(picks)))
-    return NextToken(options), Truth(f"The model's top token is {top[0][0]!r} with probability {top[0][2]:.3f}"
-                                     f" (then {top[1][0]!r} {top[1][2]:.3f})." if len(top) > 1 else
-                                     f"The model's top token is {top[0][0]!r} with probability {top[0][2]:.3f}.",
-                                     top=top)
+    return NextToken(options), Truth(
+        f"The model's top token is {top[0][0]!r} with probability {top[0][2]:.3f} (then {top[1][0]!r} {top[1][2]:.3f})."
+        if len(top) > 1
+        else f"The model's top token is {top[0][0]!r} with probability {top[0][2]:.3f}.",
+        top=top,
+    )
 
 
 def ask_head(table: HeadTable, score: str) -> tuple[WhichHead, Truth]:
@@ -140,9 +147,13 @@ def ask_head(table: HeadTable, score: str) -> tuple[WhichHead, Truth]:
         raise ValueError(f"the head table has no {score!r} score here: choose one of {', '.join(table.scores)}")
     s = table.scores[score].float()
     layer, head = divmod(int(s.argmax()), s.shape[1])
-    return (WhichHead(score, s.shape[0], s.shape[1]),
-            Truth(f"Layer {layer} head {head} scores highest: {float(s[layer, head]):.3f}.",
-                  scores=tuple(tuple(float(v) for v in row) for row in s)))
+    return (
+        WhichHead(score, s.shape[0], s.shape[1]),
+        Truth(
+            f"Layer {layer} head {head} scores highest: {float(s[layer, head]):.3f}.",
+            scores=tuple(tuple(float(v) for v in row) for row in s),
+        ),
+    )
 
 
 def ask_sampling(lm, logits: torch.Tensor, temperature: float, top_p: float, measure: str) -> tuple[Sampling, Truth]:
@@ -152,7 +163,7 @@ def ask_sampling(lm, logits: torch.Tensor, temperature: float, top_p: float, mea
     shown = lm.tokenizer.display_piece(best)
     if measure == "top_prob":
         value = float(bd.final[best])
-        summary = (f"{shown!r} goes from {float(bd.probs[best]):.3f} at temperature 1 to {value:.3f}.")
+        summary = f"{shown!r} goes from {float(bd.probs[best]):.3f} at temperature 1 to {value:.3f}."
     else:
         value = float(bd.n_kept)
         summary = f"{int(value):,} of {bd.probs.shape[0]:,} tokens can still be drawn."
@@ -219,8 +230,11 @@ def grade(q: Question, truth: Truth, answer: str) -> Grade:
     if isinstance(q, Sampling) and q.measure == "kept":
         ratio = max(value, 1) / max(truth.value, 1)
         how = "exactly" if ratio == 1 else f"{max(ratio, 1 / ratio):,.1f}× too {'many' if ratio > 1 else 'few'}"
-        return Grade(1 / KEPT_RATIO <= ratio <= KEPT_RATIO, min(ratio, 1 / ratio),
-                     f"You said {value:,.0f}; the model keeps {truth.value:,.0f} ({how}).")
+        return Grade(
+            1 / KEPT_RATIO <= ratio <= KEPT_RATIO,
+            min(ratio, 1 / ratio),
+            f"You said {value:,.0f}; the model keeps {truth.value:,.0f} ({how}).",
+        )
     return _grade_probability(value, truth.value)
 
 
@@ -235,21 +249,31 @@ def _grade_probability(value: float, true: float) -> Grade:
     model's, so 0 is far from 0.038 (a flat band would call it right) and 0.5 vs 0.55 is close."""
     gap = abs(log_odds(value) - log_odds(true))
     factor = math.exp(gap)
-    how = (f"odds {factor:,.1f}× too {'low' if value < true else 'high'}" if factor >= 1.05 else "odds within 5%")
-    return Grade(gap <= math.log(ODDS_RATIO), 1 / (1 + gap),
-                 f"You said {value:.3g}; the model: {true:.3g} (off by {abs(value - true):.3g}; {how}; right is "
-                 f"within {ODDS_RATIO:g}× of its odds).")
+    how = f"odds {factor:,.1f}× too {'low' if value < true else 'high'}" if factor >= 1.05 else "odds within 5%"
+    return Grade(
+        gap <= math.log(ODDS_RATIO),
+        1 / (1 + gap),
+        f"You said {value:.3g}; the model: {true:.3g} (off by {abs(value - true):.3g}; {how}; right is "
+        f"within {ODDS_RATIO:g}× of its odds).",
+    )
 
 
 def _grade_token(truth: Truth, answer: str) -> Grade:
     best = truth.top[0]
     for rank, (shown, raw, p) in enumerate(truth.top):
         if _same_token(answer, shown, raw):
-            return Grade(rank == 0, p / best[2] if best[2] > 0 else 0.0,
-                         f"The model gives {shown!r} probability {p:.3f} (rank {rank + 1}); its top is "
-                         f"{best[0]!r} at {best[2]:.3f}.")
-    return Grade(False, 0.0, f"{answer!r} is not among the model's {len(truth.top)} most likely tokens (each of "
-                             f"those has at least {truth.top[-1][2]:.4f}); its top is {best[0]!r} at {best[2]:.3f}.")
+            return Grade(
+                rank == 0,
+                p / best[2] if best[2] > 0 else 0.0,
+                f"The model gives {shown!r} probability {p:.3f} (rank {rank + 1}); its top is "
+                f"{best[0]!r} at {best[2]:.3f}.",
+            )
+    return Grade(
+        False,
+        0.0,
+        f"{answer!r} is not among the model's {len(truth.top)} most likely tokens (each of "
+        f"those has at least {truth.top[-1][2]:.4f}); its top is {best[0]!r} at {best[2]:.3f}.",
+    )
 
 
 def _grade_head(truth: Truth, answer: str) -> Grade:
@@ -258,8 +282,11 @@ def _grade_head(truth: Truth, answer: str) -> Grade:
     flat = torch.tensor(truth.scores).flatten()
     mine = truth.scores[layer][head]
     rank = int((flat > mine).sum())
-    return Grade(rank == 0, mine / float(flat.max()) if float(flat.max()) > 0 else 0.0,
-                 f"Layer {layer} head {head} scores {mine:.3f}: rank {rank + 1} of {flat.numel()}. {truth.summary}")
+    return Grade(
+        rank == 0,
+        mine / float(flat.max()) if float(flat.max()) > 0 else 0.0,
+        f"Layer {layer} head {head} scores {mine:.3f}: rank {rank + 1} of {flat.numel()}. {truth.summary}",
+    )
 
 
 def bucket(q: Question, answer: str) -> str:
@@ -323,6 +350,9 @@ def truth_to_json(t: Truth) -> dict:
 
 
 def truth_from_json(data: dict) -> Truth:
-    return Truth(str(data["summary"]), tuple((str(s), str(r), float(p)) for s, r, p in data.get("top", ())),
-                 tuple(tuple(float(v) for v in row) for row in data.get("scores", ())),
-                 None if data.get("value") is None else float(data["value"]))
+    return Truth(
+        str(data["summary"]),
+        tuple((str(s), str(r), float(p)) for s, r, p in data.get("top", ())),
+        tuple(tuple(float(v) for v in row) for row in data.get("scores", ())),
+        None if data.get("value") is None else float(data["value"]),
+    )

@@ -7,6 +7,7 @@ anti-diagonal for reversal, the diagonal for copying).
 
 Token ids: 0 = padding, 1 = BOS (start of the target), 2 = EOS, 3 + d = digit d.
 """
+
 from __future__ import annotations
 
 import io
@@ -72,18 +73,27 @@ class ToySpec:
 
     def model_config(self, **overrides) -> EncDecConfig:
         """The small model used for the toy tasks; targets hold BOS/EOS, so +1 position."""
-        base = dict(src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, src_context_length=self.max_len,
-                    tgt_context_length=self.max_len + 1, d_model=64, n_enc_layer=2, n_dec_layer=2,
-                    n_head=4, d_ff=128, norm_placement="pre")
+        base = dict(
+            src_vocab_size=VOCAB,
+            tgt_vocab_size=VOCAB,
+            src_context_length=self.max_len,
+            tgt_context_length=self.max_len + 1,
+            d_model=64,
+            n_enc_layer=2,
+            n_dec_layer=2,
+            n_head=4,
+            d_ff=128,
+            norm_placement="pre",
+        )
         return EncDecConfig(**{**base, **overrides})
 
 
 @dataclass(frozen=True)
 class Batch:
-    src: torch.Tensor       # (B, S) digit ids, PAD after each source
-    src_pad: torch.Tensor   # (B, S) True at padding
-    tgt_in: torch.Tensor    # (B, S+1) BOS + target, then PAD
-    tgt_out: torch.Tensor   # (B, S+1) target + EOS, then PAD (ignored by the loss)
+    src: torch.Tensor  # (B, S) digit ids, PAD after each source
+    src_pad: torch.Tensor  # (B, S) True at padding
+    tgt_in: torch.Tensor  # (B, S+1) BOS + target, then PAD
+    tgt_out: torch.Tensor  # (B, S+1) target + EOS, then PAD (ignored by the loss)
 
 
 def encode_digits(text: str) -> list[int]:
@@ -105,8 +115,8 @@ def make_batch(spec: ToySpec, digit_rows: list[list[int]]) -> Batch:
         ans = [FIRST_DIGIT + d for d in target_of(spec.task, digits)]
         n = len(digits)
         src[r, :n] = torch.tensor([FIRST_DIGIT + d for d in digits])
-        tgt_in[r, :n + 1] = torch.tensor([BOS] + ans)
-        tgt_out[r, :n + 1] = torch.tensor(ans + [EOS])
+        tgt_in[r, : n + 1] = torch.tensor([BOS] + ans)
+        tgt_out[r, : n + 1] = torch.tensor(ans + [EOS])
     return Batch(src, src == PAD, tgt_in, tgt_out)
 
 
@@ -118,7 +128,7 @@ def random_batch(spec: ToySpec, size: int, g: torch.Generator) -> Batch:
 
 
 def loss_on(model: EncoderDecoder, batch: Batch) -> torch.Tensor:
-    logits = model(batch.src, batch.tgt_in, batch.src_pad).logits    # (B, T, V)
+    logits = model(batch.src, batch.tgt_in, batch.src_pad).logits  # (B, T, V)
     return F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD)
 
 
@@ -170,8 +180,8 @@ def probe_digits(spec: ToySpec) -> list[int]:
 @dataclass(frozen=True)
 class Snapshot:
     step: int
-    cross: torch.Tensor   # (L_dec, H, T, S) cross-attention of the probe, teacher-forced
-    answer: str           # the greedy answer at that step
+    cross: torch.Tensor  # (L_dec, H, T, S) cross-attention of the probe, teacher-forced
+    answer: str  # the greedy answer at that step
 
 
 @dataclass
@@ -235,9 +245,18 @@ def torch_threads(n: int | None):
                 torch.set_num_threads(_threads_saved)
 
 
-def train(spec: ToySpec, steps: int, *, batch_size: int = 64, lr: float = 3e-3, seed: int = 0,
-          snapshot_every: int = 25, config: EncDecConfig | None = None, threads: int | None = 1,
-          on_step: Callable[[int, float], None] | None = None) -> TrainResult:
+def train(
+    spec: ToySpec,
+    steps: int,
+    *,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    seed: int = 0,
+    snapshot_every: int = 25,
+    config: EncDecConfig | None = None,
+    threads: int | None = 1,
+    on_step: Callable[[int, float], None] | None = None,
+) -> TrainResult:
     """Train a fresh model on random batches; `on_step(step, loss)` after each step.
 
     Reproducible for a given seed (own generators; the global RNG is not used)."""
@@ -275,6 +294,7 @@ def _train(spec, steps, batch_size, lr, seed, snapshot_every, config, on_step) -
 
 # ---- save / load as a zip of a model folder (config.json + model.safetensors) -----------
 
+
 def spec_meta(spec: ToySpec) -> dict:
     return {"toy_task": spec.task, "min_len": spec.min_len, "max_len": spec.max_len}
 
@@ -287,7 +307,7 @@ def save_folder(folder, model: EncoderDecoder, spec: ToySpec):
 def load_folder(folder, max_weight_bytes: int | None = None) -> tuple[EncoderDecoder, ToySpec]:
     """A folder `save_folder` wrote; weights over `max_weight_bytes` (when given) refused unread."""
     name = Path(folder).name
-    with reading(name, name_values=False):   # whatever the folder's files hold: one ValueError
+    with reading(name, name_values=False):  # whatever the folder's files hold: one ValueError
         model, meta = load_encdec(folder, max_weight_bytes)
         return model, spec_from_meta(meta, name)
 
@@ -307,23 +327,28 @@ def spec_from_meta(meta: dict, source: str) -> ToySpec:
     try:
         return ToySpec(meta["toy_task"], int(meta["min_len"]), int(meta["max_len"]))
     except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{source}: config.json's \"meta\" does not describe a toy task ({e})") from None
+        raise ValueError(f'{source}: config.json\'s "meta" does not describe a toy task ({e})') from None
 
 
-def from_zip(data: bytes, source: str = "the uploaded zip", max_bytes: int | None = None) -> tuple[EncoderDecoder, ToySpec]:
+def from_zip(
+    data: bytes, source: str = "the uploaded zip", max_bytes: int | None = None
+) -> tuple[EncoderDecoder, ToySpec]:
     """Read a zip made by `to_zip` (nothing is extracted to disk; only two members are read, each
     checked against `max_bytes` before it is decompressed: a small zip can expand enormously)."""
-    with reading(source, name_values=False):   # an encrypted or corrupt member, a nested config.json, ...
+    with reading(source, name_values=False):  # an encrypted or corrupt member, a nested config.json, ...
         try:
             with zipfile.ZipFile(io.BytesIO(data)) as z:
                 names = set(z.namelist())
                 missing = sorted({"config.json", "model.safetensors"} - names)
                 if missing:
                     raise ValueError(f"{source} lacks {missing}; it should hold config.json and model.safetensors")
-                if max_bytes is not None and any(z.getinfo(n).file_size > max_bytes
-                                                 for n in ("config.json", "model.safetensors")):
-                    raise ValueError(f"{source} holds a model larger than this server takes "
-                                     f"({fmt_bytes(max_bytes)} at most): save a smaller model")
+                if max_bytes is not None and any(
+                    z.getinfo(n).file_size > max_bytes for n in ("config.json", "model.safetensors")
+                ):
+                    raise ValueError(
+                        f"{source} holds a model larger than this server takes "
+                        f"({fmt_bytes(max_bytes)} at most): save a smaller model"
+                    )
                 config = parse_json(z.read("config.json"), f"{source}'s config.json")
                 state = load_safetensors_bytes(z.read("model.safetensors"))
         except (zipfile.BadZipFile, SafetensorError) as e:
@@ -349,7 +374,7 @@ def answer_trace(model: EncoderDecoder, batch: Batch) -> tuple[str, list[int], T
         gen = greedy_decode(model, src, pad, bos_id=BOS, eos_id=EOS)[0].tolist()
         written = gen[1:]
         if EOS in written:
-            written = written[:written.index(EOS) + 1]
+            written = written[: written.index(EOS) + 1]
         fed = torch.tensor([[BOS] + written[:-1]])
         trace = model(src, fed, pad, trace=True).trace
     return decode_text(written), written, trace

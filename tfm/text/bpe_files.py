@@ -2,6 +2,7 @@
 files (`base64token rank` lines; the project's own, from `tfm.train.bpe`) and Hugging Face GPT-2
 folders (vocab.json + merges.txt, GPT-2's printable byte alphabet `bytes_to_unicode`).
 `tfm.text.tokenizer.Tokenizer` is built from either."""
+
 from __future__ import annotations
 
 import base64
@@ -21,7 +22,8 @@ def read_ranks_file(path: Path) -> dict[bytes, int]:
         raise FileNotFoundError(
             f"tokenizer ranks file not found: {path}. Pass the path of a .tiktoken file, "
             "or build the project's vocabulary with `python -m tfm.train.bpe --out assets/tokenizer "
-            "FILE...`.")
+            "FILE...`."
+        )
     ranks: dict[bytes, int] = {}
     seen: dict[int, int] = {}
     for lineno, line in enumerate(read_bytes(path, MAX_JSON_BYTES).splitlines(), 1):
@@ -48,8 +50,9 @@ def _parse_rank_line(path: Path, lineno: int, line: bytes) -> tuple[bytes, int]:
     except (binascii.Error, ValueError):
         raise ValueError(f"{path.name}:{lineno}: bad base64 token or rank in {line[:60]!r}") from None
     if not 0 <= rank < MAX_TOKEN_ID or not token:
-        raise ValueError(f"{path.name}:{lineno}: empty token, or a rank outside 0..{MAX_TOKEN_ID - 1:,}, "
-                         f"in {line[:60]!r}")
+        raise ValueError(
+            f"{path.name}:{lineno}: empty token, or a rank outside 0..{MAX_TOKEN_ID - 1:,}, in {line[:60]!r}"
+        )
     return token, rank
 
 
@@ -63,15 +66,16 @@ def check_ranks(ranks: dict[bytes, int], where: str) -> None:
     # tiktoken panics on a byte it cannot encode: every single byte must be a token.
     missing = [b for b in range(256) if bytes([b]) not in ranks]
     if missing:
-        raise ValueError(f"{where}: {len(missing)} of the 256 single bytes have no rank "
-                         f"(first: {missing[0]:#04x}); a byte-level vocabulary needs all of them")
+        raise ValueError(
+            f"{where}: {len(missing)} of the 256 single bytes have no rank "
+            f"(first: {missing[0]:#04x}); a byte-level vocabulary needs all of them"
+        )
 
 
 # ---- Hugging Face GPT-2 folders ------------------------------------------------------
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's map from bytes to printable characters (as in its encoder.py)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
-        + list(range(ord("®"), ord("ÿ") + 1))
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
     n = 0
     for b in range(256):
@@ -86,8 +90,7 @@ def _ranks_from_merges(path: Path) -> dict[bytes, int]:
     dec = {c: b for b, c in bytes_to_unicode().items()}
     ranks = {bytes([b]): b for b in range(256)}
     if not path.is_file():
-        raise FileNotFoundError(f"merges file not found: {path.name} (a GPT-2 folder needs "
-                                "vocab.json and merges.txt)")
+        raise FileNotFoundError(f"merges file not found: {path.name} (a GPT-2 folder needs vocab.json and merges.txt)")
     for lineno, line in enumerate(read_text(path, MAX_JSON_BYTES).splitlines(), 1):
         if not line or line.startswith("#version"):
             continue
@@ -120,8 +123,7 @@ def _hf_specials(folder: Path, vocab: dict[str, int]) -> dict[str, int]:
 
 def _read_json(path: Path):
     if not path.is_file():
-        raise FileNotFoundError(
-            f"{path.name} not found (a GPT-2 folder needs vocab.json and merges.txt)")
+        raise FileNotFoundError(f"{path.name} not found (a GPT-2 folder needs vocab.json and merges.txt)")
     return read_json(path)
 
 
@@ -140,8 +142,7 @@ def gpt2_folder(folder: Path) -> tuple[dict[bytes, int], dict[str, int], list[in
     for tok in sorted(ranks, key=ranks.get):
         key = "".join(enc[b] for b in tok)
         if key not in vocab:
-            raise ValueError(f"vocab.json: no entry for token {key[:40]!r} "
-                             "(needed by merges.txt or the byte alphabet)")
+            raise ValueError(f"vocab.json: no entry for token {key[:40]!r} (needed by merges.txt or the byte alphabet)")
         rank_to_id.append(vocab[key])
     specials = _hf_specials(folder, vocab)
     return ranks, specials, rank_to_id

@@ -20,8 +20,16 @@ from typing import Literal
 from ..core.validate import check_int
 from .chat_sandbox import render_template
 
-__all__ = ["ROLES", "MAX_MESSAGES", "ChatMessage", "ChatPrompt", "has_chat", "render_chat", "chat_prompt",
-           "end_of_turn_ids"]
+__all__ = [
+    "ROLES",
+    "MAX_MESSAGES",
+    "ChatMessage",
+    "ChatPrompt",
+    "has_chat",
+    "render_chat",
+    "chat_prompt",
+    "end_of_turn_ids",
+]
 
 Role = Literal["system", "user", "assistant"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant")
@@ -45,6 +53,7 @@ class ChatMessage:
 class ChatPrompt:
     """A rendered conversation: its text, its ids, which ids are special tokens (the view marks
     them), and the ids that end the assistant's turn (generation stops at them)."""
+
     text: str
     ids: tuple[int, ...]
     special: tuple[bool, ...]
@@ -58,20 +67,28 @@ def has_chat(tokenizer) -> bool:
 
 def _template_of(tokenizer) -> str:
     if not has_chat(tokenizer):
-        raise ValueError("this model's tokenizer has no chat template: use plain text, or open a chat model "
-                         "(an instruct model's folder or GGUF file carries one)")
+        raise ValueError(
+            "this model's tokenizer has no chat template: use plain text, or open a chat model "
+            "(an instruct model's folder or GGUF file carries one)"
+        )
     return tokenizer.chat_template
 
 
-def render_chat(template: str, messages, *, add_generation_prompt: bool = True,
-                template_tokens: dict[str, str] | None = None) -> str:
+def render_chat(
+    template: str, messages, *, add_generation_prompt: bool = True, template_tokens: dict[str, str] | None = None
+) -> str:
     """The template's text for `messages` (ChatMessages or {"role", "content"} dicts), as HF's
     `apply_chat_template(..., tokenize=False)` renders it."""
     msgs = [m if isinstance(m, ChatMessage) else ChatMessage(m["role"], m["content"]) for m in messages]
     check_int("number of chat messages", len(msgs), 1, MAX_MESSAGES)
-    return render_template(template, **dict(template_tokens or {}),
-                           messages=[{"role": m.role, "content": m.content} for m in msgs],
-                           tools=None, documents=None, add_generation_prompt=bool(add_generation_prompt))
+    return render_template(
+        template,
+        **dict(template_tokens or {}),
+        messages=[{"role": m.role, "content": m.content} for m in msgs],
+        tools=None,
+        documents=None,
+        add_generation_prompt=bool(add_generation_prompt),
+    )
 
 
 def chat_prompt(tokenizer, messages, max_message_chars: int) -> ChatPrompt:
@@ -94,16 +111,19 @@ def end_of_turn_ids(tokenizer) -> frozenset[int]:
     found = set() if tokenizer.eot_id is None else {tokenizer.eot_id}
     probe = [ChatMessage("user", "hello"), ChatMessage("assistant", _PROBE_REPLY)]
     try:
-        text = render_chat(_template_of(tokenizer), probe, add_generation_prompt=False,
-                           template_tokens=tokenizer.template_tokens)
+        text = render_chat(
+            _template_of(tokenizer), probe, add_generation_prompt=False, template_tokens=tokenizer.template_tokens
+        )
     except ValueError:  # a template that refuses the probe: the end-of-text token alone
         return frozenset(found)
     at = text.find(_PROBE_REPLY)
     if at >= 0:
         specials = set(tokenizer.special_tokens.values())
-        after = tokenizer.encode(text[at + len(_PROBE_REPLY):], allow_special=True)
+        after = tokenizer.encode(text[at + len(_PROBE_REPLY) :], allow_special=True)
         found.update(i for i in after[:1] if i in specials)
     if not found:
-        raise ValueError("this chat template ends an assistant's turn with no special token and the tokenizer "
-                         "has no end-of-text token: generation could not tell where the answer ends")
+        raise ValueError(
+            "this chat template ends an assistant's turn with no special token and the tokenizer "
+            "has no end-of-text token: generation could not tell where the answer ends"
+        )
     return frozenset(found)

@@ -40,12 +40,12 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 __all__ = ["MAX_TEMPLATE_CHARS", "MAX_RENDERED_CHARS", "MAX_RENDER_SECONDS", "MAX_STEPS", "render_template"]
 
-MAX_TEMPLATE_CHARS = 100_000   # real templates: ChatML ~0.4k, Llama 3.1 with tools ~6k, Qwen3 ~4k
+MAX_TEMPLATE_CHARS = 100_000  # real templates: ChatML ~0.4k, Llama 3.1 with tools ~6k, Qwen3 ~4k
 MAX_RENDERED_CHARS = 2_000_000  # above the most messages (64) at the server's 20k-character prompt cap
-MAX_RENDER_SECONDS = 2.0       # a real template renders far faster
-MAX_STEPS = 2_000_000          # template lines executed (under a second of pure looping)
-MAX_INT_BITS = 1 << 16          # integers a template computes (a 64-bit id needs 64)
-_CHECK_EVERY = 1024            # lines between two clock reads
+MAX_RENDER_SECONDS = 2.0  # a real template renders far faster
+MAX_STEPS = 2_000_000  # template lines executed (under a second of pure looping)
+MAX_INT_BITS = 1 << 16  # integers a template computes (a 64-bit id needs 64)
+_CHECK_EVERY = 1024  # lines between two clock reads
 _TEMPLATE_FILE = "<chat template>"
 
 
@@ -100,8 +100,11 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
             raise TemplateLimit("it formatted a text with a width or precision too large")
         if _int_too_big(operator, left, right):
             raise TemplateLimit(f"it computed a number of more than {MAX_INT_BITS:,} bits")
-        if operator == "*" and (_big_int(left) or _big_int(right)) and (
-                isinstance(left, (str, list, tuple)) or isinstance(right, (str, list, tuple))):
+        if (
+            operator == "*"
+            and (_big_int(left) or _big_int(right))
+            and (isinstance(left, (str, list, tuple)) or isinstance(right, (str, list, tuple)))
+        ):
             raise TemplateLimit("it repeated a text or list too many times")
         result = super().call_binop(context, operator, left, right)
         if _too_long(result):
@@ -110,8 +113,9 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     def unsafe_undefined(self, obj, attribute):
         """Jinja prints an unsafe attribute as empty text; a template reaching for one is refused."""
-        raise jinja2.exceptions.SecurityError(f"access to attribute {str(attribute)[:40]!r} of a "
-                                              f"{type(obj).__name__} is not allowed")
+        raise jinja2.exceptions.SecurityError(
+            f"access to attribute {str(attribute)[:40]!r} of a {type(obj).__name__} is not allowed"
+        )
 
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (Jinja's own signature)
         if any(_big_int(a) for a in (*args, *kwargs.values())):
@@ -162,11 +166,13 @@ def _finalize(value):
 
 def _bounded_join(join):
     """The compiled template's `~` concatenation, refusing a result too long before building it."""
+
     def bounded(seq):
         seq = list(seq)
         if _too_big(seq):
             raise TemplateLimit(f"it joined texts longer than {MAX_RENDERED_CHARS:,}")
         return join(seq)
+
     return bounded
 
 
@@ -186,11 +192,13 @@ def _bounded_filter(f):
         if _too_long(result):
             raise TemplateLimit(f"a filter built a value longer than {MAX_RENDERED_CHARS:,}")
         return result
+
     return bounded
 
 
 class _Generation(jinja2.ext.Extension):
     """`{% generation %}...{% endgeneration %}` (HF marks assistant text with it): the body as is."""
+
     tags = {"generation"}
 
     def parse(self, parser):
@@ -246,12 +254,14 @@ class _Namespace(jinja2.utils.Namespace):
 
 
 def _environment() -> _BoundedEnvironment:
-    env = _BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, finalize=_finalize,
-                              extensions=[_Generation, jinja2.ext.loopcontrols])
+    env = _BoundedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, finalize=_finalize, extensions=[_Generation, jinja2.ext.loopcontrols]
+    )
     env.filters = {name: _bounded_filter(f) for name, f in env.filters.items()}
     env.filters["tojson"] = _tojson
-    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now, dict=_TemplateDict(),
-                       namespace=_Namespace)
+    env.globals.update(
+        raise_exception=_raise_exception, strftime_now=_strftime_now, dict=_TemplateDict(), namespace=_Namespace
+    )
     return env
 
 
@@ -263,7 +273,7 @@ def _compiled(source: str) -> jinja2.Template:
     code = _ENV.compile(source, filename=_TEMPLATE_FILE)
     template = _ENV.template_class.from_code(_ENV, code, _ENV.make_globals(None), None)
     namespace = template.root_render_func.__globals__  # this template's own module namespace
-    for name in ("str_join", "markup_join"):           # what `a ~ b` compiles to
+    for name in ("str_join", "markup_join"):  # what `a ~ b` compiles to
         if name in namespace:
             namespace[name] = _bounded_join(namespace[name])
     return template
@@ -276,8 +286,9 @@ def render_template(source: str, **variables) -> str:
     if not isinstance(source, str):
         raise ValueError(f"a chat template is text, got {type(source).__name__}")
     if len(source) > MAX_TEMPLATE_CHARS:
-        raise ValueError(f"the chat template has {len(source):,} characters; tfm reads templates up to "
-                         f"{MAX_TEMPLATE_CHARS:,}")
+        raise ValueError(
+            f"the chat template has {len(source):,} characters; tfm reads templates up to {MAX_TEMPLATE_CHARS:,}"
+        )
     budget, previous = _Budget(), sys.gettrace()
     sys.settrace(budget.on_call)
     try:

@@ -19,6 +19,7 @@ user-defined ones (type 4) always match whole. `bos_id`, `eot_id` (the file's eo
 `chat_template` (the file's `tokenizer.chat_template` string, or None) are attributes of the
 tokenizer returned; `save(folder)` writes the tokenizer.json + tokenizer_config.json it built.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,17 +33,26 @@ from .hf_tokenizer import serve
 from .hf_tokenizer_file import CONFIG_FILE, HF_FORMAT, TOKENIZER_FILE, AddedToken, TokenizerFile
 
 CONTROL, USER_DEFINED = 3, 4
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-               r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True}
 RAW_BYTE_LEVEL = {**BYTE_LEVEL, "use_regex": False}
 
 
 def _split(pattern: str) -> dict:
-    return {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}, RAW_BYTE_LEVEL]}
+    return {
+        "type": "Sequence",
+        "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
+            RAW_BYTE_LEVEL,
+        ],
+    }
 
 
 # llama.cpp's `tokenizer.ggml.pre` names -> the pre-tokenizer (as tokenizer.json writes it) of
@@ -66,15 +76,22 @@ def tokenizer_from_gguf(metadata: dict, name: str, source: str = "the GGUF file"
     what is missing or unsupported."""
     model = metadata.get("tokenizer.ggml.model")
     if model not in MODELS:
-        raise ValueError(f"{source}: tokenizer.ggml.model {str(model)[:40]!r} is not supported; tfm reads "
-                         f"{', '.join(map(repr, MODELS))}")
+        raise ValueError(
+            f"{source}: tokenizer.ggml.model {str(model)[:40]!r} is not supported; tfm reads "
+            f"{', '.join(map(repr, MODELS))}"
+        )
     tokens = _string_list(metadata, "tokenizer.ggml.tokens", source)
     types = metadata.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     if not isinstance(types, list) or len(types) != len(tokens):
         raise ValueError(f"{source}: tokenizer.ggml.token_type does not have one entry per token")
     file = (_bytelevel_file if model == "gpt2" else _sentencepiece_file)(metadata, tokens, types, source)
-    tok = _serve(file, name) if model == "gpt2" else \
-        GGUFLibTokenizer(file, name, "SentencePiece-style BPE from the GGUF metadata, served by the tokenizers library")
+    tok = (
+        _serve(file, name)
+        if model == "gpt2"
+        else GGUFLibTokenizer(
+            file, name, "SentencePiece-style BPE from the GGUF metadata, served by the tokenizers library"
+        )
+    )
     template = metadata.get("tokenizer.chat_template")
     tok.chat_template = template if isinstance(template, str) else None
     return tok
@@ -103,44 +120,82 @@ def _special_id(metadata: dict, key: str, n: int, source: str) -> int | None:
 
 
 def _added(tokens: list[str], types: list, keep=lambda t: True) -> list[AddedToken]:
-    return [AddedToken(i, t, special=ty == CONTROL, normalized=False) for i, (t, ty) in enumerate(zip(tokens, types))
-            if ty in (CONTROL, USER_DEFINED) and t and keep(t)]
+    return [
+        AddedToken(i, t, special=ty == CONTROL, normalized=False)
+        for i, (t, ty) in enumerate(zip(tokens, types))
+        if ty in (CONTROL, USER_DEFINED) and t and keep(t)
+    ]
 
 
 def _file(metadata, tokens, data: dict, added: list[AddedToken], add_bos_default: bool, source: str) -> TokenizerFile:
     bos, eos = (_special_id(metadata, k, len(tokens), source) for k in ("bos_token_id", "eos_token_id"))
     add_bos = metadata.get("tokenizer.ggml.add_bos_token", add_bos_default)
-    config = {"bos_token": tokens[bos] if bos is not None else None,
-              "eos_token": tokens[eos] if eos is not None else None, "add_bos_token": bool(add_bos)}
-    data = {"version": "1.0", "truncation": None, "padding": None,
-            "added_tokens": [{"id": a.id, "content": a.content, "single_word": False, "lstrip": False,
-                              "rstrip": False, "normalized": False, "special": a.special} for a in added],
-            "post_processor": None, **data}
+    config = {
+        "bos_token": tokens[bos] if bos is not None else None,
+        "eos_token": tokens[eos] if eos is not None else None,
+        "add_bos_token": bool(add_bos),
+    }
+    data = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {
+                "id": a.id,
+                "content": a.content,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": a.special,
+            }
+            for a in added
+        ],
+        "post_processor": None,
+        **data,
+    }
     # what identifies this vocabulary (cheaper than hashing the whole JSON: dumping a 49k vocabulary is slow)
-    digest = hashlib.sha256("\0".join([*tokens, *map(str, data["model"].get("merges") or ()),
-                                        json.dumps(config), json.dumps(data["pre_tokenizer"])]).encode()).hexdigest()
+    digest = hashlib.sha256(
+        "\0".join(
+            [
+                *tokens,
+                *map(str, data["model"].get("merges") or ()),
+                json.dumps(config),
+                json.dumps(data["pre_tokenizer"]),
+            ]
+        ).encode()
+    ).hexdigest()
     return TokenizerFile(Path(source).parent, data, config, tuple(added), digest)
 
 
 def _bytelevel_file(metadata, tokens, types, source) -> TokenizerFile:
     pre = metadata.get("tokenizer.ggml.pre", "gpt2")
     if pre not in PRE_TOKENIZERS:
-        raise ValueError(f"{source}: tokenizer.ggml.pre {str(pre)[:40]!r} names a pre-tokenizer tfm does not know "
-                         f"(it never guesses one); known: {', '.join(sorted(PRE_TOKENIZERS))}")
+        raise ValueError(
+            f"{source}: tokenizer.ggml.pre {str(pre)[:40]!r} names a pre-tokenizer tfm does not know "
+            f"(it never guesses one); known: {', '.join(sorted(PRE_TOKENIZERS))}"
+        )
     alphabet = set(bytes_to_unicode().values())
     spell = bytes_to_unicode()
     # A token outside the byte alphabet (llama.cpp stores some control tokens as plain text) is
     # respelled from its UTF-8 bytes, as Hugging Face's GGUF reader does.
-    vocab = {(t if set(t) <= alphabet else "".join(spell[b] for b in t.encode("utf-8"))): i
-             for i, t in enumerate(tokens)}
+    vocab = {
+        (t if set(t) <= alphabet else "".join(spell[b] for b in t.encode("utf-8"))): i for i, t in enumerate(tokens)
+    }
     if len(vocab) != len(tokens):
         raise ValueError(f"{source}: tokenizer.ggml.tokens lists the same token twice")
     merges = metadata.get("tokenizer.ggml.merges")
     if not isinstance(merges, list) or not all(isinstance(m, str) and m.count(" ") == 1 for m in merges):
-        raise ValueError(f"{source}: tokenizer.ggml.merges is missing or not a list of \"a b\" pairs "
-                         "(a byte-level vocabulary needs its merges)")
-    data = {"normalizer": None, "pre_tokenizer": PRE_TOKENIZERS[pre], "decoder": BYTE_LEVEL,
-            "model": _bpe(vocab, merges, fuse_unk=False, byte_fallback=False)}
+        raise ValueError(
+            f'{source}: tokenizer.ggml.merges is missing or not a list of "a b" pairs '
+            "(a byte-level vocabulary needs its merges)"
+        )
+    data = {
+        "normalizer": None,
+        "pre_tokenizer": PRE_TOKENIZERS[pre],
+        "decoder": BYTE_LEVEL,
+        "model": _bpe(vocab, merges, fuse_unk=False, byte_fallback=False),
+    }
     # control tokens written outside the byte alphabet are llama.cpp mislabels (as HF skips them)
     added = _added(tokens, types, keep=lambda t: set(t) <= alphabet)
     return _file(metadata, tokens, data, added, False, source)
@@ -156,14 +211,23 @@ def _sentencepiece_file(metadata, tokens, types, source) -> TokenizerFile:
     vocab = {t: i for i, t in enumerate(tokens)}
     merges = _sentencepiece_merges(metadata, tokens, vocab, order, source)
     prefix = metadata.get("tokenizer.ggml.add_space_prefix", True)
-    decoders = [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"},
-                {"type": "Fuse"}] + ([{"type": "Strip", "content": " ", "start": 1, "stop": 0}] if prefix else [])
-    data = {"normalizer": None,
-            "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first" if prefix else "never",
-                              "split": False},
-            "decoder": {"type": "Sequence", "decoders": decoders},
-            "model": _bpe(vocab, [list(m) for m in merges], fuse_unk=True, byte_fallback=True, ignore_merges=False)}
-    added = _added(original, types, keep=lambda t: t in vocab)   # a respelled run of spaces is BPE's to merge
+    decoders = [
+        {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+        {"type": "ByteFallback"},
+        {"type": "Fuse"},
+    ] + ([{"type": "Strip", "content": " ", "start": 1, "stop": 0}] if prefix else [])
+    data = {
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "Metaspace",
+            "replacement": "▁",
+            "prepend_scheme": "first" if prefix else "never",
+            "split": False,
+        },
+        "decoder": {"type": "Sequence", "decoders": decoders},
+        "model": _bpe(vocab, [list(m) for m in merges], fuse_unk=True, byte_fallback=True, ignore_merges=False),
+    }
+    added = _added(original, types, keep=lambda t: t in vocab)  # a respelled run of spaces is BPE's to merge
     return _file(metadata, tokens, data, added, True, source)
 
 
@@ -182,8 +246,16 @@ def _sentencepiece_merges(metadata, tokens: list[str], vocab: dict[str, int], or
 
 def _bpe(vocab: dict[str, int], merges: list, **flags) -> dict:
     """tokenizer.json's BPE model: no dropout, unknown token, prefix or suffix; `flags` as the kind needs."""
-    return {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-            "end_of_word_suffix": None, **flags, "vocab": vocab, "merges": merges}
+    return {
+        "type": "BPE",
+        "dropout": None,
+        "unk_token": None,
+        "continuing_subword_prefix": None,
+        "end_of_word_suffix": None,
+        **flags,
+        "vocab": vocab,
+        "merges": merges,
+    }
 
 
 def scores_to_merges(vocab: dict[str, int], scores: dict[str, float]) -> list[tuple[str, str]]:
@@ -191,7 +263,9 @@ def scores_to_merges(vocab: dict[str, int], scores: dict[str, float]) -> list[tu
     tokens is a merge, best score first (what Hugging Face's converters do)."""
     merges = []
     for token, score in scores.items():
-        local = [(token[:i], token[i:], score) for i in range(1, len(token)) if token[:i] in vocab and token[i:] in vocab]
+        local = [
+            (token[:i], token[i:], score) for i in range(1, len(token)) if token[:i] in vocab and token[i:] in vocab
+        ]
         merges.extend(sorted(local, key=lambda m: (vocab[m[0]], vocab[m[1]])))
     merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])), reverse=True)
     return [(a, b) for a, b, _ in merges]
@@ -203,7 +277,9 @@ def ordered_merges(tokens: list[str], vocab: dict[str, int]) -> list[list[str]]:
     sort (ties cannot occur: a token and the length of its first part fix a merge). Seconds faster
     on a 262k vocabulary; equal to scores_to_merges (tests/test_gguf_families.py)."""
     merges = []
-    for t in sorted(vocab, key=vocab.__getitem__) if len(vocab) < len(tokens) else tokens:  # a repeated token: its last place
+    for t in (
+        sorted(vocab, key=vocab.__getitem__) if len(vocab) < len(tokens) else tokens
+    ):  # a repeated token: its last place
         merges.extend([t[:k], t[k:]] for k in range(len(t) - 1, 0, -1) if t[:k] in vocab and t[k:] in vocab)
     return merges
 

@@ -32,6 +32,7 @@ class Plan:
     """What the tiktoken Tokenizer is built from. `ranks`: token bytes -> rank; `rank_to_id`:
     None when ranks are the ids; `extra`: added/unreachable tokens -> id (never merged into);
     `pre_split`: regexes applied (isolating matches) before `pattern`, tiktoken's own split."""
+
     ranks: dict[bytes, int]
     rank_to_id: list[int] | None
     extra: dict[str, int]
@@ -57,8 +58,12 @@ def plan_bytelevel(file: TokenizerFile) -> Plan:
 def _check_model(model: dict, decoder) -> None:
     if model.get("type", "BPE") != "BPE":
         raise Unexpressible(f"model type {model.get('type')!r} is not BPE")
-    if model.get("byte_fallback") or model.get("dropout") or model.get("continuing_subword_prefix") \
-            or model.get("end_of_word_suffix"):
+    if (
+        model.get("byte_fallback")
+        or model.get("dropout")
+        or model.get("continuing_subword_prefix")
+        or model.get("end_of_word_suffix")
+    ):
         raise Unexpressible("BPE with byte_fallback, dropout or sub-word affixes (SentencePiece style)")
     if not isinstance(decoder, dict) or decoder.get("type") != "ByteLevel":
         raise Unexpressible(f"decoder {decoder and decoder.get('type')!r} is not ByteLevel")
@@ -120,8 +125,9 @@ def _check_regex(pattern: str) -> None:
     """The regex must compile for both engines and never match the empty string."""
     try:
         compiled = regex.compile(pattern)
-        tiktoken.Encoding("probe", pat_str=covering(pattern), mergeable_ranks={bytes([b]): b for b in range(256)},
-                          special_tokens={})
+        tiktoken.Encoding(
+            "probe", pat_str=covering(pattern), mergeable_ranks={bytes([b]): b for b in range(256)}, special_tokens={}
+        )
     except Exception as e:  # noqa: BLE001 - regex.error / tiktoken's ValueError: both mean "cannot"
         raise Unexpressible(f"pre-tokenizer regex {pattern[:60]!r} does not compile here: {e}") from None
     probe = "Ab 12\n\n  x'y\t!? 你好 é"
@@ -146,7 +152,7 @@ def _merges(model: dict):
     for m in model.get("merges") or []:
         pair = m.split(" ") if isinstance(m, str) else m
         if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-            raise ValueError(f"tokenizer.json: bad merge {str(m)[:60]!r} (expected \"a b\" or [a, b])")
+            raise ValueError(f'tokenizer.json: bad merge {str(m)[:60]!r} (expected "a b" or [a, b])')
         yield pair[0], pair[1]
 
 
@@ -174,8 +180,9 @@ def _ranks(model: dict, added: tuple[AddedToken, ...]):
     known = reachable | set(extra.values())
     orphans = [t for t, i in vocab.items() if i not in known]
     if orphans:  # tiktoken would merge into them, HF never does
-        raise Unexpressible(f"{len(orphans)} vocabulary tokens (first {orphans[0]!r}) are neither bytes "
-                            "nor made by a merge")
+        raise Unexpressible(
+            f"{len(orphans)} vocabulary tokens (first {orphans[0]!r}) are neither bytes nor made by a merge"
+        )
     ids = list(made.values())
     if all(x < y for x, y in zip(ids, ids[1:])) and not set(singles.values()) & set(ids):
         return {**singles, **made}, None, extra
@@ -210,7 +217,7 @@ class AddedMatcher:
             tok = self.by_text[m.group()]
             if tok.special and not allow_special:
                 continue
-            yield text[start:m.start()], None
+            yield text[start : m.start()], None
             yield "", tok
             start = m.end()
         yield text[start:], None
@@ -262,11 +269,9 @@ def isolate(pattern: regex.Pattern, text: str) -> list[str]:
     out, start = [], 0
     for m in pattern.finditer(text):
         if m.start() > start:
-            out.append(text[start:m.start()])
+            out.append(text[start : m.start()])
         out.append(m.group())
         start = m.end()
     if start < len(text):
         out.append(text[start:])
     return out
-
-

@@ -34,11 +34,17 @@ def _decoder_kind(decoder) -> tuple[str, str, int]:
         return "metaspace", meta.get("replacement", "▁"), int(first != "never")
     replace = kinds.get("Replace", {})
     strip = kinds.get("Strip", {})
-    if set(kinds) <= {"Replace", "ByteFallback", "Fuse", "Strip"} and replace.get("content") == " " \
-            and strip.get("content", " ") == " " and not strip.get("stop"):
+    if (
+        set(kinds) <= {"Replace", "ByteFallback", "Fuse", "Strip"}
+        and replace.get("content") == " "
+        and strip.get("content", " ") == " "
+        and not strip.get("stop")
+    ):
         return "metaspace", replace.get("pattern", {}).get("String", "▁"), int(strip.get("start", 0))
-    raise ValueError(f"tokenizer.json decoder {json.dumps(decoder)[:120]} is not supported: tfm reads "
-                     "byte-level (GPT-2 style) and SentencePiece-style (▁, <0xNN>) BPE tokenizers")
+    raise ValueError(
+        f"tokenizer.json decoder {json.dumps(decoder)[:120]} is not supported: tfm reads "
+        "byte-level (GPT-2 style) and SentencePiece-style (▁, <0xNN>) BPE tokenizers"
+    )
 
 
 def _library(tokenizers, text: str):
@@ -80,6 +86,7 @@ class LibTokenizer(FromTokenizerFile, TokenText):
         with self._special_lock:
             if self._special is None:
                 import tokenizers
+
                 self._special = _library(tokenizers, json.dumps(self._file.data))
             return self._special
 
@@ -115,7 +122,7 @@ class LibTokenizer(FromTokenizerFile, TokenText):
         pieces = [self.piece_bytes(i) for i in ids]
         out = b"".join(pieces)
         n = 0
-        while n < self._strip and n < len(out) and out[n:n + 1] == b" ":
+        while n < self._strip and n < len(out) and out[n : n + 1] == b" ":
             n += 1
         return out[n:]
 

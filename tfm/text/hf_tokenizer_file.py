@@ -27,6 +27,7 @@ class Unexpressible(ValueError):
 @dataclass(frozen=True)
 class AddedToken:
     """One entry of tokenizer.json's `added_tokens`: matched in the text before the BPE."""
+
     id: int
     content: str
     special: bool
@@ -39,6 +40,7 @@ class AddedToken:
 @dataclass(frozen=True)
 class TokenizerFile:
     """The parsed files of one folder. `data` is tokenizer.json; `digest` its sha256."""
+
     folder: Path
     data: dict
     config: dict
@@ -77,14 +79,12 @@ class TokenizerFile:
         bos = self.role_id("bos_token")
         return bos is not None and _template_starts_with(self.data.get("post_processor"), bos)
 
-
     @property
     def chat_template(self) -> str | None:
         """tokenizer_config's `chat_template`: a string, or the one named "default" in a list."""
         value = self.config.get("chat_template")
         if isinstance(value, list):
-            value = next((t.get("template") for t in value if isinstance(t, dict) and t.get("name") == "default"),
-                         None)
+            value = next((t.get("template") for t in value if isinstance(t, dict) and t.get("name") == "default"), None)
         return value if isinstance(value, str) and value else None
 
     @property
@@ -119,12 +119,14 @@ def read_tokenizer_file(folder) -> TokenizerFile:
     folder = Path(folder)
     path = folder / TOKENIZER_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{TOKENIZER_FILE} not found: a Hugging Face tokenizer folder needs tokenizer.json "
-                                "(GPT-2 folders with only vocab.json + merges.txt are read too)")
+        raise FileNotFoundError(
+            f"{TOKENIZER_FILE} not found: a Hugging Face tokenizer folder needs tokenizer.json "
+            "(GPT-2 folders with only vocab.json + merges.txt are read too)"
+        )
     raw = read_bytes(path, MAX_FILE_BYTES)
     data = parse_json(raw, TOKENIZER_FILE)
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
-        raise ValueError(f"{TOKENIZER_FILE} has no \"model\" section; is it a Hugging Face tokenizer.json?")
+        raise ValueError(f'{TOKENIZER_FILE} has no "model" section; is it a Hugging Face tokenizer.json?')
     config = {}
     if (folder / CONFIG_FILE).is_file():
         config = parse_json(read_bytes(folder / CONFIG_FILE, MAX_FILE_BYTES), CONFIG_FILE)
@@ -139,14 +141,22 @@ def read_tokenizer_file(folder) -> TokenizerFile:
 
 def _added_token(entry) -> AddedToken:
     try:
-        tok = AddedToken(int(entry["id"]), str(entry["content"]), bool(entry.get("special", False)),
-                         bool(entry.get("normalized", not entry.get("special", False))),
-                         bool(entry.get("lstrip")), bool(entry.get("rstrip")), bool(entry.get("single_word")))
+        tok = AddedToken(
+            int(entry["id"]),
+            str(entry["content"]),
+            bool(entry.get("special", False)),
+            bool(entry.get("normalized", not entry.get("special", False))),
+            bool(entry.get("lstrip")),
+            bool(entry.get("rstrip")),
+            bool(entry.get("single_word")),
+        )
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
         raise ValueError(f"{TOKENIZER_FILE}: bad added_tokens entry {str(entry)[:80]!r}") from None
     if not 0 <= tok.id < MAX_TOKEN_ID or not tok.content:
-        raise ValueError(f"{TOKENIZER_FILE}: added token {tok.content[:40]!r} has id {tok.id}; ids must be in "
-                         f"0..{MAX_TOKEN_ID - 1:,}, text non-empty")
+        raise ValueError(
+            f"{TOKENIZER_FILE}: added token {tok.content[:40]!r} has id {tok.id}; ids must be in "
+            f"0..{MAX_TOKEN_ID - 1:,}, text non-empty"
+        )
     return tok
 
 

@@ -2,11 +2,12 @@
 in range (a file's id of 10**30 made tiktoken overflow; one of 10**9 would size arrays of a
 billion entries), and the files a saved tokenizer spec (config.json's "tokenizer") names, which
 must be bare names inside the model folder (a spec naming "../../x" would read any file)."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
-MAX_TOKEN_ID = 1_000_000   # ModelConfig's largest vocabulary: a larger id could never be embedded
+MAX_TOKEN_ID = 1_000_000  # ModelConfig's largest vocabulary: a larger id could never be embedded
 
 
 def token_ids(values, source: str) -> list[int]:
@@ -14,8 +15,9 @@ def token_ids(values, source: str) -> list[int]:
     values = list(values) if not isinstance(values, list) else values
     bad = next((v for v in values if type(v) is not int or not 0 <= v < MAX_TOKEN_ID), None)
     if bad is not None:
-        raise ValueError(f"{source} holds the token id {str(bad)[:40]}; ids are whole numbers in "
-                         f"0..{MAX_TOKEN_ID - 1:,}")
+        raise ValueError(
+            f"{source} holds the token id {str(bad)[:40]}; ids are whole numbers in 0..{MAX_TOKEN_ID - 1:,}"
+        )
     return values
 
 
@@ -23,8 +25,9 @@ def spec_file(spec: dict, key: str) -> str:
     """A file a tokenizer spec (config.json's "tokenizer") names: a bare name in the model folder."""
     name = spec.get(key)
     if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
-        raise ValueError(f"config.json's tokenizer {key} is {str(name)[:60]!r}; it must name a file "
-                         "inside the model folder")
+        raise ValueError(
+            f"config.json's tokenizer {key} is {str(name)[:60]!r}; it must name a file inside the model folder"
+        )
     return name
 
 
@@ -37,8 +40,9 @@ def checked_spec(spec, patterns) -> tuple[str, dict[str, int], str, str | None]:
         raise ValueError("config.json's tokenizer special_tokens must map token texts to ids")
     token_ids(specials.values(), "config.json's tokenizer special_tokens")
     if not isinstance(pattern, str) or pattern not in patterns:
-        raise ValueError(f"config.json's tokenizer pattern {str(pattern)[:40]!r} is not known; "
-                         f"tfm reads {', '.join(patterns)}")
+        raise ValueError(
+            f"config.json's tokenizer pattern {str(pattern)[:40]!r} is not known; tfm reads {', '.join(patterns)}"
+        )
     if name is not None and not isinstance(name, str):
         raise ValueError("config.json's tokenizer name must be text")
     return spec_file(spec, "file"), specials, pattern, name

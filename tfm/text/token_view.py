@@ -1,5 +1,6 @@
 """How a prompt was cut into the pieces the model reads: the Tokens page's numbers, and the one
 way a chart labels a position with its token (`position_labels`, `token_labels`)."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -15,8 +16,8 @@ class TokenView:
     ids: tuple[int, ...]
     n_bytes: tuple[int, ...]
     chars_per_token: float
-    segments: tuple[int, ...] = ()   # a pair's segment of each token (WordPiece / BERT), else empty
-    note: str = ""                   # how to read the pieces, where the tokenizer has a convention
+    segments: tuple[int, ...] = ()  # a pair's segment of each token (WordPiece / BERT), else empty
+    note: str = ""  # how to read the pieces, where the tokenizer has a convention
 
     @property
     def is_pair(self) -> bool:
@@ -28,12 +29,25 @@ def token_view(tokenizer, ids: Sequence[int], text: str, dropped: int = 0) -> To
     segments = tuple(tokenizer.segments(ids)) if hasattr(tokenizer, "segments") else ()
     pieces = tuple(tokenizer.display_piece(t) for t in ids)
     note = ""
-    if segments:   # WordPiece (tfm.text.wordpiece)
-        note = ("WordPiece: a piece starting with ## continues the word before it (un ##bel ##ie ##va ##bly); [CLS] "
-                "starts the text, [SEP] ends each sentence" + ("; segment 1 is the pair's second sentence" if any(segments)
-                                                              else "; type [SEP] between two sentences for a pair") + ".")
-    return TokenView(pieces=pieces, ids=ids, n_bytes=tuple(len(tokenizer.piece_bytes(t)) for t in ids),
-                     chars_per_token=len(text) / max(1, len(ids) + dropped), segments=segments, note=note)
+    if segments:  # WordPiece (tfm.text.wordpiece)
+        note = (
+            "WordPiece: a piece starting with ## continues the word before it (un ##bel ##ie ##va ##bly); [CLS] "
+            "starts the text, [SEP] ends each sentence"
+            + (
+                "; segment 1 is the pair's second sentence"
+                if any(segments)
+                else "; type [SEP] between two sentences for a pair"
+            )
+            + "."
+        )
+    return TokenView(
+        pieces=pieces,
+        ids=ids,
+        n_bytes=tuple(len(tokenizer.piece_bytes(t)) for t in ids),
+        chars_per_token=len(text) / max(1, len(ids) + dropped),
+        segments=segments,
+        note=note,
+    )
 
 
 def position_labels(pieces: Sequence[str]) -> list[str]:

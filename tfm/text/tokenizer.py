@@ -21,7 +21,7 @@ from .token_files import checked_spec, spec_file, token_ids
 
 PATTERNS = {
     # GPT-2's pre-tokenizer regex (same as HF ByteLevel's), written tiktoken-style.
-    "gpt2": r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+    "gpt2": r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 }
 RANKS_FILE = "tokenizer.tiktoken"
 IDS_FILE = "tokenizer_ids.json"
@@ -34,8 +34,8 @@ class TokenText:
     Needs `decode_bytes(ids)`, `special_tokens` and a `_display` dict."""
 
     bos_id: int | None = None  # a token to put before a text (Llama's <s>); none for GPT-2 style
-    add_bos = False            # whether the model was trained with it before every text
-    chat_template: str | None = None   # a Jinja chat template (tfm.text.chat renders it), if the model has one
+    add_bos = False  # whether the model was trained with it before every text
+    chat_template: str | None = None  # a Jinja chat template (tfm.text.chat renders it), if the model has one
     template_tokens: dict[str, str] = {}  # texts a chat template reads: bos_token, eos_token, ... (never mutated)
 
     def prompt_ids(self, text: str) -> list[int]:
@@ -84,8 +84,14 @@ class Tokenizer(TokenText):
 
     backend = "tiktoken"
 
-    def __init__(self, ranks: dict[bytes, int], special_tokens: dict[str, int],
-                 pattern: str = "gpt2", name: str = "tfm", rank_to_id=None):
+    def __init__(
+        self,
+        ranks: dict[bytes, int],
+        special_tokens: dict[str, int],
+        pattern: str = "gpt2",
+        name: str = "tfm",
+        rank_to_id=None,
+    ):
         check_ranks(ranks, "ranks")
         self.name = name
         self.pattern = pattern
@@ -103,8 +109,9 @@ class Tokenizer(TokenText):
             for t, r in internal.items():
                 mapping[r] = self._special[t]
         _check_specials(ranks, internal)
-        self._enc = tiktoken.Encoding(name, pat_str=PATTERNS.get(pattern, pattern),
-                                      mergeable_ranks=ranks, special_tokens=internal)
+        self._enc = tiktoken.Encoding(
+            name, pat_str=PATTERNS.get(pattern, pattern), mergeable_ranks=ranks, special_tokens=internal
+        )
         self._set_mapping(mapping, n_ranks, internal)
         self._display: dict[int, str] = {}
         self._piece_bytes: dict[int, bytes] = {}
@@ -130,8 +137,9 @@ class Tokenizer(TokenText):
 
     # ---- construction -------------------------------------------------------------
     @classmethod
-    def from_tiktoken_file(cls, path, special_tokens: dict[str, int],
-                           pattern: str = "gpt2", name: str | None = None, rank_to_id=None):
+    def from_tiktoken_file(
+        cls, path, special_tokens: dict[str, int], pattern: str = "gpt2", name: str | None = None, rank_to_id=None
+    ):
         """Load a `.tiktoken` ranks file (parsed here: tiktoken's loader caches by path)."""
         path = Path(path)
         ranks = read_ranks_file(path)
@@ -165,8 +173,7 @@ class Tokenizer(TokenText):
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         write_ranks_file(folder / RANKS_FILE, self._ranks)
-        spec = {"file": RANKS_FILE, "pattern": self.pattern, "name": self.name,
-                "special_tokens": dict(self._special)}
+        spec = {"file": RANKS_FILE, "pattern": self.pattern, "name": self.name, "special_tokens": dict(self._special)}
         if self._rank_to_id is not None:
             n_ranks = len(self._ranks)
             (folder / IDS_FILE).write_text(json.dumps(self._rank_to_id[:n_ranks].tolist()))
@@ -208,8 +215,7 @@ class Tokenizer(TokenText):
         if not bad.any():
             bad = ~self._valid[arr]
         if bad.any():
-            raise ValueError(f"token id {int(arr[bad][0])} is not in this vocabulary "
-                             f"(vocab_size {self.vocab_size})")
+            raise ValueError(f"token id {int(arr[bad][0])} is not in this vocabulary (vocab_size {self.vocab_size})")
         return arr.tolist() if self._id_to_rank is None else self._id_to_rank[arr].tolist()
 
     # ---- properties ---------------------------------------------------------------
@@ -237,7 +243,7 @@ def readable_bytes(data: bytes) -> str:
         try:
             text, end, stop = data[i:].decode("utf-8"), len(data), len(data)
         except UnicodeDecodeError as e:
-            text, end, stop = data[i:i + e.start].decode("utf-8"), i + e.start, i + e.end
+            text, end, stop = data[i : i + e.start].decode("utf-8"), i + e.start, i + e.end
         if text:  # flush pending invalid bytes before valid text
             out.append(_hex(bad) + _visible(text))
             bad = []

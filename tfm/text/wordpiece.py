@@ -36,8 +36,10 @@ class WordPieceTokenizer(LibTokenizer):
     @staticmethod
     def _read_decoder(decoder) -> tuple[str, str, int]:
         if decoder is not None and (decoder.get("type") != "WordPiece" or decoder.get("prefix", CONTINUE) != CONTINUE):
-            raise ValueError(f"tokenizer.json decoder {json.dumps(decoder)[:120]} is not supported with a WordPiece "
-                             f"model: tfm reads WordPiece with the '{CONTINUE}' prefix")
+            raise ValueError(
+                f"tokenizer.json decoder {json.dumps(decoder)[:120]} is not supported with a WordPiece "
+                f"model: tfm reads WordPiece with the '{CONTINUE}' prefix"
+            )
         return "wordpiece", " ", 1  # words join with a space; decode strips the first
 
     def __init__(self, file: TokenizerFile, name: str, note: str = ""):
@@ -56,11 +58,11 @@ class WordPieceTokenizer(LibTokenizer):
         added = {a.id for a in self._file.added}
         for text, i in vocab.items():
             if i in added:
-                table[i] = b" " + text.encode("utf-8")                 # [CLS], [SEP]: words of their own
+                table[i] = b" " + text.encode("utf-8")  # [CLS], [SEP]: words of their own
             elif text.startswith(CONTINUE) and len(text) > len(CONTINUE):
-                table[i] = text[len(CONTINUE):].encode("utf-8")       # glued to the piece before
+                table[i] = text[len(CONTINUE) :].encode("utf-8")  # glued to the piece before
             else:
-                table[i] = b" " + text.encode("utf-8")                 # a word starts: a space before it
+                table[i] = b" " + text.encode("utf-8")  # a word starts: a space before it
         return table
 
     def display_piece(self, id: int) -> str:

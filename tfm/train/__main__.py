@@ -1,4 +1,5 @@
 """`python -m tfm.train ...`: see tfm/train/cli.py."""
+
 from .cli import main
 
 raise SystemExit(main())

@@ -25,7 +25,7 @@ from ..text.tokenizer import PATTERNS, Tokenizer
 CHUNK_CHARS = 1 << 16
 SAMPLE_SENTENCES = [
     "Once upon a time, there was a little girl named Lily. She loved to play outside.",
-    "The old man looked at the sky and said, \"It will rain tomorrow.\"",
+    'The old man looked at the sky and said, "It will rain tomorrow."',
     "Thou art more lovely and more temperate: rough winds do shake the darling buds of May.",
 ]
 _WORD = re.compile(r" ?[^\W\d_]+")  # a letters-only pre-token, as GPT-2's \p{L}+ branch
@@ -38,8 +38,7 @@ def _open_text(path: Path):
     return open(path, encoding="utf-8", errors="replace")
 
 
-def iter_chunks(paths, max_bytes_per_file: int | None = None, chunk_chars: int = CHUNK_CHARS,
-                spread: bool = False):
+def iter_chunks(paths, max_bytes_per_file: int | None = None, chunk_chars: int = CHUNK_CHARS, spread: bool = False):
     """Stream text pieces of about chunk_chars, split on <|endoftext|> (a separator).
 
     max_bytes_per_file takes the start of each file, or with `spread` about that much as
@@ -106,8 +105,9 @@ def train_hf(texts, n_tokens: int):
 
     hf = HFTokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    trainer = trainers.BpeTrainer(vocab_size=n_tokens, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=n_tokens, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     hf.train_from_iterator(texts, trainer=trainer)
     return hf
 
@@ -123,9 +123,16 @@ def hf_merges_to_ranks(hf) -> dict[bytes, int]:
     return ranks
 
 
-def train_bpe(paths, vocab_size: int, max_bytes_per_file: int | None = None,
-              heldout: list | None = None, holdout_every: int = 20, spread: bool = False,
-              name: str = "tfm", return_hf: bool = False):
+def train_bpe(
+    paths,
+    vocab_size: int,
+    max_bytes_per_file: int | None = None,
+    heldout: list | None = None,
+    holdout_every: int = 20,
+    spread: bool = False,
+    name: str = "tfm",
+    return_hf: bool = False,
+):
     """Train on text files; vocab_size counts every id, <|endoftext|> (the last) included.
 
     If `heldout` is a list, every `holdout_every`-th chunk goes there instead of training.
@@ -138,8 +145,9 @@ def train_bpe(paths, vocab_size: int, max_bytes_per_file: int | None = None,
     ranks = hf_merges_to_ranks(hf)
     tok = Tokenizer(ranks, {EOT: len(ranks)}, "gpt2", name)
     if tok.vocab_size != vocab_size:
-        warnings.warn(f"the training text supports only {tok.vocab_size} tokens, "
-                      f"not the {vocab_size} asked for", stacklevel=2)
+        warnings.warn(
+            f"the training text supports only {tok.vocab_size} tokens, not the {vocab_size} asked for", stacklevel=2
+        )
     return (tok, hf) if return_hf else tok
 
 
@@ -165,8 +173,7 @@ def measure(tok: Tokenizer, eval_text: str, train_counts: Counter | None = None)
     if train_counts is not None:
         out["train_tokens"] = sum(train_counts.values())
         # Merged tokens the model would rarely see: their embeddings stay poorly trained.
-        out["merged_tokens_seen_lt_100_in_train"] = sum(
-            train_counts.get(i, 0) < 100 for i in range(256, tok.n_ranks))
+        out["merged_tokens_seen_lt_100_in_train"] = sum(train_counts.get(i, 0) < 100 for i in range(256, tok.n_ranks))
     return out
 
 
@@ -210,28 +217,32 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", help=".txt or .txt.gz training files")
     p.add_argument("--vocab-size", type=int, default=4096, help="all ids, <|endoftext|> included")
     p.add_argument("--out", type=Path, required=True, help="folder for tokenizer.tiktoken etc.")
-    p.add_argument("--max-bytes-per-file", type=int, default=None,
-                   help="use at most this much of each file (its start, or see --spread)")
-    p.add_argument("--spread", action="store_true",
-                   help="take --max-bytes-per-file as chunks spread across each file")
-    p.add_argument("--eval", nargs="*", default=None,
-                   help="held-out text files to measure on (default: every 20th chunk held out)")
-    p.add_argument("--compare", type=str, default="",
-                   help="comma-separated other sizes to train and measure too, e.g. 2048,8192")
-    p.add_argument("--count-train", action="store_true",
-                   help="also count token use on the training text (rare-token counts)")
+    p.add_argument(
+        "--max-bytes-per-file",
+        type=int,
+        default=None,
+        help="use at most this much of each file (its start, or see --spread)",
+    )
+    p.add_argument("--spread", action="store_true", help="take --max-bytes-per-file as chunks spread across each file")
+    p.add_argument(
+        "--eval", nargs="*", default=None, help="held-out text files to measure on (default: every 20th chunk held out)"
+    )
+    p.add_argument(
+        "--compare", type=str, default="", help="comma-separated other sizes to train and measure too, e.g. 2048,8192"
+    )
+    p.add_argument(
+        "--count-train", action="store_true", help="also count token use on the training text (rare-token counts)"
+    )
     p.add_argument("--note", type=str, default="", help="the reason for the choice, stored")
     return p
 
 
 METRICS = {
     "chars_per_token": "characters of the eval text per token",
-    "words_one_token": "share of the eval text's words (letter runs, with their leading space) "
-                       "that are a single token",
+    "words_one_token": "share of the eval text's words (letter runs, with their leading space) that are a single token",
     "whole_word_tokens": "share of the eval text's tokens that are a whole word",
     "vocab_wordlike": "share of merged tokens that are a space followed by ASCII letters",
-    "merged_tokens_seen_lt_100_in_train": "merged tokens used under 100 times when the "
-                                          "training text is encoded",
+    "merged_tokens_seen_lt_100_in_train": "merged tokens used under 100 times when the training text is encoded",
 }
 
 
@@ -245,12 +256,18 @@ def main(argv=None) -> int:
         print(f"vocab {size}: {json.dumps(numbers)}", file=sys.stderr)
         if size == args.vocab_size:
             chosen = tok
-    report = {"chosen": args.vocab_size, "note": args.note, "pattern": PATTERNS["gpt2"],
-              "training_files": [Path(f).name for f in args.files],
-              "max_bytes_per_file": args.max_bytes_per_file, "spread": args.spread,
-              "eval_files": [Path(f).name for f in args.eval] if args.eval else "every 20th chunk",
-              "metrics": METRICS, "measurements": table,
-              "longest_tokens": longest_tokens(chosen)}
+    report = {
+        "chosen": args.vocab_size,
+        "note": args.note,
+        "pattern": PATTERNS["gpt2"],
+        "training_files": [Path(f).name for f in args.files],
+        "max_bytes_per_file": args.max_bytes_per_file,
+        "spread": args.spread,
+        "eval_files": [Path(f).name for f in args.eval] if args.eval else "every 20th chunk",
+        "metrics": METRICS,
+        "measurements": table,
+        "longest_tokens": longest_tokens(chosen),
+    }
     write_vocab(chosen, args.out, report)
     print(f"wrote {args.out}/tokenizer.tiktoken ({chosen.vocab_size} ids)", file=sys.stderr)
     return 0

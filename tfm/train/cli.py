@@ -15,6 +15,7 @@ folder for `tfm.load`). Run the same command with --resume to continue exactly.
 This module is the command line (flags, JSON config, checkpoint defaults); the training loop
 itself is `tfm.train.trainer.Trainer`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,11 @@ NOT_INHERITED = {"resume", "config", "run", "stop_at_step"}  # per invocation, n
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tfm.train", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tfm.train",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     _add_run_and_data_flags(p)
     add_model_flags(p.add_argument_group("model (a preset, then overrides)"))
     _add_optimisation_and_machine_flags(p)
@@ -46,20 +50,38 @@ def _add_run_and_data_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--run", help="run folder (cache, metrics, checkpoint, model/)")
     g.add_argument("--config", help="JSON object of flag values (keys as flag names)")
     g.add_argument("--resume", action="store_true", help="continue from RUN/ckpt.pt")
-    g.add_argument("--init-from", metavar="FOLDER",
-                   help="start from the weights of a tfm model folder (same model config; new optimizer and schedule)")
+    g.add_argument(
+        "--init-from",
+        metavar="FOLDER",
+        help="start from the weights of a tfm model folder (same model config; new optimizer and schedule)",
+    )
     g = p.add_argument_group("data")
-    g.add_argument("--data", nargs="+", metavar="FILE[:WEIGHT]", help=".txt or .txt.gz files; batches pick a file with probability ∝ WEIGHT (default 1)")
-    g.add_argument("--tokenizer", default=str(ASSETS / "tokenizer"), help="folder with tokenizer.tiktoken + special_tokens.json")
+    g.add_argument(
+        "--data",
+        nargs="+",
+        metavar="FILE[:WEIGHT]",
+        help=".txt or .txt.gz files; batches pick a file with probability ∝ WEIGHT (default 1)",
+    )
+    g.add_argument(
+        "--tokenizer", default=str(ASSETS / "tokenizer"), help="folder with tokenizer.tiktoken + special_tokens.json"
+    )
     g.add_argument("--cache-dir", help="token cache folder (default RUN/cache); runs may share one")
     g.add_argument("--val-frac", type=float, default=0.01, help="held-out tail of each file")
     g.add_argument("--val-windows", type=int, default=16, help="held-out windows per file per eval")
     g.add_argument("--eval-file", help="text scored in bits per byte at each eval")
     g.add_argument("--eval-bytes", type=int, default=200_000, help="prefix of --eval-file to score")
-    g.add_argument("--copy-frac", type=float, default=0.0,
-                   help="fraction of training rows made of random tokens repeating (only the repeats are learned)")
-    g.add_argument("--repeat-frac", type=float, default=0.0,
-                   help="fraction of training rows that repeat a random span of their text (teaches copying from context)")
+    g.add_argument(
+        "--copy-frac",
+        type=float,
+        default=0.0,
+        help="fraction of training rows made of random tokens repeating (only the repeats are learned)",
+    )
+    g.add_argument(
+        "--repeat-frac",
+        type=float,
+        default=0.0,
+        help="fraction of training rows that repeat a random span of their text (teaches copying from context)",
+    )
 
 
 def _add_optimisation_and_machine_flags(p: argparse.ArgumentParser) -> None:
@@ -84,9 +106,12 @@ def _add_optimisation_and_machine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ckpt-every", type=int, default=250)
     g.add_argument("--export-every", type=int, default=0, help="0: export only at the end")
     g.add_argument("--time-budget", type=float, help="seconds; then checkpoint, export and stop")
-    g.add_argument("--stop-at-step", type=int,
-                   help="checkpoint, export and stop at this step, keeping the schedule of the full run "
-                        "(reproduces a run that was cut short by its time budget)")
+    g.add_argument(
+        "--stop-at-step",
+        type=int,
+        help="checkpoint, export and stop at this step, keeping the schedule of the full run "
+        "(reproduces a run that was cut short by its time budget)",
+    )
 
 
 def add_model_flags(g) -> None:
@@ -163,8 +188,19 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict | None]:
         parser.error("--data is required (one or more FILE[:WEIGHT])")
     if args.max_steps is None and args.max_tokens is None:
         parser.error("give --max-steps or --max-tokens")
-    for name in ("batch_size", "grad_accum", "log_every", "max_steps", "max_tokens", "eval_bytes", "val_windows",
-                 "eval_batch", "threads", "time_budget", "stop_at_step"):
+    for name in (
+        "batch_size",
+        "grad_accum",
+        "log_every",
+        "max_steps",
+        "max_tokens",
+        "eval_bytes",
+        "val_windows",
+        "eval_batch",
+        "threads",
+        "time_budget",
+        "stop_at_step",
+    ):
         if getattr(args, name) is not None and getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive")
     for name in ("eval_every", "ckpt_every", "export_every", "warmup_steps", "weight_decay", "grad_clip", "lr"):

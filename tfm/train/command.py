@@ -1,5 +1,6 @@
 """What each `python -m tfm.train.<trainer>` shares around its run: the arguments parsed, the
 command line kept for the card, a ValueError as one line and exit status 2, the card's headline."""
+
 from __future__ import annotations
 
 import sys

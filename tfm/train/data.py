@@ -1,5 +1,6 @@
 """Training data for `tfm.train`: text files tokenized once (cached as .npy), a held-out tail
 per file, random windows drawn from a weighted mix, and bits per byte on an eval text."""
+
 from __future__ import annotations
 
 import gzip
@@ -25,8 +26,10 @@ def load_tokenizer(folder) -> tuple[Tokenizer, str]:
     folder = Path(folder)
     ranks, specials_path = folder / "tokenizer.tiktoken", folder / "special_tokens.json"
     if not ranks.is_file():
-        raise ValueError(f"--tokenizer {folder}: no tokenizer.tiktoken there; give a folder such as "
-                         "assets/tokenizer holding tokenizer.tiktoken and special_tokens.json")
+        raise ValueError(
+            f"--tokenizer {folder}: no tokenizer.tiktoken there; give a folder such as "
+            "assets/tokenizer holding tokenizer.tiktoken and special_tokens.json"
+        )
     specials = json.loads(specials_path.read_text()) if specials_path.is_file() else {}
     tok = Tokenizer.from_tiktoken_file(ranks, specials)
     h = hashlib.sha256(ranks.read_bytes())
@@ -86,7 +89,7 @@ def cached_tokens(path: Path, tok: Tokenizer, tok_hash: str, cache_dir: Path) ->
 
 
 def parse_data_spec(spec: str) -> tuple[Path, float]:
-    """"FILE" or "FILE:WEIGHT" (a ':' inside FILE is fine when no weight follows)."""
+    """ "FILE" or "FILE:WEIGHT" (a ':' inside FILE is fine when no weight follows)."""
     path, sep, weight = spec.rpartition(":")
     try:
         w = float(weight) if sep and path else 1.0
@@ -111,7 +114,7 @@ class Source:
 
 def windows(ids: np.ndarray, ctx: int, limit: int | None = None) -> list[np.ndarray]:
     """Non-overlapping rows of up to ctx+1 tokens (stride ctx) predicting ids[1:] once each."""
-    rows = [ids[i:i + ctx + 1] for i in range(0, max(len(ids) - 1, 0), ctx)]
+    rows = [ids[i : i + ctx + 1] for i in range(0, max(len(ids) - 1, 0), ctx)]
     return rows[:limit] if limit else rows
 
 
@@ -132,7 +135,7 @@ def nll_nats(model, rows: list[np.ndarray], device, autocast=nullcontext, batch:
     """Summed next-token NLL (nats) and the number of predicted tokens over `rows`."""
     total, count = 0.0, 0
     full = [r for r in rows if len(r) == len(rows[0])]
-    groups = [full[k:k + batch] for k in range(0, len(full), batch)] + [[r] for r in rows if len(r) != len(rows[0])]
+    groups = [full[k : k + batch] for k in range(0, len(full), batch)] + [[r] for r in rows if len(r) != len(rows[0])]
     for group in groups:
         t = torch.from_numpy(np.stack(group).astype(np.int64)).to(device)
         with autocast():
@@ -149,28 +152,46 @@ IGNORE = -100  # target id cross_entropy skips (its default ignore_index)
 class Mix:
     """Training files with their held-out tails; batches sample files by weight."""
 
-    def __init__(self, sources: list[Source], ctx: int, repeat_frac: float = 0.0, copy_frac: float = 0.0,
-                 vocab: int = 0) -> None:
+    def __init__(
+        self, sources: list[Source], ctx: int, repeat_frac: float = 0.0, copy_frac: float = 0.0, vocab: int = 0
+    ) -> None:
         for name, v in (("--repeat-frac", repeat_frac), ("--copy-frac", copy_frac)):
             if not 0 <= v <= 1:
                 raise ValueError(f"{name} {v}: must be in [0, 1]")
         if copy_frac and vocab < 2:
             raise ValueError("--copy-frac needs the vocabulary size to draw random tokens from")
-        self.sources, self.ctx, self.repeat_frac, self.copy_frac, self.vocab = sources, ctx, repeat_frac, copy_frac, vocab
+        self.sources, self.ctx, self.repeat_frac, self.copy_frac, self.vocab = (
+            sources,
+            ctx,
+            repeat_frac,
+            copy_frac,
+            vocab,
+        )
         self.probs = torch.tensor([s.weight for s in sources], dtype=torch.float64)
         self.probs /= self.probs.sum()
 
     @classmethod
-    def load(cls, specs, tok, tok_hash, cache_dir, val_frac: float, ctx: int, repeat_frac: float = 0.0,
-             copy_frac: float = 0.0) -> "Mix":
+    def load(
+        cls,
+        specs,
+        tok,
+        tok_hash,
+        cache_dir,
+        val_frac: float,
+        ctx: int,
+        repeat_frac: float = 0.0,
+        copy_frac: float = 0.0,
+    ) -> "Mix":
         sources, names = [], set()
         for spec in specs:
             path, weight = parse_data_spec(spec)
             ids = cached_tokens(path, tok, tok_hash, Path(cache_dir))
             n_val = max(ctx + 1, int(len(ids) * val_frac))  # at least one held-out window
             if len(ids) - n_val < ctx + 1:
-                raise ValueError(f"--data {spec}: only {len(ids)} tokens; need at least {2 * (ctx + 1)} "
-                                 f"(a training and a held-out window of context_length+1 = {ctx + 1})")
+                raise ValueError(
+                    f"--data {spec}: only {len(ids)} tokens; need at least {2 * (ctx + 1)} "
+                    f"(a training and a held-out window of context_length+1 = {ctx + 1})"
+                )
             name = path.name if path.name not in names else str(path)
             names.add(name)
             sources.append(Source(name, path, weight, ids[:-n_val], ids[-n_val:]))
@@ -195,8 +216,8 @@ class Mix:
         for i, u, n in zip(which, where, spans):
             arr = self.sources[i].train
             start = int(u * (len(arr) - self.ctx))  # 0 .. len - ctx - 1
-            row = arr[start:start + self.ctx + 1]
-            rows.append(np.concatenate([row[:n], row[:self.ctx + 1 - n]]) if n else row)
+            row = arr[start : start + self.ctx + 1]
+            rows.append(np.concatenate([row[:n], row[: self.ctx + 1 - n]]) if n else row)
         t = torch.from_numpy(np.stack(rows).astype(np.int64))
         x, y = t[:, :-1], t[:, 1:].clone()
         jumps = [(r, n - 1) for r, n in enumerate(spans) if n]
@@ -214,7 +235,7 @@ class Mix:
         for r in chosen:
             n = int(torch.randint(MIN_SPAN, self.ctx // 2 + 1, (1,), generator=gen))
             period = torch.randint(0, self.vocab, (n,), generator=gen)
-            row = period.repeat(self.ctx // n + 2)[:self.ctx + 1]
+            row = period.repeat(self.ctx // n + 2)[: self.ctx + 1]
             x[r], y[r] = row[:-1], row[1:]
             y[r, :n] = IGNORE  # the first period and the jump back to its start
 
@@ -232,10 +253,18 @@ class Mix:
 
     def describe(self, tokens_seen: int = 0) -> list[dict]:
         """Sizes, shares and epochs so far, for logs and the model's meta."""
-        return [{"file": str(s.path), "weight": s.weight, "share": round(p, 4),
-                 "file_bytes": s.path.stat().st_size, "train_tokens": len(s.train), "val_tokens": len(s.val),
-                 "epochs": round(tokens_seen * p / len(s.train), 3)}
-                for p, s in zip(self.probs.tolist(), self.sources)]
+        return [
+            {
+                "file": str(s.path),
+                "weight": s.weight,
+                "share": round(p, 4),
+                "file_bytes": s.path.stat().st_size,
+                "train_tokens": len(s.train),
+                "val_tokens": len(s.val),
+                "epochs": round(tokens_seen * p / len(s.train), 3),
+            }
+            for p, s in zip(self.probs.tolist(), self.sources)
+        ]
 
 
 class EvalText:

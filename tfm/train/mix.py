@@ -13,6 +13,7 @@ books, verse and stories are read in 16 evenly spaced runs so every part of a fi
 
 A domain's text is a deterministic slice (no randomness), so a card can name exactly what it read.
 """
+
 from __future__ import annotations
 
 import sysconfig
@@ -26,8 +27,8 @@ from .data import encode_text, read_text
 Domain = Literal["books", "shakespeare", "stories", "python"]
 Split = Literal["train", "heldout"]
 DOMAINS: tuple[str, ...] = get_args(Domain)
-HELD_OUT_EVERY = 10          # every 10th standard-library file is held out
-MAX_PY_FILE = 200_000        # characters: one huge generated file would dominate the domain
+HELD_OUT_EVERY = 10  # every 10th standard-library file is held out
+MAX_PY_FILE = 200_000  # characters: one huge generated file would dominate the domain
 
 
 def _check(split: str, domains) -> tuple[str, ...]:
@@ -44,14 +45,17 @@ def python_files(split: Split) -> list[Path]:
     _check(split, ())
     lib = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(p for p in lib.glob("*.py") if p.is_file())
-    keep = (lambda i: i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1) if split == "heldout" else \
-        (lambda i: i % HELD_OUT_EVERY != HELD_OUT_EVERY - 1)
+    keep = (
+        (lambda i: i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1)
+        if split == "heldout"
+        else (lambda i: i % HELD_OUT_EVERY != HELD_OUT_EVERY - 1)
+    )
     return [p for i, p in enumerate(files) if keep(i)]
 
 
 def _cut(text: str, split: Split, train_share: float) -> str:
     cut = int(len(text) * train_share)
-    cut = text.find("\n", cut) + 1 or cut   # at a line end: no word cut in half
+    cut = text.find("\n", cut) + 1 or cut  # at a line end: no word cut in half
     return text[:cut] if split == "train" else text[cut:]
 
 
@@ -62,7 +66,7 @@ def _spread(text: str, chars: int, pieces: int = 16) -> str:
         return text
     step, run = len(text) // pieces, chars // pieces
     starts = [text.find("\n", i * step) + 1 for i in range(pieces)]
-    return "\n".join(text[a:a + run] for a in starts)
+    return "\n".join(text[a : a + run] for a in starts)
 
 
 def domain_text(corpus: Path, domain: Domain, split: Split, chars: int) -> str:
@@ -93,8 +97,10 @@ def domain_texts(corpus: Path, split: Split, chars: int, domains=DOMAINS) -> dic
 def domain_ids(tokenizer, corpus: Path, split: Split, tokens: int, domains=DOMAINS) -> dict[str, np.ndarray]:
     """Up to `tokens` token ids per domain (int64), from each domain's start."""
     # ~4 characters per token in English and code for a 49k vocabulary; 8 leaves room for small vocabularies
-    return {d: encode_text(tokenizer, t)[:tokens].astype(np.int64)
-            for d, t in domain_texts(corpus, split, tokens * 8, domains).items()}
+    return {
+        d: encode_text(tokenizer, t)[:tokens].astype(np.int64)
+        for d, t in domain_texts(corpus, split, tokens * 8, domains).items()
+    }
 
 
 def mix_ids(tokenizer, corpus: Path, split: Split, tokens: int, domains=DOMAINS) -> np.ndarray:
@@ -106,8 +112,12 @@ def mix_ids(tokenizer, corpus: Path, split: Split, tokens: int, domains=DOMAINS)
 def describe(split: Split) -> dict:
     """What a card records about this split: the files and the rule for each domain."""
     lib = Path(sysconfig.get_paths()["stdlib"])
-    return {"books": "gutenberg_pd_37books.txt.gz, " + ("first 95%" if split == "train" else "last 5%"),
-            "shakespeare": "tinyshakespeare.txt, " + ("first 90%" if split == "train" else "last 10%"),
-            "stories": "tinystories_train.txt" if split == "train" else "tinystories_valid.txt",
-            "python": {"stdlib": f"Python {sysconfig.get_python_version()} standard library",
-                       "files": [str(p.relative_to(lib)) for p in python_files(split)]}}
+    return {
+        "books": "gutenberg_pd_37books.txt.gz, " + ("first 95%" if split == "train" else "last 5%"),
+        "shakespeare": "tinyshakespeare.txt, " + ("first 90%" if split == "train" else "last 10%"),
+        "stories": "tinystories_train.txt" if split == "train" else "tinystories_valid.txt",
+        "python": {
+            "stdlib": f"Python {sysconfig.get_python_version()} standard library",
+            "files": [str(p.relative_to(lib)) for p in python_files(split)],
+        },
+    }

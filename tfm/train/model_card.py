@@ -4,6 +4,7 @@ Everything in the card is measured here from the run folder (metrics.jsonl, the 
 model/) and from the model itself: held-out bits per byte, samples at three temperatures,
 head scores. The loss curve is a small hand-written SVG (no plotting dependency).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,10 +66,12 @@ def stage_lines(chain: list[tuple[Path, dict]]) -> str:
     for k, (_, m) in enumerate(chain, 1):
         a = m.get("args") or {}
         start = "from scratch" if not a.get("init_from") else "from the previous stage's weights"
-        out.append(f"- Stage {k}, {start}: {m['tokens_seen']:,} tokens in {m['steps']:,} steps, "
-                   f"peak lr {a.get('lr')}, repeat fraction {a.get('repeat_frac') or 0:g}, "
-                   f"copy fraction {a.get('copy_frac') or 0:g}, "
-                   f"{m['wall_time_s'] / 3600:.2f} h.")
+        out.append(
+            f"- Stage {k}, {start}: {m['tokens_seen']:,} tokens in {m['steps']:,} steps, "
+            f"peak lr {a.get('lr')}, repeat fraction {a.get('repeat_frac') or 0:g}, "
+            f"copy fraction {a.get('copy_frac') or 0:g}, "
+            f"{m['wall_time_s'] / 3600:.2f} h."
+        )
     return "\n".join(out) + "\n"
 
 
@@ -79,20 +82,29 @@ def loss_svg(train: list[dict], evals: list[dict], width: int = 640, height: int
     x0, x1, y0, y1 = 0, max(xs), min(ys) * 0.95, max(ys) * 1.02
     sx = lambda x: pad + (x - x0) / (x1 - x0) * (width - 2 * pad)
     sy = lambda y: height - pad - (y - y0) / (y1 - y0) * (height - 2 * pad)
-    line = lambda pts, colour: (f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="'
-                                + " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts) + '"/>')
-    ticks = "".join(f'<text x="{pad - 6}" y="{sy(v):.1f}" text-anchor="end" font-size="11">{v:.1f}</text>'
-                    for v in torch.linspace(y0, y1, 5).tolist())
-    xt = "".join(f'<text x="{sx(v):.1f}" y="{height - pad + 16}" text-anchor="middle" font-size="11">{v / 1e6:.0f}M</text>'
-                 for v in torch.linspace(0, x1, 5).tolist())
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif">'
-            f'<rect width="100%" height="100%" fill="white"/>{ticks}{xt}'
-            f'<text x="{width / 2}" y="{height - 8}" text-anchor="middle" font-size="12">tokens seen</text>'
-            f'<text x="14" y="{height / 2}" transform="rotate(-90 14 {height / 2})" text-anchor="middle" font-size="12">loss (nats/token)</text>'
-            + line([(r["tokens"], r["loss"]) for r in train], "#1f77b4")
-            + line([(r["tokens"], r["val_loss"]) for r in evals], "#d62728")
-            + f'<text x="{width - pad}" y="{pad - 16}" text-anchor="end" font-size="12" fill="#1f77b4">train (mix)</text>'
-            + f'<text x="{width - pad}" y="{pad - 2}" text-anchor="end" font-size="12" fill="#d62728">held-out (mix)</text></svg>\n')
+    line = lambda pts, colour: (
+        f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="'
+        + " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
+        + '"/>'
+    )
+    ticks = "".join(
+        f'<text x="{pad - 6}" y="{sy(v):.1f}" text-anchor="end" font-size="11">{v:.1f}</text>'
+        for v in torch.linspace(y0, y1, 5).tolist()
+    )
+    xt = "".join(
+        f'<text x="{sx(v):.1f}" y="{height - pad + 16}" text-anchor="middle" font-size="11">{v / 1e6:.0f}M</text>'
+        for v in torch.linspace(0, x1, 5).tolist()
+    )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif">'
+        f'<rect width="100%" height="100%" fill="white"/>{ticks}{xt}'
+        f'<text x="{width / 2}" y="{height - 8}" text-anchor="middle" font-size="12">tokens seen</text>'
+        f'<text x="14" y="{height / 2}" transform="rotate(-90 14 {height / 2})" text-anchor="middle" font-size="12">loss (nats/token)</text>'
+        + line([(r["tokens"], r["loss"]) for r in train], "#1f77b4")
+        + line([(r["tokens"], r["val_loss"]) for r in evals], "#d62728")
+        + f'<text x="{width - pad}" y="{pad - 16}" text-anchor="end" font-size="12" fill="#1f77b4">train (mix)</text>'
+        + f'<text x="{width - pad}" y="{pad - 2}" text-anchor="end" font-size="12" fill="#d62728">held-out (mix)</text></svg>\n'
+    )
 
 
 def samples(lm: LM, n_tokens: int = 80) -> list[dict]:
@@ -115,9 +127,14 @@ def head_table(lm: LM, text: str) -> dict:
     if heads.probe is None:
         raise ValueError(f"context_length={lm.config.context_length} is too short for the induction probe")
     s = {name: score.tolist() for name, score in heads.scores.items()}
-    return {"previous_token": s["previous_token"], "first_token": s["first_token"], "induction": s["repeat_induction"],
-            "previous_token_probe": s["repeat_previous_token"], "n_tokens_natural": len(ids),
-            "probe_tokens": heads.probe.seq_len}
+    return {
+        "previous_token": s["previous_token"],
+        "first_token": s["first_token"],
+        "induction": s["repeat_induction"],
+        "previous_token_probe": s["repeat_previous_token"],
+        "n_tokens_natural": len(ids),
+        "probe_tokens": heads.probe.seq_len,
+    }
 
 
 @torch.no_grad()
@@ -128,11 +145,11 @@ def copy_test(lm: LM, text: str, span: int = 60, n: int = 30) -> dict:
     ids, span = lm.tokenizer.encode(text), min(span, lm.config.context_length // 2)
     first, second = [], []
     for s in range(0, min(len(ids) - span, n * 100), 100):
-        x = torch.tensor([ids[s:s + span] * 2])
+        x = torch.tensor([ids[s : s + span] * 2])
         logp = lm.model(x).logits[0, :-1].float().log_softmax(-1)
-        nll = -logp.gather(1, x[0, 1:, None])[:, 0]                     # nll[i] predicts token i+1
-        first.append(nll[9:span - 1].mean().item())
-        second.append(nll[span + 9:].mean().item())
+        nll = -logp.gather(1, x[0, 1:, None])[:, 0]  # nll[i] predicts token i+1
+        first.append(nll[9 : span - 1].mean().item())
+        second.append(nll[span + 9 :].mean().item())
     return {"span": span, "n": len(first), "first": sum(first) / len(first), "second": sum(second) / len(second)}
 
 
@@ -168,46 +185,72 @@ def reproduce_command(chain: list[tuple[Path, dict]], corpus: str) -> str:
 def portable(path: str) -> str:
     """A run path as the repository-relative runs/NAME[/...] the card tells people to use."""
     parts = Path(path).parts
-    return str(Path("runs", *parts[parts.index("runs") + 1:])) if "runs" in parts else str(Path("runs", Path(path).name))
+    return (
+        str(Path("runs", *parts[parts.index("runs") + 1 :])) if "runs" in parts else str(Path("runs", Path(path).name))
+    )
 
 
-def render(lm: LM, chain: list[tuple[Path, dict]], evals: list[dict], heads: dict, samples_: list[dict],
-           corpus: str) -> str:
+def render(
+    lm: LM, chain: list[tuple[Path, dict]], evals: list[dict], heads: dict, samples_: list[dict], corpus: str
+) -> str:
     c, last = lm.config, evals[-1]
     counts = analysis.param_counts(lm.model)
     mix = _mix_rows(chain)
     lic = "\n".join(f"| `{f}` | {what} | {l} |" for f, what, l in CORPUS_LICENCES)
     cmds = reproduce_command(chain, corpus)
     best = min(evals, key=lambda r: r["eval_bpb"])
-    text = "\n\n".join(f"**T = {x['temperature']}**, prompt *{x['prompt']}*:\n\n" + quote(x["prompt"] + x["text"])
-                         for x in samples_)
+    text = "\n\n".join(
+        f"**T = {x['temperature']}**, prompt *{x['prompt']}*:\n\n" + quote(x["prompt"] + x["text"]) for x in samples_
+    )
     return TEMPLATE.format(
-        n_params=lm.model.num_params(), cfg=json.dumps(c.to_dict(), indent=2), counts=json.dumps(counts),
-        tokens=sum(m["tokens_seen"] for _, m in chain), steps=sum(m["steps"] for _, m in chain),
-        hours=sum(m["wall_time_s"] for _, m in chain) / 3600, stages=stage_lines(chain),
-        bpb=last["eval_bpb"], best_bpb=best["eval_bpb"], best_step=best["step"], val=last["val_loss"],
+        n_params=lm.model.num_params(),
+        cfg=json.dumps(c.to_dict(), indent=2),
+        counts=json.dumps(counts),
+        tokens=sum(m["tokens_seen"] for _, m in chain),
+        steps=sum(m["steps"] for _, m in chain),
+        hours=sum(m["wall_time_s"] for _, m in chain) / 3600,
+        stages=stage_lines(chain),
+        bpb=last["eval_bpb"],
+        best_bpb=best["eval_bpb"],
+        best_step=best["step"],
+        val=last["val_loss"],
         per_file=", ".join(f"{k}: {v:.3f}" for k, v in last["val"].items()),
-        mix=mix, lic=lic, cmds=cmds, samples=text, run=portable(str(chain[-1][0])),
-        heads_section=heads_section(heads), date=time.strftime("%Y-%m-%d"), repeat=repeat_note(chain, c.context_length),
+        mix=mix,
+        lic=lic,
+        cmds=cmds,
+        samples=text,
+        run=portable(str(chain[-1][0])),
+        heads_section=heads_section(heads),
+        date=time.strftime("%Y-%m-%d"),
+        repeat=repeat_note(chain, c.context_length),
     )
 
 
 def _mix_rows(chain: list[tuple[Path, dict]]) -> str:
     """The last stage's data mix as table rows: each file's share, tokens and epochs over every stage."""
     meta = chain[-1][1]
-    epochs = {d["file"]: sum(e["epochs"] for _, m in chain for e in m["data"] if e["file"] == d["file"])
-              for d in meta["data"]}  # over every stage
-    return "\n".join(f"| `{Path(d['file']).name}` | {d['share']:.0%} | {d['train_tokens']:,} | {epochs[d['file']]:.1f} |"
-                     for d in meta["data"])
+    epochs = {
+        d["file"]: sum(e["epochs"] for _, m in chain for e in m["data"] if e["file"] == d["file"]) for d in meta["data"]
+    }  # over every stage
+    return "\n".join(
+        f"| `{Path(d['file']).name}` | {d['share']:.0%} | {d['train_tokens']:,} | {epochs[d['file']]:.1f} |"
+        for d in meta["data"]
+    )
 
 
 def heads_section(heads: dict) -> str:
     return HEADS_SECTION.format(
         top_prev_probe=top_heads(heads["previous_token_probe"]),
-        prev=fmt_table(heads["previous_token"]), first=fmt_table(heads["first_token"]),
-        ind=fmt_table(heads["induction"]), top_prev=top_heads(heads["previous_token"]),
-        top_first=top_heads(heads["first_token"]), top_ind=top_heads(heads["induction"]),
-        n_nat=heads["n_tokens_natural"], probe_len=heads["probe_tokens"], cp=heads["copy"])
+        prev=fmt_table(heads["previous_token"]),
+        first=fmt_table(heads["first_token"]),
+        ind=fmt_table(heads["induction"]),
+        top_prev=top_heads(heads["previous_token"]),
+        top_first=top_heads(heads["first_token"]),
+        top_ind=top_heads(heads["induction"]),
+        n_nat=heads["n_tokens_natural"],
+        probe_len=heads["probe_tokens"],
+        cp=heads["copy"],
+    )
 
 
 def refresh_heads(folder: Path, corpus: str) -> None:
@@ -230,29 +273,41 @@ def repeat_note(chain: list[tuple[Path, dict]], ctx: int) -> str:
     cop = [a.get("copy_frac") or 0 for a in args]
     if not any(rep) and not any(cop):
         return "Every training row is a plain window of the text."
-    which = lambda fr: ", ".join(f"{f:.0%} of rows in stage {k}" for k, f in enumerate(fr, 1) if f) \
-        if len(chain) > 1 else f"{fr[0]:.0%} of rows"
+    which = lambda fr: (
+        ", ".join(f"{f:.0%} of rows in stage {k}" for k, f in enumerate(fr, 1) if f)
+        if len(chain) > 1
+        else f"{fr[0]:.0%} of rows"
+    )
     out = []
     if any(rep):
-        out.append(f"Repeated-text rows (`--repeat-frac`: {which(rep)}): the text restarts after a random "
-                   f"span of 8 to {ctx // 2} tokens (A B C D | A B C D E F ...), so the second copy can be "
-                   "predicted only by looking back in context. The jump back itself is never a target.")
+        out.append(
+            f"Repeated-text rows (`--repeat-frac`: {which(rep)}): the text restarts after a random "
+            f"span of 8 to {ctx // 2} tokens (A B C D | A B C D E F ...), so the second copy can be "
+            "predicted only by looking back in context. The jump back itself is never a target."
+        )
     if any(cop):
-        out.append(f"Copy rows (`--copy-frac`: {which(cop)}): random ordinary tokens repeating with a "
-                   f"period of 8 to {ctx // 2}; only the repeats are targets, so the model learns to copy "
-                   "from context without learning to predict noise.")
-    out.append("Both teach what a model this small, trained on this little text, otherwise does not learn: "
-               "previous-token and induction heads. The other rows are plain windows.")
+        out.append(
+            f"Copy rows (`--copy-frac`: {which(cop)}): random ordinary tokens repeating with a "
+            f"period of 8 to {ctx // 2}; only the repeats are targets, so the model learns to copy "
+            "from context without learning to predict noise."
+        )
+    out.append(
+        "Both teach what a model this small, trained on this little text, otherwise does not learn: "
+        "previous-token and induction heads. The other rows are plain windows."
+    )
     return "\n\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m tfm.train.model_card", description=__doc__.splitlines()[0])
-    ap.add_argument("run", type=Path, nargs="?", help="a tfm.train run folder (metrics.jsonl, model/); not with --heads-only")
+    ap.add_argument(
+        "run", type=Path, nargs="?", help="a tfm.train run folder (metrics.jsonl, model/); not with --heads-only"
+    )
     ap.add_argument("--out", type=Path, required=True, help="where to write the model folder with its card")
     ap.add_argument("--corpus", default="/work/shared/corpus", help="corpus path used by the run")
-    ap.add_argument("--heads-only", action="store_true",
-                    help="only re-measure the head scores of the card already in --out")
+    ap.add_argument(
+        "--heads-only", action="store_true", help="only re-measure the head scores of the card already in --out"
+    )
     args = ap.parse_args(argv)
     if args.heads_only:
         return refresh_heads(args.out, args.corpus)

@@ -13,6 +13,7 @@ held-out text: L0, dead-feature share, FVU and next-token loss with the reconstr
 in, against the clean model and against zeroing the stream (CE loss recovered, SAELens's
 definition), and each feature's top-activating contexts and activation histogram.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,6 +31,7 @@ from .data import encode_text, id_windows, read_text
 from .mix import describe, domain_ids
 from .sae_eval import add_sums, card_markdown, feature_data, finish, metric_sums, metrics
 from .topk import train_topk, unit_rows
+
 
 def _args(argv) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tfm.train.sae", description=__doc__.split("\n\n")[0])
@@ -50,8 +52,11 @@ def _args(argv) -> argparse.Namespace:
     t.add_argument("--lr", type=float, default=4e-4)
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--skip-first", action="store_true",
-                   help="leave out each window's first position (a huge-norm attention sink in many real models)")
+    t.add_argument(
+        "--skip-first",
+        action="store_true",
+        help="leave out each window's first position (a huge-norm attention sink in many real models)",
+    )
     t.add_argument("--name", default="", help="what the card calls the model (default: the spec)")
     t.add_argument("--out", required=True)
     a = p.parse_args(argv)
@@ -75,8 +80,8 @@ def activations(lm, ids: np.ndarray, layer: int, ctx: int, skip: int = 0, rows: 
     windows = id_windows(ids, ctx)
     out = torch.empty(n * w, lm.config.d_model, dtype=torch.float16)
     for i in range(0, n, rows):
-        x = stream_at(lm.model, windows[i:i + rows].to(lm.device), layer)[:, skip:]  # (b, w, D)
-        out[i * w:(i * w + x.shape[0] * w)] = x.flatten(0, 1).cpu().half()
+        x = stream_at(lm.model, windows[i : i + rows].to(lm.device), layer)[:, skip:]  # (b, w, D)
+        out[i * w : (i * w + x.shape[0] * w)] = x.flatten(0, 1).cpu().half()
         if (i // rows) % 50 == 0:
             log(f"activations: {min(i + rows, n) * ctx}/{n * ctx} tokens")
     return out
@@ -115,7 +120,11 @@ def _evaluate(lm, sae: SAE, a, skip: int) -> tuple[dict, dict]:
         eval_ids = token_ids(lm, [a.eval_file], a.eval_tokens)
         measured = metrics(lm, sae, eval_ids, a.ctx, skip)
         feature_data(lm, sae, eval_ids, a.ctx, Path(a.out), skip)
-        return {"data": [str(f) for f in a.data], "eval_file": str(a.eval_file), "eval_tokens": measured.pop("tokens")}, measured
+        return {
+            "data": [str(f) for f in a.data],
+            "eval_file": str(a.eval_file),
+            "eval_tokens": measured.pop("tokens"),
+        }, measured
     parts = domain_ids(lm.tokenizer, Path(a.mix), "heldout", math.ceil(a.eval_tokens / 4))
     sums = {d: metric_sums(lm, sae, ids, a.ctx, skip) for d, ids in parts.items()}
     per = {d: finish(s) for d, s in sums.items()}
@@ -123,9 +132,14 @@ def _evaluate(lm, sae: SAE, a, skip: int) -> tuple[dict, dict]:
     cut = {d: ids[: len(ids) // a.ctx * a.ctx] for d, ids in parts.items()}
     row_domain = torch.cat([torch.full((len(ids) // a.ctx,), i) for i, ids in enumerate(cut.values())])
     feature_data(lm, sae, np.concatenate(list(cut.values())), a.ctx, Path(a.out), skip, row_domain)
-    fields = {"data": describe("train"), "eval_file": "held-out mix: " + ", ".join(parts),
-              "eval": describe("heldout"), "domains": list(parts), "eval_tokens": measured.pop("tokens"),
-              "domain_metrics": per}
+    fields = {
+        "data": describe("train"),
+        "eval_file": "held-out mix: " + ", ".join(parts),
+        "eval": describe("heldout"),
+        "domains": list(parts),
+        "eval_tokens": measured.pop("tokens"),
+        "domain_metrics": per,
+    }
     return fields, measured
 
 
@@ -140,7 +154,7 @@ def run_train(a: argparse.Namespace, command: str) -> dict:
     x = _train_x(lm, a, skip)
     n_train = int(x.shape[0])
     t_act = time.perf_counter() - t_start
-    sample = x[:: max(1, n_train // 65536)]           # spread over the data: a mix is stored domain by domain
+    sample = x[:: max(1, n_train // 65536)]  # spread over the data: a mix is stored domain by domain
     scale = float(sample.float().pow(2).sum(-1).mean().div(cfg.d_model).sqrt())
     sae = init_sae(cfg, sample / scale, gen)
     stats = train_topk(sae, x, x, (scale, scale), a.epochs, a.batch, a.lr, gen)
@@ -148,11 +162,22 @@ def run_train(a: argparse.Namespace, command: str) -> dict:
     _as_shipped(sae, scale)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     fields, measured = _evaluate(lm, sae, a, skip)
-    card = {"command": command, "model": a.name or a.model, "layer": a.layer, "point": "resid_pre",
-            "skipped_first_positions": skip, **fields,
-            "train_tokens": n_train, "epochs": a.epochs, "input_scale": scale, **stats,
-            "activations_s": round(t_act, 1), "wall_time_s": round(time.perf_counter() - t_start, 1),
-            "threads": a.threads, "metrics": measured}
+    card = {
+        "command": command,
+        "model": a.name or a.model,
+        "layer": a.layer,
+        "point": "resid_pre",
+        "skipped_first_positions": skip,
+        **fields,
+        "train_tokens": n_train,
+        "epochs": a.epochs,
+        "input_scale": scale,
+        **stats,
+        "activations_s": round(t_act, 1),
+        "wall_time_s": round(time.perf_counter() - t_start, 1),
+        "threads": a.threads,
+        "metrics": measured,
+    }
     save_sae(sae, a.out, card, card_markdown(card))
     return card
 

@@ -1,5 +1,6 @@
 """What `python -m tfm.train.sae` measures on held-out text and ships with an SAE: the card's
 metrics and each feature's top-activating contexts and activation histogram."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +13,7 @@ from ..analysis.dictionaries.sae import FEATURES_FILE, SAE, stream_at
 from ..core import edits as E
 from .data import id_windows, next_token_loss
 
-N_CONTEXTS, BEFORE, AFTER, BINS = 8, 12, 3, 24   # contexts per feature, window tokens, histogram bins
+N_CONTEXTS, BEFORE, AFTER, BINS = 8, 12, 3, 24  # contexts per feature, window tokens, histogram bins
 
 
 @torch.no_grad()
@@ -28,8 +29,8 @@ def metric_sums(lm, sae: SAE, ids: np.ndarray, ctx: int, skip: int = 0, rows: in
     fired = torch.zeros(sae.cfg.n_features, dtype=torch.bool)
     sums = dict(clean=0.0, recon=0.0, zero=0.0, l0=0.0, err=0.0, var=0.0)
     for i in range(0, len(wins), rows):
-        b = wins[i:i + rows]
-        full = stream_at(model, b[:, :-1], layer)                               # (b, ctx, D)
+        b = wins[i : i + rows]
+        full = stream_at(model, b[:, :-1], layer)  # (b, ctx, D)
         x = full[:, skip:]
         vals, idx = sae.topk(x.flatten(0, 1))
         x_hat = torch.cat([full[:, :skip], sae.decode_kept(vals, idx).view_as(x)], 1)
@@ -55,9 +56,16 @@ def finish(sums: dict) -> dict:
     """L0, dead share, FVU, CE clean / with the reconstruction / with the stream zeroed, CE recovered."""
     n_rows, n_tok = sums["rows"], sums["tokens"]
     ce = {k: sums[k] / n_rows for k in ("clean", "recon", "zero")}
-    return {"tokens": n_tok, "l0": sums["l0"] / n_tok, "dead_share": float((~sums["fired"]).float().mean()),
-            "fvu": sums["err"] / sums["var"], "ce_clean": ce["clean"], "ce_recon": ce["recon"],
-            "ce_zero": ce["zero"], "ce_recovered": (ce["zero"] - ce["recon"]) / (ce["zero"] - ce["clean"])}
+    return {
+        "tokens": n_tok,
+        "l0": sums["l0"] / n_tok,
+        "dead_share": float((~sums["fired"]).float().mean()),
+        "fvu": sums["err"] / sums["var"],
+        "ce_clean": ce["clean"],
+        "ce_recon": ce["recon"],
+        "ce_zero": ce["zero"],
+        "ce_recovered": (ce["zero"] - ce["recon"]) / (ce["zero"] - ce["clean"]),
+    }
 
 
 def metrics(lm, sae: SAE, ids: np.ndarray, ctx: int, skip: int = 0, rows: int = 8) -> dict:
@@ -73,7 +81,7 @@ def _sparse_acts(lm, sae: SAE, ids: np.ndarray, ctx: int, skip: int = 0):
     wins = id_windows(ids, ctx)
     vals, idx = [], []
     for i in range(0, len(wins), 16):
-        v, j = sae.topk(stream_at(lm.model, wins[i:i + 16], sae.cfg.layer).flatten(0, 1))
+        v, j = sae.topk(stream_at(lm.model, wins[i : i + 16], sae.cfg.layer).flatten(0, 1))
         v.view(-1, ctx, v.shape[-1])[:, :skip] = 0
         vals.append(v)
         idx.append(j)
@@ -93,12 +101,13 @@ def top_positions(vals: torch.Tensor, idx: torch.Tensor, f: int, n: int = N_CONT
     starts = torch.cumsum(counts, 0) - counts
     for feat in torch.nonzero(counts).flatten().tolist():
         s, c = int(starts[feat]), min(int(counts[feat]), n)
-        top[feat, :c] = pos[order[s:s + c]]
+        top[feat, :c] = pos[order[s : s + c]]
     return top, counts, flat_f, flat_v
 
 
-def feature_data(lm, sae: SAE, ids: np.ndarray, ctx: int, folder: Path, skip: int = 0,
-                 row_domain: torch.Tensor | None = None) -> None:
+def feature_data(
+    lm, sae: SAE, ids: np.ndarray, ctx: int, folder: Path, skip: int = 0, row_domain: torch.Tensor | None = None
+) -> None:
     """features.safetensors: top contexts (ids and the feature's activation along each),
     activation histograms over [0, max], firing rates; see tfm.analysis.dictionaries.sae. With `row_domain`
     (each window's domain index, windows of `ctx` never crossing domains) also ctx_domain (F, n)."""
@@ -107,7 +116,7 @@ def feature_data(lm, sae: SAE, ids: np.ndarray, ctx: int, folder: Path, skip: in
     dense_top, counts, flat_f, flat_v = top_positions(vals, idx, f)
     width = BEFORE + 1 + AFTER
     offs = torch.arange(-BEFORE, AFTER + 1)
-    at = dense_top[..., None] + offs                                   # (F, n, W) token positions
+    at = dense_top[..., None] + offs  # (F, n, W) token positions
     same_row = (at // ctx == dense_top[..., None] // ctx) & (dense_top[..., None] >= 0) & (at >= 0) & (at < n)
     at = at.clamp(0, n - 1)
     ctx_ids = torch.where(same_row, toks[at], -1).to(torch.int32)
@@ -116,8 +125,13 @@ def feature_data(lm, sae: SAE, ids: np.ndarray, ctx: int, folder: Path, skip: in
     hist_max = torch.zeros(f).scatter_reduce_(0, flat_f, flat_v, "amax")
     bins = (flat_v / hist_max[flat_f].clamp_min(1e-12) * BINS).long().clamp(0, BINS - 1)
     hist = torch.bincount(flat_f * BINS + bins, minlength=f * BINS).view(f, BINS)
-    out = {"ctx_ids": ctx_ids.contiguous(), "ctx_acts": ctx_acts.half().contiguous(),
-           "hist": hist.to(torch.int32), "hist_max": hist_max.float(), "freq": (counts.float() / n)}
+    out = {
+        "ctx_ids": ctx_ids.contiguous(),
+        "ctx_acts": ctx_acts.half().contiguous(),
+        "hist": hist.to(torch.int32),
+        "hist_max": hist_max.float(),
+        "freq": (counts.float() / n),
+    }
     if row_domain is not None:
         out["ctx_domain"] = torch.where(dense_top >= 0, row_domain[dense_top.clamp_min(0) // ctx], -1).to(torch.int8)
     save_file(out, folder / FEATURES_FILE)
@@ -125,23 +139,33 @@ def feature_data(lm, sae: SAE, ids: np.ndarray, ctx: int, folder: Path, skip: in
 
 def card_markdown(card: dict) -> str:
     m = card["metrics"]
-    lines = [f"# TopK sparse autoencoder: {card['model']}, layer {card['layer']} ({card['point']})", "",
-             "Trained by tfm (`python -m tfm.train.sae`); files: `sae.safetensors` (fp16), `card.json`, "
-             "`features.safetensors` (top contexts and histograms on held-out text).", "",
-             "```", card["command"], "```", "",
-             f"- training: {card['steps']} steps of {card['tokens_seen'] // max(card['steps'], 1):,} activations, "
-             f"{card['tokens_seen']:,} seen in all: {card['epochs']:g} passes over {card['train_tokens']:,} "
-             f"distinct tokens",
-             f"- wall time: {card['wall_time_s']:.0f} s on {card['threads']} CPU thread(s) "
-             f"(activations {card['activations_s']:.0f} s)",
-             f"- held-out text: {card['eval_file']} ({card['eval_tokens']:,} tokens)", "",
-             "| metric | value |", "|---|---|",
-             f"| L0 (features firing per token) | {m['l0']:.1f} |",
-             f"| dead features (never fire on held-out text) | {100 * m['dead_share']:.1f}% |",
-             f"| fraction of variance unexplained | {m['fvu']:.4f} |",
-             f"| CE loss clean / reconstruction / stream zeroed | {m['ce_clean']:.4f} / {m['ce_recon']:.4f} / "
-             f"{m['ce_zero']:.4f} |",
-             f"| CE loss recovered (zero - recon) / (zero - clean) | {100 * m['ce_recovered']:.2f}% |", ""]
+    lines = [
+        f"# TopK sparse autoencoder: {card['model']}, layer {card['layer']} ({card['point']})",
+        "",
+        "Trained by tfm (`python -m tfm.train.sae`); files: `sae.safetensors` (fp16), `card.json`, "
+        "`features.safetensors` (top contexts and histograms on held-out text).",
+        "",
+        "```",
+        card["command"],
+        "```",
+        "",
+        f"- training: {card['steps']} steps of {card['tokens_seen'] // max(card['steps'], 1):,} activations, "
+        f"{card['tokens_seen']:,} seen in all: {card['epochs']:g} passes over {card['train_tokens']:,} "
+        f"distinct tokens",
+        f"- wall time: {card['wall_time_s']:.0f} s on {card['threads']} CPU thread(s) "
+        f"(activations {card['activations_s']:.0f} s)",
+        f"- held-out text: {card['eval_file']} ({card['eval_tokens']:,} tokens)",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| L0 (features firing per token) | {m['l0']:.1f} |",
+        f"| dead features (never fire on held-out text) | {100 * m['dead_share']:.1f}% |",
+        f"| fraction of variance unexplained | {m['fvu']:.4f} |",
+        f"| CE loss clean / reconstruction / stream zeroed | {m['ce_clean']:.4f} / {m['ce_recon']:.4f} / "
+        f"{m['ce_zero']:.4f} |",
+        f"| CE loss recovered (zero - recon) / (zero - clean) | {100 * m['ce_recovered']:.2f}% |",
+        "",
+    ]
     return "\n".join(lines + _domain_lines(card.get("domain_metrics", {})))
 
 
@@ -149,9 +173,15 @@ def _domain_lines(per: dict) -> list[str]:
     """One row per held-out domain (a --mix card)."""
     if not per:
         return []
-    lines = ["Per held-out domain:", "", "| domain | tokens | L0 | dead | FVU | CE clean / recon / zero | CE recovered |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "Per held-out domain:",
+        "",
+        "| domain | tokens | L0 | dead | FVU | CE clean / recon / zero | CE recovered |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for d, m in per.items():
-        lines.append(f"| {d} | {m['tokens']:,} | {m['l0']:.1f} | {100 * m['dead_share']:.1f}% | {m['fvu']:.4f} | "
-                     f"{m['ce_clean']:.3f} / {m['ce_recon']:.3f} / {m['ce_zero']:.3f} | {100 * m['ce_recovered']:.2f}% |")
+        lines.append(
+            f"| {d} | {m['tokens']:,} | {m['l0']:.1f} | {100 * m['dead_share']:.1f}% | {m['fvu']:.4f} | "
+            f"{m['ce_clean']:.3f} / {m['ce_recon']:.3f} / {m['ce_zero']:.3f} | {100 * m['ce_recovered']:.2f}% |"
+        )
     return lines + [""]

@@ -3,6 +3,7 @@ feature of a trained SAE from its own evidence (tfm.analysis.dictionaries.labels
 "says X" label by steering, and write labels.json beside features.safetensors; the card
 (card.json, README.md) records the rule, the share of "says X" labels that pass and the time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,7 @@ def label_folder(spec: str, folder: Path, says_margin: float = FL.SAYS_MARGIN, s
     """Writes labels.json and the card's "labels" entry; returns that entry."""
     t0 = time.perf_counter()
     lm = load(spec, device="cpu")
-    (folder / FL.LABELS_FILE).unlink(missing_ok=True)      # replaced: an older format must not stop it
+    (folder / FL.LABELS_FILE).unlink(missing_ok=True)  # replaced: an older format must not stop it
     fs = load_features(folder, lm)
     labels = FL.compute_labels(lm, fs, says_margin, says_gain)
     t_labels = time.perf_counter() - t0
@@ -31,10 +32,20 @@ def label_folder(spec: str, folder: Path, says_margin: float = FL.SAYS_MARGIN, s
     FL.save_labels(labels, folder)
     passed, checked = labels.check_share()
     kinds = [lab.label.split(" ", 1)[0] for lab in labels.features]
-    entry = {"file": FL.LABELS_FILE, "says_margin": says_margin, "says_gain": says_gain, "check_prompts": list(FL.CHECK_PROMPTS),
-             "says": kinds.count("says"), "on": kinds.count("on"), "dead": kinds.count("dead"),
-             "says_checked": checked, "says_passed": passed, "says_pass_share": passed / checked if checked else None,
-             "labels_s": round(t_labels, 1), "check_s": round(time.perf_counter() - t0 - t_labels, 1)}
+    entry = {
+        "file": FL.LABELS_FILE,
+        "says_margin": says_margin,
+        "says_gain": says_gain,
+        "check_prompts": list(FL.CHECK_PROMPTS),
+        "says": kinds.count("says"),
+        "on": kinds.count("on"),
+        "dead": kinds.count("dead"),
+        "says_checked": checked,
+        "says_passed": passed,
+        "says_pass_share": passed / checked if checked else None,
+        "labels_s": round(t_labels, 1),
+        "check_s": round(time.perf_counter() - t0 - t_labels, 1),
+    }
     card = json.loads((folder / CARD_FILE).read_text())
     card["labels"] = entry
     (folder / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n")
@@ -44,19 +55,28 @@ def label_folder(spec: str, folder: Path, says_margin: float = FL.SAYS_MARGIN, s
 
 
 def labels_markdown(e: dict) -> str:
-    share = "no \"says\" label to check" if not e["says_checked"] else \
-        f"{e['says_passed']} of {e['says_checked']} pass ({100 * e['says_pass_share']:.0f}%)"
-    return "\n".join([
-        "## Labels", "",
-        f"`{e['file']}`: one short label per feature, from its own evidence (`tfm.analysis.dictionaries.labels`): "
-        f"{e['says']} \"says X\" (the decoder direction read through the unembedding puts X at least "
-        f"{e['says_margin']:g} standard deviations of the scores ahead of the next token, and the feature at "
-        f"its largest held-out activation pushes X's logit directly by at least {e['says_gain']:g} nat over the "
-        f"average token), {e['on']} \"on ...\" "
-        f"(the tokens its top held-out contexts peak on), {e['dead']} dead.", "",
-        f"Steering check of the \"says X\" labels (strength 1 raises p(X) after each of "
-        f"{', '.join(repr(p) for p in e['check_prompts'])}): {share}. "
-        f"Labels {e['labels_s']:.0f} s, check {e['check_s']:.0f} s on one CPU thread.", ""])
+    share = (
+        'no "says" label to check'
+        if not e["says_checked"]
+        else f"{e['says_passed']} of {e['says_checked']} pass ({100 * e['says_pass_share']:.0f}%)"
+    )
+    return "\n".join(
+        [
+            "## Labels",
+            "",
+            f"`{e['file']}`: one short label per feature, from its own evidence (`tfm.analysis.dictionaries.labels`): "
+            f'{e["says"]} "says X" (the decoder direction read through the unembedding puts X at least '
+            f"{e['says_margin']:g} standard deviations of the scores ahead of the next token, and the feature at "
+            f"its largest held-out activation pushes X's logit directly by at least {e['says_gain']:g} nat over the "
+            f'average token), {e["on"]} "on ..." '
+            f"(the tokens its top held-out contexts peak on), {e['dead']} dead.",
+            "",
+            f'Steering check of the "says X" labels (strength 1 raises p(X) after each of '
+            f"{', '.join(repr(p) for p in e['check_prompts'])}): {share}. "
+            f"Labels {e['labels_s']:.0f} s, check {e['check_s']:.0f} s on one CPU thread.",
+            "",
+        ]
+    )
 
 
 def main(argv=None) -> int:

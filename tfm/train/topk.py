@@ -7,13 +7,14 @@ A module trained here has `pre(x)` (pre-activations), `W_dec` (F, D), `b_dec` (D
 and its output is the sum of its k kept activations times their decoder rows, plus b_dec: an SAE
 reconstructs its input (x is y), a transcoder maps an MLP's input to its output.
 """
+
 from __future__ import annotations
 
 import time
 
 import torch
 
-DEAD_AFTER = 100_000   # tokens without firing before a feature counts as dead for AuxK
+DEAD_AFTER = 100_000  # tokens without firing before a feature counts as dead for AuxK
 
 
 def unit_rows(n: int, d: int, gen: torch.Generator) -> torch.Tensor:
@@ -69,8 +70,17 @@ def _update(opt: torch.optim.Optimizer, module, loss: torch.Tensor, lr: float) -
         module.W_dec /= module.W_dec.norm(dim=-1, keepdim=True)
 
 
-def train_topk(module, x: torch.Tensor, y: torch.Tensor, scales: tuple[float, float], epochs: float,
-               batch: int, lr: float, gen: torch.Generator, log=print) -> dict:
+def train_topk(
+    module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    scales: tuple[float, float],
+    epochs: float,
+    batch: int,
+    lr: float,
+    gen: torch.Generator,
+    log=print,
+) -> dict:
     """Adam on shuffled rows of (x / scales[0] -> y / scales[1]); returns the stats, among them the
     share of features that did not fire during the last pass (`dead_share_train`)."""
     opt = torch.optim.Adam(module.parameters(), lr=lr, betas=(0.9, 0.999))
@@ -81,14 +91,20 @@ def train_topk(module, x: torch.Tensor, y: torch.Tensor, scales: tuple[float, fl
         j = (step * batch) % n
         if j + batch > n:
             order, j = torch.randperm(n, generator=gen), 0
-        rows = order[j:j + batch]
+        rows = order[j : j + batch]
         xb = x[rows].float() / scales[0]
         yb = xb if y is x and scales[0] == scales[1] else y[rows].float() / scales[1]
         mse, loss, last_fired = _batch_loss(module, xb, yb, last_fired)
         _update(opt, module, loss, lr * min(1.0, (steps - step) / (0.2 * steps)))  # decay over the last fifth
         if step % 200 == 0 or step == steps - 1:
-            log(f"step {step}/{steps} fvu {float(mse.detach()):.4f} dead(train) "
-                f"{float((last_fired > DEAD_AFTER).float().mean()):.3f} {time.perf_counter() - t0:.0f}s")
-    return {"steps": steps, "tokens_seen": steps * batch, "train_fvu_last": float(mse.detach()),
-            "dead_share_train": float((last_fired >= min(n, steps * batch)).float().mean()),
-            "train_s": round(time.perf_counter() - t0, 1)}
+            log(
+                f"step {step}/{steps} fvu {float(mse.detach()):.4f} dead(train) "
+                f"{float((last_fired > DEAD_AFTER).float().mean()):.3f} {time.perf_counter() - t0:.0f}s"
+            )
+    return {
+        "steps": steps,
+        "tokens_seen": steps * batch,
+        "train_fvu_last": float(mse.detach()),
+        "dead_share_train": float((last_fired >= min(n, steps * batch)).float().mean()),
+        "train_s": round(time.perf_counter() - t0, 1),
+    }

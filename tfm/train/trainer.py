@@ -5,6 +5,7 @@ trains with checkpoints (plain tensors, `weights_only=True`), resume, evals and 
 model folder. Everything here takes an `argparse.Namespace`-like object, so it can be driven
 from code as well as from the command line.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,10 +33,13 @@ from ..loaders.weights import load_tfm_folder, save_model
 MODEL_KEYS = [f.name for f in fields(ModelConfig) if f.name != "vocab_size"]
 CKPT_FORMAT = "tfm-train-ckpt-1"
 
+
 def model_config(args, vocab_size: int) -> ModelConfig:
     if args.vocab_size is not None and args.vocab_size != vocab_size:
-        raise ValueError(f"--vocab-size {args.vocab_size} does not match the tokenizer in {args.tokenizer}, "
-                         f"which has {vocab_size} ids; vocab_size always comes from the tokenizer")
+        raise ValueError(
+            f"--vocab-size {args.vocab_size} does not match the tokenizer in {args.tokenizer}, "
+            f"which has {vocab_size} ids; vocab_size always comes from the tokenizer"
+        )
     overrides = {k: getattr(args, k) for k in MODEL_KEYS if getattr(args, k) is not None}
     return ModelConfig.preset(args.preset, **{**overrides, "vocab_size": vocab_size})
 
@@ -51,8 +55,10 @@ def lr_at(step: int, peak: float, warmup: int, total: int, min_frac: float) -> f
 def make_optimizer(model: GPT, args) -> torch.optim.AdamW:
     """AdamW; decay only matrices (embeddings, linear weights), never gains or biases."""
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95))
 
 
@@ -111,8 +117,16 @@ class Trainer:
             diff = {k: v for k, v in self.cfg.to_dict().items() if ckpt["config"].get(k) != v}
             raise ValueError(f"--resume: the checkpoint's model differs in {diff}; the shape cannot change mid-run")
         ctx, self.tok_hash = self.cfg.context_length, tok_hash
-        self.mix = Mix.load(args.data, self.tok, tok_hash, args.cache_dir or self.run / "cache", args.val_frac, ctx,
-                            args.repeat_frac, args.copy_frac)
+        self.mix = Mix.load(
+            args.data,
+            self.tok,
+            tok_hash,
+            args.cache_dir or self.run / "cache",
+            args.val_frac,
+            ctx,
+            args.repeat_frac,
+            args.copy_frac,
+        )
         self.eval_text = EvalText(args.eval_file, self.tok, args.eval_bytes, ctx) if args.eval_file else None
         torch.manual_seed(args.seed)  # dropout draws from the global generator
         self.model = GPT(self.cfg, torch.Generator().manual_seed(args.seed))
@@ -134,10 +148,13 @@ class Trainer:
         model, tok, _ = load_tfm_folder(folder)
         if model.config != self.cfg:
             diff = {k: v for k, v in self.cfg.to_dict().items() if model.config.to_dict().get(k) != v}
-            raise ValueError(f"--init-from {folder}: its model differs from this run's in {diff}; "
-                             f"give the same --preset and overrides")
-        if [tok.decode_bytes([i]) for i in range(tok.vocab_size)] != \
-                [self.tok.decode_bytes([i]) for i in range(self.tok.vocab_size)]:
+            raise ValueError(
+                f"--init-from {folder}: its model differs from this run's in {diff}; "
+                f"give the same --preset and overrides"
+            )
+        if [tok.decode_bytes([i]) for i in range(tok.vocab_size)] != [
+            self.tok.decode_bytes([i]) for i in range(self.tok.vocab_size)
+        ]:
             raise ValueError(f"--init-from {folder}: its tokenizer differs from --tokenizer {self.args.tokenizer}")
         self.model.load_state_dict(model.state_dict())
 
@@ -191,8 +208,9 @@ class Trainer:
                 if self.args.stop_at_step and self.step >= self.args.stop_at_step:
                     stop.reason = f"--stop-at-step {self.args.stop_at_step} reached"
             if stop.reason:
-                print(f"{stop.reason} at step {self.step}; continue with the same command plus --resume",
-                      file=sys.stderr)
+                print(
+                    f"{stop.reason} at step {self.step}; continue with the same command plus --resume", file=sys.stderr
+                )
             if self.last_eval.get("step") != self.step:
                 self.evaluate()
             self.save_ckpt()
@@ -216,12 +234,18 @@ class Trainer:
     def print_start(self) -> None:
         n = self.model.num_params()
         print(f"model {n / 1e6:.2f}M params, {self.cfg.to_dict()}", file=sys.stderr)
-        print(f"{self.tokens_per_step} tokens/step; step {self.step} of {self.total_steps} "
-              f"({self.total_steps * self.tokens_per_step / 1e6:.1f}M tokens) on {self.device}"
-              f"{' bf16' if self.args.bf16 else ''}", file=sys.stderr)
+        print(
+            f"{self.tokens_per_step} tokens/step; step {self.step} of {self.total_steps} "
+            f"({self.total_steps * self.tokens_per_step / 1e6:.1f}M tokens) on {self.device}"
+            f"{' bf16' if self.args.bf16 else ''}",
+            file=sys.stderr,
+        )
         for d in self.mix.describe(self.total_steps * self.tokens_per_step):
-            print(f"  {d['file']}: {d['train_tokens']} train + {d['val_tokens']} held-out tokens, "
-                  f"share {d['share']:.3f} -> {d['epochs']:.2f} epochs by the end", file=sys.stderr)
+            print(
+                f"  {d['file']}: {d['train_tokens']} train + {d['val_tokens']} held-out tokens, "
+                f"share {d['share']:.3f} -> {d['epochs']:.2f} epochs by the end",
+                file=sys.stderr,
+            )
 
     def write_metrics(self, rec: dict) -> None:
         with open(self.run / "metrics.jsonl", "a") as f:
@@ -234,18 +258,36 @@ class Trainer:
         loss = sum(losses) / len(losses)
         eta = (self.total_steps - self.step) * self.tokens_per_step / max(rate, 1e-9)
         lr = self.opt.param_groups[0]["lr"]
-        print(f"step {self.step}/{self.total_steps} ({100 * self.step / self.total_steps:.0f}%) | "
-              f"tokens {self.tokens / 1e6:.2f}M | loss {loss:.4f} | lr {lr:.2e} | "
-              f"{rate:,.0f} tok/s | eta {fmt_time(eta)}", file=sys.stderr)
-        self.write_metrics({"kind": "train", "step": self.step, "tokens": self.tokens, "loss": loss,
-                            "lr": lr, "tokens_per_s": round(rate, 1), "elapsed": round(self.elapsed, 2)})
+        print(
+            f"step {self.step}/{self.total_steps} ({100 * self.step / self.total_steps:.0f}%) | "
+            f"tokens {self.tokens / 1e6:.2f}M | loss {loss:.4f} | lr {lr:.2e} | "
+            f"{rate:,.0f} tok/s | eta {fmt_time(eta)}",
+            file=sys.stderr,
+        )
+        self.write_metrics(
+            {
+                "kind": "train",
+                "step": self.step,
+                "tokens": self.tokens,
+                "loss": loss,
+                "lr": lr,
+                "tokens_per_s": round(rate, 1),
+                "elapsed": round(self.elapsed, 2),
+            }
+        )
 
     def evaluate(self) -> None:
         a = self.args
         self.model.eval()  # always fp32: evals of bf16 and fp32 runs stay comparable
         per_file = self.mix.val_losses(self.model, self.device, nullcontext, a.val_windows, a.eval_batch)
-        rec = {"kind": "eval", "step": self.step, "tokens": self.tokens, "elapsed": round(self.elapsed, 2),
-               "val_loss": self.mix.mixed(per_file), "val": per_file}
+        rec = {
+            "kind": "eval",
+            "step": self.step,
+            "tokens": self.tokens,
+            "elapsed": round(self.elapsed, 2),
+            "val_loss": self.mix.mixed(per_file),
+            "val": per_file,
+        }
         if self.eval_text:
             rec["eval_bpb"] = self.eval_text.bits_per_byte(self.model, self.device, nullcontext, a.eval_batch)
         self.model.train()
@@ -258,18 +300,41 @@ class Trainer:
         rng = {"batch": self.gen.get_state(), "torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
-        atomic_save({"format": CKPT_FORMAT, "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
-                     "step": self.step, "tokens": self.tokens, "elapsed": self.elapsed, "rng": rng,
-                     "config": self.cfg.to_dict(), "tokenizer_hash": self.tok_hash, "args": vars(self.args),
-                     "last_eval": self.last_eval, "commands": self.commands}, self.run / "ckpt.pt")
+        atomic_save(
+            {
+                "format": CKPT_FORMAT,
+                "model": self.model.state_dict(),
+                "optimizer": self.opt.state_dict(),
+                "step": self.step,
+                "tokens": self.tokens,
+                "elapsed": self.elapsed,
+                "rng": rng,
+                "config": self.cfg.to_dict(),
+                "tokenizer_hash": self.tok_hash,
+                "args": vars(self.args),
+                "last_eval": self.last_eval,
+                "commands": self.commands,
+            },
+            self.run / "ckpt.pt",
+        )
 
     def export(self) -> None:
         """Write RUN/model (a tfm model folder) by building model.tmp and swapping it in."""
-        meta = {"trained_with": "tfm.train", "tokens_seen": self.tokens, "steps": self.step,
-                "wall_time_s": round(self.elapsed, 1), "device": str(self.device), "bf16": self.args.bf16,
-                "final_eval": self.last_eval, "eval_file": self.args.eval_file, "eval_bytes": self.args.eval_bytes,
-                "data": self.mix.describe(self.tokens), "command": shlex.join(self.commands[0]),
-                "commands": [shlex.join(c) for c in self.commands], "args": vars(self.args)}
+        meta = {
+            "trained_with": "tfm.train",
+            "tokens_seen": self.tokens,
+            "steps": self.step,
+            "wall_time_s": round(self.elapsed, 1),
+            "device": str(self.device),
+            "bf16": self.args.bf16,
+            "final_eval": self.last_eval,
+            "eval_file": self.args.eval_file,
+            "eval_bytes": self.args.eval_bytes,
+            "data": self.mix.describe(self.tokens),
+            "command": shlex.join(self.commands[0]),
+            "commands": [shlex.join(c) for c in self.commands],
+            "args": vars(self.args),
+        }
         final, tmp, old = self.run / "model", self.run / "model.tmp", self.run / "model.old"
         shutil.rmtree(tmp, ignore_errors=True)
         save_model(tmp, self.model, self.tok, meta)

@@ -16,6 +16,7 @@ written, and the card updated at once: a rerun skips every layer whose file and 
 loss per held-out domain is measured with every MLP replaced (with and without error terms) and
 with one layer replaced at a time (tfm.train.transcoder_eval).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,17 @@ from pathlib import Path
 
 import torch
 
-from ..analysis.dictionaries.transcoder import (CARD_FILE, Transcoder, TranscoderConfig, layer_file, load_transcoders,
-                                                read_card, save_layer, stored_copy, write_card)
+from ..analysis.dictionaries.transcoder import (
+    CARD_FILE,
+    Transcoder,
+    TranscoderConfig,
+    layer_file,
+    load_transcoders,
+    read_card,
+    save_layer,
+    stored_copy,
+    write_card,
+)
 from ..loaders.loading import load
 from . import mix
 from . import transcoder_eval as TE
@@ -34,7 +44,7 @@ from .data import id_windows
 from .topk import mean_square_scale, train_topk, unit_rows
 from .transcoder_card import card_markdown
 
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"   # beside the repository
+CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"  # beside the repository
 
 
 def _layers(text: str, n_layer: int) -> list[int]:
@@ -63,8 +73,11 @@ def _args(argv) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=1024)
     p.add_argument("--lr", type=float, default=4e-4)
     p.add_argument("--storage", choices=("fp16", "int8"), default="fp16", help="how the layer files hold the matrices")
-    p.add_argument("--skip-first", action="store_true",
-                   help="leave out each window's first position (a huge-norm attention sink in many real models)")
+    p.add_argument(
+        "--skip-first",
+        action="store_true",
+        help="leave out each window's first position (a huge-norm attention sink in many real models)",
+    )
     p.add_argument("--group-mb", type=int, default=1024, help="memory for one group of layers' activations")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
@@ -76,19 +89,34 @@ def _args(argv) -> argparse.Namespace:
 
 def _settings(a: argparse.Namespace) -> dict:
     """What a rerun must share with the card to go on where it stopped."""
-    return {"tokens": a.tokens, "eval_tokens": a.eval_tokens, "ctx": a.ctx, "epochs": a.epochs, "batch": a.batch,
-            "lr": a.lr, "seed": a.seed, "skipped_first_positions": int(a.skip_first)}
+    return {
+        "tokens": a.tokens,
+        "eval_tokens": a.eval_tokens,
+        "ctx": a.ctx,
+        "epochs": a.epochs,
+        "batch": a.batch,
+        "lr": a.lr,
+        "seed": a.seed,
+        "skipped_first_positions": int(a.skip_first),
+    }
 
 
 def _start_card(out: Path, cfg: TranscoderConfig, a: argparse.Namespace, command: str) -> dict:
     """The folder's card when it matches this run (a resumed run), else a new one."""
     if not (out / CARD_FILE).is_file():
-        return {"command": command, "model": cfg.model, "settings": _settings(a), "layers": {},
-                "data": {"train": mix.describe("train"), "heldout": mix.describe("heldout")}}
+        return {
+            "command": command,
+            "model": cfg.model,
+            "settings": _settings(a),
+            "layers": {},
+            "data": {"train": mix.describe("train"), "heldout": mix.describe("heldout")},
+        }
     card = read_card(out)
     if card["config"] != cfg or card.get("settings") != _settings(a):
-        raise ValueError(f"{out.name} holds a set trained with {card['config'].to_dict()} and "
-                         f"{card.get('settings')}: pass the same settings to go on, or choose another --out")
+        raise ValueError(
+            f"{out.name} holds a set trained with {card['config'].to_dict()} and "
+            f"{card.get('settings')}: pass the same settings to go on, or choose another --out"
+        )
     card.pop("config")
     return card
 
@@ -129,7 +157,7 @@ def train_missing(lm, cfg: TranscoderConfig, card: dict, todo: list[int], a: arg
         raise ValueError(f"--tokens and --eval-tokens must give at least one window of --ctx {a.ctx} tokens")
     s_train, angles = TE.embed(lm.model, train)
     s_held = TE.embed(lm.model, held)[0]
-    per_layer = 4 * len(train) * (a.ctx - skip) * cfg.d_model   # fp16 inputs and outputs
+    per_layer = 4 * len(train) * (a.ctx - skip) * cfg.d_model  # fp16 inputs and outputs
     for group in _groups(todo, max(1, a.group_mb * 2**20 // per_layer)):
         t1 = time.perf_counter()
         acts = TE.advance(lm.model, s_train, angles, group, set(todo), skip, log=log)
@@ -138,15 +166,21 @@ def train_missing(lm, cfg: TranscoderConfig, card: dict, todo: list[int], a: arg
         for layer in sorted(acts):
             tc, stats = _train_layer(cfg, layer, *acts.pop(layer), a, log)
             m_in, m_out = held_acts.pop(layer)
-            measured = TE.layer_metrics(stored_copy(tc), m_in, m_out)   # as the file loads
-            unrounded = TE.layer_metrics(tc, m_in, m_out)["fvu"]        # before fp16 / int8 storage
+            measured = TE.layer_metrics(stored_copy(tc), m_in, m_out)  # as the file loads
+            unrounded = TE.layer_metrics(tc, m_in, m_out)["fvu"]  # before fp16 / int8 storage
             save_layer(tc, out)
-            card["layers"][str(layer)] = {**stats, "activations_s": round(act_s, 1), **measured,
-                                          "fvu_before_storage": unrounded}
+            card["layers"][str(layer)] = {
+                **stats,
+                "activations_s": round(act_s, 1),
+                **measured,
+                "fvu_before_storage": unrounded,
+            }
             card["train_tokens"], card["heldout_tokens"] = len(train) * (a.ctx - skip), len(held) * (a.ctx - skip)
             _write(out, cfg, card)
-            log(f"layer {layer}: fvu {measured['fvu']:.4f} l0 {measured['l0']:.1f} dead {measured['dead_share']:.3f} "
-                f"({time.perf_counter() - t0:.0f}s)")
+            log(
+                f"layer {layer}: fvu {measured['fvu']:.4f} l0 {measured['l0']:.1f} dead {measured['dead_share']:.3f} "
+                f"({time.perf_counter() - t0:.0f}s)"
+            )
 
 
 def _heldout(lm, a: argparse.Namespace) -> dict[str, torch.Tensor]:

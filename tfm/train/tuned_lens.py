@@ -18,6 +18,7 @@ settings stop it). At the end each translator is written in fp16 and the held-ou
 domain is measured as the files load: per-layer KL and top-1 agreement for the tuned and the
 logit lens (tfm.analysis.lens.compare), and the KL before fp16 rounding; the state file is removed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,27 +56,47 @@ def _args(argv) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--corpus", default=str(CORPUS), help="the folder holding the mix's text files")
     p.add_argument("--name", default="", help="what the card calls the model (default: the spec)")
-    p.add_argument("--init", default="", help="a finished set to start from instead of the identity (a second "
-                   "stage; its card's command and steps go into this card)")
+    p.add_argument(
+        "--init",
+        default="",
+        help="a finished set to start from instead of the identity (a second "
+        "stage; its card's command and steps go into this card)",
+    )
     p.add_argument("--out", required=True)
     return p.parse_args(argv)
 
 
 def _settings(a: argparse.Namespace) -> dict:
     """What a rerun must share with the card to go on where it stopped."""
-    return {"tokens": a.tokens, "eval_tokens": a.eval_tokens, "ctx": a.ctx, "epochs": a.epochs, "batch": a.batch,
-            "lr": a.lr, "seed": a.seed, "skipped_first_positions": a.skip_first, **({"init": a.init} if a.init else {})}
+    return {
+        "tokens": a.tokens,
+        "eval_tokens": a.eval_tokens,
+        "ctx": a.ctx,
+        "epochs": a.epochs,
+        "batch": a.batch,
+        "lr": a.lr,
+        "seed": a.seed,
+        "skipped_first_positions": a.skip_first,
+        **({"init": a.init} if a.init else {}),
+    }
 
 
 def _start_card(out: Path, cfg: TunedLensConfig, a: argparse.Namespace, command: str) -> dict:
     """The folder's card when it matches this run (a resumed run), else a new one."""
     if not (out / CARD_FILE).is_file():
-        return {"command": command, "model": cfg.model, "settings": _settings(a), "step": 0,
-                "data": {"train": mix.describe("train"), "heldout": mix.describe("heldout")}}
+        return {
+            "command": command,
+            "model": cfg.model,
+            "settings": _settings(a),
+            "step": 0,
+            "data": {"train": mix.describe("train"), "heldout": mix.describe("heldout")},
+        }
     card = read_card(out)
     if card["config"] != cfg or card.get("settings") != _settings(a):
-        raise ValueError(f"{out.name} holds a lens trained with {card['config'].to_dict()} and "
-                         f"{card.get('settings')}: pass the same settings to go on, or choose another --out")
+        raise ValueError(
+            f"{out.name} holds a lens trained with {card['config'].to_dict()} and "
+            f"{card.get('settings')}: pass the same settings to go on, or choose another --out"
+        )
     card.pop("config")
     return card
 
@@ -86,14 +107,19 @@ def _state(out: Path, cfg: TunedLensConfig, step: int, init=None) -> dict[str, t
     n, d = cfg.n_streams, cfg.d_model
     zeros = {"weight": torch.zeros(n, d, d), "bias": torch.zeros(n, d)}
     start = zeros if init is None else {"weight": init.weight.clone(), "bias": init.bias.clone()}
-    state = {**start, **{f"{k}.m": torch.zeros_like(v) for k, v in zeros.items()},
-             **{f"{k}.v": torch.zeros_like(v) for k, v in zeros.items()}}
+    state = {
+        **start,
+        **{f"{k}.m": torch.zeros_like(v) for k, v in zeros.items()},
+        **{f"{k}.v": torch.zeros_like(v) for k, v in zeros.items()},
+    }
     if step == 0:
         return state
     path = out / STATE_FILE
     if not path.is_file() or path.stat().st_size > 8 * sum(t.numel() for t in state.values()) + 2**16:
-        raise ValueError(f"the card says {step} steps were taken but {STATE_FILE} is missing or too large: "
-                         f"remove {CARD_FILE} to start again")
+        raise ValueError(
+            f"the card says {step} steps were taken but {STATE_FILE} is missing or too large: "
+            f"remove {CARD_FILE} to start again"
+        )
     loaded = read_safetensors(path)
     if {k: tuple(v.shape) for k, v in loaded.items()} != {k: tuple(v.shape) for k, v in state.items()}:
         raise ValueError(f"{STATE_FILE} does not match the config: remove it and {CARD_FILE} to start again")
@@ -114,8 +140,9 @@ def _lr(a: argparse.Namespace, step: int, total: int) -> float:
     return a.lr * min((step + 1) / warm, max(0.0, (total - step) / max(1, total - warm)))
 
 
-def _layer_step(model, x: torch.Tensor, final: torch.Tensor, state: dict, r: int, lr: float, t: int,
-                n_words: int | None) -> float:
+def _layer_step(
+    model, x: torch.Tensor, final: torch.Tensor, state: dict, r: int, lr: float, t: int, n_words: int | None
+) -> float:
     """One Adam step on stream r's translator for a batch x (B, D) of that stream; its KL."""
     w = state["weight"][r].clone().requires_grad_(True)
     b = state["bias"][r].clone().requires_grad_(True)
@@ -131,7 +158,7 @@ def train(lm, cfg: TunedLensConfig, card: dict, a: argparse.Namespace, log=print
     """Trains from the card's step to the end, saving the state every --checkpoint steps."""
     out, t0 = Path(a.out), time.perf_counter()
     ids = mix.mix_ids(lm.tokenizer, a.corpus, "train", a.tokens)
-    streams = TLE.collect_streams(lm.model, ids, a.ctx, a.skip_first, log=log)     # (N, L+1, D) fp16
+    streams = TLE.collect_streams(lm.model, ids, a.ctx, a.skip_first, log=log)  # (N, L+1, D) fp16
     n_words, n = TLE.words(lm), len(streams)
     per_epoch = max(1, n // a.batch)
     total = max(1, int(per_epoch * a.epochs))
@@ -140,17 +167,19 @@ def train(lm, cfg: TunedLensConfig, card: dict, a: argparse.Namespace, log=print
     recent = [0.0] * cfg.n_streams
     for step in range(card["step"], total):
         order = torch.randperm(n, generator=torch.Generator().manual_seed(a.seed * 7919 + step // per_epoch))
-        rows = streams[order[(step % per_epoch) * a.batch:(step % per_epoch + 1) * a.batch]].float()  # (B, L+1, D)
+        rows = streams[order[(step % per_epoch) * a.batch : (step % per_epoch + 1) * a.batch]].float()  # (B, L+1, D)
         with torch.no_grad():
             final = TLE.decode_with_grad(lm.model, rows[:, -1], n_words)
         lr = _lr(a, step, total)
         kls = [_layer_step(lm.model, rows[:, r], final, state, r, lr, step + 1, n_words) for r in range(cfg.n_layer)]
-        kls.append(0.0)                                       # the last stream: the identity, KL 0
+        kls.append(0.0)  # the last stream: the identity, KL 0
         recent = [0.9 * old + 0.1 * new if step else new for old, new in zip(recent, kls)]
         if (step + 1) % a.checkpoint == 0 or step + 1 == total:
             _save_state(out, cfg, card, state, step + 1, recent, time.perf_counter() - t0)
-            log(f"step {step + 1}/{total}: train KL by stream {[round(v, 2) for v in recent]} "
-                f"({time.perf_counter() - t0:.0f}s)")
+            log(
+                f"step {step + 1}/{total}: train KL by stream {[round(v, 2) for v in recent]} "
+                f"({time.perf_counter() - t0:.0f}s)"
+            )
     return state
 
 

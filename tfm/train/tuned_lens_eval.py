@@ -5,6 +5,7 @@ detached: no gradient for them, nothing changed on the model), and the held-out 
 The streams are the model's own blocks called in order (`GPT.hidden` without a recorder), so they
 equal a trace's `residual_streams` (tests compare them).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -44,7 +45,7 @@ def collect_streams(model, ids: np.ndarray, ctx: int, skip: int, rows: int = 8, 
         raise ValueError(f"--tokens must give at least one window of --ctx {ctx} tokens, and --skip-first be below it")
     parts = []
     for r in range(0, len(wins), rows):
-        parts.append(streams_of(model, wins[r:r + rows])[:, skip:].flatten(0, 1).half())
+        parts.append(streams_of(model, wins[r : r + rows])[:, skip:].flatten(0, 1).half())
         if log is not None and (r // rows) % 10 == 0:
             log(f"streams: {min(r + rows, len(wins))}/{len(wins)} windows")
     return torch.cat(parts)
@@ -75,12 +76,17 @@ def measure(lm, out, corpus, eval_tokens: int, ctx: int, skip: int, state: dict,
     ids = mix.domain_ids(lm.tokenizer, corpus, "heldout", -(-eval_tokens // len(mix.DOMAINS)))
     table = {}
     for domain, d_ids in ids.items():
-        streams = collect_streams(lm.model, d_ids, ctx, skip).float().transpose(0, 1)   # (L+1, N, D)
+        streams = collect_streams(lm.model, d_ids, ctx, skip).float().transpose(0, 1)  # (L+1, N, D)
         n = words(lm)
         tuned, logit = lens_fit(lm.model, lens.translate(streams), n), lens_fit(lm.model, streams, n)
         before = lens_fit(lm.model, unrounded.translate(streams), n)
-        table[domain] = {"positions": streams.shape[1], "tuned": _summary(tuned), "logit": _summary(logit),
-                         "tuned_kl_before_fp16": [round(v, 5) for v in before.mean_kl()]}
-        log(f"{domain}: tuned KL {[round(v, 2) for v in tuned.mean_kl()]}, logit {[round(v, 2) for v in logit.mean_kl()]}")
+        table[domain] = {
+            "positions": streams.shape[1],
+            "tuned": _summary(tuned),
+            "logit": _summary(logit),
+            "tuned_kl_before_fp16": [round(v, 5) for v in before.mean_kl()],
+        }
+        log(
+            f"{domain}: tuned KL {[round(v, 2) for v in tuned.mean_kl()]}, logit {[round(v, 2) for v in logit.mean_kl()]}"
+        )
     return table
-

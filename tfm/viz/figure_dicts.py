@@ -2,6 +2,7 @@
 of a page run for an attention heatmap and half of building the next-token chart
 (docs/benchmarks.md). The tests validate every such figure instead and check that the browser gets
 what the validated twin would send (tests/app/test_attention.py, tests/test_viz_plain.py)."""
+
 from __future__ import annotations
 
 import plotly.graph_objects as go

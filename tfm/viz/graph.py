@@ -6,6 +6,7 @@ Nodes of one (layer, position) cell are spread side by side within it; token emb
 bottom row ("emb"), position embeddings beside them, the target at the top. At most `max_edges`
 edges are drawn, the strongest; edges go in a few traces by width (a plotly line has one width).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -18,9 +19,16 @@ from ..analysis.graph.files import GraphFile, GraphNode
 from .attention import plotly_text
 from .why import NEG_COLOUR, POS_COLOUR
 
-KIND_COLOUR = {"feature": "#ff7f0e", "error": "#7f7f7f", "sink": "#1f77b4", "token": "#2ca02c", "position": "#98df8a", "target": "#9467bd"}
+KIND_COLOUR = {
+    "feature": "#ff7f0e",
+    "error": "#7f7f7f",
+    "sink": "#1f77b4",
+    "token": "#2ca02c",
+    "position": "#98df8a",
+    "target": "#9467bd",
+}
 WIDTHS = (0.5, 1.2, 2.2, 3.5, 5.0)
-DRAWN_EDGES = 400    # the most edges a figure draws (the strongest): a browser draws more slowly than we list
+DRAWN_EDGES = 400  # the most edges a figure draws (the strongest): a browser draws more slowly than we list
 
 
 def node_xy(gf: GraphFile) -> dict[int, tuple[float, float]]:
@@ -55,20 +63,29 @@ def _hover(n: GraphNode, labels: tuple[str, ...]) -> str:
 
 
 def _edge_traces(gf: GraphFile, xy: dict, max_edges: int) -> list[go.Scatter]:
-    edges = heapq.nsmallest(max_edges, gf.edges, key=lambda e: -abs(e.weight))   # stable, as sorted()[:n]
+    edges = heapq.nsmallest(max_edges, gf.edges, key=lambda e: -abs(e.weight))  # stable, as sorted()[:n]
     if not edges:
         return []
     top = max(abs(e.weight) for e in edges)
     groups = defaultdict(lambda: ([], []))
-    for e in edges:   # the share first: 5 x 1e308 overflows; every weight 0 draws the thinnest lines
+    for e in edges:  # the share first: 5 x 1e308 overflows; every weight 0 draws the thinnest lines
         bucket = min(len(WIDTHS) - 1, int(len(WIDTHS) * (abs(e.weight) / top if top > 0 else 0.0)))
         xs, ys = groups[(e.weight >= 0, bucket)]
         (x0, y0), (x1, y1) = xy[e.source], xy[e.target]
         xs += [x0, x1, None]
         ys += [y0, y1, None]
-    return [go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
-                       line=dict(width=WIDTHS[b], color=POS_COLOUR if pos else NEG_COLOUR), opacity=0.55)
-            for (pos, b), (xs, ys) in sorted(groups.items())]
+    return [
+        go.Scatter(
+            x=xs,
+            y=ys,
+            mode="lines",
+            hoverinfo="skip",
+            showlegend=False,
+            line=dict(width=WIDTHS[b], color=POS_COLOUR if pos else NEG_COLOUR),
+            opacity=0.55,
+        )
+        for (pos, b), (xs, ys) in sorted(groups.items())
+    ]
 
 
 def graph_figure(gf: GraphFile, max_edges: int = DRAWN_EDGES, target_label: str = "") -> go.Figure:
@@ -81,10 +98,18 @@ def graph_figure(gf: GraphFile, max_edges: int = DRAWN_EDGES, target_label: str 
         if not nodes:
             continue
         size = [22.0 if kind == "target" else 6 + 22 * np.sqrt(min(max(n.influence, 0.0) / top, 1.0)) for n in nodes]
-        fig.add_trace(go.Scatter(x=[xy[n.id][0] for n in nodes], y=[xy[n.id][1] for n in nodes], mode="markers",
-                                 name=kind, marker=dict(size=size, color=colour, line=dict(width=0.5, color="#333")),
-                                 text=[_hover(n, gf.labels) for n in nodes], hovertemplate="%{text}<extra></extra>",
-                                 customdata=[n.id for n in nodes]))
+        fig.add_trace(
+            go.Scatter(
+                x=[xy[n.id][0] for n in nodes],
+                y=[xy[n.id][1] for n in nodes],
+                mode="markers",
+                name=kind,
+                marker=dict(size=size, color=colour, line=dict(width=0.5, color="#333")),
+                text=[_hover(n, gf.labels) for n in nodes],
+                hovertemplate="%{text}<extra></extra>",
+                customdata=[n.id for n in nodes],
+            )
+        )
     fig.update_layout(**_graph_layout(gf, target_label))
     return fig
 
@@ -95,9 +120,20 @@ def _graph_layout(gf: GraphFile, target_label: str) -> dict:
     scores = gf.scores
     return dict(
         title=f"Attribution graph{' of “' + plotly_text(target_label) + '”' if target_label else ''} · "
-              f"replacement {scores.get('replacement', 0):.2f} · completeness {scores.get('completeness', 0):.2f}",
-        xaxis=dict(tickmode="array", tickvals=list(range(len(gf.labels))),
-                   ticktext=[plotly_text(s) for s in gf.labels], title="position"),
-        yaxis=dict(tickmode="array", tickvals=list(range(n_layer + 2)),
-                   ticktext=["emb"] + [f"L{i}" for i in range(n_layer)] + ["target"], title="layer"),
-        height=max(480, min(1400, 64 * (n_layer + 2))), legend=dict(orientation="h", y=-0.15), hovermode="closest")
+        f"replacement {scores.get('replacement', 0):.2f} · completeness {scores.get('completeness', 0):.2f}",
+        xaxis=dict(
+            tickmode="array",
+            tickvals=list(range(len(gf.labels))),
+            ticktext=[plotly_text(s) for s in gf.labels],
+            title="position",
+        ),
+        yaxis=dict(
+            tickmode="array",
+            tickvals=list(range(n_layer + 2)),
+            ticktext=["emb"] + [f"L{i}" for i in range(n_layer)] + ["target"],
+            title="layer",
+        ),
+        height=max(480, min(1400, 64 * (n_layer + 2))),
+        legend=dict(orientation="h", y=-0.15),
+        hovermode="closest",
+    )

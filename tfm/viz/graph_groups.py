@@ -4,6 +4,7 @@ hand, each drawn as one coloured box with its name) and the node the reader open
 Boxes are layout shapes and names annotations, not traces, so the figure's traces (and the
 curve numbers a click reports) stay those of `graph_figure`.
 """
+
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -26,10 +27,25 @@ def add_supernodes(fig: go.Figure, gf: GraphFile, groups: dict[str, list[int]]) 
         colour = GROUP_COLOURS[j % len(GROUP_COLOURS)]
         x0, x1 = min(p[0] for p in points) - PAD_X, max(p[0] for p in points) + PAD_X
         y0, y1 = min(p[1] for p in points) - PAD_Y, max(p[1] for p in points) + PAD_Y
-        fig.add_shape(type="rect", x0=x0, x1=x1, y0=y0, y1=y1, line=dict(color=colour, width=2),
-                      fillcolor=colour, opacity=0.18, layer="below")
-        fig.add_annotation(x=(x0 + x1) / 2, y=y1, text=f"<b>{plotly_text(name)}</b>", showarrow=False,
-                           yanchor="bottom", font=dict(color=colour, size=12))
+        fig.add_shape(
+            type="rect",
+            x0=x0,
+            x1=x1,
+            y0=y0,
+            y1=y1,
+            line=dict(color=colour, width=2),
+            fillcolor=colour,
+            opacity=0.18,
+            layer="below",
+        )
+        fig.add_annotation(
+            x=(x0 + x1) / 2,
+            y=y1,
+            text=f"<b>{plotly_text(name)}</b>",
+            showarrow=False,
+            yanchor="bottom",
+            font=dict(color=colour, size=12),
+        )
     return fig
 
 
@@ -38,6 +54,12 @@ def mark_node(fig: go.Figure, gf: GraphFile, node: int | None) -> go.Figure:
     xy = node_xy(gf)
     if node is not None and node in xy:
         x, y = xy[node]
-        fig.add_shape(type="circle", x0=x - 0.12, x1=x + 0.12, y0=y - 0.3, y1=y + 0.3,
-                      line=dict(color="#000", width=2, dash="dot"))
+        fig.add_shape(
+            type="circle",
+            x0=x - 0.12,
+            x1=x + 0.12,
+            y0=y - 0.3,
+            y1=y + 0.3,
+            line=dict(color="#000", width=2, dash="dot"),
+        )
     return fig

@@ -1,4 +1,5 @@
 """Plotly figures for the LayerNorm & residual-stream page: tensors in, go.Figure out."""
+
 from __future__ import annotations
 
 import html
@@ -31,15 +32,30 @@ def colour_cap(values: np.ndarray) -> tuple[int, float] | None:
     return (top, rest) if rest > 0 and cols[top] > 10 * rest else None
 
 
-def layer_token_heatmap(z, token_labels: list[str], layer_labels: list[str], title: str,
-                        colorbar: str, colorscale: str = "Viridis", height: int = 300) -> go.Figure:
+def layer_token_heatmap(
+    z,
+    token_labels: list[str],
+    layer_labels: list[str],
+    title: str,
+    colorbar: str,
+    colorscale: str = "Viridis",
+    height: int = 300,
+) -> go.Figure:
     """(L, T) values: one row per layer, one column per token."""
     values = _np(z)
     cap = colour_cap(values)
-    fig = go.Figure(go.Heatmap(z=values, x=[plotly_text(t) for t in token_labels], y=layer_labels, colorscale=colorscale,
-                               colorbar=dict(title=colorbar, tickformat=".3g"),
-                               zmin=None if cap is None else float(values.min()), zmax=None if cap is None else cap[1],
-                               hovertemplate="%{y}, token %{x}<br>%{z:.5g}<extra></extra>"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=values,
+            x=[plotly_text(t) for t in token_labels],
+            y=layer_labels,
+            colorscale=colorscale,
+            colorbar=dict(title=colorbar, tickformat=".3g"),
+            zmin=None if cap is None else float(values.min()),
+            zmax=None if cap is None else cap[1],
+            hovertemplate="%{y}, token %{x}<br>%{z:.5g}<extra></extra>",
+        )
+    )
     # Each map has its own colour range: say what it is, so a tiny spread does not look big.
     title = f"{title}<br><sup>range {values.min():.3g} … {values.max():.3g}"
     if cap is not None:
@@ -53,15 +69,22 @@ def layer_token_heatmap(z, token_labels: list[str], layer_labels: list[str], tit
 
 def param_boxes(values: list, labels: list[str], title: str, y_title: str) -> go.Figure:
     """One box per norm summarising one of its parameter vectors (gain or bias)."""
-    fig = go.Figure([go.Box(y=_np(v), name=name, boxpoints=False, marker_color="#1f77b4", showlegend=False)
-                     for v, name in zip(values, labels)])
+    fig = go.Figure(
+        [
+            go.Box(y=_np(v), name=name, boxpoints=False, marker_color="#1f77b4", showlegend=False)
+            for v, name in zip(values, labels)
+        ]
+    )
     fig.update_layout(title=title, xaxis_title="norm (block.name)", yaxis_title=y_title, height=340)
     return fig
 
 
 def param_histogram(values, title: str, x_title: str) -> go.Figure:
-    fig = go.Figure(go.Histogram(x=_np(values), nbinsx=60, marker_color="#1f77b4",
-                                 hovertemplate="%{x}<br>%{y} dimensions<extra></extra>"))
+    fig = go.Figure(
+        go.Histogram(
+            x=_np(values), nbinsx=60, marker_color="#1f77b4", hovertemplate="%{x}<br>%{y} dimensions<extra></extra>"
+        )
+    )
     fig.update_layout(title=title, xaxis_title=x_title, yaxis_title="number of dimensions", height=340)
     return fig
 
@@ -69,34 +92,62 @@ def param_histogram(values, title: str, x_title: str) -> go.Figure:
 def growth_lines(resid, layer_labels: list[str], title: str) -> go.Figure:
     """Residual-stream norm per layer: mean and largest over the prompt's tokens."""
     r = _np(resid)
-    fig = go.Figure([
-        go.Scatter(x=layer_labels, y=r.mean(1), mode="lines+markers", name="mean over tokens",
-                   hovertemplate="%{x}: %{y:.4f}<extra>mean</extra>"),
-        go.Scatter(x=layer_labels, y=r.max(1), mode="lines+markers", name="largest token",
-                   hovertemplate="%{x}: %{y:.4f}<extra>largest</extra>"),
-    ])
+    fig = go.Figure(
+        [
+            go.Scatter(
+                x=layer_labels,
+                y=r.mean(1),
+                mode="lines+markers",
+                name="mean over tokens",
+                hovertemplate="%{x}: %{y:.4f}<extra>mean</extra>",
+            ),
+            go.Scatter(
+                x=layer_labels,
+                y=r.max(1),
+                mode="lines+markers",
+                name="largest token",
+                hovertemplate="%{x}: %{y:.4f}<extra>largest</extra>",
+            ),
+        ]
+    )
     fig.update_layout(title=title, xaxis_title="residual stream at", yaxis_title="L2 norm", height=340, legend=TOP)
     return fig
 
 
 def sublayer_bars(attn, mlp, layer_labels: list[str], title: str) -> go.Figure:
     """Mean L2 norm over tokens of what attention and the MLP add, per layer."""
-    fig = go.Figure([
-        go.Bar(x=layer_labels, y=_np(attn).mean(1), name="attention output",
-               hovertemplate="%{x}: %{y:.4f}<extra>attention</extra>"),
-        go.Bar(x=layer_labels, y=_np(mlp).mean(1), name="MLP output",
-               hovertemplate="%{x}: %{y:.4f}<extra>MLP</extra>"),
-    ])
-    fig.update_layout(title=title, barmode="group", xaxis_title="layer", yaxis_title="mean L2 norm", height=340,
-                      legend=TOP)
+    fig = go.Figure(
+        [
+            go.Bar(
+                x=layer_labels,
+                y=_np(attn).mean(1),
+                name="attention output",
+                hovertemplate="%{x}: %{y:.4f}<extra>attention</extra>",
+            ),
+            go.Bar(
+                x=layer_labels, y=_np(mlp).mean(1), name="MLP output", hovertemplate="%{x}: %{y:.4f}<extra>MLP</extra>"
+            ),
+        ]
+    )
+    fig.update_layout(
+        title=title, barmode="group", xaxis_title="layer", yaxis_title="mean L2 norm", height=340, legend=TOP
+    )
     return fig
 
 
 def worked_lines(ex, title: str) -> go.Figure:
     """The worked example's vectors across dimensions: input, normalised, output."""
-    fig = go.Figure([go.Scatter(y=_np(getattr(ex, k)), mode="lines", name=name,
-                                hovertemplate="dim %{x}: %{y:.5f}<extra>" + name + "</extra>")
-                     for k, name in (("x", "input x"), ("normalized", "normalised"), ("output", "output"))])
+    fig = go.Figure(
+        [
+            go.Scatter(
+                y=_np(getattr(ex, k)),
+                mode="lines",
+                name=name,
+                hovertemplate="dim %{x}: %{y:.5f}<extra>" + name + "</extra>",
+            )
+            for k, name in (("x", "input x"), ("normalized", "normalised"), ("output", "output"))
+        ]
+    )
     fig.update_layout(title=title, xaxis_title="dimension", yaxis_title="value", height=340, legend=TOP)
     return fig
 
@@ -107,8 +158,15 @@ def depth_lines(results: dict, key: str, title: str, y_title: str, log: bool = F
     fig = go.Figure()
     for label, res in results.items():
         y = _np(getattr(res, key))
-        fig.add_trace(go.Scatter(x=list(range(len(y))), y=y, mode="lines+markers", name=label,
-                                 hovertemplate="%{x}: %{y:.4g}<extra>" + label + "</extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=list(range(len(y))),
+                y=y,
+                mode="lines+markers",
+                name=label,
+                hovertemplate="%{x}: %{y:.4g}<extra>" + label + "</extra>",
+            )
+        )
     x_title = "blocks passed (0 = the embedding)" if key == "resid_norm" else "block"
     fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title, height=380, legend=TOP)
     if log:

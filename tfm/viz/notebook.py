@@ -15,6 +15,7 @@ of (B, H, T, T) tensors, one per layer) and its tokens as strings, as BertViz's
 (labels beyond that are unreadable, and the head view's lines grow as T²): the last ones unless
 `positions=(first, last)` says which; the title names the positions drawn.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -42,15 +43,39 @@ from . import positions as fp
 from . import sampling as fs
 from . import why as fw
 from .attention import WINDOW
-from .notebook_attention import (all_heads, attention_pattern, axis_labels, drawn_positions, head_view, layer_heads,
-                                 span_text)
+from .notebook_attention import (
+    all_heads,
+    attention_pattern,
+    axis_labels,
+    drawn_positions,
+    head_view,
+    layer_heads,
+    span_text,
+)
 
-LENS_WINDOW = 32     # most positions of the logit lens (its cells hold text)
+LENS_WINDOW = 32  # most positions of the logit lens (its cells hold text)
 
-__all__ = ["WINDOW", "all_heads", "attention_pattern", "attribution_bars", "generation_attention",
-           "generation_timeline", "head_table", "head_table_frame", "head_view", "layer_heads", "lens_comparison",
-           "logit_lens", "next_token", "norm_statistics", "positional_encodings", "record_generation", "residual_norms",
-           "tokens", "trace_prompt"]
+__all__ = [
+    "WINDOW",
+    "all_heads",
+    "attention_pattern",
+    "attribution_bars",
+    "generation_attention",
+    "generation_timeline",
+    "head_table",
+    "head_table_frame",
+    "head_view",
+    "layer_heads",
+    "lens_comparison",
+    "logit_lens",
+    "next_token",
+    "norm_statistics",
+    "positional_encodings",
+    "record_generation",
+    "residual_norms",
+    "tokens",
+    "trace_prompt",
+]
 
 
 # ---- inputs: a tfm trace or Hugging Face attentions, and token labels ------------------------
@@ -60,8 +85,9 @@ def trace_prompt(lm: LM, text: str) -> tuple[Trace, list[str]]:
     make ids): (its trace, the tokens' text). `lm.tokenizer.prompt_ids(text)` gives the ids."""
     ids = lm.tokenizer.prompt_ids(text)
     if not 0 < len(ids) <= lm.config.context_length:
-        raise ValueError(f"the prompt is {len(ids)} tokens; this model reads 1 to {lm.config.context_length}: "
-                         "shorten it")
+        raise ValueError(
+            f"the prompt is {len(ids)} tokens; this model reads 1 to {lm.config.context_length}: shorten it"
+        )
     p = next(lm.model.parameters())
     return lm.model(torch.tensor([ids], device=p.device), trace=True).trace, tokens(lm, ids)
 
@@ -85,14 +111,19 @@ def head_table(lm: LM, trace: Trace | None = None, ids: Sequence[int] | None = N
     frame = head_table_frame(lm, trace, ids)
     cols = [c for c in frame.columns if c not in ("layer", "index")]
     shown = [None] + [f".{check_int('digits', digits, 0, 8)}f"] * (len(cols) - 1)
-    return go.Figure(go.Table(header=dict(values=[c.replace("_", " ") for c in cols], align="left"),
-                              cells=dict(values=[frame[c].tolist() for c in cols], format=shown, align="left")),
-                     layout=dict(title="Head table: one row per head", height=min(900, 120 + 22 * len(frame))))
+    return go.Figure(
+        go.Table(
+            header=dict(values=[c.replace("_", " ") for c in cols], align="left"),
+            cells=dict(values=[frame[c].tolist() for c in cols], format=shown, align="left"),
+        ),
+        layout=dict(title="Head table: one row per head", height=min(900, 120 + 22 * len(frame))),
+    )
 
 
 # ---- the model's predictions ---------------------------------------------------------------
-def logit_lens(lm: LM, trace: Trace, ids: Sequence[int], positions: tuple[int, int] | None = None,
-               tuned: TunedLens | None = None) -> go.Figure:
+def logit_lens(
+    lm: LM, trace: Trace, ids: Sequence[int], positions: tuple[int, int] | None = None, tuned: TunedLens | None = None
+) -> go.Figure:
     """What each layer would predict at each position (the Logit lens page's grid): cell text the
     top token, colour its probability, bold where it is the token that really comes next. With
     `tuned` (`tfm.analysis.lens.tuned.shipped_lens("smollm2", lm)`), the tuned lens's grid."""
@@ -100,25 +131,45 @@ def logit_lens(lm: LM, trace: Trace, ids: Sequence[int], positions: tuple[int, i
     labels = axis_labels(tokens(lm, ids), len(ids))
     a, b = drawn_positions(len(ids), positions, LENS_WINDOW)
     lens = lens_grid(lm.model, trace, tuned, k=5, positions=slice(a, b + 1), keep_probs=False, n_words=n_words(lm))
-    top_ids, top_probs = lens.top_ids.cpu(), lens.top_probs.float().cpu()            # (L+1, w, 5)
-    nxt = ids[a + 1:b + 2]
-    hover = [[(f"actual next: {fs.esc(tok.display_piece(nxt[c])) if c < len(nxt) else '(end of prompt)'}<br>"
-               + "<br>".join(f"{fs.esc(tok.display_piece(int(i)))}: {p:.4f}"
-                             for i, p in zip(top_ids[r, c], top_probs[r, c].tolist())))
-              for c in range(b - a + 1)] for r in range(len(lens.labels))]
+    top_ids, top_probs = lens.top_ids.cpu(), lens.top_probs.float().cpu()  # (L+1, w, 5)
+    nxt = ids[a + 1 : b + 2]
+    hover = [
+        [
+            (
+                f"actual next: {fs.esc(tok.display_piece(nxt[c])) if c < len(nxt) else '(end of prompt)'}<br>"
+                + "<br>".join(
+                    f"{fs.esc(tok.display_piece(int(i)))}: {p:.4f}"
+                    for i, p in zip(top_ids[r, c], top_probs[r, c].tolist())
+                )
+            )
+            for c in range(b - a + 1)
+        ]
+        for r in range(len(lens.labels))
+    ]
     pieces = [[tok.display_piece(int(t)) for t in row[:, 0]] for row in top_ids]
     bold = (top_ids[:, :, 0] == torch.tensor(nxt + [-1] * (b - a + 1 - len(nxt)))).numpy()
-    return fs.lens_grid_figure(top_probs[:, :, 0].numpy(), pieces, hover, lens.labels, labels[a:b + 1],
-                               f"{'Tuned' if tuned else 'Logit'} lens: top prediction after each layer{span_text(a, b, len(ids))}",
-                               "position (input token); each cell predicts the token after it", bold=bold)
+    return fs.lens_grid_figure(
+        top_probs[:, :, 0].numpy(),
+        pieces,
+        hover,
+        lens.labels,
+        labels[a : b + 1],
+        f"{'Tuned' if tuned else 'Logit'} lens: top prediction after each layer{span_text(a, b, len(ids))}",
+        "position (input token); each cell predicts the token after it",
+        bold=bold,
+    )
 
 
 def lens_comparison(lm: LM, trace: Trace, tuned: TunedLens | None = None) -> go.Figure:
     """Each layer's reading against the final prediction (the Logit lens page's chart): KL and top-1
     agreement over the prompt's positions after the first, for the logit lens and `tuned`."""
     fits = prompt_fits(lm.model, trace, tuned, n_words(lm))
-    return fl.lens_fit_figure({k: f.mean_kl() for k, f in fits.items()}, {k: f.agreement() for k, f in fits.items()},
-                              fits["logit"].labels, "Each layer's reading against the final prediction")
+    return fl.lens_fit_figure(
+        {k: f.mean_kl() for k, f in fits.items()},
+        {k: f.agreement() for k, f in fits.items()},
+        fits["logit"].labels,
+        "Each layer's reading against the final prediction",
+    )
 
 
 def _token(lm: LM, token: int | str | None) -> int | None:
@@ -127,8 +178,15 @@ def _token(lm: LM, token: int | str | None) -> int | None:
     return token_id(lm.tokenizer, token, lm.config.vocab_size)
 
 
-def attribution_bars(lm: LM, ids: Sequence[int], position: int = -1, token: int | str | None = None,
-                     versus: int | str | None = None, trace: Trace | None = None, top: int = 15) -> go.Figure:
+def attribution_bars(
+    lm: LM,
+    ids: Sequence[int],
+    position: int = -1,
+    token: int | str | None = None,
+    versus: int | str | None = None,
+    trace: Trace | None = None,
+    top: int = 15,
+) -> go.Figure:
     """Direct logit attribution (the Why page's bars): the `top` components by |contribution| to
     the logit of `token` (default: the top prediction; text must be one token) at `position`,
     or to logit(token) - logit(versus). `trace`: a trace of these ids to reuse."""
@@ -136,26 +194,45 @@ def attribution_bars(lm: LM, ids: Sequence[int], position: int = -1, token: int 
     what = f"logit({lm.tokenizer.display_piece(attr.token)!r})"
     if attr.versus is not None:
         what += f" − logit({lm.tokenizer.display_piece(attr.versus)!r})"
-    return fw.contrib_bars(list(attr.components), attr.values.numpy(),
-                           f"Top contributions to {fa.plotly_text(what)} = {attr.target:.4f} at position {attr.position}",
-                           top=check_int("top", top, 1))
+    return fw.contrib_bars(
+        list(attr.components),
+        attr.values.numpy(),
+        f"Top contributions to {fa.plotly_text(what)} = {attr.target:.4f} at position {attr.position}",
+        top=check_int("top", top, 1),
+    )
 
 
-def next_token(lm: LM, trace: Trace, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-               count: int = 20, position: int = -1) -> go.Figure:
+def next_token(
+    lm: LM,
+    trace: Trace,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    count: int = 20,
+    position: int = -1,
+) -> go.Figure:
     """The next-token breakdown (the sampling page's chart) after `position`: temperature, then
     top-k, then top-p over the full vocabulary; the `count` most likely tokens drawn."""
     settings = SamplingSettings(temperature, top_k, top_p)
     bd = _next_token(trace.logits_at(position).float().cpu(), settings, n_words(lm))
     shown = fs.shown_ids(bd.logits, check_int("count", count, 1, 200))
-    title = (f"Next-token probabilities: top {len(shown)} of {n_words(lm):,} tokens (T = "
-             f"{fs.temperature_label(settings.temperature)}, top-k = {settings.top_k or 'off'}, top-p = {settings.top_p:g})")
+    title = (
+        f"Next-token probabilities: top {len(shown)} of {n_words(lm):,} tokens (T = "
+        f"{fs.temperature_label(settings.temperature)}, top-k = {settings.top_k or 'off'}, top-p = {settings.top_p:g})"
+    )
     return fs.next_token_figure(bd, shown, tokens(lm, shown), title)
 
 
 # ---- generation ----------------------------------------------------------------------------
-def record_generation(lm: LM, prompt: str, max_new_tokens: int = 20, temperature: float = 1.0, top_k: int = 0,
-                      top_p: float = 1.0, seed: int = 0) -> tuple[list[int], list[StepRecord]]:
+def record_generation(
+    lm: LM,
+    prompt: str,
+    max_new_tokens: int = 20,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int = 0,
+) -> tuple[list[int], list[StepRecord]]:
     """Generate with a trace and keep what the app's timeline keeps of each step:
     (prompt ids, one StepRecord per token with its logits, attention rows and residual streams)."""
     gen = generate(lm, prompt, max_new_tokens, temperature, top_k, top_p, seed=seed, trace=True)
@@ -167,8 +244,12 @@ def generation_timeline(records: Sequence[StepRecord], log: bool = True) -> go.F
     if not records:
         raise ValueError("records is empty: generate at least one token (record_generation)")
     y = np.array([r.prob_original for r in records])
-    fig = fs.compare_figure({"chosen token": y}, "Generation timeline: the model's probability of each chosen token",
-                            "model probability (T = 1)", log=log)
+    fig = fs.compare_figure(
+        {"chosen token": y},
+        "Generation timeline: the model's probability of each chosen token",
+        "model probability (T = 1)",
+        log=log,
+    )
     fig.update_traces(text=[fs.esc(r.display) for r in records], textposition="top center", mode="lines+markers+text")
     return fig
 
@@ -176,16 +257,20 @@ def generation_timeline(records: Sequence[StepRecord], log: bool = True) -> go.F
 def generation_attention(lm: LM, prompt_ids: Sequence[int], records: Sequence[StepRecord], step: int = -1) -> go.Figure:
     """Where the position that predicted generated token `step` looked: every layer and head
     (the timeline's attention rows; the last `WINDOW` keys)."""
-    step = check_int("step", step if step >= 0 else len(records) + step, 0, len(records) - 1,
-                     f" ({len(records)} generated tokens)")
+    step = check_int(
+        "step", step if step >= 0 else len(records) + step, 0, len(records) - 1, f" ({len(records)} generated tokens)"
+    )
     r = records[step]
     if r.attn is None:
         raise ValueError("these records hold no attention rows: make them with record_generation")
     seq = list(prompt_ids) + [x.token_id for x in records[:step]]
     labels = axis_labels(tokens(lm, seq), len(seq))
-    fig, _ = fs.step_attention_figure(r.attn, labels, WINDOW,
-                                      f"Step {step}: where position {len(seq) - 1} looked before drawing "
-                                      f"'{fs.esc(r.display)}', every layer and head")
+    fig, _ = fs.step_attention_figure(
+        r.attn,
+        labels,
+        WINDOW,
+        f"Step {step}: where position {len(seq) - 1} looked before drawing '{fs.esc(r.display)}', every layer and head",
+    )
     return fig
 
 
@@ -214,13 +299,15 @@ def norm_statistics(trace: Trace, tokens: Sequence[str], stat: str = "ln1.input_
     blocks = [f"block {i}" for i in range(values.shape[0])]
     norm, part = stat.split(".")
     side = "input" if part.startswith("input") else "output"
-    return fn.layer_token_heatmap(values, labels, blocks, f"{stat}: {part.split('_')[1]} of the {side} of {norm}",
-                                  part.split("_")[1])
+    return fn.layer_token_heatmap(
+        values, labels, blocks, f"{stat}: {part.split('_')[1]} of the {side} of {norm}", part.split("_")[1]
+    )
 
 
 def residual_norms(trace: Trace, tokens: Sequence[str]) -> go.Figure:
     """The residual stream's L2 norm per token after the embedding and after every block."""
     resid = layer_summaries(trace)[1]["resid"]
     streams = ["embed"] + [f"after block {i}" for i in range(resid.shape[0] - 1)]
-    return fn.layer_token_heatmap(resid, axis_labels(tokens, resid.shape[-1]), streams,
-                                  "Residual-stream L2 norm per token", "L2 norm", height=340)
+    return fn.layer_token_heatmap(
+        resid, axis_labels(tokens, resid.shape[-1]), streams, "Residual-stream L2 norm per token", "L2 norm", height=340
+    )

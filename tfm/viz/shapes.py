@@ -1,4 +1,5 @@
 """Tables, a Graphviz flow and plotly figures for the shapes & parameters page."""
+
 from __future__ import annotations
 
 import html
@@ -11,19 +12,21 @@ from ..core.trace_read import split_name
 
 
 def dims(entry: ShapeEntry) -> str:
-    """"batch=1 × pos=25 × d_model=192": every axis with its name."""
+    """ "batch=1 × pos=25 × d_model=192": every axis with its name."""
     return " × ".join(f"{a}={n}" for a, n in zip(entry.axes, entry.shape))
 
 
 def shape_table(shapes: tuple[ShapeEntry, ...]) -> pd.DataFrame:
-    return pd.DataFrame({
-        "step": range(len(shapes)),
-        "name": [s.name for s in shapes],
-        "shape": [" × ".join(map(str, s.shape)) for s in shapes],
-        "axes": [" × ".join(s.axes) for s in shapes],
-        "dtype": [s.dtype for s in shapes],
-        "stored": ["yes" if s.stored else "reshape only" for s in shapes],
-    })
+    return pd.DataFrame(
+        {
+            "step": range(len(shapes)),
+            "name": [s.name for s in shapes],
+            "shape": [" × ".join(map(str, s.shape)) for s in shapes],
+            "axes": [" × ".join(s.axes) for s in shapes],
+            "dtype": [s.dtype for s in shapes],
+            "stored": ["yes" if s.stored else "reshape only" for s in shapes],
+        }
+    )
 
 
 def _group(name: str) -> str:
@@ -74,8 +77,11 @@ def shape_flow_dot(shapes: tuple[ShapeEntry, ...], n_layer: int) -> str:
     Dashed edges are the residual connections: the stream skips a sublayer and is added back."""
     same = all(_block_signature(shapes, i) == _block_signature(shapes, 0) for i in range(1, n_layer))
     shown = [s for s in shapes if not (same and (split_name(s.name)[0] or 0) > 0)]
-    lines = ["digraph G {", "rankdir=TB; nodesep=0.2; ranksep=0.18;",
-             "node [shape=plaintext, fontsize=10, fontname=Helvetica]; edge [arrowsize=0.6];"]
+    lines = [
+        "digraph G {",
+        "rankdir=TB; nodesep=0.2; ranksep=0.18;",
+        "node [shape=plaintext, fontsize=10, fontname=Helvetica]; edge [arrowsize=0.6];",
+    ]
     prev, stream, after_sublayer = None, None, False
     for k, (group, entries) in enumerate(_stages(shown)):
         node = f"n{k}"
@@ -90,8 +96,10 @@ def shape_flow_dot(shapes: tuple[ShapeEntry, ...], n_layer: int) -> str:
             stream = node
         prev = node
         if same and n_layer > 1 and split_name(group) == (0, "resid_post"):
-            lines.append(f'folded [shape=box, style="rounded,dashed", fontsize=10, label="blocks 1 … {n_layer - 1}: '
-                         f'{n_layer - 1} more blocks, the same shapes as block 0"];')
+            lines.append(
+                f'folded [shape=box, style="rounded,dashed", fontsize=10, label="blocks 1 … {n_layer - 1}: '
+                f'{n_layer - 1} more blocks, the same shapes as block 0"];'
+            )
             lines.append(f"{prev} -> folded;")
             prev, stream = "folded", None
     lines.append("}")
@@ -100,8 +108,13 @@ def shape_flow_dot(shapes: tuple[ShapeEntry, ...], n_layer: int) -> str:
 
 def param_bars(counts: dict[str, int], title: str) -> go.Figure:
     total = sum(counts.values())
-    fig = go.Figure(go.Bar(x=list(counts), y=list(counts.values()),
-                           customdata=[100 * v / total for v in counts.values()],
-                           hovertemplate="%{x}: %{y:,} parameters (%{customdata:.1f}%)<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            x=list(counts),
+            y=list(counts.values()),
+            customdata=[100 * v / total for v in counts.values()],
+            hovertemplate="%{x}: %{y:,} parameters (%{customdata:.1f}%)<extra></extra>",
+        )
+    )
     fig.update_layout(title=title, xaxis_title="component", yaxis_title="parameters", height=340)
     return fig

@@ -1,5 +1,6 @@
 """Figures for the Steer page: what a steering direction does to the vocabulary, and the
 probability of a few words as the strength sweeps."""
+
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -8,30 +9,56 @@ from .attention import plotly_text
 from .why import NEG_COLOUR, POS_COLOUR
 
 
-def read_out_bars(up: list[str], up_scores: list[float], down: list[str], down_scores: list[float],
-                  title: str) -> go.Figure:
+def read_out_bars(
+    up: list[str], up_scores: list[float], down: list[str], down_scores: list[float], title: str
+) -> go.Figure:
     """Tokens the direction promotes (blue, top) and suppresses (red), by their logit change
     per unit of strength through the final norm's gain and the unembedding."""
     labels = [f"− {plotly_text(repr(p))}" for p in down[::-1]] + [f"+ {plotly_text(repr(p))}" for p in up[::-1]]
     values = list(down_scores[::-1]) + list(up_scores[::-1])
-    fig = go.Figure(go.Bar(
-        x=values, y=labels, orientation="h", marker_color=[POS_COLOUR if v >= 0 else NEG_COLOUR for v in values],
-        hovertemplate="%{y}: %{x:.4f} logits per unit strength<extra></extra>"))
-    fig.update_layout(title=title, xaxis_title="logit change per unit of strength<br>(through the final norm's gain)",
-                      yaxis_title="token", height=max(320, 24 * len(values) + 140), showlegend=False)
+    fig = go.Figure(
+        go.Bar(
+            x=values,
+            y=labels,
+            orientation="h",
+            marker_color=[POS_COLOUR if v >= 0 else NEG_COLOUR for v in values],
+            hovertemplate="%{y}: %{x:.4f} logits per unit strength<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title=title,
+        xaxis_title="logit change per unit of strength<br>(through the final norm's gain)",
+        yaxis_title="token",
+        height=max(320, 24 * len(values) + 140),
+        showlegend=False,
+    )
     return fig
 
 
-def mood_sweep(strengths: list[float], probs: list[list[float]], pieces: list[str], current: float,
-               title: str) -> go.Figure:
+def mood_sweep(
+    strengths: list[float], probs: list[list[float]], pieces: list[str], current: float, title: str
+) -> go.Figure:
     """p(each word next) against the steering strength, one line per word (probs[k][i]: word k
     at strengths[i]), the current strength marked; a log axis, as the words differ by decades."""
     fig = go.Figure()
     for piece, row in zip(pieces, probs):
         name = plotly_text(repr(piece))
-        fig.add_trace(go.Scatter(x=strengths, y=row, mode="lines+markers", name=name,
-                                 hovertemplate=f"{name}: strength %{{x:.2f}}, p = %{{y:.2e}}<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=strengths,
+                y=row,
+                mode="lines+markers",
+                name=name,
+                hovertemplate=f"{name}: strength %{{x:.2f}}, p = %{{y:.2e}}<extra></extra>",
+            )
+        )
     fig.add_vline(x=current, line_dash="dash", line_color="grey", annotation_text="current")
-    fig.update_layout(title=title, xaxis_title="steering strength (× the layer's typical stream length)",
-                      yaxis_title="p(word) next", yaxis_type="log", height=400, legend_title_text="word")
+    fig.update_layout(
+        title=title,
+        xaxis_title="steering strength (× the layer's typical stream length)",
+        yaxis_title="p(word) next",
+        yaxis_type="log",
+        height=400,
+        legend_title_text="word",
+    )
     return fig

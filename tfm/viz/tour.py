@@ -1,4 +1,5 @@
 """Figures and tables for the guided tour (pure functions: tfm.teach.tour values -> figure/table)."""
+
 from __future__ import annotations
 
 import html
@@ -79,8 +80,22 @@ def bar_figure(shown: Shown, title: str, ytitle: str) -> go.Figure:
     """One bar per entry of a vector, hover showing the exact value (plain dicts, unvalidated:
     `tfm.viz.figure_dicts`; tests/test_viz_plain.py validates it)."""
     labels = unique(shown.cols)
-    trace = dict(type="bar", x=labels, y=shown.values.double().numpy(), marker=dict(color="#4C78A8"),
-                 hovertext=[esc(x) for x in labels], hovertemplate="%{hovertext}<br>%{y:.4f}<extra></extra>")
-    return figure([trace], dict(title=dict(text=esc(title)), yaxis=dict(title=dict(text=ytitle)), height=360,
-                                margin=dict(l=40, r=20, t=60, b=40), font=dict(size=15),
-                                xaxis=dict(type="category", ticktext=[esc(x) for x in labels], tickvals=labels)))
+    trace = dict(
+        type="bar",
+        x=labels,
+        y=shown.values.double().numpy(),
+        marker=dict(color="#4C78A8"),
+        hovertext=[esc(x) for x in labels],
+        hovertemplate="%{hovertext}<br>%{y:.4f}<extra></extra>",
+    )
+    return figure(
+        [trace],
+        dict(
+            title=dict(text=esc(title)),
+            yaxis=dict(title=dict(text=ytitle)),
+            height=360,
+            margin=dict(l=40, r=20, t=60, b=40),
+            font=dict(size=15),
+            xaxis=dict(type="category", ticktext=[esc(x) for x in labels], tickvals=labels),
+        ),
+    )

@@ -10,6 +10,7 @@ its address bar never show the teacher key.
 Rate limits count per screen (`screen()`: this browser session) for wrong codes and keys, and per
 address (`client()`) only for opening rooms: see services/rooms/rules.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,7 @@ def client() -> str:
     X-Forwarded-For, which deploy/nginx.conf appends; only nginx reaches a class's processes),
     else the connection's address, else (a local browser) this session."""
     ip = st.context.ip_address
-    ip = ip if isinstance(ip, str) else None   # (AppTest gives a mock)
+    ip = ip if isinstance(ip, str) else None  # (AppTest gives a mock)
     forwarded = st.context.headers.get("X-Forwarded-For") or ""
     if ip in (None, "127.0.0.1", "::1") and forwarded:
         return "ip:" + forwarded.split(",")[-1].strip()[:64]
@@ -42,7 +43,7 @@ def saved(name: str) -> tuple[str, str] | None:
     """(code, secret) from this browser's cookie `name`, as the session was opened with it."""
     try:
         value = st.context.cookies.get(name)
-    except (AttributeError, RuntimeError):   # (no browser: AppTest, a warming screen)
+    except (AttributeError, RuntimeError):  # (no browser: AppTest, a warming screen)
         return None
     if not isinstance(value, str) or value.count(".") != 1 or len(value) > 120:
         return None
@@ -62,7 +63,7 @@ def draw() -> None:
     page switch does not lose it)."""
     lines, touched = [], st.session_state.setdefault("room.cookies_drawn", set())
     for name, value in st.session_state.get("room.cookies", {}).items():
-        now = saved(name)   # (as the session opened: one this session wrote since is in `touched`)
+        now = saved(name)  # (as the session opened: one this session wrote since is in `touched`)
         if (f"{now[0]}.{now[1]}" if now else "") != value or name in touched:
             touched.add(name)
             age = "" if value else "; max-age=0"

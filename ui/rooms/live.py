@@ -12,6 +12,7 @@ room up again; a copied address signs nobody in.
 Every process of the class opens the teacher's view as soon as the teacher's screen shows it
 (`ui/rooms/warm.py`), so a push finds it computed wherever its students are.
 """
+
 from __future__ import annotations
 
 import time
@@ -24,9 +25,9 @@ from ui.rooms import follow, identity, warm
 from ui.rooms.session import NOT_PUSHED, PAGES, POLL_SECONDS, leave, role, store  # noqa: F401 (the page's names)
 from ui.text import message
 
-PUSH_SHOWN_SECONDS = 120   # how long the teacher's screen counts the students who show a push
+PUSH_SHOWN_SECONDS = 120  # how long the teacher's screen counts the students who show a push
 
-_warmer = warm.Warmer(store, PAGES)   # this process's one watcher of its rooms' views
+_warmer = warm.Warmer(store, PAGES)  # this process's one watcher of its rooms' views
 
 
 def current_moment() -> Moment:
@@ -61,8 +62,10 @@ def push_status() -> None:
     if room is None or room.moment_id != pushed[0]:
         return
     n = store().shown(room.code, pushed[0])
-    st.caption(f"📣 Sent (view {pushed[0]}) · {n} of {room.students} students show it"
-               + (" ✅" if room.students and n >= room.students else "…"))
+    st.caption(
+        f"📣 Sent (view {pushed[0]}) · {n} of {room.students} students show it"
+        + (" ✅" if room.students and n >= room.students else "…")
+    )
 
 
 def _taken_up() -> None:
@@ -104,7 +107,7 @@ def _reveal_here(code: str, qid: int) -> None:
     except (ValueError, PermissionError) as e:
         st.error(f"Not revealed: {message(e)}")
         return
-    st.switch_page("pages/classroom.py")   # the projected answers, with the model's now
+    st.switch_page("pages/classroom.py")  # the projected answers, with the model's now
 
 
 def _preview() -> None:
@@ -118,7 +121,7 @@ def _preview() -> None:
             store().preview(ss["room.code"], ss["room.key"], moment)
             ss["room.previewed"] = moment
     except (ValueError, PermissionError):
-        pass   # (a view too big to push: the push button says why; the room ended: the banner's check says so)
+        pass  # (a view too big to push: the push button says why; the room ended: the banner's check says so)
 
 
 def _teacher_banner() -> None:
@@ -127,7 +130,10 @@ def _teacher_banner() -> None:
     ss = st.session_state
     _preview()
     caption = f"🏫 Your class {rules.shown_code(ss['room.code'])}"
-    label, helped = "Push this view to the class", "Every student's screen opens this page with this prompt, model and view."
+    label, helped = (
+        "Push this view to the class",
+        "Every student's screen opens this page with this prompt, model and view.",
+    )
     if not presenting():
         with st.sidebar:
             st.caption(caption)
@@ -137,13 +143,16 @@ def _teacher_banner() -> None:
         return
     room = store().room(ss["room.code"])
     q = room.question if room else None
-    with st.container(horizontal=True, vertical_alignment="center", gap="medium"):   # (wraps on a narrow screen)
+    with st.container(horizontal=True, vertical_alignment="center", gap="medium"):  # (wraps on a narrow screen)
         st.caption(caption, width="content")
         if st.button(label, key="room.push", icon="📣", help=helped):
             push()
         push_status()
-        if q is not None and q.state == "open" and st.button("Reveal the model's answer", key="room.reveal_here",
-                                                             icon="🎯"):
+        if (
+            q is not None
+            and q.state == "open"
+            and st.button("Reveal the model's answer", key="room.reveal_here", icon="🎯")
+        ):
             _reveal_here(room.code, q.qid)
         st.page_link("pages/classroom.py", label="Class: ask, answers", icon="❓", width="content")
 

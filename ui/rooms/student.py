@@ -1,6 +1,7 @@
 """The student's side of the Class page (a phone, 390 px wide): join with the code, answer the
 open question (one answer, which a later one replaces), and after the reveal see privately how
 close the answer was, and the class's histogram (counts only)."""
+
 from __future__ import annotations
 
 import streamlit as st
@@ -19,12 +20,13 @@ from ui.text import message, plain
 def join_form() -> None:
     ss = st.session_state
     if "room.join_code" not in ss and isinstance(st.query_params.get("room"), str):
-        ss["room.join_code"] = st.query_params["room"][:20]   # the join link's code, typed in for them
+        ss["room.join_code"] = st.query_params["room"][:20]  # the join link's code, typed in for them
     with st.form("room.join", border=True):
         # No max_chars: Streamlit would cut a longer value without a word; the store refuses it, saying why.
         st.text_input("Join code", key="room.join_code", placeholder="ABCDE-FGHJK")
-        st.text_input(f"Nickname (optional, up to {rules.NICK_MAX} characters: only your teacher sees it)",
-                      key="room.nick")
+        st.text_input(
+            f"Nickname (optional, up to {rules.NICK_MAX} characters: only your teacher sees it)", key="room.nick"
+        )
         pressed = st.form_submit_button("Join the class", type="primary", key="room.join_go")
     if not pressed:
         return
@@ -36,7 +38,7 @@ def join_form() -> None:
     live.leave()
     ss.pop("room.left", None)
     ss["room.code"], ss["room.sid"] = code, sid
-    st.query_params["room"] = code   # (who this is stays in the browser's cookie: identity.py)
+    st.query_params["room"] = code  # (who this is stays in the browser's cookie: identity.py)
     st.rerun()
 
 
@@ -64,8 +66,14 @@ def _head_picker(question, key: str) -> str | None:
     ss = st.session_state
     chosen = (ss.get(f"{key}.layer"), ss.get(f"{key}.head"))
     chosen = None if None in chosen else chosen
-    charts.show(classroom_figs.head_grid(question.n_layer, question.n_head, chosen), "heads", key=f"{key}.grid",
-                on_select=lambda: _pick_from_grid(key), selection_mode="points", config=NO_TOOLBAR)
+    charts.show(
+        classroom_figs.head_grid(question.n_layer, question.n_head, chosen),
+        "heads",
+        key=f"{key}.grid",
+        on_select=lambda: _pick_from_grid(key),
+        selection_mode="points",
+        config=NO_TOOLBAR,
+    )
     with st.container(horizontal=True):
         layer = st.number_input("Layer", 0, question.n_layer - 1, value=None, key=f"{key}.layer", placeholder="pick")
         head = st.number_input("Head", 0, question.n_head - 1, value=None, key=f"{key}.head", placeholder="pick")

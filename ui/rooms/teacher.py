@@ -1,6 +1,7 @@
 """The teacher's side of the Class page: open or take up a room, show its code, link and QR
 code, ask a question about the prompt on screen, watch the answers' histogram fill, reveal the
 model's answer, export the results, close the room."""
+
 from __future__ import annotations
 
 import io
@@ -17,11 +18,15 @@ from ui.rooms import identity, live
 from ui.rooms.answers import answers_chart, show_prompt
 from ui.text import message, plain
 
-KINDS = {"next_options": "Next token: pick one of four", "next_typed": "Next token: type it",
-         "head": "Which head does it?", "sampling": "What temperature / top-p does",
-         "estimate": "Estimate a token's probability"}
+KINDS = {
+    "next_options": "Next token: pick one of four",
+    "next_typed": "Next token: type it",
+    "head": "Which head does it?",
+    "sampling": "What temperature / top-p does",
+    "estimate": "Estimate a token's probability",
+}
 SCORES = ("repeat_induction", "repeat_previous_token", "previous_token", "induction", "first_token", "duplicate_token")
-LIVE_SECONDS = 1.0   # the projected histogram's refresh while a question is open
+LIVE_SECONDS = 1.0  # the projected histogram's refresh while a question is open
 
 
 def class_url(code: str, **extra: str) -> str:
@@ -87,8 +92,9 @@ def _question(run, kind: str):
         return questions.ask_head(table, score)
     if kind == "sampling":
         ss = st.session_state
-        return questions.ask_sampling(run.lm, logits, ss.get("room.t", 0.5), ss.get("room.top_p", 1.0),
-                              ss.get("room.measure", "top_prob"))
+        return questions.ask_sampling(
+            run.lm, logits, ss.get("room.t", 0.5), ss.get("room.top_p", 1.0), ss.get("room.measure", "top_prob")
+        )
     return questions.ask_estimate(run.lm, logits, st.session_state.get("room.token", int(logits.argmax())))
 
 
@@ -102,24 +108,29 @@ def ask_form(run) -> None:
         c1, c2, c3 = st.columns(3)
         c1.select_slider("Temperature", [0.1, 0.25, 0.5, 0.7, 1.0, 1.5, 2.0], value=0.5, key="room.t")
         c2.select_slider("Top-p", [0.5, 0.8, 0.9, 0.95, 1.0], value=1.0, key="room.top_p")
-        c3.radio("Ask for", ["top_prob", "kept"], key="room.measure",
-                 format_func={"top_prob": "top token's probability", "kept": "tokens kept"}.get)
+        c3.radio(
+            "Ask for",
+            ["top_prob", "kept"],
+            key="room.measure",
+            format_func={"top_prob": "top token's probability", "kept": "tokens kept"}.get,
+        )
     elif kind == "estimate":
         top = run.trace.logits_at(-1).topk(10).indices.tolist()
         st.selectbox("Token", top, key="room.token", format_func=lambda i: plain(run.lm.tokenizer.display_piece(i)))
     if st.button("Ask the class", type="primary", key="room.ask", icon="❓"):
         ss = st.session_state
         try:
-            q, truth = _question(run, kind)   # on this screen's prompt, which the push carries
+            q, truth = _question(run, kind)  # on this screen's prompt, which the push carries
             moment = live.push()
             if moment is None:
                 return
-            live.store().ask(ss["room.code"], ss["room.key"], questions.to_json(q), questions.truth_to_json(truth),
-                             moment)
+            live.store().ask(
+                ss["room.code"], ss["room.key"], questions.to_json(q), questions.truth_to_json(truth), moment
+            )
         except (ValueError, PermissionError) as e:
             st.error(f"Not asked: {message(e)}")
             return
-        st.rerun()   # the answers' panel above shows the new question now
+        st.rerun()  # the answers' panel above shows the new question now
 
 
 @st.fragment(run_every=LIVE_SECONDS)
@@ -142,8 +153,14 @@ def live_answers() -> None:
     show_prompt(q)
     answers_chart(question, q, counts, room.students, "room.live")
     if q.state == "open":
-        st.button("Reveal the model's answer", type="primary", key="room.reveal", icon="🎯", on_click=_reveal,
-                  args=(room.code, q.qid))
+        st.button(
+            "Reveal the model's answer",
+            type="primary",
+            key="room.reveal",
+            icon="🎯",
+            on_click=_reveal,
+            args=(room.code, q.qid),
+        )
     if ss.get("room.error"):
         st.error(ss.pop("room.error"))
 
@@ -190,5 +207,12 @@ def export_button(code: str) -> None:
             st.error(f"No export: {message(e)}")
     if ss.get("room.csv"):
         text, when = ss["room.csv"]
-        st.download_button(f"Download class-{code}.csv (as of {when})", text, file_name=f"class-{code}.csv",
-                           mime="text/csv", key="room.csv_file", on_click="ignore", icon="💾")
+        st.download_button(
+            f"Download class-{code}.csv (as of {when})",
+            text,
+            file_name=f"class-{code}.csv",
+            mime="text/csv",
+            key="room.csv_file",
+            on_click="ignore",
+            icon="💾",
+        )

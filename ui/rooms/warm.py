@@ -19,6 +19,7 @@ then draws a pushed view for its first student cold, as any page's first view (t
 line says it is computing; the teacher's sidebar, app.py, and the server log say the warm-up is
 off). Streamlit's internals used to open a browserless session live in ui.st_private.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,12 +32,12 @@ from urllib.parse import urlencode
 from ui import st_private
 from services.rooms import Moment, RoomStore
 
-WATCH_SECONDS = 0.25     # how often a process looks at the rooms its sessions are in
-FORGET_SECONDS = 600     # a room no session of this process drew for this long is not watched
-OPEN_SECONDS = 300       # the longest one view may take to open
-REMEMBERED = 64          # views this process opened, not opened again
-SWITCH = "TFM_ROOMS_WARM"   # "off": no process opens the teacher's view ahead (docs/class.md)
-_LOG = st_private.logger(__name__)   # (the server log, at its level: info by default)
+WATCH_SECONDS = 0.25  # how often a process looks at the rooms its sessions are in
+FORGET_SECONDS = 600  # a room no session of this process drew for this long is not watched
+OPEN_SECONDS = 300  # the longest one view may take to open
+REMEMBERED = 64  # views this process opened, not opened again
+SWITCH = "TFM_ROOMS_WARM"  # "off": no process opens the teacher's view ahead (docs/class.md)
+_LOG = st_private.logger(__name__)  # (the server log, at its level: info by default)
 serving = st_private.serving
 
 
@@ -56,7 +57,7 @@ def open_view(moment: Moment, wanted: Callable[[], bool] = lambda: True, timeout
     if not serving():
         return False
     screen = st_private.Screen()
-    sid = st_private.open_screen(screen)   # no websocket can take this session over
+    sid = st_private.open_screen(screen)  # no websocket can take this session over
     try:
         st_private.run_page(sid, moment.page, urlencode(moment.params))
         deadline = time.monotonic() + timeout
@@ -67,18 +68,19 @@ def open_view(moment: Moment, wanted: Callable[[], bool] = lambda: True, timeout
             _LOG.warning("opening %s for the class showed: %s", moment.page, screen.errors[0])
         return True
     finally:
-        st_private.close_screen(sid)   # stops a run still going; its unwanted computations stop
+        st_private.close_screen(sid)  # stops a run still going; its unwanted computations stop
 
 
 class Warmer:
     """The one watcher of this process: a thread that runs while any room is watched."""
 
-    def __init__(self, store: Callable[[], RoomStore], pages: set[str], opener=open_view,
-                 on: Callable[[], bool] = enabled) -> None:
+    def __init__(
+        self, store: Callable[[], RoomStore], pages: set[str], opener=open_view, on: Callable[[], bool] = enabled
+    ) -> None:
         self.store, self.pages, self.opener, self.on = store, pages, opener, on
         self.lock = threading.Lock()
-        self.codes: dict[str, float] = {}                      # room code -> when last drawn here
-        self.opened: OrderedDict[str, float] = OrderedDict()   # moment JSON -> seconds it took
+        self.codes: dict[str, float] = {}  # room code -> when last drawn here
+        self.opened: OrderedDict[str, float] = OrderedDict()  # moment JSON -> seconds it took
         self.thread: threading.Thread | None = None
         self.said_off = False
 
@@ -88,8 +90,11 @@ class Warmer:
         if not self.on():
             if not self.said_off:
                 self.said_off = True
-                _LOG.info("room warm-up is off (%s=off): this process computes a pushed view when its "
-                          "first student asks for it", SWITCH)
+                _LOG.info(
+                    "room warm-up is off (%s=off): this process computes a pushed view when its "
+                    "first student asks for it",
+                    SWITCH,
+                )
             return
         with self.lock:
             self.codes[code] = time.monotonic()

@@ -7,6 +7,7 @@ their direct contributions to a logit (the "Why this token?" page's features tab
     fa = feature_attribution(lm, fs.sae, trace, position=-1)
     fa.values.sum() == fa.target                   # features + SAE bias + error + later layers + norm bias
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from .sae import FEATURES_FILE, SAE, load_feature_data, load_sae
 from ..steering.vectors import SteeringVector, feature_vector
 
 SAE_ROOT = ASSETS / "sae"
-BUNDLED = ("default", "smollm2")   # model specs that ship an SAE under assets/sae/<spec>
+BUNDLED = ("default", "smollm2")  # model specs that ship an SAE under assets/sae/<spec>
 
 
 def bundled_folder(spec: str) -> Path | None:
@@ -39,14 +40,14 @@ class FeatureSet:
     sae: SAE
     card: dict
     data: dict[str, torch.Tensor]
-    labels: FeatureLabels | None = None     # labels.json (tfm.analysis.dictionaries.labels), when it ships
+    labels: FeatureLabels | None = None  # labels.json (tfm.analysis.dictionaries.labels), when it ships
 
     def label(self, feature: int) -> str:
         """The feature's short label, "" when this SAE ships none."""
         return self.labels.label(self.check_feature(feature)) if self.labels is not None else ""
 
     def named(self, feature: int) -> str:
-        """"feature 12: says ' Paris'" (just "feature 12" without labels): wherever an id is shown."""
+        """ "feature 12: says ' Paris'" (just "feature 12" without labels): wherever an id is shown."""
         label = self.label(feature)
         return f"feature {feature}: {label}" if label else f"feature {feature}"
 
@@ -80,7 +81,7 @@ class FeatureSet:
         return [width * (i + 0.5) for i in range(len(counts))], counts
 
 
-METRICS = ("l0", "dead_share", "fvu", "ce_recovered", "ce_clean", "ce_recon", "ce_zero")   # what a page shows
+METRICS = ("l0", "dead_share", "fvu", "ce_recovered", "ce_clean", "ce_recon", "ce_zero")  # what a page shows
 
 
 def _numbers(what: str, data, keys) -> None:
@@ -112,14 +113,18 @@ def check_data(data: dict[str, torch.Tensor], n_features: int, n_vocab: int) -> 
     vocabulary), activations, histogram counts and tops finite and not negative, rates in [0, 1]."""
     with reading(FEATURES_FILE):
         shapes = {"ctx_ids": 3, "ctx_acts": 3, "hist": 2, "hist_max": 1, "freq": 1}
-        extra = set(data) - set(shapes) - {"ctx_domain"}      # (F, n) each context's domain, with --mix
-        if extra or not set(shapes) <= set(data) or any(data[k].dim() != n or data[k].shape[0] != n_features
-                                                        for k, n in shapes.items()) \
-                or data["ctx_acts"].shape != data["ctx_ids"].shape:
+        extra = set(data) - set(shapes) - {"ctx_domain"}  # (F, n) each context's domain, with --mix
+        if (
+            extra
+            or not set(shapes) <= set(data)
+            or any(data[k].dim() != n or data[k].shape[0] != n_features for k, n in shapes.items())
+            or data["ctx_acts"].shape != data["ctx_ids"].shape
+        ):
             raise ValueError(f"{FEATURES_FILE} does not match the SAE's {n_features} features")
         dom = data.get("ctx_domain")
-        if dom is not None and (dom.shape != data["ctx_ids"].shape[:2] or dom.is_floating_point()
-                                or bool((dom < -1).any())):
+        if dom is not None and (
+            dom.shape != data["ctx_ids"].shape[:2] or dom.is_floating_point() or bool((dom < -1).any())
+        ):
             raise ValueError("ctx_domain must hold one domain index (or -1) per context")
         ids = data["ctx_ids"]
         if ids.is_floating_point() or ids.dtype == torch.bool or bool(((ids < -1) | (ids >= n_vocab)).any()):
@@ -159,7 +164,7 @@ class TokenFeatures:
 def token_features(sae: SAE, trace, n: int = 5, skip: int = 0) -> TokenFeatures:
     """The first `skip` positions (outside what the SAE was trained on) show no features."""
     n = check_int("features per token", n, 1, sae.cfg.k)
-    vals, idx = sae.topk(_stream(trace, sae.cfg.layer))            # (T, k), sorted descending
+    vals, idx = sae.topk(_stream(trace, sae.cfg.layer))  # (T, k), sorted descending
     vals[:skip] = 0
     return TokenFeatures(idx[:, :n].clone(), vals[:, :n].clone())
 
@@ -173,7 +178,7 @@ DENSE_SHARE = 0.1
 def opening_feature(fs: FeatureSet, trace, position: int = -1, max_share: float = DENSE_SHARE) -> int:
     """The feature a page opens on: the strongest at `position` among those firing on at most
     `max_share` of held-out tokens; the strongest of all when none of them fires there."""
-    acts = fs.sae.encode(_stream(trace, fs.layer)[position][None])[0]        # (F,)
+    acts = fs.sae.encode(_stream(trace, fs.layer)[position][None])[0]  # (F,)
     sparse = acts.masked_fill(fs.data["freq"].float() > max_share, 0.0)
     return int((sparse if bool((sparse > 0).any()) else acts).argmax())
 
@@ -184,12 +189,12 @@ class FeatureAttribution:
     (activation x decoder row, read through the frozen final norm), the SAE's bias and error
     terms, everything the later blocks wrote, and the final norm's bias. They add up to target."""
 
-    features: torch.Tensor      # (k,) feature ids active at the position (activation > 0)
-    acts: torch.Tensor          # (k,) their activations
-    values: torch.Tensor        # (k,) float64 their contributions
+    features: torch.Tensor  # (k,) feature ids active at the position (activation > 0)
+    acts: torch.Tensor  # (k,) their activations
+    values: torch.Tensor  # (k,) float64 their contributions
     b_dec: float
     error: float
-    later: float                # blocks layer.. (heads, MLPs, their biases)
+    later: float  # blocks layer.. (heads, MLPs, their biases)
     norm_bias: float
     target: float
     layer: int
@@ -210,20 +215,30 @@ def top_parts(names: list[str], values: torch.Tensor, n: int) -> list[int]:
 
 
 @torch.no_grad()
-def feature_attribution(lm, sae: SAE, trace, ids, position: int = -1, token: int | None = None,
-                        versus: int | None = None) -> FeatureAttribution:
+def feature_attribution(
+    lm, sae: SAE, trace, ids, position: int = -1, token: int | None = None, versus: int | None = None
+) -> FeatureAttribution:
     model, tr, p, logits, token = _prepare(lm, ids, position, token, versus, trace)
-    d, const, _ = direction(model, tr, p, token, versus)                      # (D,) float64
+    d, const, _ = direction(model, tr, p, token, versus)  # (D,) float64
     x = _f64(_stream(tr, sae.cfg.layer)[p])
     vals, idx = sae.topk(x.float()[None])
     live = vals[0] > 0
     vals, idx = vals[0][live], idx[0][live]
-    rows = _f64(sae.W_dec[idx])                                              # (k, D)
+    rows = _f64(sae.W_dec[idx])  # (k, D)
     x_hat = (_f64(vals)[:, None] * rows).sum(0) + _f64(sae.b_dec)
-    final = _f64(tr.residual_streams()[-1][1][p])                            # leaving the last block
+    final = _f64(tr.residual_streams()[-1][1][p])  # leaving the last block
     target = float(logits[token] - (logits[versus] if versus is not None else 0))
-    return FeatureAttribution(idx, vals, _f64(vals) * (rows @ d), float(_f64(sae.b_dec) @ d),
-                              float((x - x_hat) @ d), float((final - x) @ d), const, target, sae.cfg.layer)
+    return FeatureAttribution(
+        idx,
+        vals,
+        _f64(vals) * (rows @ d),
+        float(_f64(sae.b_dec) @ d),
+        float((x - x_hat) @ d),
+        float((final - x) @ d),
+        const,
+        target,
+        sae.cfg.layer,
+    )
 
 
 def bundled(lm, spec: str) -> FeatureSet:
@@ -232,8 +247,10 @@ def bundled(lm, spec: str) -> FeatureSet:
     folder = bundled_folder(spec)
     if folder is None:
         have = [s for s in BUNDLED if bundled_folder(s) is not None]
-        raise ValueError(f"no sparse autoencoder ships for this model; pick one that has one ({', '.join(have) or 'none'}) "
-                         "or train one with python -m tfm.train.sae train")
+        raise ValueError(
+            f"no sparse autoencoder ships for this model; pick one that has one ({', '.join(have) or 'none'}) "
+            "or train one with python -m tfm.train.sae train"
+        )
     return load_features(folder, lm)
 
 

@@ -23,6 +23,7 @@ Every "says X" label is checked (`steering_check`): steering with the feature at
 page does) must raise p(X) at the next position after each of CHECK_PROMPTS. The share that pass
 is stored with the labels and shown on the SAE's card.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,8 @@ from ..steering.vectors import NEUTRAL_TEXT, reading_ids, steer_span
 
 LABELS_FILE = "labels.json"
 MAX_LABELS_BYTES = 8 * 2**20
-SAYS_MARGIN = 1.0              # top read-out score over the second, in std of the scores (measured: docs/benchmarks.md)
-SAYS_GAIN = 2.0                # nats: the least direct push on X's logit at strength 1 (measured: docs/benchmarks.md)
+SAYS_MARGIN = 1.0  # top read-out score over the second, in std of the scores (measured: docs/benchmarks.md)
+SAYS_GAIN = 2.0  # nats: the least direct push on X's logit at strength 1 (measured: docs/benchmarks.md)
 CHECK_PROMPTS = ("The", "I think that", "It was a", "Here is the")
 MAX_QUERY = 80
 MAX_LABEL = 80
@@ -57,13 +58,13 @@ def _bare(text: str) -> str:
 @dataclass(frozen=True)
 class FeatureLabel:
     label: str
-    says: str | None            # the token it says (decoded), None when no token dominates
+    says: str | None  # the token it says (decoded), None when no token dominates
     says_id: int | None
-    margin: float               # (top - second) / std of its read-out scores
-    gain: float                 # nats: the direct push on the top token's logit at strength 1 over the average token
-    tokens: tuple[str, ...]     # the tokens it fires hardest on in its top contexts, most often first
-    domain: str | None          # where its top contexts come from ("stories", "mixed"), None if unrecorded
-    check: bool | None          # the steering check of a "says" label; None otherwise
+    margin: float  # (top - second) / std of its read-out scores
+    gain: float  # nats: the direct push on the top token's logit at strength 1 over the average token
+    tokens: tuple[str, ...]  # the tokens it fires hardest on in its top contexts, most often first
+    domain: str | None  # where its top contexts come from ("stories", "mixed"), None if unrecorded
+    check: bool | None  # the steering check of a "says" label; None otherwise
 
     def matches(self, query: str) -> int:
         """0 = no match; 3 its says-token, 2 one of its tokens, 1 its label (case and spaces ignored)."""
@@ -112,15 +113,15 @@ def read_out_scores(lm, sae, chunk: int = 256):
     final norm's gain (centred for LayerNorm) times the unembedding, over the tokenizer's vocabulary."""
     model = lm.model
     n_vocab = min(lm.tokenizer.vocab_size, lm.config.vocab_size)
-    w_u = model.unembed.weight.float()[:n_vocab]                         # (V, D)
+    w_u = model.unembed.weight.float()[:n_vocab]  # (V, D)
     ids, margins, lifts = [], [], []
     for a in range(0, sae.cfg.n_features, chunk):
-        d = sae.W_dec[a:a + chunk].float().to(w_u.device)                 # (c, D)
+        d = sae.W_dec[a : a + chunk].float().to(w_u.device)  # (c, D)
         if model.ln_final is not None:
             d = d * model.ln_final.weight.float()
             if model.ln_final.kind == "layernorm":
                 d = d - d.mean(-1, keepdim=True)
-        s = d @ w_u.t()                                                   # (c, V)
+        s = d @ w_u.t()  # (c, V)
         top = s.topk(2, dim=-1)
         ids.append(top.indices[:, 0].cpu())
         margins.append(((top.values[:, 0] - top.values[:, 1]) / s.std(-1)).cpu())
@@ -161,8 +162,9 @@ def _where_label(tokens: list[str], counts: list[int], n: int, domain: str | Non
     return (where + (f" ({domain})" if domain else ""))[:MAX_LABEL]
 
 
-def compute_labels(lm, fs, says_margin: float = SAYS_MARGIN, says_gain: float = SAYS_GAIN,
-                   domains: list[str] | None = None) -> FeatureLabels:
+def compute_labels(
+    lm, fs, says_margin: float = SAYS_MARGIN, says_gain: float = SAYS_GAIN, domains: list[str] | None = None
+) -> FeatureLabels:
     """Every feature's label (no steering check yet: `steering_check` adds it). `domains` names
     the feature data's ctx_domain indices (the card's "domains")."""
     tok, names = lm.tokenizer, list(domains or fs.card.get("domains") or [])
@@ -196,8 +198,8 @@ def steering_check(lm, labels: FeatureLabels, vector, rows: int = 64) -> Feature
         ids, _ = reading_ids(lm, prompt, "check")
         start, stop, skip = steer_span(lm.tokenizer, ids)
         for a in range(0, len(says), rows):
-            part = says[a:a + rows]
-            batch = torch.tensor([ids] * (len(part) + 1), device=lm.device)          # row 0: not steered
+            part = says[a : a + rows]
+            batch = torch.tensor([ids] * (len(part) + 1), device=lm.device)  # row 0: not steered
             edits = [vector(f).edit(1.0, start, stop, row=r + 1, skip=skip) for r, f in enumerate(part)]
             p = lm.model.unembed(lm.model.hidden(batch, edits=edits)[:, -1]).float().softmax(-1).cpu()
             x = torch.tensor([labels.features[f].says_id for f in part])
@@ -210,10 +212,16 @@ def steering_check(lm, labels: FeatureLabels, vector, rows: int = 64) -> Feature
 
 def labels_json(labels: FeatureLabels) -> dict:
     passed, checked = labels.check_share()
-    return {"says_margin": labels.says_margin, "says_gain": labels.says_gain, "prompts": list(labels.prompts),
-            "check": {"passed": passed, "checked": checked, "share": passed / checked if checked else None},
-            "features": [{**lab.__dict__, "margin": round(lab.margin, 3), "gain": round(lab.gain, 3), "tokens": list(lab.tokens)}
-                         for lab in labels.features]}
+    return {
+        "says_margin": labels.says_margin,
+        "says_gain": labels.says_gain,
+        "prompts": list(labels.prompts),
+        "check": {"passed": passed, "checked": checked, "share": passed / checked if checked else None},
+        "features": [
+            {**lab.__dict__, "margin": round(lab.margin, 3), "gain": round(lab.gain, 3), "tokens": list(lab.tokens)}
+            for lab in labels.features
+        ],
+    }
 
 
 def save_labels(labels: FeatureLabels, folder: Path | str) -> None:
@@ -232,11 +240,22 @@ def _label(d: dict, n_vocab: int) -> FeatureLabel:
             raise ValueError(f"{key}: a short string or null")
     if d["says_id"] is not None:
         check_int("says_id", d["says_id"], 0, n_vocab - 1)
-    if (d["says"] is None) != (d["says_id"] is None) or not isinstance(d["check"], (bool, type(None))) \
-            or any(isinstance(d[k], bool) or not isinstance(d[k], (int, float)) for k in ("margin", "gain")):
+    if (
+        (d["says"] is None) != (d["says_id"] is None)
+        or not isinstance(d["check"], (bool, type(None)))
+        or any(isinstance(d[k], bool) or not isinstance(d[k], (int, float)) for k in ("margin", "gain"))
+    ):
         raise ValueError("says and says_id come together; check is true, false or null; margin and gain numbers")
-    return FeatureLabel(d["label"], d["says"], d["says_id"], float(d["margin"]), float(d["gain"]), tuple(d["tokens"]),
-                        d["domain"], d["check"])
+    return FeatureLabel(
+        d["label"],
+        d["says"],
+        d["says_id"],
+        float(d["margin"]),
+        float(d["gain"]),
+        tuple(d["tokens"]),
+        d["domain"],
+        d["check"],
+    )
 
 
 def read_labels(folder: Path | str, n_features: int, n_vocab: int) -> FeatureLabels | None:
@@ -244,7 +263,7 @@ def read_labels(folder: Path | str, n_features: int, n_vocab: int) -> FeatureLab
     path = Path(folder) / LABELS_FILE
     if not path.is_symlink() and not path.exists():
         return None
-    folder_file(folder, LABELS_FILE, "the labels")    # a link out of the folder, a device: refused
+    folder_file(folder, LABELS_FILE, "the labels")  # a link out of the folder, a device: refused
     with reading(LABELS_FILE):
         return labels_from_json(read_json(path, MAX_LABELS_BYTES), n_features, n_vocab)
 
@@ -259,5 +278,6 @@ def labels_from_json(data, n_features: int, n_vocab: int) -> FeatureLabels:
     rule = [data.get("says_margin"), data.get("says_gain")]
     if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in rule):
         raise ValueError("says_margin and says_gain: numbers")
-    return FeatureLabels(tuple(_label(d, n_vocab) for d in data["features"]), float(rule[0]), float(rule[1]),
-                         tuple(prompts))
+    return FeatureLabels(
+        tuple(_label(d, n_vocab) for d in data["features"]), float(rule[0]), float(rule[1]), tuple(prompts)
+    )

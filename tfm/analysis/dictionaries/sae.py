@@ -15,6 +15,7 @@ A folder holds `sae.safetensors` (W_enc (D, F), b_enc (F,), W_dec (F, D), b_dec 
 histogram, for the Features page). Never pickle: safetensors and JSON only, sizes bounded
 before reading.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,7 @@ from ...loaders.weights import read_safetensors
 from .topk import TopKDictionary, check_fields
 
 SAE_FILE, CARD_FILE, FEATURES_FILE = "sae.safetensors", "card.json", "features.safetensors"
-MAX_SAE_BYTES = 64 * 2**20     # an SAE file larger than this is refused before reading
+MAX_SAE_BYTES = 64 * 2**20  # an SAE file larger than this is refused before reading
 MAX_CARD_BYTES = 2**20
 MAX_FEATURES = 2**17
 
@@ -46,7 +47,7 @@ class SAEConfig(JsonConfig):
     n_features: int
     k: int
     layer: int
-    model: str = ""            # the model spec it was trained on ("default", "smollm2"): informative
+    model: str = ""  # the model spec it was trained on ("default", "smollm2"): informative
 
     def __post_init__(self) -> None:
         check_fields(self, MAX_FEATURES, "the SAE")
@@ -76,8 +77,10 @@ def _bounded(path: Path, limit: int, what: str) -> Path:
     try:
         folder_file(path.parent, path.name, what)
     except FileNotFoundError:
-        raise ValueError(f"{what} {path.name} is missing in {path.parent.name}: an SAE folder holds "
-                         f"{SAE_FILE} and {CARD_FILE} (python -m tfm.train.sae train writes them)") from None
+        raise ValueError(
+            f"{what} {path.name} is missing in {path.parent.name}: an SAE folder holds "
+            f"{SAE_FILE} and {CARD_FILE} (python -m tfm.train.sae train writes them)"
+        ) from None
     if path.stat().st_size > limit:
         raise ValueError(f"{what} {path.name} is {path.stat().st_size} bytes, over the {limit} allowed")
     return path
@@ -93,7 +96,7 @@ def card_with_config(path: Path, config_cls, what: str) -> dict:
     (SAE and transcoder cards alike)."""
     card = read_json(path, MAX_CARD_BYTES)
     if not isinstance(card, dict) or not isinstance(card.get("config"), dict):
-        raise ValueError(f"{path.name} has no \"config\" object")
+        raise ValueError(f'{path.name} has no "config" object')
     with reading(path.name):
         card["config"] = from_json_object(config_cls, card["config"], what)
     return card
@@ -102,11 +105,15 @@ def card_with_config(path: Path, config_cls, what: str) -> dict:
 def check_fits(cfg: SAEConfig, model_cfg) -> None:
     """One clear message when an SAE does not belong to this model."""
     if cfg.d_model != model_cfg.d_model:
-        raise ValueError(f"this SAE reads a {cfg.d_model}-wide residual stream but the model's is "
-                         f"{model_cfg.d_model} wide: pick the SAE trained for this model")
+        raise ValueError(
+            f"this SAE reads a {cfg.d_model}-wide residual stream but the model's is "
+            f"{model_cfg.d_model} wide: pick the SAE trained for this model"
+        )
     if not 0 <= cfg.layer < model_cfg.n_layer:
-        raise ValueError(f"this SAE reads layer {cfg.layer} but the model has layers 0..{model_cfg.n_layer - 1}: "
-                         f"pick the SAE trained for this model")
+        raise ValueError(
+            f"this SAE reads layer {cfg.layer} but the model has layers 0..{model_cfg.n_layer - 1}: "
+            f"pick the SAE trained for this model"
+        )
 
 
 def load_sae(folder: Path | str, lm=None) -> tuple[SAE, dict]:

@@ -7,6 +7,7 @@
 W_enc (D, F), b_enc (F,), W_dec (F, D), b_dec (D,), float32 in memory; `cfg` has d_model,
 n_features and k. The training loop (`tfm.train.topk`) reads `pre`, `W_dec`, `b_dec` and `cfg.k`.
 """
+
 from __future__ import annotations
 
 import torch

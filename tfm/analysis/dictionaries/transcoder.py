@@ -19,6 +19,7 @@ and W_dec_scale (F,): half the bytes, so twice the features in the same file siz
 dequantizes them to float32, so every number computed afterwards is the same code either way. Never pickle: safetensors and JSON only, sizes
 bounded before reading.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,11 +38,11 @@ from .sae import card_with_config
 from .topk import TopKDictionary, check_fields
 
 CARD_FILE = "card.json"
-MAX_LAYER_BYTES = 16 * 2**20   # one layer's file larger than this is refused before reading
+MAX_LAYER_BYTES = 16 * 2**20  # one layer's file larger than this is refused before reading
 MAX_CARD_BYTES = 2**20
 MAX_FEATURES = 2**16
 STORAGES = ("fp16", "int8")
-MAX_VALUE = 65504.0           # the largest float16: a weight of an int8 set, dequantized, stays within it
+MAX_VALUE = 65504.0  # the largest float16: a weight of an int8 set, dequantized, stays within it
 
 
 def layer_file(layer: int) -> str:
@@ -58,8 +59,8 @@ class TranscoderConfig(JsonConfig):
     n_layer: int
     n_features: int
     k: int
-    model: str = ""            # the model spec it was trained on ("default", "smollm2"): informative
-    storage: str = "fp16"      # how the layer files hold the matrices: "fp16" or "int8" (+ per-feature scales)
+    model: str = ""  # the model spec it was trained on ("default", "smollm2"): informative
+    storage: str = "fp16"  # how the layer files hold the matrices: "fp16" or "int8" (+ per-feature scales)
 
     def __post_init__(self) -> None:
         check_fields(self, MAX_FEATURES, "the transcoder set")
@@ -103,18 +104,33 @@ def _stored(tc: Transcoder) -> dict[str, torch.Tensor]:
     if tc.cfg.storage == "fp16":
         return half
     (enc, enc_s), (dec, dec_s) = quantize(tc.W_enc, 1), quantize(tc.W_dec, 0)
-    return {"W_enc_q": enc, "W_enc_scale": enc_s, "W_dec_q": dec, "W_dec_scale": dec_s,
-            "b_enc": half["b_enc"], "b_dec": half["b_dec"]}
+    return {
+        "W_enc_q": enc,
+        "W_enc_scale": enc_s,
+        "W_dec_q": dec,
+        "W_dec_scale": dec_s,
+        "b_enc": half["b_enc"],
+        "b_dec": half["b_dec"],
+    }
 
 
 def _expected(cfg: TranscoderConfig) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     d, f = cfg.d_model, cfg.n_features
     if cfg.storage == "fp16":
-        return {"W_enc": ((d, f), torch.float16), "b_enc": ((f,), torch.float16),
-                "W_dec": ((f, d), torch.float16), "b_dec": ((d,), torch.float16)}
-    return {"W_enc_q": ((d, f), torch.int8), "W_enc_scale": ((f,), torch.float32),
-            "W_dec_q": ((f, d), torch.int8), "W_dec_scale": ((f,), torch.float32),
-            "b_enc": ((f,), torch.float16), "b_dec": ((d,), torch.float16)}
+        return {
+            "W_enc": ((d, f), torch.float16),
+            "b_enc": ((f,), torch.float16),
+            "W_dec": ((f, d), torch.float16),
+            "b_dec": ((d,), torch.float16),
+        }
+    return {
+        "W_enc_q": ((d, f), torch.int8),
+        "W_enc_scale": ((f,), torch.float32),
+        "W_dec_q": ((f, d), torch.int8),
+        "W_dec_scale": ((f,), torch.float32),
+        "b_enc": ((f,), torch.float16),
+        "b_dec": ((d,), torch.float16),
+    }
 
 
 def stored_copy(tc: Transcoder) -> Transcoder:
@@ -136,8 +152,13 @@ def write_card(folder: Path | str, cfg: TranscoderConfig, card: dict) -> None:
 
 
 def _bounded(path: Path, limit: int, what: str) -> Path:
-    return bounded_member(path, limit, what, f"a transcoder folder holds {CARD_FILE} and one layer_LL.safetensors "
-                          "per layer (the transcoder trainer writes them)")
+    return bounded_member(
+        path,
+        limit,
+        what,
+        f"a transcoder folder holds {CARD_FILE} and one layer_LL.safetensors "
+        "per layer (the transcoder trainer writes them)",
+    )
 
 
 def read_card(folder: Path | str) -> dict:
@@ -149,8 +170,10 @@ def read_card(folder: Path | str) -> dict:
 def check_fits(cfg: TranscoderConfig, model_cfg) -> None:
     """One clear message when a transcoder set does not belong to this model."""
     if (cfg.d_model, cfg.n_layer) != (model_cfg.d_model, model_cfg.n_layer):
-        raise ValueError(f"these transcoders are for a model {cfg.d_model} wide with {cfg.n_layer} layers, but this "
-                         f"one is {model_cfg.d_model} wide with {model_cfg.n_layer}: pick the set trained for it")
+        raise ValueError(
+            f"these transcoders are for a model {cfg.d_model} wide with {cfg.n_layer} layers, but this "
+            f"one is {model_cfg.d_model} wide with {model_cfg.n_layer}: pick the set trained for it"
+        )
 
 
 def load_layer(folder: Path, cfg: TranscoderConfig, layer: int) -> Transcoder:
@@ -168,16 +191,21 @@ def load_layer(folder: Path, cfg: TranscoderConfig, layer: int) -> Transcoder:
 
 def _from_tensors(cfg: TranscoderConfig, layer: int, tensors: dict[str, torch.Tensor]) -> Transcoder:
     if cfg.storage == "int8":
-        tensors = {"W_enc": _dequantize(tensors["W_enc_q"], tensors["W_enc_scale"], 1),
-                   "W_dec": _dequantize(tensors["W_dec_q"], tensors["W_dec_scale"], 0),
-                   "b_enc": tensors["b_enc"], "b_dec": tensors["b_dec"]}
+        tensors = {
+            "W_enc": _dequantize(tensors["W_enc_q"], tensors["W_enc_scale"], 1),
+            "W_dec": _dequantize(tensors["W_dec_q"], tensors["W_dec_scale"], 0),
+            "b_enc": tensors["b_enc"],
+            "b_dec": tensors["b_dec"],
+        }
     tc = Transcoder(cfg, layer)
     with torch.no_grad():
         for name, t in tensors.items():
             getattr(tc, name).copy_(t.float())
-            if not bool((getattr(tc, name).abs() <= MAX_VALUE).all()):   # NaN fails too
-                raise ValueError(f"{layer_file(layer)}: {name} holds values beyond ±{MAX_VALUE:g} (or NaN) once "
-                                 "read: retrain or re-save the set")
+            if not bool((getattr(tc, name).abs() <= MAX_VALUE).all()):  # NaN fails too
+                raise ValueError(
+                    f"{layer_file(layer)}: {name} holds values beyond ±{MAX_VALUE:g} (or NaN) once "
+                    "read: retrain or re-save the set"
+                )
     return tc.eval().requires_grad_(False)
 
 
@@ -203,6 +231,6 @@ def random_transcoders(model_cfg, n_features: int, k: int, seed: int = 0) -> Tra
         tc = Transcoder(cfg, i)
         with torch.no_grad():
             for p in tc.parameters():
-                p.copy_(torch.randn(p.shape, generator=gen) / cfg.d_model ** 0.5)
+                p.copy_(torch.randn(p.shape, generator=gen) / cfg.d_model**0.5)
         layers.append(tc.eval().requires_grad_(False))
     return TranscoderSet(cfg, tuple(layers), {"config": cfg}, f"random-{seed}")

@@ -7,6 +7,7 @@ the pattern's mass on those keys, averaged over every query of every text, then 
 weighted by their queries (Clark et al.'s Figure 2 averages the same way, over 1000 Wikipedia
 segments of at most 128 tokens). Previous / next: the mass on key i-1 / i+1 (queries that have one).
 """
+
 from __future__ import annotations
 
 import string
@@ -62,17 +63,20 @@ def key_classes(tokenizer, ids: list[int]) -> dict[str, torch.Tensor]:
     specials = set(tokenizer.special_tokens.values())
     cls = torch.zeros(t, dtype=torch.bool)
     cls[0] = True
-    return {"cls": cls,
-            "sep": torch.tensor([sep is not None and i == sep for i in ids], dtype=torch.bool),
-            "punctuation": torch.tensor([i not in specials and is_punctuation(tokenizer.display_piece(i)) for i in ids],
-                                        dtype=torch.bool)}
+    return {
+        "cls": cls,
+        "sep": torch.tensor([sep is not None and i == sep for i in ids], dtype=torch.bool),
+        "punctuation": torch.tensor(
+            [i not in specials and is_punctuation(tokenizer.display_piece(i)) for i in ids], dtype=torch.bool
+        ),
+    }
 
 
 def pattern_scores(pattern: torch.Tensor, classes: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """One layer's (H, T, T) pattern -> per head (H,) sums over queries of each kind of attention
     (divide by `query_counts` for the mean)."""
     p = pattern.double()
-    out = {name: p[..., mask].sum((-1, -2)) for name, mask in classes.items()}           # (H,)
+    out = {name: p[..., mask].sum((-1, -2)) for name, mask in classes.items()}  # (H,)
     out["self"] = p.diagonal(dim1=-2, dim2=-1).sum(-1)
     out["previous"] = p.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1)
     out["next"] = p.diagonal(offset=1, dim1=-2, dim2=-1).sum(-1)
@@ -86,6 +90,7 @@ def query_counts(t: int) -> dict[str, int]:
 @dataclass(frozen=True)
 class LookAt:
     """`scores[kind]` (L, H) average shares (KINDS); `n_texts` and `n_tokens` measured over."""
+
     scores: dict[str, torch.Tensor]
     n_texts: int
     n_tokens: int
@@ -93,12 +98,13 @@ class LookAt:
     def standouts(self, kind: str, n: int = 5) -> list[tuple[int, int, float]]:
         """The n heads with the highest `kind` score: (layer, head, score), highest first."""
         s = self.scores[kind]
-        top = torch.argsort(s.flatten(), descending=True)[:check_int("n", n, 1, s.numel())]
+        top = torch.argsort(s.flatten(), descending=True)[: check_int("n", n, 1, s.numel())]
         return [(int(i) // s.shape[1], int(i) % s.shape[1], float(s.flatten()[i])) for i in top]
 
 
-def look_at(model, tokenizer, texts: list[str], max_tokens: int = 128, progress=None,
-            should_stop: cancel.ShouldStop = None) -> LookAt:
+def look_at(
+    model, tokenizer, texts: list[str], max_tokens: int = 128, progress=None, should_stop: cancel.ShouldStop = None
+) -> LookAt:
     """Average attention per layer and head over `texts` (each cut to `max_tokens` pieces), one
     text's trace at a time (at most the model's context); `progress(done, total)` after each text."""
     cfg = model.config
@@ -109,7 +115,7 @@ def look_at(model, tokenizer, texts: list[str], max_tokens: int = 128, progress=
     for done, text in enumerate(texts, 1):
         cancel.check(should_stop, "the analysis")
         ids = tokenizer.prompt_ids(text)
-        ids = ids if len(ids) <= max_tokens else ids[:max_tokens - 1] + ids[-1:]
+        ids = ids if len(ids) <= max_tokens else ids[: max_tokens - 1] + ids[-1:]
         if len(ids) >= 3:
             _add_text(model, tokenizer, ids, dev, sums, counts)
             n_tokens, used = n_tokens + len(ids), used + 1

@@ -6,6 +6,7 @@ With u = m / |m| and m = (1/n) sum_i h_i, cos(a, b) = u_a . u_b = sum_i sum_j c_
 c_ij = (h_i . h_j) / (n_a n_b |m_a| |m_b|): the (T_a, T_b) contribution matrix sums exactly to the
 cosine, its row sums are each token of a's share, its column sums each token of b's.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ MAX_SENTENCES = 16
 class Embeddings:
     """`ids[k]` each sentence's token ids ([CLS] ... [SEP]); `hidden[k]` its last hidden states
     (T_k, D); `vectors` (N, D) the normalised sentence embeddings; `cosine` (N, N)."""
+
     ids: tuple[tuple[int, ...], ...]
     hidden: tuple[torch.Tensor, ...]
     vectors: torch.Tensor
@@ -42,7 +44,7 @@ def padded_batch(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torc
     ids = torch.full((len(rows), width), pad_id, dtype=torch.int64)
     mask = torch.zeros((len(rows), width), dtype=torch.int64)
     for k, row in enumerate(rows):
-        ids[k, :len(row)], mask[k, :len(row)] = torch.tensor(row), 1
+        ids[k, : len(row)], mask[k, : len(row)] = torch.tensor(row), 1
     return ids, mask
 
 
@@ -63,14 +65,14 @@ def sentence_embeddings(model, tokenizer, texts: list[str], max_tokens: int = 25
         types = (segment_ids(ids, model.config.sep_token_id) * mask).to(dev)
     with torch.no_grad():
         hidden = model.hidden(ids.to(dev), attention_mask=mask.to(dev), token_types=types)
-    hidden = hidden.float().cpu()                                      # (N, T, D)
+    hidden = hidden.float().cpu()  # (N, T, D)
     m = mask[..., None].to(hidden.dtype)
-    means = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)             # (N, D)
+    means = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)  # (N, D)
     vectors = torch.nn.functional.normalize(means, p=2, dim=1)
-    per = tuple(hidden[k, :len(r)].clone() for k, r in enumerate(rows))
+    per = tuple(hidden[k, : len(r)].clone() for k, r in enumerate(rows))
     return Embeddings(tuple(map(tuple, rows)), per, vectors, vectors @ vectors.T)
 
 
 def _cut(ids: list[int], n: int) -> list[int]:
     """At most n ids, keeping the closing [SEP] (as a tokenizer's truncation does)."""
-    return ids if len(ids) <= n else ids[:n - 1] + ids[-1:]
+    return ids if len(ids) <= n else ids[: n - 1] + ids[-1:]

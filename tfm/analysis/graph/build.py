@@ -23,6 +23,7 @@ node); the scores count sink nodes as error (conservative).
 `Graph.edges` holds the rows of the nodes with inputs (features, then the target); the other nodes
 are sources only. Pruning, scores: `prune`; interventions: `edit`; JSON: `files`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from ..attribution import n_words
 from .rows import Progress
 
 TargetKind = Literal["top", "token", "difference"]
-MAX_TOKENS = 2000          # the most any setting allows: graphs are for short prompts
+MAX_TOKENS = 2000  # the most any setting allows: graphs are for short prompts
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,9 @@ class GraphSettings(JsonConfig):
 
     def rows(self, cfg, n_tokens: int) -> int:
         """How many feature rows a graph of `n_tokens` on a model of `cfg` computes at most."""
-        per_row = max(cfg.n_layer // 2, 1) * max(n_tokens // 2, 1) * cfg.d_model * (cfg.d_model + cfg.n_kv_head * cfg.d_head)
+        per_row = (
+            max(cfg.n_layer // 2, 1) * max(n_tokens // 2, 1) * cfg.d_model * (cfg.d_model + cfg.n_kv_head * cfg.d_head)
+        )
         return min(self.max_feature_nodes, max(64, self.max_macs // per_row))
 
 
@@ -115,21 +118,21 @@ class Graph:
     """One prompt's attribution graph. Node order: features (n_f), errors (L x T, layer-major),
     tokens (T), positions (T, when the model adds position vectors), the target (last)."""
 
-    spec: str                    # the model (tfm.loaders.spec text)
-    transcoders: str             # the transcoder set's identity
+    spec: str  # the model (tfm.loaders.spec text)
+    transcoders: str  # the transcoder set's identity
     ids: tuple[int, ...]
-    target: Target               # resolved: its token filled in
-    logit: float                 # the real model's target logit (difference)
-    prob: float                  # the real model's probability of target.token
+    target: Target  # resolved: its token filled in
+    logit: float  # the real model's target logit (difference)
+    prob: float  # the real model's probability of target.token
     n_layer: int
     has_pos: bool
-    features: torch.Tensor       # (n_f, 3) long: layer, position, feature id (sorted)
-    activations: torch.Tensor    # (n_f,) float
-    edges: torch.Tensor          # (n_f + 1, n_nodes): row i = feature i's inputs, last row the target's
-    bias: torch.Tensor           # (n_f + 1,) the constant part of each row's pre-activation
-    n_active: int                # active features in the prompt (some may be folded into errors)
-    slopes: torch.Tensor         # (n_f,) float64 d target / d activation in the real model (graph_slopes)
-    sink: bool = False           # position 0 folded: its error nodes hold its features too ("sink")
+    features: torch.Tensor  # (n_f, 3) long: layer, position, feature id (sorted)
+    activations: torch.Tensor  # (n_f,) float
+    edges: torch.Tensor  # (n_f + 1, n_nodes): row i = feature i's inputs, last row the target's
+    bias: torch.Tensor  # (n_f + 1,) the constant part of each row's pre-activation
+    n_active: int  # active features in the prompt (some may be folded into errors)
+    slopes: torch.Tensor  # (n_f,) float64 d target / d activation in the real model (graph_slopes)
+    sink: bool = False  # position 0 folded: its error nodes hold its features too ("sink")
 
     @property
     def n_pos(self) -> int:
@@ -165,7 +168,7 @@ class Graph:
 
     def adjacency(self) -> torch.Tensor:
         """The dense (n_nodes, n_nodes) matrix A[target, source] (rows of source-only nodes zero)."""
-        if self.n_nodes ** 2 > 2**28:
+        if self.n_nodes**2 > 2**28:
             raise ValueError(f"{self.n_nodes:,} nodes make too large a dense matrix: read `edges` (its rows) instead")
         a = torch.zeros(self.n_nodes, self.n_nodes, dtype=self.edges.dtype)
         a[self.row_nodes()] = self.edges
@@ -176,8 +179,14 @@ class Graph:
         t, nf = self.n_pos, self.n_features
         if i < nf:
             layer, pos, f = (int(v) for v in self.features[i])
-            return {"kind": "feature", "layer": layer, "pos": pos, "feature": f,
-                    "activation": float(self.activations[i]), "slope": float(self.slopes[i])}
+            return {
+                "kind": "feature",
+                "layer": layer,
+                "pos": pos,
+                "feature": f,
+                "activation": float(self.activations[i]),
+                "slope": float(self.slopes[i]),
+            }
         if i < self.token_start:
             layer, pos = divmod(i - nf, t)
             return {"kind": "sink" if self.sink and pos == 0 else "error", "layer": layer, "pos": pos}
@@ -193,13 +202,17 @@ def _check_prompt(model, ids, settings: GraphSettings) -> torch.Tensor:
         raise ValueError(f"an attribution graph reads one sequence of token ids (T,), got shape {tuple(x.shape)}")
     t = x.numel()
     if t > settings.max_tokens:
-        raise ValueError(f"the prompt has {t:,} tokens; attribution graphs take at most {settings.max_tokens:,} "
-                         "(each costs a backward pass per active feature): shorten it")
+        raise ValueError(
+            f"the prompt has {t:,} tokens; attribution graphs take at most {settings.max_tokens:,} "
+            "(each costs a backward pass per active feature): shorten it"
+        )
     cfg = model.config
     need = 4 * t * (t * cfg.n_layer * cfg.n_head + 2 * cfg.n_layer * cfg.d_model)
     if need > settings.max_bytes:
-        raise ValueError(f"a graph of {t:,} tokens on this model holds ~{need / 2**20:,.0f} MB of frozen patterns and "
-                         f"errors, over the {settings.max_bytes / 2**20:,.0f} MB allowed: shorten the prompt")
+        raise ValueError(
+            f"a graph of {t:,} tokens on this model holds ~{need / 2**20:,.0f} MB of frozen patterns and "
+            f"errors, over the {settings.max_bytes / 2**20:,.0f} MB allowed: shorten the prompt"
+        )
     return x
 
 
@@ -211,17 +224,19 @@ def _active(trace, transcoders, n_layer: int, max_active: int, skip_first: bool 
     found, errors = [], []
     for i in range(n_layer):
         tc = transcoders.layers[i]
-        acts = tc.encode(trace[f"blocks.{i}.ln2.output"][0].float().cpu())           # (T, F)
+        acts = tc.encode(trace[f"blocks.{i}.ln2.output"][0].float().cpu())  # (T, F)
         pos, feat = acts.nonzero(as_tuple=True)
         if skip_first:
             pos, feat = pos[pos > 0], feat[pos > 0]
         found.append((torch.full_like(pos, i), pos, feat, acts[pos, feat]))
     layer, pos, feat, act = (torch.cat(parts) for parts in zip(*found))
     if not act.numel():
-        raise ValueError("no feature of this transcoder set fires on this prompt, so the graph would have no "
-                         "feature nodes: check the set was trained for this model, or try another prompt")
+        raise ValueError(
+            "no feature of this transcoder set fires on this prompt, so the graph would have no "
+            "feature nodes: check the set was trained for this model, or try another prompt"
+        )
     if act.numel() > max_active:
-        norms = torch.stack([tc.W_dec.norm(dim=1) for tc in transcoders.layers])   # (L, F)
+        norms = torch.stack([tc.W_dec.norm(dim=1) for tc in transcoders.layers])  # (L, F)
         keep = (act * norms[layer, feat]).topk(max_active).indices
         layer, pos, feat, act = layer[keep], pos[keep], feat[keep], act[keep]
     order = torch.argsort((layer * 10**6 + pos) * 10**6 + feat)
@@ -241,9 +256,16 @@ def _unembed_direction(model, target: Target, dtype) -> torch.Tensor:
 
 
 @torch.no_grad()
-def attribution_graph(lm, ids, transcoders, target: Target = Target(), settings: GraphSettings = GraphSettings(),
-                      progress: Progress = None, should_stop: cancel.ShouldStop = None,
-                      dtype: torch.dtype = torch.float32) -> Graph:
+def attribution_graph(
+    lm,
+    ids,
+    transcoders,
+    target: Target = Target(),
+    settings: GraphSettings = GraphSettings(),
+    progress: Progress = None,
+    should_stop: cancel.ShouldStop = None,
+    dtype: torch.dtype = torch.float32,
+) -> Graph:
     """The attribution graph of `target` at the last position of `ids` (T,), with `transcoders`
     (a TranscoderSet of this model). `progress(fraction, text)` is told after each batch of rows;
     `should_stop` is asked between batches (raises tfm.core.cancel.Cancelled). The model is only
@@ -264,7 +286,7 @@ def attribution_graph(lm, ids, transcoders, target: Target = Target(), settings:
     idx, rows = graph_rows.compute_rows(fz, src, u, t - 1, settings.rows(model.config, t), progress, should_stop)
     keep, edges, bias = _edges_and_biases(fz, src, idx, rows, u, t)
     value = float(logits[target.token] - (logits[target.versus] if target.kind == "difference" else 0))
-    prob = float(logits[:n_words(lm)].softmax(-1)[target.token])
+    prob = float(logits[: n_words(lm)].softmax(-1)[target.token])
     feats = torch.stack([layer[keep], pos[keep], feat[keep]], 1)
     slopes = real_slopes(model, x, transcoders, target.token, target.versus, feats)
     source = lm.source if hasattr(lm, "source") else ""
@@ -284,8 +306,10 @@ def _check_transcoders(model, transcoders) -> None:
     """The model can be frozen, and the set is one trained for a model of its width and depth."""
     graph_frozen.check_model(model)
     if (transcoders.cfg.d_model, transcoders.cfg.n_layer) != (model.config.d_model, model.config.n_layer):
-        raise ValueError(f"these transcoders are for a model {transcoders.cfg.d_model} wide with "
-                         f"{transcoders.cfg.n_layer} layers, not this one: pick the set trained for it")
+        raise ValueError(
+            f"these transcoders are for a model {transcoders.cfg.d_model} wide with "
+            f"{transcoders.cfg.n_layer} layers, not this one: pick the set trained for it"
+        )
 
 
 def _assemble(src, keep: torch.Tensor, rows: torch.Tensor, row_order: torch.Tensor, t: int) -> torch.Tensor:
@@ -293,7 +317,7 @@ def _assemble(src, keep: torch.Tensor, rows: torch.Tensor, row_order: torch.Tens
     feature's column added to its (layer, position)'s error column, a last (empty) one for the target."""
     n, n_keep = src.n_features, keep.numel()
     colmap = torch.empty(src.n_cols, dtype=torch.long)
-    colmap[:n] = n_keep + src.layer * t + src.pos                     # unvisited: into their error
+    colmap[:n] = n_keep + src.layer * t + src.pos  # unvisited: into their error
     colmap[keep] = torch.arange(n_keep)
     colmap[n:] = torch.arange(n_keep, n_keep + src.n_cols - n)
     out = torch.zeros(rows.shape[0], n_keep + src.n_cols - n + 1, dtype=rows.dtype)

@@ -15,6 +15,7 @@ edges hold frozen. On the bundled model only "first_order" ranks the real effect
 influential features above Spearman 0.6: the real final norm's scale moves with an ablation,
 rescaling the whole logit, and the edges hold it frozen (docs/benchmarks.md, bench_graph.py).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -52,7 +53,7 @@ class Intervention:
 
     logit_before: float
     logit_after: float
-    prob_before: float         # probability of target.token
+    prob_before: float  # probability of target.token
     prob_after: float
     predicted_after: float | None  # logit_before + the graph's direct prediction (None: no graph given)
     predicted_total: float | None  # logit_before + its prediction through feature-to-feature edges too
@@ -68,8 +69,10 @@ def check_once(edits: Sequence[FeatureEdit]) -> None:
             raise ValueError(f"{str(e)[:80]} is not a FeatureEdit(layer, pos, feature, value)")
         key = (e.layer, e.pos, e.feature)
         if key in seen:
-            raise ValueError(f"feature {e.feature} of block {e.layer} at position {e.pos} is edited more than once: "
-                             "give each feature one value")
+            raise ValueError(
+                f"feature {e.feature} of block {e.layer} at position {e.pos} is edited more than once: "
+                "give each feature one value"
+            )
         seen.add(key)
 
 
@@ -99,7 +102,7 @@ def edited_logits(lm, ids, transcoders, edits: Sequence[FeatureEdit]) -> torch.T
             continue
         rec = Recorder(keep=lambda name: name.endswith("ln2.output"), listed=False)
         x = block(x, rec.scoped(f"blocks.{i}"), angles, None, i)
-        m_in = rec.finish()[f"blocks.{i}.ln2.output"][0]                    # (T, D) this run's MLP input
+        m_in = rec.finish()[f"blocks.{i}.ln2.output"][0]  # (T, D) this run's MLP input
         x = x + _delta(transcoders.layers[i], m_in, by_layer[i]).to(x.dtype)[None]
     x = model.ln_final(x) if model.ln_final is not None else x
     return unembed(x[:, -1:], model.unembed.weight)[0, -1]
@@ -107,7 +110,7 @@ def edited_logits(lm, ids, transcoders, edits: Sequence[FeatureEdit]) -> torch.T
 
 def _delta(tc, m_in: torch.Tensor, edits: list[FeatureEdit]) -> torch.Tensor:
     """(T, D): what the edits change in block's MLP output: (new - actual) x W_dec[feature]."""
-    acts = tc.encode(m_in)                                                   # (T, F)
+    acts = tc.encode(m_in)  # (T, F)
     out = torch.zeros(m_in.shape[0], tc.W_dec.shape[1], device=m_in.device)
     for e in edits:
         out[e.pos] += (e.value - acts[e.pos, e.feature]) * tc.W_dec[e.feature].to(m_in.device)
@@ -137,15 +140,17 @@ def predicted_change(graph: Graph, edits: Sequence[FeatureEdit], mode: Predictio
     for e in edits:
         i = index.get((e.layer, e.pos, e.feature))
         if i is None:
-            raise ValueError(f"feature {e.feature} of block {e.layer} at position {e.pos} is not a node of this graph: "
-                             "the graph predicts only for its own features")
+            raise ValueError(
+                f"feature {e.feature} of block {e.layer} at position {e.pos} is not a node of this graph: "
+                "the graph predicts only for its own features"
+            )
         delta0[i] = e.value - float(graph.activations[i])
     if mode == "first_order":
         return float(graph.slopes @ delta0)
-    per_unit = 1 / graph.activations.double().clamp(min=1e-12)   # an edge is its source's activation x a weight
+    per_unit = 1 / graph.activations.double().clamp(min=1e-12)  # an edge is its source's activation x a weight
     free = delta0 == 0
     delta = delta0.clone()
-    for _ in range(graph.n_layer if mode == "total" else 0):   # layer by layer down the DAG
+    for _ in range(graph.n_layer if mode == "total" else 0):  # layer by layer down the DAG
         delta = delta0 + free * _rows_times(graph.edges[:n, :n], delta * per_unit)
     return float(graph.edges[n, :n].double() @ (delta * per_unit))
 
@@ -154,11 +159,12 @@ def _rows_times(m: torch.Tensor, v: torch.Tensor, block: int = 2**21) -> torch.T
     """m (R, C) @ v (C,) in float64, a block of rows at a time (never a float64 copy of all of m:
     a 64-token graph's feature block is ~0.5 GB in float64)."""
     step = max(1, block // max(m.shape[1], 1))
-    return torch.cat([m[s:s + step].double() @ v for s in range(0, m.shape[0], step)])
+    return torch.cat([m[s : s + step].double() @ v for s in range(0, m.shape[0], step)])
 
 
-def intervene(lm, ids, transcoders, target: Target, edits: Sequence[FeatureEdit], graph: Graph | None = None
-              ) -> Intervention:
+def intervene(
+    lm, ids, transcoders, target: Target, edits: Sequence[FeatureEdit], graph: Graph | None = None
+) -> Intervention:
     """The target before and after `edits` in the real model (and the graph's prediction, given
     the graph of these ids and this target)."""
     vocab = n_words(lm)
@@ -186,19 +192,20 @@ def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
 class Faithfulness:
     """Switching off each of the graph's `n` most influential features, one at a time."""
 
-    features: torch.Tensor    # (n, 3) layer, pos, feature
-    predicted: torch.Tensor   # (n,) the graph's predicted change of the target
-    measured: torch.Tensor    # (n,) the real model's change
+    features: torch.Tensor  # (n, 3) layer, pos, feature
+    predicted: torch.Tensor  # (n,) the graph's predicted change of the target
+    measured: torch.Tensor  # (n,) the real model's change
     spearman: float
 
 
-def faithfulness(lm, ids, transcoders, graph: Graph, scores: torch.Tensor, n: int = 10,
-                 mode: Prediction = "direct") -> Faithfulness:
+def faithfulness(
+    lm, ids, transcoders, graph: Graph, scores: torch.Tensor, n: int = 10, mode: Prediction = "direct"
+) -> Faithfulness:
     """Predicted (`mode`, as `predicted_change`) vs measured effects of ablating the `n` features
     of highest `scores` (one per node, e.g. their influence, `prune.node_influence`, or
     |edge into the target|), and their Spearman rank correlation."""
     check_int("n", n, 2, 1000)
-    top = scores[:graph.n_features].topk(min(n, graph.n_features)).indices
+    top = scores[: graph.n_features].topk(min(n, graph.n_features)).indices
     vocab = n_words(lm)
     base = target_value(edited_logits(lm, ids, transcoders, []), graph.target, vocab)[0]
     pred, meas = [], []

@@ -7,6 +7,7 @@
 Node ids are the full graph's node indices (`Graph.node`), so a file's nodes can be matched with a
 rebuilt graph. What a figure draws (`tfm.viz.graph`) comes from a `GraphFile`, built or loaded.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,7 @@ from .build import Target
 from .prune import MAX_EDGES as VIEW_EDGES, Pruned
 
 FORMAT, VERSION = "tfm-attribution-graph", 1
-MAX_NODES, MAX_EDGES = 50_000, 500_000   # a view keeps at most VIEW_EDGES + one edge per node: it reads back
+MAX_NODES, MAX_EDGES = 50_000, 500_000  # a view keeps at most VIEW_EDGES + one edge per node: it reads back
 assert VIEW_EDGES + MAX_NODES <= MAX_EDGES
 MAX_TEXT = 4 * 2**20 + 200 * MAX_EDGES  # characters of a file read back
 NodeKind = Literal["feature", "error", "sink", "token", "position", "target"]
@@ -35,13 +36,13 @@ NodeKind = Literal["feature", "error", "sink", "token", "position", "target"]
 class GraphNode:
     id: int
     kind: NodeKind
-    layer: int              # -1 for tokens and positions, n_layer for the target
+    layer: int  # -1 for tokens and positions, n_layer for the target
     pos: int
     influence: float
     feature: int | None = None
     activation: float | None = None
     token: int | None = None
-    slope: float | None = None   # d target / d activation in the real model (graph_slopes; features only)
+    slope: float | None = None  # d target / d activation in the real model (graph_slopes; features only)
 
     def __post_init__(self) -> None:
         if self.kind not in get_args(NodeKind):
@@ -76,23 +77,33 @@ class GraphEdge:
 @dataclass(frozen=True, eq=False)
 class GraphFile:
     spec: str
-    model: dict                # the model's config (ModelConfig.to_dict)
-    transcoders: dict          # {"identity": ..., "config": ...}
+    model: dict  # the model's config (ModelConfig.to_dict)
+    transcoders: dict  # {"identity": ..., "config": ...}
     ids: tuple[int, ...]
     labels: tuple[str, ...]
     target: Target
     logit: float
     prob: float
-    scores: dict               # replacement, completeness, node_share, edge_share, node/edge threshold
+    scores: dict  # replacement, completeness, node_share, edge_share, node/edge threshold
     nodes: tuple[GraphNode, ...]
     edges: tuple[GraphEdge, ...]
 
     def to_dict(self) -> dict:
-        return {"format": FORMAT, "version": VERSION, "spec": self.spec, "model": self.model,
-                "transcoders": self.transcoders, "ids": list(self.ids), "labels": list(self.labels),
-                "target": self.target.to_dict(), "logit": self.logit, "prob": self.prob, "scores": self.scores,
-                "nodes": [{k: v for k, v in asdict(n).items() if v is not None} for n in self.nodes],
-                "edges": [[e.source, e.target, e.weight] for e in self.edges]}
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "spec": self.spec,
+            "model": self.model,
+            "transcoders": self.transcoders,
+            "ids": list(self.ids),
+            "labels": list(self.labels),
+            "target": self.target.to_dict(),
+            "logit": self.logit,
+            "prob": self.prob,
+            "scores": self.scores,
+            "nodes": [{k: v for k, v in asdict(n).items() if v is not None} for n in self.nodes],
+            "edges": [[e.source, e.target, e.weight] for e in self.edges],
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"))
@@ -112,8 +123,9 @@ def _object_bytes(obj) -> int:
     return sys.getsizeof(obj) + sys.getsizeof(obj.__dict__) + sum(sys.getsizeof(v) for v in obj.__dict__.values())
 
 
-def graph_file(pruned: Pruned, labels, model_config: ModelConfig, transcoders,
-               should_stop: cancel.ShouldStop = None) -> GraphFile:
+def graph_file(
+    pruned: Pruned, labels, model_config: ModelConfig, transcoders, should_stop: cancel.ShouldStop = None
+) -> GraphFile:
     """The kept nodes and edges of `pruned` with everything a reader needs to know what they are
     (`should_stop` is asked every few thousand objects: raises tfm.core.cancel.Cancelled)."""
     g = pruned.graph
@@ -121,15 +133,31 @@ def graph_file(pruned: Pruned, labels, model_config: ModelConfig, transcoders,
         raise ValueError(f"{len(labels)} labels for a graph of {g.n_pos} tokens")
     kept = pruned.nodes.nonzero().squeeze(1).tolist()
     if len(kept) > MAX_NODES:
-        raise ValueError(f"the view keeps {len(kept):,} nodes; a graph file holds at most {MAX_NODES:,}: "
-                         "raise the thresholds less")
+        raise ValueError(
+            f"the view keeps {len(kept):,} nodes; a graph file holds at most {MAX_NODES:,}: raise the thresholds less"
+        )
     nodes, edges = _file_nodes(pruned, kept, should_stop), _file_edges(pruned, should_stop)
-    scores = {"replacement": pruned.replacement, "completeness": pruned.completeness,
-              "node_share": pruned.node_share, "edge_share": pruned.edge_share,
-              "node_threshold": pruned.node_threshold, "edge_threshold": pruned.edge_threshold}
-    return GraphFile(g.spec, model_config.to_dict(), {"identity": transcoders.identity,
-                                                      "config": transcoders.cfg.to_dict()},
-                     g.ids, tuple(str(s) for s in labels), g.target, g.logit, g.prob, scores, tuple(nodes), edges)
+    scores = {
+        "replacement": pruned.replacement,
+        "completeness": pruned.completeness,
+        "node_share": pruned.node_share,
+        "edge_share": pruned.edge_share,
+        "node_threshold": pruned.node_threshold,
+        "edge_threshold": pruned.edge_threshold,
+    }
+    return GraphFile(
+        g.spec,
+        model_config.to_dict(),
+        {"identity": transcoders.identity, "config": transcoders.cfg.to_dict()},
+        g.ids,
+        tuple(str(s) for s in labels),
+        g.target,
+        g.logit,
+        g.prob,
+        scores,
+        tuple(nodes),
+        edges,
+    )
 
 
 def _file_nodes(pruned: Pruned, kept: list[int], should_stop: cancel.ShouldStop) -> list[GraphNode]:
@@ -139,8 +167,19 @@ def _file_nodes(pruned: Pruned, kept: list[int], should_stop: cancel.ShouldStop)
         if j % 4096 == 0:
             cancel.check(should_stop, "writing the graph file")
         info = pruned.graph.node(i)
-        nodes.append(GraphNode(i, info["kind"], info["layer"], info["pos"], float(pruned.influence[i]),
-                               info.get("feature"), info.get("activation"), info.get("token"), info.get("slope")))
+        nodes.append(
+            GraphNode(
+                i,
+                info["kind"],
+                info["layer"],
+                info["pos"],
+                float(pruned.influence[i]),
+                info.get("feature"),
+                info.get("activation"),
+                info.get("token"),
+                info.get("slope"),
+            )
+        )
     return nodes
 
 
@@ -165,8 +204,12 @@ def load_graph_json(text: str | bytes, name: str = "the graph file") -> GraphFil
     if len(text) > MAX_TEXT:
         raise ValueError(f"{name} is {len(text):,} characters, over the {MAX_TEXT:,} a graph file may have")
     data = parse_json(text, name)
-    if not isinstance(data, dict) or data.get("format") != FORMAT or type(data.get("version")) is not int \
-            or data["version"] != VERSION:
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != FORMAT
+        or type(data.get("version")) is not int
+        or data["version"] != VERSION
+    ):
         raise ValueError(f"{name} is not a tfm attribution graph (format {FORMAT!r}, version {VERSION})")
     model = ModelConfig.from_dict(_need(data, "model", dict))
     ids = tuple(check_int("token id", i, 0, model.vocab_size - 1) for i in _need(data, "ids", list))
@@ -180,9 +223,19 @@ def load_graph_json(text: str | bytes, name: str = "the graph file") -> GraphFil
     tc = _read_transcoders(data, name)
     spec = _need(data, "spec", str)
     logit, prob = (check_number(k, data.get(k)) for k in ("logit", "prob"))
-    return GraphFile(spec[:500], model.to_dict(), tc, ids, tuple(labels), _target(data, model), logit, prob,
-                     {k: float(scores[k]) for k in scores if isinstance(scores[k], (int, float))
-                      and math.isfinite(scores[k])}, nodes, tuple(edges))
+    return GraphFile(
+        spec[:500],
+        model.to_dict(),
+        tc,
+        ids,
+        tuple(labels),
+        _target(data, model),
+        logit,
+        prob,
+        {k: float(scores[k]) for k in scores if isinstance(scores[k], (int, float)) and math.isfinite(scores[k])},
+        nodes,
+        tuple(edges),
+    )
 
 
 def _read_transcoders(data: dict, name: str) -> dict:
@@ -197,8 +250,9 @@ def _read_nodes_and_edges(data: dict, name: str, n_pos: int, n_layer: int) -> tu
     edges (each between two listed nodes), within the counts a graph file may have."""
     raw_nodes, raw_edges = _need(data, "nodes", list), _need(data, "edges", list)
     if len(raw_nodes) > MAX_NODES or len(raw_edges) > MAX_EDGES:
-        raise ValueError(f"{name} has {len(raw_nodes):,} nodes and {len(raw_edges):,} edges; at most "
-                         f"{MAX_NODES:,} and {MAX_EDGES:,}")
+        raise ValueError(
+            f"{name} has {len(raw_nodes):,} nodes and {len(raw_edges):,} edges; at most {MAX_NODES:,} and {MAX_EDGES:,}"
+        )
     nodes = tuple(from_json_object(GraphNode, n, "a graph node") for n in raw_nodes)
     known = {n.id for n in nodes}
     if len(known) != len(nodes) or any(n.pos >= n_pos or n.layer > n_layer for n in nodes):

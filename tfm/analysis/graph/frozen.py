@@ -19,6 +19,7 @@ source's direct effect. The MLP path carries no gradient (activations are inputs
 the stream: each edge is direct), so only attention and the norms move the gradient between layers.
 Only pre-norm models: with post-norm every norm rescales the whole running sum.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,17 +33,17 @@ from ...core.model import GPT
 class LayerConsts:
     """One block's frozen pieces, (T, ...) for this prompt, in the working dtype."""
 
-    scale1: torch.Tensor    # (T,) ln1's std or rms
-    scale2: torch.Tensor    # (T,) ln2's
-    pattern: torch.Tensor   # (H, T, T)
-    w_v: torch.Tensor       # (Hkv*hd, D) value rows of the fused projection
+    scale1: torch.Tensor  # (T,) ln1's std or rms
+    scale2: torch.Tensor  # (T,) ln2's
+    pattern: torch.Tensor  # (H, T, T)
+    w_v: torch.Tensor  # (Hkv*hd, D) value rows of the fused projection
     b_v: torch.Tensor | None
-    w_o: torch.Tensor       # (D, H*hd)
+    w_o: torch.Tensor  # (D, H*hd)
     b_o: torch.Tensor | None
-    w_enc: torch.Tensor     # (D, F)
-    b_enc: torch.Tensor     # (F,)
-    w_dec: torch.Tensor     # (F, D)
-    b_dec: torch.Tensor     # (D,)
+    w_enc: torch.Tensor  # (D, F)
+    b_enc: torch.Tensor  # (F,)
+    w_dec: torch.Tensor  # (F, D)
+    b_dec: torch.Tensor  # (D,)
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,8 +55,8 @@ class Frozen:
     n_head: int
     n_kv_head: int
     d_head: int
-    gains: tuple          # per block (ln1 (w, b), ln2 (w, b)); b None for RMSNorm or no bias
-    final: tuple          # (w, b) of the final norm
+    gains: tuple  # per block (ln1 (w, b), ln2 (w, b)); b None for RMSNorm or no bias
+    final: tuple  # (w, b) of the final norm
     final_scale: torch.Tensor  # (T,)
     layers: tuple[LayerConsts, ...]
     dtype: torch.dtype
@@ -80,11 +81,11 @@ class Frozen:
     def attention(self, x: torch.Tensor, c: LayerConsts) -> torch.Tensor:
         """attn(x) for one sequence (T, D), pattern frozen."""
         t = x.shape[0]
-        v = x @ c.w_v.T + (c.b_v if c.b_v is not None else 0)                  # (T, Hkv*hd)
-        v = v.view(t, self.n_kv_head, self.d_head).transpose(0, 1)            # (Hkv, T, hd)
-        v = v.repeat_interleave(self.n_head // self.n_kv_head, dim=0)         # (H, T, hd): head h reads h // group
-        z = c.pattern @ v                                                      # (H, T, hd)
-        out = z.transpose(0, 1).reshape(t, -1) @ c.w_o.T                       # (T, D)
+        v = x @ c.w_v.T + (c.b_v if c.b_v is not None else 0)  # (T, Hkv*hd)
+        v = v.view(t, self.n_kv_head, self.d_head).transpose(0, 1)  # (Hkv, T, hd)
+        v = v.repeat_interleave(self.n_head // self.n_kv_head, dim=0)  # (H, T, hd): head h reads h // group
+        z = c.pattern @ v  # (H, T, hd)
+        out = z.transpose(0, 1).reshape(t, -1) @ c.w_o.T  # (T, D)
         return out if c.b_o is None else out + c.b_o
 
     def attention_t(self, g: torch.Tensor, c: LayerConsts) -> torch.Tensor:
@@ -92,13 +93,13 @@ class Frozen:
         (a row's gradient is zero after its own position: causal)."""
         r, t, _ = g.shape
         dz = (g @ c.w_o).view(r, t, self.n_head, self.d_head).transpose(1, 2)  # (R, H, T', hd)
-        h, hd = self.n_head, self.d_head                                       # rows folded into columns: H products
+        h, hd = self.n_head, self.d_head  # rows folded into columns: H products
         dv = c.pattern[:, :t, :t].transpose(-1, -2) @ dz.permute(1, 2, 0, 3).reshape(h, t, r * hd)
-        dv = dv.view(h, t, r, hd).permute(2, 0, 1, 3)                          # (R, H, T', hd)
+        dv = dv.view(h, t, r, hd).permute(2, 0, 1, 3)  # (R, H, T', hd)
         group = self.n_head // self.n_kv_head
         if group > 1:
-            dv = dv.view(r, self.n_kv_head, group, t, self.d_head).sum(2)      # (R, Hkv, T', hd)
-        return dv.transpose(1, 2).reshape(r, t, -1) @ c.w_v                    # (R, T', D)
+            dv = dv.view(r, self.n_kv_head, group, t, self.d_head).sum(2)  # (R, Hkv, T', hd)
+        return dv.transpose(1, 2).reshape(r, t, -1) @ c.w_v  # (R, T', D)
 
 
 def _cast(t: torch.Tensor | None, dtype) -> torch.Tensor | None:
@@ -107,8 +108,10 @@ def _cast(t: torch.Tensor | None, dtype) -> torch.Tensor | None:
 
 def check_model(model: GPT) -> None:
     if model.config.norm_placement != "pre":
-        raise ValueError("attribution graphs need a pre-norm model: with post-norm every block's norm rescales "
-                         "the whole running sum, so nothing is linear between features")
+        raise ValueError(
+            "attribution graphs need a pre-norm model: with post-norm every block's norm rescales "
+            "the whole running sum, so nothing is linear between features"
+        )
 
 
 def freeze(model: GPT, trace, transcoders, dtype=torch.float32) -> Frozen:
@@ -121,17 +124,35 @@ def freeze(model: GPT, trace, transcoders, dtype=torch.float32) -> Frozen:
     for i, block in enumerate(model.blocks):
         tc, w = transcoders.layers[i], block.attn.qkv.weight
         b = block.attn.qkv.bias
-        layers.append(LayerConsts(
-            _cast(trace[f"blocks.{i}.ln1.{stat}"][0], dtype), _cast(trace[f"blocks.{i}.ln2.{stat}"][0], dtype),
-            _cast(trace.pattern(i), dtype), _cast(w[d + kv:d + 2 * kv], dtype),
-            _cast(b[d + kv:d + 2 * kv] if b is not None else None, dtype),
-            _cast(block.attn.proj.weight, dtype), _cast(block.attn.proj.bias, dtype),
-            _cast(tc.W_enc, dtype), _cast(tc.b_enc, dtype), _cast(tc.W_dec, dtype), _cast(tc.b_dec, dtype)))
+        layers.append(
+            LayerConsts(
+                _cast(trace[f"blocks.{i}.ln1.{stat}"][0], dtype),
+                _cast(trace[f"blocks.{i}.ln2.{stat}"][0], dtype),
+                _cast(trace.pattern(i), dtype),
+                _cast(w[d + kv : d + 2 * kv], dtype),
+                _cast(b[d + kv : d + 2 * kv] if b is not None else None, dtype),
+                _cast(block.attn.proj.weight, dtype),
+                _cast(block.attn.proj.bias, dtype),
+                _cast(tc.W_enc, dtype),
+                _cast(tc.b_enc, dtype),
+                _cast(tc.W_dec, dtype),
+                _cast(tc.b_dec, dtype),
+            )
+        )
         gains.append(tuple((_cast(n.weight, dtype), _cast(n.bias, dtype)) for n in (block.ln1, block.ln2)))
     fin = model.ln_final
-    return Frozen(cfg.norm == "layernorm", cfg.parallel_block, cfg.n_head, cfg.n_kv_head, cfg.d_head,
-                  tuple(gains), (_cast(fin.weight, dtype), _cast(fin.bias, dtype)),
-                  _cast(trace[f"ln_final.{stat}"][0], dtype), tuple(layers), dtype)
+    return Frozen(
+        cfg.norm == "layernorm",
+        cfg.parallel_block,
+        cfg.n_head,
+        cfg.n_kv_head,
+        cfg.d_head,
+        tuple(gains),
+        (_cast(fin.weight, dtype), _cast(fin.bias, dtype)),
+        _cast(trace[f"ln_final.{stat}"][0], dtype),
+        tuple(layers),
+        dtype,
+    )
 
 
 def forward(fz: Frozen, stream0: torch.Tensor, writes: list[torch.Tensor], u: torch.Tensor):

@@ -23,6 +23,7 @@ Scores (of the whole graph, before pruning):
   completeness = sum over nodes of (1 - the error share of its normalised inputs) x (its influence
                  + 1 for the target), over the sum of the weights: partial credit per node.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -34,8 +35,8 @@ from ...core import cancel
 from ...core.validate import check_int, check_number
 from .build import Graph
 
-MAX_EDGES = 100_000     # the most edges a pruned view keeps (a file of them is ~4 MB; graph_io reads it)
-BLOCK = 2**21           # entries of the edge matrix read at once (float64: 16 MB)
+MAX_EDGES = 100_000  # the most edges a pruned view keeps (a file of them is ~4 MB; graph_io reads it)
+BLOCK = 2**21  # entries of the edge matrix read at once (float64: 16 MB)
 Progress = Callable[[float, str], None] | None
 
 
@@ -52,7 +53,7 @@ def _spans(g: Graph) -> list[slice]:
 
 def _block(g: Graph, span: slice, row_mask=None, col_mask=None) -> torch.Tensor:
     """|edges| of a block of rows in float64, masked."""
-    a = g.edges[span].to(torch.float64, copy=True).abs_()   # a copy: never the graph's own rows
+    a = g.edges[span].to(torch.float64, copy=True).abs_()  # a copy: never the graph's own rows
     if row_mask is not None:
         a *= row_mask[span, None]
     if col_mask is not None:
@@ -70,8 +71,12 @@ def _row_sums(g: Graph, row_mask=None, col_mask=None) -> torch.Tensor:
     return torch.cat([a.sum(1) for _, a in _blocks(g, row_mask, col_mask)]).clamp(min=1e-10)
 
 
-def node_influence(g: Graph, row_mask: torch.Tensor | None = None, col_mask: torch.Tensor | None = None,
-                   should_stop: cancel.ShouldStop = None) -> torch.Tensor:
+def node_influence(
+    g: Graph,
+    row_mask: torch.Tensor | None = None,
+    col_mask: torch.Tensor | None = None,
+    should_stop: cancel.ShouldStop = None,
+) -> torch.Tensor:
     """(n_nodes,) each node's influence on the target (the target itself: 0), in the graph or in its
     part between kept rows (`row_mask`, over `Graph.edges`' rows) and kept columns (`col_mask`)."""
     sums = _row_sums(g, row_mask, col_mask)
@@ -115,15 +120,15 @@ class Pruned:
     graph: Graph
     node_threshold: float
     edge_threshold: float
-    influence: torch.Tensor      # (n_nodes,) on the whole graph
-    nodes: torch.Tensor          # (n_nodes,) bool
-    edge_index: torch.Tensor     # (2, K) long: row of graph.edges, source node
-    node_share: float            # share of all influence held by kept nodes
-    edge_share: float            # share of all edge scores (among kept nodes) held by kept edges
+    influence: torch.Tensor  # (n_nodes,) on the whole graph
+    nodes: torch.Tensor  # (n_nodes,) bool
+    edge_index: torch.Tensor  # (2, K) long: row of graph.edges, source node
+    node_share: float  # share of all influence held by kept nodes
+    edge_share: float  # share of all edge scores (among kept nodes) held by kept edges
     replacement: float
     completeness: float
-    n_candidates: int            # non-zero edges between kept nodes
-    capped: bool                 # True when `max_edges` cut the edges the threshold would keep
+    n_candidates: int  # non-zero edges between kept nodes
+    capped: bool  # True when `max_edges` cut the edges the threshold would keep
 
     @property
     def n_edges(self) -> int:
@@ -153,13 +158,13 @@ class Pruned:
 def graph_scores(g: Graph, inf: torch.Tensor | None = None) -> tuple[float, float]:
     """(replacement, completeness) of the whole graph."""
     inf = node_influence(g) if inf is None else inf
-    err = float(inf[g.error_start:g.token_start].sum())
-    tok = float(inf[g.token_start:g.target_index].sum())
+    err = float(inf[g.error_start : g.token_start].sum())
+    tok = float(inf[g.token_start : g.target_index].sum())
     replacement = tok / (tok + err) if tok + err > 0 else 0.0
     weight = inf.clone()
     weight[g.target_index] += 1.0
     error_cols = torch.zeros(g.n_nodes, dtype=torch.float64)
-    error_cols[g.error_start:g.token_start] = 1.0
+    error_cols[g.error_start : g.token_start] = 1.0
     share = torch.cat([(a @ error_cols) / a.sum(1).clamp(min=1e-10) for _, a in _blocks(g)])
     non_error = torch.ones(g.n_nodes, dtype=torch.float64)
     non_error[g.row_nodes()] = 1 - share
@@ -170,12 +175,18 @@ def kept_nodes(g: Graph, inf: torch.Tensor, node_threshold: float) -> torch.Tens
     """(n_nodes,) bool: the nodes of positive influence holding `node_threshold` of it, and every
     token, position and the target."""
     nodes = (inf > 0) & (inf >= threshold(inf, node_threshold))
-    nodes[g.token_start:] = True
+    nodes[g.token_start :] = True
     return nodes
 
 
-def prune_graph(g: Graph, node_threshold: float = 0.8, edge_threshold: float = 0.98, max_edges: int = MAX_EDGES,
-                progress: Progress = None, should_stop: cancel.ShouldStop = None) -> Pruned:
+def prune_graph(
+    g: Graph,
+    node_threshold: float = 0.8,
+    edge_threshold: float = 0.98,
+    max_edges: int = MAX_EDGES,
+    progress: Progress = None,
+    should_stop: cancel.ShouldStop = None,
+) -> Pruned:
     """The nodes holding `node_threshold` of the influence and the edges holding `edge_threshold`
     (at most `max_edges`, the strongest). `progress(fraction, text)` is told after each step;
     `should_stop` is asked between blocks of rows (raises tfm.core.cancel.Cancelled)."""
@@ -185,14 +196,26 @@ def prune_graph(g: Graph, node_threshold: float = 0.8, edge_threshold: float = 0
     say = progress or (lambda *_: None)
     inf, nodes, row_mask, col_mask, weight = _kept_nodes_and_weights(g, node_threshold, say, should_stop)
     say(0.7, "scoring the edges")
-    index, kept_scores, total, n_candidates, capped = _kept_edges(g, nodes, row_mask, col_mask, weight,
-                                                                  edge_threshold, max_edges, should_stop)
+    index, kept_scores, total, n_candidates, capped = _kept_edges(
+        g, nodes, row_mask, col_mask, weight, edge_threshold, max_edges, should_stop
+    )
     say(0.9, "scores of the whole graph")
     replacement, completeness = graph_scores(g, inf)
     say(1.0, "")
-    return Pruned(g, node_threshold, edge_threshold, inf, nodes, index,
-                  float(inf[nodes].sum() / inf.sum()) if inf.sum() > 0 else 1.0,
-                  kept_scores / total if total > 0 else 1.0, replacement, completeness, n_candidates, capped)
+    return Pruned(
+        g,
+        node_threshold,
+        edge_threshold,
+        inf,
+        nodes,
+        index,
+        float(inf[nodes].sum() / inf.sum()) if inf.sum() > 0 else 1.0,
+        kept_scores / total if total > 0 else 1.0,
+        replacement,
+        completeness,
+        n_candidates,
+        capped,
+    )
 
 
 def _kept_nodes_and_weights(g: Graph, node_threshold: float, say, should_stop):
@@ -212,7 +235,7 @@ def _kept_nodes_and_weights(g: Graph, node_threshold: float, say, should_stop):
 def _kept_edges(g: Graph, nodes, row_mask, col_mask, weight, edge_threshold: float, max_edges: int, should_stop):
     """The edges over `edge_threshold` of the score (at most `max_edges`; every kept node keeps one way
     out): their (rows, cols) index, the score they hold and the whole, how many were candidates, capped."""
-    weight = weight / _row_sums(g, row_mask, col_mask)           # an edge's score: |weight| x this of its row
+    weight = weight / _row_sums(g, row_mask, col_mask)  # an edge's score: |weight| x this of its row
     best, total, n_candidates, col_best = _best_edges(g, row_mask, col_mask, weight, max_edges, should_stop)
     keep, capped = _over_threshold(best[0], total, edge_threshold, n_candidates)
     index = _keep_one_out(g, nodes, best[1:, keep], col_best)
@@ -234,12 +257,12 @@ def _best_edges(g: Graph, row_mask, col_mask, weight, k: int, should_stop):
         m, r = a.max(0)
         better = m > col_max
         col_max[better], col_row[better] = m[better], r[better] + s
-        score = a * weight[s:s + a.shape[0], None]
+        score = a * weight[s : s + a.shape[0], None]
         total += float(score.sum())
         r, c = (score > 0).nonzero(as_tuple=True)
         count += int(r.numel())
         v = score[r, c]
-        if best.shape[1] == k:          # only what beats the k-th best so far
+        if best.shape[1] == k:  # only what beats the k-th best so far
             over = v > best[0, -1]
             r, c, v = r[over], c[over], v[over]
         pool = torch.cat([best, torch.stack([v, (r + s).double(), c.double()])], 1)

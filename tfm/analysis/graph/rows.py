@@ -13,6 +13,7 @@ the target through the rows known so far. A feature never visited stays a source
 graph its columns are added to its (layer, position)'s error column (what it writes is then counted
 as unexplained: exact, and conservative for the scores).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -31,15 +32,15 @@ class Sources:
     """Every source of the prompt, in column order: features (layer-major, then position, then
     feature id), errors (layer-major, then position), token embeddings, position embeddings."""
 
-    layer: torch.Tensor      # (N,) long, each active feature's block
-    pos: torch.Tensor        # (N,) long
-    feature: torch.Tensor    # (N,) long
-    act: torch.Tensor        # (N,) its activation (= its pre-activation: TopK keeps only positive ones)
-    errors: torch.Tensor     # (L, T, D) real mlp_out minus the transcoder's output
-    embed: torch.Tensor      # (T, D)
+    layer: torch.Tensor  # (N,) long, each active feature's block
+    pos: torch.Tensor  # (N,) long
+    feature: torch.Tensor  # (N,) long
+    act: torch.Tensor  # (N,) its activation (= its pre-activation: TopK keeps only positive ones)
+    errors: torch.Tensor  # (L, T, D) real mlp_out minus the transcoder's output
+    embed: torch.Tensor  # (T, D)
     pos_embed: torch.Tensor | None  # (T, D)
-    slots: tuple             # per block: (T, S) long, feature indices per position, -1 padded
-    vectors: tuple           # per block: (T, S, D) act * W_dec[feature] in slot order (0 where padded)
+    slots: tuple  # per block: (T, S) long, feature indices per position, -1 padded
+    vectors: tuple  # per block: (T, S, D) act * W_dec[feature] in slot order (0 where padded)
 
     @property
     def n_features(self) -> int:
@@ -55,7 +56,7 @@ def sources(fz: Frozen, layer, pos, feature, act, errors, embed, pos_embed) -> S
     n_l, t = errors.shape[:2]
     slots, vectors = [], []
     for i in range(n_l):
-        idx = (layer == i).nonzero().squeeze(1)                              # this block's features
+        idx = (layer == i).nonzero().squeeze(1)  # this block's features
         counts = torch.bincount(pos[idx], minlength=t)
         width = max(int(counts.max()) if idx.numel() else 0, 1)
         slot = torch.full((t, width), -1, dtype=torch.long)
@@ -65,8 +66,17 @@ def sources(fz: Frozen, layer, pos, feature, act, errors, embed, pos_embed) -> S
         vec[pos[idx], rank] = act[idx, None].to(fz.dtype) * fz.layers[i].w_dec[feature[idx]]
         slots.append(slot)
         vectors.append(vec)
-    return Sources(layer, pos, feature, act, errors.to(fz.dtype), embed.to(fz.dtype),
-                   None if pos_embed is None else pos_embed.to(fz.dtype), tuple(slots), tuple(vectors))
+    return Sources(
+        layer,
+        pos,
+        feature,
+        act,
+        errors.to(fz.dtype),
+        embed.to(fz.dtype),
+        None if pos_embed is None else pos_embed.to(fz.dtype),
+        tuple(slots),
+        tuple(vectors),
+    )
 
 
 def _seed(fz: Frozen, p: torch.Tensor, vec: torch.Tensor, scale: torch.Tensor, wb) -> torch.Tensor:
@@ -96,18 +106,18 @@ def backward(fz: Frozen, src: Sources, idx: torch.Tensor, u: torch.Tensor, targe
         g[torch.arange(top), pos[:top]] = _seed(fz, pos[:top], u.expand(top, d), fz.final_scale, fz.final)
     err0 = src.n_features
     for i in range(min(int(layers.max()), n_l - 1), -1, -1):
-        n = int((layers >= i).sum())                                          # rows carrying a gradient here
+        n = int((layers >= i).sum())  # rows carrying a gradient here
         _source_edges(src, i, g[:n], out, err0 + i * t_all)
         c, (g1, g2) = fz.layers[i], fz.gains[i]
         if not fz.parallel:
-            _inject(fz, g, layers, pos, i, feats, c, g2)   # the seed enters after attention: at resid_mid
+            _inject(fz, g, layers, pos, i, feats, c, g2)  # the seed enters after attention: at resid_mid
         g[:n] += fz.norm_t(fz.attention_t(g[:n], c), c.scale1[:t], g1)
         if fz.parallel:
-            _inject(fz, g, layers, pos, i, feats, c, g2)   # the MLP reads the block's input
+            _inject(fz, g, layers, pos, i, feats, c, g2)  # the MLP reads the block's input
     emb0 = err0 + n_l * t_all
-    out[:, emb0:emb0 + t] = torch.einsum("rtd,td->rt", g, src.embed[:t])
+    out[:, emb0 : emb0 + t] = torch.einsum("rtd,td->rt", g, src.embed[:t])
     if src.pos_embed is not None:
-        out[:, emb0 + t_all:emb0 + t_all + t] = torch.einsum("rtd,td->rt", g, src.pos_embed[:t])
+        out[:, emb0 + t_all : emb0 + t_all + t] = torch.einsum("rtd,td->rt", g, src.pos_embed[:t])
     return out[torch.argsort(order)]
 
 
@@ -115,18 +125,18 @@ def _inject(fz, g, layers, pos, i, feature_ids, c, g2) -> None:
     """Add the seeds of the rows whose feature sits at block i (their features' W_enc columns)."""
     rows = (layers == i).nonzero().squeeze(1)
     if rows.numel():
-        seeds = c.w_enc[:, feature_ids[rows]].T                           # (R_i, D)
+        seeds = c.w_enc[:, feature_ids[rows]].T  # (R_i, D)
         g[rows, pos[rows]] += _seed(fz, pos[rows], seeds, c.scale2, g2)
 
 
 def _source_edges(src: Sources, i: int, g: torch.Tensor, out: torch.Tensor, err_col: int) -> None:
     """Effects of what block i's features and error wrote, from g = the gradient at its output."""
     n, t = g.shape[:2]
-    slot, vec = src.slots[i][:t], src.vectors[i][:t]                       # (T', S), (T', S, D)
-    per = torch.bmm(g.transpose(0, 1), vec.transpose(1, 2))                # (T', R, S)
+    slot, vec = src.slots[i][:t], src.vectors[i][:t]  # (T', S), (T', S, D)
+    per = torch.bmm(g.transpose(0, 1), vec.transpose(1, 2))  # (T', R, S)
     keep = slot >= 0
     out[:n, slot[keep]] = per.permute(1, 0, 2)[:, keep]
-    out[:n, err_col:err_col + t] = torch.einsum("rtd,td->rt", g, src.errors[i, :t])
+    out[:n, err_col : err_col + t] = torch.einsum("rtd,td->rt", g, src.errors[i, :t])
 
 
 def batch_rows(t: int, d: int, budget: int = 64 * 2**20) -> int:
@@ -144,7 +154,7 @@ def influence(rows: torch.Tensor, row_cols: torch.Tensor, weights: torch.Tensor,
     has_col = row_cols >= 0
     cur, total = weights.to(a.dtype), torch.zeros(a.shape[1], dtype=a.dtype)
     for _ in range(depth + 1):
-        step = cur @ a                                                      # (C,)
+        step = cur @ a  # (C,)
         total += step
         cur = torch.zeros_like(cur)
         cur[has_col] = step[row_cols[has_col]]
@@ -153,14 +163,21 @@ def influence(rows: torch.Tensor, row_cols: torch.Tensor, weights: torch.Tensor,
     return total
 
 
-def compute_rows(fz: Frozen, src: Sources, u: torch.Tensor, target_pos: int, max_rows: int,
-                 progress: Progress = None, should_stop: cancel.ShouldStop = None):
+def compute_rows(
+    fz: Frozen,
+    src: Sources,
+    u: torch.Tensor,
+    target_pos: int,
+    max_rows: int,
+    progress: Progress = None,
+    should_stop: cancel.ShouldStop = None,
+):
     """(visited feature indices (n,), their rows and last the target's (n + 1, C)): every feature
     when they fit in `max_rows`, else the most influential ones chosen batch by batch."""
     n_l, t, d = src.errors.shape
     size, n = batch_rows(t, d), src.n_features
     cap = min(n, max_rows)
-    buf = torch.zeros(cap + 1, src.n_cols, dtype=fz.dtype)     # rows in visiting order, the target last
+    buf = torch.zeros(cap + 1, src.n_cols, dtype=fz.dtype)  # rows in visiting order, the target last
     buf[cap] = backward(fz, src, torch.tensor([-1]), u, target_pos)[0]
     if n <= max_rows:  # every one: highest blocks first, so a pass starts where its rows do
         order = torch.tensor(sorted(range(n), key=lambda j: (-int(src.layer[j]), int(src.pos[j]))), dtype=torch.long)
@@ -172,7 +189,7 @@ def compute_rows(fz: Frozen, src: Sources, u: torch.Tensor, target_pos: int, max
                 progress(e / n, f"{e:,} of {n:,} feature rows")
         return order, buf
     idx = _greedy(fz, src, u, target_pos, buf, size, progress, should_stop)
-    return idx, torch.cat([buf[:idx.numel()], buf[cap:]]) if idx.numel() < cap else buf
+    return idx, torch.cat([buf[: idx.numel()], buf[cap:]]) if idx.numel() < cap else buf
 
 
 def _greedy(fz, src, u, target_pos, buf, size, progress, should_stop) -> torch.Tensor:
@@ -183,17 +200,17 @@ def _greedy(fz, src, u, target_pos, buf, size, progress, should_stop) -> torch.T
     idx = torch.zeros(0, dtype=torch.long)
     while idx.numel() < cap:
         cancel.check(should_stop, "the attribution graph")
-        known = torch.cat([torch.arange(idx.numel()), torch.tensor([cap])])   # the rows filled, the target
+        known = torch.cat([torch.arange(idx.numel()), torch.tensor([cap])])  # the rows filled, the target
         weights = torch.zeros(known.numel())
         weights[-1] = 1.0
-        inf = influence(buf[known], torch.cat([idx, torch.tensor([-1])]), weights, n_l + 1)[:src.n_features]
+        inf = influence(buf[known], torch.cat([idx, torch.tensor([-1])]), weights, n_l + 1)[: src.n_features]
         inf[visited] = -1.0
         b = inf.topk(min(size, cap - idx.numel())).indices
         b = b[inf[b] > 0]
         if not b.numel():
             break
         visited[b] = True
-        buf[idx.numel():idx.numel() + b.numel()] = backward(fz, src, b, u, target_pos)
+        buf[idx.numel() : idx.numel() + b.numel()] = backward(fz, src, b, u, target_pos)
         idx = torch.cat([idx, b])
         if progress is not None:
             progress(idx.numel() / cap, f"{idx.numel():,} of {cap:,} feature rows (the most influential)")

@@ -12,6 +12,7 @@ of the target at each block's output, dotted with each active feature's decoder 
     slope x (new value - activation)   the real model's first-order change for one edit
     slope - total edge effect per unit what flows through the parts the graph holds frozen
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,23 +33,24 @@ def block_output_gradients(model, ids: torch.Tensor, token: int, versus: int | N
         x, angles = model.embed(x_ids, 0, None)
         probes = []
         for i, block in enumerate(model.blocks):
-            probe = torch.zeros_like(x, requires_grad=True)                 # (1, T, D)
+            probe = torch.zeros_like(x, requires_grad=True)  # (1, T, D)
             probes.append(probe)
             x = block(x, None, angles, None, i) + probe
         x = model.ln_final(x) if model.ln_final is not None else x
-        logits = unembed(x[:, -1:], model.unembed.weight)[0, -1]           # (V,) the last position's
+        logits = unembed(x[:, -1:], model.unembed.weight)[0, -1]  # (V,) the last position's
         grads = torch.autograd.grad(_target(logits, token, versus), probes)
     return [g[0].detach().to("cpu", torch.float64) for g in grads]
 
 
-def real_slopes(model, ids: torch.Tensor, transcoders, token: int, versus: int | None,
-                features: torch.Tensor) -> torch.Tensor:
+def real_slopes(
+    model, ids: torch.Tensor, transcoders, token: int, versus: int | None, features: torch.Tensor
+) -> torch.Tensor:
     """(n_f,) float64: each feature node's (layer, pos, feature rows of `features`) slope."""
     grads = block_output_gradients(model, ids, token, versus)
     slopes = torch.zeros(features.shape[0], dtype=torch.float64)
     for layer, g in enumerate(grads):
         sel = (features[:, 0] == layer).nonzero().flatten()
         if sel.numel():
-            rows = transcoders.layers[layer].W_dec[features[sel, 2]].double()   # (n, D)
+            rows = transcoders.layers[layer].W_dec[features[sel, 2]].double()  # (n, D)
             slopes[sel] = (g[features[sel, 1]] * rows).sum(1)
     return slopes

@@ -10,6 +10,7 @@ decoder row writes, and the edits of an intervention.
 Inputs and outputs are the graph's own edges (`Graph.edges`, before pruning): node i's inputs are
 its row, its outputs its column over every row.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -37,7 +38,7 @@ def shipped_folder(spec: str, root: Path | None = None) -> Path | None:
         return None
     folder = root / spec
     card = folder / CARD_FILE
-    return folder if card.is_symlink() or card.exists() else None   # a broken card: the loader says how
+    return folder if card.is_symlink() or card.exists() else None  # a broken card: the loader says how
 
 
 def missing_layers(folder: Path) -> list[int]:
@@ -157,11 +158,18 @@ def feature_edits(g: Graph, nodes, value: float | None) -> tuple[FeatureEdit, ..
 
 
 # Each prediction named by what it sums, the same wherever it is shown (edit.predicted_change)
-PREDICTIONS = {"direct": ("direct edges", "the chosen features' own edges into the target"),
-               "total": ("all edges", "their edges into the target and, through feature-to-feature edges, every "
-                                      "later feature's (as if those stayed linear)"),
-               "first_order": ("slopes", "their slopes: the real model's derivative, norm scales and attention "
-                                         "patterns live (first order)")}
+PREDICTIONS = {
+    "direct": ("direct edges", "the chosen features' own edges into the target"),
+    "total": (
+        "all edges",
+        "their edges into the target and, through feature-to-feature edges, every "
+        "later feature's (as if those stayed linear)",
+    ),
+    "first_order": (
+        "slopes",
+        "their slopes: the real model's derivative, norm scales and attention patterns live (first order)",
+    ),
+}
 
 
 def off_effects(g: Graph, node: int) -> dict[str, float]:

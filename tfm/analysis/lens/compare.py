@@ -10,6 +10,7 @@ the last stream decoded (the model's own output) and p_lens the row's stream (tr
 tuned lens) decoded the same way; "agree" is whether the two top-1 tokens are the same. The page,
 the notebook figures, the CLI, the trainer's held-out table and bench/bench_lens.py all call these.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,9 +30,9 @@ LENSES = ("logit", "tuned")
 class LensFit:
     """One lens on T positions: KL to the final distribution and top-1 agreement per stream."""
 
-    labels: list[str]          # "embed", "block 0", ... one per row
-    kl: torch.Tensor           # (L+1, T) nats
-    agree: torch.Tensor        # (L+1, T) bool: the row's top-1 is the final top-1
+    labels: list[str]  # "embed", "block 0", ... one per row
+    kl: torch.Tensor  # (L+1, T) nats
+    agree: torch.Tensor  # (L+1, T) bool: the row's top-1 is the final top-1
 
     def mean_kl(self) -> list[float]:
         return [float(v) for v in self.kl.double().mean(1)]
@@ -49,28 +50,35 @@ def decode_log_probs(model: GPT, x: torch.Tensor, n_words: int | None = None) ->
 
 
 @torch.no_grad()
-def lens_fit(model: GPT, streams: torch.Tensor, n_words: int | None = None,
-             should_stop: cancel.ShouldStop = None) -> LensFit:
+def lens_fit(
+    model: GPT, streams: torch.Tensor, n_words: int | None = None, should_stop: cancel.ShouldStop = None
+) -> LensFit:
     """KL and agreement of (L+1, T, D) streams' readings with the last row's (the model's output),
     LENS_ROWS positions at a time so only (LENS_ROWS, V) per row is alive."""
     p = next(model.parameters())
     n_rows, t, _ = streams.shape
     kl, agree = torch.zeros(n_rows, t), torch.zeros(n_rows, t, dtype=torch.bool)
     for a in range(0, t, LENS_ROWS):
-        chunk = streams[:, a:a + LENS_ROWS].to(p.device, p.dtype)          # (L+1, c, D)
-        final = decode_log_probs(model, chunk[-1], n_words)                # (c, V)
+        chunk = streams[:, a : a + LENS_ROWS].to(p.device, p.dtype)  # (L+1, c, D)
+        final = decode_log_probs(model, chunk[-1], n_words)  # (c, V)
         top = final.argmax(-1)
         for r in range(n_rows):
             cancel.check(should_stop, "comparing the lenses")
             logq = decode_log_probs(model, chunk[r], n_words)
-            kl[r, a:a + LENS_ROWS] = (final.exp() * (final - logq)).sum(-1).cpu()
-            agree[r, a:a + LENS_ROWS] = (logq.argmax(-1) == top).cpu()
+            kl[r, a : a + LENS_ROWS] = (final.exp() * (final - logq)).sum(-1).cpu()
+            agree[r, a : a + LENS_ROWS] = (logq.argmax(-1) == top).cpu()
     labels = ["embed"] + [f"block {i}" for i in range(n_rows - 1)]
     return LensFit(labels, kl, agree)
 
 
-def compare_lenses(model: GPT, trace: Trace, lens: TunedLens | None, positions: slice | None = None,
-                   n_words: int | None = None, should_stop: cancel.ShouldStop = None) -> dict[str, LensFit]:
+def compare_lenses(
+    model: GPT,
+    trace: Trace,
+    lens: TunedLens | None,
+    positions: slice | None = None,
+    n_words: int | None = None,
+    should_stop: cancel.ShouldStop = None,
+) -> dict[str, LensFit]:
     """{"logit": ..., "tuned": ...} on the trace's positions (the tuned one only with a lens)."""
     streams = residual_streams(trace, positions)
     out = {"logit": lens_fit(model, streams, n_words, should_stop)}
@@ -79,15 +87,32 @@ def compare_lenses(model: GPT, trace: Trace, lens: TunedLens | None, positions: 
     return out
 
 
-def tuned_lens(model: GPT, trace: Trace, lens: TunedLens, k: int = 5, positions: slice | None = None,
-               keep_probs: bool = True, n_words: int | None = None, should_stop: cancel.ShouldStop = None) -> LogitLens:
+def tuned_lens(
+    model: GPT,
+    trace: Trace,
+    lens: TunedLens,
+    k: int = 5,
+    positions: slice | None = None,
+    keep_probs: bool = True,
+    n_words: int | None = None,
+    should_stop: cancel.ShouldStop = None,
+) -> LogitLens:
     """The logit lens's grid read from the translated streams: what each layer predicts, tuned."""
-    return decode_streams(model, lens.translate(residual_streams(trace, positions)), k, keep_probs, n_words,
-                          should_stop)
+    return decode_streams(
+        model, lens.translate(residual_streams(trace, positions)), k, keep_probs, n_words, should_stop
+    )
 
 
-def lens_grid(model: GPT, trace: Trace, lens: TunedLens | None, k: int = 5, positions: slice | None = None,
-              keep_probs: bool = True, n_words: int | None = None, should_stop: cancel.ShouldStop = None) -> LogitLens:
+def lens_grid(
+    model: GPT,
+    trace: Trace,
+    lens: TunedLens | None,
+    k: int = 5,
+    positions: slice | None = None,
+    keep_probs: bool = True,
+    n_words: int | None = None,
+    should_stop: cancel.ShouldStop = None,
+) -> LogitLens:
     """`tuned_lens` with a lens, the plain logit lens with None: one call for a page's lens choice."""
     streams = residual_streams(trace, positions)
     if lens is not None:
@@ -101,8 +126,9 @@ def fit_positions(n_pos: int) -> slice:
     return slice(1, None) if n_pos > 1 else slice(None)
 
 
-def prompt_fits(model: GPT, trace: Trace, lens: TunedLens | None, n_words: int | None = None,
-                should_stop: cancel.ShouldStop = None) -> dict[str, LensFit]:
+def prompt_fits(
+    model: GPT, trace: Trace, lens: TunedLens | None, n_words: int | None = None, should_stop: cancel.ShouldStop = None
+) -> dict[str, LensFit]:
     """`compare_lenses` on the prompt's `fit_positions`: what the page's chart and the CLI show."""
     n_pos = residual_streams(trace).shape[1]
     return compare_lenses(model, trace, lens, fit_positions(n_pos), n_words, should_stop)

@@ -1,4 +1,5 @@
 """The logit lens: each layer's residual stream read through the final norm and unembedding."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,10 +13,10 @@ from ...core.trace import Trace
 
 @dataclass(frozen=True)
 class LogitLens:
-    labels: list[str]            # "embed", "block 0", ... one per row
-    top_ids: torch.Tensor        # (L+1, T, k)
-    top_probs: torch.Tensor      # (L+1, T, k)
-    probs: torch.Tensor | None   # (L+1, T, V) full distributions; None with keep_probs=False
+    labels: list[str]  # "embed", "block 0", ... one per row
+    top_ids: torch.Tensor  # (L+1, T, k)
+    top_probs: torch.Tensor  # (L+1, T, k)
+    probs: torch.Tensor | None  # (L+1, T, V) full distributions; None with keep_probs=False
 
 
 def residual_streams(trace: Trace, positions: slice | None = None) -> torch.Tensor:
@@ -31,8 +32,14 @@ LENS_ROWS = 256
 
 
 @torch.no_grad()
-def decode_streams(model: GPT, streams: torch.Tensor, k: int = 5, keep_probs: bool = True,
-                   n_words: int | None = None, should_stop: cancel.ShouldStop = None) -> LogitLens:
+def decode_streams(
+    model: GPT,
+    streams: torch.Tensor,
+    k: int = 5,
+    keep_probs: bool = True,
+    n_words: int | None = None,
+    should_stop: cancel.ShouldStop = None,
+) -> LogitLens:
     """Read (L+1, T, D) residual streams through the final norm (pre-norm models) and the
     unembedding, LENS_ROWS rows of every layer and position at a time. Without keep_probs one
     chunk's (LENS_ROWS, V) is alive at a time, not (L+1, T, V): GPT-2 at 1024 positions would
@@ -41,13 +48,13 @@ def decode_streams(model: GPT, streams: torch.Tensor, k: int = 5, keep_probs: bo
     asked before each chunk."""
     p = next(model.parameters())
     n_rows, t, d = streams.shape
-    flat = streams.to(p.device, p.dtype).reshape(n_rows * t, d)              # (L+1) * T rows
+    flat = streams.to(p.device, p.dtype).reshape(n_rows * t, d)  # (L+1) * T rows
     ids, vals, kept = [], [], []
-    for x in flat.split(LENS_ROWS):                                         # (<= LENS_ROWS, D)
+    for x in flat.split(LENS_ROWS):  # (<= LENS_ROWS, D)
         cancel.check(should_stop, "the logit lens")
         if model.ln_final is not None:
             x = model.ln_final(x)
-        probs = model.unembed(x)[..., :n_words].float().softmax(-1)         # (rows, V or n_words)
+        probs = model.unembed(x)[..., :n_words].float().softmax(-1)  # (rows, V or n_words)
         top = probs.topk(min(k, probs.shape[-1]), dim=-1)
         ids.append(top.indices)
         vals.append(top.values)
@@ -57,8 +64,15 @@ def decode_streams(model: GPT, streams: torch.Tensor, k: int = 5, keep_probs: bo
     return LogitLens(labels, grid(ids), grid(vals), grid(kept) if keep_probs else None)
 
 
-def logit_lens(model: GPT, trace: Trace, k: int = 5, positions: slice | None = None,
-               keep_probs: bool = True, n_words: int | None = None, should_stop: cancel.ShouldStop = None) -> LogitLens:
+def logit_lens(
+    model: GPT,
+    trace: Trace,
+    k: int = 5,
+    positions: slice | None = None,
+    keep_probs: bool = True,
+    n_words: int | None = None,
+    should_stop: cancel.ShouldStop = None,
+) -> LogitLens:
     """What each layer would predict: the residual stream after the embedding and after every
     block, decoded as if it were the last layer's. `positions` picks a window of the trace."""
     return decode_streams(model, residual_streams(trace, positions), k, keep_probs, n_words, should_stop)

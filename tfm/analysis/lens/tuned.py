@@ -14,6 +14,7 @@ command, data, steps and per-layer held-out KL) and `translator_LL.safetensors` 
 embedding's stream, LL = i + 1 after block i) with `weight` and `bias` in fp16. Never pickle:
 safetensors and JSON only, sizes checked before reading (tfm.core.files).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,7 +35,7 @@ from ..dictionaries.sae import card_with_config
 CARD_FILE = "card.json"
 MAX_CARD_BYTES = 2**20
 MAX_D_MODEL = 8192
-HEADER_BYTES = 4096          # a safetensors header of two tensors is a few hundred bytes
+HEADER_BYTES = 4096  # a safetensors header of two tensors is a few hundred bytes
 LENS_ROOT = ASSETS / "lens"
 TRAIN_COMMAND = "python -m tfm.train.tuned_lens --model MODEL --out assets/lens/MODEL"
 
@@ -51,7 +52,7 @@ class TunedLensConfig(JsonConfig):
 
     d_model: int
     n_layer: int
-    model: str = ""          # the model spec it was trained on ("default", "smollm2"): informative
+    model: str = ""  # the model spec it was trained on ("default", "smollm2"): informative
 
     def __post_init__(self) -> None:
         check_int("d_model", self.d_model, 1, MAX_D_MODEL)
@@ -82,11 +83,12 @@ class TunedLens:
     def translate(self, streams: torch.Tensor) -> torch.Tensor:
         """(L+1, T, D) residual streams -> the same shape, row l through translator l."""
         if streams.shape[0] != self.cfg.n_streams or streams.shape[-1] != self.cfg.d_model:
-            raise ValueError(f"the tuned lens reads {self.cfg.n_streams} streams {self.cfg.d_model} wide, "
-                             f"got {tuple(streams.shape)}")
+            raise ValueError(
+                f"the tuned lens reads {self.cfg.n_streams} streams {self.cfg.d_model} wide, got {tuple(streams.shape)}"
+            )
         w, b = self.weight.to(streams.device), self.bias.to(streams.device)
         x = streams.float()
-        return (x + torch.bmm(x, w) + b[:, None, :]).to(streams.dtype)    # (L+1, T, D)
+        return (x + torch.bmm(x, w) + b[:, None, :]).to(streams.dtype)  # (L+1, T, D)
 
 
 def save_translator(folder: Path | str, row: int, weight: torch.Tensor, bias: torch.Tensor) -> Path:
@@ -94,8 +96,13 @@ def save_translator(folder: Path | str, row: int, weight: torch.Tensor, bias: to
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / translator_file(row)
-    save_file({"weight": weight.detach().to(torch.float16).contiguous(),
-               "bias": bias.detach().to(torch.float16).contiguous()}, path)
+    save_file(
+        {
+            "weight": weight.detach().to(torch.float16).contiguous(),
+            "bias": bias.detach().to(torch.float16).contiguous(),
+        },
+        path,
+    )
     return path
 
 
@@ -109,8 +116,13 @@ def write_card(folder: Path | str, cfg: TunedLensConfig, card: dict) -> None:
 
 
 def _bounded(path: Path, limit: int, what: str) -> Path:
-    return bounded_member(path, limit, what, f"a tuned-lens folder holds {CARD_FILE} and one translator_LL.safetensors "
-                          "per stream (python -m tfm.train.tuned_lens writes them)")
+    return bounded_member(
+        path,
+        limit,
+        what,
+        f"a tuned-lens folder holds {CARD_FILE} and one translator_LL.safetensors "
+        "per stream (python -m tfm.train.tuned_lens writes them)",
+    )
 
 
 def read_card(folder: Path | str) -> dict:
@@ -122,8 +134,10 @@ def read_card(folder: Path | str) -> dict:
 def check_fits(cfg: TunedLensConfig, model_cfg) -> None:
     """One clear message when a tuned lens does not belong to this model."""
     if (cfg.d_model, cfg.n_layer) != (model_cfg.d_model, model_cfg.n_layer):
-        raise ValueError(f"this tuned lens is for a model {cfg.d_model} wide with {cfg.n_layer} layers, but this one "
-                         f"is {model_cfg.d_model} wide with {model_cfg.n_layer}: train one for it ({TRAIN_COMMAND})")
+        raise ValueError(
+            f"this tuned lens is for a model {cfg.d_model} wide with {cfg.n_layer} layers, but this one "
+            f"is {model_cfg.d_model} wide with {model_cfg.n_layer}: train one for it ({TRAIN_COMMAND})"
+        )
 
 
 def load_translator(folder: Path, cfg: TunedLensConfig, row: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,6 +8,7 @@ block stands for is `d·q + m` (Q4_1, Q5_1) or `d·(q − offset)` (Q4_0: 8, Q5_
 `BlockView.dequantized` is what the `gguf` package's own `gguf.quants.dequantize` makes of the
 same bytes, so a page can show the two agree.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,8 +29,14 @@ from ...loaders.spec import parse_spec
 __all__ = ["DECODED", "TensorRow", "QuantTable", "BlockView", "gguf_path", "tensor_table", "block_view", "block_size"]
 
 # type -> (has a minimum, offset subtracted from q, bits of q): the block layouts decoded here
-DECODED = {"Q8_0": (False, 0, 8), "Q4_0": (False, 8, 4), "Q4_1": (True, 0, 4), "Q5_0": (False, 16, 5),
-           "Q5_1": (True, 0, 5), **K_DECODED}   # K-quants: 256-weight super-blocks (tfm.analysis.quant.kblocks)
+DECODED = {
+    "Q8_0": (False, 0, 8),
+    "Q4_0": (False, 8, 4),
+    "Q4_1": (True, 0, 4),
+    "Q5_0": (False, 16, 5),
+    "Q5_1": (True, 0, 5),
+    **K_DECODED,
+}  # K-quants: 256-weight super-blocks (tfm.analysis.quant.kblocks)
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,7 @@ class TensorRow:
     shape: tuple[int, ...]
     qtype: str
     n_weights: int
-    nbytes: int           # stored bytes in the file
+    nbytes: int  # stored bytes in the file
 
     @property
     def bits_per_weight(self) -> float:
@@ -73,15 +80,15 @@ class BlockView:
     qtype: str
     row: int
     block: int
-    raw: bytes                  # the block's bytes as stored
-    scale: float                # d
-    minimum: float | None       # m (Q4_1, Q5_1), else None
-    offset: int                 # subtracted from q before scaling (Q4_0: 8, Q5_0: 16)
-    ints: np.ndarray            # (32,) the stored integers q
-    values: np.ndarray          # (32,) float32, d·(q − offset) + m, decoded here (K-quants: (256,))
-    dequantized: np.ndarray     # (32,) float32, gguf.quants.dequantize of the same bytes
-    sub_scale: np.ndarray | None = None   # K-quants: each weight's d·sc_j (its sub-block's scale)
-    sub_min: np.ndarray | None = None     # Q4_K: each weight's dmin·m_j
+    raw: bytes  # the block's bytes as stored
+    scale: float  # d
+    minimum: float | None  # m (Q4_1, Q5_1), else None
+    offset: int  # subtracted from q before scaling (Q4_0: 8, Q5_0: 16)
+    ints: np.ndarray  # (32,) the stored integers q
+    values: np.ndarray  # (32,) float32, d·(q − offset) + m, decoded here (K-quants: (256,))
+    dequantized: np.ndarray  # (32,) float32, gguf.quants.dequantize of the same bytes
+    sub_scale: np.ndarray | None = None  # K-quants: each weight's d·sc_j (its sub-block's scale)
+    sub_min: np.ndarray | None = None  # Q4_K: each weight's dmin·m_j
 
     @property
     def formula(self) -> str:
@@ -131,8 +138,10 @@ def block_view(f: GGUFFile, name: str, row: int, block: int) -> BlockView:
         raise ValueError(f"the file has no tensor {name[:80]!r}")
     t = f.tensors[name]
     if t.qtype.name not in DECODED:
-        raise ValueError(f"{name} is stored as {t.qtype.name}; the block view decodes "
-                         f"{', '.join(DECODED)} (pick a tensor of one of these types)")
+        raise ValueError(
+            f"{name} is stored as {t.qtype.name}; the block view decodes "
+            f"{', '.join(DECODED)} (pick a tensor of one of these types)"
+        )
     row, block, raw = _read_block(f, name, row, block)
     data = np.frombuffer(raw, dtype=np.uint8)
     deq = np.asarray(gguf_quants.dequantize(data[None, :], GGMLQuantizationType[t.qtype.name]), np.float32)[0]
@@ -161,16 +170,27 @@ def _read_block(f: GGUFFile, name: str, row: int, block: int) -> tuple[int, int,
     return row, block, raw
 
 
-def _plain_block(name: str, qtype: str, row: int, block: int, raw: bytes, data: np.ndarray,
-                 deq: np.ndarray) -> BlockView:
+def _plain_block(
+    name: str, qtype: str, row: int, block: int, raw: bytes, data: np.ndarray, deq: np.ndarray
+) -> BlockView:
     """A Q8_0 / Q4_0 / Q4_1 / ... block: one scale (and a minimum), then its integers."""
     has_min, offset, _ = DECODED[qtype]
     d = data[:2].view("<f2").astype(np.float32)[0]
     m = data[2:4].view("<f2").astype(np.float32)[0] if has_min else None
-    ints = _ints(qtype, data[4 if has_min else 2:])
+    ints = _ints(qtype, data[4 if has_min else 2 :])
     values = d * (ints - offset).astype(np.float32)
     if m is not None:
         values = values + m
-    return BlockView(name, qtype, row, block, raw, float(d), None if m is None else float(m), offset, ints,
-                     values.astype(np.float32), deq)
-
+    return BlockView(
+        name,
+        qtype,
+        row,
+        block,
+        raw,
+        float(d),
+        None if m is None else float(m),
+        offset,
+        ints,
+        values.astype(np.float32),
+        deq,
+    )

@@ -12,11 +12,12 @@ Q4_K, minimum) that multiplies the super-block's float16 `d` (and `dmin`):
 as ggml's dequantize_row_q4_K / dequantize_row_q6_K compute them (in float32, the same order), so
 `values` equal `gguf.quants.dequantize` of the same bytes.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-K_DECODED = {"Q4_K": (True, 0, 4), "Q6_K": (False, 32, 6)}   # type -> (has minimums, offset, bits of q)
+K_DECODED = {"Q4_K": (True, 0, 4), "Q6_K": (False, 32, 6)}  # type -> (has minimums, offset, bits of q)
 
 
 def _scale_min_k4(j: int, s: np.ndarray) -> tuple[int, int]:
@@ -31,8 +32,8 @@ def decode_q4_k(data: np.ndarray) -> tuple[float, float, np.ndarray, np.ndarray,
     d, dmin = (float(v) for v in data[:4].view("<f2").astype(np.float32))
     scales, qs = data[4:16], data[16:144]
     q, mul, sub = (np.empty(256, np.int16), np.empty(256, np.float32), np.empty(256, np.float32))
-    for g in range(4):                               # 64 weights: low nibbles, then high nibbles, of 32 bytes
-        chunk = qs[32 * g:32 * g + 32]
+    for g in range(4):  # 64 weights: low nibbles, then high nibbles, of 32 bytes
+        chunk = qs[32 * g : 32 * g + 32]
         for half, nib in enumerate((chunk & 0x0F, chunk >> 4)):
             sc, m = _scale_min_k4(2 * g + half, scales)
             at = slice(64 * g + 32 * half, 64 * g + 32 * half + 32)
@@ -45,10 +46,14 @@ def decode_q6_k(data: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.nda
     ql, qh, sc = data[:128].astype(np.int16), data[128:192].astype(np.int16), data[192:208].view(np.int8)
     d = float(data[208:210].view("<f2").astype(np.float32)[0])
     q, mul = np.empty(256, np.int16), np.empty(256, np.float32)
-    for n in range(2):                               # two halves of 128 weights
-        lo, hi, s, base = ql[64 * n:64 * n + 64], qh[32 * n:32 * n + 32], sc[8 * n:8 * n + 8], 128 * n
-        parts = ((lo[:32] & 0xF) | ((hi & 3) << 4), (lo[32:] & 0xF) | (((hi >> 2) & 3) << 4),
-                 (lo[:32] >> 4) | (((hi >> 4) & 3) << 4), (lo[32:] >> 4) | (((hi >> 6) & 3) << 4))
+    for n in range(2):  # two halves of 128 weights
+        lo, hi, s, base = ql[64 * n : 64 * n + 64], qh[32 * n : 32 * n + 32], sc[8 * n : 8 * n + 8], 128 * n
+        parts = (
+            (lo[:32] & 0xF) | ((hi & 3) << 4),
+            (lo[32:] & 0xF) | (((hi >> 2) & 3) << 4),
+            (lo[:32] >> 4) | (((hi >> 4) & 3) << 4),
+            (lo[32:] >> 4) | (((hi >> 6) & 3) << 4),
+        )
         for k, part in enumerate(parts):
             at = slice(base + 32 * k, base + 32 * k + 32)
             q[at] = part

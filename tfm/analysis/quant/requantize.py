@@ -18,6 +18,7 @@ builds the copy, runs both models once, keeps every layer's and head's pattern (
 bounded by `MAX_PATTERN_BYTES`) and the predictions, and drops the copy before it returns.
 `.effect(layer, head)` is then `compare(...)`'s `QuantEffect`, the same numbers, with no model.
 """
+
 from __future__ import annotations
 
 import copy
@@ -34,15 +35,31 @@ from ...core.validate import check_int
 from ...loaders.loading import LM
 from .blocks import DECODED, BlockView, QuantTable, TensorRow, block_size, block_view, gguf_path, tensor_table
 
-__all__ = ["DECODED", "TARGETS", "Target", "QuantEffect", "QuantComparison", "copy_bytes", "requantize", "compare",
-           "requantized_effects", "bits_per_weight", "BlockView", "QuantTable", "TensorRow", "block_view", "block_size",
-           "gguf_path", "tensor_table"]
+__all__ = [
+    "DECODED",
+    "TARGETS",
+    "Target",
+    "QuantEffect",
+    "QuantComparison",
+    "copy_bytes",
+    "requantize",
+    "compare",
+    "requantized_effects",
+    "bits_per_weight",
+    "BlockView",
+    "QuantTable",
+    "TensorRow",
+    "block_view",
+    "block_size",
+    "gguf_path",
+    "tensor_table",
+]
 
 # What `gguf.quants.quantize` can write (K-quants it only reads), finest first.
 Target = Literal["Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0", "MXFP4"]
 TARGETS: tuple[str, ...] = ("Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0", "MXFP4")
-CHUNK_NUMBERS = 1 << 20        # a matrix is quantized this many numbers at a time (whole rows)
-MAX_PATTERN_BYTES = 64 << 20   # requantized_effects' patterns, both models (SmolLM2, 48 tokens: 5 MB)
+CHUNK_NUMBERS = 1 << 20  # a matrix is quantized this many numbers at a time (whole rows)
+MAX_PATTERN_BYTES = 64 << 20  # requantized_effects' patterns, both models (SmolLM2, 48 tokens: 5 MB)
 
 
 def bits_per_weight(qtype: str) -> float:
@@ -57,15 +74,17 @@ def copy_bytes(lm: LM) -> int:
 
 def _check_target(qtype: str) -> GGMLQuantizationType:
     if qtype not in TARGETS:
-        raise ValueError(f"re-quantizing to {str(qtype)[:20]!r} is not possible here; choose one of "
-                         f"{', '.join(TARGETS)} (the types the gguf package can write)")
+        raise ValueError(
+            f"re-quantizing to {str(qtype)[:20]!r} is not possible here; choose one of "
+            f"{', '.join(TARGETS)} (the types the gguf package can write)"
+        )
     return GGMLQuantizationType[qtype]
 
 
 def _round_trip(p: torch.Tensor, kind: GGMLQuantizationType, rows: int) -> None:
     """`p`'s rows quantized and dequantized in place, `rows` rows at a time."""
     for a in range(0, p.shape[0], rows):
-        part = p[a:a + rows]
+        part = p[a : a + rows]
         back = gguf_quants.dequantize(gguf_quants.quantize(part.float().cpu().numpy(), kind), kind)
         part.copy_(torch.from_numpy(np.ascontiguousarray(back, dtype=np.float32)).reshape(part.shape))
 
@@ -94,15 +113,16 @@ def requantize(lm: LM, qtype: str, progress=None, rows_at_once: int | None = Non
 @dataclass(frozen=True)
 class QuantEffect:
     """Both models on the same ids."""
-    kl: np.ndarray              # (T,) KL(original ‖ re-quantized) of the next-token distribution, nats
-    top_ids: tuple[int, ...]    # the original's top tokens at the last position, then the re-quantized top-1 if new
-    p_original: np.ndarray      # their probabilities under each model
+
+    kl: np.ndarray  # (T,) KL(original ‖ re-quantized) of the next-token distribution, nats
+    top_ids: tuple[int, ...]  # the original's top tokens at the last position, then the re-quantized top-1 if new
+    p_original: np.ndarray  # their probabilities under each model
     p_requantized: np.ndarray
-    rank_original: np.ndarray   # their ranks (0 = most likely) under each model
+    rank_original: np.ndarray  # their ranks (0 = most likely) under each model
     rank_requantized: np.ndarray
     layer: int
     head: int
-    pattern_original: np.ndarray     # (T, T) that head's attention under each model
+    pattern_original: np.ndarray  # (T, T) that head's attention under each model
     pattern_requantized: np.ndarray
 
     @property
@@ -113,17 +133,19 @@ class QuantEffect:
 @dataclass(frozen=True)
 class QuantComparison:
     """`requantized_effects`' result: QuantEffect's predictions and every head's patterns."""
+
     qtype: str
-    predictions: tuple          # QuantEffect's first six fields, kl to rank_requantized
-    patterns_original: np.ndarray     # (L, H, T, T) every layer's and head's attention under each model
+    predictions: tuple  # QuantEffect's first six fields, kl to rank_requantized
+    patterns_original: np.ndarray  # (L, H, T, T) every layer's and head's attention under each model
     patterns_requantized: np.ndarray
 
     def effect(self, layer: int, head: int) -> QuantEffect:
         """What `compare(lm, requantize(lm, qtype), ids, layer, head)` returns."""
         layer = check_int("layer", layer, 0, self.patterns_original.shape[0] - 1)
         head = check_int("head", head, 0, self.patterns_original.shape[1] - 1)
-        return QuantEffect(*self.predictions, layer, head, self.patterns_original[layer, head],
-                           self.patterns_requantized[layer, head])
+        return QuantEffect(
+            *self.predictions, layer, head, self.patterns_original[layer, head], self.patterns_requantized[layer, head]
+        )
 
 
 def _run(lm: LM, ids: torch.Tensor, layers: range):
@@ -139,14 +161,21 @@ def _ranks(logp: torch.Tensor, ids: list[int]) -> np.ndarray:
 
 def _predictions(lm: LM, logp: torch.Tensor, logq: torch.Tensor, k: int) -> tuple:
     """QuantEffect's kl, top_ids, p_original, p_requantized, rank_original, rank_requantized."""
-    n = min(lm.tokenizer.vocab_size, lm.config.vocab_size)     # padded rows are no tokens
+    n = min(lm.tokenizer.vocab_size, lm.config.vocab_size)  # padded rows are no tokens
     logp, logq = torch.log_softmax(logp[:, :n], -1), torch.log_softmax(logq[:, :n], -1)
     kl = (logp.exp() * (logp - logq)).sum(-1).clamp_min(0).cpu().numpy()
     last_p, last_q = logp[-1].cpu(), logq[-1].cpu()
     top = last_p.topk(k).indices.tolist()
     new_top1 = int(last_q.argmax())
     top += [] if new_top1 in top else [new_top1]
-    return kl, tuple(top), last_p[top].exp().numpy(), last_q[top].exp().numpy(), _ranks(last_p, top), _ranks(last_q, top)
+    return (
+        kl,
+        tuple(top),
+        last_p[top].exp().numpy(),
+        last_q[top].exp().numpy(),
+        _ranks(last_p, top),
+        _ranks(last_q, top),
+    )
 
 
 def _ids(lm: LM, ids) -> torch.Tensor:
@@ -172,8 +201,10 @@ def requantized_effects(lm: LM, qtype: str, ids, k: int = 10, progress=None) -> 
     _check_target(qtype)
     need = 2 * cfg.n_layer * cfg.n_head * len(ids) ** 2 * 4
     if need > MAX_PATTERN_BYTES:
-        raise ValueError(f"every head's pattern over {len(ids)} tokens takes {need / 2**20:.0f} MiB, over "
-                         f"{MAX_PATTERN_BYTES / 2**20:.0f} MiB: compare fewer tokens, or one head with compare()")
+        raise ValueError(
+            f"every head's pattern over {len(ids)} tokens takes {need / 2**20:.0f} MiB, over "
+            f"{MAX_PATTERN_BYTES / 2**20:.0f} MiB: compare fewer tokens, or one head with compare()"
+        )
     idx, layers = _ids(lm, ids), range(cfg.n_layer)
     with torch.inference_mode():  # the original first: its forward is freed before the copy exists
         logp, pats = _run(lm, idx, layers)

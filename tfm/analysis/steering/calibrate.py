@@ -13,6 +13,7 @@ Mood is counted with two small fixed lexicons (`POSITIVE`, `NEGATIVE`): in the w
 writes (a smooth measure of the same thing, `Trial.pull_toward` / `pull_away`). A text is fluent
 when it is as varied as ordinary text (`distinct_ratio`) and no token fills it (`longest_run`).
 """
+
 from __future__ import annotations
 
 import math
@@ -28,32 +29,42 @@ from ...core.validate import check_int
 from ...generation.choice import Noise, choose_all
 from ...generation.generate import n_words
 from ...generation.sampling import SamplingSettings
-from .vectors import (NEUTRAL_TEXT, SteeringVector, check_layer, check_strengths, pair_vector, reading_ids, steer_span,
-                      stream_norms)
+from .vectors import (
+    NEUTRAL_TEXT,
+    SteeringVector,
+    check_layer,
+    check_strengths,
+    pair_vector,
+    reading_ids,
+    steer_span,
+    stream_norms,
+)
 
 POSITIVE = frozenset(
     "happy happiness happily joy joyful glad cheerful delighted excited exciting love loved loves loving lovely "
     "kind kindness good great wonderful amazing awesome beautiful fantastic excellent smile smiled smiles smiling "
     "laugh laughed laughing friend friends friendly friendship nice sweet warm gentle hope hopeful fun proud "
     "grateful thankful thank thanks blessed peace peaceful calm bright celebrate enjoy enjoyed inspired "
-    "confident".split())
+    "confident".split()
+)
 NEGATIVE = frozenset(
     "sad sadness unhappy miserable sorrow grief cry cried cries crying tears angry anger mad furious hate hated "
     "hates hatred awful terrible horrible bad worse worst cruel evil stupid ugly lie liar wrong lost alone lonely "
     "broken dark hopeless pain painful hurt suffer suffering fear scared afraid terrified worried worry stress "
     "stressed anxious nervous frustrated annoyed disappointed bored boring sick ill exhausted ashamed guilty "
-    "failing failure fail failed dead die death kill".split())
+    "failing failure fail failed dead die death kill".split()
+)
 PAIR = ("I feel happy, joyful and kind.", "I feel sad, angry and miserable.")
-OPEN_PROMPTS = ("Today I feel", "I looked at him and felt")   # open prompts tried; a model's text leans its own way
-LAYER_FRACTIONS = (0.2, 0.35, 0.5)   # of the depth: steering works in the early-middle layers
+OPEN_PROMPTS = ("Today I feel", "I looked at him and felt")  # open prompts tried; a model's text leans its own way
+LAYER_FRACTIONS = (0.2, 0.35, 0.5)  # of the depth: steering works in the early-middle layers
 STRENGTHS = (0.1, 0.25, 0.4, 0.6, 0.8, 1.0)  # probed for damage, in typical stream lengths (`stream_norms`)
-MAX_DAMAGE = 0.6                     # nats per token of ordinary text a default steering may cost
-MIN_DISTINCT = 0.6                   # distinct words / words, on average: ordinary text is above ~0.7
-LOOP_DISTINCT = 0.35                 # one text below this is a loop
-MIN_PULL = 0.5                       # each mood's lexicon at least e^0.5 = 1.6x as likely as unsteered
-FLOOR = 1e-6                         # probability floor in the pull's ratios
-MAX_LAYERS, MAX_SEEDS, MAX_NEW_TOKENS, MAX_PROMPTS = 8, 8, 64, 4   # a calibration's cost stays bounded
-STEP = 0.01                          # a chosen strength is a multiple of this (the Steer page's slider step)
+MAX_DAMAGE = 0.6  # nats per token of ordinary text a default steering may cost
+MIN_DISTINCT = 0.6  # distinct words / words, on average: ordinary text is above ~0.7
+LOOP_DISTINCT = 0.35  # one text below this is a loop
+MIN_PULL = 0.5  # each mood's lexicon at least e^0.5 = 1.6x as likely as unsteered
+FLOOR = 1e-6  # probability floor in the pull's ratios
+MAX_LAYERS, MAX_SEEDS, MAX_NEW_TOKENS, MAX_PROMPTS = 8, 8, 64, 4  # a calibration's cost stays bounded
+STEP = 0.01  # a chosen strength is a multiple of this (the Steer page's slider step)
 WORD = re.compile(r"[a-z']+")
 
 
@@ -104,9 +115,16 @@ class _Row:
 
 
 @torch.no_grad()
-def generate_rows(lm, prompt_ids: Sequence[int], edits: Sequence, seeds: Sequence[int], new_tokens: int,
-                  temperature: float, lexicons: Sequence[Sequence[int]] = (),
-                  should_stop: cancel.ShouldStop = None) -> tuple[list[list[int]], torch.Tensor]:
+def generate_rows(
+    lm,
+    prompt_ids: Sequence[int],
+    edits: Sequence,
+    seeds: Sequence[int],
+    new_tokens: int,
+    temperature: float,
+    lexicons: Sequence[Sequence[int]] = (),
+    should_stop: cancel.ShouldStop = None,
+) -> tuple[list[list[int]], torch.Tensor]:
     """`new_tokens` tokens after the prompt for each seed in one batched, KV-cached decode, each
     row drawing from its own generator as `tfm.generate` does; `edits` carry their rows. Returns
     each row's tokens (up to its first end-of-text) and (B, len(lexicons)) the mean probability
@@ -119,18 +137,19 @@ def generate_rows(lm, prompt_ids: Sequence[int], edits: Sequence, seeds: Sequenc
     mass = torch.zeros(b, len(lexicons))
     for _ in range(new_tokens):
         cancel.check(should_stop, "the calibration")
-        logits = lm.model(x, cache=cache, last_only=True, edits=list(edits)).logits[:, -1]   # (B, V)
+        logits = lm.model(x, cache=cache, last_only=True, edits=list(edits)).logits[:, -1]  # (B, V)
         for r, (part, token, _) in enumerate(choose_all(logits, rows)):
             out[r].append(token)
             mass[r] += torch.stack([part.probs[list(lex)].sum() for lex in lexicons]).cpu() if lexicons else 0
-        x = torch.tensor([[t[-1]] for t in out], device=lm.device)                           # (B, 1)
+        x = torch.tensor([[t[-1]] for t in out], device=lm.device)  # (B, 1)
     eot = lm.tokenizer.eot_id
-    return [t[:t.index(eot)] if eot in t else t for t in out], mass / new_tokens
+    return [t[: t.index(eot)] if eot in t else t for t in out], mass / new_tokens
 
 
 @torch.no_grad()
-def damage(lm, vectors: Sequence[SteeringVector], strengths: Sequence[float],
-           should_stop: cancel.ShouldStop = None) -> torch.Tensor:
+def damage(
+    lm, vectors: Sequence[SteeringVector], strengths: Sequence[float], should_stop: cancel.ShouldStop = None
+) -> torch.Tensor:
     """(len(vectors), len(strengths)) how much each steering hurts the model's reading of ordinary
     text: the extra nats per token it needs for NEUTRAL_TEXT, the worse of +strength and -strength
     (steered as `steer_span` says). One batched forward of 1 + 2 x V x S rows."""
@@ -140,10 +159,10 @@ def damage(lm, vectors: Sequence[SteeringVector], strengths: Sequence[float],
         raise ValueError(f"this model's context ({lm.config.context_length} tokens) is too short to measure damage")
     signed = [(v, sign * s) for v in vectors for s in strengths for sign in (1, -1)]
     edits = [v.edit(s, start, row=r + 1, skip=skip) for r, (v, s) in enumerate(signed)]
-    batch = torch.tensor([ids] * (len(signed) + 1), device=lm.device)                   # (R, T)
-    h = lm.model.hidden(batch, edits=edits, should_stop=should_stop)[:, start:-1]       # (R, T-1-start, D)
-    logp = lm.model.unembed(h).float().log_softmax(-1)                                 # (R, T-1-start, V)
-    nll = -logp.gather(-1, batch[:, start + 1:, None])[..., 0].mean(-1).cpu()          # (R,)
+    batch = torch.tensor([ids] * (len(signed) + 1), device=lm.device)  # (R, T)
+    h = lm.model.hidden(batch, edits=edits, should_stop=should_stop)[:, start:-1]  # (R, T-1-start, D)
+    logp = lm.model.unembed(h).float().log_softmax(-1)  # (R, T-1-start, V)
+    nll = -logp.gather(-1, batch[:, start + 1 :, None])[..., 0].mean(-1).cpu()  # (R,)
     extra = (nll[1:] - nll[0]).reshape(len(vectors), len(strengths), 2)
     return extra.max(-1).values
 
@@ -175,10 +194,10 @@ class Trial:
     damage: float
     pull_toward: float
     pull_away: float
-    toward: int          # positive words in the texts steered +strength
-    away: int            # negative words in the texts steered -strength
+    toward: int  # positive words in the texts steered +strength
+    away: int  # negative words in the texts steered -strength
     plain: tuple[int, int]
-    distinct: float      # the mean distinct-word ratio of its texts
+    distinct: float  # the mean distinct-word ratio of its texts
     fluent: bool
 
     @property
@@ -229,20 +248,37 @@ def _trials(lm, prompt: str, layers, vectors, chosen, seeds, new_tokens, tempera
     if not ids or room < 1:
         raise ValueError(f"a calibration prompt needs 1..{lm.config.context_length - 1} tokens, has {len(ids)}")
     start, stop, skip = steer_span(tok, ids)
-    edits = [v.edit(sign * s, start, stop, row=n * (1 + 2 * i + k) + j, skip=skip)
-             for i, (v, (s, _)) in enumerate(zip(vectors, chosen)) for k, sign in enumerate((1, -1)) for j in range(n)]
+    edits = [
+        v.edit(sign * s, start, stop, row=n * (1 + 2 * i + k) + j, skip=skip)
+        for i, (v, (s, _)) in enumerate(zip(vectors, chosen))
+        for k, sign in enumerate((1, -1))
+        for j in range(n)
+    ]
     lex = [lexicon_ids(tok, POSITIVE), lexicon_ids(tok, NEGATIVE)]
-    rows, mass = generate_rows(lm, ids, edits, list(seeds) * (1 + 2 * len(layers)), min(new_tokens, room),
-                               temperature, lex, should_stop)
-    group = lambda g: (rows[g * n:(g + 1) * n], mass[g * n:(g + 1) * n].mean(0).clamp_min(FLOOR))  # noqa: E731
+    rows, mass = generate_rows(
+        lm, ids, edits, list(seeds) * (1 + 2 * len(layers)), min(new_tokens, room), temperature, lex, should_stop
+    )
+    group = lambda g: (rows[g * n : (g + 1) * n], mass[g * n : (g + 1) * n].mean(0).clamp_min(FLOOR))  # noqa: E731
     counts = lambda texts, which: sum(mood_counts(tok.decode(r))[which] for r in texts)  # noqa: E731
     (plain, base), out = group(0), []
     for i, (layer, (s, d)) in enumerate(zip(layers, chosen)):
         (up, m_up), (down, m_down) = group(1 + 2 * i), group(2 + 2 * i)
         fluent, distinct = _fluent(tok, up + down)
-        out.append(Trial(prompt, layer, s, float(d), float((m_up[0] / base[0]).log()),
-                         float((m_down[1] / base[1]).log()), counts(up, 0), counts(down, 1),
-                         (counts(plain, 0), counts(plain, 1)), distinct, fluent))
+        out.append(
+            Trial(
+                prompt,
+                layer,
+                s,
+                float(d),
+                float((m_up[0] / base[0]).log()),
+                float((m_down[1] / base[1]).log()),
+                counts(up, 0),
+                counts(down, 1),
+                (counts(plain, 0), counts(plain, 1)),
+                distinct,
+                fluent,
+            )
+        )
     return out
 
 
@@ -260,9 +296,17 @@ def _checked(lm, layers, strengths, seeds, new_tokens) -> tuple[list[int], list[
     return layers, strengths, seeds, check_int("new_tokens", new_tokens, 1, MAX_NEW_TOKENS)
 
 
-def calibrate(lm, pair: tuple[str, str] = PAIR, prompts: Sequence[str] = OPEN_PROMPTS, layers: Sequence[int] | None = None,
-              strengths: Sequence[float] = STRENGTHS, seeds: Sequence[int] = (0, 1, 2), new_tokens: int = 20,
-              temperature: float = 0.8, should_stop: cancel.ShouldStop = None) -> Calibration:
+def calibrate(
+    lm,
+    pair: tuple[str, str] = PAIR,
+    prompts: Sequence[str] = OPEN_PROMPTS,
+    layers: Sequence[int] | None = None,
+    strengths: Sequence[float] = STRENGTHS,
+    seeds: Sequence[int] = (0, 1, 2),
+    new_tokens: int = 20,
+    temperature: float = 0.8,
+    should_stop: cancel.ShouldStop = None,
+) -> Calibration:
     """Where and how hard to steer `pair` on this model: each of `layers` (default a few of its
     early-middle ones) gets the strength at which steering costs MAX_DAMAGE nats per token of
     ordinary text (`damage`, `affordable`); of those, on each of `prompts`, the one whose texts
@@ -274,7 +318,10 @@ def calibrate(lm, pair: tuple[str, str] = PAIR, prompts: Sequence[str] = OPEN_PR
     norms = stream_norms(lm)
     vectors = [pair_vector(lm, *pair, layer, norms=norms) for layer in layers]
     chosen = [affordable(strengths, d.tolist(), MAX_DAMAGE) for d in damage(lm, vectors, strengths, should_stop)]
-    trials = [t for prompt in prompts for t in _trials(lm, prompt, layers, vectors, chosen, seeds, new_tokens,
-                                                        temperature, should_stop)]
+    trials = [
+        t
+        for prompt in prompts
+        for t in _trials(lm, prompt, layers, vectors, chosen, seeds, new_tokens, temperature, should_stop)
+    ]
     best = max(trials, key=Trial.rank)
     return Calibration(best.layer, best.strength, tuple(pair), best.prompt, tuple(trials), best.moves)

@@ -6,6 +6,7 @@ carries; any other model is measured as before. Written by
 
     python -m tfm.analysis.steering.files default smollm2
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -58,19 +59,29 @@ def _trial(raw: dict) -> Trial:
         raise ValueError("a trial's plain counts are [positive, negative]")
     if not isinstance(raw["prompt"], str) or not isinstance(raw["fluent"], bool):
         raise ValueError("a trial's prompt is text and fluent is true or false")
-    return Trial(raw["prompt"][:500], check_int("layer", raw["layer"], 0), _strength(raw["strength"]),
-                 *(check_number(k, raw[k]) for k in ("damage", "pull_toward", "pull_away")),
-                 check_int("toward", raw["toward"], 0), check_int("away", raw["away"], 0),
-                 tuple(check_int("plain", c, 0) for c in plain), check_number("distinct", raw["distinct"], 0, 1),
-                 raw["fluent"])
+    return Trial(
+        raw["prompt"][:500],
+        check_int("layer", raw["layer"], 0),
+        _strength(raw["strength"]),
+        *(check_number(k, raw[k]) for k in ("damage", "pull_toward", "pull_away")),
+        check_int("toward", raw["toward"], 0),
+        check_int("away", raw["away"], 0),
+        tuple(check_int("plain", c, 0) for c in plain),
+        check_number("distinct", raw["distinct"], 0, 1),
+        raw["fluent"],
+    )
 
 
 def load_calibration(path: Path | str, lm) -> Calibration | None:
     """The calibration in `path` when it was measured on this model's weights (None otherwise);
     ValueError for a file that is not a calibration (size bounded before reading)."""
     data = read_json(path, MAX_BYTES)
-    if not isinstance(data, dict) or type(data.get("version")) is not int or data["version"] != VERSION \
-            or not isinstance(data.get("trials"), list):
+    if (
+        not isinstance(data, dict)
+        or type(data.get("version")) is not int
+        or data["version"] != VERSION
+        or not isinstance(data.get("trials"), list)
+    ):
         raise ValueError(f"{Path(path).name} is not a steering calibration (version {VERSION})")
     if data.get("fingerprint") != fingerprint(lm):
         return None
@@ -80,8 +91,14 @@ def load_calibration(path: Path | str, lm) -> Calibration | None:
         raise ValueError("a calibration's pair is two words")
     if not isinstance(data.get("moves"), bool) or not isinstance(data.get("prompt"), str):
         raise ValueError("a calibration's moves is true or false and its prompt is text")
-    cal = Calibration(check_layer(lm, data.get("layer")), _strength(data.get("strength")), tuple(pair),
-                      data["prompt"][:500], trials, data["moves"])
+    cal = Calibration(
+        check_layer(lm, data.get("layer")),
+        _strength(data.get("strength")),
+        tuple(pair),
+        data["prompt"][:500],
+        trials,
+        data["moves"],
+    )
     if not any((t.prompt, t.layer) == (cal.prompt, cal.layer) for t in trials):
         raise ValueError("a calibration's chosen prompt and layer must be one of its trials")
     return cal

@@ -24,6 +24,7 @@ before each block of each batched forward (the sweep); yes raises `Cancelled`.
 
 A vector is added to the stream entering block `layer` (resid_pre), the point SAEs read.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,12 +43,14 @@ from ..dictionaries.sae import SAE, stream_at
 
 How = Literal["last", "mean"]
 Where = Literal["all", "prompt", "generated"]
-MAX_SWEEP = 64           # strengths in one sweep
-SWEEP_TOKENS = 8192      # prompt positions in one of its batched forwards (rows x length; 21 rows: 390 tokens)
-NEUTRAL_PREFIX = "\n"    # read before a prompt when the model has no start token: position 0 is the sink
-NEUTRAL_TEXT = ("The town has a small park by the river. In the morning people walk their dogs there, and "
-                "children play on the grass. A man sells bread and milk from a cart, and the bus stops at the "
-                "corner every hour. In the evening the lights come on along the bridge.")
+MAX_SWEEP = 64  # strengths in one sweep
+SWEEP_TOKENS = 8192  # prompt positions in one of its batched forwards (rows x length; 21 rows: 390 tokens)
+NEUTRAL_PREFIX = "\n"  # read before a prompt when the model has no start token: position 0 is the sink
+NEUTRAL_TEXT = (
+    "The town has a small park by the river. In the morning people walk their dogs there, and "
+    "children play on the grass. A man sells bread and milk from a cart, and the bus stops at the "
+    "corner every hour. In the evening the lights come on along the bridge."
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,8 +63,9 @@ class SteeringVector:
     source: str
     raw_length: float
 
-    def edit(self, strength: float, start: int = 0, stop: int | None = None, row: int | None = None,
-             skip: Sequence[int] = ()) -> E.Steer:
+    def edit(
+        self, strength: float, start: int = 0, stop: int | None = None, row: int | None = None, skip: Sequence[int] = ()
+    ) -> E.Steer:
         return E.Steer(self.layer, self.vector, float(strength), start, stop, row=row, skip=tuple(skip))
 
 
@@ -116,8 +120,9 @@ def _stream(lm, text: str, layer: int, how: How, what: str) -> torch.Tensor:
 
 
 @torch.no_grad()
-def pair_vector(lm, positive: str, negative: str, layer: int, how: How = "mean",
-                norms: Sequence[float] | None = None) -> SteeringVector:
+def pair_vector(
+    lm, positive: str, negative: str, layer: int, how: How = "mean", norms: Sequence[float] | None = None
+) -> SteeringVector:
     """stream(positive) - stream(negative) entering `layer`, averaged over each prompt's tokens
     ("mean") or at its last ("last"), never at a sink (`reading_ids`); scaled to the layer's
     typical stream length (`norms`, default `stream_norms(lm)`), so strength 1 adds one."""
@@ -129,8 +134,7 @@ def pair_vector(lm, positive: str, negative: str, layer: int, how: How = "mean",
     if not raw > 0:
         raise ValueError("the two prompts give the same stream there: make them differ")
     scale = (stream_norms(lm) if norms is None else norms)[layer]
-    return SteeringVector(diff * (scale / raw), layer,
-                          f"{positive!r} − {negative!r} at layer {layer} ({how})", raw)
+    return SteeringVector(diff * (scale / raw), layer, f"{positive!r} − {negative!r} at layer {layer} ({how})", raw)
 
 
 def feature_vector(sae: SAE, feature: int, scale: float = 1.0) -> SteeringVector:
@@ -168,8 +172,9 @@ def check_strengths(strengths: Sequence[float]) -> list[float]:
     return out
 
 
-def steer_span(tokenizer, ids: Sequence[int], where: Where = "all",
-               include_first: bool = False) -> tuple[int, int | None, tuple[int, ...]]:
+def steer_span(
+    tokenizer, ids: Sequence[int], where: Where = "all", include_first: bool = False
+) -> tuple[int, int | None, tuple[int, ...]]:
     """Steer's (start, stop, skip) for steering the prompt `ids`, the tokens generated after it
     or both: without `include_first`, position 0 (the attention sink) and the prompt's special
     tokens are left alone."""
@@ -184,9 +189,15 @@ def steer_span(tokenizer, ids: Sequence[int], where: Where = "all",
 
 
 @torch.no_grad()
-def sweep_tokens(lm, ids: Sequence[int], vec: SteeringVector, strengths: Sequence[float],
-                 tokens: Sequence[int], should_stop: cancel.ShouldStop = None,
-                 include_first: bool = False) -> torch.Tensor:
+def sweep_tokens(
+    lm,
+    ids: Sequence[int],
+    vec: SteeringVector,
+    strengths: Sequence[float],
+    tokens: Sequence[int],
+    should_stop: cancel.ShouldStop = None,
+    include_first: bool = False,
+) -> torch.Tensor:
     """(S, K) probabilities of `tokens` after the last of `ids` at each strength, steering the
     prompt (`steer_span`): batched forwards with one Steer per row, as many rows in each as fit
     SWEEP_TOKENS positions (all of them for a short prompt; memory bounded for a long one).
@@ -199,31 +210,48 @@ def sweep_tokens(lm, ids: Sequence[int], vec: SteeringVector, strengths: Sequenc
     start, _, skip = steer_span(lm.tokenizer, ids, "all", include_first)
     per, out = max(1, SWEEP_TOKENS // len(ids)), []
     for first in range(0, len(strengths), per):
-        part = strengths[first:first + per]
-        batch = torch.tensor([ids] * len(part), device=lm.device)                    # (rows, T)
+        part = strengths[first : first + per]
+        batch = torch.tensor([ids] * len(part), device=lm.device)  # (rows, T)
         edits = [vec.edit(s, start, row=r, skip=skip) for r, s in enumerate(part) if start < len(ids)]
-        h = lm.model.hidden(batch, edits=edits, should_stop=should_stop)[:, -1]       # (rows, D)
+        h = lm.model.hidden(batch, edits=edits, should_stop=should_stop)[:, -1]  # (rows, D)
         out.append(lm.model.unembed(h).float().softmax(-1)[:, tokens].cpu())
-    return torch.cat(out)                                                             # (S, K)
+    return torch.cat(out)  # (S, K)
 
 
-def sweep(lm, ids: Sequence[int], vec: SteeringVector, strengths: Sequence[float], token: int,
-          should_stop: cancel.ShouldStop = None, include_first: bool = False) -> torch.Tensor:
+def sweep(
+    lm,
+    ids: Sequence[int],
+    vec: SteeringVector,
+    strengths: Sequence[float],
+    token: int,
+    should_stop: cancel.ShouldStop = None,
+    include_first: bool = False,
+) -> torch.Tensor:
     """(S,) probability of `token` after the last of `ids` at each strength (`sweep_tokens`)."""
     return sweep_tokens(lm, ids, vec, strengths, [token], should_stop, include_first)[:, 0]
 
 
-def steered_pair(lm, prompt: str, vec: SteeringVector, strength: float, seed: int = 0,
-                 max_new_tokens: int = 40, temperature: float = 1.0, top_p: float = 1.0,
-                 where: Where = "all", should_stop: cancel.ShouldStop = None,
-                 include_first: bool = False) -> tuple[str, str]:
+def steered_pair(
+    lm,
+    prompt: str,
+    vec: SteeringVector,
+    strength: float,
+    seed: int = 0,
+    max_new_tokens: int = 40,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    where: Where = "all",
+    should_stop: cancel.ShouldStop = None,
+    include_first: bool = False,
+) -> tuple[str, str]:
     """Text generated without and with the steering (positions as `steer_span` says), same seed
     and settings; `should_stop` is asked before every token of both."""
     plain = generate(lm, prompt, max_new_tokens, temperature, top_p=top_p, seed=seed, should_stop=should_stop)
     start, stop, skip = steer_span(lm.tokenizer, plain.prompt.ids, where, include_first)
     edits = [vec.edit(strength, start, stop, skip=skip)] if stop is None or start < stop else []
-    steered = generate(lm, prompt, max_new_tokens, temperature, top_p=top_p, seed=seed, edits=edits,
-                       should_stop=should_stop)
+    steered = generate(
+        lm, prompt, max_new_tokens, temperature, top_p=top_p, seed=seed, edits=edits, should_stop=should_stop
+    )
     return _text(plain), _text(steered)
 
 

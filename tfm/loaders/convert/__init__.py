@@ -4,6 +4,7 @@ One module per family maps that family's config.json and tensor names onto `Mode
 and tfm's parameters (as TransformerLens does); `common` reads the safetensors files
 (single or sharded), checks every key and shape, and copies the tensors in.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,8 +19,11 @@ CONVERTERS = {
     "MistralForCausalLM": mistral.load,
     "Qwen2ForCausalLM": qwen2.load,
     "GPTNeoXForCausalLM": gpt_neox.load,
-    "Gemma3ForCausalLM": gemma3.load, "Qwen3ForCausalLM": qwen3.load, "Phi3ForCausalLM": phi3.load,
-    "BertModel": bert.load_model, "BertForMaskedLM": bert.load_masked_lm,
+    "Gemma3ForCausalLM": gemma3.load,
+    "Qwen3ForCausalLM": qwen3.load,
+    "Phi3ForCausalLM": phi3.load,
+    "BertModel": bert.load_model,
+    "BertForMaskedLM": bert.load_masked_lm,
 }
 
 
@@ -34,6 +38,8 @@ def load_hf_family_folder(folder: Path, dtype: str = "float32") -> tuple[GPT, To
         raise ValueError(f"dtype {dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
     arch = architecture_of(folder)
     if arch not in CONVERTERS:
-        raise ValueError(f"config.json: architecture {arch[:60]!r} is not supported; tfm loads "
-                         f"{', '.join(sorted(CONVERTERS))} (and GPT-2)")
+        raise ValueError(
+            f"config.json: architecture {arch[:60]!r} is not supported; tfm loads "
+            f"{', '.join(sorted(CONVERTERS))} (and GPT-2)"
+        )
     return CONVERTERS[arch](folder, dtype)

@@ -4,6 +4,7 @@ layouts, safetensors reading (single file or shards), and checked copying into a
 Never unpickles: only safetensors files are read. Every shape is checked against the config
 with the key named; missing and unexpected keys are named too.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,7 +26,7 @@ def architecture_of(folder: Path) -> str:
     data = read_json(folder / "config.json")
     archs = data.get("architectures") if isinstance(data, dict) else None
     if not isinstance(archs, list) or len(archs) != 1 or not isinstance(archs[0], str):
-        raise ValueError(f"config.json names no single architecture (\"architectures\": {str(archs)[:80]})")
+        raise ValueError(f'config.json names no single architecture ("architectures": {str(archs)[:80]})')
     return archs[0]
 
 
@@ -48,8 +49,9 @@ def rope_fields(data: dict, source: str, default_theta: float, default_pct: floa
     params.update(new)
     kind = params.get("rope_type", params.get("type", "default"))
     if kind not in ROPE_TYPES:
-        raise ValueError(f"{source}: rope scaling type {kind!r} is not supported; tfm supports "
-                         f"{', '.join(map(repr, ROPE_TYPES))}")
+        raise ValueError(
+            f"{source}: rope scaling type {kind!r} is not supported; tfm supports {', '.join(map(repr, ROPE_TYPES))}"
+        )
     needs = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor")}.get(kind, ())
     missing = [k for k in needs if k not in params]
     if missing:
@@ -61,17 +63,22 @@ def rope_fields(data: dict, source: str, default_theta: float, default_pct: floa
 
 
 def _rope_numbers(data: dict, params: dict, kind: str, default_theta: float, default_pct: float) -> dict[str, Any]:
-    out = dict(pos_encoding="rope", rope_scaling=ROPE_TYPES[kind],
-               rope_base=float(params.get("rope_theta", data.get("rope_theta", data.get("rotary_emb_base", default_theta)))),
-               rotary_pct=float(params.get("partial_rotary_factor",
-                                           data.get("partial_rotary_factor", data.get("rotary_pct", default_pct)))))
+    out = dict(
+        pos_encoding="rope",
+        rope_scaling=ROPE_TYPES[kind],
+        rope_base=float(params.get("rope_theta", data.get("rope_theta", data.get("rotary_emb_base", default_theta)))),
+        rotary_pct=float(
+            params.get("partial_rotary_factor", data.get("partial_rotary_factor", data.get("rotary_pct", default_pct)))
+        ),
+    )
     if kind in ("linear", "llama3"):
         out["rope_factor"] = float(params["factor"])
     if kind == "llama3":
-        out.update(rope_low_freq_factor=float(params["low_freq_factor"]),
-                   rope_high_freq_factor=float(params["high_freq_factor"]),
-                   rope_original_context=int(params.get("original_max_position_embeddings",
-                                                        data["max_position_embeddings"])))
+        out.update(
+            rope_low_freq_factor=float(params["low_freq_factor"]),
+            rope_high_freq_factor=float(params["high_freq_factor"]),
+            rope_original_context=int(params.get("original_max_position_embeddings", data["max_position_embeddings"])),
+        )
     return out
 
 
@@ -89,12 +96,14 @@ def _shard_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if not index.is_file():
         bins = " (its pytorch_model.bin is a pickle, which tfm never loads)" if any(folder.glob("*.bin")) else ""
-        raise FileNotFoundError(f"the folder has no model.safetensors or model.safetensors.index.json{bins}; "
-                                "download the safetensors weights")
+        raise FileNotFoundError(
+            f"the folder has no model.safetensors or model.safetensors.index.json{bins}; "
+            "download the safetensors weights"
+        )
     data = read_json(index)
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
-        raise ValueError(f"{index.name} has no \"weight_map\"; re-download the index file")
+        raise ValueError(f'{index.name} has no "weight_map"; re-download the index file')
     names = list(weight_map.values())
     bad = [n for n in names if not isinstance(n, str) or Path(n).name != n or not n.endswith(".safetensors")]
     if bad:
@@ -135,8 +144,9 @@ class Weights:
     def finish(self) -> None:
         extra = sorted(set(self.state) - self.used)
         if extra:
-            raise ValueError(f"{self.source}: unexpected weights {extra[:5]}{' ...' if len(extra) > 5 else ''} "
-                             "for this config")
+            raise ValueError(
+                f"{self.source}: unexpected weights {extra[:5]}{' ...' if len(extra) > 5 else ''} for this config"
+            )
 
 
 def build(cfg: ModelConfig, state: dict[str, torch.Tensor], tokenizer, source: str, dtype: str) -> GPT:
@@ -152,9 +162,13 @@ def tokenizer_for(folder: Path):
     return tokenizer_from_folder(folder)
 
 
-def load_family(folder: Path, dtype: str, fields: Callable[[dict, str], tuple[dict, dict]],
-                convert: Callable[["Weights", ModelConfig], dict[str, torch.Tensor]],
-                ignore: Callable[[ModelConfig, str], bool]):
+def load_family(
+    folder: Path,
+    dtype: str,
+    fields: Callable[[dict, str], tuple[dict, dict]],
+    convert: Callable[["Weights", ModelConfig], dict[str, torch.Tensor]],
+    ignore: Callable[[ModelConfig, str], bool],
+):
     """config.json -> ModelConfig, safetensors -> checked tfm state, then the tokenizer; the
     weights are checked first so a broken folder says so before tokenizer trouble."""
     source = "config.json"

@@ -3,6 +3,7 @@
 Within `sliding_window` positions the window never hides a key, so tfm caps the context at
 the window instead of masking (the model card's meta says so): exact, and no silent change.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,8 +18,10 @@ def cap_to_window(kwargs: dict, meta: dict, window: object, source: str) -> None
         return
     window = check_int(f"{source}: sliding_window", window, 1, hint=" (or null)")
     if window < kwargs["context_length"]:
-        meta["context_note"] = (f"context capped at the sliding window ({window} of "
-                                f"{kwargs['context_length']} positions): tfm has no sliding-window mask")
+        meta["context_note"] = (
+            f"context capped at the sliding window ({window} of "
+            f"{kwargs['context_length']} positions): tfm has no sliding-window mask"
+        )
         kwargs["context_length"] = window
 
 

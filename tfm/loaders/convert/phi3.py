@@ -1,5 +1,6 @@
 """Phi-3: Llama's block with a fused qkv projection (rows [q | k | v], tfm's own layout) and a
 fused gate/up projection (rows [gate | up]); a `sliding_window` applies to every layer."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,7 +16,10 @@ from .common import Weights, load_family
 def fields(data: dict, source: str) -> tuple[dict, dict]:
     kwargs, meta = llama.fields(data, source, family="phi3")
     window = data.get("sliding_window")
-    if window is not None and check_int(f"{source}: sliding_window", window, 1, hint=" (or null)") < kwargs["context_length"]:
+    if (
+        window is not None
+        and check_int(f"{source}: sliding_window", window, 1, hint=" (or null)") < kwargs["context_length"]
+    ):
         kwargs.update(sliding_window=window, local_layers=tuple(range(kwargs["n_layer"])))
     return kwargs, meta
 

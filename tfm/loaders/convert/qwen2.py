@@ -1,4 +1,5 @@
 """Qwen2 / Qwen2.5: Llama's tensors plus biases on the q, k, v projections (not on o_proj)."""
+
 from __future__ import annotations
 
 from pathlib import Path

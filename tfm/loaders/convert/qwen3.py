@@ -1,5 +1,6 @@
 """Qwen3: Llama's tensors plus QK-norm (an RMSNorm over each head's query and key, before RoPE),
 no qkv biases, and a head size of its own (`head_dim`, often not hidden_size / heads)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,7 +16,9 @@ from .common import Weights, load_family
 def fields(data: dict, source: str) -> tuple[dict, dict]:
     head_dim = data.get("head_dim")
     if data.get("use_sliding_window", False):
-        raise ValueError(f"{source}: use_sliding_window=true is not supported for qwen3 (published Qwen3 models leave it off)")
+        raise ValueError(
+            f"{source}: use_sliding_window=true is not supported for qwen3 (published Qwen3 models leave it off)"
+        )
     kwargs, meta = llama.fields({k: v for k, v in data.items() if k != "head_dim"}, source, family="qwen3")
     if head_dim is not None:
         kwargs["head_dim"] = check_int(f"{source}: head_dim", head_dim, 2, 65_536)
