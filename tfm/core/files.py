@@ -172,3 +172,17 @@ def why(e: BaseException) -> str:
     if isinstance(e, (TypeError, AttributeError, IndexError, OverflowError)):
         return f"a value has the wrong kind or size ({text})"
     return text
+
+
+def write_card(path: Path, cfg: Any, card: dict) -> None:
+    """A shipped set's card (JSON): its config, then what its trainer measured."""
+    path.write_text(json.dumps({"config": cfg.to_dict(), **card}, indent=2) + "\n")
+
+
+def check_width(cfg: Any, model_cfg: Any, what: str, fix: str) -> None:
+    """One clear message when a set (`what`: "these transcoders are") was trained for another model."""
+    if (cfg.d_model, cfg.n_layer) != (model_cfg.d_model, model_cfg.n_layer):
+        raise ValueError(
+            f"{what} for a model {cfg.d_model} wide with {cfg.n_layer} layers, but this one is "
+            f"{model_cfg.d_model} wide with {model_cfg.n_layer}: {fix}"
+        )

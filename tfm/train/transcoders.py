@@ -39,7 +39,7 @@ from ..analysis.dictionaries.transcoder import (
 from ..loaders.loading import load
 from . import mix
 from . import transcoder_eval as TE
-from .command import run_command
+from .command import run_command, run_settings
 from .data import id_windows
 from .topk import mean_square_scale, train_topk, unit_rows
 from .transcoder_card import card_markdown
@@ -89,16 +89,7 @@ def _args(argv) -> argparse.Namespace:
 
 def _settings(a: argparse.Namespace) -> dict:
     """What a rerun must share with the card to go on where it stopped."""
-    return {
-        "tokens": a.tokens,
-        "eval_tokens": a.eval_tokens,
-        "ctx": a.ctx,
-        "epochs": a.epochs,
-        "batch": a.batch,
-        "lr": a.lr,
-        "seed": a.seed,
-        "skipped_first_positions": int(a.skip_first),
-    }
+    return run_settings(a)
 
 
 def _start_card(out: Path, cfg: TranscoderConfig, a: argparse.Namespace, command: str) -> dict:

@@ -34,6 +34,7 @@ from ..loaders.loading import load
 from ..loaders.weights import read_safetensors
 from . import mix
 from . import tuned_lens_eval as TLE
+from .command import run_settings
 from .transcoders import CORPUS
 from .tuned_lens_card import card_markdown
 
@@ -68,17 +69,7 @@ def _args(argv) -> argparse.Namespace:
 
 def _settings(a: argparse.Namespace) -> dict:
     """What a rerun must share with the card to go on where it stopped."""
-    return {
-        "tokens": a.tokens,
-        "eval_tokens": a.eval_tokens,
-        "ctx": a.ctx,
-        "epochs": a.epochs,
-        "batch": a.batch,
-        "lr": a.lr,
-        "seed": a.seed,
-        "skipped_first_positions": a.skip_first,
-        **({"init": a.init} if a.init else {}),
-    }
+    return run_settings(a, **({"init": a.init} if a.init else {}))
 
 
 def _start_card(out: Path, cfg: TunedLensConfig, a: argparse.Namespace, command: str) -> dict:

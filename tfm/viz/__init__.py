@@ -9,46 +9,7 @@ Hugging Face attentions) for Jupyter, and its functions are re-exported here:
 Layer 7: may import every layer below.
 """
 
-from .notebook import (
-    WINDOW,
-    all_heads,
-    attention_pattern,
-    attribution_bars,
-    generation_attention,
-    generation_timeline,
-    head_table,
-    head_table_frame,
-    head_view,
-    layer_heads,
-    lens_comparison,
-    logit_lens,
-    next_token,
-    norm_statistics,
-    positional_encodings,
-    record_generation,
-    residual_norms,
-    tokens,
-    trace_prompt,
-)
+from . import notebook
+from .notebook import *  # noqa: F403 (the notebook's functions, as its __all__ names them: one list)
 
-__all__ = [
-    "WINDOW",
-    "all_heads",
-    "attention_pattern",
-    "attribution_bars",
-    "generation_attention",
-    "generation_timeline",
-    "head_table",
-    "head_table_frame",
-    "head_view",
-    "layer_heads",
-    "lens_comparison",
-    "logit_lens",
-    "next_token",
-    "norm_statistics",
-    "positional_encodings",
-    "record_generation",
-    "residual_norms",
-    "tokens",
-    "trace_prompt",
-]
+__all__ = notebook.__all__

@@ -31,7 +31,7 @@ import torch
 from safetensors.torch import save_file
 
 from ...core.config import JsonConfig
-from ...core.files import bounded_member
+from ...core import files
 from ...core.validate import check_int
 from ...loaders.weights import read_safetensors
 from .sae import card_with_config
@@ -147,37 +147,28 @@ def save_layer(tc: Transcoder, folder: Path | str) -> Path:
     return path
 
 
+HOLDS = (
+    f"a transcoder folder holds {CARD_FILE} and one layer_LL.safetensors per layer (the transcoder trainer writes them)"
+)
+
+
 def write_card(folder: Path | str, cfg: TranscoderConfig, card: dict) -> None:
-    (Path(folder) / CARD_FILE).write_text(json.dumps({"config": cfg.to_dict(), **card}, indent=2) + "\n")
-
-
-def _bounded(path: Path, limit: int, what: str) -> Path:
-    return bounded_member(
-        path,
-        limit,
-        what,
-        f"a transcoder folder holds {CARD_FILE} and one layer_LL.safetensors "
-        "per layer (the transcoder trainer writes them)",
-    )
+    files.write_card(Path(folder) / CARD_FILE, cfg, card)
 
 
 def read_card(folder: Path | str) -> dict:
     """The card of a transcoder folder (JSON, size-bounded), with its config checked."""
-    path = _bounded(Path(folder) / CARD_FILE, MAX_CARD_BYTES, "the card")
+    path = files.bounded_member(Path(folder) / CARD_FILE, MAX_CARD_BYTES, "the card", HOLDS)
     return card_with_config(path, TranscoderConfig, "the transcoder config")
 
 
 def check_fits(cfg: TranscoderConfig, model_cfg) -> None:
-    """One clear message when a transcoder set does not belong to this model."""
-    if (cfg.d_model, cfg.n_layer) != (model_cfg.d_model, model_cfg.n_layer):
-        raise ValueError(
-            f"these transcoders are for a model {cfg.d_model} wide with {cfg.n_layer} layers, but this "
-            f"one is {model_cfg.d_model} wide with {model_cfg.n_layer}: pick the set trained for it"
-        )
+    """One clear message when this set does not belong to this model."""
+    files.check_width(cfg, model_cfg, "these transcoders are", "pick the set trained for it")
 
 
 def load_layer(folder: Path, cfg: TranscoderConfig, layer: int) -> Transcoder:
-    path = _bounded(folder / layer_file(layer), MAX_LAYER_BYTES, "the weights")
+    path = files.bounded_member(folder / layer_file(layer), MAX_LAYER_BYTES, "the weights", HOLDS)
     tensors = read_safetensors(path)
     want = {n: (shape, str(dtype).removeprefix("torch.")) for n, (shape, dtype) in _expected(cfg).items()}
     got = {n: (tuple(t.shape), str(t.dtype).removeprefix("torch.")) for n, t in tensors.items()}

@@ -26,7 +26,7 @@ import torch
 from safetensors.torch import save_file
 
 from ...core.config import JsonConfig
-from ...core.files import bounded_member
+from ...core import files
 from ...core.validate import check_int
 from ...loaders.loading import ASSETS, is_asset_name
 from ...loaders.weights import read_safetensors
@@ -111,38 +111,30 @@ def stored(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to(torch.float16).float()
 
 
+HOLDS = (
+    f"a tuned-lens folder holds {CARD_FILE} and one translator_LL.safetensors per stream "
+    "(python -m tfm.train.tuned_lens writes them)"
+)
+
+
 def write_card(folder: Path | str, cfg: TunedLensConfig, card: dict) -> None:
-    (Path(folder) / CARD_FILE).write_text(json.dumps({"config": cfg.to_dict(), **card}, indent=2) + "\n")
-
-
-def _bounded(path: Path, limit: int, what: str) -> Path:
-    return bounded_member(
-        path,
-        limit,
-        what,
-        f"a tuned-lens folder holds {CARD_FILE} and one translator_LL.safetensors "
-        "per stream (python -m tfm.train.tuned_lens writes them)",
-    )
+    files.write_card(Path(folder) / CARD_FILE, cfg, card)
 
 
 def read_card(folder: Path | str) -> dict:
     """The card of a tuned-lens folder (JSON, size-bounded), with its config checked."""
-    path = _bounded(Path(folder) / CARD_FILE, MAX_CARD_BYTES, "the card")
+    path = files.bounded_member(Path(folder) / CARD_FILE, MAX_CARD_BYTES, "the card", HOLDS)
     return card_with_config(path, TunedLensConfig, "the tuned-lens config")
 
 
 def check_fits(cfg: TunedLensConfig, model_cfg) -> None:
-    """One clear message when a tuned lens does not belong to this model."""
-    if (cfg.d_model, cfg.n_layer) != (model_cfg.d_model, model_cfg.n_layer):
-        raise ValueError(
-            f"this tuned lens is for a model {cfg.d_model} wide with {cfg.n_layer} layers, but this one "
-            f"is {model_cfg.d_model} wide with {model_cfg.n_layer}: train one for it ({TRAIN_COMMAND})"
-        )
+    """One clear message when this set does not belong to this model."""
+    files.check_width(cfg, model_cfg, "this tuned lens is", f"train one for it ({TRAIN_COMMAND})")
 
 
 def load_translator(folder: Path, cfg: TunedLensConfig, row: int) -> tuple[torch.Tensor, torch.Tensor]:
     """One translator's (weight (D, D), bias (D,)) as float32, its shapes, dtype and values checked."""
-    path = _bounded(folder / translator_file(row), cfg.file_bytes(), "the translator")
+    path = files.bounded_member(folder / translator_file(row), cfg.file_bytes(), "the translator", HOLDS)
     tensors = read_safetensors(path)
     d = cfg.d_model
     want = {"weight": ((d, d), "float16"), "bias": ((d,), "float16")}
