@@ -277,6 +277,7 @@ def _frozen_ablation(lm, ts, g, fz, stream0, errors, edit, mlp: str) -> float:
     return float(fz.norm(x, fz.final_scale, fz.final)[-1] @ u)
 
 
+@pytest.mark.slow  # ten features switched off on three prompts, two ways: CI only
 @torch.no_grad()
 def test_total_prediction_is_the_frozen_ablation_with_the_trained_set():
     """With the bundled model's trained transcoders, for the 10 most influential features of three

@@ -169,6 +169,7 @@ print(os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"], os.environ["LRU_CACHE_CAPAC
 """
 
 
+@pytest.mark.slow  # ~400 product shapes in a subprocess: CI only
 @needs_onednn
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's")
 def test_shape_caches_stay_bounded_whatever_the_prompt_lengths():

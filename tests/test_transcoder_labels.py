@@ -23,6 +23,9 @@ from tfm.core import edits as E
 from tfm.loaders.loading import ASSETS
 from tfm.train import mix, transcoder_labels
 
+# One worker builds the module's labelled set (its fixture is the cost), not both.
+pytestmark = pytest.mark.xdist_group("transcoder_labels")
+
 SET = ASSETS / "transcoders" / "default"
 ARGS = ["--model", "default", "--tokens-per-domain", "160", "--ctx", "32"]
 

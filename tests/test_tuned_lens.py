@@ -131,6 +131,7 @@ def _killed_at_step_20(args: list[str]) -> None:
         train_tl.run(train_tl._args(args), "test", log=killed)
 
 
+@pytest.mark.slow  # a training run: CI only (the card and file tests stay quick)
 @needs_corpus
 def test_training_beats_the_logit_lens_and_a_killed_run_goes_on_to_the_same_weights(tmp_path, capsys):
     args = "--model default --tokens 1024 --eval-tokens 264 --ctx 64 --epochs 2 --batch 32 --checkpoint 10".split()

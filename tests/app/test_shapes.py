@@ -94,6 +94,7 @@ def test_kv_cache_memory_equals_kvcache_nbytes():
     assert metrics["By the formula"] == f"{6 * real / 2**20:,.2f} MiB"
 
 
+@pytest.mark.slow  # a GPT-2-width model built: CI only, like the norms and positions pages
 def test_gpt2_preset_renders_with_its_124m_parameters():
     at = open_page("shapes", PROMPT)
     use_random(at, preset="gpt2")
