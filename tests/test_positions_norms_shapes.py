@@ -290,6 +290,7 @@ def test_depth_norms_hold_a_chunk_of_logit_rows_and_equal_the_whole(monkeypatch)
     cfg = small(n_layer=3)
     whole = norms.depth_norms(cfg, IDS, seed=5)
     monkeypatch.setattr(encoder, "LOGIT_CHUNK_BYTES", 3 * 4 * cfg.vocab_size)
+    norms.depth_norms(cfg, IDS, seed=5)  # (tfm.core.kernels times a new product shape on 8 rows, once)
     with WidestLogits(cfg.vocab_size) as seen:
         chunked = norms.depth_norms(cfg, IDS, seed=5)
     assert 1 <= seen.rows <= 3

@@ -53,6 +53,16 @@ def logit_chunks(model: nn.Module, x: torch.Tensor) -> list[slice]:
     return [slice(a, min(a + rows, x.shape[0])) for a in range(0, x.shape[0], rows)]
 
 
+def token_nll(model: nn.Module, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """(N,) -log p(target) under each row's next-token distribution: final hidden states `x` (N, D),
+    `targets` (N,) ids; float32, the logits a chunk of rows at a time (`logit_chunks`)."""
+    out = []
+    for rows in logit_chunks(model, x):
+        logits = head_logits(model, x[rows]).float()  # (rows, V)
+        out.append(logits.logsumexp(-1) - logits.gather(-1, targets[rows, None])[:, 0])
+    return torch.cat(out)
+
+
 def head_parameters(model: nn.Module) -> list[torch.Tensor]:
     """Every parameter `head_logits` reads (a lazy trace checks they did not change)."""
     return [model.unembed.weight] + (list(model.mlm.parameters()) if model.mlm is not None else [])
