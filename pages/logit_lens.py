@@ -89,8 +89,8 @@ def fits_chart(run: PromptRun, tuned) -> None:
     st.subheader("How close is each layer to the final prediction?")
     st.caption(
         "KL divergence from the model's final next-token distribution to each layer's reading (0: the same "
-        "distribution), and how often the layer's top token is the final top token, averaged over this "
-        "prompt's positions after the first (position 0 is the attention sink: the tuned lens is not trained "
+        "distribution), and how often the layer's top token is the final top token, averaged over "
+        f"{lens_parts.fit_span(len(run.ids))} (position 0 is the attention sink: the tuned lens is not trained "
         "on it)."
     )
     fig = lens_figs.lens_fit_figure(

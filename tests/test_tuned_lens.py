@@ -67,6 +67,22 @@ def test_kl_and_agreement_equal_a_recomputation_from_full_distributions(lm):
     assert float(fit.kl[-1].abs().max()) < 1e-4 and bool(fit.agree[-1].all())
 
 
+def test_a_long_prompts_fits_read_an_even_sample_of_at_most_fit_most_positions(lm):
+    assert LC.fit_positions(1) == slice(None) and LC.fit_positions(LC.FIT_MOST + 1) == slice(1, None, 1)
+    for n_pos in (LC.FIT_MOST + 2, 1024, 4097):
+        got = range(n_pos)[LC.fit_positions(n_pos)]
+        assert got[0] == 1 and 0.5 * LC.FIT_MOST <= len(got) <= LC.FIT_MOST and n_pos - 1 - got[-1] < got.step
+    ids = torch.randint(0, lm.config.vocab_size, (250,), generator=torch.Generator().manual_seed(1)).tolist()
+    with torch.no_grad():
+        trace = lm.model(torch.tensor([ids]), trace=True, lazy=False).trace
+    sampled = LC.prompt_fits(lm.model, trace, None)["logit"]
+    every = LC.compare_lenses(lm.model, trace, None)["logit"]
+    step = LC.fit_positions(250).step
+    assert sampled.kl.shape[1] == len(range(1, 250, step)) < 250 // 1.5
+    torch.testing.assert_close(sampled.kl, every.kl[:, 1::step], atol=1e-5, rtol=1e-5)
+    assert torch.equal(sampled.agree, every.agree[:, 1::step])
+
+
 def test_identity_lens_is_the_logit_lens_and_translators_are_affine(lm):
     _, trace = _trace(lm)
     same = LC.tuned_lens(lm.model, trace, TL.identity_lens(lm.config), k=3)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tfm.analysis.lens.compare import LENSES
+from tfm.analysis.lens.compare import LENSES, fit_positions
 from tfm.analysis.lens.tuned import TRAIN_COMMAND, TunedLens
 from tfm.viz import sampling as sampling_figs
 from ui.run import PromptRun
@@ -45,3 +45,12 @@ def grid(run: PromptRun, start: int, stop: int, tuned: TunedLens | None) -> Lens
     hover = [[hover_text(r, c) for c in range(stop - start)] for r in range(len(rows))]
     nxt_or_none = torch.tensor(nxt + [-1] * (stop - start - len(nxt)))  # the prompt's last position has no next
     return LensGrid(rows, top_probs[:, :, 0].numpy(), pieces, hover, (top_ids[:, :, 0] == nxt_or_none).numpy())
+
+
+def fit_span(n_pos: int) -> str:
+    """Which of the prompt's positions the KL chart averages over, in words."""
+    pos = fit_positions(n_pos)
+    if pos.step is None or pos.step == 1:
+        return "this prompt's positions after the first"
+    shown = len(range(n_pos)[pos])
+    return f"{shown} of this prompt's {n_pos - 1:,} positions after the first (one in every {pos.step}, evenly spaced)"

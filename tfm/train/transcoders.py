@@ -47,7 +47,7 @@ from .transcoder_card import card_markdown
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"  # beside the repository
 
 
-def _layers(text: str, n_layer: int) -> list[int]:
+def parse_layers(text: str, n_layer: int) -> list[int]:
     out: set[int] = set()
     try:
         for part in text.split(","):
@@ -143,7 +143,7 @@ def train_missing(lm, cfg: TranscoderConfig, card: dict, todo: list[int], a: arg
     """Trains, measures and writes each layer of `todo`, updating the card after each."""
     out, skip, t0 = Path(a.out), int(a.skip_first), time.perf_counter()
     train = id_windows(mix.mix_ids(lm.tokenizer, a.corpus, "train", a.tokens), a.ctx)
-    held = torch.cat(list(_heldout(lm, a).values()))[:, :-1]
+    held = torch.cat(list(heldout_windows(lm, a).values()))[:, :-1]
     if len(train) == 0 or len(held) == 0:
         raise ValueError(f"--tokens and --eval-tokens must give at least one window of --ctx {a.ctx} tokens")
     s_train, angles = TE.embed(lm.model, train)
@@ -167,20 +167,20 @@ def train_missing(lm, cfg: TranscoderConfig, card: dict, todo: list[int], a: arg
                 "fvu_before_storage": unrounded,
             }
             card["train_tokens"], card["heldout_tokens"] = len(train) * (a.ctx - skip), len(held) * (a.ctx - skip)
-            _write(out, cfg, card)
+            write_set(out, cfg, card)
             log(
                 f"layer {layer}: fvu {measured['fvu']:.4f} l0 {measured['l0']:.1f} dead {measured['dead_share']:.3f} "
                 f"({time.perf_counter() - t0:.0f}s)"
             )
 
 
-def _heldout(lm, a: argparse.Namespace) -> dict[str, torch.Tensor]:
+def heldout_windows(lm, a: argparse.Namespace) -> dict[str, torch.Tensor]:
     """Per domain, the held-out windows of ctx + 1 tokens (inputs and their next tokens)."""
     ids = mix.domain_ids(lm.tokenizer, a.corpus, "heldout", -(-a.eval_tokens // len(mix.DOMAINS)))
     return {d: id_windows(v, a.ctx + 1) for d, v in ids.items()}
 
 
-def _write(out: Path, cfg: TranscoderConfig, card: dict) -> None:
+def write_set(out: Path, cfg: TranscoderConfig, card: dict) -> None:
     write_card(out, cfg, card)
     (out / "README.md").write_text(card_markdown({"config": cfg.to_dict(), **card}))
 
@@ -190,11 +190,11 @@ def measure_set(lm, cfg: TranscoderConfig, card: dict, a: argparse.Namespace, lo
     t0 = time.perf_counter()
     ts = load_transcoders(a.out, lm)
     card["ce"] = {}
-    for domain, wins in _heldout(lm, a).items():
+    for domain, wins in heldout_windows(lm, a).items():
         card["ce"][domain] = TE.domain_ce(lm.model, ts.layers, wins, int(a.skip_first))
         log(f"{domain}: {card['ce'][domain]['clean']:.3f} clean, {card['ce'][domain]['replaced']:.3f} replaced")
     card["ce_s"] = round(time.perf_counter() - t0, 1)
-    _write(Path(a.out), cfg, card)
+    write_set(Path(a.out), cfg, card)
 
 
 def run(a: argparse.Namespace, command: str, log=print) -> dict:
@@ -203,7 +203,7 @@ def run(a: argparse.Namespace, command: str, log=print) -> dict:
     lm = load(a.model, device="cpu")
     TE.check_blocks(lm.config)
     cfg = TranscoderConfig(lm.config.d_model, lm.config.n_layer, a.features, a.k, a.name or a.model, a.storage)
-    wanted = _layers(a.layers, cfg.n_layer) if a.layers else list(range(cfg.n_layer))
+    wanted = parse_layers(a.layers, cfg.n_layer) if a.layers else list(range(cfg.n_layer))
     card = _start_card(out, cfg, a, command)
     done = {i for i in range(cfg.n_layer) if (out / layer_file(i)).is_file() and str(i) in card["layers"]}
     todo = [i for i in wanted if i not in done]
@@ -213,7 +213,7 @@ def run(a: argparse.Namespace, command: str, log=print) -> dict:
         train_missing(lm, cfg, card, todo, a, log)
         card["wall_time_s"] = round(card.get("wall_time_s", 0) + time.perf_counter() - t_start, 1)
         card["threads"] = a.threads
-        _write(out, cfg, card)
+        write_set(out, cfg, card)
     if len(card["layers"]) == cfg.n_layer and "ce" not in card:
         measure_set(lm, cfg, card, a, log)
     return card
