@@ -128,3 +128,4 @@ def test_written_set_loads_and_measures_what_its_card_says(tmp_path, lm):
         assert again["fvu"] == pytest.approx(card["layers"][str(i)]["fvu"], rel=1e-6)
         assert again["fvu"] < 0.9 and again["l0"] <= 8  # trained: better than the outputs' mean
     assert card["settings"]["skipped_first_positions"] == 1 and card["train_tokens"] == 24 * 8 * 31
+    assert "python -m tfm.train.transcoders_stream" in (tmp_path / "c/set/README.md").read_text()

@@ -57,7 +57,8 @@ def card_markdown(card: dict) -> str:
     lines = [
         f"# TopK transcoders: {card['model']}, {n_done} of {cfg['n_layer']} layers",
         "",
-        "Trained by tfm (`python -m tfm.train.transcoders`): one transcoder per block reads the MLP's input "
+        f"Trained by tfm (`python -m {card.get('trainer', 'tfm.train.transcoders')}`): one transcoder per block "
+        "reads the MLP's input "
         "(`blocks.L.ln2.output`) and writes its output (`blocks.L.mlp_out`). Files: `card.json`, "
         f"`layer_LL.safetensors` ({cfg['storage']}).",
         "",
