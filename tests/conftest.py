@@ -12,7 +12,7 @@ import torch
 from tfm.core.config import ModelConfig
 from tfm.core.model import GPT
 
-from tests import tiers
+from tests import scheduling, tiers
 
 BPE_TEXT = [
     "The cat sat on the mat. The dog sat on the log. " * 20,
@@ -146,8 +146,17 @@ def is_slow(item) -> bool:
     )
 
 
+def pytest_configure(config):
+    config.pluginmanager.register(scheduling.Groups(), "tfm-xdist-groups")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if is_slow(item):
             item.add_marker(pytest.mark.slow)
+        if "e2e" in item.path.parts:
+            # One worker runs the browser tests (one server, one Chromium) while the other runs the
+            # CPU-bound ones: a browser test mostly waits for a page to draw.
+            item.add_marker(pytest.mark.xdist_group("browser"))
+    items[:] = scheduling.heavy_first(items)  # long modules first (tests/scheduling.py)
     tiers.record(config, items)  # which files hold a quick test (tests/test_tiers.py)

@@ -166,6 +166,32 @@ def test_patch_prompts(model):
         patching.patch_prompts(lm, clean, corrupt[:-1], metric)
 
 
+def test_induction_check_holds_a_chunk_of_logit_rows_and_equals_the_full_logits(monkeypatch):
+    """Gemma 3's 262,144-token vocabulary: the probe's forward unembeds its last row only and the three
+    losses read the second copy's logits a chunk at a time (3 rows here; the old code held all 80
+    positions' logits), equal to cross-entropy on the model's full logits."""
+    from tests.logit_rows import WidestLogits
+    from tfm.core import encoder
+
+    from tfm.analysis.heads import induction_probe
+    from tfm.core.config import ModelConfig
+
+    lm = tfm.random_model(ModelConfig.preset("tiny", context_length=128), seed=2)
+    monkeypatch.setattr(encoder, "LOGIT_CHUNK_BYTES", 3 * 4 * lm.config.vocab_size)
+    patching.induction_check(lm, seq_len=40, seed=0)  # (tfm.core.kernels times a new product shape on 8 rows, once)
+    with WidestLogits(lm.config.vocab_size) as seen:
+        check = patching.induction_check(lm, seq_len=40, seed=0)
+    assert 1 <= seen.rows <= 3
+    toks = induction_probe(lm.model, 40, 0)["tokens"][None]
+    for edit, loss in zip(
+        ([], [E.AblateHead(check.layer, check.head)], [E.AblateHead(check.layer, check.control)]),
+        (check.loss_clean, check.loss_ablated, check.loss_control),
+    ):
+        with torch.no_grad():
+            logits = lm.model(toks, edits=edit).logits[0, 39:-1]
+        assert loss == pytest.approx(float(torch.nn.functional.cross_entropy(logits, toks[0, 40:])), rel=1e-5)
+
+
 def test_induction_ablation_hurts_copying_on_the_bundled_model():
     lm = tfm.load("default")
     check = patching.induction_check(lm, seq_len=40, seed=0)

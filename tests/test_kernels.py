@@ -245,6 +245,17 @@ def test_auto_really_times_and_stays_bounded(monkeypatch):
     assert torch.equal(torch.get_rng_state(), state)  # measuring drew no random numbers
 
 
+@pytest.mark.parametrize("budget, rounds", [(1e9, kernels.ROUNDS), (0.0, 1)])
+def test_timing_stops_after_its_budget(monkeypatch, budget, rounds):
+    """A long product (Gemma 3's unembedding) is timed in as few rounds as MEASURE_S allows, at least one."""
+    calls = []
+    monkeypatch.setattr(kernels, "MEASURE_S", budget)
+    monkeypatch.setattr(kernels, "_run", lambda product, x, w, b: calls.append(product))
+    _, w, _ = operands((8, 64), out=kernels.SLICED_MIN_OUT)
+    kernels._fastest(32, w, None)
+    assert calls == ["blas", "onednn", "sliced"] * (1 + rounds)
+
+
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("input_major", [False, True])
 def test_sliced_product_equals_f_linear(bias, input_major):

@@ -278,3 +278,22 @@ def test_kv_cache_bytes_formula_and_kvcache_agree():
     assert shapes.kv_cache_bytes(ModelConfig.preset("gpt2"), 1024, torch.float32).formula == 2 * 12 * 768 * 1024 * 4
     with pytest.raises(ValueError, match="context"):
         shapes.kv_cache_bytes(cfg, 65, torch.float32)
+
+
+def test_depth_norms_hold_a_chunk_of_logit_rows_and_equal_the_whole(monkeypatch):
+    """Gemma 3's 262,144-token vocabulary: the depth check's loss never holds (T, V) logits, only
+    `LOGIT_CHUNK_BYTES` of rows at a time (3 rows here: the old code's full forward held 17), and its
+    numbers equal those of one chunk of every row (the test above: equal to autograd on the full logits)."""
+    from tests.logit_rows import WidestLogits
+    from tfm.core import encoder
+
+    cfg = small(n_layer=3)
+    whole = norms.depth_norms(cfg, IDS, seed=5)
+    monkeypatch.setattr(encoder, "LOGIT_CHUNK_BYTES", 3 * 4 * cfg.vocab_size)
+    norms.depth_norms(cfg, IDS, seed=5)  # (tfm.core.kernels times a new product shape on 8 rows, once)
+    with WidestLogits(cfg.vocab_size) as seen:
+        chunked = norms.depth_norms(cfg, IDS, seed=5)
+    assert 1 <= seen.rows <= 3
+    assert chunked.loss == pytest.approx(whole.loss, rel=1e-6)
+    torch.testing.assert_close(chunked.grad_norm, whole.grad_norm, rtol=1e-5, atol=0)
+    assert torch.equal(chunked.resid_norm, whole.resid_norm)

@@ -216,3 +216,23 @@ def test_k_quant_super_blocks_decoded_equal_gguf_dequantize_and_the_weights(voca
         assert bv.ints.min() >= 0 and bv.ints.max() < 2 ** quant.DECODED[qtype][2]
         assert len(np.unique(bv.sub_scale)) > 1  # sub-blocks carry their own scales
         assert (bv.sub_min is not None) == (qtype == "Q4_K") and bv.formula.startswith("x = d·sc_j·")
+
+
+def test_predictions_hold_a_chunk_of_logit_rows_and_equal_the_whole(lm, monkeypatch):
+    """Gemma 3's 262,144-token vocabulary: KL at every position reads the logits `LOGIT_CHUNK_BYTES`
+    of rows at a time (2 rows here: the old code held both models' (T, V) logits and log-softmaxes),
+    equal to one chunk of every row (test_compare_recomputed_directly: equal to the full logits)."""
+    from tests.logit_rows import WidestLogits
+    from tfm.core import encoder
+
+    q = quant.requantize(lm, "Q4_0")
+    ids = lm.tokenizer.prompt_ids("the cat sat on the mat and the dog")
+    whole = quant.compare(lm, q, ids, layer=1, head=2, k=5)
+    monkeypatch.setattr(encoder, "LOGIT_CHUNK_BYTES", 2 * 4 * lm.config.vocab_size)
+    quant.compare(lm, q, ids, layer=1, head=2, k=5)  # (tfm.core.kernels times a new product shape on 8 rows, once)
+    with WidestLogits(lm.config.vocab_size) as seen:
+        chunked = quant.compare(lm, q, ids, layer=1, head=2, k=5)
+    assert len(ids) > 4 and 1 <= seen.rows <= 2
+    np.testing.assert_allclose(chunked.kl, whole.kl, rtol=1e-5, atol=1e-7)
+    assert chunked.top_ids == whole.top_ids and np.array_equal(chunked.rank_requantized, whole.rank_requantized)
+    np.testing.assert_allclose(chunked.p_requantized, whole.p_requantized, rtol=1e-6)

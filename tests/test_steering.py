@@ -280,6 +280,23 @@ def test_damage_is_the_extra_loss_on_neutral_text(lm):
     assert 0 < got[0, 0] < got[0, 1]
 
 
+def test_damage_holds_a_chunk_of_logit_rows_and_equals_the_whole(lm, monkeypatch):
+    """Gemma 3's 262,144-token vocabulary: the damage forward's 1 + 2 x 2 rows of neutral text are read a
+    chunk of logit rows at a time (3 here; the old code held every row's and token's log-softmax),
+    equal to one chunk of all of them (the test above: equal to the model's own logits)."""
+    from tests.logit_rows import WidestLogits
+    from tfm.core import encoder
+
+    vec = steering.pair_vector(lm, *calib.PAIR, 2)
+    whole = calib.damage(lm, [vec], [0.3, 0.9])
+    monkeypatch.setattr(encoder, "LOGIT_CHUNK_BYTES", 3 * 4 * lm.config.vocab_size)
+    calib.damage(lm, [vec], [0.3, 0.9])  # (tfm.core.kernels times a new product shape on 8 rows, once)
+    with WidestLogits(lm.config.vocab_size) as seen:
+        chunked = calib.damage(lm, [vec], [0.3, 0.9])
+    assert 1 <= seen.rows <= 3
+    torch.testing.assert_close(chunked, whole, rtol=1e-5, atol=1e-6)
+
+
 def test_affordable_strength_interpolates_to_the_budget():
     assert calib.affordable([0.2, 0.4, 0.8], [0.1, 0.3, 0.9], 0.6) == (0.6, pytest.approx(0.6))
     assert calib.affordable([0.2, 0.4], [0.1, 0.3], 0.6) == (0.4, 0.3)  # never reached: the largest

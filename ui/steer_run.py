@@ -46,6 +46,23 @@ class ReadOut:
     down_scores: tuple[float, ...]
 
 
+@dataclass(frozen=True)
+class MoodSweep:
+    """p(each token next) after a prompt at each steering strength: `probs[k][i]` is `tokens[k]`'s
+    probability at `strengths[i]` (one row per token, as the chart draws one line per word)."""
+
+    strengths: tuple[float, ...]
+    tokens: tuple[int, ...]
+    probs: tuple[tuple[float, ...], ...]
+
+    def __post_init__(self):
+        if len(self.probs) != len(self.tokens) or any(len(row) != len(self.strengths) for row in self.probs):
+            raise ValueError(
+                f"a mood sweep needs one row of {len(self.strengths)} probabilities per token "
+                f"({len(self.tokens)} tokens), got {[len(row) for row in self.probs]}"
+            )
+
+
 class SteerResults:
     """Mixed into `ModelRun`; each result cached per model and arguments like the rest of it."""
 
@@ -99,12 +116,12 @@ class SteerResults:
         tokens: tuple[int, ...],
         strengths: tuple[float, ...],
         include_first: bool = False,
-    ) -> list[list[float]]:
-        """p(each token) after `ids` at each strength, steering the prompt (`steering.sweep_tokens`):
-        one row per token."""
+    ) -> MoodSweep:
+        """p(each token) after `ids` at each strength, steering the prompt (`steering.sweep_tokens`)."""
 
         def sweep(lm, _recipe, ids, tokens, strengths, first, should_stop=None):
-            return steering.sweep_tokens(lm, ids, direction.vector, strengths, tokens, should_stop, first).T.tolist()
+            probs = steering.sweep_tokens(lm, ids, direction.vector, strengths, tokens, should_stop, first)
+            return MoodSweep(strengths, tokens, tuple(tuple(row) for row in probs.T.tolist()))
 
         return self._derived(
             "steer.sweep", sweep, direction.recipe, ids, tokens, strengths, include_first, stoppable=True

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tfm.analysis.dictionaries import features as FT
 from tfm.analysis.steering import calibrate as calib
@@ -15,6 +16,8 @@ from tfm.analysis.steering import vectors as steering
 from tfm.generation.generate import prepare_prompt
 from tfm.core.escape import escape_markdown
 from ui import models
+from ui.model_run import ModelRun
+from ui.steer_run import MoodSweep
 
 from tests.app.conftest import as_shown, chart_by_title, decode, open_page, use_random
 
@@ -140,3 +143,23 @@ def test_bad_input_one_message():
     _ok(at)
     assert any("Cannot measure where steering works" in w.value for w in at.warning)  # a 32-token context
     assert not at.error and any("no sparse autoencoder ships for this model" in i.value for i in at.info)
+
+
+def test_mood_sweep_is_a_typed_result_equal_to_the_engine():
+    """ui.steer_run.MoodSweep: the strengths and tokens asked, one row per token of
+    `steering.sweep_tokens`' probabilities (its columns), and a shape check."""
+    lm, spec = _lm(), models.default_model_spec()
+    run = ModelRun(lm, spec, "cpu")
+    direction = run.pair_direction(*calib.PAIR, 1, "mean")
+    ids = tuple(prepare_prompt(lm, "I feel so").ids)
+    tokens = tuple(lm.tokenizer.encode(" " + w)[0] for w in ("happy", "sad", "angry"))
+    strengths = (-1.0, 0.0, 0.5, 1.5)
+    found = run.mood_sweep(direction, ids, tokens, strengths)
+    assert (found.strengths, found.tokens) == (strengths, tokens)
+    want = steering.sweep_tokens(lm, ids, steering.pair_vector(lm, *calib.PAIR, 1, "mean"), strengths, tokens)
+    assert len(found.probs) == 3 and all(isinstance(row, tuple) for row in found.probs)
+    np.testing.assert_allclose(np.array(found.probs), want.numpy().T, rtol=1e-6)
+    with pytest.raises(ValueError, match="one row of 4 probabilities per token"):
+        MoodSweep(strengths, tokens, found.probs[:2])
+    with pytest.raises(ValueError, match="one row of 4 probabilities per token"):
+        MoodSweep(strengths, tokens[:2], tuple(row[:3] for row in found.probs[:2]))

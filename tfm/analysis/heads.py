@@ -107,7 +107,7 @@ def induction_probe(
     half = torch.randint(0, min(cfg.vocab_size, 50_000), (seq_len,), generator=g)
     tokens = torch.cat([half, half]) if bos is None else torch.cat([torch.tensor([bos]), half, half])
     device = next(model.parameters()).device
-    out = model(tokens[None].to(device), trace=True)
+    out = model(tokens[None].to(device), trace=True, last_only=True)  # patterns only: no (T, V) logits
     scores = head_scores(out.trace, tokens, progress, should_stop)
     scores["tokens"] = tokens
     return scores

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core import edits as E
+from ..core.encoder import token_nll
 from .attribution import _ids, _model, n_words, token_id
 from .heads import induction_probe, top_head
 
@@ -95,6 +96,6 @@ def induction_check(lm, seq_len: int = 40, seed: int = 0) -> InductionCheck:
     toks = probe["tokens"].to(next(model.parameters()).device)[None]  # (1, 2n)
     losses = []
     for edit in ([], [E.AblateHead(layer, head)], [E.AblateHead(layer, control)]):
-        logits = model(toks, edits=edit).logits[0, seq_len - 1 : -1].float()  # predicts the second copy
-        losses.append(float(torch.nn.functional.cross_entropy(logits, toks[0, seq_len:])))
+        h = model.hidden(toks, edits=edit)[0, seq_len - 1 : -1]  # (n, D): predicts the second copy
+        losses.append(float(token_nll(model, h, toks[0, seq_len:]).mean()))  # no (2n, V) logits
     return InductionCheck(layer, head, score, control, *losses)

@@ -7,10 +7,12 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from ..core.config import ModelConfig
+from ..core.encoder import head_logits, logit_chunks
 from ..core.model import GPT, Norm
-from ..core.trace import Trace
+from ..core.trace import Recorder, Trace
 from ..core.trace_names import name as trace_name
 from .heads import Progress
 from .shapes import ids_tensor
@@ -38,16 +40,19 @@ def depth_config(config: ModelConfig, placement: str, norm: str, n_layer: int) -
 def depth_norms(config: ModelConfig, ids: list[int] | torch.Tensor, seed: int = 0) -> DepthNorms:
     """Activation and gradient norms across depth of a *fresh random* model of `config`, with
     the LM loss on `ids`. Runs on the CPU, in eval mode (no dropout); the model is built here
-    and thrown away, never a shared one.
+    and thrown away, never a shared one. No (T, V) logits are held: the loss is summed over chunks
+    of rows (`_chunked_loss`), and only the blocks get gradients (none of the vocabulary-sized embedding).
     """
     ids_t = ids_tensor(ids, config, min_len=2)
     model = GPT(config, torch.Generator().manual_seed(seed))
     model.eval()
+    model.requires_grad_(False).blocks.requires_grad_(True)  # this model's own: only the blocks' gradients are read
+    rec = Recorder()
     with torch.enable_grad():
-        out = model(ids_t[None], trace=True)
-        loss = F.cross_entropy(out.logits[0, :-1], ids_t[1:])  # predict each next token
+        x = model.hidden(ids_t[None], rec=rec)[0]  # (T, D) what the unembedding reads
+        loss = _chunked_loss(model, x[:-1], ids_t[1:])  # predict each next token
         loss.backward()
-    tr = out.trace
+    tr = rec.finish()
     resid = torch.stack([s.norm(dim=-1).mean() for _, s in tr.residual_streams(0)])  # (L+1,)
     grads = torch.stack(
         [
@@ -56,6 +61,19 @@ def depth_norms(config: ModelConfig, ids: list[int] | torch.Tensor, seed: int = 
         ]
     )  # (L,)
     return DepthNorms(resid.detach(), grads, float(loss.detach()))
+
+
+def _row_loss(model: GPT, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(head_logits(model, x), targets, reduction="sum")
+
+
+def _chunked_loss(model: GPT, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The mean cross-entropy of `x`'s (T, D) next-token logits, a chunk of rows at a time; each chunk's
+    logits are recomputed in the backward pass (`checkpoint`), so at most one chunk's exist."""
+    parts = [
+        checkpoint(_row_loss, model, x[rows], targets[rows], use_reentrant=False) for rows in logit_chunks(model, x)
+    ]
+    return torch.stack(parts).sum() / x.shape[0]
 
 
 def block_norms(model: GPT) -> tuple[str, ...]:

@@ -36,6 +36,33 @@ def head_logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return unembed(model.mlm.transform(x), model.unembed.weight) + model.mlm.bias
 
 
+# (T, V) logits a caller does not show are computed this many bytes of rows at a time: 1,024 tokens of
+# Gemma 3's 262,144-token vocabulary are 1 GB at once, 64 rows 64 MB
+LOGIT_CHUNK_BYTES = 64 << 20
+
+
+def final_name(model: nn.Module) -> str:
+    """The trace entry `head_logits` reads: the final norm's output (a post-norm model: the last block's)."""
+    return "ln_final.output" if model.ln_final is not None else f"blocks.{model.config.n_layer - 1}.resid_post"
+
+
+def logit_chunks(model: nn.Module, x: torch.Tensor) -> list[slice]:
+    """Row slices of the final hidden states `x` (T, D) whose logits fit `LOGIT_CHUNK_BYTES` in float32
+    (at least one row each): loop over them instead of holding every position's logits."""
+    rows = max(1, LOGIT_CHUNK_BYTES // (4 * model.unembed.weight.shape[0]))
+    return [slice(a, min(a + rows, x.shape[0])) for a in range(0, x.shape[0], rows)]
+
+
+def token_nll(model: nn.Module, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """(N,) -log p(target) under each row's next-token distribution: final hidden states `x` (N, D),
+    `targets` (N,) ids; float32, the logits a chunk of rows at a time (`logit_chunks`)."""
+    out = []
+    for rows in logit_chunks(model, x):
+        logits = head_logits(model, x[rows]).float()  # (rows, V)
+        out.append(logits.logsumexp(-1) - logits.gather(-1, targets[rows, None])[:, 0])
+    return torch.cat(out)
+
+
 def head_parameters(model: nn.Module) -> list[torch.Tensor]:
     """Every parameter `head_logits` reads (a lazy trace checks they did not change)."""
     return [model.unembed.weight] + (list(model.mlm.parameters()) if model.mlm is not None else [])

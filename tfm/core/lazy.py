@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .encoder import head_logits, head_parameters
+from .encoder import final_name, head_logits, head_parameters
 from .functional import attention_scores
 from .trace import LAZY, Deferred, ModelOutput, Recorder, Trace, _move, storage_bytes
 from .trace_options import KEEPABLE, kept_suffixes, prefer_lazy, use_lazy, wanted  # noqa: F401 (re-exported)
@@ -55,8 +55,7 @@ def traced_forward(
     """The explicit traced forward, storing only each block's `resid_pre`, the entries named by
     `keep` (every block's: `keep=("pattern",)` gives every attention pattern without a
     recomputation) and what the module doc lists."""
-    n, post, suffixes = model.config.n_layer, model.ln_final is None, kept_suffixes(keep)
-    final = f"blocks.{n - 1}.resid_post" if post else "ln_final.output"
+    n, final, suffixes = model.config.n_layer, final_name(model), kept_suffixes(keep)
     suffixes = (".resid_pre", *suffixes)
     rec = Recorder(keep=lambda name: not name.startswith("blocks.") or name.endswith(suffixes) or name == final)
     x = model.hidden(idx, None, rec, token_types=token_types)  # (B, T, D)

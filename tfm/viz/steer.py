@@ -3,6 +3,8 @@ probability of a few words as the strength sweeps."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import plotly.graph_objects as go
 
 from .attention import plotly_text
@@ -36,7 +38,7 @@ def read_out_bars(
 
 
 def mood_sweep(
-    strengths: list[float], probs: list[list[float]], pieces: list[str], current: float, title: str
+    strengths: Sequence[float], probs: Sequence[Sequence[float]], pieces: list[str], current: float, title: str
 ) -> go.Figure:
     """p(each word next) against the steering strength, one line per word (probs[k][i]: word k
     at strengths[i]), the current strength marked; a log axis, as the words differ by decades."""

@@ -31,6 +31,7 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gguf_quants
 
+from ...core.encoder import final_name, head_logits, logit_chunks
 from ...core.validate import check_int
 from ...loaders.loading import LM
 from .blocks import DECODED, BlockView, QuantTable, TensorRow, block_size, block_view, gguf_path, tensor_table
@@ -149,27 +150,35 @@ class QuantComparison:
 
 
 def _run(lm: LM, ids: torch.Tensor, layers: range):
-    """The log-probabilities (T, V) and the patterns (len(layers), H, T, T) of `layers`."""
-    out = lm.model(ids, trace=True, **({"keep": ("pattern",)} if len(layers) > 1 else {}))
-    logp = torch.log_softmax(out.logits[0].float(), dim=-1)
-    return logp, np.stack([out.trace.pattern(layer).float().cpu().numpy() for layer in layers])
+    """The final hidden states (T, D), whose logits are read a few rows at a time (`_predictions`: no (T, V)
+    logits held), and the patterns (len(layers), H, T, T) of `layers`."""
+    out = lm.model(ids, trace=True, last_only=True, **({"keep": ("pattern",)} if len(layers) > 1 else {}))
+    final = out.trace[final_name(lm.model)][0]
+    return final, np.stack([out.trace.pattern(layer).float().cpu().numpy() for layer in layers])
+
+
+def _log_probs(lm: LM, x: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.log_softmax(head_logits(lm.model, x).float()[:, :n], -1)  # (rows, n)
 
 
 def _ranks(logp: torch.Tensor, ids: list[int]) -> np.ndarray:
     return np.array([int((logp > logp[i]).sum()) for i in ids])
 
 
-def _predictions(lm: LM, logp: torch.Tensor, logq: torch.Tensor, k: int) -> tuple:
-    """QuantEffect's kl, top_ids, p_original, p_requantized, rank_original, rank_requantized."""
+def _predictions(lm: LM, requantized: LM, final_p: torch.Tensor, final_q: torch.Tensor, k: int) -> tuple:
+    """QuantEffect's kl, top_ids, p_original, p_requantized, rank_original, rank_requantized, from both
+    models' final hidden states (`_run`), their logits a chunk of rows at a time."""
     n = min(lm.tokenizer.vocab_size, lm.config.vocab_size)  # padded rows are no tokens
-    logp, logq = torch.log_softmax(logp[:, :n], -1), torch.log_softmax(logq[:, :n], -1)
-    kl = (logp.exp() * (logp - logq)).sum(-1).clamp_min(0).cpu().numpy()
-    last_p, last_q = logp[-1].cpu(), logq[-1].cpu()
+    kl = []
+    for rows in logit_chunks(lm.model, final_p):
+        logp, logq = _log_probs(lm, final_p[rows], n), _log_probs(requantized, final_q[rows], n)
+        kl.append((logp.exp() * (logp - logq)).sum(-1).clamp_min(0))
+    last_p, last_q = logp[-1].cpu(), logq[-1].cpu()  # the last chunk ends at the last position
     top = last_p.topk(k).indices.tolist()
     new_top1 = int(last_q.argmax())
     top += [] if new_top1 in top else [new_top1]
     return (
-        kl,
+        torch.cat(kl).cpu().numpy(),
         tuple(top),
         last_p[top].exp().numpy(),
         last_q[top].exp().numpy(),
@@ -190,8 +199,8 @@ def compare(lm: LM, requantized: LM, ids, layer: int, head: int, k: int = 10) ->
     head = check_int("head", head, 0, cfg.n_head - 1)
     k = check_int("k", k, 1, 50)
     idx, at = _ids(lm, ids), range(layer, layer + 1)
-    (logp, pat), (logq, patq) = _run(lm, idx, at), _run(requantized, idx, at)
-    return QuantEffect(*_predictions(lm, logp, logq, k), layer, head, pat[0, head], patq[0, head])
+    (final_p, pat), (final_q, patq) = _run(lm, idx, at), _run(requantized, idx, at)
+    return QuantEffect(*_predictions(lm, requantized, final_p, final_q, k), layer, head, pat[0, head], patq[0, head])
 
 
 def requantized_effects(lm: LM, qtype: str, ids, k: int = 10, progress=None) -> QuantComparison:
@@ -207,9 +216,10 @@ def requantized_effects(lm: LM, qtype: str, ids, k: int = 10, progress=None) -> 
         )
     idx, layers = _ids(lm, ids), range(cfg.n_layer)
     with torch.inference_mode():  # the original first: its forward is freed before the copy exists
-        logp, pats = _run(lm, idx, layers)
+        final_p, pats = _run(lm, idx, layers)
     requantized = requantize(lm, qtype, progress)  # outside inference mode, as a caller's copy is made
     with torch.inference_mode():
-        logq, patsq = _run(requantized, idx, layers)
+        final_q, patsq = _run(requantized, idx, layers)
+        predictions = _predictions(lm, requantized, final_p, final_q, k)
         del requantized
-        return QuantComparison(qtype, _predictions(lm, logp, logq, k), pats, patsq)
+        return QuantComparison(qtype, predictions, pats, patsq)

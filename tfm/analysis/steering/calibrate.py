@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from ...core import cancel
+from ...core.encoder import token_nll
 from ...core.kv_cache import KVCache
 from ...core.validate import check_int
 from ...generation.choice import Noise, choose_all
@@ -161,8 +162,8 @@ def damage(
     edits = [v.edit(s, start, row=r + 1, skip=skip) for r, (v, s) in enumerate(signed)]
     batch = torch.tensor([ids] * (len(signed) + 1), device=lm.device)  # (R, T)
     h = lm.model.hidden(batch, edits=edits, should_stop=should_stop)[:, start:-1]  # (R, T-1-start, D)
-    logp = lm.model.unembed(h).float().log_softmax(-1)  # (R, T-1-start, V)
-    nll = -logp.gather(-1, batch[:, start + 1 :, None])[..., 0].mean(-1).cpu()  # (R,)
+    targets = batch[:, start + 1 :]  # (R, T-1-start): no (R, T, V) logits held, a chunk of rows at a time
+    nll = token_nll(lm.model, h.reshape(-1, h.shape[-1]), targets.reshape(-1)).reshape(targets.shape).mean(-1).cpu()
     extra = (nll[1:] - nll[0]).reshape(len(vectors), len(strengths), 2)
     return extra.max(-1).values
 
