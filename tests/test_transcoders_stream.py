@@ -7,6 +7,7 @@ it writes loads and its card's held-out figures are what the loaded files measur
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -129,3 +130,18 @@ def test_written_set_loads_and_measures_what_its_card_says(tmp_path, lm):
         assert again["fvu"] < 0.9 and again["l0"] <= 8  # trained: better than the outputs' mean
     assert card["settings"]["skipped_first_positions"] == 1 and card["train_tokens"] == 24 * 8 * 31
     assert "python -m tfm.train.transcoders_stream" in (tmp_path / "c/set/README.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--steps-per-chunk", "0"], r"--steps-per-chunk=0 is out of range"),
+        (["--chunk", "-1"], r"--chunk=-1 is out of range"),
+        (["--warmup", "0.9"], r"--warmup=0.9 is out of range; .* before the last fifth"),
+        (["--tokens", "10"], r"--tokens=10 is out of range; .*at least one window"),
+    ],
+)
+def test_bad_settings_are_refused_with_one_message(tmp_path, capsys, extra, message):
+    assert TS.main(_args(tmp_path, "d") + extra) == 2  # before any model or text is read
+    assert re.search(message, capsys.readouterr().err)
+    assert not (tmp_path / "d").exists()

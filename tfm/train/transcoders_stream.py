@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from ..analysis.dictionaries.transcoder import Transcoder, TranscoderConfig, save_layer, stored_copy
+from ..core.validate import check_int, check_number
 from ..loaders.loading import load
 from . import mix
 from . import stream_state as SS
@@ -99,6 +100,23 @@ def _settings(a: argparse.Namespace, layers: list[int], n_windows: int) -> dict:
         "skipped_first_positions": skip,
         "planned_tokens": n_windows * (a.ctx - skip),
     }
+
+
+def check_args(a: argparse.Namespace) -> None:
+    """The counts and rates a run needs, each in range (one ValueError naming the option)."""
+    check_int("--ctx", a.ctx, 2 + int(a.skip_first), 1 << 16)
+    check_int("--chunk", a.chunk, 1, 4096)
+    check_int(
+        "--steps-per-chunk", a.steps_per_chunk, 1, a.chunk * (a.ctx - int(a.skip_first)), " (a row per step at least)"
+    )
+    check_int("--tokens", a.tokens, a.ctx, 1 << 34, " (at least one window)")
+    check_int("--eval-tokens", a.eval_tokens, 4 * (a.ctx + 1), 1 << 24, " (a window per domain at least)")
+    check_number("--lr", a.lr, 1e-8, 1.0)
+    check_number("--warmup", a.warmup, 0.0, 0.79, " (a share of the run, before the last fifth's decay)")
+    check_number("--checkpoint-every", a.checkpoint_every, 1.0)
+    check_int("--eval-every", a.eval_every, 0)
+    check_int("--log-every", a.log_every, 1)
+    check_int("--stop-after", a.stop_after, 0)
 
 
 def train_windows(lm, a: argparse.Namespace) -> torch.Tensor:
@@ -291,7 +309,8 @@ def write_trained(lm, cfg, state: SS.RunState, held: dict, a, command: str, log=
 
 
 def run(a: argparse.Namespace, command: str, log=print) -> dict:
-    torch.set_num_threads(a.threads)
+    check_args(a)
+    torch.set_num_threads(check_int("--threads", a.threads, 1, 256))
     lm = load(a.model, device="cpu")
     TE.check_blocks(lm.config)
     cfg = TranscoderConfig(lm.config.d_model, lm.config.n_layer, a.features, a.k, a.name or a.model, a.storage)
