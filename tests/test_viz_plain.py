@@ -161,7 +161,10 @@ def test_the_lens_comparison_chart_is_valid(run):
     kl = {k: f.mean_kl() for k, f in fits.items()}
     fig = valid(fl.lens_fit_figure(kl, {k: f.agreement() for k, f in fits.items()}, fits["logit"].labels, "t"))
     assert fig.layout.yaxis.range[1] < kl["logit"][0]  # the embedding's KL is written, off the scale
-    assert f"{kl['logit'][0]:.1f}" in fig.layout.annotations[0].text
+    note = fig.layout.annotations[0]
+    assert f"{kl['logit'][0]:.1f}" in note.text
+    # written above the KL panel's plot area, so no line (clipped to that area) runs through it
+    assert note.yref == "paper" and note.yanchor == "bottom" and note.y >= fig.layout.yaxis.domain[1]
     valid(
         fl.lens_fit_figure(
             {"logit": [0.5, 0.2, 0.0]}, {"logit": [0.1, 0.5, 1.0]}, ["embed", "block 0", "block 1"], "<b>x</b>"
