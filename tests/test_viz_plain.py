@@ -4,6 +4,7 @@ model's real numbers: `go.Figure(fig.to_dict())` raises on any invalid property 
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import plotly.graph_objects as go
@@ -61,11 +62,19 @@ def test_the_next_token_chart_is_valid(run, settings):
             breakdown(logits, settings=settings),
             shown,
             lm.tokenizer.display_pieces(shown),
-            "next token",
+            fs.next_token_title(15, lm.tokenizer.vocab_size, settings.temperature, settings.top_k, settings.top_p),
             chosen=shown[3],
         )
     )
     assert "chosen" in [a.text for a in fig.layout.annotations]
+    # readable on a 390 px phone: the legend under the axes (it reserves its room there, off the
+    # title), the title and the tail's label in lines of at most 40 and 8 characters
+    legend = fig.layout.legend
+    assert (legend.yref, legend.y, legend.yanchor) == ("container", 0, "bottom")
+    lines = re.sub(r"</?sup>", "", fig.layout.title.text).split("<br>")
+    assert lines[0] == "Next-token probabilities" and max(map(len, lines)) <= 40, lines
+    tail = next(t for t in fig.data if t.meta == "tail")
+    assert max(len(line) for line in tail.x[0].split("<br>")) <= 8 and fig.layout.xaxis3.tickangle == 0
 
 
 def test_the_generation_step_charts_are_valid(run):
