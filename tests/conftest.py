@@ -154,9 +154,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if is_slow(item):
             item.add_marker(pytest.mark.slow)
-        if "e2e" in item.path.parts:
-            # One worker runs the browser tests (one server, one Chromium) while the other runs the
-            # CPU-bound ones: a browser test mostly waits for a page to draw.
-            item.add_marker(pytest.mark.xdist_group("browser"))
+        # Browser tests are not one group: on one worker and one server, next to the other worker's
+        # real-model tests, a student's click went unanswered for 240 s in two idle CI-like runs.
     items[:] = scheduling.heavy_first(items)  # long modules first (tests/scheduling.py)
     tiers.record(config, items)  # which files hold a quick test (tests/test_tiers.py)

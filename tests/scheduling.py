@@ -3,8 +3,7 @@
 Workers take tests in collection order as they free up, so `heavy_first` orders whole modules:
 browser modules, then AppTest pages and slow (real-model) modules, then the engine's short tests; the
 run ends on those instead of one worker finishing a long test while the other idles. Tests marked
-`xdist_group(name)` run on one worker (a real-model module loads its model and oracle once; the
-browser tests share one server and one Chromium while the other worker runs the CPU-bound tests).
+`xdist_group(name)` run on one worker (a real-model module loads its model and oracle once).
 
 `Groups` keeps that promise on pytest >= 9.2: pytest-xdist 3.8 tells its scheduler a test's group by
 appending "@name" to the test's `_nodeid`, which pytest 9.2's structured node ids no longer read, so
