@@ -44,6 +44,7 @@ def main() -> None:
     if role == "teacher":
         teacher.panel()
     elif role == "student":
+        st.title("Class")
         student.panel()
         if st.button("Leave the room", key="room.leave"):
             live.leave()

@@ -38,7 +38,7 @@ def running(model) -> None:
     (pl, ph, pv), (il, ih, iv) = (prev.layer, prev.head, prev.score), (ind.layer, ind.head, ind.score)
     st.subheader("Two heads worth a look in this model")
     st.markdown(
-        f"Measured just now on {settings.seq_len} random tokens repeated twice: **layer {pl}, head {ph}** puts "
+        f"Measured just now on {settings.seq_len} random tokens written twice (not your prompt): **layer {pl}, head {ph}** puts "
         f"{pv:.0%} of its attention on the previous token, and **layer {il}, head {ih}** puts {iv:.0%} on "
         "the token that followed the current one last time (an *induction head*: it is how the model "
         "copies a phrase it has already seen). Scores near 0 mean the model has no such head."

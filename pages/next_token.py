@@ -45,18 +45,14 @@ def chart(run: PromptRun, view: NextTokenView, bd, at: int, fill: bool, n_words:
     tok = run.lm.tokenizer
     ids = sampling_figs.shown_ids(bd.logits, view.count)
     context = sampling_figs.esc("".join(tok.display_pieces(run.ids[max(at - 5, 0) : at + 1])))  # as the model sees it
-    title = (
-        f"Next-token probabilities: top {len(ids)} of {n_words:,} tokens "
-        f"(T = {sampling_figs.temperature_label(view.temperature)}, top-k = {view.top_k or 'off'}, "
-        f"top-p = {view.top_p:g})"
-    )
+    title = sampling_figs.next_token_title(len(ids), n_words, view.temperature, view.top_k, view.top_p)
     fig = sampling_figs.next_token_figure(
         bd,
         ids,
         tok.display_pieces(ids),
         title,
-        xtitle=(f"token for the [MASK] in “…{context}”" if fill else f"next token after “…{context}”")
-        + " (most likely first)",
+        xtitle="most likely first: "  # two short lines, not one a phone cuts at both ends
+        + (f"the token for<br>the [MASK] in “…{context}”" if fill else f"the next token<br>after “…{context}”"),
     )
     charts.show(fig, key="next.chart", config={"displaylogo": False})
     st.caption(

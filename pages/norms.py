@@ -75,8 +75,8 @@ def statistics(run: PromptRun, view: NormsView) -> None:
         )
     st.caption(
         f"Left: the statistics of the vectors going **into** {view.stat_norm} differ a lot between tokens "
-        f"and layers. Right: coming **out** ({cfg.norm}) every token has about the same size: mean ≈ the "
-        "bias's mean, std ≈ the gains' size. Hover for exact values."
+        f"and layers. Right: coming **out** ({cfg.norm}) every token has about the same size: "
+        f"{norm_figs.output_caption(cfg)}. Hover for exact values."
     )
 
 

@@ -14,6 +14,7 @@ from tfm.analysis.attribution import n_words
 from tfm.analysis.heads import strongest_heads
 from tfm.analysis.lens.logit import logit_lens
 from tfm.core.cancel import Cancelled
+from tfm.core.trace_names import head_label
 from tfm.teach import examples as X
 
 
@@ -68,6 +69,9 @@ def check_induction(lm, offer: X.Offer) -> None:
         layer, head = divmod(int(scores.argmax()), scores.shape[1])
         assert (layer, head) == (ex.settings["layer"], ex.settings["head"]), ex.prompt
         assert ex.score == pytest.approx(float(scores[layer, head]), abs=1e-5)
+        # the label says the score is on these words (Home's induction head is on random tokens)
+        shown = f"on its words, induction: {head_label(layer, head)} scores {float(scores[layer, head]):.2f})"
+        assert ex.label.endswith(shown), ex.label
     check_offer(offer, lambda e: e.score >= X.INDUCTION_MIN)
 
 

@@ -4,6 +4,7 @@ model's real numbers: `go.Figure(fig.to_dict())` raises on any invalid property 
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import plotly.graph_objects as go
@@ -61,11 +62,19 @@ def test_the_next_token_chart_is_valid(run, settings):
             breakdown(logits, settings=settings),
             shown,
             lm.tokenizer.display_pieces(shown),
-            "next token",
+            fs.next_token_title(15, lm.tokenizer.vocab_size, settings.temperature, settings.top_k, settings.top_p),
             chosen=shown[3],
         )
     )
     assert "chosen" in [a.text for a in fig.layout.annotations]
+    # readable on a 390 px phone: the legend under the axes (it reserves its room there, off the
+    # title), the title and the tail's label in lines of at most 40 and 8 characters
+    legend = fig.layout.legend
+    assert (legend.yref, legend.y, legend.yanchor) == ("container", 0, "bottom")
+    lines = re.sub(r"</?sup>", "", fig.layout.title.text).split("<br>")
+    assert lines[0] == "Next-token probabilities" and max(map(len, lines)) <= 40, lines
+    tail = next(t for t in fig.data if t.meta == "tail")
+    assert max(len(line) for line in tail.x[0].split("<br>")) <= 8 and fig.layout.xaxis3.tickangle == 0
 
 
 def test_the_generation_step_charts_are_valid(run):
@@ -161,7 +170,10 @@ def test_the_lens_comparison_chart_is_valid(run):
     kl = {k: f.mean_kl() for k, f in fits.items()}
     fig = valid(fl.lens_fit_figure(kl, {k: f.agreement() for k, f in fits.items()}, fits["logit"].labels, "t"))
     assert fig.layout.yaxis.range[1] < kl["logit"][0]  # the embedding's KL is written, off the scale
-    assert f"{kl['logit'][0]:.1f}" in fig.layout.annotations[0].text
+    note = fig.layout.annotations[0]
+    assert f"{kl['logit'][0]:.1f}" in note.text
+    # written above the KL panel's plot area, so no line (clipped to that area) runs through it
+    assert note.yref == "paper" and note.yanchor == "bottom" and note.y >= fig.layout.yaxis.domain[1]
     valid(
         fl.lens_fit_figure(
             {"logit": [0.5, 0.2, 0.0]}, {"logit": [0.1, 0.5, 1.0]}, ["embed", "block 0", "block 1"], "<b>x</b>"

@@ -126,8 +126,9 @@ class ModelRun(SteerResults):
         path = gguf_path(self.lm)
         return None if path is None else self._derived("quant.file", lambda _lm, p: read_gguf(p), str(path))
 
-    def induction_check(self, seq_len: int) -> patching.InductionCheck:
-        return self._derived("why.induction", patching.induction_check, seq_len)
+    def induction_check(self, probe: analysis.ProbeSettings) -> patching.InductionCheck:
+        """`patching.induction_check` on `probe` (`probe_settings()`: the head table's probe)."""
+        return self._derived("why.induction", patching.induction_check, probe.seq_len, probe.seed, probe.bos)
 
     def opening_pair(self) -> patching.PromptPair:
         """The patching example this model knows (`tfm.analysis.patching.opening_pair`)."""

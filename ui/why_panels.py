@@ -141,14 +141,13 @@ def graph_panel(run, pos: int) -> None:
 
 
 def induction_text(run) -> None:
-    cfg = run.lm.config
-    n = min(40, cfg.context_length // 2)
-    if cfg.n_head < 2 or n < 4:
+    probe = run.probe_settings()  # the probe Home's "two heads" and the head table use
+    if run.lm.config.n_head < 2 or probe is None or probe.seq_len < 4:
         return
-    c = run.induction_check(n)
+    c = run.induction_check(probe)
     st.markdown(
-        f"**Does ablation find real mechanisms?** On {n} random tokens repeated once, the engine's strongest "
-        f"induction head is **{head_label(c.layer, c.head)}** (score {c.score:.2f}). Loss on the repeated half: "
+        f"**Does ablation find real mechanisms?** On {probe.seq_len} random tokens written twice, the engine's "
+        f"strongest induction head is **{head_label(c.layer, c.head)}** (score {c.score:.2f}). Loss on the repeated half: "
         f"**{c.loss_clean:.3f}** as is, **{c.loss_ablated:.3f}** with that head zero-ablated, "
         f"**{c.loss_control:.3f}** with head H{c.control} of the same layer ablated instead (a control)."
     )

@@ -120,6 +120,12 @@ def test_predict_then_reveal_counts_every_answer_and_grades_each_student_against
     assert all(f"{p:.3f}" in r["model's answer"] for r in rows)
 
 
+def test_a_joined_student_sees_the_pages_title():
+    _, code, _ = teacher_room()
+    at = student(code, "Ada")
+    assert at.session_state["room.code"] == code and [t.value for t in at.title] == ["Class"]
+
+
 def test_the_export_cannot_run_formulas_in_a_spreadsheet():
     teacher, code, key = teacher_room()
     ask(teacher, "next_typed")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from tfm.analysis import attribution, patching
+from tfm.analysis import attribution, heads, patching
 from tfm.core import edits as E
 from tfm.core.trace_names import head_label
 from ui import models, sidebar
@@ -43,8 +43,12 @@ def test_attribution_charts_equal_the_engine():
     at.selectbox(key="why.head").set_value((0, 1)).run()
     src = chart_by_title(at, "L0 H1:")["data"][0]
     np.testing.assert_allclose(decode(src["y"]), attr.by_source(0, 1).numpy(), rtol=1e-6, atol=1e-9)
-    check = patching.induction_check(lm, seq_len=40)
+    probe = heads.probe_settings(lm)  # the probe Home names its induction head on: the same head, same score
+    check = patching.induction_check(lm, probe.seq_len, probe.seed, probe.bos)
+    layer, head, score = heads.strongest_heads(lm)["induction"]
     text = " ".join(m.value for m in at.markdown)
+    assert f"induction head is **{head_label(layer, head)}** (score {score:.2f})" in text
+    assert (check.layer, check.head) == (layer, head) and check.score == pytest.approx(score, abs=1e-6)
     assert f"**{check.loss_clean:.3f}** as is, **{check.loss_ablated:.3f}**" in text
 
 

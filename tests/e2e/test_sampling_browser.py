@@ -107,12 +107,12 @@ def test_next_token_sliders_redraw_the_chart(page, app_url):
     page.set_default_timeout(SLOW)
     page.set_viewport_size({"width": 1400, "height": 1300})
     open_page(page, app_url, "Next-token sampling", "Next-token sampling")
-    expect_title(page, "T = 1, top-k = off, top-p = 1")
+    expect_title(page, "T = 1 · top-k off · top-p 1")
     check_statuses(page, 1.0, 0, 1.0)
     slide_to(page, "Temperature", "ArrowLeft", "0.1")  # keyboard, as a user without a mouse would
-    expect_title(page, "T = 0.1,")
+    expect_title(page, "T = 0.1 ·")
     slide_to(page, "Top-p (1 = off)", "PageDown", "0.50")  # a tenth of the range per press: 5, not 50 arrows
-    expect_title(page, "top-p = 0.5")
+    expect_title(page, "top-p 0.5")
     drawn = check_statuses(page, 0.1, 0, 0.5)
     assert set(drawn.values()) == {"kept", "top_p"}
     shot(page, "next_token_t0.1_p0.5")

@@ -81,21 +81,23 @@ class InductionCheck:
 
 
 @torch.no_grad()
-def induction_check(lm, seq_len: int = 40, seed: int = 0) -> InductionCheck:
+def induction_check(lm, seq_len: int = 40, seed: int = 0, bos: int | None = None) -> InductionCheck:
     """Zero-ablate the strongest induction head (by `analysis.induction_probe`) and a random
     other head of its layer; the mean next-token loss on the second copy of a repeated
-    random sequence before and after each."""
+    random sequence (after the start token `bos`, if any) before and after each. With
+    `heads.probe_settings(lm)`'s seq_len, seed and bos its head and score are the head table's."""
     model = _model(lm)
-    probe = induction_probe(model, seq_len=seq_len, seed=seed)
+    probe = induction_probe(model, seq_len=seq_len, seed=seed, bos=bos)
     layer, head, score = top_head(probe["induction"])
     g = torch.Generator().manual_seed(seed)
     others = [h for h in range(model.config.n_head) if h != head]
     if not others:
         raise ValueError("the model has one head per layer: there is no control head")
     control = others[int(torch.randint(len(others), (1,), generator=g))]
-    toks = probe["tokens"].to(next(model.parameters()).device)[None]  # (1, 2n)
+    toks = probe["tokens"].to(next(model.parameters()).device)[None]  # (1, 2n + (bos is not None))
+    first = seq_len + (bos is not None)  # where the second copy starts
     losses = []
     for edit in ([], [E.AblateHead(layer, head)], [E.AblateHead(layer, control)]):
-        h = model.hidden(toks, edits=edit)[0, seq_len - 1 : -1]  # (n, D): predicts the second copy
-        losses.append(float(token_nll(model, h, toks[0, seq_len:]).mean()))  # no (2n, V) logits
+        h = model.hidden(toks, edits=edit)[0, first - 1 : -1]  # (n, D): predicts the second copy
+        losses.append(float(token_nll(model, h, toks[0, first:]).mean()))  # no (2n, V) logits
     return InductionCheck(layer, head, score, control, *losses)

@@ -12,6 +12,11 @@ from .config import ModelConfig
 from .trace import Recorder
 
 
+def has_bias(cfg: ModelConfig) -> bool:
+    """Whether `cfg`'s norms add a bias: only a LayerNorm does, and only with `cfg.bias`."""
+    return cfg.bias and cfg.norm == "layernorm"
+
+
 class Norm(nn.Module):
     """LayerNorm or RMSNorm. Traced calls record the per-token statistics and the normalised
     input (computed when first read) besides the output."""
@@ -21,8 +26,7 @@ class Norm(nn.Module):
         super().__init__()
         self.kind, self.eps, dim = cfg.norm, cfg.norm_eps, dim or cfg.d_model
         self.weight = nn.Parameter(torch.ones(dim))
-        has_bias = cfg.bias and cfg.norm == "layernorm"
-        self.bias = nn.Parameter(torch.zeros(dim)) if has_bias else None
+        self.bias = nn.Parameter(torch.zeros(dim)) if has_bias(cfg) else None
 
     def forward(self, x: torch.Tensor, rec: Recorder | None = None) -> torch.Tensor:
         if rec is not None:

@@ -215,9 +215,10 @@ def induction(lm, should_stop: cancel.ShouldStop = None) -> Offer:
             "attention",
             text,
             {"layer": layer, "head": head},
-            f"a repeated sequence (induction: {head_label(layer, head)} scores {score:.2f})",
+            f"a repeated sequence (on its words, induction: {head_label(layer, head)} scores {score:.2f})",
             f"The same words three times: on the later copies head {head_label(layer, head)} puts {score:.0%} of its "
-            "attention on the word that followed the current word last time, the most of any head.",
+            "attention on the word that followed the current word last time, the most of any head on these words "
+            "(Home's induction head is measured on random tokens; on real words another head can lead).",
             score,
         )
         found.append((ex, score >= INDUCTION_MIN))

@@ -83,8 +83,9 @@ def _fit_layout(title: str, kl_axis: dict, notes: list[dict]) -> dict:
 
 def _kl_axis(kl: dict[str, list[float]], row_labels: list[str]) -> tuple[dict, list[dict]]:
     """The KL axis from 0 to just above every layer but the first; when the first (the bare
-    embedding, often ten times the rest) is above that, its values are written on the chart instead
-    of flattening every other layer."""
+    embedding, often ten times the rest) is above that, its values are written above the chart's top
+    right corner (outside the plot, where no line runs: inside, the line to that point crosses the
+    corner it goes up from) instead of flattening every other layer."""
     rest = [v for ys in kl.values() for v in ys[1:]]
     top = 1.15 * max(rest) if rest else 0.0
     first = {k: ys[0] for k, ys in kl.items() if ys}
@@ -94,13 +95,13 @@ def _kl_axis(kl: dict[str, list[float]], row_labels: list[str]) -> tuple[dict, l
     return dict(range=[0, top]), [
         dict(
             text=esc(f"{row_labels[0]} (off the scale): {text} nats"),
-            x=0.01,
-            y=0.99,
+            x=1,
+            y=1,
             xref="paper",
             yref="paper",
             showarrow=False,
-            xanchor="left",
-            yanchor="top",
+            xanchor="right",
+            yanchor="bottom",
             font=dict(size=12),
         )
     ]

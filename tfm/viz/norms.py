@@ -7,8 +7,26 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
+from tfm.core.norm import has_bias
+
 
 TOP = dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0)  # legend above the plot
+
+
+def output_caption(cfg) -> str:
+    """What `cfg`'s norms' output statistics come to, true for its kind (`cfg.norm`) and whether
+    it adds a bias (`tfm.core.norm.has_bias`): a LayerNorm centres each token (its output mean is the bias's mean
+    plus a small gain-weighted term, ~0 without a bias); an RMSNorm only divides by the root mean
+    square, so no mean is pinned and only the size (rms ~ the gains') is."""
+    if cfg.norm == "layernorm":
+        mean = (
+            "mean ≈ the bias's mean" if has_bias(cfg) else "mean ≈ 0 (it subtracts each token's mean and adds no bias)"
+        )
+        return f"{mean}, std ≈ the gains' size"
+    return (
+        "rms ≈ the gains' size (an RMSNorm divides by the root mean square; it subtracts no mean and "
+        "adds no bias, so the mean is not pinned and can differ between tokens)"
+    )
 
 
 def plotly_text(s: str) -> str:

@@ -216,10 +216,7 @@ def next_token(
     settings = SamplingSettings(temperature, top_k, top_p)
     bd = _next_token(trace.logits_at(position).float().cpu(), settings, n_words(lm))
     shown = fs.shown_ids(bd.logits, check_int("count", count, 1, 200))
-    title = (
-        f"Next-token probabilities: top {len(shown)} of {n_words(lm):,} tokens (T = "
-        f"{fs.temperature_label(settings.temperature)}, top-k = {settings.top_k or 'off'}, top-p = {settings.top_p:g})"
-    )
+    title = fs.next_token_title(len(shown), n_words(lm), settings.temperature, settings.top_k, settings.top_p)
     return fs.next_token_figure(bd, shown, tokens(lm, shown), title)
 
 

@@ -214,13 +214,23 @@ def _original_and_final(bd: Breakdown, ids: list[int], labels: list[str], status
     ]
 
 
+def next_token_title(shown: int, vocab: int, temperature: float, top_k: int, top_p: float) -> str:
+    """The next-token chart's title: short lines, so a phone (390 px) shows it whole."""
+    return (
+        f"Next-token probabilities<br><sup>top {shown} of {vocab:,} tokens<br>T = {temperature_label(temperature)} · "
+        f"top-k {top_k or 'off'} · top-p {top_p:g}</sup>"
+    )
+
+
 def _next_token_layout(title: str, xtitle: str, labels: list[str]) -> dict:
+    # the legend below everything (container-referenced: it reserves its own room under the axes'
+    # labels), not on the title, where it lands when a phone wraps it to five rows
     return dict(
         title=dict(text=title),
         barmode="overlay",
-        height=500,
+        height=540,
         hovermode="closest",
-        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0, font=dict(size=13)),
+        legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0, font=dict(size=13)),
         xaxis=dict(
             title=dict(text=xtitle),
             type="category",
@@ -231,9 +241,9 @@ def _next_token_layout(title: str, xtitle: str, labels: list[str]) -> dict:
         ),
         yaxis=dict(title=dict(text="probability"), rangemode="tozero", tickformat=".2~g"),
         # the rest of the vocabulary gets its own panel: one huge bar would flatten the others
-        xaxis3=dict(domain=[0.9, 0.97], type="category", anchor="y3", tickangle=-45),
+        xaxis3=dict(domain=[0.9, 0.97], type="category", anchor="y3", tickangle=0),
         yaxis3=dict(anchor="x3", side="right", range=[0, 1.02], dtick=0.2, title=dict(text="summed p")),
-        margin=dict(t=110, b=10, r=70),
+        margin=dict(t=90, b=10, r=70),
         font=dict(size=14),
         shapes=[],
         annotations=[],
@@ -246,7 +256,7 @@ def _tail(bd: Breakdown, ids: list[int]) -> list[dict]:
     rest[ids] = False
     n_rest, n_kept = int(rest.sum()), int((bd.kept & rest).sum())
     pt, p0, pf = (float(x[rest].sum()) for x in (bd.probs_t, bd.probs, bd.final))
-    label, text = f"other {n_rest:,} tokens", _tail_hover(n_rest, n_kept, p0, pt, pf)
+    label, text = f"other<br>{n_rest:,}", _tail_hover(n_rest, n_kept, p0, pt, pf)  # upright, under its bar
     return [
         dict(
             type="bar",
