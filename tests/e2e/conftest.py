@@ -90,6 +90,7 @@ def streamlit_server(log_name: str = "server"):
     log = open(SHOTS / f"{log_name}.log", "w")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
+    SERVERS.append((proc.pid, Path(log.name)))
     try:
         for _ in range(120):
             try:
@@ -101,9 +102,37 @@ def streamlit_server(log_name: str = "server"):
             pytest.fail("the streamlit server did not answer /_stcore/health within 60 s")
         yield url
     finally:
+        SERVERS.remove((proc.pid, Path(log.name)))
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=20)
         log.close()
+
+
+# A browser test that fails on an input the server never answered (issue #52: a student's click
+# unanswered for 240 s, twice, not reproduced since) is explained only by the server's state at that
+# moment: the failure's report carries each running server's threads and the end of its log.
+SERVERS: list[tuple[int, Path]] = []  # (pid, log) of the servers this test process runs now
+
+
+def server_report(pid: int, log: Path, lines: int = 60) -> str:
+    """Where each thread of server `pid` is now (py-spy, installed with the dev requirements) and
+    the last `lines` lines of its log."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    try:
+        dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60)
+        threads = (dump.stdout + dump.stderr).strip()
+    except (OSError, subprocess.TimeoutExpired) as e:
+        threads = f"(py-spy could not read it: {e})"
+    tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+    return f"{threads}\n--- the last {len(tail)} lines of {log.name} ---\n" + "\n".join(tail)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if report.when == "call" and report.failed:
+        for pid, log in list(SERVERS):
+            report.sections.append((f"server {pid} at the failure", server_report(pid, log)))
 
 
 @pytest.fixture(scope="session")
