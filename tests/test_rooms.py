@@ -274,6 +274,19 @@ def test_nicknames_and_answers_are_bounded_one_line_text(store):
         Moment("../secrets")
 
 
+def test_a_students_nickname_is_theirs_alone_and_ends_with_the_room(store, clock):
+    made, _, _ = asked(store)
+    code, ada = store.join(made.code, "ip", "Ada")
+    _, quiet = store.join(made.code, "ip2")
+    assert (store.nickname(code, ada), store.nickname(code, quiet), store.nickname(code, "not-a-student")) == (
+        "Ada",
+        "",
+        "",
+    )
+    clock.now += rules.ROOM_SECONDS + 1
+    assert store.nickname(code, ada) == ""
+
+
 def test_a_full_room_refuses_more_students(store, monkeypatch):
     monkeypatch.setattr(rules, "STUDENTS_MAX", 3)
     made, _, _ = asked(store, 3)

@@ -231,6 +231,13 @@ class Rules:
         got = self._answers(code, qid).get(sid)
         return None if got is None else got[0]
 
+    def nickname(self, code: str, sid: str) -> str:
+        """The nickname student `sid` joined `code` with ("" without one, or when not its student),
+        read from the store so that it stays on the student's screen past the join and a reload."""
+        if self._live(code) is None:
+            return ""
+        return self._students(code).get(sid, "")
+
     def results(self, code: str, key: str) -> Results:
         self._teacher(code, key)
         names = self._students(code)

@@ -126,6 +126,18 @@ def test_a_joined_student_sees_the_pages_title():
     assert at.session_state["room.code"] == code and [t.value for t in at.title] == ["Class"]
 
 
+def test_a_students_nickname_stays_on_their_screen_past_the_join():
+    _, code, _ = teacher_room()
+    at = student(code, "Ada")
+    for _ in range(3):  # the join form (whose field held it) is gone after the first run
+        assert "You are Ada" in texts(at)
+        at.run()
+        assert not at.exception, at.exception
+    quiet = student(code)
+    quiet.run()
+    assert "You are" not in texts(quiet)
+
+
 def test_the_export_cannot_run_formulas_in_a_spreadsheet():
     teacher, code, key = teacher_room()
     ask(teacher, "next_typed")

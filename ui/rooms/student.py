@@ -110,8 +110,9 @@ def panel() -> None:
     if room is None:
         live.leave("The class room has ended.")
         st.rerun()
-    if ss.get("room.nick"):
-        st.caption(f"You are {plain(ss['room.nick'], 30)}")
+    nick = live.store().nickname(room.code, ss["room.sid"])  # (the join form's own value goes with the form)
+    if nick:
+        st.caption(f"You are {plain(nick, 30)}")
     q = room.question
     if q is None:
         st.info("Waiting for your teacher's first question…")
