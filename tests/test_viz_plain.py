@@ -151,6 +151,11 @@ def test_class_room_figures_are_valid_and_escape_what_students_typed():
     assert list(bar.y[:2]) == ["&lt;b&gt;x&lt;/b&gt;", "answer 15"] and list(bar.x[:2]) == [20, 15]
     assert bar.y[-1] == "other (4 answers)" and bar.x[-1] == 1 + 2 + 3 + 4  # beyond the 12 most common
     assert bar.marker.color[1] == fc.MODEL and bar.marker.color[0] == fc.ANSWER and bar.marker.color[-1] == fc.OTHER
+    for model, count in (("answer 2", 2), ("␣saw", 0)):  # rare, or nobody's: its own red bar, out of "other"
+        bar = valid(fc.answer_bars(counts, "t", model=model)).data[0]
+        assert (bar.y[-2], bar.x[-2], bar.marker.color[-2]) == (model, count, fc.MODEL)
+        assert bar.y[-1] == f"other ({3 if count else 4} answers)" and bar.x[-1] == 10 - count
+        assert sum(bar.x) == sum(counts.values()) and list(bar.marker.color).count(fc.MODEL) == 1
     bins = [f"{i / 10:.1f}–{(i + 1) / 10:.1f}" for i in range(10)]
     fig = valid(fc.answer_bars({"0.3–0.4": 2}, "t", order=bins))
     assert list(fig.data[0].y) == bins and list(fig.data[0].x) == [0, 0, 0, 2, 0, 0, 0, 0, 0, 0]

@@ -15,10 +15,15 @@ MODEL = "#e45756"
 PICKED = "#222222"  # the head a student picked (red is kept for the model's answer)
 
 
-def top_answers(counts: dict[str, int], most: int = MAX_BARS) -> list[tuple[str, int]]:
-    """The `most` most common answers (ties in label order), then "other (n answers)"."""
+def top_answers(counts: dict[str, int], most: int = MAX_BARS, keep: str | None = None) -> list[tuple[str, int]]:
+    """The `most` most common answers (ties in label order), then "other (n answers)". `keep` (the
+    model's answer, once revealed) always gets a bar of its own: 0 when nobody gave it, which is
+    what a class should see, not a red key with no red bar."""
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     shown, rest = ranked[:most], ranked[most:]
+    if keep is not None and keep not in dict(shown):
+        rest = [kv for kv in rest if kv[0] != keep]
+        shown.append((keep, counts.get(keep, 0)))
     if rest:
         shown.append((f"other ({len(rest)} answers)", sum(n for _, n in rest)))
     return shown
@@ -30,7 +35,7 @@ def answer_bars(
     """Horizontal bars: how many students gave each answer (`order`: bins in their own order,
     else the most common first); the bar of `model`'s answer (after the reveal) in red. Answers
     are typed by strangers: plotly reads <tags> in labels, so they are escaped."""
-    rows = [(k, counts.get(k, 0)) for k in order] if order else top_answers(counts)
+    rows = [(k, counts.get(k, 0)) for k in order] if order else top_answers(counts, keep=model)
     labels, values = [r[0] for r in rows], [r[1] for r in rows]
     colors = [
         MODEL if model is not None and label == model else OTHER if label.startswith("other (") else ANSWER
