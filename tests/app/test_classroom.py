@@ -15,6 +15,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from tests.app.conftest import APP, as_shown, charts, decode, open_page
+from tfm.viz import classroom as classroom_figs
 from ui import models
 from services import server
 from services.rooms import DB_ENV, export, rules
@@ -118,6 +119,23 @@ def test_predict_then_reveal_counts_every_answer_and_grades_each_student_against
         ("Bob", wrong, "no"),
     ]
     assert all(f"{p:.3f}" in r["model's answer"] for r in rows)
+
+
+def test_after_the_reveal_the_models_answer_has_its_bar_even_when_nobody_gave_it():
+    teacher, code, _ = teacher_room()
+    ask(teacher, "next_options")
+    top, _, _ = engine_top(teacher.session_state["sidebar.prompt"])
+    bob = student(code, "Bob")
+    wrong = next(o for o in bob.radio(key="room.answer.1").options if o != top)
+    bob.radio(key="room.answer.1").set_value(wrong).run()
+    bob.button(key="room.send.1").click().run()
+    teacher.button(key="room.reveal").click().run()
+    bob.run()
+    for at in (teacher, bob):
+        fig = next(f for f in charts(at) if " answered" in str(f["layout"]["title"]))
+        assert histogram(at) == {wrong: 1, top: 0}
+        assert fig["layout"]["title"]["text"].endswith(f"red: the model's, {top}")
+        assert fig["data"][0]["marker"]["color"][1] == classroom_figs.MODEL
 
 
 def test_a_joined_student_sees_the_pages_title():

@@ -7,6 +7,7 @@ import streamlit as st
 
 from tfm.teach import questions
 from tfm.viz import classroom as classroom_figs
+from tfm.viz.attention import plotly_text
 from ui import charts
 from ui.text import plain
 
@@ -46,7 +47,8 @@ def answers_chart(question, q, counts: dict[str, int], students: int, key: str) 
         binned = {shown[label]: n for label, n in binned.items()}
         mark = shown.get(mark, mark)
     n = sum(counts.values())
-    title = f"{n} of {students} answered" + (" · red: the model's" if mark else "")
+    # (named too: a bar nobody chose has no width to be red in)
+    title = f"{n} of {students} answered" + (f" · red: the model's, {plotly_text(mark)}" if mark else "")
     charts.show(classroom_figs.answer_bars(binned, title, mark, order), "class answers", key=key, config=NO_TOOLBAR)
     if truth:
         st.success(f"**The model:** {plain(truth.summary, 300)}")
