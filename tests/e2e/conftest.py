@@ -200,6 +200,28 @@ def wait_rerun(page, timeout: float = 60_000, seen_within: float = 5_000) -> Non
     wait_idle(page, timeout)
 
 
+def slide_to(page, name: str, key: str, target: str, limit: int = 100, timeout: float = 60_000) -> None:
+    """Press `key` on a slider until it shows `target` (aria-valuetext): a rerun triggered by
+    an early key press can redraw the thumb while later presses are still arriving."""
+    slider = page.get_by_role("slider", name=name)
+    pressed = False
+    for _ in range(limit):
+        shown = slider.get_attribute("aria-valuetext")
+        if shown == target:
+            break
+        slider.focus()
+        watch_rerun(page)
+        page.keyboard.press(key)
+        pressed = True
+        page.wait_for_function(
+            "([el, old]) => el.getAttribute('aria-valuetext') !== old", arg=[slider.element_handle(), shown]
+        )
+    assert slider.get_attribute("aria-valuetext") == target
+    if pressed:
+        wait_rerun(page)
+    wait_idle(page, timeout)
+
+
 def wait_drawn(page, timeout: float = 60_000) -> None:
     """Plotly charts and data grids paint after the script is idle: wait until every plot has its
     drawn layers and every grid its canvas."""

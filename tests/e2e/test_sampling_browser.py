@@ -13,7 +13,7 @@ from tfm.analysis.lens.logit import logit_lens
 from tfm.generation.sampling import breakdown
 from ui import models, sidebar
 
-from tests.e2e.conftest import shot, wait_rerun, watch_rerun
+from tests.e2e.conftest import shot, slide_to, wait_rerun, watch_rerun
 from tests.e2e.conftest import wait_idle as _wait_idle
 
 PLOT = '[data-testid="stPlotlyChart"] .js-plotly-plot'
@@ -72,28 +72,6 @@ def press(page, name: str, key: str, times: int) -> None:
     wait_idle(page)
 
 
-def slide_to(page, name: str, key: str, target: str, limit: int = 100) -> None:
-    """Press `key` on a slider until it shows `target` (aria-valuetext): a rerun triggered by
-    an early key press can redraw the thumb while later presses are still arriving."""
-    slider = page.get_by_role("slider", name=name)
-    pressed = False
-    for _ in range(limit):
-        shown = slider.get_attribute("aria-valuetext")
-        if shown == target:
-            break
-        slider.focus()
-        watch_rerun(page)
-        page.keyboard.press(key)
-        pressed = True
-        page.wait_for_function(
-            "([el, old]) => el.getAttribute('aria-valuetext') !== old", arg=[slider.element_handle(), shown]
-        )
-    assert slider.get_attribute("aria-valuetext") == target
-    if pressed:
-        wait_rerun(page)
-    wait_idle(page)
-
-
 def check_statuses(page, t: float, k: int, p: float) -> dict[int, str]:
     bd = breakdown(prompt_logits(), t, k, p)
     drawn = drawn_status(page)
@@ -109,9 +87,11 @@ def test_next_token_sliders_redraw_the_chart(page, app_url):
     open_page(page, app_url, "Next-token sampling", "Next-token sampling")
     expect_title(page, "T = 1 · top-k off · top-p 1")
     check_statuses(page, 1.0, 0, 1.0)
-    slide_to(page, "Temperature", "ArrowLeft", "0.1")  # keyboard, as a user without a mouse would
+    slide_to(page, "Temperature", "ArrowLeft", "0.1", timeout=SLOW)  # keyboard, as a user without a mouse would
     expect_title(page, "T = 0.1 ·")
-    slide_to(page, "Top-p (1 = off)", "PageDown", "0.50")  # a tenth of the range per press: 5, not 50 arrows
+    slide_to(
+        page, "Top-p (1 = off)", "PageDown", "0.50", timeout=SLOW
+    )  # a tenth of the range per press: 5, not 50 arrows
     expect_title(page, "top-p 0.5")
     drawn = check_statuses(page, 0.1, 0, 0.5)
     assert set(drawn.values()) == {"kept", "top_p"}
