@@ -15,7 +15,7 @@ from tfm.teach.toy import torch_threads
 
 from tests.e2e.conftest import shot, wait_drawn, wait_idle
 
-STEPS = 300
+STEPS = 250
 GRID = '[data-testid="stPlotlyChart"] .js-plotly-plot'
 
 
