@@ -35,7 +35,7 @@ What each use relies on:
    `.streamlit/config.toml` sets `client.showSidebarNavigation = false`, which hides it (the
    legacy runner and st.navigation both read that option at call time); st.navigation's own
    sidebar is shown by setting the option back, public and scriptable, just before it.
-   (tests/e2e/test_first_paint_browser.py)
+   (tests/e2e/test_routing_browser.py)
 6. `logger(name)`: `streamlit.logger.get_logger`, the server log at Streamlit's level.
    The one use left outside this module, by name only: services/server.py tells `streamlit run app.py`
    (sys.argv is then the app's flags) from AppTest or a shell by `"streamlit.web.bootstrap" in
