@@ -49,6 +49,11 @@ def open_page(page, app_url: str, link: str, heading: str) -> None:
     request for a page is covered by test_routing_browser.py)."""
     page.goto(app_url)
     wait_idle(page)
+    follow(page, link, heading)
+
+
+def follow(page, link: str, heading: str) -> None:
+    """The sidebar link to another page, in the same session (no new page load)."""
     page.get_by_test_id("stSidebarNav").get_by_role("link", name=link, exact=True).click()
     expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=SLOW)
     wait_idle(page)
@@ -81,7 +86,8 @@ def check_statuses(page, t: float, k: int, p: float) -> dict[int, str]:
     return drawn
 
 
-def test_next_token_sliders_redraw_the_chart(page, app_url):
+def test_next_token_sliders_redraw_the_chart_then_the_logit_lens(page, app_url):
+    """One session: the Next-token page's sliders, then the Logit lens page by its sidebar link."""
     page.set_default_timeout(SLOW)
     page.set_viewport_size({"width": 1400, "height": 1300})
     open_page(page, app_url, "Next-token sampling", "Next-token sampling")
@@ -102,6 +108,9 @@ def test_next_token_sliders_redraw_the_chart(page, app_url):
     assert list(drawn.values()).count("kept") == 1
     expect(page.get_by_text("means greedy decoding")).to_be_visible()
     shot(page, "next_token_greedy")
+    page.set_viewport_size({"width": 1400, "height": 900})
+    follow(page, "Logit lens", "Logit lens")
+    logit_lens_draws_the_engine_values(page)
 
 
 def set_new_tokens(page, n: int) -> None:
@@ -137,10 +146,18 @@ def switch_off(page, name: str) -> None:
     wait_idle(page)
 
 
-def test_generate_shows_text_timeline_comparison_and_cache_speed(page, app_url):
+def test_generate_shows_text_timeline_comparison_and_cache_speed_and_stop_keeps_the_tokens_made(page, app_url):
+    """One session on the Generation page: 12 tokens with the KV cache, their timeline, the
+    comparison and the cache's speed-up; then a long run without the cache, stopped."""
     page.set_default_timeout(SLOW)
     page.set_viewport_size({"width": 1400, "height": 3000})  # Streamlit scrolls inside: tall enough for the timeline
     open_page(page, app_url, "Generation & timeline", "Generation & timeline")
+    generated_with_timeline_comparison_and_cache_speed(page)
+    page.set_viewport_size({"width": 1400, "height": 1500})
+    stop_keeps_the_tokens_made(page)
+
+
+def generated_with_timeline_comparison_and_cache_speed(page) -> None:
     assert page.get_by_role("switch", name="KV cache").is_checked()
     set_new_tokens(page, 12)
     page.get_by_role("button", name="Generate").click()
@@ -175,19 +192,19 @@ def test_generate_shows_text_timeline_comparison_and_cache_speed(page, app_url):
     shot(page, "generate_cache")
 
 
-def test_stop_keeps_the_tokens_made(page, app_url):
+def stop_keeps_the_tokens_made(page) -> None:
     """Tokens stream in while the script runs; Stop interrupts it between two steps."""
-    page.set_default_timeout(SLOW)
-    page.set_viewport_size({"width": 1400, "height": 1500})
-    open_page(page, app_url, "Generation & timeline", "Generation & timeline")
     set_new_tokens(page, 231)  # the cap for this prompt; 4 samples without the KV cache: a run of seconds
     set_number(page, "Samples", 4)
     switch_off(page, "KV cache")
     wait_idle(page)
     page.get_by_role("button", name="Generate").click()
     spans = page.locator(".gen-text").first.locator("span[title]")
-    page.wait_for_function(
-        "document.querySelector('.gen-text')?.querySelectorAll('span[title]').length >= 4", timeout=SLOW
+    page.wait_for_function(  # this run's text: the last generation's is drawn again (or stale) until replaced
+        """() => { const t = document.querySelector('.gen-text');
+        const running = document.querySelector('[data-testid="stApp"]').dataset.testScriptState === 'running';
+        return running && t && !t.closest('[data-stale="true"]') && t.querySelectorAll('span[title]').length >= 4; }""",
+        timeout=SLOW,
     )
     assert page.locator('[data-testid="stApp"][data-test-script-state="running"]').count() == 1
     page.get_by_role("button", name="Stop").click()
@@ -201,10 +218,7 @@ def test_stop_keeps_the_tokens_made(page, app_url):
     shot(page, "generate_stopped")
 
 
-def test_logit_lens_draws_the_engine_values(page, app_url):
-    page.set_default_timeout(SLOW)
-    page.set_viewport_size({"width": 1400, "height": 900})
-    open_page(page, app_url, "Logit lens", "Logit lens")
+def logit_lens_draws_the_engine_values(page) -> None:
     expect_title(page, "Logit lens")
     z = chart(page, "Logit lens").evaluate("el => Array.from(el._fullData[0].z, r => Array.from(r))")
     lm = model()
