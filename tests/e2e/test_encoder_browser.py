@@ -39,8 +39,25 @@ def tab(page, name: str) -> None:
     wait_drawn(page, timeout=SLOW)
 
 
-def test_pair_head_view_and_neuron_view(page, app_url):
+def follow(page, link: str, heading: str) -> None:
+    """The sidebar link to another page of the same session (the model stays MiniLM)."""
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name=link, exact=True).click()
+    expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=SLOW)
+    wait_idle(page, timeout=SLOW)
+
+
+def test_pair_head_view_neuron_view_similarity_and_what_heads_look_at(page, app_url):
+    """One session: the link opens Attention on a sentence pair; the similarity and look-at
+    pages follow by their sidebar links."""
     open_page(page, app_url, "attention", "Attention", prompt=PAIR, layer=2, head=3)
+    pair_head_view_and_neuron_view(page)
+    follow(page, "Sentence similarity", "Sentence similarity")
+    similarity_page(page)
+    follow(page, "What heads look at", "What heads look at")
+    what_heads_look_at(page)
+
+
+def pair_head_view_and_neuron_view(page) -> None:
     tab(page, "Head view")
     lm = models.load_lm("minilm", "cpu")
     ids = lm.tokenizer.prompt_ids(PAIR)
@@ -66,8 +83,7 @@ def test_pair_head_view_and_neuron_view(page, app_url):
         chart.screenshot(path=str(shot(page, "encoder_neuron_view").with_name(f"encoder_neuron_view_{name}.png")))
 
 
-def test_similarity_page(page, app_url):
-    open_page(page, app_url, "similarity", "Sentence similarity")
+def similarity_page(page) -> None:
     wait_drawn(page, timeout=SLOW)
     lm = models.load_lm("minilm", "cpu")
     box = page.get_by_role("textbox", name="Sentences, one per line")
@@ -84,10 +100,9 @@ def test_similarity_page(page, app_url):
     contrib.screenshot(path=str(shot(page, "encoder_similarity").with_name("encoder_similarity_tokens.png")))
 
 
-def test_what_heads_look_at(page, app_url):
+def what_heads_look_at(page) -> None:
     from tfm.analysis.encoders.bert_heads import KINDS, SAMPLE_TEXTS, look_at
 
-    open_page(page, app_url, "look_at", "What heads look at")
     wait_drawn(page, timeout=SLOW)
     lm = models.load_lm("minilm", "cpu")
     want = look_at(lm.model, lm.tokenizer, list(SAMPLE_TEXTS))

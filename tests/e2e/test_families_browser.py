@@ -40,8 +40,18 @@ def open_link(page, url: str, path: str, heading: str) -> None:
     wait_drawn(page)
 
 
-def test_positions_page_draws_the_rotated_pairs(page, app_url):
+def test_positions_page_draws_the_rotated_pairs_and_shapes_and_sidebar_show_kv_heads(page, app_url):
+    """The link opens the Positions page; the Shapes page follows by its sidebar link, same session."""
     open_link(page, app_url, "positions", "Positional encodings")
+    positions_page_draws_the_rotated_pairs(page)
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name="Shapes & parameters", exact=True).click()
+    expect(page.get_by_role("heading", name="Shapes & parameters", exact=True)).to_be_visible(timeout=180_000)
+    wait_idle(page, timeout=180_000)
+    wait_drawn(page)
+    shapes_page_and_sidebar_show_kv_heads(page)
+
+
+def positions_page_draws_the_rotated_pairs(page) -> None:
     plot = page.locator(PLOT).filter(has=page.locator(".gtitle", has_text="RoPE rotation angle")).first
     z = np.array(plot.evaluate("el => Array.from(el._fullData[0].z, r => Array.from(r))"), dtype=np.float64)
     lm = models.load_lm(models.random_spec(CFG, 0), "cpu")
@@ -52,8 +62,7 @@ def test_positions_page_draws_the_rotated_pairs(page, app_url):
     shot(page, "families_positions")
 
 
-def test_shapes_page_and_sidebar_show_kv_heads(page, app_url):
-    open_link(page, app_url, "shapes", "Shapes & parameters")
+def shapes_page_and_sidebar_show_kv_heads(page) -> None:
     sidebar = page.get_by_test_id("stSidebar")
     for label in ("n_kv_head", "rotary pct", "parallel block (GPT-NeoX)", "q/k/v bias (Qwen2)"):
         expect(sidebar.get_by_text(label, exact=True).first).to_be_visible()

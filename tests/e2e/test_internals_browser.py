@@ -23,12 +23,10 @@ def engine():
     return lm, ids, trace
 
 
-def open_page(page, app_url: str, link: str, heading: str, height: int, last_title: str) -> None:
-    """Start at the app's root (app.py sets up the navigation), then follow the sidebar link and
-    wait for the page's last chart (the script may still be starting when the heading shows)."""
+def open_page(page, link: str, heading: str, height: int, last_title: str) -> None:
+    """Follow the sidebar link and wait for the page's last chart (the script may still be
+    starting when the heading shows)."""
     page.set_viewport_size({"width": 1400, "height": height})  # Streamlit scrolls inside: tall shows all
-    page.goto(app_url)
-    wait_idle(page, timeout=180_000)
     page.get_by_test_id("stSidebarNav").get_by_role("link", name=link, exact=True).click()
     expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible(timeout=120_000)
     expect(page.locator(".gtitle", has_text=last_title).first).to_be_visible(timeout=300_000)
@@ -42,9 +40,18 @@ def drawn_z(page, title: str) -> np.ndarray:
     return np.array(z, dtype=np.float64)
 
 
-def test_positions_page(page, app_url):
-    lm, ids, _ = engine()
-    open_page(page, app_url, "Positional encodings", "Positional encodings", 3500, "binary clock")
+def test_positions_norms_and_shapes_pages(page, app_url):
+    """One session from the app's root (app.py sets up the navigation), each page by its sidebar link."""
+    lm, ids, trace = engine()
+    page.goto(app_url)
+    wait_idle(page, timeout=180_000)
+    positions_page(page, lm)
+    norms_page(page, trace)
+    shapes_page(page, lm, trace)
+
+
+def positions_page(page, lm) -> None:
+    open_page(page, "Positional encodings", "Positional encodings", 3500, "binary clock")
     table = (lm.model.pos_emb.weight if lm.model.pos_emb is not None else lm.model.pos_table).detach()
     n = min(128, lm.config.context_length)
     np.testing.assert_array_equal(drawn_z(page, "Positional vectors"), table[:n].double().numpy())
@@ -53,20 +60,16 @@ def test_positions_page(page, app_url):
     shot(page, "positions")
 
 
-def test_norms_page(page, app_url):
-    lm, ids, trace = engine()
-    open_page(
-        page, app_url, "LayerNorm & residual stream", "LayerNorm & the residual stream", 4500, "Gradient norm per block"
-    )
+def norms_page(page, trace) -> None:
+    open_page(page, "LayerNorm & residual stream", "LayerNorm & the residual stream", 4500, "Gradient norm per block")
     stats = norm_stats(trace)
     np.testing.assert_allclose(drawn_z(page, "ln1.input_std"), stats["ln1.input_std"].double().numpy(), rtol=1e-5)
     expect(page.get_by_text("≤ 1e-6", exact=False).first).to_be_visible()
     shot(page, "norms")
 
 
-def test_shapes_page(page, app_url):
-    lm, ids, trace = engine()
-    open_page(page, app_url, "Shapes & parameters", "Shapes & parameters", 3200, "Parameters by component")
+def shapes_page(page, lm, trace) -> None:
+    open_page(page, "Shapes & parameters", "Shapes & parameters", 3200, "Parameters by component")
     svg = page.locator('[data-testid="stGraphVizChart"] svg').first
     expect(svg).to_be_visible(timeout=30_000)
     drawn = svg.text_content()
