@@ -18,7 +18,17 @@ from tests.e2e.conftest import shot, wait_drawn, wait_idle, wait_rerun, watch_re
 PROMPT = "The cat sat on the mat. The cat"
 
 
-def test_clicking_a_feature_node_opens_it(page, app_url):
+def test_clicking_a_feature_node_opens_it_then_both_thresholds_at_one_draw_a_capped_view(page, app_url):
+    """One session: the drawn nodes, a click on a feature node, then both sliders at 1.0."""
+    page.set_viewport_size({"width": 1400, "height": 1600})
+    page.goto(f"{app_url}/attribution_graph?prompt={quote(PROMPT)}")
+    wait_idle(page)
+    wait_drawn(page)
+    clicking_a_feature_node_opens_it(page)
+    both_thresholds_at_one_draw_a_capped_view(page)
+
+
+def clicking_a_feature_node_opens_it(page) -> None:
     lm = tfm.load("default")
     g = attribution_graph(
         lm,
@@ -27,10 +37,6 @@ def test_clicking_a_feature_node_opens_it(page, app_url):
         settings=GraphSettings(max_tokens=64),
     )
     kept = set(prune_graph(g).nodes.nonzero().squeeze(1).tolist())
-    page.set_viewport_size({"width": 1400, "height": 1600})
-    page.goto(f"{app_url}/attribution_graph?prompt={quote(PROMPT)}")
-    wait_idle(page)
-    wait_drawn(page)
     plot = page.locator('[data-testid="stPlotlyChart"] .js-plotly-plot').first
     page.wait_for_function("el => !!el._fullData?.length", arg=plot.element_handle())
     drawn = plot.evaluate("el => el._fullData.flatMap(d => d.customdata ? Array.from(d.customdata) : [])")
@@ -57,13 +63,9 @@ def test_clicking_a_feature_node_opens_it(page, app_url):
     shot(page, "attribution_graph_click")
 
 
-def test_both_thresholds_at_one_draw_a_capped_view(page, app_url):
+def both_thresholds_at_one_draw_a_capped_view(page) -> None:
     """Issue #51: both sliders at 1.0 by keyboard (End); the page comes back with the view capped
     and says so, beside the metrics (Active features among them), with no exception."""
-    page.set_viewport_size({"width": 1400, "height": 1600})
-    page.goto(f"{app_url}/attribution_graph?prompt={quote(PROMPT)}")
-    wait_idle(page)
-    wait_drawn(page)
     names = (
         "Keep the nodes holding this share of the influence",
         "Keep the edges holding this share of the edge scores",
