@@ -61,8 +61,16 @@ def wait_table(page) -> None:
     wait_drawn(page)
 
 
-def test_attention_page_draws_the_engine_values(page, app_url):
+def test_attention_page_draws_the_engine_values_then_the_home_button_opens_the_induction_head(page, app_url):
+    """One session: home, Tokens, the Attention page's tabs and table, then Home again, whose
+    button opens the model's induction head."""
     _open_home_and_tokens(page, app_url)
+    _attention_page_draws_the_engine_values(page)
+    go(page, "Home", "tfm: see inside a transformer")
+    _home_button_opens_the_models_induction_head_on_a_repeated_sentence(page)
+
+
+def _attention_page_draws_the_engine_values(page) -> None:
     go(page, "Attention", "Attention")
     expect_title(page, "Layer 0, head 0")
     _assert_draws_head(page, 0, 0)
@@ -169,7 +177,7 @@ def test_long_prompt_shows_a_readable_window(page, app_url):
     shot(page, "attention_long_prompt")
 
 
-def test_home_button_opens_the_models_induction_head_on_a_repeated_sentence(page, app_url):
+def _home_button_opens_the_models_induction_head_on_a_repeated_sentence(page) -> None:
     """The new user's path: the home page names the strongest induction head (measured on the
     running model) and one click shows it on a repeated sentence, drawn from the engine."""
     from tfm import analysis
@@ -178,9 +186,6 @@ def test_home_button_opens_the_models_induction_head_on_a_repeated_sentence(page
     with torch.inference_mode():
         probe = analysis.induction_probe(lm.model, seq_len=40, bos=lm.tokenizer.eot_id)
     layer, head, _ = analysis.top_head(probe["induction"])
-    page.set_default_timeout(SLOW)
-    page.goto(app_url)
-    idle(page)
     page.get_by_role("button", name=f"Show layer {layer}, head {head} on a repeated sentence").click()
     expect_title(page, f"Layer {layer}, head {head}")
     prompt = page.get_by_role("textbox", name="Prompt").input_value()
