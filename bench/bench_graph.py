@@ -5,7 +5,7 @@ Prints numbers; no asserts.
 
 Graphs fold the attention sink (position 0's features into "sink" nodes: GraphSettings.fold_sink);
 each model is measured with the sink kept as nodes (before #55) and folded (after), one row each
-(--sink kept / folded: only one). Per graph: the kept features (pruned at 0.8 / 0.98) and the
+(--sink kept / folded: only one; --no-default: SmolLM2 only). Per graph: the kept features (pruned at 0.8 / 0.98) and the
 share of them at position 0, and on the fact prompt how many kept features at " capital" and at
 " France" reach the target through kept edges.
 
@@ -199,6 +199,9 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-smollm2", action="store_true")
+    ap.add_argument(
+        "--no-default", action="store_true", help="SmolLM2 only (the bundled model's rows stay as they were)"
+    )
     ap.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus")
     ap.add_argument("--held-out", type=int, default=12, help="how many held-out story prompts (0: none)")
     ap.add_argument(
@@ -219,7 +222,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     tables = []
     print(f"torch threads: {torch.get_num_threads()}")
-    for spec in ["default"] + ([] if args.no_smollm2 else ["smollm2"]):
+    for spec in ([] if args.no_default else ["default"]) + ([] if args.no_smollm2 else ["smollm2"]):
         lm = tfm.load(spec)
         ts, trained = transcoders_for(spec, lm, args.transcoders if spec == "default" else None)
         print(
