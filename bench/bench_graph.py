@@ -59,6 +59,7 @@ PROMPTS = {
 MODES = ("direct", "total", "first_order")
 WORDS = (" capital", " France")  # the fact prompt's words that must reach the target through kept features
 SINKS = {"kept": False, "folded": True}
+SINK_NAMES = {"kept": "kept (before #55)", "folded": "folded (after)"}
 COLUMNS = [f"influence/{m}" for m in MODES] + ["edge/first_order"]
 FILLER = "Once upon a time there was a little girl named Lily who loved to play outside in the sun"
 
@@ -185,7 +186,7 @@ def score_table(lm, ts, spec: str, sinks: list[str], args) -> str:
         *COLUMNS,
     ]
     return (
-        f"{spec}, transcoders `{ts.identity}`; sink kept (before #55) and folded (after); kept features at "
+        f"{spec}, transcoders `{ts.identity}`; sink {' and '.join(SINK_NAMES[s] for s in sinks)}; kept features at "
         "0.8 / 0.98; Spearman of predicted vs measured effects of switching off 10 features one at a time:\n\n"
         + write_docs.markdown(head, rows)
         + "\n\nKept features at the fact prompt's words that reach the target "
