@@ -5,7 +5,7 @@ Prints numbers; no asserts.
 
 Graphs fold the attention sink (position 0's features into "sink" nodes: GraphSettings.fold_sink);
 each model is measured with the sink kept as nodes (before #55) and folded (after), one row each
-(--sink kept / folded: only one). Per graph: the kept features (pruned at 0.8 / 0.98) and the
+(--sink kept / folded: only one; --no-default: SmolLM2 only). Per graph: the kept features (pruned at 0.8 / 0.98) and the
 share of them at position 0, and on the fact prompt how many kept features at " capital" and at
 " France" reach the target through kept edges.
 
@@ -59,6 +59,7 @@ PROMPTS = {
 MODES = ("direct", "total", "first_order")
 WORDS = (" capital", " France")  # the fact prompt's words that must reach the target through kept features
 SINKS = {"kept": False, "folded": True}
+SINK_NAMES = {"kept": "kept (before #55)", "folded": "folded (after)"}
 COLUMNS = [f"influence/{m}" for m in MODES] + ["edge/first_order"]
 FILLER = "Once upon a time there was a little girl named Lily who loved to play outside in the sun"
 
@@ -185,7 +186,7 @@ def score_table(lm, ts, spec: str, sinks: list[str], args) -> str:
         *COLUMNS,
     ]
     return (
-        f"{spec}, transcoders `{ts.identity}`; sink kept (before #55) and folded (after); kept features at "
+        f"{spec}, transcoders `{ts.identity}`; sink {' and '.join(SINK_NAMES[s] for s in sinks)}; kept features at "
         "0.8 / 0.98; Spearman of predicted vs measured effects of switching off 10 features one at a time:\n\n"
         + write_docs.markdown(head, rows)
         + "\n\nKept features at the fact prompt's words that reach the target "
@@ -199,6 +200,9 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-smollm2", action="store_true")
+    ap.add_argument(
+        "--no-default", action="store_true", help="SmolLM2 only (the bundled model's rows stay as they were)"
+    )
     ap.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus")
     ap.add_argument("--held-out", type=int, default=12, help="how many held-out story prompts (0: none)")
     ap.add_argument(
@@ -219,7 +223,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     tables = []
     print(f"torch threads: {torch.get_num_threads()}")
-    for spec in ["default"] + ([] if args.no_smollm2 else ["smollm2"]):
+    for spec in ([] if args.no_default else ["default"]) + ([] if args.no_smollm2 else ["smollm2"]):
         lm = tfm.load(spec)
         ts, trained = transcoders_for(spec, lm, args.transcoders if spec == "default" else None)
         print(

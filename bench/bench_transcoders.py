@@ -4,7 +4,9 @@ the files load, and per held-out domain the next-token loss clean, with every ML
 with one layer replaced at a time. Prints the tables; no asserts.
 
     .venv/bin/python bench/bench_transcoders.py --model smollm2 \\
-        --sets assets/transcoders/smollm2 /work/tc1m/set --eval-tokens 8192 [--no-ce] [--write-docs]
+        --sets /tmp/oldtc/assets/transcoders/smollm2 assets/transcoders/smollm2 --eval-tokens 8192 [--no-ce] [--write-docs]
+
+(/tmp/oldtc: the 24k-token set shipped before, `git archive a12323a assets/transcoders/smollm2 | tar -x -C /tmp/oldtc`.)
 
 The held-out text is `tfm.train.mix`'s held-out part, an equal share per domain, in windows of 128
 tokens, the first position of each left out when the first set's card says its training skipped it

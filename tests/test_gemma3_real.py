@@ -46,10 +46,15 @@ def one_gguf_parse():
     """transformers reads this file three times: its config, its weights (`from_pretrained`) and its
     tokenizer's config (`AutoTokenizer`) each call `load_gguf_checkpoint`, which builds a
     `gguf.GGUFReader`, most of the oracle's cost (minutes of Python over 262,144 tokens' metadata). Here
-    the three calls share one reader of the file: the same bytes, parsed once, read by transformers' own code."""
-    import gguf
+    the three calls share one reader of the file: the same bytes, parsed once, read by transformers' own code.
+    The config's and the tokenizer's calls are the same call (`return_tensors=False`): the second gets a
+    copy of the first's result, not a second walk over every metadata field."""
+    import copy
 
-    made, original = {}, gguf.GGUFReader
+    import gguf
+    from transformers import modeling_gguf_pytorch_utils as hf_gguf
+
+    made, original, load, parsed = {}, gguf.GGUFReader, hf_gguf.load_gguf_checkpoint, {}
 
     def shared(path, mode="r"):
         key = (str(Path(path).resolve()), mode)
@@ -57,8 +62,17 @@ def one_gguf_parse():
             made[key] = original(path, mode)
         return made[key]
 
+    def loaded_once(path, return_tensors=False, **kwargs):
+        if return_tensors or kwargs:
+            return load(path, return_tensors, **kwargs)
+        key = str(Path(path).resolve())
+        if key not in parsed:
+            parsed[key] = load(path, False)
+        return copy.deepcopy(parsed[key])
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(gguf, "GGUFReader", shared)
+        mp.setattr(hf_gguf, "load_gguf_checkpoint", loaded_once)
         yield made
 
 

@@ -17,7 +17,8 @@ from tfm.analysis.graph.prune import prune_graph
 from tfm.analysis.graph import frozen as graph_frozen
 from tfm.analysis.attribution import n_words
 from tfm.analysis.graph.edit import target_value
-from tfm.analysis.dictionaries.transcoder import random_transcoders
+from tfm.analysis.dictionaries.transcoder import load_transcoders, random_transcoders
+from tfm.analysis.graph import view as graph_view
 from tfm.text.token_view import token_labels
 from tfm.viz.graph import graph_figure
 
@@ -123,6 +124,17 @@ def test_exact_on_smollm2_gqa_rmsnorm_rope():
     assert not g.has_pos and g.n_features == 300 < g.n_active
     assert_exact(lm, ts, ids, g)
     assert_slopes(lm, ts, ids, g)
+
+
+def test_exact_on_smollm2_with_its_shipped_set_and_the_sink_folded():
+    """The page's graph of " Paris" on the shipped (trained) set: every node equals its incoming
+    edges plus bias, the sink folded."""
+    lm = tfm.load("smollm2")
+    ts = load_transcoders(graph_view.shipped_folder("smollm2"), lm)
+    ids = lm.tokenizer.prompt_ids("The capital of France is")
+    g = attribution_graph(lm, ids, ts, settings=GraphSettings(max_feature_nodes=300))
+    assert g.sink and lm.tokenizer.decode([g.target.token]) == " Paris"
+    assert_exact(lm, ts, ids, g)
 
 
 def test_frozen_model_reproduces_the_trace(bundled):

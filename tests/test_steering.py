@@ -306,6 +306,25 @@ def test_affordable_strength_interpolates_to_the_budget():
     assert s == 0.34 and d <= 0.3  # cut down to a STEP
 
 
+def test_affordable_strengths_equal_the_whole_grids_and_probe_past_no_crossing(lm, monkeypatch):
+    """Probed PROBE_ROUND strengths at a time, each layer only until its damage reaches the budget:
+    the same (strength, damage) as `affordable` over every strength's damage, from fewer rows."""
+    strengths = list(calib.STRENGTHS)
+    vectors = [steering.pair_vector(lm, *calib.PAIR, layer) for layer in (1, 2, 3)]
+    grid = calib.damage(lm, vectors, strengths)  # (3, 6)
+    budget = float(grid[:, 1].min() + grid[:, 1].max()) / 2  # some layers cross in the first round, some later
+    want = [calib.affordable(strengths, row.tolist(), budget) for row in grid]
+    probed, real = [], calib.damage
+    monkeypatch.setattr(calib, "damage", lambda lm, v, s, stop=None: probed.append(len(v) * len(s)) or real(lm, v, s))
+    got = calib.affordable_strengths(lm, vectors, strengths, budget)
+    for (s, d), (ws, wd) in zip(got, want):
+        assert s == ws and d == pytest.approx(wd, rel=1e-5, abs=1e-6)
+    crossed = [next((i for i, d in enumerate(row) if d >= budget), len(row)) for row in grid.tolist()]
+    rounds = [min(c // calib.PROBE_ROUND + 1, -(-len(strengths) // calib.PROBE_ROUND)) for c in crossed]
+    assert probed == [calib.PROBE_ROUND * sum(r > k for r in rounds) for k in range(max(rounds))]
+    assert sum(probed) < grid.numel() and len(set(rounds)) > 1
+
+
 def test_calibration_stays_within_budget_and_picks_the_best_moving_trial(lm, calibration):
     cal = calibration
     layers = calib.candidate_layers(lm.config.n_layer)

@@ -8,6 +8,7 @@ loads and meets its card measured here again."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,22 @@ def test_shipped_smollm2_set_fits_its_budget_and_loads():
         assert abs(m["fvu"] - m["fvu_before_storage"]) < 0.01 * m["fvu_before_storage"] + 1e-3, key
     for c in ts.card["ce"].values():
         assert abs(c["with_errors"] - c["clean"]) < 1e-3 and c["replaced"] > c["clean"]
+
+
+@needs_corpus
+def test_shipped_smollm2_set_meets_its_card_measured_again():
+    """The 1M-token set (#55 item 6): its card's median held-out FVU is at most 0.35, and each
+    layer's FVU measured here again on part of the same held-out windows agrees with the card."""
+    lm = tfm.load("smollm2", device="cpu")
+    ts = T.load_transcoders(ROOT / "assets" / "transcoders" / "smollm2", lm)
+    card = ts.card
+    assert card["train_tokens"] >= 1_000_000 and statistics.median(m["fvu"] for m in card["layers"].values()) <= 0.35
+    wins = mix.domain_ids(lm.tokenizer, CORPUS, "heldout", 3 * 129)
+    rows = torch.cat([TE.windows(v, 129)[:3] for v in wins.values()])[:, :-1]
+    stream, angles = TE.embed(lm.model, rows)
+    acts = TE.advance(lm.model, stream, angles, range(30), set(range(30)), skip=1)
+    for layer in range(30):
+        again = TE.layer_metrics(ts.layers[layer], *acts[layer])
+        want = card["layers"][str(layer)]
+        assert abs(again["fvu"] - want["fvu"]) < 0.05 + 0.25 * want["fvu"], (layer, again["fvu"], want["fvu"])
+        assert again["l0"] <= ts.cfg.k

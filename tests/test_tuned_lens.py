@@ -67,6 +67,26 @@ def test_kl_and_agreement_equal_a_recomputation_from_full_distributions(lm):
     assert float(fit.kl[-1].abs().max()) < 1e-4 and bool(fit.agree[-1].all())
 
 
+@pytest.mark.parametrize("rows", [LC.LENS_ROWS, 40, 7])
+def test_lens_fit_equals_a_float64_recomputation_in_every_chunking(lm, monkeypatch, rows):
+    """KL = sum p (log p - log q) in float64 from the (L+1, T, V) logits, and agreement from their
+    argmax, whatever the positions per product (LENS_ROWS // rows) and with padded rows left out."""
+    _, trace = _trace(lm, "One two three four five six seven eight nine ten, one two three four five")
+    streams = _random_lens(lm.config, seed=2, scale=0.2).translate(residual_streams(trace))
+    n_words = lm.config.vocab_size - 3
+    monkeypatch.setattr(LC, "LENS_ROWS", rows)
+    fit = LC.lens_fit(lm.model, streams, n_words)
+    with torch.no_grad():
+        normed = lm.model.ln_final(streams).double()
+        logits = (normed @ lm.model.unembed.weight.double().T)[..., :n_words]  # (L+1, T, V)
+    logp = logits.log_softmax(-1)
+    want = (logp[-1].exp() * (logp[-1] - logp)).sum(-1)
+    assert float(want[:-1].min()) > 0.05  # far from the output: the KL is not ~0 by construction
+    torch.testing.assert_close(fit.kl.double(), want, atol=2e-5, rtol=1e-5)
+    assert torch.equal(fit.agree, logits.argmax(-1) == logits[-1:].argmax(-1)) and not bool(fit.agree[0].all())
+    assert bool((fit.kl[-1] == 0).all())
+
+
 def test_a_long_prompts_fits_read_an_even_sample_of_at_most_fit_most_positions(lm):
     assert LC.fit_positions(1) == slice(None) and LC.fit_positions(LC.FIT_MOST + 1) == slice(1, None, 1)
     for n_pos in (LC.FIT_MOST + 2, 1024, 4097):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 
 def _data_lines(card: dict) -> list[str]:
     lines = []
@@ -51,7 +53,21 @@ def _ce_table(card: dict) -> list[str]:
     ]
 
 
-def card_markdown(card: dict) -> str:
+def _summary_lines(card: dict, layer_bytes: int | None) -> list[str]:
+    """Adam steps per layer, the median held-out FVU and the layer files' bytes (when given)."""
+    layers = card["layers"].values()
+    steps = sorted({m["steps"] for m in layers if "steps" in m})
+    lines = [f"- Adam steps per layer: {'-'.join(f'{n:,}' for n in steps[:: max(len(steps) - 1, 1)])}"] if steps else []
+    if layers:
+        lines.append(
+            f"- median held-out FVU over {len(layers)} layers: {statistics.median(m['fvu'] for m in layers):.4f}"
+        )
+    if layer_bytes is not None:
+        lines.append(f"- layer files: {layer_bytes:,} bytes")
+    return lines
+
+
+def card_markdown(card: dict, layer_bytes: int | None = None) -> str:
     cfg, s = card["config"], card["settings"]
     n_done = len(card["layers"])
     lines = [
@@ -77,6 +93,7 @@ def card_markdown(card: dict) -> str:
         f"batch {s['batch']}, lr {s['lr']:g}; wall time {card.get('wall_time_s', 0):.0f} s on "
         f"{card.get('threads', 1)} CPU thread(s)",
         f"- held-out: {card.get('heldout_tokens', 0):,} tokens for the per-layer figures",
+        *_summary_lines(card, layer_bytes),
         *_data_lines(card),
         "",
         "## Per layer",

@@ -224,7 +224,8 @@ def labels_markdown(e: dict) -> str:
             "",
             f'Steering check of the "says X" labels (the feature\'s decoder row times its largest held-out activation '
             f"added to the stream leaving its block, at strength 1, raises p(X) after each of "
-            f"{', '.join(repr(p) for p in FL.CHECK_PROMPTS)}): {share}. {t['wall_s']:.0f} s on one CPU thread.",
+            f"{', '.join(repr(p) for p in FL.CHECK_PROMPTS)}): {share}. Wall time {t['wall_s']:.0f} s (the command's "
+            "--threads).",
             "",
             "| layer | says | says passing | on | dead |",
             "|---|---|---|---|---|",

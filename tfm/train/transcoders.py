@@ -182,7 +182,8 @@ def heldout_windows(lm, a: argparse.Namespace) -> dict[str, torch.Tensor]:
 
 def write_set(out: Path, cfg: TranscoderConfig, card: dict) -> None:
     write_card(out, cfg, card)
-    (out / "README.md").write_text(card_markdown({"config": cfg.to_dict(), **card}))
+    size = sum(p.stat().st_size for p in out.glob("layer_*.safetensors"))
+    (out / "README.md").write_text(card_markdown({"config": cfg.to_dict(), **card}, size))
 
 
 def measure_set(lm, cfg: TranscoderConfig, card: dict, a: argparse.Namespace, log=print) -> None:

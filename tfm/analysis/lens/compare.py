@@ -49,24 +49,42 @@ def decode_log_probs(model: GPT, x: torch.Tensor, n_words: int | None = None) ->
     return model.unembed(x)[..., :n_words].float().log_softmax(-1)
 
 
+def _chunk_fit(model: GPT, chunk: torch.Tensor, n_words: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(c, R, D) streams of c positions -> (c, R) KL to row R-1 and (c, R) top-1 agreement with it,
+    from one unembedding product. With p the last row's distribution, z = W n + b a row's logits
+    (n: the normed stream) and lse its logsumexp, KL = sum_v p(v) (z_last(v) - z(v)) + lse - lse_last,
+    and sum_v p(v) (z_last(v) - z(v)) = (p W) . (n_last - n): no (R, V) log-softmax or difference is
+    made, and the last row's KL is exactly 0."""
+    c, n_rows, d = chunk.shape
+    x = chunk.reshape(c * n_rows, d)
+    if model.ln_final is not None:
+        x = model.ln_final(x)
+    z = model.unembed(x)[..., :n_words].float().view(c, n_rows, -1)  # (c, R, V)
+    lse = z.logsumexp(-1)  # (c, R)
+    p = (z[:, -1] - lse[:, -1:]).exp()  # (c, V) the output's distribution
+    p_w = p @ model.unembed.weight[: z.shape[-1]].float()  # (c, D)
+    x = x.view(c, n_rows, d).float()
+    spread = torch.bmm(x[:, -1:] - x, p_w.unsqueeze(-1)).squeeze(-1)  # (c, R)
+    top = z.argmax(-1)  # (c, R)
+    return spread + lse - lse[:, -1:], top == top[:, -1:]
+
+
 @torch.no_grad()
 def lens_fit(
     model: GPT, streams: torch.Tensor, n_words: int | None = None, should_stop: cancel.ShouldStop = None
 ) -> LensFit:
     """KL and agreement of (L+1, T, D) streams' readings with the last row's (the model's output),
-    LENS_ROWS positions at a time so only (LENS_ROWS, V) per row is alive."""
+    every row of a few positions per unembedding product (about LENS_ROWS rows), so the vocabulary
+    matrix is read once per product and only (LENS_ROWS, V) logits are alive."""
     p = next(model.parameters())
     n_rows, t, _ = streams.shape
+    step = max(1, LENS_ROWS // n_rows)  # positions per product
     kl, agree = torch.zeros(n_rows, t), torch.zeros(n_rows, t, dtype=torch.bool)
-    for a in range(0, t, LENS_ROWS):
-        chunk = streams[:, a : a + LENS_ROWS].to(p.device, p.dtype)  # (L+1, c, D)
-        final = decode_log_probs(model, chunk[-1], n_words)  # (c, V)
-        top = final.argmax(-1)
-        for r in range(n_rows):
-            cancel.check(should_stop, "comparing the lenses")
-            logq = decode_log_probs(model, chunk[r], n_words)
-            kl[r, a : a + LENS_ROWS] = (final.exp() * (final - logq)).sum(-1).cpu()
-            agree[r, a : a + LENS_ROWS] = (logq.argmax(-1) == top).cpu()
+    for a in range(0, t, step):
+        cancel.check(should_stop, "comparing the lenses")
+        chunk = streams[:, a : a + step].to(p.device, p.dtype).transpose(0, 1)  # (c, L+1, D)
+        got_kl, got_agree = _chunk_fit(model, chunk, n_words)
+        kl[:, a : a + step], agree[:, a : a + step] = got_kl.t().cpu(), got_agree.t().cpu()
     labels = ["embed"] + [f"block {i}" for i in range(n_rows - 1)]
     return LensFit(labels, kl, agree)
 

@@ -182,6 +182,28 @@ def affordable(strengths: Sequence[float], damages: Sequence[float], budget: flo
     return s0, d0
 
 
+# Strengths per batched damage forward. `affordable` reads a layer's damages only up to the first
+# that reaches the budget, so later strengths are measured only for layers still below it.
+PROBE_ROUND = 2
+
+
+def affordable_strengths(
+    lm, vectors: Sequence[SteeringVector], strengths: Sequence[float], budget: float, should_stop=None
+) -> list[tuple[float, float]]:
+    """`affordable(strengths, damage(lm, vectors, strengths)[i], budget)` for each vector, with
+    the strengths probed PROBE_ROUND at a time and, past the first round, only for the vectors
+    whose damage is still below `budget`: the same answers from fewer rows."""
+    measured: list[list[float]] = [[] for _ in vectors]
+    for a in range(0, len(strengths), PROBE_ROUND):
+        todo = [i for i, m in enumerate(measured) if not any(d >= budget for d in m)]
+        if not todo:
+            break
+        got = damage(lm, [vectors[i] for i in todo], strengths[a : a + PROBE_ROUND], should_stop)
+        for i, row in zip(todo, got.tolist()):
+            measured[i] += row
+    return [affordable(strengths[: len(m)], m, budget) for m in measured]
+
+
 @dataclass(frozen=True)
 class Trial:
     """One layer at its affordable strength on one prompt: the damage it costs, its pull toward
@@ -310,15 +332,15 @@ def calibrate(
 ) -> Calibration:
     """Where and how hard to steer `pair` on this model: each of `layers` (default a few of its
     early-middle ones) gets the strength at which steering costs MAX_DAMAGE nats per token of
-    ordinary text (`damage`, `affordable`); of those, on each of `prompts`, the one whose texts
-    move both moods most while fluent wins (`Trial.rank`). One batched forward for the damage,
-    then per prompt one decode of len(seeds) x (1 + 2 x len(layers)) rows."""
+    ordinary text (`damage`, `affordable`: `affordable_strengths`); of those, on each of `prompts`, the one whose texts
+    move both moods most while fluent wins (`Trial.rank`). A batched forward per PROBE_ROUND
+    strengths for the damage, then per prompt one decode of len(seeds) x (1 + 2 x len(layers)) rows."""
     layers, strengths, seeds, new_tokens = _checked(lm, layers, strengths, seeds, new_tokens)
     if not 1 <= len(prompts) <= MAX_PROMPTS:
         raise ValueError(f"give 1..{MAX_PROMPTS} prompts to try, got {len(prompts)}")
     norms = stream_norms(lm)
     vectors = [pair_vector(lm, *pair, layer, norms=norms) for layer in layers]
-    chosen = [affordable(strengths, d.tolist(), MAX_DAMAGE) for d in damage(lm, vectors, strengths, should_stop)]
+    chosen = affordable_strengths(lm, vectors, strengths, MAX_DAMAGE, should_stop)
     trials = [
         t
         for prompt in prompts
