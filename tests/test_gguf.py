@@ -243,6 +243,11 @@ needs_real = pytest.mark.skipif(
 )
 
 
+# Every test of transformers' SmolLM2 (here and tests/test_gqa.py) on one worker: the oracle is made
+# once, with no worker waiting on another's (tests/conftest.smollm2_hf).
+SMOLLM2_HF = pytest.mark.xdist_group("smollm2_hf")
+
+
 @pytest.fixture(scope="module")
 def real(smollm2_hf):
     """tfm's and transformers' SmolLM2-135M-Instruct from the same packaged file, loaded once."""
@@ -251,6 +256,7 @@ def real(smollm2_hf):
 
 
 @needs_real
+@SMOLLM2_HF
 def test_real_model_says_paris_with_transformers_logits(real):
     lm, hf, _ = real
     ids_ = lm.tokenizer.prompt_ids("The capital of France is")
@@ -264,6 +270,7 @@ def test_real_model_says_paris_with_transformers_logits(real):
 
 
 @needs_real
+@SMOLLM2_HF
 def test_real_tokenizer_equals_smollm_pre_tokenizer_on_the_battery(real):
     """The file names pre-tokenizer "smollm": every digit alone, then GPT-2's split (llama.cpp,
     and SmolLM's own tokenizer.json). transformers' GGUF reader drops the digit step, so the

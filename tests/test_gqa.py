@@ -316,6 +316,7 @@ def smollm2(smollm2_hf):
     return lm, ids, lm.model(idx, trace=True).trace, hf_heads(hf, idx)
 
 
+@pytest.mark.xdist_group("smollm2_hf")  # with tests/test_gguf.py's: one worker makes the oracle
 @pytest.mark.parametrize("layer", [0, 14, 29])
 def test_smollm2_tour_at_head_6_equals_transformers_on_the_same_gguf(smollm2, layer):
     lm, ids, tr, want = smollm2
@@ -323,6 +324,7 @@ def test_smollm2_tour_at_head_6_equals_transformers_on_the_same_gguf(smollm2, la
     assert_tour_equals_hf(lm, tr, ids, want[layer], len(ids) - 1, layer, 6, atol=2e-4)
 
 
+@pytest.mark.xdist_group("smollm2_hf")
 def test_smollm2_tour_at_every_head_of_the_last_layer_equals_transformers(smollm2):
     lm, ids, tr, want = smollm2
     for h in range(9):

@@ -44,7 +44,9 @@ def test_attention_without_positions_is_permutation_equivariant_and_with_them_is
         assert res.causal_last_with > 1e-3 * res.scale
 
 
-@pytest.mark.parametrize("pos,placement", itertools.product(["learned", "sinusoidal", "rope", "none"], ["pre", "post"]))
+@pytest.mark.parametrize(
+    "pos,placement", list(itertools.product(["learned", "sinusoidal", "rope", "none"], ["pre", "post"]))
+)
 def test_block0_attention_is_the_models_own_attention(pos, placement, make_model):
     """In causal mode, on the model's embedded input, it reproduces the trace's attn_out."""
     model = make_model(small(pos_encoding=pos, norm_placement=placement))
