@@ -51,6 +51,8 @@ def test_the_opened_feature_shows_its_label_and_contexts(browser, app_url, engin
     label = page.locator('[data-testid="stMarkdownContainer"]', has_text="Label:").first
     assert label.inner_text().startswith(f"Label: {entry.label}")
     lines = page.locator('[data-testid="stMarkdownContainer"] div[style*="monospace"]')
+    # The label's markdown can arrive before the contexts' in the same run: wait for the last one.
+    lines.nth(len(contexts) - 1).wait_for(timeout=60_000)
     assert lines.count() == len(contexts)
     for i, c in enumerate(contexts):
         peak = lines.nth(i).locator("span", has=page.locator(":scope")).nth(c.peak)
