@@ -149,17 +149,22 @@ def test_training_writes_layers_and_a_rerun_goes_on(tmp_path, capsys):
     assert "pass the same settings to go on" in capsys.readouterr().err
 
 
+def _measured_again(lm, ts, windows: int, skip: int) -> list[dict]:
+    """Each layer's metrics on the first `windows` held-out windows (129 tokens) of every domain."""
+    wins = mix.domain_ids(lm.tokenizer, CORPUS, "heldout", 3 * 129)
+    rows = torch.cat([TE.windows(v, 129)[:windows] for v in wins.values()])[:, :-1]
+    stream, angles = TE.embed(lm.model, rows)
+    n = ts.cfg.n_layer
+    acts = TE.advance(lm.model, stream, angles, range(n), set(range(n)), skip=skip)
+    return [TE.layer_metrics(ts.layers[layer], *acts[layer]) for layer in range(n)]
+
+
 @needs_corpus
 def test_shipped_set_meets_its_card_measured_again(lm):
     ts = T.load_transcoders(SHIPPED, lm)
     card = ts.card
     assert ts.cfg.n_layer == 6 and card["settings"]["skipped_first_positions"] == 0
-    wins = mix.domain_ids(lm.tokenizer, CORPUS, "heldout", 3 * 129)
-    rows = torch.cat([TE.windows(v, 129)[:2] for v in wins.values()])[:, :-1]
-    stream, angles = TE.embed(lm.model, rows)
-    acts = TE.advance(lm.model, stream, angles, range(6), set(range(6)), skip=0)
-    for layer in range(6):
-        again = TE.layer_metrics(ts.layers[layer], *acts[layer])
+    for layer, again in enumerate(_measured_again(lm, ts, windows=2, skip=0)):
         want = card["layers"][str(layer)]
         assert abs(again["fvu"] - want["fvu"]) < 0.1 + 0.25 * want["fvu"], layer
         assert again["l0"] <= ts.cfg.k
@@ -189,12 +194,7 @@ def test_shipped_smollm2_set_meets_its_card_measured_again():
     ts = T.load_transcoders(ROOT / "assets" / "transcoders" / "smollm2", lm)
     card = ts.card
     assert card["train_tokens"] >= 1_000_000 and statistics.median(m["fvu"] for m in card["layers"].values()) <= 0.35
-    wins = mix.domain_ids(lm.tokenizer, CORPUS, "heldout", 3 * 129)
-    rows = torch.cat([TE.windows(v, 129)[:3] for v in wins.values()])[:, :-1]
-    stream, angles = TE.embed(lm.model, rows)
-    acts = TE.advance(lm.model, stream, angles, range(30), set(range(30)), skip=1)
-    for layer in range(30):
-        again = TE.layer_metrics(ts.layers[layer], *acts[layer])
+    for layer, again in enumerate(_measured_again(lm, ts, windows=3, skip=1)):
         want = card["layers"][str(layer)]
         assert abs(again["fvu"] - want["fvu"]) < 0.05 + 0.25 * want["fvu"], (layer, again["fvu"], want["fvu"])
         assert again["l0"] <= ts.cfg.k
