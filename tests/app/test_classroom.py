@@ -99,7 +99,7 @@ def test_predict_then_reveal_counts_every_answer_and_grades_each_student_against
         assert set(top3) <= set(at.radio(key="room.answer.1").options)
     wrong = next(o for o in ada.radio(key="room.answer.1").options if o != top)
     for at, pick in ((ada, top), (bob, wrong)):
-        at.radio(key="room.answer.1").set_value(pick).run()
+        at.radio(key="room.answer.1").set_value(pick)  # (in a form: sent with the press)
         at.button(key="room.send.1").click().run()
         assert "Your answer" in texts(at)
     teacher.run()
@@ -121,13 +121,29 @@ def test_predict_then_reveal_counts_every_answer_and_grades_each_student_against
     assert all(f"{p:.3f}" in r["model's answer"] for r in rows)
 
 
+def test_send_with_nothing_picked_says_so_and_sends_nothing():
+    """The answer travels in a form with its Send (one message from a phone): Send before a pick
+    is not an answer."""
+    teacher, code, _ = teacher_room()
+    ask(teacher, "next_options")
+    bob = student(code, "Bob")
+    bob.button(key="room.send.1").click().run()
+    assert "Pick or type an answer first" in texts(bob) and "Your answer" not in texts(bob)
+    assert sum(live.store().counts(code, 1).values()) == 0
+    pick = bob.radio(key="room.answer.1").options[1]
+    bob.radio(key="room.answer.1").set_value(pick)
+    bob.button(key="room.send.1").click().run()  # the pick and the press in one run, as a form sends them
+    assert f"Your answer: **{pick}**" in texts(bob).replace("\\", "")
+    assert sum(live.store().counts(code, 1).values()) == 1
+
+
 def test_after_the_reveal_the_models_answer_has_its_bar_even_when_nobody_gave_it():
     teacher, code, _ = teacher_room()
     ask(teacher, "next_options")
     top, _, _ = engine_top(teacher.session_state["sidebar.prompt"])
     bob = student(code, "Bob")
     wrong = next(o for o in bob.radio(key="room.answer.1").options if o != top)
-    bob.radio(key="room.answer.1").set_value(wrong).run()
+    bob.radio(key="room.answer.1").set_value(wrong)  # (in a form: sent with the press)
     bob.button(key="room.send.1").click().run()
     teacher.button(key="room.reveal").click().run()
     bob.run()
@@ -197,7 +213,7 @@ def test_markup_in_answers_shows_as_text_and_a_flood_counts_once():
     ask(teacher, "next_typed")
     eve = student(code, "<b>Eve</b>")
     hostile = "<img src=x onerror=alert(1)> **b** [l](http://x)"
-    eve.text_input(key="room.answer.1").set_value(hostile).run()
+    eve.text_input(key="room.answer.1").set_value(hostile)  # (in a form: sent with the press)
     for _ in range(rules.RATES["answer"][0] + 3):
         eve.button(key="room.send.1").click().run()
     assert "too many tries" in texts(eve) and not eve.exception
@@ -214,7 +230,7 @@ def test_typed_tokens_count_together_and_show_as_most_students_typed_them():
     ask(teacher, "next_typed")
     for nick, typed in (("a", " Paris"), ("b", "Paris"), ("c", "paris"), ("d", "Lyon")):
         at = student(code, nick)
-        at.text_input(key="room.answer.1").set_value(typed).run()
+        at.text_input(key="room.answer.1").set_value(typed)  # (in a form: sent with the press)
         at.button(key="room.send.1").click().run()
     teacher.run()
     assert histogram(teacher) == {"Paris": 3, "Lyon": 1}  # not lowercased "paris"
@@ -301,14 +317,16 @@ def test_head_sampling_and_estimate_questions_are_graded_by_the_engine():
     kept = int(next_token(out.logits[0, -1], SamplingSettings(1.0, 0, 0.5), n).n_kept)
     ask(teacher, "sampling", **{"room.t": 1.0, "room.top_p": 0.5, "room.measure": "kept"})
     browse(ada)
-    ada.text_input(key="room.answer.2").set_value(str(kept * 4 + 4)).run()
+    ada.text_input(key="room.answer.2").set_value(str(kept * 4 + 4))  # (in a form: sent with the press)
     send_and_reveal(teacher, ada, 2)
     assert "Not quite" in texts(ada) and f"the model keeps {kept:,}" in texts(ada)
     probs = out.logits[0, -1, :n].double().softmax(-1)
     token = int(probs.argmax())
     ask(teacher, "estimate", **{"room.token": token})
     browse(ada)
-    ada.text_input(key="room.answer.3").set_value(f"{100 * float(probs[token]) + 2:.1f}%").run()
+    ada.text_input(key="room.answer.3").set_value(
+        f"{100 * float(probs[token]) + 2:.1f}%"
+    )  # (in a form: sent with the press)
     send_and_reveal(teacher, ada, 3)
     assert "Right!" in texts(ada) and f"the model: {float(probs[token]):.3f}" in texts(ada)
     assert not ada.exception and not teacher.exception

@@ -85,6 +85,24 @@ BIG_RADIOS = """<style>[data-testid="stRadio"] [data-testid="stRadioOption"] { m
   align-items: center; width: 100%; font-size: 1.1rem; } [data-testid="stRadioGroup"] > div { width: 100%; }</style>"""
 
 
+def _answer_to_send(question, qid: int) -> str | None:
+    """The answer's widgets and Send: the answer when Send was pressed with one, else None.
+    A picked or typed answer travels in a form, with the press that sends it: one message from the
+    phone, no run of the page per tap, and no pick that a run in between could leave unsent. The
+    head grid cannot sit in a form (a chart's selection reruns), so it keeps a button of its own."""
+    send = {"label": "Send my answer", "type": "primary", "key": f"room.send.{qid}"}
+    if isinstance(question, questions.WhichHead):
+        given = _answer_widget(question, qid)
+        pressed = st.button(**send, disabled=given is None)
+    else:
+        with st.form(f"room.form.{qid}", border=False, enter_to_submit=True):
+            given = _answer_widget(question, qid)
+            pressed = st.form_submit_button(**send)
+    if pressed and given is None:
+        st.warning("Pick or type an answer first, then press Send.")
+    return given if pressed else None
+
+
 def _send(code: str, qid: int, question, given: str) -> None:
     try:
         live.store().answer(code, st.session_state["room.sid"], qid, questions.parse_answer(question, given))
@@ -124,8 +142,8 @@ def panel() -> None:
     if q.state != "open":
         _reveal(room, q, question, mine)
         return
-    given = _answer_widget(question, q.qid)
-    if st.button("Send my answer", type="primary", key=f"room.send.{q.qid}", disabled=given is None):
+    given = _answer_to_send(question, q.qid)
+    if given is not None:
         _send(room.code, q.qid, question, given)
         mine = live.store().my_answer(room.code, ss["room.sid"], q.qid)
     if mine is not None:
