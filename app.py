@@ -26,7 +26,10 @@ except ValueError as e:
 # Every page listed (no "View more"), in the sidebar; config.toml hides the file-stem list Streamlit
 # would show until this line runs on a fresh server (ui.st_private.navigation).
 nav = st_private.navigation(pages(Path(__file__).resolve().parent), expanded=True)
-st.session_state["app.page"] = nav.url_path or "home"  # a class room's moment names its page (ui/rooms/live.py)
+page = nav.url_path or "home"
+# A page's first run since another: its widgets are new to the browser, so ui.links.put writes them.
+st.session_state["app.arrived"] = st.session_state.get("app.page") != page
+st.session_state["app.page"] = page  # a class room's moment names its page (ui/rooms/live.py)
 if live.role() == "teacher" and not warm.enabled():
     st.sidebar.caption(WARM_OFF)
 # Each page draws the shared sidebar itself (ui.sidebar.render), so it also runs standalone.

@@ -64,7 +64,7 @@ def _window(n_tok: int, lo: int) -> tuple[int, int]:
     a, b = st.session_state.get("attn.window", (0, -1))
     if not lo <= a <= b < n_tok:
         st.session_state["attn.window"] = (n_tok - WINDOW, n_tok - 1)
-    a, b = st.slider("Positions shown (query and key)", lo, n_tok - 1, **links.keep("attn.window"))
+    a, b = st.slider("Positions shown (query and key)", lo, n_tok - 1, **links.keep("attn.window", lo, n_tok))
     if b - a + 1 > WINDOW:
         st.caption(f"At most {WINDOW} positions at once: showing {b - WINDOW + 1}–{b}.")
         a = b - WINDOW + 1

@@ -15,7 +15,7 @@ def settings() -> tuple[EncDecView, bool]:
     links.restore("encdec.task", "encdec.steps", "encdec.layer", "encdec.head", "encdec.input")
     ss.setdefault("encdec.steps", 400)
     max_steps = encdec_parts.max_steps()
-    ss["encdec.steps"] = min(int(ss["encdec.steps"]), max_steps)
+    links.put("encdec.steps", min(int(ss["encdec.steps"]), max_steps))
     c1, c2, c3 = st.columns([3, 2, 2], vertical_alignment="bottom")
     task = c1.selectbox("Task", list(TASKS), format_func=lambda t: f"{t}: {TASKS[t]}", **links.keep("encdec.task"))
     steps = int(

@@ -30,7 +30,7 @@ def settings() -> tuple[InductionView, bool]:
     links.restore("lesson.seed", "lesson.steps")
     ss.setdefault("lesson.seed", 0)
     ss.setdefault("lesson.steps", DEFAULT_STEPS)
-    ss["lesson.steps"] = min(max(int(ss["lesson.steps"]), 100), MAX_STEPS)
+    links.put("lesson.steps", min(max(int(ss["lesson.steps"]), 100), MAX_STEPS))
     c1, c2, c3 = st.columns([1, 2, 1], vertical_alignment="bottom")
     seed = c1.number_input("Seed", 0, 2**31 - 1, **links.keep("lesson.seed"))
     steps = c2.slider("Training steps", 100, MAX_STEPS, step=100, **links.keep("lesson.steps"))

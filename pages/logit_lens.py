@@ -30,7 +30,7 @@ def settings(run: PromptRun, top, window) -> LensView:
         **links.keep("lens.kind"),
         help="logit: every stream decoded as it is; tuned: through the layer's trained translator first.",
     )
-    ss["lens.width"] = min(WIDTHS, key=lambda w: abs(w - int(ss.get("lens.width", 32))))
+    links.put("lens.width", min(WIDTHS, key=lambda w: abs(w - int(ss.get("lens.width", 32)))))
     width = window.select_slider(
         "Positions shown",
         WIDTHS,
@@ -40,7 +40,7 @@ def settings(run: PromptRun, top, window) -> LensView:
     start = 0
     if n_pos > width:
         ss["lens.start"] = min(max(int(ss.get("lens.start", n_pos - width)), 0), n_pos - width)
-        start = window.slider("First position", 0, n_pos - width, **links.keep("lens.start"))
+        start = window.slider("First position", 0, n_pos - width, **links.keep("lens.start", n_pos - width))
     view = LensView(kind, width, start)
     links.url_set(**view.link(), defaults=LensView("logit", width, start).link())
     return view

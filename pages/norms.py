@@ -42,11 +42,11 @@ def settings(run: PromptRun, parts: list) -> NormsView:
     options = list(run.norm_choices())
     if st.session_state.get("norms.which") not in options:
         st.session_state["norms.which"] = "ln1"
-    st.session_state["norms.layer"] = min(max(0, int(st.session_state.get("norms.layer", 0))), L - 1)
-    st.session_state["norms.token"] = min(max(0, int(st.session_state.get("norms.token", T - 1))), T - 1)
+    links.put("norms.layer", min(max(0, int(st.session_state.get("norms.layer", 0))), L - 1))
+    links.put("norms.token", min(max(0, int(st.session_state.get("norms.token", T - 1))), T - 1))
     c1, c2, c3 = parts[2].columns(3)
     which = c1.selectbox("Which norm", options, **links.keep("norms.which"))
-    layer = c2.slider("Layer", 0, max(1, L - 1), **links.keep("norms.layer"), disabled=which == "ln_final" or L == 1)
+    layer = c2.slider("Layer", 0, max(1, L - 1), **links.keep("norms.layer", L), disabled=which == "ln_final" or L == 1)
     token = c3.selectbox("Token", list(range(T)), format_func=lambda i: run.labels[i], **links.keep("norms.token"))
     st.session_state.setdefault("norms.cmp_placement", "both")
     st.session_state.setdefault("norms.cmp_norm", cfg.norm)

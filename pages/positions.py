@@ -34,13 +34,13 @@ def settings(run: PromptRun, slots: dict) -> PositionsView:
     if cfg.pos_encoding in ("learned", "sinusoidal"):
         ctx = cfg.context_length
         ss.setdefault("pos.max_pos", min(ctx, 128))
-        ss["pos.max_pos"] = max(1, min(int(ss["pos.max_pos"]), ctx))
+        links.put("pos.max_pos", max(1, min(int(ss["pos.max_pos"]), ctx)))
         max_pos = (
             slots["positions"].slider(
                 "Positions to show",
                 1,
                 ctx,
-                **links.keep("pos.max_pos"),
+                **links.keep("pos.max_pos", ctx),
                 help=f"The model has {ctx} positions; your prompt uses positions 0 to {len(run.ids) - 1}.",
             )
             if ctx > 1

@@ -108,8 +108,8 @@ def comparison(model: ModelRun, qtype: str) -> None:
     run, compared = requantized(model, qtype)
     cfg, tok = model.lm.config, model.lm.tokenizer
     c = st.columns(2)
-    layer = c[0].slider("Layer", 0, cfg.n_layer - 1, **links.keep("quant.layer"))
-    head = c[1].slider("Head", 0, cfg.n_head - 1, **links.keep("quant.head"))
+    layer = c[0].slider("Layer", 0, cfg.n_layer - 1, **links.keep("quant.layer", cfg.n_layer))
+    head = c[1].slider("Head", 0, cfg.n_head - 1, **links.keep("quant.head", cfg.n_head))
     effect = compared.effect(layer, head)
     m = st.columns(3)
     m[0].metric("KL at the last position", f"{effect.kl[-1]:.4f} nats")

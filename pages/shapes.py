@@ -31,14 +31,14 @@ def _start(run: PromptRun) -> None:
     if ss.get("shapes.prompt_len") != len(run.ids):  # a new prompt: follow its length
         ss["shapes.prompt_len"] = len(run.ids)
         ss["shapes.length"] = len(run.ids)
-    ss["shapes.length"] = min(max(1, int(ss["shapes.length"])), cfg.context_length)
+    links.put("shapes.length", min(max(1, int(ss["shapes.length"])), cfg.context_length))
     ss.setdefault("shapes.batch", 1)
     if ss.get("shapes.kv_model") != run.spec:  # another model: start from its own sizes
         ss["shapes.kv_model"] = run.spec
         for key in ("shapes.kv_ctx", "shapes.kv_layers", "shapes.kv_heads"):
             ss.pop(key, None)
     ss.setdefault("shapes.kv_ctx", cfg.context_length)
-    ss["shapes.kv_ctx"] = min(int(ss["shapes.kv_ctx"]), max(cfg.context_length, 32_768))
+    links.put("shapes.kv_ctx", min(int(ss["shapes.kv_ctx"]), max(cfg.context_length, 32_768)))
     for key, default in (
         ("shapes.kv_dtype", "float32"),
         ("shapes.kv_batch", 1),
@@ -66,7 +66,7 @@ def settings(run: PromptRun, part1, part3) -> ShapesView:
             "Sequence length (tokens)",
             1,
             cfg.context_length,
-            **links.keep("shapes.length"),
+            **links.keep("shapes.length", cfg.context_length),
             help="Your prompt cut to this length, or repeated from its start if it is shorter.",
         )
         if cfg.context_length > 1

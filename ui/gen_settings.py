@@ -57,11 +57,13 @@ def _in_range(lm: tfm.LM, cap: int) -> None:
     links.restore(*KEYS)
     for key, value in DEFAULTS.items():
         ss.setdefault(key, value)
-    ss["gen.max_new"] = min(max(int(ss["gen.max_new"]), 1), cap)
+    links.put("gen.max_new", min(max(int(ss["gen.max_new"]), 1), cap))
     s0 = usable_settings(ss["gen.temperature"], ss["gen.top_k"], ss["gen.top_p"], n_words(lm))
-    ss["gen.temperature"], ss["gen.top_k"], ss["gen.top_p"] = s0.temperature, s0.top_k, s0.top_p
-    for key in ("gen.temperature", "cmp.t_left", "cmp.t_right"):
-        ss[key] = sampling_figs.nearest_temperature(ss[key])
+    links.put("gen.temperature", sampling_figs.nearest_temperature(s0.temperature))
+    links.put("gen.top_k", s0.top_k)
+    links.put("gen.top_p", s0.top_p)
+    for key in ("cmp.t_left", "cmp.t_right"):
+        links.put(key, sampling_figs.nearest_temperature(ss[key]))
 
 
 def controls(lm: tfm.LM, cap: int, why: str, seed: int) -> GenerateView:

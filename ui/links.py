@@ -67,7 +67,7 @@ def clamp_int(key: str, low: int, high: int, default: int, what: str) -> int:
     clamped = min(max(n, low), high)
     if clamped != value:
         st.info(f"{what} {plain(value)} is not available here (it goes from {low:,} to {high:,}): showing {clamped:,}.")
-    st.session_state[key] = clamped
+    put(key, clamped)
     return clamped
 
 
@@ -97,12 +97,31 @@ def shown_settings(page: str | None) -> dict[str, str]:
     return dict(st.session_state.get("links.shown", {}).get(page, {}))
 
 
+def put(key: str, value) -> None:
+    """st.session_state[key] = value, written only when it changes it. Each write to a widget's key
+    tells the browser to show the script's value when the run ends, replacing whatever the person
+    typed, picked or pressed while the run was going (a second arrow key on a slider, a word typed
+    into the prompt): a write of the same value every run would lose that input. A page's first run
+    since another page writes it anyway: there the key may still hold the old page's value while
+    the new page's widget starts from its default (app.py sets "app.arrived")."""
+    ss = st.session_state
+    if ss.get("app.arrived", True) or key not in ss or not _same(ss[key], value):
+        ss[key] = value
+
+
+def _same(a, b) -> bool:
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except (TypeError, ValueError):  # (an array's == is not one truth value)
+        return False
+
+
 def restore(*widget_keys: str) -> None:
     """Streamlit drops a widget's value when the page changes; put back the remembered one."""
     for key in widget_keys:
         shadow = "keep." + key
         if shadow in st.session_state:
-            st.session_state[key] = st.session_state[shadow]
+            put(key, st.session_state[shadow])
 
 
 def remember(*widget_keys: str) -> None:
@@ -112,6 +131,15 @@ def remember(*widget_keys: str) -> None:
             st.session_state["keep." + key] = st.session_state[key]
 
 
-def keep(key: str) -> dict:
-    """Widget kwargs for a value that survives page changes: `st.slider(..., **keep("x.y"))`."""
+def keep(key: str, *shape) -> dict:
+    """Widget kwargs for a value that survives page changes: `st.slider(..., **keep("x.y"))`.
+    A slider's range is part of its identity in Streamlit: give it as `shape` (low, high) where it
+    follows the model or prompt, and a new range hands the value to the new slider (which would
+    start at its low end: `put` leaves a value it already holds unwritten)."""
+    ss = st.session_state
+    if shape:
+        shapes = ss.setdefault("links.shapes", {})
+        if shapes.get(key) != shape and key in ss:
+            ss[key] = ss[key]
+        shapes[key] = shape
     return {"key": key, "on_change": remember, "args": (key,)}

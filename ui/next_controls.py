@@ -57,11 +57,8 @@ def _usable(run: PromptRun) -> None:
         s0 = usable_settings(*raw, n_words(run))
     except ValueError:
         s0 = SamplingSettings()
-    ss["next.temperature"], ss["next.top_k"], ss["next.top_p"] = (
-        sampling_figs.nearest_temperature(s0.temperature),
-        s0.top_k,
-        s0.top_p,
-    )
+    for key, value in zip(KEYS, (sampling_figs.nearest_temperature(s0.temperature), s0.top_k, s0.top_p)):
+        links.put(key, value)
     moved = [
         f"{name} {plain(r)} → {v:g}"
         for name, r, v in zip(

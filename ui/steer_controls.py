@@ -66,7 +66,7 @@ def _open(run: ModelRun) -> None:
         )
         if ss.get("steer.prompt") in (None, "", *calib.OPEN_PROMPTS):
             ss["steer.prompt"] = cal.prompt if cal else calib.OPEN_PROMPTS[0]
-    ss["steer.strength"] = min(max(float(ss["steer.strength"]), -MAX_STRENGTH), MAX_STRENGTH)
+    links.put("steer.strength", min(max(float(ss["steer.strength"]), -MAX_STRENGTH), MAX_STRENGTH))
 
 
 def _pair(run: ModelRun) -> tuple[str, str, str, int]:
@@ -123,7 +123,7 @@ def _how(run: ModelRun, prompt: str) -> tuple[float, str, int, float, bool]:
     )
     where = c2.radio("Steer at", list(WHERE), format_func=WHERE.get, key="steer.where")
     cap = max(1, min(MAX_NEW, server.limits().max_new_tokens, cfg.context_length - len(prompt_ids(run, prompt))))
-    ss["steer.new"] = min(max(int(ss["steer.new"]), 1), cap)
+    links.put("steer.new", min(max(int(ss["steer.new"]), 1), cap))
     new = c3.number_input("New tokens", 1, cap, key="steer.new")
     temperature = c4.slider("Temperature", 0.0, 1.5, step=0.1, key="steer.temperature")
     first = st.checkbox(
