@@ -13,6 +13,7 @@ from tfm.analysis import norms as tfm_norms
 from tfm.analysis import norm_stats, residual_norms
 from ui import models
 
+from tests.app.variants import ACTIVATIONS, NORMS, PLACEMENTS, POSITIONS, variants
 from tests.app.conftest import chart_by_title, charts, decode, open_page, use_random
 
 PROMPT = "The cat sat on the mat. The cat sat on the"
@@ -112,15 +113,21 @@ def test_rmsnorm_post_norm_model():
     assert not any("Bias" in str(f["layout"].get("title")) for f in charts(at))  # RMSNorm has no bias
 
 
-@pytest.mark.slow  # 4 x 16 model variants: CI only
-@pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", "none"])
-def test_every_variant_renders(pos):
+def test_the_variants_cover_every_pair():
+    rows = [(pos, *v) for pos in POSITIONS for v in variants(pos)]
+    for a, b in itertools.combinations(range(4), 2):
+        assert {(r[a], r[b]) for r in rows} == {
+            (x[a], x[b]) for x in itertools.product(POSITIONS, NORMS, PLACEMENTS, ACTIVATIONS)
+        }
+
+
+@pytest.mark.slow  # 4 x 4 model variants: CI only
+@pytest.mark.parametrize("pos", POSITIONS)
+def test_every_pair_of_variant_settings_renders(pos):
     at = open_page("norms", PROMPT)
     use_random(at, pos_encoding=pos)
-    at.slider(key="norms.cmp_layers").set_value(2).run()  # keeps 64 forward+backward passes quick
-    for norm, placement, act in itertools.product(
-        ("layernorm", "rmsnorm"), ("pre", "post"), ("gelu", "gelu_tanh", "relu", "swiglu")
-    ):
+    at.slider(key="norms.cmp_layers").set_value(2).run()  # keeps the forward+backward passes quick
+    for norm, placement, act in variants(pos):
         for name, value in (("norm", norm), ("norm_placement", placement), ("activation", act)):
             at.selectbox(key=f"sidebar.{name}").set_value(value)
         at.run()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -14,6 +13,7 @@ from tfm.analysis import positions
 from tfm.core.model import rope_angles, sinusoidal_table
 from ui import models
 
+from tests.app.variants import POSITIONS, variants
 from tests.app.conftest import chart_by_title, charts, decode, open_page, use_random
 
 PROMPT = "The cat sat on the mat. The cat sat on the"
@@ -113,14 +113,12 @@ def test_formula_explorer_follows_its_sliders():
     assert bits.shape == (50, 6) and bits[37].tolist() == [1, 0, 1, 0, 0, 1]  # 37 = 100101b
 
 
-@pytest.mark.slow  # 4 x 16 model variants: CI only
-@pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", "none"])
-def test_every_variant_renders(pos):
+@pytest.mark.slow  # 4 x 4 model variants (tests/app/variants.py): CI only
+@pytest.mark.parametrize("pos", POSITIONS)
+def test_every_pair_of_variant_settings_renders(pos):
     at = open_page("positions", PROMPT)
     use_random(at, pos_encoding=pos)
-    for norm, placement, act in itertools.product(
-        ("layernorm", "rmsnorm"), ("pre", "post"), ("gelu", "gelu_tanh", "relu", "swiglu")
-    ):
+    for norm, placement, act in variants(pos):
         for name, value in (("norm", norm), ("norm_placement", placement), ("activation", act)):
             at.selectbox(key=f"sidebar.{name}").set_value(value)
         at.run()

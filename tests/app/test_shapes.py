@@ -3,7 +3,6 @@ adds up to num_params, and the KV-cache size equals KVCache.nbytes()."""
 
 from __future__ import annotations
 
-import itertools
 
 import pytest
 import torch
@@ -14,6 +13,7 @@ from tfm.core.kv_cache import KVCache
 from ui import models
 from tfm.viz.shapes import dims
 
+from tests.app.variants import POSITIONS, variants
 from tests.app.conftest import chart_by_title, decode, open_page, use_random
 
 PROMPT = "The cat sat on the mat. The cat sat on the"
@@ -109,14 +109,12 @@ def test_gpt2_preset_renders_with_its_124m_parameters():
     assert frame(at, "axes")["shape"].tolist()[-1] == "8 × 1024 × 50257"
 
 
-@pytest.mark.slow  # 4 x 16 model variants: CI only
-@pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", "none"])
-def test_every_variant_renders(pos):
+@pytest.mark.slow  # 4 x 4 model variants (tests/app/variants.py): CI only
+@pytest.mark.parametrize("pos", POSITIONS)
+def test_every_pair_of_variant_settings_renders(pos):
     at = open_page("shapes", PROMPT)
     use_random(at, pos_encoding=pos)
-    for norm, placement, act in itertools.product(
-        ("layernorm", "rmsnorm"), ("pre", "post"), ("gelu", "gelu_tanh", "relu", "swiglu")
-    ):
+    for norm, placement, act in variants(pos):
         for name, value in (("norm", norm), ("norm_placement", placement), ("activation", act)):
             at.selectbox(key=f"sidebar.{name}").set_value(value)
         at.run()
