@@ -39,7 +39,7 @@ def settings(run: PromptRun, top, window) -> LensView:
     )
     start = 0
     if n_pos > width:
-        ss["lens.start"] = min(max(int(ss.get("lens.start", n_pos - width)), 0), n_pos - width)
+        links.put("lens.start", min(max(int(ss.get("lens.start", n_pos - width)), 0), n_pos - width))
         start = window.slider("First position", 0, n_pos - width, **links.keep("lens.start", n_pos - width))
     view = LensView(kind, width, start)
     links.url_set(**view.link(), defaults=LensView("logit", width, start).link())

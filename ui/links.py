@@ -133,8 +133,8 @@ def remember(*widget_keys: str) -> None:
 
 def keep(key: str, *shape) -> dict:
     """Widget kwargs for a value that survives page changes: `st.slider(..., **keep("x.y"))`.
-    A slider's range is part of its identity in Streamlit: give it as `shape` (low, high) where it
-    follows the model or prompt, and a new range hands the value to the new slider (which would
+    A slider's range is part of its identity in Streamlit: where it follows the model or prompt,
+    give what it follows as `shape`, and a new range hands the value to the new slider (which would
     start at its low end: `put` leaves a value it already holds unwritten)."""
     ss = st.session_state
     if shape:
