@@ -18,7 +18,11 @@ import pytest
 import torch
 
 import tfm
+from tfm.analysis.steering import calibrate as calib
+from tfm.analysis.steering import files as steer_files
 from tfm.loaders.packaged import GEMMA3_INSTALL, gemma3_path, require_gemma3
+
+from tests.test_steer_files import assert_same_calibration
 
 pytestmark = [
     pytest.mark.slow,
@@ -179,6 +183,13 @@ def test_quantization_blocks_of_the_file_equal_gguf_dequantize():
         bv = quant.block_view(f, name, 3, 1)
         np.testing.assert_array_equal(bv.values, bv.dequantized)
         np.testing.assert_array_equal(bv.values, full[3, size : 2 * size])
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_the_shipped_steering_calibration_is_what_calibrate_measures(lm):
+    """assets/steer/gemma3.json (the Steer page's layer and strength, so its first visit on Gemma
+    does not calibrate for ~25 s) equals a fresh calibrate() of this model."""
+    assert_same_calibration(steer_files.shipped_calibration(lm, "gemma3"), calib.calibrate(lm))
 
 
 def test_every_page_on_the_real_file(lm):

@@ -15,12 +15,9 @@ from tfm.analysis.steering import files as steer_files
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.mark.parametrize("spec", ["default", "smollm2"])
-def test_the_shipped_file_is_what_calibrate_measures(spec):
-    lm = tfm.load(spec, device="cpu")
-    shipped, fresh = steer_files.shipped_calibration(lm, spec), calib.calibrate(lm)
-    # the same choice and texts; the measured floats to 1e-4 (float32 products may take BLAS or
-    # oneDNN by timing, tfm/core/kernels.py: last bits differ between processes)
+def assert_same_calibration(shipped, fresh) -> None:
+    """The same choice and texts; the measured floats to 1e-4 (float32 products may take BLAS or
+    oneDNN by timing, tfm/core/kernels.py: last bits differ between processes)."""
     assert shipped is not None
     assert (shipped.layer, shipped.strength, shipped.pair, shipped.prompt, shipped.moves) == (
         fresh.layer,
@@ -34,6 +31,13 @@ def test_the_shipped_file_is_what_calibrate_measures(spec):
         for f in fields(a):
             x, y = getattr(a, f.name), getattr(b, f.name)
             assert x == (pytest.approx(y, rel=1e-4, abs=1e-6) if isinstance(y, float) else y), (a, f.name)
+
+
+# (gemma3's file: tests/test_gemma3_real.py, on that module's one load of the model)
+@pytest.mark.parametrize("spec", ["default", "smollm2"])
+def test_the_shipped_file_is_what_calibrate_measures(spec):
+    lm = tfm.load(spec, device="cpu")
+    assert_same_calibration(steer_files.shipped_calibration(lm, spec), calib.calibrate(lm))
 
 
 def test_a_file_serves_only_the_weights_it_was_measured_on(make_model, tmp_path):

@@ -4,7 +4,7 @@ calibrations are measured once and shipped (assets/steer/<spec>.json) with a fin
 weights they were measured on. A file is used only for a model on the CPU whose fingerprint it
 carries; any other model is measured as before. Written by
 
-    python -m tfm.analysis.steering.files default smollm2
+    python -m tfm.analysis.steering.files default smollm2 gemma3
 """
 
 from __future__ import annotations
