@@ -98,12 +98,8 @@ def direction(run: PromptRun, feature_set, feature: int) -> None:
     c1, c2 = st.columns(2)
     r = run.read_out(feature_set.sae.W_dec[feature], 8)
     charts.show(
-        steer_figs.read_out_bars(
-            [tok.display_piece(i) for i in r.up],
-            r.up_scores,
-            [tok.display_piece(i) for i in r.down],
-            r.down_scores,
-            f"Feature {feature}'s decoder direction:<br>tokens it promotes (+) and suppresses (−)",
+        steer_figs.read_out_figure(
+            tok.display_piece, r, f"Feature {feature}'s decoder direction:<br>tokens it promotes (+) and suppresses (−)"
         ),
         key="features.readout",
         where=c1,

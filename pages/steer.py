@@ -78,11 +78,9 @@ def texts(run: ModelRun, view: SteerView, direction: Direction, seed: int) -> No
         col.markdown(escape_markdown(text).replace("\n", "  \n") or "*(nothing)*")
     r = steer_controls.read_out(run, direction, 10)
     charts.show(
-        steer_figs.read_out_bars(
-            [tok.display_piece(i) for i in r.up],
-            r.up_scores,
-            [tok.display_piece(i) for i in r.down],
-            r.down_scores,
+        steer_figs.read_out_figure(
+            tok.display_piece,
+            r,
             "The direction read through the unembedding: tokens it promotes (+) and suppresses (−)",
         ),
         key="steer.readout",

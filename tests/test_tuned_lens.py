@@ -105,7 +105,7 @@ def test_a_long_prompts_fits_read_an_even_sample_of_at_most_fit_most_positions(l
 
 def test_identity_lens_is_the_logit_lens_and_translators_are_affine(lm):
     _, trace = _trace(lm)
-    same = LC.tuned_lens(lm.model, trace, TL.identity_lens(lm.config), k=3)
+    same = LC.lens_grid(lm.model, trace, TL.identity_lens(lm.config), k=3)
     plain = logit_lens(lm.model, trace, k=3)
     assert torch.equal(same.top_ids, plain.top_ids)
     lens = _random_lens(lm.config)

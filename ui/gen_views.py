@@ -6,6 +6,7 @@ pages/generate.py owns the controls and passes what they chose as a GenPage."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from dataclasses import dataclass
 
@@ -88,33 +89,21 @@ def start_runs(g: GenPage, settings_list: list, seeds: list, keep_tensors: bool,
     """One Generation per (settings, seed): rows of the model's shared batch when the server
     batches (with the KV cache), else the session's own loop."""
     if use_cache and server.settings().batching:
-        b, sid = models.batcher(g.model[0], g.model[1], g.lm), models.session_id()
-        return [
-            b.submit(
-                g.prompt,
-                g.max_new,
-                s.temperature,
-                s.top_k,
-                s.top_p,
-                seed=sd,
-                trace=keep_tensors,
-                owner=sid,
-                stop_ids=g.stop_ids,
-            )
-            for s, sd in zip(settings_list, seeds)
-        ]
+        b = models.batcher(g.model[0], g.model[1], g.lm)
+        run, extra = b.submit, {"owner": models.session_id()}
+    else:
+        run, extra = functools.partial(tfm.generate, g.lm), {"use_cache": use_cache}
     return [
-        tfm.generate(
-            g.lm,
+        run(
             g.prompt,
             g.max_new,
             s.temperature,
             s.top_k,
             s.top_p,
             seed=sd,
-            use_cache=use_cache,
             trace=keep_tensors,
             stop_ids=g.stop_ids,
+            **extra,
         )
         for s, sd in zip(settings_list, seeds)
     ]

@@ -43,6 +43,10 @@ class GraphRun:
     def _derived(self, name: str, fn, *args, **options):
         return self.run._derived(name, fn, self.folder, self.stamp, *args, **options)
 
+    def _of_graph(self, name: str, fn, *args, **options):
+        """`_derived` of this graph: keyed by the prompt, the target and the settings, then `args`."""
+        return self._derived(name, fn, self.run.ids, self.target, self.settings, *args, **options)
+
     def transcoders(self) -> TranscoderSet:
         """The set, checked against the model (ValueError: a missing file, another model's width)."""
         return self._derived("graph.transcoders", _load, status="Reading the transcoders…")
@@ -67,7 +71,7 @@ class GraphRun:
             bar(1.0)
             return g
 
-        return self._derived("graph.graph", compute, self.run.ids, self.target, self.settings, stoppable=True)
+        return self._of_graph("graph.graph", compute, stoppable=True)
 
     def pruned(self, node_threshold: float, edge_threshold: float) -> Pruned:
         """The view at these thresholds (at most `graph_prune.MAX_EDGES` edges), with a progress bar;
@@ -81,27 +85,15 @@ class GraphRun:
             finally:
                 memory.release_freed()  # its blocks of rows (tens of MB each) stay in the heap's arenas otherwise
 
-        return self._derived(
-            "graph.pruned",
-            compute,
-            self.run.ids,
-            self.target,
-            self.settings,
-            node_threshold,
-            edge_threshold,
-            stoppable=True,
-        )
+        return self._of_graph("graph.pruned", compute, node_threshold, edge_threshold, stoppable=True)
 
     def file(self, node_threshold: float, edge_threshold: float) -> GraphFile:
         """The pruned graph as its JSON export holds it (what the figure draws), with a status line;
         stopped once no page waits."""
         pruned, ts = self.pruned(node_threshold, edge_threshold), self.transcoders()
-        return self._derived(
+        return self._of_graph(
             "graph.file",
             lambda lm, *_, should_stop=None: graph_file(pruned, self.run.labels, lm.config, ts, should_stop),
-            self.run.ids,
-            self.target,
-            self.settings,
             node_threshold,
             edge_threshold,
             stoppable=True,
@@ -111,21 +103,14 @@ class GraphRun:
     def off_effects(self, node: int) -> dict[str, float]:
         """`graph_view.off_effects`: the graph's predictions for switching feature `node` off."""
         g = self.graph()
-        return self._derived(
-            "graph.off", lambda lm, *_: graph_view.off_effects(g, node), self.run.ids, self.target, self.settings, node
-        )
+        return self._of_graph("graph.off", lambda lm, *_: graph_view.off_effects(g, node), node)
 
     def intervention(self, edits: tuple[FeatureEdit, ...]) -> Intervention:
         """The target before and after `edits` in the real model (this call only), beside the graph's
         prediction."""
         g, ts = self.graph(), self.transcoders()
-        return self._derived(
-            "graph.intervene",
-            lambda lm, *_: intervene(lm, g.ids, ts, g.target, edits, graph=g),
-            self.run.ids,
-            self.target,
-            self.settings,
-            edits,
+        return self._of_graph(
+            "graph.intervene", lambda lm, *_: intervene(lm, g.ids, ts, g.target, edits, graph=g), edits
         )
 
 

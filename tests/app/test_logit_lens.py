@@ -110,7 +110,7 @@ def test_tuned_lens_grid_and_kl_chart_equal_the_engines():
     at.radio(key="lens.kind").set_value("tuned").run()
     assert not at.exception, at.exception
     with torch.inference_mode():
-        grid = LC.tuned_lens(lm.model, lm.model(torch.tensor([ids]), trace=True).trace, lens, k=5)
+        grid = LC.lens_grid(lm.model, lm.model(torch.tensor([ids]), trace=True).trace, lens, k=5)
     check_window(at, lm, ids, grid, 0, len(ids), title="Tuned lens")
     assert not torch.equal(grid.top_ids, expected(sidebar.DEFAULT_PROMPT)[2].top_ids)  # not the logit lens again
     check_fits(at, lm, ids, lens)

@@ -15,7 +15,7 @@ from ..core.validate import check_int
 from ..loaders.loading import LM
 from .choice import Noise
 from .decode import TextStream, stop_reason
-from .generate import PromptInfo, Step, n_words
+from .generate import PromptInfo, Step, make_step, n_words
 from .sampling import SamplingSettings
 
 
@@ -104,36 +104,17 @@ class Row:
     def step(self, choice: tuple, tr, took: float) -> Step:
         """Take the token `choice.choose_rows` drew for this row, as tfm.generate's loop does."""
         t0 = time.perf_counter()
-        bd, token, (prob, rank, prob0, rank0, kept) = choice
+        bd, token, numbers = choice
         self.tokens.append(token)
         index = len(self.tokens) - len(self.info.ids) - 1
         reason = stop_reason(token, index + 1, len(self.tokens), self.lm, self.max_new, self.stop_at_eot, self.stop_ids)
-        tok = self.lm.tokenizer
-        piece = tok.piece_bytes(token)
+        piece = self.lm.tokenizer.piece_bytes(token)
         new_text, so_far = self.text.add(piece, final=reason is not None)
         took += time.perf_counter() - t0 + self.carry
         self.carry = 0.0
         self.elapsed += took
         self.done = reason is not None
-        step = Step(
-            index,
-            len(self.tokens) - 1,
-            token,
-            piece.decode("utf-8", errors="replace"),
-            tok.display_piece(token),
-            new_text,
-            so_far,
-            prob,
-            int(rank),
-            prob0,
-            int(rank0),
-            int(kept),
-            bd.logits,
-            bd,
-            tr,
-            self.elapsed,
-            took,
-            reason,
-        )
+        texts, times = (new_text, so_far), (self.elapsed, took)
+        step = make_step(self.lm, index, len(self.tokens) - 1, token, piece, texts, numbers, bd, tr, times, reason)
         self.out.put(step)
         return step

@@ -250,12 +250,12 @@ def _steps(
         texts = text.add(piece, final=reason is not None)
         took = time.perf_counter() - t0
         elapsed += took
-        yield _step(lm, index, len(tokens) - 1, token, piece, texts, numbers, bd, tr, (elapsed, took), reason)
+        yield make_step(lm, index, len(tokens) - 1, token, piece, texts, numbers, bd, tr, (elapsed, took), reason)
         if reason is not None:
             return
 
 
-def _step(
+def make_step(
     lm: LM,
     index: int,
     position: int,

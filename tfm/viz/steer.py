@@ -37,6 +37,13 @@ def read_out_bars(
     return fig
 
 
+def read_out_figure(display_piece, r, title: str) -> go.Figure:
+    """`read_out_bars` of a read-out (`r.up`, `r.down`: token ids; `r.up_scores`, `r.down_scores`),
+    each token shown by `display_piece(id)`."""
+    up, down = [display_piece(i) for i in r.up], [display_piece(i) for i in r.down]
+    return read_out_bars(up, r.up_scores, down, r.down_scores, title)
+
+
 def mood_sweep(
     strengths: Sequence[float], probs: Sequence[Sequence[float]], pieces: list[str], current: float, title: str
 ) -> go.Figure:

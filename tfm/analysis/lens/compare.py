@@ -3,7 +3,7 @@ reading is from the model's final distribution.
 
     fits = compare_lenses(lm.model, trace, lens)        # {"logit": LensFit, "tuned": LensFit}
     fits["tuned"].kl.mean(1)                            # (L+1,) nats per stream, over positions
-    grid = tuned_lens(lm.model, trace, lens, k=5)       # a LogitLens of the translated streams
+    grid = lens_grid(lm.model, trace, lens, k=5)        # a LogitLens of the translated streams
 
 KL(final ‖ lens) = sum_v p_final(v) (log p_final(v) - log p_lens(v)), in nats, where p_final is
 the last stream decoded (the model's own output) and p_lens the row's stream (translated, for the
@@ -105,22 +105,6 @@ def compare_lenses(
     return out
 
 
-def tuned_lens(
-    model: GPT,
-    trace: Trace,
-    lens: TunedLens,
-    k: int = 5,
-    positions: slice | None = None,
-    keep_probs: bool = True,
-    n_words: int | None = None,
-    should_stop: cancel.ShouldStop = None,
-) -> LogitLens:
-    """The logit lens's grid read from the translated streams: what each layer predicts, tuned."""
-    return decode_streams(
-        model, lens.translate(residual_streams(trace, positions)), k, keep_probs, n_words, should_stop
-    )
-
-
 def lens_grid(
     model: GPT,
     trace: Trace,
@@ -131,7 +115,8 @@ def lens_grid(
     n_words: int | None = None,
     should_stop: cancel.ShouldStop = None,
 ) -> LogitLens:
-    """`tuned_lens` with a lens, the plain logit lens with None: one call for a page's lens choice."""
+    """The logit lens's grid read from the streams translated by `lens` (what each layer predicts,
+    tuned); the plain logit lens with None: one call for a page's lens choice."""
     streams = residual_streams(trace, positions)
     if lens is not None:
         streams = lens.translate(streams)

@@ -17,21 +17,13 @@ import torch
 from ...core.config import ModelConfig
 from ...core.files import read_json, reading
 from ..weights import HF_ACTIVATIONS
-from .common import Weights, build, make_config, need, read_weights, tokenizer_for
+from .common import Weights, build, hf_shape, make_config, read_weights, tokenizer_for
 
-REQUIRED = (
-    "vocab_size",
-    "max_position_embeddings",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-)
 HEADS = {"BertModel": "none", "BertForMaskedLM": "masked"}
 
 
 def fields(data: dict, source: str, arch: str, sep_id: int | None) -> tuple[dict, dict]:
-    need(data, REQUIRED, source)
+    shape = hf_shape(data, source)
     act = data.get("hidden_act", "gelu")
     if not isinstance(act, str) or act not in HF_ACTIVATIONS:
         raise ValueError(
@@ -52,12 +44,7 @@ def fields(data: dict, source: str, arch: str, sep_id: int | None) -> tuple[dict
         )
     types = data.get("type_vocab_size", 2)
     kwargs = dict(
-        vocab_size=data["vocab_size"],
-        context_length=data["max_position_embeddings"],
-        d_model=data["hidden_size"],
-        n_layer=data["num_hidden_layers"],
-        n_head=data["num_attention_heads"],
-        d_ff=data["intermediate_size"],
+        **shape,
         activation=HF_ACTIVATIONS[act],
         norm_eps=data.get("layer_norm_eps", 1e-12),
         norm_placement="post",

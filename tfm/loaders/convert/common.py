@@ -36,6 +36,23 @@ def need(data: dict, keys: tuple[str, ...], source: str) -> None:
         raise ValueError(f"{source} lacks {missing}")
 
 
+# config.json keys every Hugging Face family here names the same way -> ModelConfig fields
+HF_SHAPE = {
+    "vocab_size": "vocab_size",
+    "max_position_embeddings": "context_length",
+    "hidden_size": "d_model",
+    "num_hidden_layers": "n_layer",
+    "num_attention_heads": "n_head",
+    "intermediate_size": "d_ff",
+}
+
+
+def hf_shape(data: dict, source: str) -> dict[str, Any]:
+    """The model's sizes from a config.json (ValueError naming what it lacks)."""
+    need(data, tuple(HF_SHAPE), source)
+    return {field: data[key] for key, field in HF_SHAPE.items()}
+
+
 def rope_fields(data: dict, source: str, default_theta: float, default_pct: float = 1.0) -> dict[str, Any]:
     """ModelConfig RoPE fields from either config layout: published checkpoints carry top-level
     rope_theta (GPT-NeoX: rotary_emb_base, rotary_pct) and rope_scaling; transformers 5 writes

@@ -17,9 +17,9 @@ import torch
 from ...core.config import ModelConfig
 from ...core.validate import check_int, check_number
 from . import llama
-from .common import Weights, load_family, need, rope_fields
+from .common import HF_SHAPE, Weights, hf_shape, load_family, need, rope_fields
 
-REQUIRED = llama.REQUIRED + ("head_dim", "query_pre_attn_scalar", "sliding_window")
+REQUIRED = tuple(HF_SHAPE) + ("head_dim", "query_pre_attn_scalar", "sliding_window")
 
 
 def local_layers(data: dict, n_layer: int, source: str) -> tuple[int, ...]:
@@ -74,14 +74,9 @@ def fields(data: dict, source: str) -> tuple[dict, dict]:
         )
     n = data["num_hidden_layers"]
     kwargs = dict(
-        vocab_size=data["vocab_size"],
-        context_length=data["max_position_embeddings"],
-        d_model=data["hidden_size"],
-        n_layer=n,
-        n_head=data["num_attention_heads"],
+        **hf_shape(data, source),
         n_kv_head=data.get("num_key_value_heads") or data["num_attention_heads"],
         head_dim=data["head_dim"],
-        d_ff=data["intermediate_size"],
         norm="rmsnorm",
         norm_eps=data.get("rms_norm_eps", 1e-6),
         activation="geglu",

@@ -13,32 +13,18 @@ import torch
 
 from ...core.config import ModelConfig
 from ..weights import HF_ACTIVATIONS
-from .common import Weights, load_family, need, rope_fields
-
-REQUIRED = (
-    "vocab_size",
-    "max_position_embeddings",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-)
+from .common import Weights, hf_shape, load_family, rope_fields
 
 
 def fields(data: dict, source: str) -> tuple[dict, dict]:
-    need(data, REQUIRED, source)
+    shape = hf_shape(data, source)
     act = data.get("hidden_act", "gelu")
     if act not in HF_ACTIVATIONS:
         raise ValueError(f"{source}: hidden_act {act!r} is not supported; expected one of {sorted(HF_ACTIVATIONS)}")
     if not data.get("attention_bias", True):
         raise ValueError(f"{source}: attention_bias=false is not supported for GPT-NeoX (tfm's NeoX has every bias)")
     kwargs = dict(
-        vocab_size=data["vocab_size"],
-        context_length=data["max_position_embeddings"],
-        d_model=data["hidden_size"],
-        n_layer=data["num_hidden_layers"],
-        n_head=data["num_attention_heads"],
-        d_ff=data["intermediate_size"],
+        **shape,
         activation=HF_ACTIVATIONS[act],
         norm_eps=data.get("layer_norm_eps", 1e-5),
         parallel_block=data.get("use_parallel_residual", True),

@@ -11,21 +11,12 @@ from pathlib import Path
 import torch
 
 from ...core.config import ModelConfig
-from .common import Weights, load_family, need, rope_fields
-
-REQUIRED = (
-    "vocab_size",
-    "max_position_embeddings",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-)
+from .common import Weights, hf_shape, load_family, rope_fields
 
 
 def fields(data: dict, source: str, family: str = "llama") -> tuple[dict, dict]:
     """ModelConfig fields and meta from a Llama-style config.json."""
-    need(data, REQUIRED, source)
+    shape = hf_shape(data, source)
     if data.get("hidden_act", "silu") != "silu":
         raise ValueError(
             f"{source}: hidden_act {data['hidden_act']!r} is not supported; this family uses 'silu' (SwiGLU)"
@@ -40,13 +31,8 @@ def fields(data: dict, source: str, family: str = "llama") -> tuple[dict, dict]:
             "tfm needs head_dim = hidden_size / num_attention_heads"
         )
     kwargs = dict(
-        vocab_size=data["vocab_size"],
-        context_length=data["max_position_embeddings"],
-        d_model=d,
-        n_layer=data["num_hidden_layers"],
-        n_head=h,
+        **shape,
         n_kv_head=data.get("num_key_value_heads") or h,
-        d_ff=data["intermediate_size"],
         norm="rmsnorm",
         norm_eps=data.get("rms_norm_eps", 1e-6),
         activation="swiglu",
