@@ -39,6 +39,7 @@ from tests.app.matrix import (
     EXPECTED,
     HOSTILE,
     LINK_PARAMS,
+    MODELS,
     PAGES,
     PROMPT,
     needs,
@@ -298,7 +299,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=100, help="steps per (page, model); a failed walk restarts")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--page", action="append", choices=sorted(PAGES), help="(repeatable) default: CI's pages")
-    ap.add_argument("--model", action="append", help=f"(repeatable) a MODELS name or {sorted(ALIASES)}")
+    ap.add_argument(
+        "--model",
+        action="append",
+        choices=sorted({*MODELS, *ALIASES}),
+        metavar="MODEL",
+        help=f"(repeatable) a tests/app/matrix.py MODELS name or {sorted(ALIASES)}",
+    )
     a = ap.parse_args(argv)
     models = [ALIASES.get(m, m) for m in a.model] if a.model else None
     todo = [(p, m) for p, m in cells() if (not a.page or p in a.page) and (not models or m in models)]
