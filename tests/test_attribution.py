@@ -23,6 +23,13 @@ VARIANTS = list(
 IDS = [3, 17, 200, 5, 99, 17, 200, 41]
 
 
+@pytest.fixture(autouse=True)
+def _no_grad():
+    """The model's own logits are the oracle here, read as floats: no graph to build."""
+    with torch.no_grad():
+        yield
+
+
 def _cfg(pos, norm, act, bias, tied):
     return dict(pos_encoding=pos, norm=norm, activation=act, bias=bias, tied_embeddings=tied)
 

@@ -138,6 +138,7 @@ class _Touch:
         return (open, (str(self.path), "w"))
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol:UserWarning")  # torch says it while refusing the file
 def test_a_pickle_named_ckpt_pt_is_refused_without_running_it(tmp_path):
     marker = tmp_path / "ran"
     (tmp_path / "ckpt.pt").write_bytes(pickle.dumps({"model": _Touch(marker), "model_args": {}}))

@@ -98,6 +98,7 @@ def test_dotdot_and_symlink_escapes_are_refused_but_the_root_loads(models):
     assert not errors(at) and shown_ids(at) == tiny_ids
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol:UserWarning")  # torch says it while refusing the file
 def test_a_pickle_ckpt_in_an_allowed_folder_is_refused_without_running(models):
     marker = models / "ran"
 
