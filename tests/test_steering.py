@@ -178,6 +178,21 @@ def test_pairs_of_any_lengths_are_read_after_a_prefix_and_scaled_to_the_stream(l
         steering.pair_vector(lm, "happy", "happy", 2)
 
 
+def test_a_pair_ending_alike_has_no_last_token_direction_entering_block_0_and_says_why(lm):
+    """Entering block 0 a position holds only its token (and its place): two prompts of one length
+    that end in the same token give the same last stream there. A message says why and what to
+    change (the Steer page shows it as a warning); read elsewhere, the pair has a direction."""
+    pos, neg = "The cat sat.", "The dog sat."
+    ids = [lm.tokenizer.prompt_ids(t) for t in (pos, neg)]
+    assert len(ids[0]) == len(ids[1]) and ids[0][-1] == ids[1][-1] and ids[0] != ids[1]
+    with pytest.raises(steering.SameStream, match="entering block 0 a position holds only its own token"):
+        steering.pair_vector(lm, pos, neg, 0, how="last")
+    assert steering.pair_vector(lm, pos, neg, 0).raw_length > 0  # over every token they differ
+    assert steering.pair_vector(lm, pos, neg, 1, how="last").raw_length > 0  # a block in, the last token read the rest
+    with pytest.raises(steering.SameStream, match="same stream entering block 0: make them differ"):
+        steering.pair_vector(lm, pos, pos, 0, how="last")
+
+
 def test_stream_norms_are_each_layers_median_off_the_sink(lm):
     ids, read = steering.reading_ids(lm, steering.NEUTRAL_TEXT, "neutral")
     assert read == list(range(1, len(ids))) and ids[0] == lm.tokenizer.encode(steering.NEUTRAL_PREFIX)[0]

@@ -8,6 +8,7 @@ import streamlit as st
 
 from tfm.analysis import attribution
 from tfm.analysis.steering import calibrate as calib
+from tfm.analysis.steering import vectors as steering
 from tfm.generation.generate import n_words, prepare_prompt
 from services import server
 from ui import links
@@ -165,6 +166,9 @@ def direction(run: ModelRun, view: SteerView) -> Direction:
         if view.source == SOURCES[0]:
             return run.pair_direction(view.pos, view.neg, view.layer, view.how)
         return run.feature_direction(view.feature)
+    except steering.SameStream as e:  # valid settings that give no direction: a warning that says why
+        st.warning(message(e))
+        st.stop()
     except ValueError as e:
         st.error(message(e))
         st.stop()

@@ -114,6 +114,7 @@ class Session:
     @classmethod
     def open(cls, page: str, model: str, root: Path | None = None) -> "Session":
         root = root or Path(tempfile.gettempdir()) / "tfm-fuzz-models"
+        root.mkdir(parents=True, exist_ok=True)  # the CLI's default folder may not exist yet
         spec = spec_of(model, root)
         if spec.startswith("path:"):
             allow_models(root)

@@ -145,6 +145,22 @@ def test_bad_input_one_message():
     assert not at.error and any("no sparse autoencoder ships for this model" in i.value for i in at.info)
 
 
+def test_a_pair_with_no_direction_where_it_is_read_is_a_warning_saying_why():
+    """Valid settings with no direction (the last token's stream entering block 0, both prompts
+    ending in "."): a warning that says what to change, not an error; a later layer steers."""
+    at = open_page("steer")
+    at.text_input(key="steer.pos").set_value("The cat sat.")
+    at.text_input(key="steer.neg").set_value("The dog sat.")
+    at.radio(key="steer.how").set_value("last")
+    at.number_input(key="steer.layer").set_value(0)
+    _ok(at)
+    assert not at.error and len(at.warning) == 1, ([e.value for e in at.error], [w.value for w in at.warning])
+    assert "entering block 0 a position holds only its own token" in at.warning[0].value
+    at.number_input(key="steer.layer").set_value(1)
+    _ok(at)
+    assert not at.error and not at.warning and any("Steered" in h.value for h in at.subheader)
+
+
 def test_mood_sweep_is_a_typed_result_equal_to_the_engine():
     """ui.steer_run.MoodSweep: the strengths and tokens asked, one row per token of
     `steering.sweep_tokens`' probabilities (its columns), and a shape check."""

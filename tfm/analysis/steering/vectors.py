@@ -53,6 +53,11 @@ NEUTRAL_TEXT = (
 )
 
 
+class SameStream(ValueError):
+    """The two prompts of a pair give the same stream where it is read: no direction to steer by
+    (a consequence of valid settings, which the message explains)."""
+
+
 @dataclass(frozen=True, eq=False)
 class SteeringVector:
     """A direction (D,) float32 at `layer`: strength 1 adds `vector` itself. `raw_length` is
@@ -119,6 +124,17 @@ def _stream(lm, text: str, layer: int, how: How, what: str) -> torch.Tensor:
     return x[-1] if how == "last" else x.mean(0)
 
 
+def _same_stream_reason(lm, positive: str, negative: str, layer: int, how: How) -> str:
+    if positive.strip() != negative.strip() and how == "last" and layer == 0:
+        # entering block 0 a position holds its token's embedding (and an added position vector, if any)
+        return (
+            "entering block 0 a position holds only its own token (and its place), and both prompts end "
+            "in the same token there: read their streams at a later layer, over every token (mean), or "
+            "end the prompts with different words"
+        )
+    return f"the two prompts give the same stream entering block {layer}: make them differ"
+
+
 @torch.no_grad()
 def pair_vector(
     lm, positive: str, negative: str, layer: int, how: How = "mean", norms: Sequence[float] | None = None
@@ -132,7 +148,7 @@ def pair_vector(
     diff = _stream(lm, positive, layer, how, "positive") - _stream(lm, negative, layer, how, "negative")
     raw = float(diff.norm())
     if not raw > 0:
-        raise ValueError("the two prompts give the same stream there: make them differ")
+        raise SameStream(_same_stream_reason(lm, positive, negative, layer, how))
     scale = (stream_norms(lm) if norms is None else norms)[layer]
     return SteeringVector(diff * (scale / raw), layer, f"{positive!r} − {negative!r} at layer {layer} ({how})", raw)
 
