@@ -124,7 +124,7 @@ def _stream(lm, text: str, layer: int, how: How, what: str) -> torch.Tensor:
     return x[-1] if how == "last" else x.mean(0)
 
 
-def _same_stream_reason(lm, positive: str, negative: str, layer: int, how: How) -> str:
+def _same_stream_reason(positive: str, negative: str, layer: int, how: How) -> str:
     if positive.strip() != negative.strip() and how == "last" and layer == 0:
         # entering block 0 a position holds its token's embedding (and an added position vector, if any)
         return (
@@ -148,7 +148,7 @@ def pair_vector(
     diff = _stream(lm, positive, layer, how, "positive") - _stream(lm, negative, layer, how, "negative")
     raw = float(diff.norm())
     if not raw > 0:
-        raise SameStream(_same_stream_reason(lm, positive, negative, layer, how))
+        raise SameStream(_same_stream_reason(positive, negative, layer, how))
     scale = (stream_norms(lm) if norms is None else norms)[layer]
     return SteeringVector(diff * (scale / raw), layer, f"{positive!r} − {negative!r} at layer {layer} ({how})", raw)
 
